@@ -1,0 +1,40 @@
+# CounterFactory: counterfactual image-text data, from source datasets to statistics.
+#
+#   snakemake --profile profiles/local all                         # paper config (needs COCO + GPUs)
+#   snakemake --profile profiles/local --configfile config/demo.yaml all   # offline demo
+#
+# Rules are thin: each calls one `counterfactory` CLI subcommand; the logic lives in the package.
+from snakemake.utils import min_version, validate
+
+from counterfactory import workflow as wf
+
+min_version("9.0")
+
+
+configfile: "config/config.yaml"
+
+
+validate(config, "config/schema.yaml")
+
+RUN = config["run_name"]
+RESULTS = f"results/{RUN}"
+CONFIG_ARGS = wf.config_args(workflow.configfiles)
+N_CAPTIONS = wf.caption_count(config)
+
+
+def shards(stage_size):
+    return wf.shard_ids(N_CAPTIONS, stage_size)
+
+
+include: "rules/setup.smk"
+include: "rules/data.smk"
+include: "rules/captions.smk"
+include: "rules/images.smk"
+
+
+rule all:
+    default_target: True
+    input:
+        CAPTION_TARGETS,
+        IMAGES_TARGETS,
+        f"{RESULTS}/provenance.json",

@@ -1,0 +1,31 @@
+# Source data: check the user's MS-COCO root, normalise captions into a table.
+
+COCO_ROOT = config["data"]["coco_root"]
+SPLIT = config["data"]["split"]
+
+
+rule coco_check:
+    """Check the COCO root (files, image folder, optional checksums); explains how to get COCO."""
+    input:
+        captions=f"{COCO_ROOT}/annotations/captions_{SPLIT}.json",
+    output:
+        f"{RESULTS}/data/coco_check.json",
+    log:
+        f"{RESULTS}/logs/coco_check.log",
+    shell:
+        "counterfactory data check-coco {CONFIG_ARGS} --root {COCO_ROOT} --split {SPLIT} --out {output} > {log} 2>&1"
+
+
+rule caption_table:
+    """Every caption of the split as one table (caption_id = {image_id}_{caption_index})."""
+    input:
+        check=rules.coco_check.output,
+        captions=f"{COCO_ROOT}/annotations/captions_{SPLIT}.json",
+    output:
+        f"{RESULTS}/data/captions.parquet",
+    log:
+        f"{RESULTS}/logs/caption_table.log",
+    params:
+        limit=f"--limit-images {config['data']['limit_images']}" if config["data"].get("limit_images") else "",
+    shell:
+        "counterfactory data captions --captions-json {input.captions} --out {output} {params.limit} > {log} 2>&1"

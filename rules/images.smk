@@ -1,0 +1,2 @@
+# placeholder until the image stage lands
+IMAGES_TARGETS = []

@@ -1,0 +1,44 @@
+# Offline set-up: tiny stand-in models, NLTK data, provenance.
+
+TINY_DIR = config.get("tiny_models", {}).get("out_dir", "resources/models/tiny")
+
+
+rule tiny_model:
+    """Build one small randomly initialised model of the role's real class (offline demo)."""
+    output:
+        directory(f"{TINY_DIR}/{{role}}"),
+    log:
+        f"{TINY_DIR}/logs/{{role}}.log",
+    resources:
+        mem_mb=2000,
+    shell:
+        "counterfactory models build-tiny {CONFIG_ARGS} --role {wildcards.role} --out-dir {TINY_DIR} --force"
+        " > {log} 2>&1"
+
+
+rule tiny_models:
+    """Every tiny model the configured roles point at."""
+    input:
+        wf.tiny_model_inputs(config, *config["models"]),
+
+
+rule nltk_data:
+    """NLTK_DATA folder (punkt + POS tagger) that works offline; see README 'NLTK offline'."""
+    output:
+        directory(config["nltk"]["data_dir"]),
+    log:
+        "resources/logs/nltk_data.log",
+    params:
+        prefer_real="--prefer-real" if config["nltk"]["prefer_real"] else "",
+    shell:
+        "counterfactory nltk prepare --out {output} {params.prefer_real} > {log} 2>&1"
+
+
+rule provenance:
+    """Git commit, resolved config, package versions and model roles of this run."""
+    output:
+        f"{RESULTS}/provenance.json",
+    log:
+        f"{RESULTS}/logs/provenance.log",
+    shell:
+        "counterfactory provenance {CONFIG_ARGS} --out {output} > {log} 2>&1"

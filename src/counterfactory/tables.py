@@ -1,0 +1,336 @@
+"""Paper-style result tables (layout of COCO-Counterfactuals Tables 3, 4 and 12).
+
+Rows are training mixtures, optionally preceded by ``|D_train|``, ``|D_train^CF|`` and ``% CFs``
+columns (from a mixture-info CSV); columns are metrics. Each cell is the mean with the sample
+standard deviation as a subscript (the std is left out when it is undefined, n = 1, as for the
+paper's pre-trained CLIP row).
+
+* **Bold**: the best mean in each column, compared at the displayed precision, so ties that print
+  the same are all bold. "Best" is the maximum, or the minimum for metrics whose summary rows
+  have ``alternative == 'less'`` (lower is better).
+* Underline: ``significant`` is True in the summary for a non-baseline row (one-tailed test of
+  improvement over the baseline mixture, ``p <= alpha``).
+
+Renderings: Markdown (``**x**``, ``<u>x</u>``, std as ``<sub>std</sub>``), LaTeX (booktabs;
+``$\\underline{\\textbf{x}}_{std}$``) and a wide CSV (cell text ``mean_{std}`` plus per-metric
+``best`` and ``significant`` flag columns).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import pandas as pd
+
+from .errors import InputError, input_error
+from .stats import _line, _read_csv_as_text, parse_numeric, require_columns
+
+log = logging.getLogger(__name__)
+
+SUMMARY_REQUIRED = ("experiment", "metric", "mixture", "n", "mean", "std", "significant", "baseline")
+INFO_COLUMNS = ("n_train", "n_cf", "pct_cf")
+INFO_HEADERS_MD = {
+    "n_train": "\\|D<sub>train</sub>\\|",
+    "n_cf": "\\|D<sup>CF</sup><sub>train</sub>\\|",
+    "pct_cf": "% CFs",
+}
+INFO_HEADERS_TEX = {
+    "n_train": "$|D_{\\text{train}}|$",
+    "n_cf": "$|D^{\\text{CF}}_{\\text{train}}|$",
+    "pct_cf": "\\% CFs",
+}
+MISSING_MD = "–"
+MISSING_TEX = "--"
+
+
+@dataclass
+class Cell:
+    mean: float
+    std: float
+    n: int
+    significant: bool
+    best: bool = False
+
+
+@dataclass
+class PaperTable:
+    row_keys: list[str]                      # mixture ids, in display order
+    row_labels: list[str]                    # display names
+    info_columns: list[str]                  # subset of INFO_COLUMNS, in that order
+    info: dict[str, dict[str, str]]          # mixture -> info column -> display text
+    col_keys: list[tuple[str, str]]          # (experiment, metric)
+    col_labels: list[str]
+    cells: dict[tuple[str, tuple[str, str]], Cell] = field(default_factory=dict)
+    decimals: int = 2
+    std_decimals: int = 1
+    row_header: str = "Training dataset"
+
+
+# --------------------------------------------------------------------------------------------
+# reading
+# --------------------------------------------------------------------------------------------
+
+_SUMMARY_FIX = "pass the CSV written by 'counterfactory stats summarize'"
+
+
+def _parse_bool(frame: pd.DataFrame, column: str, path) -> pd.Series:
+    text = frame[column].astype(str).str.strip().str.lower()
+    mapping = {"true": True, "false": False, "1": True, "0": False, "": False}
+    bad = ~text.isin(list(mapping))
+    if bad.any():
+        first = bad.idxmax()
+        raise input_error(path, _line(first), f"{column} {frame[column][first]!r} is not True/False",
+                          f"write True or False in the {column} column")
+    return text.map(mapping).astype(bool)
+
+
+def read_summary(path: str | Path) -> pd.DataFrame:
+    """Read a summary CSV (from ``stats summarize``) with typed n/mean/std/significant."""
+    path = Path(path)
+    frame = _read_csv_as_text(path, "summary table", _SUMMARY_FIX)
+    require_columns(frame, SUMMARY_REQUIRED, path, _SUMMARY_FIX)
+    if frame.empty:
+        raise input_error(path, None, "summary table has no rows", "summarize a runs table with at least one run")
+    ctx = ("experiment", "metric", "mixture")
+    frame["mean"] = parse_numeric(frame, "mean", path, context=ctx)
+    frame["std"] = parse_numeric(frame, "std", path, allow_empty=True, context=ctx)
+    frame["n"] = parse_numeric(frame, "n", path, integer=True, context=ctx).astype(int)
+    frame["significant"] = _parse_bool(frame, "significant", path)
+    if "alternative" not in frame.columns:
+        frame["alternative"] = "greater"
+    frame["alternative"] = frame["alternative"].astype(str).str.strip().replace("", "greater")
+    dup = frame.duplicated(list(ctx), keep=False)
+    if dup.any():
+        first = dup.idxmax()
+        raise input_error(path, _line(first), f"({', '.join(f'{k}={frame.loc[first, k]}' for k in ctx)}) appears twice",
+                          "keep one summary row per experiment, metric and mixture")
+    return frame
+
+
+def read_mixture_info(path: str | Path) -> pd.DataFrame:
+    """Read a mixture-info CSV: ``mixture`` plus any of ``label, n_train, n_cf, pct_cf`` (pct in 0-100)."""
+    path = Path(path)
+    fix = "write a CSV with a 'mixture' column and any of label, n_train, n_cf, pct_cf (percent, 0-100)"
+    frame = _read_csv_as_text(path, "mixture info", fix)
+    require_columns(frame, ["mixture"], path, fix)
+    frame["mixture"] = frame["mixture"].astype(str).str.strip()
+    for col in INFO_COLUMNS:
+        if col in frame.columns:
+            parse_numeric(frame, col, path, allow_empty=True, context=("mixture",), fix=f"write {col} as a number")
+    dup = frame["mixture"].duplicated(keep=False)
+    if dup.any():
+        first = dup.idxmax()
+        raise input_error(path, _line(first), f"mixture {frame.loc[first, 'mixture']!r} is listed twice",
+                          "keep one row per mixture")
+    return frame
+
+
+# --------------------------------------------------------------------------------------------
+# building
+# --------------------------------------------------------------------------------------------
+
+def _format_info(column: str, text: str) -> str:
+    text = str(text).strip()
+    if text == "":
+        return ""
+    value = float(text)
+    if column == "pct_cf":
+        return f"{value:.0f}%" if value == round(value) else f"{value:.1f}%"
+    return f"{int(round(value)):,}" if value == round(value) else f"{value:,}"
+
+
+def _select(requested: Sequence[str] | None, available: list, label_of, what: str, option: str) -> list:
+    if not requested:
+        return list(available)
+    chosen = []
+    for name in requested:
+        matches = [a for a in available if name in label_of(a)]
+        if not matches:
+            names = ", ".join(dict.fromkeys(label_of(a)[0] for a in available))
+            raise InputError(f"{option}: unknown {what} {name!r} (available: {names}). Fix: use one of the available names")
+        chosen.extend(m for m in matches if m not in chosen)
+    left_out = [label_of(a)[0] for a in available if a not in chosen]
+    if left_out:
+        log.info("%s leaves out %s: %s", option, what, ", ".join(left_out))
+    return chosen
+
+
+def build_table(summary: pd.DataFrame, *, metrics: Sequence[str] | None = None,
+                mixture_order: Sequence[str] | None = None, experiment: str | None = None,
+                mixture_info: pd.DataFrame | None = None, decimals: int = 2, std_decimals: int = 1,
+                row_header: str = "Training dataset") -> PaperTable:
+    """Arrange summary rows into a :class:`PaperTable` and mark best and significant cells.
+
+    ``metrics`` selects and orders columns: each entry is a metric name (every experiment's
+    column of that metric) or ``experiment:metric``. ``mixture_order`` selects and orders rows;
+    mixtures it leaves out are dropped. With more than one experiment, column labels are
+    ``experiment:metric``.
+    """
+    if decimals < 0 or std_decimals < 0:
+        raise InputError("decimals must be >= 0. Fix: pass e.g. --decimals 2")
+    frame = summary
+    if experiment is not None:
+        frame = frame[frame["experiment"] == experiment]
+        if frame.empty:
+            names = ", ".join(dict.fromkeys(summary["experiment"]))
+            raise InputError(f"--experiment: unknown experiment {experiment!r} (available: {names}). "
+                             "Fix: use one of the available names")
+    col_all = list(dict.fromkeys(zip(frame["experiment"], frame["metric"])))
+    multi = len({e for e, _ in col_all}) > 1
+
+    def col_label(key):
+        return f"{key[0]}:{key[1]}" if multi else key[1]
+
+    col_keys = _select(metrics, col_all, lambda k: (col_label(k), k[1], f"{k[0]}:{k[1]}"), "metric", "--metrics")
+    row_all = list(dict.fromkeys(frame["mixture"]))
+    row_keys = _select(mixture_order, row_all, lambda m: (m,), "mixture", "--mixture-order")
+
+    labels = {m: m for m in row_keys}
+    info: dict[str, dict[str, str]] = {m: {} for m in row_keys}
+    info_columns: list[str] = []
+    if mixture_info is not None:
+        by_mix = mixture_info.set_index("mixture")
+        info_columns = [c for c in INFO_COLUMNS if c in by_mix.columns]
+        for m in row_keys:
+            if m not in by_mix.index:
+                continue
+            rec = by_mix.loc[m]
+            if "label" in by_mix.columns and str(rec["label"]).strip():
+                labels[m] = str(rec["label"]).strip()
+            for c in info_columns:
+                info[m][c] = _format_info(c, rec[c])
+        unknown = [m for m in row_keys if m not in by_mix.index]
+        if unknown:
+            log.warning("mixture info has no row for: %s", ", ".join(unknown))
+
+    table = PaperTable(row_keys=row_keys, row_labels=[labels[m] for m in row_keys], info_columns=info_columns,
+                       info=info, col_keys=col_keys, col_labels=[col_label(k) for k in col_keys],
+                       decimals=decimals, std_decimals=std_decimals, row_header=row_header)
+    indexed = frame.set_index(["mixture", "experiment", "metric"]).sort_index()
+    for key in col_keys:
+        lower_better = False
+        for m in row_keys:
+            if (m, *key) not in indexed.index:
+                continue
+            rec = indexed.loc[(m, *key)]
+            lower_better = str(rec["alternative"]) == "less"
+            is_base = str(rec["baseline"]).strip() == m
+            table.cells[(m, key)] = Cell(mean=float(rec["mean"]), std=float(rec["std"]), n=int(rec["n"]),
+                                         significant=bool(rec["significant"]) and not is_base)
+        shown = {m: round(c.mean, decimals) for (m, k), c in table.cells.items() if k == key}
+        if shown:
+            target = min(shown.values()) if lower_better else max(shown.values())
+            for m, v in shown.items():
+                table.cells[(m, key)].best = v == target
+    return table
+
+
+# --------------------------------------------------------------------------------------------
+# rendering
+# --------------------------------------------------------------------------------------------
+
+def _escape_md(text: str) -> str:
+    return str(text).replace("|", "\\|")
+
+
+_TEX_ESCAPES = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
+                "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
+
+
+def escape_tex(text: str) -> str:
+    return "".join(_TEX_ESCAPES.get(ch, ch) for ch in str(text))
+
+
+def _fmt(value: float, decimals: int) -> str:
+    return f"{value:.{decimals}f}"
+
+
+def cell_markdown(cell: Cell | None, decimals: int = 2, std_decimals: int = 1) -> str:
+    if cell is None:
+        return MISSING_MD
+    text = _fmt(cell.mean, decimals)
+    if cell.significant:
+        text = f"<u>{text}</u>"
+    if cell.best:
+        text = f"**{text}**"
+    if math.isfinite(cell.std):
+        text += f"<sub>{_fmt(cell.std, std_decimals)}</sub>"
+    return text
+
+
+def cell_latex(cell: Cell | None, decimals: int = 2, std_decimals: int = 1) -> str:
+    if cell is None:
+        return MISSING_TEX
+    text = _fmt(cell.mean, decimals)
+    if cell.best:
+        text = f"\\textbf{{{text}}}"
+    if cell.significant:
+        text = f"\\underline{{{text}}}"
+    if math.isfinite(cell.std):
+        text += f"_{{{_fmt(cell.std, std_decimals)}}}"
+    return f"${text}$"
+
+
+def cell_plain(cell: Cell | None, decimals: int = 2, std_decimals: int = 1) -> str:
+    if cell is None:
+        return ""
+    text = _fmt(cell.mean, decimals)
+    if math.isfinite(cell.std):
+        text += f"_{{{_fmt(cell.std, std_decimals)}}}"
+    return text
+
+
+def render_markdown(table: PaperTable, title: str | None = None) -> str:
+    header = [_escape_md(table.row_header)] + [INFO_HEADERS_MD[c] for c in table.info_columns] \
+        + [_escape_md(c) for c in table.col_labels]
+    align = [":---"] + ["---:"] * len(table.info_columns) + [":---:"] * len(table.col_labels)
+    lines = []
+    if title:
+        lines += [f"**{title.strip()}**", ""]
+    lines.append("| " + " | ".join(header) + " |")
+    lines.append("| " + " | ".join(align) + " |")
+    for m, label in zip(table.row_keys, table.row_labels):
+        row = [_escape_md(label)] + [table.info[m].get(c, "") or MISSING_MD for c in table.info_columns]
+        row += [cell_markdown(table.cells.get((m, k)), table.decimals, table.std_decimals) for k in table.col_keys]
+        lines.append("| " + " | ".join(row) + " |")
+    lines += ["", "Mean over runs with the sample standard deviation as subscript; best mean per column in bold; "
+              "underlined: one-tailed t-test shows a significant improvement over the baseline."]
+    return "\n".join(lines) + "\n"
+
+
+def render_latex(table: PaperTable, title: str | None = None, label: str | None = None) -> str:
+    spec = "l" + "r" * len(table.info_columns) + "c" * len(table.col_labels)
+    header = [escape_tex(table.row_header)] + [INFO_HEADERS_TEX[c] for c in table.info_columns] \
+        + [escape_tex(c) for c in table.col_labels]
+    lines = ["% requires \\usepackage{booktabs}", "\\begin{table}[t]", "\\centering"]
+    if title:
+        lines.append(f"\\caption{{{escape_tex(title.strip())}}}")
+    if label:
+        lines.append(f"\\label{{{label}}}")
+    lines += [f"\\begin{{tabular}}{{{spec}}}", "\\toprule", " & ".join(header) + " \\\\", "\\midrule"]
+    for m, lab in zip(table.row_keys, table.row_labels):
+        row = [escape_tex(lab)] + [escape_tex(table.info[m].get(c, "")) or MISSING_TEX for c in table.info_columns]
+        row += [cell_latex(table.cells.get((m, k)), table.decimals, table.std_decimals) for k in table.col_keys]
+        lines.append(" & ".join(row) + " \\\\")
+    lines += ["\\bottomrule", "\\end{tabular}", "\\end{table}"]
+    return "\n".join(lines) + "\n"
+
+
+def to_frame(table: PaperTable) -> pd.DataFrame:
+    """Wide CSV form: one row per mixture; per metric the cell text and best/significant flags."""
+    records = []
+    for m, label in zip(table.row_keys, table.row_labels):
+        rec: dict[str, object] = {"mixture": m, "label": label}
+        for c in table.info_columns:
+            rec[c] = table.info[m].get(c, "")
+        for key, col in zip(table.col_keys, table.col_labels):
+            cell = table.cells.get((m, key))
+            rec[col] = cell_plain(cell, table.decimals, table.std_decimals)
+            rec[f"{col} best"] = bool(cell and cell.best)
+            rec[f"{col} significant"] = bool(cell and cell.significant)
+        records.append(rec)
+    return pd.DataFrame(records)

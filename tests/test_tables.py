@@ -1,0 +1,239 @@
+"""Tests for counterfactory.tables and `counterfactory stats table`."""
+
+from __future__ import annotations
+
+import math
+from io import StringIO
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from counterfactory import stats, tables
+from counterfactory.cli import main
+from counterfactory.errors import InputError
+
+# A Table-3-like summary: pre-trained CLIP (one run), the MS-COCO baseline and three mixtures.
+SUMMARY_CSV = """experiment,metric,mixture,baseline,n,mean,std,alternative,significant
+flickr30k,R@1,mscoco,mscoco,25,77.90,0.41,greater,False
+flickr30k,R@1,pretrained,mscoco,1,67.1,,greater,False
+flickr30k,R@1,cf50,mscoco,25,76.66,0.52,greater,False
+flickr30k,R@1,cf60,mscoco,25,78.28,0.46,greater,True
+flickr30k,R@1,cf67,mscoco,25,77.75,0.50,greater,False
+flickr30k,R@5,mscoco,mscoco,25,93.79,0.2,greater,True
+flickr30k,R@5,pretrained,mscoco,1,89.0,,greater,False
+flickr30k,R@5,cf50,mscoco,25,94.53,0.3,greater,True
+flickr30k,R@5,cf60,mscoco,25,94.72,0.3,greater,True
+flickr30k,R@5,cf67,mscoco,25,94.7201,0.31,greater,False
+"""
+
+INFO_CSV = """mixture,label,n_train,pct_cf
+pretrained,None (pre-trained CLIP),0,0
+mscoco,MS-COCO,13928,0
+cf50,MS-COCO + COCO-CFs,13928,50
+cf60,MS-COCO + COCO-CFs,34820,60
+cf67,MS-COCO + COCO-CFs,41784,66.7
+"""
+
+ORDER = ["pretrained", "mscoco", "cf50", "cf60", "cf67"]
+
+
+def table_summary():
+    frame = pd.read_csv(StringIO(SUMMARY_CSV), dtype=str, keep_default_na=False)
+    frame["mean"] = frame["mean"].astype(float)
+    frame["std"] = pd.to_numeric(frame["std"])
+    frame["n"] = frame["n"].astype(int)
+    frame["significant"] = frame["significant"] == "True"
+    return frame
+
+
+@pytest.fixture
+def summary_path(tmp_path):
+    path = tmp_path / "summary.csv"
+    path.write_text(SUMMARY_CSV)
+    return path
+
+
+@pytest.fixture
+def info_path(tmp_path):
+    path = tmp_path / "info.csv"
+    path.write_text(INFO_CSV)
+    return path
+
+
+@pytest.fixture
+def table(summary_path, info_path):
+    return tables.build_table(tables.read_summary(summary_path), mixture_order=ORDER,
+                              mixture_info=tables.read_mixture_info(info_path))
+
+
+def test_markdown_exact(table):
+    expected = (
+        "**Table 3**\n"
+        "\n"
+        "| Training dataset | \\|D<sub>train</sub>\\| | % CFs | R@1 | R@5 |\n"
+        "| :--- | ---: | ---: | :---: | :---: |\n"
+        "| None (pre-trained CLIP) | 0 | 0% | 67.10 | 89.00 |\n"
+        "| MS-COCO | 13,928 | 0% | 77.90<sub>0.4</sub> | 93.79<sub>0.2</sub> |\n"
+        "| MS-COCO + COCO-CFs | 13,928 | 50% | 76.66<sub>0.5</sub> | <u>94.53</u><sub>0.3</sub> |\n"
+        "| MS-COCO + COCO-CFs | 34,820 | 60% | **<u>78.28</u>**<sub>0.5</sub> | **<u>94.72</u>**<sub>0.3</sub> |\n"
+        "| MS-COCO + COCO-CFs | 41,784 | 66.7% | 77.75<sub>0.5</sub> | **94.72**<sub>0.3</sub> |\n"
+        "\n"
+        "Mean over runs with the sample standard deviation as subscript; best mean per column in bold; "
+        "underlined: one-tailed t-test shows a significant improvement over the baseline.\n"
+    )
+    assert tables.render_markdown(table, "Table 3") == expected
+
+
+def test_latex_exact(table):
+    expected = "\n".join([
+        "% requires \\usepackage{booktabs}",
+        "\\begin{table}[t]",
+        "\\centering",
+        "\\caption{Flickr30k 1K, R@K \\& 50\\% CFs}",
+        "\\label{tab:flickr}",
+        "\\begin{tabular}{lrrcc}",
+        "\\toprule",
+        "Training dataset & $|D_{\\text{train}}|$ & \\% CFs & R@1 & R@5 \\\\",
+        "\\midrule",
+        "None (pre-trained CLIP) & 0 & 0\\% & $67.10$ & $89.00$ \\\\",
+        "MS-COCO & 13,928 & 0\\% & $77.90_{0.4}$ & $93.79_{0.2}$ \\\\",
+        "MS-COCO + COCO-CFs & 13,928 & 50\\% & $76.66_{0.5}$ & $\\underline{94.53}_{0.3}$ \\\\",
+        "MS-COCO + COCO-CFs & 34,820 & 60\\% & $\\underline{\\textbf{78.28}}_{0.5}$ & $\\underline{\\textbf{94.72}}_{0.3}$ \\\\",
+        "MS-COCO + COCO-CFs & 41,784 & 66.7\\% & $77.75_{0.5}$ & $\\textbf{94.72}_{0.3}$ \\\\",
+        "\\bottomrule",
+        "\\end{tabular}",
+        "\\end{table}",
+    ]) + "\n"
+    assert tables.render_latex(table, "Flickr30k 1K, R@K & 50% CFs", "tab:flickr") == expected
+
+
+def test_baseline_is_never_underlined_even_if_flagged(table):
+    # the summary says significant=True for the baseline's R@5 row; a baseline cannot beat itself
+    assert not table.cells[("mscoco", ("flickr30k", "R@5"))].significant
+    assert tables.cell_markdown(table.cells[("mscoco", ("flickr30k", "R@5"))]) == "93.79<sub>0.2</sub>"
+
+
+def test_best_uses_displayed_precision_ties_all_bold(table):
+    best = {m for (m, k), c in table.cells.items() if k[1] == "R@5" and c.best}
+    assert best == {"cf60", "cf67"}  # 94.72 vs 94.7201
+    fine = tables.build_table(table_summary(), decimals=4)
+    best4 = {m for (m, k), c in fine.cells.items() if k[1] == "R@5" and c.best}
+    assert best4 == {"cf67"}
+
+
+def test_lower_is_better_bolds_minimum():
+    frame = table_summary()
+    frame["alternative"] = "less"
+    t = tables.build_table(frame)
+    best = sorted(k[1] + ":" + m for (m, k), c in t.cells.items() if c.best)
+    assert best == ["R@1:pretrained", "R@5:pretrained"]
+
+
+def test_selection_order_and_missing_cells():
+    frame = table_summary()
+    frame = frame[~((frame["mixture"] == "cf50") & (frame["metric"] == "R@1"))]
+    t = tables.build_table(frame, metrics=["R@5", "R@1"], mixture_order=["cf50", "mscoco"])
+    assert t.row_keys == ["cf50", "mscoco"] and t.col_labels == ["R@5", "R@1"]
+    md = tables.render_markdown(t)
+    assert "| cf50 | **<u>94.53</u>**<sub>0.3</sub> | – |" in md
+    assert "| mscoco | 93.79<sub>0.2</sub> | **77.90**<sub>0.4</sub> |" in md
+    assert "cf50 & $\\underline{\\textbf{94.53}}_{0.3}$ & -- \\\\" in tables.render_latex(t)
+    with pytest.raises(InputError, match=r"--metrics: unknown metric 'R@10' \(available: R@1, R@5\)"):
+        tables.build_table(frame, metrics=["R@10"])
+    with pytest.raises(InputError, match="--mixture-order: unknown mixture 'coco'"):
+        tables.build_table(frame, mixture_order=["coco"])
+
+
+def test_multiple_experiments_label_columns():
+    a = table_summary()
+    b = a.assign(experiment="mscoco5k")
+    t = tables.build_table(pd.concat([a, b]), metrics=["mscoco5k:R@1", "R@5"])
+    assert t.col_labels == ["mscoco5k:R@1", "flickr30k:R@5", "mscoco5k:R@5"]
+    t1 = tables.build_table(pd.concat([a, b]), experiment="mscoco5k")
+    assert t1.col_labels == ["R@1", "R@5"]
+    with pytest.raises(InputError, match="unknown experiment 'x'"):
+        tables.build_table(a, experiment="x")
+
+
+def test_decimals_and_escaping():
+    frame = table_summary().replace({"mixture": {"cf50": "cf_50&more"}})
+    t = tables.build_table(frame, decimals=1, std_decimals=2, metrics=["R@1"])
+    tex = tables.render_latex(t)
+    assert "cf\\_50\\&more & $76.7_{0.52}$ \\\\" in tex
+    assert "| cf_50&more | 76.7<sub>0.52</sub> |" in tables.render_markdown(t)
+
+
+def test_csv_frame(table):
+    frame = tables.to_frame(table)
+    assert list(frame.columns) == ["mixture", "label", "n_train", "pct_cf", "R@1", "R@1 best", "R@1 significant",
+                                   "R@5", "R@5 best", "R@5 significant"]
+    cf60 = frame.set_index("mixture").loc["cf60"]
+    assert cf60["R@1"] == "78.28_{0.5}" and cf60["R@1 best"] and cf60["R@1 significant"]
+    assert frame.set_index("mixture").loc["pretrained", "R@1"] == "67.10"
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("experiment,metric,mixture,n,mean\n", "missing column(s) std, significant, baseline"),
+        ("experiment,metric,mixture,baseline,n,mean,std,significant\ne,m,a,a,2,x,1,True\n",
+         "record line 2 (experiment=e, metric=m, mixture=a): mean 'x' is not a finite number"),
+        ("experiment,metric,mixture,baseline,n,mean,std,significant\ne,m,a,a,2,1,1,maybe\n",
+         "record line 2: significant 'maybe' is not True/False"),
+        ("experiment,metric,mixture,baseline,n,mean,std,significant\ne,m,a,a,2,1,1,True\ne,m,a,a,2,1,1,True\n",
+         "appears twice"),
+    ],
+)
+def test_read_summary_errors(tmp_path, text, expected):
+    path = tmp_path / "s.csv"
+    path.write_text(text)
+    with pytest.raises(InputError) as info:
+        tables.read_summary(path)
+    assert str(path) in str(info.value) and expected in str(info.value) and "Fix:" in str(info.value)
+
+
+def test_cli_runs_to_table_end_to_end(tmp_path, info_path):
+    rng = np.random.default_rng(1)
+    rows = []
+    for mixture, mu in [("mscoco", 77.9), ("cf60", 79.0), ("cf50", 77.0)]:
+        for seed in range(107, 117):
+            for metric, offset in [("R@1", 0.0), ("R@5", 16.0)]:
+                rows.append({"experiment": "flickr30k", "mixture": mixture, "seed": seed, "data_seed": seed + 1,
+                             "metric": metric, "value": mu + offset + rng.normal(0, 0.3)})
+    runs = tmp_path / "runs.csv"
+    pd.DataFrame(rows).to_csv(runs, index=False)
+    summary = tmp_path / "summary.csv"
+    assert main(["stats", "summarize", "--runs", str(runs), "--baseline", "mscoco", "--out", str(summary),
+                 "--mean-metric", "Mean"]) == 0
+    md, tex, csv = tmp_path / "t.md", tmp_path / "t.tex", tmp_path / "t.csv"
+    assert main(["stats", "table", "--summary", str(summary), "--out-md", str(md), "--out-tex", str(tex),
+                 "--out-csv", str(csv), "--metrics", "R@1,Mean", "--mixture-order", "mscoco,cf50,cf60",
+                 "--mixture-info", str(info_path), "--title", "Flickr30k", "--decimals", "1"]) == 0
+    s = stats.summarize(stats.add_mean_metric(stats.read_runs(runs), "Mean"), "mscoco")
+    cf60 = s[(s["mixture"] == "cf60") & (s["metric"] == "R@1")].iloc[0]
+    assert cf60["significant"] and cf60["p_value"] < 1e-6
+    cell = f"**<u>{cf60['mean']:.1f}</u>**<sub>{cf60['std']:.1f}</sub>"
+    text = md.read_text()
+    assert text.startswith("**Flickr30k**\n\n| Training dataset | \\|D<sub>train</sub>\\| | % CFs | R@1 | Mean |\n")
+    assert f"| MS-COCO + COCO-CFs | 34,820 | 60% | {cell} |" in text
+    assert "\\underline{\\textbf{" in tex.read_text()
+    wide = pd.read_csv(csv)
+    assert wide["mixture"].tolist() == ["mscoco", "cf50", "cf60"]
+    assert wide["R@1 significant"].tolist() == [False, False, True]
+
+
+def test_cli_table_errors(tmp_path, summary_path, capsys):
+    assert main(["stats", "table", "--summary", str(summary_path)]) == 2
+    assert "no output requested" in capsys.readouterr().err
+    out = tmp_path / "t.md"
+    assert main(["stats", "table", "--summary", str(summary_path), "--out-md", str(out), "--metrics", "R@9"]) == 2
+    assert "unknown metric 'R@9'" in capsys.readouterr().err and not out.exists()
+    assert main(["stats", "table", "--summary", str(tmp_path / "none.csv"), "--out-md", str(out)]) == 2
+    assert "summary table not found" in capsys.readouterr().err
+
+
+def test_n1_rows_have_no_std_subscript(table):
+    c = table.cells[("pretrained", ("flickr30k", "R@1"))]
+    assert c.n == 1 and math.isnan(c.std)
+    assert tables.cell_latex(c) == "$67.10$" and tables.cell_plain(c) == "67.10"
