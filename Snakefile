@@ -18,7 +18,7 @@ validate(config, "config/schema.yaml")
 
 RUN = config["run_name"]
 RESULTS = f"results/{RUN}"
-CONFIG_ARGS = wf.config_args(workflow.configfiles)
+CONFIG_ARGS = wf.config_args(config)
 N_CAPTIONS = wf.caption_count(config)
 
 

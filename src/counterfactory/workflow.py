@@ -41,9 +41,26 @@ def shard_ids(n_items: int, shard_size: int) -> list[str]:
     return [f"{i:05d}" for i in range(max(1, math.ceil(n_items / shard_size)))]
 
 
-def config_args(configfiles) -> str:
-    """``--config <file>`` flags that hand the same configuration to every CLI stage."""
-    return " ".join(f"--config {shlex.quote(str(f))}" for f in configfiles)
+def resolved_config_file(cfg: dict, folder: str | Path = ".snakemake/counterfactory") -> Path:
+    """Write the configuration exactly as Snakemake resolved it (config files in Snakemake's order,
+    ``--config key=value`` overrides, schema defaults) to a content-addressed YAML file, so every CLI
+    stage sees the same values. Re-parsing with the same config reuses the same file."""
+    import hashlib
+
+    import yaml
+
+    from .io import write_text
+
+    text = yaml.safe_dump(dict(cfg), sort_keys=True)
+    path = Path(folder) / f"config-{hashlib.sha256(text.encode()).hexdigest()[:12]}.yaml"
+    if not path.exists():
+        write_text(path, text)
+    return path
+
+
+def config_args(cfg: dict) -> str:
+    """``--config <file>`` flag that hands the resolved configuration to every CLI stage."""
+    return f"--config {shlex.quote(str(resolved_config_file(cfg)))}"
 
 
 def tiny_model_inputs(cfg: dict, *roles: str) -> list[str]:

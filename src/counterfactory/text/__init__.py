@@ -1,0 +1,1 @@
+"""Caption text processing: tokenising, POS tagging and counterfactual caption edits."""

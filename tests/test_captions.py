@@ -1,0 +1,217 @@
+"""Unit tests for the caption logic (COCO-CF §3.1) with fake models: masking, fill filtering,
+similarity band edges, perplexity ranking."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from counterfactory.text import captions as cap
+
+NOUNS = {"man": "NN", "horse": "NN", "beach": "NN", "dog": "NN", "cat": "NN", "dogs": "NNS", "cats": "NNS",
+         "table": "NN", "zebra": "NN", "Paris": "NNP", "sand": "NN", "field": "NN", "pony": "NN"}
+
+
+def fake_tagger(text: str):
+    """Whitespace/punctuation tokeniser with a lexicon: nouns from NOUNS, everything else DT/VB/IN."""
+    tokens = re.findall(r"[A-Za-z]+|[^\sA-Za-z]", text)
+    out = []
+    for t in tokens:
+        if t in NOUNS:
+            out.append((t, NOUNS[t]))
+        elif t in ("a", "A", "the", "The"):
+            out.append((t, "DT"))
+        elif t.isalpha():
+            out.append((t, "VBZ" if t.endswith("s") else "IN"))
+        else:
+            out.append((t, "."))
+    return out
+
+
+class FakeMasker:
+    mask_token = "<mask>"
+
+    def __init__(self, proposals: dict[str, list[tuple[str, bool]]]):
+        self.proposals = proposals
+        self.calls = []
+
+    def fill(self, masked_texts, top_k):
+        self.calls.append(list(masked_texts))
+        return [[cap.Fill(w, s, r) for r, (w, s) in enumerate(self.proposals.get(t, [])[:top_k])]
+                for t in masked_texts]
+
+
+class TableSimilarity:
+    def __init__(self, table: dict[str, float], default: float = 0.85):
+        self.table, self.default = table, default
+
+    def similarity(self, a, b):
+        return np.array([self.table.get(y, self.default) for y in b])
+
+
+class TablePerplexity:
+    def __init__(self, table: dict[str, float]):
+        self.table = table
+
+    def perplexity(self, texts):
+        return np.array([self.table.get(t, 100.0) for t in texts])
+
+
+def run(captions, proposals, sims=None, ppls=None, **kw):
+    settings_ = cap.EditSettings(**kw)
+    return cap.edit_captions(captions, fake_tagger, FakeMasker(proposals), TableSimilarity(sims or {}),
+                             TablePerplexity(ppls or {}), settings_)
+
+
+def test_token_spans_align_and_handle_quotes():
+    text = 'A man says "hi" to a dog.'
+    tokens = ["A", "man", "says", "``", "hi", "''", "to", "a", "dog", "."]
+    spans = cap.token_spans(text, tokens)
+    assert [text[s:e] for s, e in spans] == ["A", "man", "says", '"', "hi", '"', "to", "a", "dog", "."]
+    assert cap.token_spans("a dog", ["a", "cat"]) is None
+
+
+def test_mask_sites_mask_each_noun_once():
+    text = "A man rides a horse on the beach."
+    sites = cap.mask_sites(0, text, fake_tagger(text), "<mask>", ("NN", "NNS"))
+    assert [s.original_word for s in sites] == ["man", "horse", "beach"]
+    assert [s.position for s in sites] == [1, 4, 7]
+    assert sites[1].masked_text == "A man rides a <mask> on the beach."
+    assert all(s.masked_text.count("<mask>") == 1 for s in sites)
+
+
+def test_only_mask_tags_are_masked():
+    text = "A dog in Paris."
+    sites = cap.mask_sites(0, text, fake_tagger(text), "<mask>", ("NN", "NNS"))
+    assert [s.original_word for s in sites] == ["dog"]  # NNP is not masked
+
+
+@pytest.mark.parametrize(
+    "fill, reason",
+    [
+        (cap.Fill("zebra", True, 0), None),
+        (cap.Fill("horse", True, 0), cap.SAME_WORD),
+        (cap.Fill("Horse", True, 0), cap.SAME_WORD),
+        (cap.Fill("ze", False, 0), cap.NOT_WHOLE_WORD),  # a word piece, not a word start
+        (cap.Fill("3", True, 0), cap.NOT_WHOLE_WORD),
+        (cap.Fill("", True, 0), cap.NOT_WHOLE_WORD),
+        (cap.Fill("quickly", True, 0), cap.NOT_NOUN),  # tagged IN by the fake tagger
+        (cap.Fill("Paris", True, 0), None),  # NNP is an allowed fill tag
+    ],
+)
+def test_check_fill(fill, reason):
+    text = "A man rides a horse on the beach."
+    tagged = fake_tagger(text)
+    site = cap.mask_sites(0, text, tagged, "<mask>", ("NN",))[1]
+    got, candidate = cap.check_fill(text, site, fill, fake_tagger, len(tagged), ("NN", "NNS", "NNP"))
+    assert got == reason
+    assert candidate == f"A man rides a {fill.word} on the beach."
+
+
+def test_fill_changing_token_count_is_rejected():
+    text = "A man rides a horse on the beach."
+    tagged = fake_tagger(text)
+    site = cap.mask_sites(0, text, tagged, "<mask>", ("NN",))[1]
+    # "sea-horse" re-tokenises into three tokens under the fake tagger; isalpha fails first, so use a
+    # tagger that splits a plain word to isolate the token-count rule
+    splitting = lambda t: fake_tagger(t.replace("pony", "po ny"))  # noqa: E731
+    reason, _ = cap.check_fill(text, site, cap.Fill("pony", True, 0), splitting, len(tagged), ("NN",))
+    assert reason == cap.TOKEN_COUNT_CHANGED
+
+
+def test_end_to_end_picks_lowest_perplexity_and_records_rejections():
+    text = "A man rides a horse on the beach."
+    proposals = {
+        "A <mask> rides a horse on the beach.": [("man", True), ("dog", True)],
+        "A man rides a <mask> on the beach.": [("zebra", True), ("pony", True), ("ing", False)],
+        "A man rides a horse on the <mask>.": [("sand", True), ("field", True)],
+    }
+    sims = {"A man rides a pony on the beach.": 0.95, "A man rides a horse on the field.": 0.80}
+    ppls = {"A dog rides a horse on the beach.": 30.0, "A man rides a zebra on the beach.": 12.0,
+            "A man rides a horse on the sand.": 20.0}
+    res = run([{"caption_id": "1_0", "image_id": 1, "caption": text}], proposals, sims, ppls)
+    assert len(res.accepted) == 1
+    row = res.accepted[0]
+    assert row["counterfactual"] == "A man rides a zebra on the beach."
+    assert (row["original_word"], row["new_word"], row["position"]) == ("horse", "zebra", 4)
+    assert row["image_id"] == 1 and row["perplexity"] == 12.0
+    reasons = {(r["new_word"], r["reason"]) for r in res.rejected}
+    assert ("man", cap.SAME_WORD) in reasons
+    assert ("ing", cap.NOT_WHOLE_WORD) in reasons
+    assert ("pony", cap.SIMILARITY_ABOVE) in reasons
+    assert ("field", cap.SIMILARITY_BELOW) in reasons  # 0.80 is not > 0.80
+    assert ("dog", cap.NOT_LOWEST_PERPLEXITY) in reasons and ("sand", cap.NOT_LOWEST_PERPLEXITY) in reasons
+    assert res.counts["accepted"] == 1 and res.counts["masked_nouns"] == 3
+
+
+@pytest.mark.parametrize("sim, kept", [(0.8, False), (0.8000001, True), (0.91, True), (0.9100001, False)])
+def test_similarity_band_edges(sim, kept):
+    settings_ = cap.EditSettings()
+    assert settings_.in_band(sim) is kept
+    text = "A dog on a table."
+    res = run([{"caption_id": "1_0", "caption": text}], {"A <mask> on a table.": [("cat", True)]},
+              sims={"A cat on a table.": sim})
+    assert (len(res.accepted) == 1) is kept
+
+
+def test_one_counterfactual_per_caption_and_batching_across_captions():
+    caps = [{"caption_id": f"{i}_0", "caption": f"A dog on a table."} for i in range(5)]
+    masker = FakeMasker({"A <mask> on a table.": [("cat", True)], "A dog on a <mask>.": [("field", True)]})
+    res = cap.edit_captions(caps, fake_tagger, masker, TableSimilarity({}), TablePerplexity({}),
+                            cap.EditSettings(batch_size=4))
+    assert len(res.accepted) == 5
+    assert [len(c) for c in masker.calls] == [4, 4, 2]  # 10 masked nouns in batches of 4
+    # equal perplexity: ties break by token position, so the first noun wins
+    assert all(r["new_word"] == "cat" for r in res.accepted)
+
+
+def test_caption_without_nouns_is_counted():
+    res = run([{"caption_id": "1_0", "caption": "The in a of."}], {})
+    assert res.accepted == [] and res.counts["no_nouns"] == 1
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    words=st.lists(st.sampled_from(["dog", "cat", "table", "on", "a", "the", "sits", "beach"]), min_size=1, max_size=8),
+    sim=st.floats(0.0, 1.0),
+)
+def test_property_every_counterfactual_differs_by_one_noun_in_band(words, sim):
+    text = " ".join(words) + "."
+    nouns = ["dog", "cat", "zebra", "beach"]
+    proposals = {}
+    tagged = fake_tagger(text)
+    for site in cap.mask_sites(0, text, tagged, "<mask>", ("NN", "NNS")):
+        proposals[site.masked_text] = [(w, True) for w in nouns]
+    res = cap.edit_captions([{"caption_id": "x", "caption": text}], fake_tagger, FakeMasker(proposals),
+                            TableSimilarity({}, default=sim), TablePerplexity({}), cap.EditSettings())
+    for row in res.accepted:
+        a, b = row["original"].split(), row["counterfactual"].split()
+        assert len(a) == len(b)
+        diffs = [i for i, (x, y) in enumerate(zip(a, b)) if x != y]
+        assert len(diffs) == 1
+        assert dict(fake_tagger(row["counterfactual"]))[row["new_word"]] in ("NN", "NNS", "NNP")
+        assert 0.8 < row["similarity"] <= 0.91
+    assert len(res.accepted) <= 1
+
+
+def test_perplexity_prefers_fluent_text_with_real_tiny_lm(tmp_path):
+    """CausalLMPerplexity ranks by exp(mean NLL); check it against a direct computation."""
+    torch = pytest.importorskip("torch")
+    from counterfactory.models import tiny
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tiny.build("lm", tmp_path)
+    model = AutoModelForCausalLM.from_pretrained(tmp_path / "lm")
+    tok = AutoTokenizer.from_pretrained(tmp_path / "lm")
+    scorer = cap.CausalLMPerplexity(model, tok)
+    texts = ["A dog sits on the table.", "A cat."]
+    got = scorer.perplexity(texts)
+    for text, value in zip(texts, got):
+        ids = torch.tensor([[tok.bos_token_id] + tok(text)["input_ids"]])
+        with torch.no_grad():
+            loss = model(input_ids=ids, labels=ids).loss.item()
+        assert math.isclose(value, math.exp(loss), rel_tol=1e-4)
