@@ -19,9 +19,13 @@ def test_directional_similarity_hand_computed():
     # image and text move the same way -> 1; opposite -> -1; orthogonal -> 0
     assert clip_directional_similarity([1, 0], [0, 1], [2, 0], [0, 3]) == pytest.approx(1.0)
     assert clip_directional_similarity([1, 0], [0, 1], [0, 3], [2, 0]) == pytest.approx(-1.0)
-    assert clip_directional_similarity([1, 0, 0], [0, 1, 0], [0, 0, 1], [1, 1, 1]) == pytest.approx(
-        ((1 / math.sqrt(3)) * -1 + (1 / math.sqrt(3)) * 1 + (1 / math.sqrt(3) - 1) * 0)
-        / (math.sqrt(2) * np.linalg.norm([1 / math.sqrt(3), 1 / math.sqrt(3), 1 / math.sqrt(3) - 1])))
+    # text diff (-1, 1, 0); image diff (1, 1, 1)/sqrt(3) - (0, 0, 1): dot = -1/sqrt(3) + 1/sqrt(3) = 0
+    assert clip_directional_similarity([1, 0, 0], [0, 1, 0], [0, 0, 1], [1, 1, 1]) == pytest.approx(0.0, abs=1e-12)
+    # text diff (-1, 1) points at 135°; image diff (1, 1)/sqrt(2) - (1, 0) points at 112.5°: cos 22.5°
+    u = np.array([1 / math.sqrt(2) - 1, 1 / math.sqrt(2)])
+    want = np.dot(u, [-1, 1]) / (np.linalg.norm(u) * math.sqrt(2))
+    assert clip_directional_similarity([1, 0], [0, 1], [1, 0], [1, 1]) == pytest.approx(want)
+    assert want == pytest.approx(math.cos(math.radians(22.5)))
 
 
 def test_directional_similarity_normalises_before_differencing():

@@ -342,7 +342,7 @@ def bias_amplification(train_attributes: Any, train_groups: Any, pred_attributes
         raise ValueError("bias_amplification: no object has both group-labelled training examples and predictions")
     b_star = c_tr[keep] / tot_tr[keep, None]
     b_tilde = c_pr[keep] / tot_pr[keep, None]
-    biased = b_star > 1.0 / len(group_list)
+    biased = c_tr[keep] * len(group_list) > tot_tr[keep, None]   # b*(o, g) > 1/|G|, exactly
     return float(np.sum((b_tilde - b_star) * biased) / keep.sum())
 
 

