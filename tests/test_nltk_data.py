@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -168,19 +169,28 @@ def test_prepare_rebuilds_when_the_corpus_changes_and_leaves_no_partial_output(t
     assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus.txt", "data"]
 
 
-def test_prefer_real_copies_real_resources_and_says_so(nltk_dir, tmp_path):
-    # a stand-in for a real NLTK_DATA: any folder where nltk.data.find finds both resources
+@pytest.mark.parametrize("layout", ["folders", "zips"])
+def test_prefer_real_copies_real_resources_and_says_so(nltk_dir, tmp_path, layout):
+    # a stand-in for a real NLTK_DATA (as nltk.download leaves it: folders, or punkt_tab.zip etc.)
     real = tmp_path / "real_nltk_data"
     for res in (nd.PUNKT_RESOURCE, nd.TAGGER_RESOURCE):
         src = nltk_dir / res
-        for f in src.iterdir():
-            (real / res).mkdir(parents=True, exist_ok=True)
-            (real / res / f.name).write_bytes(f.read_bytes())
+        if layout == "folders":
+            (real / res).mkdir(parents=True)
+            for f in src.iterdir():
+                (real / res / f.name).write_bytes(f.read_bytes())
+        else:
+            category, package = res.split("/")[:2]  # tokenizers/punkt_tab, taggers/averaged_...
+            (real / category).mkdir(parents=True, exist_ok=True)
+            with zipfile.ZipFile(real / category / f"{package}.zip", "w") as zf:
+                for f in src.iterdir():
+                    zf.write(f, str(f.relative_to(nltk_dir / category)))
     out = nd.prepare_nltk_data(tmp_path / "out", prefer_real=True, real_nltk_data=real)
     manifest = json.loads((out / nd.MANIFEST_NAME).read_text())
     assert manifest["options"]["mode"] == "real"
     assert all(str(real) in r["copied_from"] for r in manifest["resources"].values())
-    assert _snapshot(out / "taggers") == _snapshot(real / "taggers")
+    for res in (nd.PUNKT_RESOURCE, nd.TAGGER_RESOURCE):
+        assert _snapshot(out / res) == _snapshot(nltk_dir / res)
 
 
 def test_prefer_real_falls_back_to_the_offline_build(tiny_corpus, tmp_path, caplog):

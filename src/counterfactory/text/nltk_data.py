@@ -271,12 +271,18 @@ def write_tagger(tagger, tagger_dir: Path) -> list[str]:
 
 
 def _find_real(resource: str, search: list[str]):
+    """``nltk.data.find`` restricted to ``search``. The folders are put on ``nltk.data.path`` while it
+    runs: NLTK's path sandbox only opens zipped resources (``punkt_tab.zip``) under known data roots."""
     import nltk.data
 
+    saved = list(nltk.data.path)
+    nltk.data.path[:] = list(search) + [p for p in saved if p not in search]
     try:
         return nltk.data.find(resource, paths=search)
     except LookupError:
         return None
+    finally:
+        nltk.data.path[:] = saved
 
 
 def _copy_pointer(pointer, dest: Path) -> None:
