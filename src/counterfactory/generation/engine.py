@@ -137,14 +137,12 @@ class P2PEngine:
         self.settings = settings
         self.device = torch.device(device)
         self.dtype = dtype
-        self.unet = pipe.unet.to(self.device, dtype).eval()
-        self.vae = pipe.vae.to(self.device, dtype).eval()
-        self.text_encoder = pipe.text_encoder.to(self.device, dtype).eval()
+        self.unet = _place(pipe.unet, self.device, dtype)
+        self.vae = _place(pipe.vae, self.device, dtype)
+        self.text_encoder = _place(pipe.text_encoder, self.device, dtype)
         self.tokenizer = pipe.tokenizer
         self.scheduler_cls = getattr(diffusers, SCHEDULERS[settings.scheduler])
         self.scheduler_config = pipe.scheduler.config
-        self.controller = AttentionController(settings.control, settings.hertz_self_fraction)
-        self._original_processors = install(self.unet, self.controller)
         self.vae_scale = 2 ** (len(self.vae.config.block_out_channels) - 1)
         down = 2 ** (len(self.unet.config.block_out_channels) - 1)
         if settings.height % (self.vae_scale * down) or settings.width % (self.vae_scale * down):
@@ -154,6 +152,8 @@ class P2PEngine:
             )
         self.latent_shape = (self.unet.config.in_channels, settings.height // self.vae_scale,
                              settings.width // self.vae_scale)
+        self.controller = AttentionController(settings.control, settings.hertz_self_fraction)
+        self._original_processors = install(self.unet, self.controller)
         #: rows pushed through the UNet, summed over steps (one row = one latent at one step)
         self.unet_evals = 0
         self._embed_cache: dict[str, tuple[list[int], torch.Tensor]] = {}
@@ -250,6 +250,13 @@ class P2PEngine:
         x = self.vae.decode(latents / self.vae.config.scaling_factor).sample
         x = (x.float() / 2 + 0.5).clamp(0, 1).permute(0, 2, 3, 1).cpu().numpy()
         return (x * 255).round().astype(np.uint8)
+
+
+def _place(module, device: torch.device, dtype: torch.dtype):
+    module = module.to(device)
+    if getattr(module, "dtype", dtype) != dtype:
+        module = module.to(dtype)
+    return module.eval()
 
 
 def build_engine(cfg: dict) -> P2PEngine:
@@ -509,6 +516,8 @@ def run_shard(cfg: dict, pairs_path: str | os.PathLike, shard: int | str, out_di
     from ..io import write_json, write_parquet
 
     ctx = _shard_context(cfg)
+    if engine is not None and engine.settings != ctx.settings:
+        raise ValueError(f"the engine's settings {engine.settings} differ from the config's {ctx.settings}")
     shard_idx = int(shard)
     size = int(cfg.get("images", {}).get("shard_size", 50))
     lo, hi = shard_idx * size, (shard_idx + 1) * size

@@ -25,10 +25,15 @@ Control modes (per candidate ``b`` with its own fraction ``p_b``; step ``i`` of 
 ``none``
     No attention control (the members only share the initial latent and the sampler noise).
 
-The base member's rows are never modified, so control cannot change the original image: the
-processors compute attention explicitly (softmax(QKᵀ·scale)·V, like diffusers' ``AttnProcessor``)
-for every row in every mode, so the base rows follow exactly the same arithmetic with and without
-control. This implementation is our own; it does not reuse Prompt-to-Prompt code.
+Implementation: copying attention *probabilities* is done without materialising them. The edited
+row's self-attention output with the base map is softmax(q_base k_baseᵀ·scale)·v_edit, i.e. ordinary
+scaled-dot-product attention with the base row's queries and keys and the edited row's values; the
+word-swap output is softmax(q_base k_baseᵀ·scale)·M·v_edit with the row-stochastic token alignment M,
+i.e. attention with base queries/keys over the values M·v_edit. So every row goes through
+``torch.nn.functional.scaled_dot_product_attention`` (memory-efficient kernels on GPU), the base
+rows are never modified (control cannot change the original image), and an edited row whose prompt
+equals the base prompt is bit-identical to it. This implementation is our own; it does not reuse
+Prompt-to-Prompt code.
 """
 
 from __future__ import annotations
@@ -39,28 +44,29 @@ from typing import Iterator, Sequence
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 MODES = ("ip2p_self", "hertz_cross", "none")
 
-#: attention-probability elements materialised at once (rows·heads·queries·keys); larger batches are
-#: processed in chunks aligned to candidate groups (never splits a base row from its edited rows)
-DEFAULT_MAX_ELEMENTS = 2**28
 
 
 def token_alignment(src_ids: Sequence[int], dst_ids: Sequence[int]) -> np.ndarray:
-    """Map attention over ``src_ids`` tokens onto ``dst_ids`` tokens: matrix ``M`` of shape (Ls, Ld).
+    """Map attention over ``src_ids`` tokens onto ``dst_ids`` tokens: row-stochastic ``M`` (Ls, Ld).
 
     ``M[i, j]`` is the share of the attention paid to source token ``i`` that goes to destination
-    token ``j`` (so edited-prompt attention = base attention @ M). Built from a longest-matching-block
+    token ``j`` (edited-prompt attention = base attention @ M). Built from a longest-matching-block
     diff of the two token-id sequences (``difflib``, no junk heuristic):
 
     * equal runs map one-to-one (tokens after a swapped word shift by the length difference);
     * a replaced run (the swapped word: ``k`` source tokens -> ``m`` destination tokens) spreads each
       source token's attention evenly over the ``m`` destination tokens (weight ``1/m``);
-    * source tokens with no counterpart (e.g. padding pushed off the end) map nowhere, destination
-      tokens with no source receive nothing; :func:`apply_alignment` renormalises rows to sum to 1.
+    * a source run with no counterpart (e.g. padding pushed off the end by a longer word) goes to
+      the destination token just before the gap (the last token at the end), so rows sum to 1;
+    * destination tokens with no source (inserted words) receive no attention.
     """
     src, dst = list(src_ids), list(dst_ids)
+    if not src or not dst:
+        raise ValueError("token_alignment needs two non-empty token sequences")
     m = np.zeros((len(src), len(dst)), dtype=np.float32)
     matcher = difflib.SequenceMatcher(None, src, dst, autojunk=False)
     for op, i1, i2, j1, j2 in matcher.get_opcodes():
@@ -69,7 +75,8 @@ def token_alignment(src_ids: Sequence[int], dst_ids: Sequence[int]) -> np.ndarra
                 m[i1 + t, j1 + t] = 1.0
         elif op == "replace":
             m[i1:i2, j1:j2] = 1.0 / (j2 - j1)
-        # "delete": source tokens without counterpart; "insert": destination tokens without source
+        elif op == "delete":
+            m[i1:i2, min(max(j1 - 1, 0), len(dst) - 1)] = 1.0
     return m
 
 
@@ -93,13 +100,13 @@ class AttentionController:
     batches :meth:`reset` makes every processor a plain attention.
     """
 
-    def __init__(self, mode: str = "ip2p_self", self_fraction: float = 0.0,
-                 max_elements: int = DEFAULT_MAX_ELEMENTS):
+    def __init__(self, mode: str = "ip2p_self", self_fraction: float = 0.0):
         if mode not in MODES:
             raise ValueError(f"unknown attention control mode {mode!r}; use one of {MODES}")
         self.mode = mode
         self.self_fraction = float(self_fraction)
-        self.max_elements = int(max_elements)
+        #: how often processors ran / edited something (cumulative; for tests and diagnostics)
+        self.calls = {"self": 0, "cross": 0, "self_edited": 0, "cross_edited": 0}
         self.reset()
 
     # ------------------------------------------------------------------ batch / step state
@@ -111,7 +118,6 @@ class AttentionController:
         self.self_src: torch.Tensor | None = None     # (R,) long, or None when nothing is copied
         self.cross_map_index: torch.Tensor | None = None  # (R,) long, -1 = untouched
         self.cross_src: torch.Tensor | None = None
-        self.calls = {"self": 0, "cross": 0, "self_edited": 0, "cross_edited": 0}
 
     def configure(self, n_candidates: int, group_size: int, p: Sequence[float],
                   maps: torch.Tensor | None = None) -> None:
@@ -164,48 +170,37 @@ class AttentionController:
             self.cross_src = self.cross_map_index = None
 
     # ------------------------------------------------------------------ editing
-    def _chunks(self, rows: int, per_row: int) -> Iterator[tuple[int, int]]:
-        g = max(self.group_size, 1)
-        groups = max(1, self.max_elements // max(per_row * g, 1))
-        step = groups * g
-        for r0 in range(0, rows, step):
-            yield r0, min(rows, r0 + step)
-
-    def edit(self, probs: torch.Tensor, r0: int, r1: int, is_cross: bool) -> torch.Tensor:
-        """Edit probabilities (rows r0..r1, heads, q, k) of one chunk; sources lie inside the chunk."""
-        kind = "cross" if is_cross else "self"
-        self.calls[kind] += 1
+    def edit_qkv(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, is_cross: bool):
+        """Return (query, key, value), each (rows, heads, tokens, dim), with the control applied."""
+        self.calls["cross" if is_cross else "self"] += 1
         if self.n_candidates == 0:
-            return probs
-        if probs.shape[0] != r1 - r0 or r1 > self.rows:
+            return query, key, value
+        if query.shape[0] != self.rows:
             raise RuntimeError(
-                f"attention control was configured for {self.rows} UNet rows but got rows {r0}..{r1}; "
+                f"attention control was configured for {self.rows} UNet rows but got {query.shape[0]}; "
                 f"configure the controller for every batch"
             )
+        dev = query.device
         if not is_cross:
             if self.self_src is None:
-                return probs
-            src = self.self_src[r0:r1] - r0
+                return query, key, value
             self.calls["self_edited"] += 1
-            return probs.index_select(0, src.to(probs.device))
+            src = self.self_src.to(dev)
+            return query.index_select(0, src), key.index_select(0, src), value
         if self.cross_src is None:
-            return probs
-        idx = self.cross_map_index[r0:r1]
-        active = idx >= 0
-        if not bool(active.any()):
-            return probs
+            return query, key, value
         self.calls["cross_edited"] += 1
-        dev = probs.device
-        rows_active = torch.nonzero(active).flatten().to(dev)
-        src = (self.cross_src[r0:r1][active] - r0).to(dev)
-        maps = self.maps.to(device=dev, dtype=probs.dtype)[idx[active].to(dev)]
-        out = probs.clone()
-        out[rows_active] = apply_alignment(probs[src], maps)
-        return out
+        src = self.cross_src.to(dev)
+        active = torch.nonzero(self.cross_map_index >= 0).flatten()
+        maps = self.maps[self.cross_map_index[active]].to(device=dev, dtype=value.dtype)   # (n, Ls, Ld)
+        active = active.to(dev)
+        value = value.clone()
+        value[active] = torch.einsum("nst,nhtc->nhsc", maps, value[active])
+        return query.index_select(0, src), key.index_select(0, src), value
 
 
 class P2PAttnProcessor:
-    """Attention processor computing softmax(QKᵀ·scale)·V explicitly so the controller can edit it."""
+    """Scaled-dot-product attention whose queries/keys/values the controller may swap (see module doc)."""
 
     def __init__(self, controller: AttentionController):
         self.controller = controller
@@ -221,7 +216,9 @@ class P2PAttnProcessor:
             hidden_states = hidden_states.view(n, channels, height * width).transpose(1, 2)
         is_cross = encoder_hidden_states is not None
         rows, key_len = (encoder_hidden_states if is_cross else hidden_states).shape[:2]
-        attention_mask = attn.prepare_attention_mask(attention_mask, key_len, rows)
+        if attention_mask is not None:
+            attention_mask = attn.prepare_attention_mask(attention_mask, key_len, rows)
+            attention_mask = attention_mask.view(rows, attn.heads, -1, attention_mask.shape[-1])
         if attn.group_norm is not None:
             hidden_states = attn.group_norm(hidden_states.transpose(1, 2)).transpose(1, 2)
 
@@ -230,24 +227,12 @@ class P2PAttnProcessor:
         if is_cross:
             context = attn.norm_encoder_hidden_states(encoder_hidden_states) if attn.norm_cross else encoder_hidden_states
         key, value = attn.to_k(context), attn.to_v(context)
-        heads = attn.heads
-        query = attn.head_to_batch_dim(query)    # (rows·heads, q, d)
-        key = attn.head_to_batch_dim(key)
-        value = attn.head_to_batch_dim(value)
-        q_len = query.shape[1]
-
-        outputs = []
-        ctrl = self.controller
-        for r0, r1 in ctrl._chunks(rows, heads * q_len * key_len):
-            sl = slice(r0 * heads, r1 * heads)
-            mask = attention_mask[sl] if attention_mask is not None else None
-            probs = attn.get_attention_scores(query[sl], key[sl], mask)
-            probs = probs.view(r1 - r0, heads, q_len, key_len)
-            probs = ctrl.edit(probs, r0, r1, is_cross)
-            probs = probs.reshape((r1 - r0) * heads, q_len, key_len).to(value.dtype)
-            outputs.append(torch.bmm(probs, value[sl]))
-        hidden_states = torch.cat(outputs) if len(outputs) > 1 else outputs[0]
-        hidden_states = attn.batch_to_head_dim(hidden_states)
+        head_dim = key.shape[-1] // attn.heads
+        split = lambda x: x.view(rows, -1, attn.heads, head_dim).transpose(1, 2)  # noqa: E731
+        query, key, value = self.controller.edit_qkv(split(query), split(key), split(value), is_cross)
+        hidden_states = F.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask,
+                                                       dropout_p=0.0, is_causal=False, scale=attn.scale)
+        hidden_states = hidden_states.transpose(1, 2).reshape(rows, -1, attn.heads * head_dim).to(query.dtype)
         hidden_states = attn.to_out[0](hidden_states)
         hidden_states = attn.to_out[1](hidden_states)
         if input_ndim == 4:

@@ -9,6 +9,8 @@ Registered with :func:`counterfactory.models.registry.register_loader`, so these
 ``model_type``   class loaded                                 paper-scale checkpoint (A.6)
 ===============  ==========================================  ==================================
 ``bridgetower``  ``BridgeTowerForImageAndTextRetrieval``      BridgeTower/bridgetower-large-itm-mlm-itc
+                 (``...ForContrastiveLearning`` when the
+                 loader is called with ``head="itc"``)
 ``flava``        ``FlavaForPreTraining`` (ITM head + ITC)     facebook/flava-full
 ``vilt``         ``ViltForImageAndTextRetrieval``             dandelin/vilt-b32-finetuned-coco
 ``blip``         ``BlipForImageTextRetrieval``                Salesforce/blip-itm-base-coco
@@ -52,7 +54,11 @@ def load_itm_transformers(spec: ModelSpec, kw: dict):
             f"{sorted(ITM_CLASSES)} (e.g. BridgeTower/bridgetower-large-itm-mlm-itc, facebook/flava-full, "
             f"dandelin/vilt-b32-finetuned-coco, Salesforce/blip-itm-base-coco, openai/clip-vit-base-patch32)"
         )
-    cls = getattr(transformers, ITM_CLASSES[model_type])
+    cls_name = ITM_CLASSES[model_type]
+    if model_type == "bridgetower" and kw.get("head") == "itc":
+        # the contrastive heads live in the same checkpoint (bridgetower-large-itm-mlm-itc)
+        cls_name = "BridgeTowerForContrastiveLearning"
+    cls = getattr(transformers, cls_name)
     model = cls.from_pretrained(_src(spec), **_hf_kwargs(spec))
     processor = AutoProcessor.from_pretrained(_src(spec), **_hf_kwargs(spec))
     return model.eval(), processor

@@ -7,8 +7,10 @@ so that :mod:`counterfactory.models.loaders_eval` reads them back by path exactl
 =====================  ==============================================  ===============================
 role                   model class (paper-scale checkpoint)             processor / tokenizer
 =====================  ==============================================  ===============================
-``itm_bridgetower``    ``BridgeTowerForImageAndTextRetrieval``          ``BridgeTowerProcessor``,
-                       (BridgeTower/bridgetower-large-itm-mlm-itc)      byte-level BPE (RoBERTa style)
+``itm_bridgetower``    ``BridgeTowerForImageAndTextRetrieval`` and      ``BridgeTowerProcessor``,
+                       ``...ForContrastiveLearning`` (one checkpoint    byte-level BPE (RoBERTa style)
+                       with ITM + ITC heads, as
+                       BridgeTower/bridgetower-large-itm-mlm-itc)
 ``itm_flava``          ``FlavaForPreTraining`` (facebook/flava-full)    ``FlavaProcessor``, WordPiece
 ``itm_vilt``           ``ViltForImageAndTextRetrieval``                 ``ViltProcessor``, WordPiece
                        (dandelin/vilt-b32-finetuned-coco)
@@ -170,22 +172,32 @@ def build_flava(out: Path, seed: int = 0) -> None:
 
 def build_bridgetower(out: Path, seed: int = 0) -> None:
     """Tiny ``BridgeTowerForImageAndTextRetrieval`` + ``BridgeTowerProcessor`` (RoBERTa-style BPE)."""
-    from transformers import (BridgeTowerConfig, BridgeTowerForImageAndTextRetrieval, BridgeTowerImageProcessor,
-                              BridgeTowerProcessor)
+    from transformers import (BridgeTowerConfig, BridgeTowerForContrastiveLearning,
+                              BridgeTowerForImageAndTextRetrieval, BridgeTowerImageProcessor, BridgeTowerProcessor)
 
     tok = roberta_tokenizer(seed=seed)
     _seed_all(seed)
     config = BridgeTowerConfig(
-        text_config=dict(vocab_size=len(tok), hidden_size=TINY_WIDTH, num_hidden_layers=2, num_attention_heads=2,
-                         intermediate_size=2 * TINY_WIDTH, max_position_embeddings=TINY_TEXT_LENGTH + 2,
+        text_config=dict(vocab_size=len(tok), hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
+                         intermediate_size=128, max_position_embeddings=TINY_TEXT_LENGTH + 2,
                          pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id,
                          eos_token_id=tok.eos_token_id),
         vision_config=dict(hidden_size=64, num_hidden_layers=2, patch_size=8, image_size=TINY_IMAGE_SIZE),  # heads = width // 64
-        hidden_size=TINY_WIDTH, num_hidden_layers=2, num_attention_heads=2,
+        # one width (64) for text, vision and cross-modal layers: the link towers add them, and the
+        # vision tower needs width // 64 >= 1 heads
+        hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
+        contrastive_hidden_size=TINY_WIDTH, logit_scale_init_value=2.6592,
     )
     model = BridgeTowerForImageAndTextRetrieval(config)
+    # Like bridgetower-large-itm-mlm-itc, one checkpoint holds the ITM head and the contrastive (ITC)
+    # heads: it loads as BridgeTowerForImageAndTextRetrieval and as BridgeTowerForContrastiveLearning.
+    _seed_all(seed + 1)
+    itc = BridgeTowerForContrastiveLearning(config)
+    for name in ("itc_text_head", "itc_image_head", "itc_cross_modal_head"):
+        model.add_module(name, getattr(itc, name))
+    model.register_parameter("logit_scale", itc.logit_scale)
     image_processor = BridgeTowerImageProcessor(size={"shortest_edge": TINY_IMAGE_SIZE}, size_divisor=8,
-                                                crop_size={"height": TINY_IMAGE_SIZE, "width": TINY_IMAGE_SIZE})
+                                                crop_size={"shortest_edge": TINY_IMAGE_SIZE})
     processor = BridgeTowerProcessor(image_processor=image_processor, tokenizer=tok)
     model.save_pretrained(out, safe_serialization=True)
     processor.save_pretrained(out)

@@ -1,0 +1,174 @@
+#!/usr/bin/env python
+"""Regenerate the demo dataset under resources/demo/ in the official MS-COCO 2017 and Karpathy formats.
+
+Source images: twelve photographs bundled inside the scikit-image wheel (``skimage/data``), each public
+domain or CC0 (see resources/demo/LICENSES.md). The script fetches the wheel from PyPI with
+``pip download`` (or takes ``--wheel PATH``), resizes each image to at most 256 px on its long side
+(JPEG quality 85) and writes hand-written COCO-style captions (3 to 6 per image, so readers never
+assume five) and object boxes with real COCO category ids.
+
+    python scripts/make_demo_dataset.py [--wheel scikit_image-0.26.0-...whl] [--out resources/demo]
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+from PIL import Image
+
+SKIMAGE = "scikit-image==0.26.0"
+LONG_SIDE = 256
+
+# (coco-style id, file in skimage/data, licence, captions, boxes [(category_id, x, y, w, h) in source px])
+IMAGES = [
+    (101, "astronaut.png", "public domain (NASA)", [
+        "An astronaut in an orange suit smiles in front of a flag.",
+        "A woman in a space suit poses for a portrait.",
+        "A smiling astronaut stands beside a model of a shuttle.",
+        "A portrait of a woman wearing an orange flight suit.",
+        "An astronaut holding a helmet in front of a flag.",
+    ], [(1, 60, 20, 420, 492)]),
+    (102, "camera.png", "CC0 (Lav Varshney)", [
+        "A man looks through a camera on a tripod in a park.",
+        "A black and white photo of a photographer in a field.",
+        "A man in a coat stands behind a camera on the grass.",
+        "A photographer with a camera on a tripod near some buildings.",
+    ], [(1, 120, 40, 250, 430)]),
+    (103, "chelsea.png", "CC0 (Stefan van der Walt)", [
+        "A tabby cat sits and looks to the side.",
+        "A close up of a cat with green eyes.",
+        "A striped cat rests on a wooden floor.",
+        "A cat with long whiskers looks at something.",
+        "A brown cat sitting in front of a wall.",
+        "A small cat turns its head toward the window.",
+    ], [(17, 60, 20, 380, 280)]),
+    (104, "coffee.png", "CC0 (Rachel Michetti)", [
+        "A cup of coffee on a saucer with a spoon.",
+        "A white cup filled with coffee sits on a table.",
+        "A coffee cup and a spoon on a wooden table.",
+    ], [(47, 110, 40, 360, 300), (50, 380, 260, 200, 80)]),
+    (105, "horse.png", "CC0 (Andreas Preuss, openclipart)", [
+        "A black silhouette of a horse on a white background.",
+        "The shadow of a horse walking to the left.",
+        "A drawing of a horse with its tail up.",
+        "A dark horse shape against a plain background.",
+    ], [(19, 20, 10, 360, 300)]),
+    (106, "rocket.jpg", "public domain (SpaceX)", [
+        "A rocket stands on a launch pad under a blue sky.",
+        "A tall white rocket next to a tower.",
+        "A rocket waits for launch beside the ocean.",
+        "A space rocket on a pad with clouds in the sky.",
+        "A white rocket and a tower at a launch site.",
+    ], []),
+    (107, "clock_motion.png", "public domain (Stefan van der Walt)", [
+        "A blurry photo of a clock on a wall.",
+        "A round clock with black hands and numbers.",
+        "A wall clock photographed with motion blur.",
+        "A clock hanging on a white wall.",
+    ], [(85, 60, 40, 260, 260)]),
+    (108, "coins.png", "no known copyright restrictions (Brooklyn Museum)", [
+        "A collection of old coins on a dark table.",
+        "Rows of ancient coins laid out on a cloth.",
+        "A black and white photo of many coins.",
+    ], []),
+    (109, "grass.png", "CC0 (linolafett, DeviantArt)", [
+        "A close up of green grass in a field.",
+        "Long blades of grass in a meadow.",
+        "A patch of grass seen from above.",
+        "Thick grass growing on a lawn.",
+    ], []),
+    (110, "brick.png", "CC0 (CC0Textures)", [
+        "A wall made of red bricks.",
+        "Rows of old bricks in a building wall.",
+        "A brick wall with grey mortar between the bricks.",
+    ], []),
+    (111, "gravel.png", "CC0 (CC0Textures)", [
+        "A pile of small stones on the ground.",
+        "Grey gravel covers the path.",
+        "A close up of rocks and pebbles on a road.",
+        "Small pebbles scattered across the ground.",
+        "A path covered with gravel and sand.",
+    ], []),
+    (112, "hubble_deep_field.jpg", "public domain (NASA)", [
+        "Many galaxies shine in the dark sky.",
+        "A telescope picture of stars and galaxies in space.",
+        "Bright galaxies scattered across a black background.",
+        "A view of deep space with many stars.",
+    ], []),
+]
+
+CATEGORIES = [(1, "person", "person"), (17, "cat", "animal"), (19, "horse", "animal"), (47, "cup", "kitchen"),
+              (50, "spoon", "kitchen"), (85, "clock", "indoor")]
+
+
+def fetch_wheel(dest: Path) -> Path:
+    subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", SKIMAGE,
+                    "-d", str(dest)], check=True)
+    return next(dest.glob("scikit_image-*.whl"))
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--wheel", type=Path, help="scikit-image wheel (default: pip download it)")
+    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[1] / "resources" / "demo")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory() as tmp:
+        wheel = args.wheel or fetch_wheel(Path(tmp))
+        (args.out / "val2017").mkdir(parents=True, exist_ok=True)
+        (args.out / "annotations").mkdir(parents=True, exist_ok=True)
+        (args.out / "karpathy").mkdir(parents=True, exist_ok=True)
+        images, captions, instances, karpathy, licences = [], [], [], [], []
+        ann_id, sent_id = 1, 0
+        with zipfile.ZipFile(wheel) as zf:
+            for image_id, source, licence, texts, boxes in IMAGES:
+                im = Image.open(io.BytesIO(zf.read(f"skimage/data/{source}"))).convert("RGB")
+                scale = LONG_SIDE / max(im.size)
+                small = im.resize((round(im.width * scale), round(im.height * scale)), Image.Resampling.LANCZOS)
+                name = f"{image_id:012d}.jpg"
+                small.save(args.out / "val2017" / name, quality=85, optimize=True)
+                images.append({"license": 1, "file_name": name, "coco_url": "", "height": small.height,
+                               "width": small.width, "date_captured": "", "flickr_url": "", "id": image_id})
+                sentences = []
+                for text in texts:
+                    captions.append({"image_id": image_id, "id": ann_id, "caption": text})
+                    sentences.append({"tokens": text.lower().rstrip(".").split(), "raw": text, "imgid": image_id,
+                                      "sentid": sent_id})
+                    ann_id += 1
+                    sent_id += 1
+                for cat, x, y, w, h in boxes:
+                    bx = [round(v * scale, 2) for v in (x, y, min(w, im.width - x), min(h, im.height - y))]
+                    instances.append({"segmentation": [[bx[0], bx[1], bx[0] + bx[2], bx[1], bx[0] + bx[2],
+                                                        bx[1] + bx[3], bx[0], bx[1] + bx[3]]],
+                                      "area": round(bx[2] * bx[3], 2), "iscrowd": 0, "image_id": image_id,
+                                      "bbox": bx, "category_id": cat, "id": ann_id})
+                    ann_id += 1
+                karpathy.append({"filepath": "val2017", "sentids": [s["sentid"] for s in sentences], "filename": name,
+                                 "imgid": image_id, "split": "test", "sentences": sentences, "cocoid": image_id})
+                licences.append(f"| {name} | skimage/data/{source} | {licence} |")
+        info = {"description": "CounterFactory demo (COCO 2017 format)", "version": "1.0", "year": 2026}
+        lic = [{"id": 1, "name": "Public domain / CC0", "url": ""}]
+        cats = [{"supercategory": s, "id": i, "name": n} for i, n, s in CATEGORIES]
+        dump = lambda obj, path: path.write_text(json.dumps(obj, indent=1) + "\n")  # noqa: E731
+        dump({"info": info, "licenses": lic, "images": images, "annotations": captions},
+             args.out / "annotations" / "captions_val2017.json")
+        dump({"info": info, "licenses": lic, "images": images, "annotations": instances, "categories": cats},
+             args.out / "annotations" / "instances_val2017.json")
+        dump({"images": karpathy, "dataset": "coco"}, args.out / "karpathy" / "dataset_coco.json")
+        (args.out / "LICENSES.md").write_text(
+            "# Demo images\n\nTwelve sample photographs bundled in the scikit-image wheel "
+            f"({SKIMAGE}, `skimage/data`), resized to {LONG_SIDE} px on the long side. Captions and boxes "
+            "were written for CounterFactory. Regenerate with `python scripts/make_demo_dataset.py`.\n\n"
+            "| file | source | licence |\n| --- | --- | --- |\n" + "\n".join(licences) + "\n")
+    print(f"wrote {len(images)} images, {len(captions)} captions, {len(instances)} boxes to {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

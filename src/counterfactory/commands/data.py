@@ -1,0 +1,72 @@
+"""``counterfactory data``: check and read source datasets (MS-COCO 2017, Karpathy splits)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+def _check(args) -> int:
+    from ..config import load_config
+    from ..data.check import check_coco_root
+    from ..io import write_json
+
+    checksums = None
+    check_images = True
+    if args.config:
+        cfg = load_config(args.config)
+        checksums = cfg["data"].get("checksums")
+        check_images = cfg["data"].get("check_images", True)
+    if args.checksums:
+        checksums = json.loads(Path(args.checksums).read_text())
+    report = check_coco_root(args.root, args.split, expect_images=check_images, checksums=checksums)
+    write_json(args.out, report)
+    print(f"COCO root OK: {report['images']} images, {report['captions']} captions")
+    return 0
+
+
+def _captions(args) -> int:
+    from ..data.coco import load_coco_captions
+    from ..io import write_parquet
+
+    table = load_coco_captions(args.captions_json)
+    if args.limit_images:
+        keep = sorted(table["image_id"].unique())[: args.limit_images]
+        table = table[table["image_id"].isin(keep)].reset_index(drop=True)
+    write_parquet(args.out, table)
+    print(f"{len(table)} captions of {table['image_id'].nunique()} images -> {args.out}")
+    return 0
+
+
+def _karpathy(args) -> int:
+    from ..data.karpathy import load_karpathy
+    from ..io import write_parquet
+
+    table = load_karpathy(args.json, split=args.split)
+    write_parquet(args.out, table)
+    print(f"{len(table)} sentences -> {args.out}")
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser("data", help="check and read source datasets (MS-COCO 2017, Karpathy splits)",
+                       description=__doc__)
+    s = p.add_subparsers(dest="data_command", metavar="<step>")
+    s.required = True
+    c = s.add_parser("check-coco", help="verify a COCO root (annotation files, images, checksums)")
+    c.add_argument("--root", required=True, help="folder with annotations/ and <split>/")
+    c.add_argument("--split", default="val2017")
+    c.add_argument("--config", action="append", help="config YAML: takes data.checksums and data.check_images")
+    c.add_argument("--checksums", help="JSON file name -> sha256 (overrides the config)")
+    c.add_argument("--out", required=True, help="report JSON")
+    c.set_defaults(func=_check)
+    t = s.add_parser("captions", help="every caption as a table (caption_id = {image_id}_{caption_index})")
+    t.add_argument("--captions-json", required=True, help="captions_<split>.json")
+    t.add_argument("--out", required=True, help="output parquet")
+    t.add_argument("--limit-images", type=int, help="keep the first N image ids (sorted)")
+    t.set_defaults(func=_captions)
+    k = s.add_parser("karpathy", help="a Karpathy split file as a table, one row per sentence")
+    k.add_argument("--json", required=True, help="dataset_coco.json or dataset_flickr30k.json")
+    k.add_argument("--split", help="train, val, test or restval (default: all)")
+    k.add_argument("--out", required=True, help="output parquet")
+    k.set_defaults(func=_karpathy)

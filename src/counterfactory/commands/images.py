@@ -1,0 +1,103 @@
+"""``counterfactory images {generate,merge}``: COCO-Counterfactuals image stage (§3.2, B.1.2).
+
+``generate`` over-generates Prompt-to-Prompt image pairs for one shard of caption pairs, filters them
+with CLIP and keeps the best by directional similarity; ``merge`` concatenates the shards.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+log = logging.getLogger(__name__)
+
+
+def _shard_id(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"shard must be a non-negative integer such as 00003, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError("shard must be >= 0")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be >= 1")
+    return value
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "images",
+        help="generate counterfactual image pairs with Prompt-to-Prompt and select them with CLIP",
+        description="COCO-Counterfactuals §3.2 / B.1.2: for every (original, counterfactual) caption pair, "
+                    "over-generate candidate image pairs with Prompt-to-Prompt attention control (per "
+                    "candidate p ~ U(0.1, 0.9), guidance ~ U(7.5, 15)), score them with CLIP (image-caption "
+                    ">= 0.2, image-image >= 0.7, directional >= 0.2) and keep the best by directional "
+                    "similarity. All settings live under `images:` in the config.",
+    )
+    sub = parser.add_subparsers(dest="images_command", metavar="<images command>")
+    sub.required = True
+
+    g = sub.add_parser(
+        "generate",
+        help="generate, filter and select image pairs for one shard of caption pairs",
+        description="Process the caption pairs whose source_index lies in [shard*S, (shard+1)*S) "
+                    "(S = images.shard_size). Writes OUT_DIR/images/{id}_img_{0|1}.png, "
+                    "OUT_DIR/selected_pairs.parquet (id, caption_0, caption_1, image_0, image_1, scores...), "
+                    "OUT_DIR/candidate_scores.parquet (every candidate's seed, p, guidance and CLIP scores) and "
+                    "OUT_DIR/summary.json (counts, rejected captions, UNet evaluations). Finished captions are "
+                    "cached in OUT_DIR/work/, so rerunning a killed job resumes and gives identical files.",
+    )
+    g.add_argument("--config", action="append", required=True, metavar="YAML",
+                   help="configuration file (repeatable; later files win)")
+    g.add_argument("--pairs", required=True, metavar="PAIRS.parquet",
+                   help="caption-pair table from the caption stage (counterfactual_captions.parquet)")
+    g.add_argument("--shard", required=True, type=_shard_id, metavar="N", help="shard number, e.g. 00003")
+    g.add_argument("--out-dir", required=True, metavar="DIR", help="the shard's output folder")
+    g.add_argument("--threads", type=_positive_int, default=None, help="CPU threads for torch (default: torch's)")
+    g.add_argument("--no-progress", action="store_true", help="no progress bar")
+    g.set_defaults(func=_generate)
+
+    m = sub.add_parser(
+        "merge",
+        help="concatenate shard outputs into one selected-pairs table and one candidate-scores table",
+        description="Read selected_pairs.parquet, candidate_scores.parquet and summary.json from every shard "
+                    "folder and write them, sorted by source_index, to OUT_DIR; image paths in the merged "
+                    "table are relative to OUT_DIR. A missing shard output is an error.",
+    )
+    m.add_argument("--shard-dirs", nargs="+", required=True, metavar="DIR", help="shard output folders")
+    m.add_argument("--out-dir", required=True, metavar="DIR", help="folder for the merged tables")
+    m.set_defaults(func=_merge)
+
+
+def _generate(args) -> int:
+    import torch
+
+    from ..config import load_config
+    from ..generation.engine import run_shard
+
+    cfg = load_config(args.config)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    summary = run_shard(cfg, args.pairs, args.shard, args.out_dir, progress=not args.no_progress)
+    print(f"shard {args.shard:05d}: {summary['pairs_selected']} pairs selected for "
+          f"{summary['captions_with_selection']}/{summary['captions']} captions "
+          f"({summary['captions_rejected']} rejected as bad input, {summary['candidates_generated']} candidates, "
+          f"{summary['unet_evals']} UNet evaluations) -> {args.out_dir}")
+    return 0
+
+
+def _merge(args) -> int:
+    from ..generation.engine import merge_shards
+
+    summary = merge_shards(args.shard_dirs, args.out_dir)
+    print(f"merged {summary['shards']} shards: {summary['pairs_selected']} selected pairs from "
+          f"{summary['captions']} captions -> {args.out_dir}")
+    return 0

@@ -1,0 +1,1 @@
+"""Readers for source datasets in their official on-disk formats."""

@@ -1,0 +1,236 @@
+"""The sharded, resumable image stage (run_shard / merge_shards / CLI) on the tiny models."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from counterfactory import cli
+from counterfactory.config import load_config
+from counterfactory.errors import InputError
+from counterfactory.generation.engine import build_engine, merge_shards, read_pairs, run_shard
+
+REPO = Path(__file__).resolve().parents[1]
+
+PAIRS = [
+    # caption_id, source_index, original, counterfactual
+    ("101_0", 0, "A man riding a horse on the beach.", "A man riding a cow on the beach."),
+    ("101_1", 1, "Two dogs sitting on a couch.", "Two cats sitting on a couch."),
+    ("102_0", 3, "A plate of pizza on a table.", "A plate of cake on a table."),
+    ("102_2", 4, "A red bus parked in the street.", "A red truck parked in the street."),
+    ("103_1", 5, "A woman holding an umbrella.", "A woman holding a kite."),
+]
+
+
+class Killed(RuntimeError):
+    pass
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    from counterfactory.models import tiny
+
+    out = tmp_path_factory.mktemp("tiny_vision")
+    return {role: str(tiny.build(role, out)) for role in ("sd", "clip_filter")}
+
+
+def _cfg(models, **images):
+    img = {"shard_size": 3, "candidates_per_pair": 3, "batch_size": 2, "steps": 2, "height": 32, "width": 32}
+    img.update(images)
+    overrides = {"models": {"sd": {"source": models["sd"]}, "clip_filter": {"source": models["clip_filter"]}},
+                 "images": img}
+    return load_config([REPO / "config" / "demo.yaml"], overrides)
+
+
+@pytest.fixture(scope="module")
+def cfg(models):
+    return _cfg(models)
+
+
+@pytest.fixture(scope="module")
+def engine(cfg):
+    return build_engine(cfg)
+
+
+@pytest.fixture(scope="module")
+def scorer(cfg):
+    from counterfactory.filters import ClipScorer
+
+    return ClipScorer.from_config(cfg)
+
+
+def _write_pairs(path: Path, rows=PAIRS, drop: tuple = ()) -> Path:
+    df = pd.DataFrame(rows, columns=["caption_id", "source_index", "original", "counterfactual"])
+    df["image_id"] = [c.split("_")[0] for c in df["caption_id"]]
+    df["original_word"], df["new_word"], df["position"] = "x", "y", 1
+    df["similarity"], df["perplexity"] = 0.85, 20.0
+    df = df.drop(columns=list(drop))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    df.to_parquet(path, index=False)
+    return path
+
+
+def _tree_bytes(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _run(cfg, pairs, shard, out, engine, scorer, **kw):
+    return run_shard(cfg, pairs, shard, out, engine=engine, scorer=scorer, progress=False, **kw)
+
+
+def test_shard_outputs(tmp_path, cfg, engine, scorer):
+    pairs = _write_pairs(tmp_path / "pairs.parquet")
+    out = tmp_path / "shard0"
+    summary = _run(cfg, pairs, "00000", out, engine, scorer)
+    assert summary["captions"] == 2 and summary["source_index_range"] == [0, 3]
+    scores = pd.read_parquet(out / "candidate_scores.parquet")
+    assert len(scores) == 2 * 3 and set(scores["caption_id"]) == {"101_0", "101_1"}
+    assert scores["p"].between(0.1, 0.9).all() and scores["guidance"].between(7.5, 15).all()
+    sel = pd.read_parquet(out / "selected_pairs.parquet")
+    assert list(sel.columns[:5]) == ["id", "caption_0", "caption_1", "image_0", "image_1"]
+    for _, row in sel.iterrows():
+        assert row["image_0"] == f"images/{row['id']}_img_0.png" and (out / row["image_1"]).exists()
+        best = scores[(scores.caption_id == row["caption_id"]) & scores.passed].sort_values(
+            ["sim_direction", "candidate_index"], ascending=[False, True]).iloc[0]
+        assert row["candidate_index"] == best["candidate_index"]
+    assert summary["pairs_selected"] == len(sel) == scores["selected"].sum()
+    assert summary["unet_evals"] == 2 * 3 * 2 * 2 * 2      # captions x candidates x CFG x members x steps
+    assert not (out / "work").exists()                     # keep_work: false
+    assert json.loads((out / "summary.json").read_text()) == summary
+
+
+def test_killed_shard_rerun_is_byte_identical(tmp_path, cfg, engine, scorer):
+    pairs = _write_pairs(tmp_path / "pairs.parquet")
+    ref = tmp_path / "uninterrupted"
+    _run(cfg, pairs, 1, ref, engine, scorer)
+
+    out = tmp_path / "killed"
+
+    def kill_after_first(k, caption_id):
+        if k == 0:
+            raise Killed(caption_id)
+
+    with pytest.raises(Killed):
+        _run(cfg, pairs, 1, out, engine, scorer, hook=kill_after_first)
+    assert not (out / "selected_pairs.parquet").exists()
+    assert (out / "work" / "102_0" / "done.json").exists()
+    before = engine.unet_evals
+    seen = []
+    _run(cfg, pairs, 1, out, engine, scorer, hook=lambda k, cid: seen.append(cid))
+    assert seen == ["102_2", "103_1"]                      # the cached caption was skipped
+    assert engine.unet_evals - before == 2 * 3 * 2 * 2 * 2
+    assert _tree_bytes(out) == _tree_bytes(ref)
+
+
+def test_results_do_not_depend_on_shard_layout(tmp_path, models, engine, scorer):
+    pairs = _write_pairs(tmp_path / "pairs.parquet")
+    small, big = _cfg(models, shard_size=3), _cfg(models, shard_size=6)
+    dirs = [tmp_path / "s3" / f"{i:05d}" for i in range(2)]
+    for i, d in enumerate(dirs):
+        _run(small, pairs, i, d, engine, scorer)
+    merge_shards(dirs, tmp_path / "s3")
+    _run(big, pairs, 0, tmp_path / "s6" / "00000", engine, scorer)
+    merge_shards([tmp_path / "s6" / "00000"], tmp_path / "s6")
+    a = pd.read_parquet(tmp_path / "s3" / "candidate_scores.parquet")
+    b = pd.read_parquet(tmp_path / "s6" / "candidate_scores.parquet")
+    pd.testing.assert_frame_equal(a, b)
+    sa = pd.read_parquet(tmp_path / "s3" / "selected_pairs.parquet")
+    sb = pd.read_parquet(tmp_path / "s6" / "selected_pairs.parquet")
+    cols = [c for c in sa.columns if c not in ("image_0", "image_1")]
+    pd.testing.assert_frame_equal(sa[cols], sb[cols])
+    for (_, ra), (_, rb) in zip(sa.iterrows(), sb.iterrows()):
+        for col in ("image_0", "image_1"):
+            assert (tmp_path / "s3" / ra[col]).read_bytes() == (tmp_path / "s6" / rb[col]).read_bytes()
+    assert sa["image_0"].iloc[0].startswith("00000/images/")
+    summary = json.loads((tmp_path / "s3" / "summary.json").read_text())
+    assert summary["shards"] == 2 and summary["captions"] == len(PAIRS)
+
+
+def test_adaptive_mode_stops_early(tmp_path, models, scorer):
+    cfg = _cfg(models, candidates_per_pair=6, batch_size=2,
+               filter={"image_caption_min": -1.0, "image_image_min": -1.0, "direction_min": -1.0, "top_k": 1},
+               adaptive={"enabled": True})
+    engine = build_engine(cfg)
+    pairs = _write_pairs(tmp_path / "pairs.parquet")
+    summary = _run(cfg, pairs, 0, tmp_path / "ad", engine, scorer)
+    assert summary["adaptive"] and summary["stopped_early"] == 2
+    assert summary["candidates_generated"] == 2 * 2           # one batch of 2 per caption, not 6
+    assert summary["unet_evals"] == 2 * 2 * 2 * 2 * 2
+    assert summary["pairs_selected"] == 2
+
+
+def test_bad_pairs_are_logged_rejections(tmp_path, cfg, engine, scorer, caplog):
+    rows = [("1_0", 0, "A cat on a bed.", "A dog on a bed."), ("1_1", 1, "  ", "A dog."),
+            ("1_2", 2, "A cat.", "a  cat.")]
+    pairs = _write_pairs(tmp_path / "pairs.parquet", rows)
+    with caplog.at_level(logging.WARNING):
+        summary = _run(cfg, pairs, 0, tmp_path / "out", engine, scorer)
+    assert summary["captions"] == 3 and summary["captions_rejected"] == 2 and summary["captions_generated"] == 1
+    assert [(r["caption_id"], r["reason"]) for r in summary["rejected_captions"]] == [
+        ("1_1", "empty_prompt:original"), ("1_2", "identical_pair")]
+    assert "1_1" in caplog.text and "identical_pair" in caplog.text
+
+
+def test_non_finite_scores_reject_candidates(tmp_path, cfg, engine, scorer, caplog):
+    class NanScorer:
+        def score_pairs(self, t0, t1, a, b):
+            s = scorer.score_pairs(t0, t1, a, b)
+            s["sim_direction"][:] = np.nan
+            return s
+
+    pairs = _write_pairs(tmp_path / "pairs.parquet")
+    with caplog.at_level(logging.WARNING):
+        summary = _run(cfg, pairs, 0, tmp_path / "nan", engine, NanScorer())
+    scores = pd.read_parquet(tmp_path / "nan" / "candidate_scores.parquet")
+    assert len(scores) == 6 and not scores["passed"].any()
+    assert (scores["reject_reason"] == "non_finite_score").all()
+    assert summary["pairs_selected"] == 0 and "non-finite" in caplog.text
+
+
+def test_bad_input_files(tmp_path, cfg, engine, scorer):
+    with pytest.raises(InputError, match="not found"):
+        read_pairs(tmp_path / "missing.parquet")
+    with pytest.raises(InputError, match="missing column"):
+        read_pairs(_write_pairs(tmp_path / "a.parquet", drop=("counterfactual",)))
+    dup = PAIRS[:2] + [("101_0", 2, "A b.", "A c.")]
+    with pytest.raises(InputError, match="duplicate caption_id"):
+        read_pairs(_write_pairs(tmp_path / "b.parquet", dup))
+    with pytest.raises(InputError, match="caption_id"):
+        read_pairs(_write_pairs(tmp_path / "c.parquet", [("a/b", 0, "A b.", "A c.")]))
+    with pytest.raises(InputError, match="shard output missing"):
+        merge_shards([tmp_path / "nope"], tmp_path / "merged")
+
+
+def test_empty_shard_writes_empty_tables(tmp_path, cfg, engine, scorer):
+    pairs = _write_pairs(tmp_path / "pairs.parquet")
+    summary = _run(cfg, pairs, 7, tmp_path / "empty", engine, scorer)
+    assert summary["captions"] == 0
+    sel = pd.read_parquet(tmp_path / "empty" / "selected_pairs.parquet")
+    assert len(sel) == 0 and list(sel.columns[:5]) == ["id", "caption_0", "caption_1", "image_0", "image_1"]
+    assert (tmp_path / "empty" / "images").is_dir()
+
+
+def test_cli_generate_and_merge(tmp_path, models, capsys):
+    cfg = _cfg(models, save_all_candidates=True)
+    cfg_path = tmp_path / "cfg.yaml"
+    cfg_path.write_text(yaml.safe_dump(cfg))
+    pairs = _write_pairs(tmp_path / "pairs.parquet", PAIRS[:2])
+    shard = tmp_path / "images" / "shards" / "00000"
+    rc = cli.main(["images", "generate", "--config", str(cfg_path), "--pairs", str(pairs), "--shard", "00000",
+                   "--out-dir", str(shard), "--threads", "2", "--no-progress"])
+    assert rc == 0
+    assert len(list((shard / "images" / "candidates" / "101_0").glob("*.png"))) == 3 * 2
+    rc = cli.main(["images", "merge", "--shard-dirs", str(shard), "--out-dir", str(tmp_path / "images")])
+    assert rc == 0
+    sel = pd.read_parquet(tmp_path / "images" / "selected_pairs.parquet")
+    for p in sel["image_0"]:
+        assert (tmp_path / "images" / p).exists()
+    rc = cli.main(["images", "generate", "--config", str(cfg_path), "--pairs", str(tmp_path / "none.parquet"),
+                   "--shard", "0", "--out-dir", str(shard), "--no-progress"])
+    assert rc == 2 and "not found" in capsys.readouterr().err

@@ -1,0 +1,248 @@
+"""Prompt-to-Prompt attention control and the batched engine, on the tiny randomly initialised SD."""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import pytest
+import torch
+
+from counterfactory.generation import engine as eng_mod
+from counterfactory.generation.engine import (GenerationSettings, P2PEngine, candidate_batches, candidate_seed,
+                                              generate_set, make_candidate)
+from counterfactory.generation.p2p import AttentionController, apply_alignment, token_alignment
+
+ORIGINAL = "a photo of a cat on the bed"
+EDITED = "a photo of a dog on the bed"
+LONGER = "a photo of a hippopotamus on the bed"
+
+
+@pytest.fixture(scope="module")
+def sd_dir(tmp_path_factory):
+    from counterfactory.models import tiny
+
+    return tiny.build("sd", tmp_path_factory.mktemp("tiny_vision"))
+
+
+def _pipe(sd_dir):
+    from diffusers import StableDiffusionPipeline
+
+    return StableDiffusionPipeline.from_pretrained(sd_dir, safety_checker=None, requires_safety_checker=False)
+
+
+def _settings(**kw):
+    base = dict(steps=3, height=32, width=32, batch_size=4)
+    base.update(kw)
+    return GenerationSettings(**base)
+
+
+@pytest.fixture(scope="module")
+def engine(sd_dir):
+    e = P2PEngine(_pipe(sd_dir), _settings())
+    yield e
+    e.close()
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    from counterfactory.models.tiny import clip_tokenizer
+
+    return clip_tokenizer()
+
+
+def _cands(caption_id, n, settings, start=0):
+    return [make_candidate(0, caption_id, i, settings) for i in range(start, start + n)]
+
+
+# ----------------------------------------------------------------------------- seeds
+
+def test_candidate_seed_is_sha256_of_ids():
+    expected = int.from_bytes(hashlib.sha256(b"7:123_4:42").digest()[:8], "big")
+    assert candidate_seed(7, "123_4", 42) == expected
+    s = _settings()
+    a, b = make_candidate(0, "x", 3, s), make_candidate(0, "x", 3, s)
+    assert a == b and 0.1 <= a.p <= 0.9 and 7.5 <= a.guidance <= 15.0
+    assert make_candidate(1, "x", 3, s).seed != a.seed
+    # batching never changes which candidates exist or their parameters
+    flat = [c for batch in candidate_batches(0, "x", 10, s, batch_size=3) for c in batch]
+    assert flat == [make_candidate(0, "x", i, s) for i in range(10)]
+
+
+# ----------------------------------------------------------------------------- token alignment
+
+def test_token_alignment_equal_length_is_identity_plus_swap(tokenizer):
+    a = tokenizer(ORIGINAL, padding="max_length", max_length=77).input_ids
+    b = tokenizer(EDITED, padding="max_length", max_length=77).input_ids
+    m = token_alignment(a, b)
+    assert m.shape == (77, 77)
+    np.testing.assert_array_equal(m, np.eye(77, dtype=np.float32))  # one-token swap: position kept
+
+
+def test_token_alignment_unequal_lengths(tokenizer):
+    a = tokenizer(ORIGINAL, padding="max_length", max_length=77).input_ids
+    b = tokenizer(LONGER, padding="max_length", max_length=77).input_ids
+    n_a = tokenizer(ORIGINAL).input_ids
+    n_b = tokenizer(LONGER).input_ids
+    d = len(n_b) - len(n_a)
+    assert d >= 1, "hippopotamus must tokenise to more tokens than cat for this test"
+    word = 5                                  # <bos> a photo of a [cat] ...
+    assert a[:word] == b[:word] and a[word] != b[word]
+    m = token_alignment(a, b)
+    np.testing.assert_allclose(m.sum(1), 1.0)                                       # row-stochastic
+    np.testing.assert_array_equal(m[:word, :word], np.eye(word))                    # prefix 1:1
+    np.testing.assert_allclose(m[word, word:word + 1 + d], 1.0 / (1 + d))           # cat -> all its tokens
+    bed_a = n_a.index(tokenizer.convert_tokens_to_ids("bed</w>"))
+    assert m[bed_a, bed_a + d] == 1.0 and m[bed_a].sum() == 1.0                      # suffix shifted by d
+    eos_a = len(n_a) - 1
+    assert m[eos_a, eos_a + d] == 1.0
+    # attention concentrated on "bed" follows the word; rows still sum to one
+    probs = torch.zeros(2, 3, 4, 77)
+    probs[..., bed_a] = 0.7
+    probs[..., word] = 0.3
+    out = apply_alignment(probs, torch.from_numpy(m))
+    torch.testing.assert_close(out.sum(-1), torch.ones(2, 3, 4))
+    torch.testing.assert_close(out[..., bed_a + d], torch.full((2, 3, 4), 0.7))
+    torch.testing.assert_close(out[..., word:word + 1 + d].sum(-1), torch.full((2, 3, 4), 0.3))
+    # base attention @ M then values == base attention over values re-indexed by M (what the processor does)
+    v = torch.randn(2, 3, 77, 5)
+    torch.testing.assert_close(out @ v, probs @ (torch.from_numpy(m) @ v))
+    # the batched form (one map per row) agrees
+    maps = torch.from_numpy(m).expand(2, 77, 77)
+    torch.testing.assert_close(apply_alignment(probs, maps), out)
+
+
+# ----------------------------------------------------------------------------- controller
+
+def test_controller_row_plan():
+    c = AttentionController("ip2p_self")
+    c.configure(n_candidates=2, group_size=2, p=[0.5, 0.0])
+    c.set_step(0, 4)            # 0 < 0.5 for candidate 0 only; rows = [u00 u01 u10 u11 c00 c01 c10 c11]
+    assert c.self_src.tolist() == [0, 0, 2, 3, 4, 4, 6, 7]
+    assert c.cross_src is None
+    c.set_step(2, 4)            # 0.5 < 0.5 is false
+    assert c.self_src is None
+    h = AttentionController("hertz_cross", self_fraction=0.3)
+    h.configure(2, 3, [1.0, 0.2], maps=torch.eye(77).expand(3, 77, 77))
+    h.set_step(1, 4)            # frac 0.25: cross for candidate 0 (conditional half only); self for both
+    assert h.cross_src.tolist() == list(range(6)) + [6, 6, 6, 9, 10, 11]
+    assert h.cross_map_index.tolist() == [-1] * 6 + [-1, 1, 2, -1, -1, -1]
+    assert h.self_src.tolist() == [0, 0, 0, 3, 3, 3, 6, 6, 6, 9, 9, 9]
+    with pytest.raises(ValueError):
+        AttentionController("bogus")
+
+
+# ----------------------------------------------------------------------------- engine properties
+
+def test_identical_prompts_give_identical_images(engine):
+    cands = _cands("same", 3, engine.settings)
+    res = engine.generate([ORIGINAL, ORIGINAL], cands)
+    assert res.images.shape == (3, 2, 32, 32, 3) and res.images.dtype == np.uint8
+    np.testing.assert_array_equal(res.latents[:, 0], res.latents[:, 1])
+    np.testing.assert_array_equal(res.images[:, 0], res.images[:, 1])
+
+
+def test_original_branch_unchanged_by_attention_control(engine):
+    cands = _cands("orig", 3, engine.settings)
+    controlled = engine.generate([ORIGINAL, EDITED], cands, p_override=[1.0] * 3)
+    free = engine.generate([ORIGINAL, EDITED], cands, p_override=[0.0] * 3)
+    np.testing.assert_array_equal(controlled.latents[:, 0], free.latents[:, 0])
+    np.testing.assert_array_equal(controlled.images[:, 0], free.images[:, 0])
+    assert not np.array_equal(controlled.latents[:, 1], free.latents[:, 1])
+
+
+@pytest.mark.parametrize("mode", ["ip2p_self", "hertz_cross"])
+def test_sharp_attention_p1_closer_than_p0(sd_dir, mode):
+    pipe = _pipe(sd_dir)
+    with torch.no_grad():   # sharpen every attention on purpose so shared maps matter
+        for name, module in pipe.unet.named_modules():
+            if name.endswith(("attn1", "attn2")):
+                module.to_q.weight.mul_(8.0)
+                module.to_k.weight.mul_(8.0)
+    e = P2PEngine(pipe, _settings(control=mode))
+    cands = _cands("sharp", 4, e.settings)
+    prompts = [ORIGINAL, LONGER]
+    r1 = e.generate(prompts, cands, p_override=[1.0] * 4)
+    r0 = e.generate(prompts, cands, p_override=[0.0] * 4)
+    dist = lambda r: np.linalg.norm((r.latents[:, 0] - r.latents[:, 1]).reshape(4, -1), axis=1)  # noqa: E731
+    assert np.all(dist(r1) < dist(r0)), (dist(r1), dist(r0))
+    if mode == "hertz_cross":
+        assert e.controller.calls["cross_edited"] > 0
+    e.close()
+
+
+def test_unet_evaluations_are_counted(engine):
+    before = engine.unet_evals
+    engine.generate([ORIGINAL, EDITED], _cands("count", 2, engine.settings))
+    assert engine.unet_evals - before == 2 * 2 * 2 * engine.settings.steps   # CFG x members x cands x steps
+
+
+def test_batch_size_independence(engine):
+    """Each candidate's randomness is its own: the same candidate gives the same result in a batch of
+    4, in batches of 2 and alone. Batched CPU kernels may round differently for different batch shapes,
+    so latents agree to float tolerance and 8-bit images to at most 2 levels on a handful of pixels."""
+    cands = _cands("bs", 4, engine.settings)
+    full = engine.generate([ORIGINAL, EDITED], cands)
+    halves = [engine.generate([ORIGINAL, EDITED], cands[i:i + 2]) for i in (0, 2)]
+    singles = [engine.generate([ORIGINAL, EDITED], [c]) for c in cands]
+    lat_h = np.concatenate([h.latents for h in halves])
+    lat_s = np.concatenate([s.latents for s in singles])
+    img_s = np.concatenate([s.images for s in singles])
+    np.testing.assert_allclose(lat_h, full.latents, rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(lat_s, full.latents, rtol=1e-4, atol=1e-3)
+    diff = np.abs(img_s.astype(int) - full.images.astype(int))
+    assert diff.max() <= 2 and (diff > 0).mean() < 0.01
+    # same batch shape -> bit-identical (what resumption relies on)
+    again = engine.generate([ORIGINAL, EDITED], cands)
+    np.testing.assert_array_equal(again.images, full.images)
+
+
+def test_hertz_mode_with_unequal_token_lengths(sd_dir):
+    e = P2PEngine(_pipe(sd_dir), _settings(control="hertz_cross", hertz_self_fraction=0.5))
+    res = e.generate([ORIGINAL, LONGER], _cands("hz", 2, e.settings), p_override=[1.0, 1.0])
+    assert res.images.shape == (2, 2, 32, 32, 3)
+    assert e.controller.calls["cross_edited"] > 0
+    e.close()
+
+
+def test_counterfactual_sets_share_the_base(engine):
+    """SocialCounterfactuals-style set: base + 3 edits in one batch; a member equal to the base
+    prompt reproduces the base image exactly, and the base matches the pair engine's base."""
+    sets = list(generate_set(engine, ORIGINAL, [EDITED, ORIGINAL, LONGER], "set1", n=2))
+    imgs = np.concatenate([b.images for b in sets])
+    assert imgs.shape == (2, 4, 32, 32, 3)
+    np.testing.assert_array_equal(imgs[:, 2], imgs[:, 0])
+    assert not np.array_equal(imgs[:, 1], imgs[:, 0])
+    pair = engine.generate([ORIGINAL, EDITED], _cands("set1", 2, engine.settings))
+    np.testing.assert_allclose(np.concatenate([b.latents for b in sets])[:, 0], pair.latents[:, 0],
+                               rtol=1e-4, atol=1e-3)
+
+
+def test_bad_arguments(engine):
+    with pytest.raises(ValueError):
+        engine.generate([ORIGINAL], _cands("x", 1, engine.settings))
+    with pytest.raises(ValueError):
+        engine.generate([ORIGINAL, EDITED], [])
+    from counterfactory.errors import ConfigError
+
+    with pytest.raises(ConfigError):
+        GenerationSettings(control="nope")
+    with pytest.raises(ConfigError):
+        GenerationSettings(p_range=(0.9, 0.1))
+    with pytest.raises(ConfigError, match="multiples"):
+        P2PEngine(_pipe_cached(engine), _settings(height=30))
+
+
+def _pipe_cached(engine):
+    class _P:  # reuse the loaded components; only the size check matters here
+        unet, vae, text_encoder, tokenizer = engine.unet, engine.vae, engine.text_encoder, engine.tokenizer
+        scheduler = engine.scheduler_cls.from_config(engine.scheduler_config)
+    return _P()
+
+
+def test_schedulers_from_config(sd_dir):
+    for name in eng_mod.SCHEDULERS:
+        e = P2PEngine(_pipe(sd_dir), _settings(scheduler=name, steps=2))
+        res = e.generate([ORIGINAL, EDITED], _cands("sched", 1, e.settings))
+        assert res.images.shape == (1, 2, 32, 32, 3)
+        e.close()
