@@ -29,7 +29,7 @@ $(STAMP): requirements.lock pyproject.toml
 	touch $@
 
 demo: $(STAMP)
-	$(BIN)/snakemake --profile profiles/local --configfile config/demo.yaml --cores $(CORES) all
+	$(BIN)/snakemake all --profile profiles/local --cores $(CORES) --configfile config/demo.yaml
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
@@ -38,7 +38,7 @@ rulegraph: $(STAMP)
 	$(BIN)/snakemake --configfile config/demo.yaml --rulegraph > results/rulegraph.dot
 
 report: $(STAMP)
-	$(BIN)/snakemake --profile profiles/local --configfile config/demo.yaml --report results/demo/report.html
+	$(BIN)/snakemake all --profile profiles/local --report results/demo/report.html --configfile config/demo.yaml
 
 bench: $(STAMP)
 	for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done

@@ -7,6 +7,7 @@
 from snakemake.utils import min_version, validate
 
 from counterfactory import workflow as wf
+from counterfactory.config import validate_config
 
 min_version("9.0")
 
@@ -14,7 +15,10 @@ min_version("9.0")
 configfile: "config/config.yaml"
 
 
-validate(config, "config/schema.yaml")
+# Snakemake's validator checks the schema; the package's validator fills in the schema defaults
+# (it also handles optional sub-objects that are null, which Snakemake's default-filling does not).
+validate(config, "config/schema.yaml", set_default=False)
+validate_config(config, source="Snakemake config")
 
 RUN = config["run_name"]
 RESULTS = f"results/{RUN}"

@@ -301,5 +301,5 @@ def test_demo_captions_are_held_out_and_gold_matches_them(nltk_dir):
     if gold_path.is_file():
         gold = nd.read_gold_tsv(gold_path)
         assert [[w for w, _ in s] for s in gold] == [nltk.word_tokenize(c.strip()) for c in captions]
-        report = nd.evaluate_tagger(gold)
-        assert report["noun"]["f1"] > 0.9
+        report = nd.evaluate_tagger(gold)  # measured 0.963 accuracy, noun F1 0.971 (see the manifest's source)
+        assert report["accuracy"] > 0.93 and report["noun"]["f1"] > 0.95

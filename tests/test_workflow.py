@@ -42,7 +42,7 @@ def demo_captions(repo, tmp_path_factory):
     work = tmp_path_factory.mktemp("wf")
     cfgfile = demo_override(repo, work)
     target = "results/demo/captions/counterfactual_captions.parquet"
-    proc = snakemake(repo, work, "--configfile", str(cfgfile), target)
+    proc = snakemake(repo, work, target, "--configfile", str(cfgfile))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return work
 
@@ -109,8 +109,8 @@ def test_paper_config_dry_run_against_fake_coco_root(repo, tmp_path):
         json.dumps({**doc, "annotations": [], "categories": [{"id": 18, "name": "dog", "supercategory": "animal"}]}))
     override = tmp_path / "paper-test.yaml"
     override.write_text(yaml.safe_dump({"data": {"coco_root": str(root)}, "captions": {"shard_size": 40}}))
-    proc = snakemake(repo, tmp_path, "--configfile", str(repo / "config" / "config.yaml"), str(override),
-                     "-n", "all", timeout=300)
+    proc = snakemake(repo, tmp_path, "-n", "all", "--configfile", str(repo / "config" / "config.yaml"),
+                     str(override), timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     out = proc.stdout + proc.stderr
     # one caption job per shard of 40 captions (165 captions -> 5 jobs), never one per caption
@@ -119,7 +119,7 @@ def test_paper_config_dry_run_against_fake_coco_root(repo, tmp_path):
 
 
 def test_rulegraph_renders(repo, tmp_path):
-    proc = snakemake(repo, tmp_path, "--configfile", str(demo_override(repo, tmp_path)), "--rulegraph", timeout=300)
+    proc = snakemake(repo, tmp_path, "--rulegraph", "--configfile", str(demo_override(repo, tmp_path)), timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.lstrip().startswith("digraph")
     for rule in ("caption_shard", "caption_merge", "caption_table", "coco_check", "nltk_data", "tiny_model"):
@@ -127,5 +127,5 @@ def test_rulegraph_renders(repo, tmp_path):
 
 
 def test_lint_is_clean(repo, tmp_path):
-    proc = snakemake(repo, tmp_path, "--configfile", str(demo_override(repo, tmp_path)), "--lint", timeout=300)
+    proc = snakemake(repo, tmp_path, "--lint", "--configfile", str(demo_override(repo, tmp_path)), timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
