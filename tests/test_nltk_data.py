@@ -132,7 +132,8 @@ def test_manifest_records_sources_and_training_stats(nltk_dir):
     tagger = manifest["resources"][nd.TAGGER_RESOURCE]
     training = tagger["training"]
     assert training["split"] == "train"
-    assert training["train_sentences"] + len(nd.split_corpus(nd.read_tagged_corpus())[1]) == training["corpus_sentences"]
+    n_heldout = len(nd.split_corpus(nd.read_tagged_corpus())[1])
+    assert training["train_sentences"] + n_heldout == training["corpus_sentences"]
     heldout = tagger["quality"]["heldout"]
     assert heldout["sentences"] == training["corpus_sentences"] // 5
     assert heldout["accuracy"] > 0.95 and heldout["noun"]["f1"] > 0.95

@@ -73,8 +73,8 @@ ITM_SCORES = ("random_pair", "random_caption_original_image", "original_caption_
 DEFAULTS: dict[str, Any] = {
     "batch_size": 32,
     "scorers": {},
-    "itr": {"models": [], "ks": [1, 5, 10], "head": "itc", "coco_captions": "matched", "shortlist": None,
-            "subsets": {}},
+    "itr": {"models": [], "ks": [1, 5, 10], "head": "itc", "coco_captions": "matched",
+            "shortlist": {"role": None, "k": 128}, "subsets": {}},
     "itm": {"models": [], "head": "itm", "random_pool": "all", "seed": 0, "bins": 40},
     "classification": {"models": [], "templates": ["a photo of a {c}."], "topk": [1, 5], "max_per_class": None,
                        "datasets": {}},

@@ -18,9 +18,13 @@ an equivalent folder from what the package registries offer:
   four tables back in the ``punkt_tab`` text layout.
 * Tagger: NLTK's own :class:`nltk.tag.perceptron.PerceptronTagger` trained (``train()``) on a
   hand-written, hand-tagged (Penn Treebank tags) corpus of caption-style sentences that ships with
-  this package (``resources/nltk/caption_corpus.txt``), saved in the layout ``pos_tag`` loads.
-  Every fifth sentence is held out; by default the model is trained on the other 80% so the
-  held-out figure in the manifest is reproducible with ``counterfactory nltk evaluate``.
+  this package (``resources/nltk/caption_corpus.txt``), with a hand-written lexicon of closed-class
+  words and common adjectives (``resources/nltk/closed_class_lexicon.tsv``) seeded into the tagger's
+  own tag dictionary, saved in the layout ``pos_tag`` loads. Every fifth sentence is held out; by
+  default the model is trained on the other 80% so the held-out figure in the manifest is
+  reproducible with ``counterfactory nltk evaluate --gold heldout``. The demo captions are never
+  trained on; their hand-tagged gold (``resources/nltk/gold_demo_captions.tsv``) is a second,
+  out-of-corpus figure (``--gold demo``).
 
 ``prepare_nltk_data`` writes the folder atomically (built in a temporary sibling folder, then
 renamed) with a manifest; ``ensure_nltk_data`` points NLTK at it; ``evaluate_tagger`` measures the
@@ -305,6 +309,21 @@ def _copy_pointer(pointer, dest: Path) -> None:
         shutil.copytree(pointer.path, dest, dirs_exist_ok=True)
 
 
+def _pointer_digest(pointer) -> str:
+    """Content hash of a resource found by ``nltk.data.find`` (its folder's files, or its zip)."""
+    from nltk.data import ZipFilePathPointer
+
+    digest = hashlib.sha256()
+    if isinstance(pointer, ZipFilePathPointer):
+        digest.update(Path(pointer.zipfile.filename).read_bytes())
+        digest.update(pointer.entry.encode())
+    else:
+        root = Path(pointer.path)
+        for path in sorted(p for p in root.rglob("*") if p.is_file()):
+            digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
 def _fingerprint(options: dict) -> str:
     return hashlib.sha256(json.dumps(options, sort_keys=True).encode()).hexdigest()
 
@@ -347,6 +366,7 @@ def prepare_nltk_data(
     out_dir = Path(out_dir).expanduser().absolute()
     corpus_path = Path(corpus) if corpus is not None else resource_path(CORPUS_NAME)
     lexicon_path = Path(lexicon) if lexicon is not None else resource_path(LEXICON_NAME)
+    demo_gold = resource_path(GOLD_DEMO_NAME)
 
     real = None
     search: list[str] = []
@@ -373,12 +393,13 @@ def prepare_nltk_data(
         "mode": "real" if real else "offline",
     }
     if real:
-        options["real_sources"] = {res: str(ptr) for res, ptr in real.items()}
+        options["real_sources"] = {res: {"path": str(ptr), "sha256": _pointer_digest(ptr)} for res, ptr in real.items()}
     else:
         options.update({
             PUNKT_PACKAGE: _dist_version(PUNKT_PACKAGE),
             "corpus_sha256": _sha256(corpus_path),
             "lexicon_sha256": _sha256(lexicon_path),
+            "demo_gold_sha256": _sha256(demo_gold) if demo_gold.is_file() else None,
             "train_split": train_split,
             "iterations": TRAIN_ITERATIONS,
             "seed": TRAIN_SEED,
@@ -440,6 +461,15 @@ def _build_tagger(root: Path, corpus_path: Path, lexicon_path: Path, train_split
     tagger = train_tagger(fit_on, lexicon=lexicon)
     files = write_tagger(tagger, root / TAGGER_RESOURCE)
     vocab = {w for s in fit_on for w, _ in s}
+    quality = {
+        "train": _tag_stats(tagger, fit_on),
+        "heldout": _tag_stats(tagger, heldout) | {
+            "note": "optimistic: held-out sentences were trained on" if train_split == "all" else "unseen"},
+    }
+    demo_gold = resource_path(GOLD_DEMO_NAME)
+    if demo_gold.is_file():
+        quality["demo_captions"] = _tag_stats(tagger, read_gold_tsv(demo_gold)) | {
+            "gold": f"counterfactory/resources/nltk/{GOLD_DEMO_NAME} (never trained on)"}
     return {
         "source": f"nltk.tag.perceptron.PerceptronTagger.train() on counterfactory/resources/nltk/{CORPUS_NAME} "
                   "(hand-written, hand-tagged caption-style sentences, Penn Treebank tags)",
@@ -463,11 +493,7 @@ def _build_tagger(root: Path, corpus_path: Path, lexicon_path: Path, train_split
             "tagdict_entries": len(tagger.tagdict),
             "features": len(tagger.model.weights),
         },
-        "quality": {
-            "train": _tag_stats(tagger, fit_on),
-            "heldout": _tag_stats(tagger, heldout) | {
-                "note": "optimistic: held-out sentences were trained on" if train_split == "all" else "unseen"},
-        },
+        "quality": quality,
     }
 
 

@@ -1,0 +1,156 @@
+"""Classification readers on the committed demo fixtures (official on-disk layouts)."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import pickle
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from counterfactory.data.classification import (ImageList, load_dataset, read_caltech101, read_caltech256,
+                                                read_cifar10, read_cifar100, read_food101, read_imagenet,
+                                                read_imagenet_class_index, readable)
+from counterfactory.errors import ConfigError, InputError
+
+REPO = Path(__file__).resolve().parents[1]
+FIX = REPO / "resources" / "demo" / "classification"
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("make_demo_classification",
+                                                  REPO / "scripts" / "make_demo_classification.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_cifar10_layout_and_pixels():
+    ds = read_cifar10(FIX)  # parent folder is accepted too
+    assert ds.root.name == "cifar-10-batches-py"
+    assert len(ds) == 30 and len(ds.classes) == 10
+    assert ds.classes[:3] == ["airplane", "automobile", "bird"]
+    assert np.bincount(ds.labels).tolist() == [3] * 10
+    img = ds.images[0]
+    assert img.size == (32, 32) and img.mode == "RGB"
+    # rows are R, G, B planes of 1024 bytes: the decoded image is the one the script drew
+    expected = np.asarray(_script().synthetic_image("cifar10/airplane#0", 32))
+    np.testing.assert_array_equal(np.asarray(img), expected)
+    assert len(ds.images[2:5]) == 3
+
+
+def test_cifar100_fine_labels():
+    ds = read_cifar100(FIX / "cifar-100-python")
+    assert len(ds.classes) == 100 and len(ds) == 20
+    assert ds.classes[1] == "aquarium fish" and ds.class_ids[1] == "aquarium_fish"
+    assert ds.classes[-1] == "worm"
+    assert sorted(set(ds.labels.tolist())) == list(range(10))
+    assert ds.summary()["classes_with_images"] == 10
+
+
+def test_cifar_str_keys_and_bad_shape(tmp_path):
+    root = tmp_path / "cifar-10-batches-py"
+    root.mkdir()
+    meta = {"label_names": ["a", "b"]}
+    data = np.zeros((2, 3072), dtype=np.uint8)
+    (root / "batches.meta").write_bytes(pickle.dumps(meta))
+    (root / "test_batch").write_bytes(pickle.dumps({"data": data, "labels": [0, 1]}))
+    assert read_cifar10(root).classes == ["a", "b"]
+    (root / "test_batch").write_bytes(pickle.dumps({"data": data[:, :100], "labels": [0, 1]}))
+    with pytest.raises(InputError, match=r"test_batch.*3072"):
+        read_cifar10(root)
+    (root / "test_batch").write_bytes(b"not a pickle")
+    with pytest.raises(InputError, match="CIFAR pickle"):
+        read_cifar10(root)
+
+
+def test_food101_test_split_only():
+    ds = read_food101(FIX / "food-101")
+    assert ds.classes == ["apple pie", "pizza", "sushi"]
+    assert len(ds) == 6 and np.bincount(ds.labels).tolist() == [2, 2, 2]
+    train = (FIX / "food-101" / "meta" / "train.txt").read_text().split()
+    assert not any(str(p).endswith(f"{t}.jpg") for p in ds.images.paths for t in train)
+    assert all(Path(p).exists() for p in ds.images.paths)
+
+
+def test_food101_missing_image(tmp_path):
+    root = tmp_path / "food-101"
+    shutil.copytree(FIX / "food-101", root)
+    (root / "images" / "pizza" / "1001116.jpg").unlink()
+    with pytest.raises(InputError, match=r"1001116\.jpg.*missing"):
+        read_food101(root)
+
+
+def test_caltech101_skips_background():
+    ds = read_caltech101(FIX / "caltech101")
+    assert ds.class_ids == ["Faces_easy", "accordion", "car_side"]
+    assert ds.classes == ["Faces easy", "accordion", "car side"]
+    assert len(ds) == 6
+    assert not any("BACKGROUND_Google" in str(p) for p in ds.images.paths)
+
+
+def test_caltech256_strips_prefix_and_skips_clutter():
+    ds = read_caltech256(FIX / "caltech256" / "256_ObjectCategories")
+    assert ds.class_ids == ["ak47", "american-flag", "airplanes-101"]
+    assert ds.classes == ["ak47", "american flag", "airplanes"]
+    assert len(ds) == 6 and not any("257.clutter" in str(p) for p in ds.images.paths)
+
+
+def test_imagenet_both_class_index_formats():
+    root = FIX / "imagenet" / "val"
+    a = read_imagenet(root, class_index=FIX / "imagenet" / "LOC_synset_mapping.txt")
+    b = read_imagenet(root, class_index=FIX / "imagenet" / "imagenet_class_index.json")
+    assert a.classes == b.classes == ["tench", "goldfish", "great white shark"]
+    assert a.class_ids == ["n01440764", "n01443537", "n01484850"]
+    assert len(a) == 6 and a.labels.tolist() == [0, 0, 1, 1, 2, 2]
+    assert read_imagenet_class_index(FIX / "imagenet" / "LOC_synset_mapping.txt")["n01484850"] == "great white shark"
+    with pytest.raises(ConfigError, match="class_index"):
+        read_imagenet(root)
+
+
+def test_imagenet_unknown_wnid(tmp_path):
+    (tmp_path / "idx.txt").write_text("n01440764 tench, Tinca tinca\n")
+    with pytest.raises(InputError, match="no entry"):
+        read_imagenet(FIX / "imagenet" / "val", class_index=tmp_path / "idx.txt")
+
+
+def test_load_dataset_options(tmp_path):
+    ds = load_dataset("C10", {"format": "cifar10", "root": str(FIX / "cifar-10-batches-py"), "max_per_class": 1})
+    assert len(ds) == 10 and ds.name == "C10"
+    names = tmp_path / "names.txt"
+    names.write_text("fish\ngold fish\nshark\n")
+    ds = load_dataset("IN", {"format": "imagenet", "root": str(FIX / "imagenet" / "val"),
+                             "class_index": str(FIX / "imagenet" / "LOC_synset_mapping.txt"),
+                             "class_names": str(names)})
+    assert ds.classes == ["fish", "gold fish", "shark"]
+    names.write_text("only one\n")
+    with pytest.raises(InputError, match="1 names for 3 classes"):
+        load_dataset("IN", {"format": "imagenet", "root": str(FIX / "imagenet" / "val"),
+                            "class_index": str(FIX / "imagenet" / "LOC_synset_mapping.txt"), "class_names": str(names)})
+    with pytest.raises(ConfigError, match="format"):
+        load_dataset("X", {"format": "mnist", "root": "x"})
+    with pytest.raises(InputError, match="not a CIFAR-10 folder"):
+        load_dataset("X", {"format": "cifar10", "root": str(tmp_path)})
+
+
+def test_image_list_indexing():
+    lst = ImageList(paths=[Path("a"), Path("b"), Path("c")])
+    assert lst[-1] == Path("c") and lst[0:2] == [Path("a"), Path("b")]
+    with pytest.raises(IndexError):
+        lst[3]
+    assert readable("car_side-101") == "car side 101"
+
+
+def _digest(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_fixture_script_reproduces_committed_fixtures(tmp_path):
+    """The committed fixtures are exactly what scripts/make_demo_classification.py writes (and < 1 MB)."""
+    _script().main(["--out", str(tmp_path / "cls")])
+    assert _digest(tmp_path / "cls") == _digest(FIX)
+    assert sum(p.stat().st_size for p in FIX.rglob("*") if p.is_file()) < 1_000_000
