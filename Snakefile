@@ -26,10 +26,7 @@ CONFIG_ARGS = wf.config_args(config)
 N_CAPTIONS = wf.caption_count(config)
 
 
-def shards(stage_size):
-    return wf.shard_ids(N_CAPTIONS, stage_size)
-
-
+include: "rules/common.smk"
 include: "rules/setup.smk"
 include: "rules/data.smk"
 include: "rules/captions.smk"

@@ -19,8 +19,12 @@ rule caption_shard:
         f"{RESULTS}/benchmarks/captions/{{shard}}.tsv"
     resources:
         mem_mb=6000,
+    params:
+        config=CONFIG_ARGS,
+    conda:
+        CONDA_ENV
     shell:
-        "counterfactory captions edit {CONFIG_ARGS} --captions {input.table} --shard {wildcards.shard}"
+        "counterfactory captions edit {params.config} --captions {input.table} --shard {wildcards.shard}"
         " --out {output.accepted} --rejected {output.rejected} --summary {output.summary} > {log} 2>&1"
 
 
@@ -33,6 +37,8 @@ rule caption_merge:
         jsonl=f"{RESULTS}/captions/coco_counterfactuals_captions.jsonl",
     log:
         f"{RESULTS}/logs/caption_merge.log",
+    conda:
+        CONDA_ENV
     shell:
         "counterfactory captions merge {input} --out {output.parquet} --jsonl {output.jsonl} > {log} 2>&1"
 

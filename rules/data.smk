@@ -12,8 +12,15 @@ rule coco_check:
         f"{RESULTS}/data/coco_check.json",
     log:
         f"{RESULTS}/logs/coco_check.log",
+    params:
+        config=CONFIG_ARGS,
+        root=lambda wildcards, input: Path(input.captions).parents[1],
+        split=SPLIT,
+    conda:
+        CONDA_ENV
     shell:
-        "counterfactory data check-coco {CONFIG_ARGS} --root {COCO_ROOT} --split {SPLIT} --out {output} > {log} 2>&1"
+        "counterfactory data check-coco {params.config} --root {params.root} --split {params.split} --out {output}"
+        " > {log} 2>&1"
 
 
 rule caption_table:
@@ -27,5 +34,7 @@ rule caption_table:
         f"{RESULTS}/logs/caption_table.log",
     params:
         limit=f"--limit-images {config['data']['limit_images']}" if config["data"].get("limit_images") else "",
+    conda:
+        CONDA_ENV
     shell:
         "counterfactory data captions --captions-json {input.captions} --out {output} {params.limit} > {log} 2>&1"

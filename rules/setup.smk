@@ -11,8 +11,13 @@ rule tiny_model:
         f"{TINY_DIR}/logs/{{role}}.log",
     resources:
         mem_mb=2000,
+    params:
+        config=CONFIG_ARGS,
+        out_dir=lambda wildcards, output: Path(output[0]).parent,
+    conda:
+        CONDA_ENV
     shell:
-        "counterfactory models build-tiny {CONFIG_ARGS} --role {wildcards.role} --out-dir {TINY_DIR} --force"
+        "counterfactory models build-tiny {params.config} --role {wildcards.role} --out-dir {params.out_dir} --force"
         " > {log} 2>&1"
 
 
@@ -30,6 +35,8 @@ rule nltk_data:
         "resources/logs/nltk_data.log",
     params:
         prefer_real="--prefer-real" if config["nltk"]["prefer_real"] else "",
+    conda:
+        CONDA_ENV
     shell:
         "counterfactory nltk prepare --out {output} {params.prefer_real} > {log} 2>&1"
 
@@ -40,5 +47,9 @@ rule provenance:
         f"{RESULTS}/provenance.json",
     log:
         f"{RESULTS}/logs/provenance.log",
+    params:
+        config=CONFIG_ARGS,
+    conda:
+        CONDA_ENV
     shell:
-        "counterfactory provenance {CONFIG_ARGS} --out {output} > {log} 2>&1"
+        "counterfactory provenance {params.config} --out {output} > {log} 2>&1"
