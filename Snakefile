@@ -31,6 +31,8 @@ include: "rules/setup.smk"
 include: "rules/data.smk"
 include: "rules/captions.smk"
 include: "rules/images.smk"
+include: "rules/evaluate.smk"
+include: "rules/training.smk"
 
 
 rule all:
@@ -38,4 +40,6 @@ rule all:
     input:
         CAPTION_TARGETS,
         IMAGES_TARGETS,
+        EVAL_TARGETS,
+        TRAINING_TARGETS,
         f"{RESULTS}/provenance.json",

@@ -75,3 +75,25 @@ def tiny_model_inputs(cfg: dict, *roles: str) -> list[str]:
         if source and Path(source).parent == Path(tiny_dir):
             out.append(source)
     return out
+
+
+def seed_pairs(training: dict) -> list[tuple[int, int]]:
+    from .runs import seed_pairs as _pairs
+
+    return _pairs(training)
+
+
+def training_tables(training: dict) -> list[str]:
+    """Table names: ``retrieval`` (Table 3 layout) if retrieval is evaluated, ``classification`` (Table 4)."""
+    ev = training.get("eval", {})
+    return [name for name, on in (("retrieval", ev.get("retrieval")), ("classification", ev.get("classification"))) if on]
+
+
+def table_metrics(training: dict, table: str) -> str:
+    """Comma-separated metric names of one table, in the paper's column order."""
+    ev = training["eval"]
+    if table == "retrieval":
+        r = ev["retrieval"]
+        names = [f"{r['name']}/{d}@{k}" for d in ("image_to_text", "text_to_image") for k in r["ks"]]
+        return ",".join(names + [f"{r['name']}/mean"])
+    return ",".join(f"{d}/top1" for d in ev["classification"])

@@ -1,0 +1,70 @@
+"""``counterfactory train``: mixtures, one fine-tuning run per (mixture, seed), and the runs table
+(COCO-Counterfactuals §5, appendix B.3)."""
+
+from __future__ import annotations
+
+from ..config import load_config
+
+
+def _mixtures(args) -> int:
+    from .. import runs
+
+    cfg = load_config(args.config)
+    summary = runs.write_mixtures(cfg, args.pairs, args.captions, args.out_dir)
+    print(summary.to_string(index=False))
+    return 0
+
+
+def _run(args) -> int:
+    from .. import runs
+
+    cfg = load_config(args.config)
+    rows = runs.run_one(cfg, args.manifest, args.mixture, args.seed, args.data_seed, args.out_dir,
+                        progress=not args.no_progress)
+    print(rows.to_string(index=False))
+    return 0
+
+
+def _collect(args) -> int:
+    from .. import runs
+
+    table = runs.collect(args.metrics, args.out)
+    print(f"{len(table)} rows from {len(args.metrics)} runs -> {args.out}")
+    return 0
+
+
+def _curves(args) -> int:
+    from .. import runs
+
+    runs.plot_curves(args.histories, args.out)
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser("train", help="CLIP fine-tuning on real + counterfactual mixtures over seeds (COCO-CF §5)",
+                       description=__doc__)
+    s = p.add_subparsers(dest="train_command", metavar="<step>")
+    s.required = True
+    m = s.add_parser("mixtures", help="write the B.3.1 mixture manifests (pairs kept together, fixed split)")
+    m.add_argument("--config", action="append", required=True, help="config YAML (repeat to merge)")
+    m.add_argument("--pairs", required=True, help="selected_pairs.parquet from the image stage")
+    m.add_argument("--captions", required=True, help="caption table parquet (the real MS-COCO captions)")
+    m.add_argument("--out-dir", required=True, help="folder for <mixture>.parquet and summary.csv")
+    m.set_defaults(func=_mixtures)
+    r = s.add_parser("run", help="train one (mixture, seed) run, keep the best checkpoint, evaluate it")
+    r.add_argument("--config", action="append", required=True, help="config YAML (repeat to merge)")
+    r.add_argument("--manifest", required=True, help="mixture manifest (parquet or CSV)")
+    r.add_argument("--mixture", required=True, help="mixture name written into the runs table")
+    r.add_argument("--seed", type=int, required=True, help="model-side seed (B.3.2: 107..131)")
+    r.add_argument("--data-seed", type=int, required=True, help="batch-order seed (B.3.2: 108..132)")
+    r.add_argument("--out-dir", required=True, help="checkpoint/, history.csv, metrics.csv, run.json")
+    r.add_argument("--no-progress", action="store_true")
+    r.set_defaults(func=_run)
+    c = s.add_parser("collect", help="concatenate per-run metrics into the tidy runs table")
+    c.add_argument("metrics", nargs="+", help="metrics.csv of each run")
+    c.add_argument("--out", required=True, help="runs table CSV (experiment, mixture, seed, data_seed, metric, value)")
+    c.set_defaults(func=_collect)
+    k = s.add_parser("plot-curves", help="plot training / validation loss of runs (PNG)")
+    k.add_argument("histories", nargs="+", help="history.csv of each run (.../<mixture>/seed<N>/history.csv)")
+    k.add_argument("--out", required=True, help="output PNG")
+    k.set_defaults(func=_curves)

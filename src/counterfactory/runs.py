@@ -1,0 +1,164 @@
+"""Fine-tuning runs over seeds (COCO-Counterfactuals §5, appendix B.3) as files.
+
+* :func:`write_mixtures`: one manifest per mixture (``training/mixtures/<name>.parquet``) plus a summary
+  with |D_train|, |D_train^CF| and % CFs;
+* :func:`run_one`: train ``clip_train`` on one mixture with one (seed, data_seed), keep the best
+  checkpoint, evaluate Flickr30k-1K-style retrieval and zero-shot classification, write tidy rows
+  ``experiment, mixture, seed, data_seed, metric, value`` and the training curve;
+* :func:`collect`: concatenate the per-run rows into the runs table the statistics read.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from . import mixtures as mx
+from .errors import ConfigError, input_error
+from .io import write_csv, write_json, write_parquet
+
+log = logging.getLogger(__name__)
+
+RUN_COLUMNS = ["experiment", "mixture", "seed", "data_seed", "metric", "value"]
+
+
+def seed_pairs(section: dict) -> list[tuple[int, int]]:
+    """(seed, data_seed) of every run: B.3.2 uses seeds 107..131 with data seeds 108..132."""
+    s = section["seeds"]
+    return [(s["first"] + i, s["first"] + i + s["data_seed_offset"]) for i in range(s["count"])]
+
+
+def write_mixtures(cfg: dict, pairs_path: str | Path, captions_path: str | Path, out_dir: str | Path) -> pd.DataFrame:
+    section = cfg["training"]
+    pairs = pd.read_parquet(pairs_path)
+    for col in ("id", "caption_0", "caption_1", "image_0", "image_1"):
+        if col not in pairs.columns:
+            raise input_error(pairs_path, None, f"missing column {col!r}", "use the image stage's selected_pairs.parquet")
+    if pairs.empty:
+        raise input_error(pairs_path, None, "no selected counterfactual pairs",
+                          "the image stage accepted nothing; check its filter thresholds")
+    captions = pd.read_parquet(captions_path)
+    image_dir = Path(cfg["data"]["coco_root"]) / cfg["data"]["split"]
+    real = mx.real_table(captions, image_dir)
+    frames = {spec.name: mx.build_mixture(pairs, real, spec, section["random_state"], section["val_fraction"])
+              for spec in mx.mixture_specs(section)}
+    out_dir = Path(out_dir)
+    for name, frame in frames.items():
+        write_parquet(out_dir / f"{name}.parquet", frame)
+    summary = mx.summary(frames)
+    write_csv(out_dir / "summary.csv", summary)
+    return summary
+
+
+def _adapter(cfg: dict, role: str = "clip_train"):
+    from .models import registry
+    from .training import ContrastiveAdapter
+
+    return ContrastiveAdapter(registry.load(cfg, role), registry.model_spec(cfg, role).library)
+
+
+def _settings(section: dict, seed: int, data_seed: int):
+    from .training import TrainSettings
+
+    return TrainSettings(lr=section["lr"], weight_decay=section["weight_decay"], batch_size=section["batch_size"],
+                         epochs=section["epochs"], eval_every=section["eval_every"], recipe=section["recipe"],
+                         cvld_lambda=section["cvld_lambda"], seed=seed, data_seed=data_seed,
+                         max_steps=section.get("max_steps"))
+
+
+def evaluate_retrieval(cfg: dict, role: str, spec: dict, progress: bool = False) -> dict[str, float]:
+    """Image-text retrieval Recall@K on a Karpathy-format split (Flickr30k 1K test in the paper)."""
+    from .data.karpathy import load_karpathy
+    from .metrics import recall_at_k
+    from .scorers import scorer_from_config
+
+    table = load_karpathy(spec["karpathy_json"], split=spec["split"])
+    images = list(dict.fromkeys(table["filename"]))
+    index = {name: i for i, name in enumerate(images)}
+    scorer = scorer_from_config(cfg, role, head="itc", progress=progress)
+    root = Path(spec["image_root"])
+    img = scorer.encode_images([str(root / name) for name in images])
+    txt = scorer.encode_texts(table["caption"].tolist())
+    recall = recall_at_k(img @ txt.T, np.array([index[f] for f in table["filename"]]), ks=tuple(spec["ks"]))
+    out = {f"{spec['name']}/{k}": v for k, v in recall.items()}
+    out[f"{spec['name']}/mean"] = float(np.mean(list(recall.values())))
+    return out
+
+
+def run_one(cfg: dict, manifest: str | Path, mixture: str, seed: int, data_seed: int, out_dir: str | Path,
+            progress: bool = True) -> pd.DataFrame:
+    from .evaluation import run_classification
+    from .training import read_manifest, train
+
+    section = cfg["training"]
+    out_dir = Path(out_dir)
+    frame = read_manifest(manifest)
+    train_frame = frame[frame["split"] == "train"]
+    val_frame = frame[frame["split"] == "val"]
+    if len(val_frame) < 2:
+        val_frame = train_frame  # tiny demo mixtures: validate on the training split (logged)
+        log.warning("%s: fewer than 2 validation rows; validating on the training split", manifest)
+    adapter = _adapter(cfg)
+    history = []
+    result = train(adapter, train_frame, val_frame, _settings(section, seed, data_seed), image_root=".",
+                   out_dir=out_dir / "checkpoint", on_step=history.append)
+    write_csv(out_dir / "history.csv", pd.DataFrame(history))
+    # evaluate the best checkpoint through the ordinary loaders (role clip_train -> the checkpoint)
+    eval_cfg = copy.deepcopy(cfg)
+    eval_cfg["models"]["clip_train"] = {**eval_cfg["models"]["clip_train"], "source": str(out_dir / "checkpoint")}
+    metrics = {"val_loss": result.best_val_loss}
+    ev = section["eval"]
+    if ev.get("retrieval"):
+        metrics.update(evaluate_retrieval(eval_cfg, "clip_train", ev["retrieval"], progress))
+    for dataset in ev.get("classification") or []:
+        res = run_classification(eval_cfg, "clip_train", dataset, progress=progress)
+        metrics[f"{dataset}/top1"] = res["top1"]
+    rows = pd.DataFrame([{"experiment": section["experiment"], "mixture": mixture, "seed": seed,
+                          "data_seed": data_seed, "metric": k, "value": float(v)} for k, v in metrics.items()],
+                        columns=RUN_COLUMNS)
+    write_json(out_dir / "run.json", {"best_step": result.best_step, "best_val_loss": result.best_val_loss,
+                                       "steps": len(history)})
+    write_csv(out_dir / "metrics.csv", rows)
+    return rows
+
+
+def collect(paths: list[str | Path], out: str | Path) -> pd.DataFrame:
+    frames = []
+    for p in paths:
+        if not Path(p).exists():
+            raise input_error(p, None, "run metrics missing", "rerun that training job")
+        frames.append(pd.read_csv(p))
+    if not frames:
+        raise ConfigError("no runs to collect. Fix: training.seeds.count must be at least 1")
+    table = pd.concat(frames, ignore_index=True)[RUN_COLUMNS]
+    write_csv(out, table)
+    return table
+
+
+def plot_curves(histories: list[str | Path], out: str | Path) -> Path:
+    """Training loss (lines) and validation loss (dots) of every run, one panel per mixture."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from .io import save_figure
+
+    runs = {}
+    for path in histories:
+        path = Path(path)
+        runs.setdefault(path.parent.parent.name, []).append((path.parent.name, pd.read_csv(path)))
+    fig, axes = plt.subplots(1, len(runs), figsize=(4 * len(runs), 3.2), sharey=True, squeeze=False)
+    for ax, (mixture, items) in zip(axes[0], sorted(runs.items())):
+        for seed, h in items:
+            line, = ax.plot(h["step"], h["train_loss"], lw=1, label=seed)
+            val = h.dropna(subset=["val_loss"])
+            ax.plot(val["step"], val["val_loss"], "o", ms=3, color=line.get_color())
+        ax.set_title(mixture)
+        ax.set_xlabel("step")
+    axes[0][0].set_ylabel("contrastive loss (lines: train, dots: validation)")
+    return save_figure(out, fig)
