@@ -2,6 +2,8 @@
 # One job per model role (per model and dataset for classification), then one job per table/plot.
 # Settings: `evaluation:` in the config; models: roles under `models:`.
 
+from counterfactory.data.classification import dataset_input_files
+
 EVAL = config.get("evaluation", {})
 EVAL_DIR = f"{RESULTS}/evaluation"
 EVAL_PAIRS = f"{RESULTS}/images/selected_pairs.parquet"
@@ -13,11 +15,6 @@ CLS_DATASETS = EVAL.get("classification", {}).get("datasets", {})
 _SHORTLIST_ROLE = (EVAL.get("itr", {}).get("shortlist") or {}).get("role")
 ITR_SHORTLIST = [_SHORTLIST_ROLE] if _SHORTLIST_ROLE else []
 EVAL_GPU = 0 if config.get("device") == "cpu" else 1
-
-
-def _cls_dataset_inputs(wildcards):
-    spec = CLS_DATASETS[wildcards.dataset]
-    return [p for p in (spec.get("root"), spec.get("class_index"), spec.get("class_names")) if p]
 
 
 rule eval_itr:
@@ -37,8 +34,12 @@ rule eval_itr:
     resources:
         mem_mb=16000,
         gpu=EVAL_GPU,
+    params:
+        config=CONFIG_ARGS,
+    conda:
+        CONDA_ENV
     shell:
-        "counterfactory evaluate itr {CONFIG_ARGS} --role {wildcards.role} --pairs {input.pairs}"
+        "counterfactory evaluate itr {params.config} --role {wildcards.role} --pairs {input.pairs}"
         " --captions {input.captions} --out {output} > {log} 2>&1"
 
 
@@ -53,6 +54,8 @@ rule eval_itr_table:
                   category="Evaluation", subcategory="Zero-shot image-text retrieval"),
     log:
         f"{RESULTS}/logs/evaluation/itr_table.log",
+    conda:
+        CONDA_ENV
     shell:
         "counterfactory evaluate itr-table --inputs {input} --out-csv {output.csv} --out-md {output.md} > {log} 2>&1"
 
@@ -74,8 +77,12 @@ rule eval_itm:
     resources:
         mem_mb=8000,
         gpu=EVAL_GPU,
+    params:
+        config=CONFIG_ARGS,
+    conda:
+        CONDA_ENV
     shell:
-        "counterfactory evaluate itm {CONFIG_ARGS} --role {wildcards.role} --pairs {input.pairs}"
+        "counterfactory evaluate itm {params.config} --role {wildcards.role} --pairs {input.pairs}"
         " --captions {input.captions} --out {output} > {log} 2>&1"
 
 
@@ -94,6 +101,8 @@ rule eval_itm_summary:
         bins=EVAL.get("itm", {}).get("bins", 40),
     log:
         f"{RESULTS}/logs/evaluation/itm_summary.log",
+    conda:
+        CONDA_ENV
     shell:
         "counterfactory evaluate itm-summary --inputs {input} --bins {params.bins} --out-csv {output.csv}"
         " --out-md {output.md} --out-png {output.png} > {log} 2>&1"
@@ -102,7 +111,7 @@ rule eval_itm_summary:
 rule eval_classify:
     """Zero-shot top-1/top-5 accuracy of one model on one classification dataset."""
     input:
-        data=_cls_dataset_inputs,
+        data=lambda wildcards: dataset_input_files(CLS_DATASETS[wildcards.dataset], wildcards.dataset),
         models=lambda wildcards: wf.tiny_model_inputs(config, wildcards.role),
     wildcard_constraints:
         role=r"[A-Za-z0-9_]+",
@@ -116,8 +125,12 @@ rule eval_classify:
     resources:
         mem_mb=8000,
         gpu=EVAL_GPU,
+    params:
+        config=CONFIG_ARGS,
+    conda:
+        CONDA_ENV
     shell:
-        "counterfactory evaluate classify {CONFIG_ARGS} --role {wildcards.role} --dataset {wildcards.dataset}"
+        "counterfactory evaluate classify {params.config} --role {wildcards.role} --dataset {wildcards.dataset}"
         " --out {output} > {log} 2>&1"
 
 
@@ -136,6 +149,8 @@ rule eval_classify_table:
         order=",".join(CLS_DATASETS),
     log:
         f"{RESULTS}/logs/evaluation/classification_table.log",
+    conda:
+        CONDA_ENV
     shell:
         "counterfactory evaluate classify-table --inputs {input} --dataset-order {params.order}"
         " --out-csv {output.csv} --out-md {output.md} --out-png {output.png} > {log} 2>&1"

@@ -99,7 +99,7 @@ def test_set_scores_take_the_worst_member():
 
 @pytest.fixture(scope="module")
 def scorer(tmp_path_factory):
-    from counterfactory.models import registry, tiny
+    from counterfactory.models import tiny
 
     path = tiny.build("clip_filter", tmp_path_factory.mktemp("tiny_clip"))
     cfg = {"device": "cpu", "precision": "fp32", "models": {"clip_filter": {"source": str(path)}}}

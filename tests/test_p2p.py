@@ -132,6 +132,51 @@ def test_controller_row_plan():
         AttentionController("bogus")
 
 
+def _explicit_attention(attn, x, ctx):
+    """softmax(QK^T * scale) per head, and V, computed by hand for one diffusers Attention layer."""
+    q, k, v = attn.to_q(x), attn.to_k(ctx), attn.to_v(ctx)
+    split = lambda t: t.view(t.shape[0], -1, attn.heads, t.shape[-1] // attn.heads).transpose(1, 2)  # noqa: E731
+    q, k, v = split(q), split(k), split(v)
+    return torch.softmax(q @ k.transpose(-1, -2) * attn.scale, dim=-1), v
+
+
+def _finish(attn, out):
+    out = out.transpose(1, 2).reshape(out.shape[0], -1, out.shape[1] * out.shape[-1])
+    return attn.to_out[1](attn.to_out[0](out))
+
+
+@torch.no_grad()
+def test_processor_copies_attention_maps_exactly():
+    """The processor's edited rows equal (copied base probabilities) @ (own values), computed by hand;
+    for word swap the base cross-attention is carried through the token alignment first."""
+    from diffusers.models.attention_processor import Attention
+
+    from counterfactory.generation.p2p import P2PAttnProcessor
+
+    torch.manual_seed(0)
+    self_attn = Attention(query_dim=16, heads=2, dim_head=8)
+    cross_attn = Attention(query_dim=16, cross_attention_dim=12, heads=2, dim_head=8)
+    x = torch.randn(8, 10, 16)            # B=2 candidates x G=2 members x 2 CFG halves, 10 pixels
+    ctx = torch.randn(8, 6, 12)           # 6 text tokens
+    m = torch.from_numpy(token_alignment([1, 2, 3, 9, 9, 9], [1, 2, 4, 5, 3, 9]))
+    ctrl = AttentionController("hertz_cross", self_fraction=1.0)
+    ctrl.configure(2, 2, p=[1.0, 0.0], maps=torch.stack([torch.eye(6), m]))
+    ctrl.set_step(0, 10)
+    for attn in (self_attn, cross_attn):
+        attn.set_processor(P2PAttnProcessor(ctrl))
+    # self-attention: every edited row (1, 3, 5, 7) uses its base row's map (0, 2, 4, 6)
+    probs, v = _explicit_attention(self_attn, x, x)
+    src = torch.tensor([0, 0, 2, 2, 4, 4, 6, 6])
+    torch.testing.assert_close(self_attn(x), _finish(self_attn, probs[src] @ v), rtol=1e-5, atol=1e-5)
+    # cross-attention: only candidate 0 (p = 1) in the conditional half (row 5 from row 4) is edited
+    probs, v = _explicit_attention(cross_attn, x, ctx)
+    expected = probs @ v
+    expected[5] = apply_alignment(probs[4], m) @ v[5]
+    torch.testing.assert_close(cross_attn(x, encoder_hidden_states=ctx), _finish(cross_attn, expected),
+                               rtol=1e-5, atol=1e-5)
+    assert ctrl.calls["self_edited"] == 1 and ctrl.calls["cross_edited"] == 1
+
+
 # ----------------------------------------------------------------------------- engine properties
 
 def test_identical_prompts_give_identical_images(engine):

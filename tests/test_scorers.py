@@ -144,7 +144,7 @@ def test_probability_scores_and_vilt_has_no_itc_head(loaded, images, caplog):
         wrap_model(loaded["itm_vilt"], name="vilt", itm_score="softmax", progress=False)
 
 
-def test_errors(loaded, images, tmp_path):
+def test_errors(loaded, images, tmp_path, model_dir):
     s = wrap_model(loaded["itm_vilt"], name="vilt", max_exhaustive_pairs=10, progress=False)
     assert isinstance(s, ItmScorer)
     with pytest.raises(ValueError, match="aligned"):
@@ -159,6 +159,8 @@ def test_errors(loaded, images, tmp_path):
                intermediate_size=8).save_pretrained(tmp_path / "bert")
     with pytest.raises(ModelLoadError, match="no image-text matching adapter"):
         loaders_eval.load_itm_transformers(ModelSpec("itm", str(tmp_path / "bert"), "transformers"), {})
+    with pytest.raises(ModelLoadError, match="library: open_clip"):
+        loaders_eval.load_itm_transformers(ModelSpec("x", str(model_dir / "clip_open_clip"), "transformers"), {})
 
 
 def test_scorer_from_config_uses_registry_and_device(model_dir):

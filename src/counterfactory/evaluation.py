@@ -49,7 +49,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -721,7 +720,3 @@ def read_jsons(paths: Sequence[str | os.PathLike]) -> list[dict]:
         except json.JSONDecodeError as exc:
             raise input_error(p, None, f"not valid JSON ({exc})", "rerun the classification step") from exc
     return out
-
-
-def finite_or_none(x: float):
-    return None if x is None or (isinstance(x, float) and math.isnan(x)) else x

@@ -178,7 +178,9 @@ class DualEncoderScorer(Scorer):
 
     def score_embeddings(self, image_emb: np.ndarray, text_emb: np.ndarray) -> np.ndarray:
         """(n_images, n_texts) scores from embeddings made by :meth:`encode_images` / :meth:`encode_texts`."""
-        return (self.logit_scale * (image_emb @ text_emb.T)).astype(np.float32)
+        sim = np.asarray(image_emb, dtype=np.float32) @ np.asarray(text_emb, dtype=np.float32).T
+        sim *= np.float32(self.logit_scale)  # in place: the matrix can be large (n_images x n_texts)
+        return sim
 
     def score_matrix(self, images, texts) -> np.ndarray:
         return self.score_embeddings(self.encode_images(images), self.encode_texts(texts))

@@ -360,3 +360,18 @@ def load_dataset(name: str, spec: dict[str, Any]) -> ClassificationDataset:
     if spec.get("class_names"):
         ds.classes = read_class_names(spec["class_names"], len(ds.classes))
     return ds
+
+
+def dataset_input_files(spec: dict[str, Any], name: str = "") -> list[str]:
+    """The configured files of a dataset (``root``, ``class_index``, ``class_names``) that exist, for
+    Snakemake inputs. Datasets are user-provided, like MS-COCO: missing ones are reported on stderr and
+    left out, so the DAG still builds and the evaluation job fails with the expected layout."""
+    import sys
+
+    paths = [str(spec[k]) for k in ("root", "class_index", "class_names") if spec.get(k)]
+    missing = [p for p in paths if not os.path.exists(p)]
+    if missing:
+        print(f"CounterFactory: classification dataset {name}: {', '.join(missing)} not found; its evaluation "
+              f"job will fail until the dataset is in place (layouts: counterfactory.data.classification).",
+              file=sys.stderr)
+    return [p for p in paths if p not in missing]

@@ -245,11 +245,15 @@ class P2PEngine:
         )
 
     @torch.no_grad()
-    def decode(self, latents: torch.Tensor) -> np.ndarray:
-        """Latents -> uint8 (n, H, W, 3), rounding like diffusers' ``numpy_to_pil``."""
-        x = self.vae.decode(latents / self.vae.config.scaling_factor).sample
-        x = (x.float() / 2 + 0.5).clamp(0, 1).permute(0, 2, 3, 1).cpu().numpy()
-        return (x * 255).round().astype(np.uint8)
+    def decode(self, latents: torch.Tensor, chunk: int = 8) -> np.ndarray:
+        """Latents -> uint8 (n, H, W, 3), rounding like diffusers' ``numpy_to_pil``; ``chunk`` latents
+        per VAE call bound the decoder's memory at 512x512."""
+        out = []
+        for s in range(0, latents.shape[0], chunk):
+            x = self.vae.decode(latents[s:s + chunk] / self.vae.config.scaling_factor).sample
+            x = (x.float() / 2 + 0.5).clamp(0, 1).permute(0, 2, 3, 1).cpu().numpy()
+            out.append((x * 255).round().astype(np.uint8))
+        return np.concatenate(out)
 
 
 def _place(module, device: torch.device, dtype: torch.dtype):
@@ -544,7 +548,11 @@ def run_shard(cfg: dict, pairs_path: str | os.PathLike, shard: int | str, out_di
     log.info("shard %05d: captions with source_index in [%d, %d): %d pairs, %d rejected as bad input",
              shard_idx, lo, hi, len(rows), len(rejected))
 
-    bar = tqdm(todo, desc=f"images shard {shard_idx:05d}", unit="caption", disable=not progress, mininterval=1.0)
+    import sys
+
+    # in a log file (Snakemake's per-shard log) update at most every 10 s instead of every second
+    bar = tqdm(todo, desc=f"images shard {shard_idx:05d}", unit="caption", disable=not progress,
+               mininterval=1.0 if sys.stderr.isatty() else 10.0)
     for k, r in enumerate(bar):
         cid = r["caption_id"]
         cdir = work / cid

@@ -118,6 +118,7 @@ class AttentionController:
         self.self_src: torch.Tensor | None = None     # (R,) long, or None when nothing is copied
         self.cross_map_index: torch.Tensor | None = None  # (R,) long, -1 = untouched
         self.cross_src: torch.Tensor | None = None
+        self._on_device: dict = {}
 
     def configure(self, n_candidates: int, group_size: int, p: Sequence[float],
                   maps: torch.Tensor | None = None) -> None:
@@ -137,6 +138,7 @@ class AttentionController:
         self.p = torch.as_tensor(np.asarray(p, dtype=np.float64))
         self.maps = maps
         self.self_src = self.cross_src = self.cross_map_index = None
+        self._on_device = {}
 
     @property
     def rows(self) -> int:
@@ -160,6 +162,7 @@ class AttentionController:
         elif self.mode == "hertz_cross":
             cross_on = frac < self.p
             self_on = torch.full((b,), frac < self.self_fraction, dtype=torch.bool)
+        self._on_device = {}
         copy_self = self_on[cand] & (member > 0)
         self.self_src = torch.where(copy_self, base_rows, rows) if bool(copy_self.any()) else None
         copy_cross = cross_on[cand] & (member > 0) & (half == 1)
@@ -170,6 +173,13 @@ class AttentionController:
             self.cross_src = self.cross_map_index = None
 
     # ------------------------------------------------------------------ editing
+    def _dev(self, name: str, device: torch.device) -> torch.Tensor:
+        """This step's index tensor ``name`` on ``device`` (copied once per step, not once per layer)."""
+        key = (name, str(device))
+        if key not in self._on_device:
+            self._on_device[key] = getattr(self, name).to(device)
+        return self._on_device[key]
+
     def edit_qkv(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, is_cross: bool):
         """Return (query, key, value), each (rows, heads, tokens, dim), with the control applied."""
         self.calls["cross" if is_cross else "self"] += 1
@@ -185,12 +195,12 @@ class AttentionController:
             if self.self_src is None:
                 return query, key, value
             self.calls["self_edited"] += 1
-            src = self.self_src.to(dev)
+            src = self._dev("self_src", dev)
             return query.index_select(0, src), key.index_select(0, src), value
         if self.cross_src is None:
             return query, key, value
         self.calls["cross_edited"] += 1
-        src = self.cross_src.to(dev)
+        src = self._dev("cross_src", dev)
         active = torch.nonzero(self.cross_map_index >= 0).flatten()
         maps = self.maps[self.cross_map_index[active]].to(device=dev, dtype=value.dtype)   # (n, Ls, Ld)
         active = active.to(dev)

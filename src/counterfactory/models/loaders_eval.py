@@ -45,6 +45,11 @@ def load_itm_transformers(spec: ModelSpec, kw: dict):
     import transformers
     from transformers import AutoConfig, AutoProcessor
 
+    if spec.is_local and (spec.local_path / "open_clip_config.json").exists():
+        raise ModelLoadError(
+            f"role '{spec.role}': {spec.local_path} is an open_clip model folder. "
+            f"Fix: set models.{spec.role}.library: open_clip"
+        )
     config = AutoConfig.from_pretrained(_src(spec), **_hf_kwargs(spec))
     model_type = getattr(config, "model_type", None)
     if model_type not in ITM_CLASSES:

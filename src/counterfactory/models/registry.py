@@ -38,6 +38,11 @@ DEFAULT_LIBRARY = {
     "editor": "diffusers",
     "llm": "transformers",
     "captioner": "transformers",
+    "itm_bridgetower": "transformers",
+    "itm_flava": "transformers",
+    "itm_vilt": "transformers",
+    "itm_blip": "transformers",
+    "clip_open_clip": "open_clip",
 }
 
 
@@ -277,3 +282,7 @@ def _load_sd(spec: ModelSpec, kw: dict):
     return StableDiffusionPipeline.from_pretrained(
         _src(spec), safety_checker=None, requires_safety_checker=False, **_hf_kwargs(spec)
     )
+
+
+# loaders of the evaluation roles (ITM families, open_clip) register themselves on import
+from . import loaders_eval  # noqa: E402,F401

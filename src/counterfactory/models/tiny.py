@@ -173,19 +173,12 @@ def clip_tokenizer(max_length: int = 77):
     return tok
 
 
-def _vision_builders() -> dict[str, Callable[[Path, int], None]]:
-    try:
-        from . import tiny_vision
-    except ImportError:  # pragma: no cover - vision roles arrive with the image stage
-        return {}
-    return dict(tiny_vision.BUILDERS)
-
-
 def builders() -> dict[str, Callable[[Path, int], None]]:
-    """Every role that has a tiny builder."""
-    out = {"mlm": build_mlm, "lm": build_lm, "sentence": build_sentence}
-    out.update(_vision_builders())
-    return out
+    """Every role that has a tiny builder (text roles here, image and evaluation roles beside)."""
+    from . import tiny_eval, tiny_vision
+
+    return {"mlm": build_mlm, "lm": build_lm, "sentence": build_sentence, **tiny_vision.BUILDERS,
+            **tiny_eval.BUILDERS}
 
 
 def build(role: str, out_dir: str | Path, seed: int = 0, force: bool = False) -> Path:

@@ -27,7 +27,9 @@ word can be tokenised), then the words of :func:`counterfactory.models.tiny.capt
 MS-COCO category names and the demo classification class names. The byte-level BPE of BridgeTower is
 trained with ``tokenizers`` on the same caption corpus (as the tiny ``mlm`` role does).
 
-Every image processor resizes to :data:`TINY_IMAGE_SIZE` (32 px), the models' own image size.
+Every image processor resizes to :data:`TINY_IMAGE_SIZE` (32 px), the models' own image size. The
+transformers are 32 wide with 2 layers, except BridgeTower (64 wide: its vision tower has width // 64
+heads, and its contrastive forward adds vision and cross-modal states, so all widths must match).
 Scores made with these models carry no meaning; they show that the evaluation pipeline runs.
 """
 

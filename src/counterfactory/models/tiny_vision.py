@@ -6,11 +6,13 @@ libraries' own ``save_pretrained`` (safetensors), so the normal loaders in
 
 * ``sd``: a :class:`~diffusers.StableDiffusionPipeline` folder (the class of SD v1.5, B.1.2) with a
   tiny ``UNet2DConditionModel`` (2 resolution levels, cross-attention in every block), a tiny
-  ``AutoencoderKL`` (latents 1/2 of the image side), a tiny ``CLIPTextModel`` over the exact CLIP
-  tokenizer (49,408 tokens, 77 positions) and the ``EulerAncestralDiscreteScheduler`` with SD v1.5's
-  noise schedule; no safety checker, no feature extractor.
-* ``clip_filter`` / ``clip_eval``: a tiny ``CLIPModel`` (32x32 images) plus a ``CLIPProcessor`` whose
-  image processor resizes/crops to the model's own image size.
+  ``AutoencoderKL`` with SD's 4 levels (latents 1/8 of the image side: 64x64 images -> 8x8 latents),
+  a tiny ``CLIPTextModel`` over the exact CLIP tokenizer (49,408 tokens, 77 positions) and the
+  ``EulerAncestralDiscreteScheduler`` with SD v1.5's noise schedule; no safety checker, no feature
+  extractor.
+* ``clip_filter`` / ``clip_eval``: a tiny ``CLIPModel`` (32x32 input, so the filter resizes the 64x64
+  demo images as the real filter resizes 512x512 to 224x224) plus a ``CLIPProcessor`` whose image
+  processor resizes/crops to the model's own image size.
 
 Images and scores made with these models show that the pipeline runs; they carry no meaning.
 """
@@ -19,8 +21,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-#: image side the tiny vision models are built for (the demo config uses the same size)
-TINY_IMAGE_SIZE = 32
+#: image side the tiny SD is built for (the demo config uses the same size)
+TINY_IMAGE_SIZE = 64
+#: input side of the tiny CLIP models
+TINY_CLIP_IMAGE_SIZE = 32
 #: width of the tiny text encoders (also the UNet's cross-attention width)
 TINY_TEXT_WIDTH = 32
 
@@ -46,7 +50,7 @@ def build_sd(out: Path, seed: int = 0) -> None:
 
     torch.manual_seed(seed)
     unet = UNet2DConditionModel(
-        sample_size=TINY_IMAGE_SIZE // 2, in_channels=4, out_channels=4,
+        sample_size=TINY_IMAGE_SIZE // 8, in_channels=4, out_channels=4,
         down_block_types=("CrossAttnDownBlock2D", "CrossAttnDownBlock2D"),
         up_block_types=("CrossAttnUpBlock2D", "CrossAttnUpBlock2D"),
         block_out_channels=(32, 64), layers_per_block=1, cross_attention_dim=TINY_TEXT_WIDTH,
@@ -54,10 +58,9 @@ def build_sd(out: Path, seed: int = 0) -> None:
     )
     torch.manual_seed(seed + 1)
     vae = AutoencoderKL(
-        in_channels=3, out_channels=3, latent_channels=4, block_out_channels=(32, 64),
-        down_block_types=("DownEncoderBlock2D", "DownEncoderBlock2D"),
-        up_block_types=("UpDecoderBlock2D", "UpDecoderBlock2D"), layers_per_block=1,
-        norm_num_groups=32, sample_size=TINY_IMAGE_SIZE,
+        in_channels=3, out_channels=3, latent_channels=4, block_out_channels=(8, 16, 32, 32),
+        down_block_types=("DownEncoderBlock2D",) * 4, up_block_types=("UpDecoderBlock2D",) * 4,
+        layers_per_block=1, norm_num_groups=8, sample_size=TINY_IMAGE_SIZE,
     )
     torch.manual_seed(seed + 2)
     text_encoder = CLIPTextModel(CLIPTextConfig(**_text_config_kwargs()))
@@ -83,14 +86,14 @@ def build_clip(out: Path, seed: int = 0) -> None:
     torch.manual_seed(seed)
     config = CLIPConfig(
         text_config=_text_config_kwargs(),
-        vision_config=dict(image_size=TINY_IMAGE_SIZE, patch_size=4, hidden_size=32, intermediate_size=64,
+        vision_config=dict(image_size=TINY_CLIP_IMAGE_SIZE, patch_size=4, hidden_size=32, intermediate_size=64,
                            num_hidden_layers=2, num_attention_heads=4),
         projection_dim=32,
     )
     model = CLIPModel(config)
     image_processor = CLIPImageProcessor(
-        size={"shortest_edge": TINY_IMAGE_SIZE},
-        crop_size={"height": TINY_IMAGE_SIZE, "width": TINY_IMAGE_SIZE},
+        size={"shortest_edge": TINY_CLIP_IMAGE_SIZE},
+        crop_size={"height": TINY_CLIP_IMAGE_SIZE, "width": TINY_CLIP_IMAGE_SIZE},
     )
     processor = CLIPProcessor(image_processor=image_processor, tokenizer=clip_tokenizer())
     model.save_pretrained(out, safe_serialization=True)
