@@ -17,7 +17,8 @@ rule images_shard:
         summary=f"{IMAGES_DIR}/shards/{{shard}}/summary.json",
         images=directory(f"{IMAGES_DIR}/shards/{{shard}}/images"),
     params:
-        out_dir=lambda wildcards: f"{IMAGES_DIR}/shards/{wildcards.shard}",
+        config=CONFIG_ARGS,
+        out_dir=lambda wildcards, output: Path(output.selected).parent,
     wildcard_constraints:
         shard=r"\d+",
     threads: 2
@@ -28,8 +29,10 @@ rule images_shard:
         f"{RESULTS}/logs/images/{{shard}}.log",
     benchmark:
         f"{RESULTS}/benchmarks/images/{{shard}}.tsv"
+    conda:
+        CONDA_ENV
     shell:
-        "counterfactory images generate {CONFIG_ARGS} --pairs {input.pairs} --shard {wildcards.shard}"
+        "counterfactory images generate {params.config} --pairs {input.pairs} --shard {wildcards.shard}"
         " --out-dir {params.out_dir} --threads {threads} > {log} 2>&1"
 
 
@@ -44,11 +47,14 @@ rule images_merge:
         scores=f"{IMAGES_DIR}/candidate_scores.parquet",
         summary=f"{IMAGES_DIR}/summary.json",
     params:
-        shard_dirs=expand(f"{IMAGES_DIR}/shards/{{shard}}", shard=IMAGES_SHARDS),
+        shard_dirs=lambda wildcards, input: sorted({str(Path(f).parent) for f in input}),
+        out_dir=lambda wildcards, output: Path(output.selected).parent,
     log:
         f"{RESULTS}/logs/images/merge.log",
+    conda:
+        CONDA_ENV
     shell:
-        "counterfactory images merge --shard-dirs {params.shard_dirs} --out-dir {IMAGES_DIR} > {log} 2>&1"
+        "counterfactory images merge --shard-dirs {params.shard_dirs} --out-dir {params.out_dir} > {log} 2>&1"
 
 
 IMAGES_TARGETS = rules.images_merge.output

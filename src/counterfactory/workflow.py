@@ -43,17 +43,17 @@ def shard_ids(n_items: int, shard_size: int) -> list[str]:
 
 def resolved_config_file(cfg: dict, folder: str | Path = ".snakemake/counterfactory") -> Path:
     """Write the configuration exactly as Snakemake resolved it (config files in Snakemake's order,
-    ``--config key=value`` overrides, schema defaults) to a content-addressed YAML file, so every CLI
-    stage sees the same values. Re-parsing with the same config reuses the same file."""
-    import hashlib
-
+    ``--config key=value`` overrides, schema defaults) to ``<folder>/<run_name>.yaml`` so every CLI
+    stage sees the same values. The path is stable per run, so editing the config does not by itself
+    rerun every job (rules that depend on a value declare it in ``params``); the file is rewritten
+    atomically only when its content changes."""
     import yaml
 
     from .io import write_text
 
     text = yaml.safe_dump(dict(cfg), sort_keys=True)
-    path = Path(folder) / f"config-{hashlib.sha256(text.encode()).hexdigest()[:12]}.yaml"
-    if not path.exists():
+    path = Path(folder) / f"{cfg['run_name']}.yaml"
+    if not path.exists() or path.read_text(encoding="utf-8") != text:
         write_text(path, text)
     return path
 
