@@ -116,6 +116,7 @@ def test_paper_config_dry_run_against_fake_coco_root(repo, tmp_path):
     # one caption job per shard of 40 captions (165 captions -> 5 jobs), never one per caption
     assert out.count("rule caption_shard:") == 5
     assert "rule caption_merge:" in out
+    assert out.count("rule train_run:") == 25 * 4  # B.3.2: 25 seeds x 4 mixtures
 
 
 def test_rulegraph_renders(repo, tmp_path):
