@@ -33,6 +33,7 @@ include: "rules/captions.smk"
 include: "rules/images.smk"
 include: "rules/evaluate.smk"
 include: "rules/training.smk"
+include: "rules/report.smk"
 
 
 rule all:
@@ -42,4 +43,5 @@ rule all:
         IMAGES_TARGETS,
         EVAL_TARGETS,
         TRAINING_TARGETS,
+        REPORT_TARGETS,
         f"{RESULTS}/provenance.json",

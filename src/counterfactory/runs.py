@@ -41,6 +41,10 @@ def write_mixtures(cfg: dict, pairs_path: str | Path, captions_path: str | Path,
     if pairs.empty:
         raise input_error(pairs_path, None, "no selected counterfactual pairs",
                           "the image stage accepted nothing; check its filter thresholds")
+    # image paths in the pairs index are relative to its folder; manifests hold paths usable from the cwd
+    base = Path(pairs_path).parent
+    pairs = pairs.assign(**{c: [str(base / p) if not Path(p).is_absolute() else p for p in pairs[c]]
+                            for c in ("image_0", "image_1")})
     captions = pd.read_parquet(captions_path)
     image_dir = Path(cfg["data"]["coco_root"]) / cfg["data"]["split"]
     real = mx.real_table(captions, image_dir)

@@ -1,0 +1,33 @@
+"""``counterfactory report``: figures and tables for the Snakemake report."""
+
+from __future__ import annotations
+
+
+def _pairs(args) -> int:
+    from ..plots import pair_grid
+
+    pair_grid(args.pairs, args.out, n=args.n)
+    return 0
+
+
+def _captions(args) -> int:
+    from ..plots import caption_examples
+
+    caption_examples(args.captions, args.out, n=args.n)
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser("report", help="figures and tables for the Snakemake report", description=__doc__)
+    s = p.add_subparsers(dest="report_command", metavar="<figure>")
+    s.required = True
+    g = s.add_parser("pair-grid", help="grid of original vs counterfactual images with captions and CLIP scores")
+    g.add_argument("--pairs", required=True, help="selected_pairs.parquet")
+    g.add_argument("--out", required=True, help="output PNG")
+    g.add_argument("--n", type=int, default=8, help="number of pairs")
+    g.set_defaults(func=_pairs)
+    c = s.add_parser("caption-examples", help="CSV of original vs counterfactual captions with scores")
+    c.add_argument("--captions", required=True, help="counterfactual_captions.parquet")
+    c.add_argument("--out", required=True, help="output CSV")
+    c.add_argument("--n", type=int, default=20)
+    c.set_defaults(func=_captions)

@@ -1,0 +1,59 @@
+"""Figures for the report: counterfactual image pairs with their captions and CLIP scores."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pandas as pd
+
+from .errors import input_error
+from .io import save_figure
+
+
+def pair_grid(pairs_path: str | Path, out: str | Path, n: int = 8, wrap: int = 38) -> Path:
+    """Original vs counterfactual image of the first ``n`` selected pairs, captions (changed word marked)
+    and CLIP scores (image-caption sims, image-image sim, directional sim) underneath."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from PIL import Image
+
+    pairs_path = Path(pairs_path)
+    pairs = pd.read_parquet(pairs_path)
+    if pairs.empty:
+        raise input_error(pairs_path, None, "no selected pairs to show", "check the image stage's filter thresholds")
+    rows = pairs.head(n)
+    fig, axes = plt.subplots(len(rows), 2, figsize=(6.4, 3.1 * len(rows)), squeeze=False)
+    for ax_row, (_, r) in zip(axes, rows.iterrows()):
+        for k, ax in enumerate(ax_row):
+            path = Path(r[f"image_{k}"])
+            with Image.open(path if path.is_absolute() else pairs_path.parent / path) as im:
+                ax.imshow(im.convert("RGB"))
+            ax.set_xticks([])
+            ax.set_yticks([])
+            caption = r[f"caption_{k}"]
+            word = r.get("original_word" if k == 0 else "new_word")
+            if isinstance(word, str):
+                caption = caption.replace(word, word.upper(), 1)
+            score = r.get(f"sim_{k}")
+            ax.set_title("\n".join(textwrap.wrap(caption, wrap)), fontsize=8)
+            if score is not None:
+                extra = f"CLIP(img, cap) {score:.3f}"
+                if k == 1 and "sim_direction" in r:
+                    extra += f"\nCLIP_dir {r['sim_direction']:.3f}, img-img {r['sim_image']:.3f}"
+                ax.set_xlabel(extra, fontsize=7)
+        ax_row[0].set_ylabel(str(r["id"]), fontsize=8)
+    fig.suptitle("COCO-Counterfactuals pairs: original (left) vs counterfactual (right)", fontsize=9)
+    fig.tight_layout()
+    return save_figure(out, fig)
+
+
+def caption_examples(captions_path: str | Path, out: str | Path, n: int = 20) -> Path:
+    """A table (CSV) of original vs counterfactual captions with similarity and perplexity."""
+    from .io import write_csv
+
+    frame = pd.read_parquet(captions_path)
+    cols = ["caption_id", "original", "counterfactual", "original_word", "new_word", "similarity", "perplexity"]
+    return write_csv(out, frame[cols].head(n).round({"similarity": 3, "perplexity": 1}))
