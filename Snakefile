@@ -33,6 +33,7 @@ include: "rules/captions.smk"
 include: "rules/images.smk"
 include: "rules/evaluate.smk"
 include: "rules/training.smk"
+include: "rules/analysis.smk"
 include: "rules/report.smk"
 
 
@@ -43,5 +44,6 @@ rule all:
         IMAGES_TARGETS,
         EVAL_TARGETS,
         TRAINING_TARGETS,
+        ANALYSIS_TARGETS,
         REPORT_TARGETS,
         f"{RESULTS}/provenance.json",

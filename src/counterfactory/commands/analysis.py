@@ -1,0 +1,34 @@
+"""``counterfactory analysis``: the label-frequency analysis of COCO-Counterfactuals appendix A.2."""
+
+from __future__ import annotations
+
+
+def _label_frequency(args) -> int:
+    from ..analysis import correlate_or_explain, label_frequency_table
+    from ..config import load_config
+    from ..io import write_csv, write_json
+
+    cfg = load_config(args.config)
+    table = label_frequency_table(cfg, args.captions, args.runs, args.pretrained, args.pretrained_role)
+    write_csv(args.out, table)
+    result = correlate_or_explain(table, "label_frequency", "delta", source=args.out)
+    write_json(args.correlation, result)
+    print(table.to_string(index=False))
+    print(f"pearson r = {result['pearson_r']}, p = {result['pearson_p']} (n = {result['n']})")
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser("analysis", help="analyses across stages (COCO-CF appendix A.2 label frequency)",
+                       description=__doc__)
+    s = p.add_subparsers(dest="analysis_command", metavar="<analysis>")
+    s.required = True
+    lf = s.add_parser("label-frequency", help="Table 6: label frequency vs accuracy change, and their correlation")
+    lf.add_argument("--config", action="append", required=True, help="config YAML (repeat to merge)")
+    lf.add_argument("--captions", required=True, help="counterfactual_captions.parquet (the altered subjects)")
+    lf.add_argument("--runs", required=True, help="runs table CSV")
+    lf.add_argument("--pretrained", required=True, help="classification.csv of the zero-shot evaluation")
+    lf.add_argument("--pretrained-role", default="clip_eval", help="row of the pre-trained model")
+    lf.add_argument("--out", required=True, help="table CSV: dataset, label_frequency, mixture, delta")
+    lf.add_argument("--correlation", required=True, help="JSON with Pearson / Spearman and n")
+    lf.set_defaults(func=_label_frequency)
