@@ -27,6 +27,7 @@ N_CAPTIONS = wf.caption_count(config)
 
 
 include: "rules/common.smk"
+include: "rules/resources.smk"
 include: "rules/setup.smk"
 include: "rules/data.smk"
 include: "rules/captions.smk"

@@ -17,8 +17,13 @@ rule caption_shard:
         f"{RESULTS}/logs/captions/{{shard}}.log",
     benchmark:
         f"{RESULTS}/benchmarks/captions/{{shard}}.tsv"
+    threads: accel_threads("mlm", "lm", "sentence")
     resources:
-        mem_mb=6000,
+        mem_mb=model_mem(8000, "mlm", "lm", "sentence", per_item=2, items=CAPTION_SHARD_ITEMS),
+        runtime=minutes(10, 0.05 * CPU_SLOWDOWN, CAPTION_SHARD_ITEMS),
+        gpu=GPU,
+        hpu=HPU,
+    retries: RETRIES
     params:
         config=CONFIG_ARGS,
     conda:

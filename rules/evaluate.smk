@@ -31,9 +31,13 @@ rule eval_itr:
         f"{RESULTS}/logs/evaluation/itr_{{role}}.log",
     benchmark:
         f"{RESULTS}/benchmarks/evaluation/itr_{{role}}.tsv"
+    threads: accel_threads(*ITR_ROLES)
     resources:
-        mem_mb=16000,
-        gpu=EVAL_GPU,
+        mem_mb=model_mem(16000, *ITR_ROLES),
+        runtime=minutes(30, 0.004 * CPU_SLOWDOWN, N_CAPTIONS),
+        gpu=GPU,
+        hpu=HPU,
+    retries: RETRIES
     params:
         config=CONFIG_ARGS,
     conda:
@@ -74,9 +78,13 @@ rule eval_itm:
         f"{RESULTS}/logs/evaluation/itm_{{role}}.log",
     benchmark:
         f"{RESULTS}/benchmarks/evaluation/itm_{{role}}.tsv"
+    threads: accel_threads(*ITM_ROLES)
     resources:
-        mem_mb=8000,
-        gpu=EVAL_GPU,
+        mem_mb=model_mem(12000, *ITM_ROLES),
+        runtime=minutes(30, 0.004 * CPU_SLOWDOWN, N_CAPTIONS),
+        gpu=GPU,
+        hpu=HPU,
+    retries: RETRIES
     params:
         config=CONFIG_ARGS,
     conda:
@@ -122,9 +130,13 @@ rule eval_classify:
         f"{RESULTS}/logs/evaluation/classify_{{role}}_{{dataset}}.log",
     benchmark:
         f"{RESULTS}/benchmarks/evaluation/classify_{{role}}_{{dataset}}.tsv"
+    threads: accel_threads(*CLS_ROLES)
     resources:
-        mem_mb=8000,
-        gpu=EVAL_GPU,
+        mem_mb=model_mem(8000, *CLS_ROLES),
+        runtime=minutes(20, 2 * CPU_SLOWDOWN, 1),
+        gpu=GPU,
+        hpu=HPU,
+    retries: RETRIES
     params:
         config=CONFIG_ARGS,
     conda:

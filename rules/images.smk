@@ -21,10 +21,13 @@ rule images_shard:
         out_dir=lambda wildcards, output: Path(output.selected).parent,
     wildcard_constraints:
         shard=r"\d+",
-    threads: 2
+    threads: accel_threads("sd", "clip_filter")
     resources:
-        mem_mb=8000,
-        gpu=0 if config.get("device") == "cpu" else 1,
+        mem_mb=model_mem(16000, "sd", "clip_filter", tiny_mb=3000),
+        runtime=minutes(15 + IMAGES_MINUTES),
+        gpu=GPU,
+        hpu=HPU,
+    retries: RETRIES
     log:
         f"{RESULTS}/logs/images/{{shard}}.log",
     benchmark:

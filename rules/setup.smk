@@ -9,8 +9,11 @@ rule tiny_model:
         directory(f"{TINY_DIR}/{{role}}"),
     log:
         f"{TINY_DIR}/logs/{{role}}.log",
+    group:
+        "setup"
     resources:
-        mem_mb=2000,
+        mem_mb=scaled(2000),
+        runtime=minutes(15),
     params:
         config=CONFIG_ARGS,
         out_dir=lambda wildcards, output: Path(output[0]).parent,

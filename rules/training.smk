@@ -40,10 +40,13 @@ rule train_run:
         out_dir=lambda wildcards, output: Path(output.metrics).parent,
     wildcard_constraints:
         seed=r"\d+",
-    threads: 2
+    threads: accel_threads("clip_train")
     resources:
-        mem_mb=8000,
-        gpu=0 if config.get("device") == "cpu" else 1,
+        mem_mb=model_mem(16000, "clip_train", tiny_mb=3000),
+        runtime=minutes(80 + TRAIN_MINUTES),
+        gpu=GPU,
+        hpu=HPU,
+    retries: RETRIES
     log:
         f"{RESULTS}/logs/training/{{mixture}}_seed{{seed}}.log",
     benchmark:

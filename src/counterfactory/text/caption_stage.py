@@ -21,7 +21,7 @@ import pandas as pd
 from .. import provenance
 from ..device import from_config as device_from_config
 from ..errors import input_error
-from ..io import write_json, write_parquet
+from ..io import write_json, write_parquet, write_text
 from ..models import registry
 from . import captions as cap
 
@@ -48,7 +48,7 @@ def read_shard(path: str | Path, shard: int, shard_size: int) -> pd.DataFrame:
     for col in ("caption_id", "image_id", "caption"):
         if col not in table.columns:
             raise input_error(path, None, f"missing column {col!r}", "regenerate it with `counterfactory data captions`")
-    if shard < 0 or shard * shard_size >= max(len(table), 1) and not (shard == 0 and len(table) == 0):
+    if shard < 0 or (shard > 0 and shard * shard_size >= len(table)):
         raise input_error(path, f"shard {shard}", f"out of range for {len(table)} captions at shard size {shard_size}",
                           "use a shard index below ceil(n_captions / shard_size)")
     part = table.iloc[shard * shard_size : (shard + 1) * shard_size].copy()
@@ -115,7 +115,5 @@ def merge(shards: list[str | Path], out_parquet: str | Path, out_jsonl: str | Pa
         RELEASE_KEYS[0]: merged["caption_id"], RELEASE_KEYS[1]: merged["original"],
         RELEASE_KEYS[2]: merged["counterfactual"],
     })
-    from ..io import write_text
-
     write_text(out_jsonl, release.to_json(orient="records", lines=True, force_ascii=False) if len(release) else "")
     return merged

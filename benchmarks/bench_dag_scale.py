@@ -1,0 +1,120 @@
+"""Dry-run the paper-scale COCO-Counterfactuals DAG and report its size, build time and peak memory.
+
+A fake COCO root with the shape of MS-COCO val2017 (25,014 captions over 5,000 images; empty image
+files) is written to a temporary folder; ``config/config.yaml`` runs against it unchanged otherwise:
+100 candidates per caption, 4 mixtures x 25 seeds, every evaluation job. The run is
+``snakemake -n all`` (no job runs), the way a user checks a paper-scale run before submitting it.
+
+    python benchmarks/bench_dag_scale.py                     # paper scale
+    python benchmarks/bench_dag_scale.py --captions 2500 --images 500
+    python benchmarks/bench_dag_scale.py --profile slurm     # the same through a cluster profile
+
+Prints the jobs per rule, the total job count, the wall time of the dry run (parse + DAG) and the
+peak resident memory of the Snakemake process. Goal on the 2-core development machine: <= 30 s and
+<= 1 GB (Snakemake costs about 1 ms and 14 KB per job, so the shard sizes keep the job count near
+10^4 or below). Exit status 1 when a goal is missed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+GOAL_SECONDS = 30.0
+GOAL_MB = 1024.0
+
+
+def fake_coco_root(root: Path, n_captions: int, n_images: int) -> Path:
+    """COCO 2017 layout: annotations/captions_val2017.json, instances_val2017.json, val2017/*.jpg."""
+    (root / "annotations").mkdir(parents=True)
+    (root / "val2017").mkdir()
+    images, anns = [], []
+    for i in range(1, n_images + 1):
+        name = f"{i:012d}.jpg"
+        images.append({"id": i, "file_name": name, "width": 640, "height": 480, "license": 1,
+                       "coco_url": "", "flickr_url": "", "date_captured": ""})
+        (root / "val2017" / name).write_bytes(b"")
+    for k in range(n_captions):  # round-robin: every image gets 5, the first few a sixth (like val2017)
+        image_id = k % n_images + 1
+        anns.append({"id": k + 1, "image_id": image_id, "caption": f"A dog number {k} sits on a wooden table."})
+    doc = {"info": {}, "licenses": [], "images": images, "annotations": anns}
+    (root / "annotations" / "captions_val2017.json").write_text(json.dumps(doc))
+    (root / "annotations" / "instances_val2017.json").write_text(json.dumps(
+        {**doc, "annotations": [], "categories": [{"id": 18, "name": "dog", "supercategory": "animal"}]}))
+    return root
+
+
+def dry_run(workdir: Path, override: Path, profile: str | None) -> tuple[float, float, str]:
+    snakemake = str(Path(sys.executable).with_name("snakemake"))
+    cmd = [snakemake, "-n", "all", "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir),
+           "--quiet", "rules"]
+    cmd += ["--profile", profile] if profile else ["--cores", "2"]
+    cmd += ["--configfile", str(REPO / "config" / "config.yaml"), str(override)]
+    env = dict(os.environ, HF_HUB_OFFLINE="1", PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
+    seconds = time.perf_counter() - start
+    peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024  # kB on Linux
+    if proc.returncode != 0:
+        sys.exit(f"snakemake -n failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    return seconds, peak_mb, proc.stdout + proc.stderr
+
+
+def job_counts(output: str) -> dict[str, int]:
+    """Jobs per rule from Snakemake's 'Job stats' table (job / count lines, 'total' last)."""
+    counts = {}
+    for line in output.splitlines():
+        m = re.match(r"^\s*([A-Za-z_][\w]*)\s+(\d+)\s*$", line)
+        if m:
+            counts[m.group(1)] = int(m.group(2))
+    return counts
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--captions", type=int, default=25014, help="captions in the fake COCO root (val2017: 25,014)")
+    ap.add_argument("--images", type=int, default=5000, help="images in the fake COCO root (val2017: 5,000)")
+    ap.add_argument("--profile", default=None, help="dry-run through this Snakemake profile (e.g. slurm)")
+    ap.add_argument("--json", default=None, help="also write the numbers to this JSON file")
+    args = ap.parse_args(argv)
+
+    with tempfile.TemporaryDirectory(prefix="cf-dag-scale-") as tmp:
+        tmp = Path(tmp)
+        t0 = time.perf_counter()
+        root = fake_coco_root(tmp / "coco", args.captions, args.images)
+        setup_s = time.perf_counter() - t0
+        override = tmp / "scale.yaml"
+        override.write_text(yaml.safe_dump({"data": {"coco_root": str(root)}}))
+        seconds, peak_mb, out = dry_run(tmp / "work", override, args.profile)
+
+    counts = job_counts(out)
+    total = counts.pop("total", sum(counts.values()))
+    cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    print(f"fake COCO root: {args.captions:,} captions over {args.images:,} images (written in {setup_s:.1f} s)")
+    print(f"config: captions.shard_size={cfg['captions']['shard_size']}, images.shard_size={cfg['images']['shard_size']},"
+          f" candidates_per_pair={cfg['images']['candidates_per_pair']},"
+          f" {len(cfg['training']['mixtures'])} mixtures x {cfg['training']['seeds']['count']} seeds")
+    for rule, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
+        print(f"  {rule:<28}{n:>7,}")
+    print(f"jobs: {total:,}")
+    print(f"dry run (parse + DAG): {seconds:.1f} s   (goal <= {GOAL_SECONDS:.0f} s)")
+    print(f"peak memory: {peak_mb:.0f} MB   (goal <= {GOAL_MB:.0f} MB)")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"jobs": total, "per_rule": counts, "seconds": seconds,
+                                               "peak_mb": peak_mb}, indent=2))
+    return 0 if seconds <= GOAL_SECONDS and peak_mb <= GOAL_MB else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,91 @@
+# Resources of every job. Rules declare only PORTABLE requests (threads, mem_mb, runtime in minutes, the
+# accelerator count: gpu = CUDA GPUs, hpu = Intel Gaudi cards). Site settings (partition, account,
+# GRES names, constraints) live in the cluster profiles (profiles/slurm, profiles/gaudi; README
+# "Running on a cluster"). Memory and runtime grow with the shard size and with the retry attempt, so
+# a job killed for memory or time asks for more on its next attempt.
+#
+# Estimates (paper scale, one A100-class GPU; CPU runs are slower by CPU_SLOWDOWN) come from the demo
+# benchmarks (results/<run>/benchmarks/) and the work per job: caption candidates, UNet evaluations,
+# training steps. Demo runs (every model role of a rule is a tiny stand-in) ask for little memory.
+import math
+
+_DEVICE = config.get("device", "auto")
+# accelerator that model jobs ask for -- none on `device: cpu`, Gaudi cards on `device: hpu`, CUDA GPUs
+# otherwise (`auto` asks for a GPU; on a machine without one it still runs on the CPU)
+GPU = 0 if _DEVICE in ("cpu", "hpu") else 1
+HPU = 1 if _DEVICE == "hpu" else 0
+CPU_SLOWDOWN = 1 if GPU or HPU else 20
+# attempts after the first: node failures, preemption, and memory/time limits (more on each retry)
+RETRIES = 2
+MAX_RUNTIME = 7 * 24 * 60  # minutes; lower site limits: shrink the shard sizes (runtime is linear in them)
+
+
+def tiny_roles(*roles):
+    """True when every role is a tiny stand-in built by the `tiny_model` rule (the offline demo)."""
+    return len(wf.tiny_model_inputs(config, *roles)) == len(roles)
+
+
+def scaled(base, per_item=0.0, items=0, cap=None):
+    """Resource callable: ``(base + per_item * items) * attempt``, rounded up and capped."""
+
+    def value(wildcards, attempt):
+        amount = math.ceil((base + per_item * items) * attempt)
+        return min(amount, cap) if cap else amount
+
+    return value
+
+
+def model_mem(full_mb, *roles, tiny_mb=2500, per_item=0.0, items=0):
+    """mem_mb callable for a job that loads ``roles``: small for tiny stand-ins, ``full_mb`` otherwise."""
+    return scaled(tiny_mb if tiny_roles(*roles) else full_mb, per_item, items)
+
+
+def minutes(base, per_item=0.0, items=0):
+    """runtime callable (minutes), capped at MAX_RUNTIME."""
+    return scaled(base, per_item, items, cap=MAX_RUNTIME)
+
+
+def accel_threads(*roles):
+    """CPU threads next to an accelerator (data loading, tokenising); 2 for tiny demo models."""
+    return 2 if tiny_roles(*roles) else 4
+
+
+# --- work per job ------------------------------------------------------------------------------
+_CAP = config["captions"]
+_IMG = config["images"]
+_TRAIN = config["training"]
+CAPTION_SHARD_ITEMS = min(_CAP["shard_size"], max(N_CAPTIONS, 1))
+IMAGES_SHARD_ITEMS = min(_IMG["shard_size"], max(N_CAPTIONS, 1))
+# UNet rows x steps of one image shard: candidates x 2 prompts x 2 (classifier-free guidance), in
+# units of a 512 x 512 image; ~0.01 s each on an A100-class GPU in batches of 8 candidates
+UNET_ROW_STEPS = (IMAGES_SHARD_ITEMS * _IMG["candidates_per_pair"] * 4 * _IMG["steps"]
+                  * _IMG["height"] * _IMG["width"] / 512**2)
+IMAGES_MINUTES = 1.5 * UNET_ROW_STEPS * 0.01 * CPU_SLOWDOWN / 60
+# optimiser steps of one training run: a mixture holds at most every caption plus its counterfactual
+_TRAIN_STEPS = _TRAIN["epochs"] * math.ceil(2 * max(N_CAPTIONS, 1) * (1 - _TRAIN["val_fraction"])
+                                            / _TRAIN["batch_size"])
+TRAIN_STEPS = min(_TRAIN_STEPS, _TRAIN.get("max_steps") or _TRAIN_STEPS)
+TRAIN_MINUTES = 1.5 * TRAIN_STEPS * 0.5 * CPU_SLOWDOWN / 60  # ~0.5 s per step (batch 128, ViT-B/32)
+
+
+# Cheap bookkeeping runs in the Snakemake process itself (on a cluster: the login node), never
+# through the scheduler: checks, tables, merges, plots, provenance, downloads/set-up that need network.
+localrules:
+    coco_check,
+    caption_table,
+    caption_merge,
+    images_merge,
+    eval_itr_table,
+    eval_itm_summary,
+    eval_classify_table,
+    train_mixtures,
+    runs_table,
+    train_stats,
+    train_tables,
+    train_curves,
+    report_pair_grid,
+    report_caption_examples,
+    tiny_models,
+    nltk_data,
+    provenance,
+    label_frequency,
