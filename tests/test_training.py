@@ -105,3 +105,20 @@ def test_bad_manifest_names_file_and_fix(tmp_path):
     pd.DataFrame({"image_path": ["a.png"], "caption": ["x"]}).to_csv(path, index=False)
     with pytest.raises(InputError, match="m.csv.*missing columns"):
         training.read_manifest(path)
+
+
+def test_open_clip_checkpoint_reloads_through_the_registry(dataset, tmp_path):
+    """An open_clip model trains with the same loop and its best checkpoint loads back as `local-dir:`."""
+    from counterfactory.models import tiny
+
+    tiny.build("clip_open_clip", tmp_path)
+    root, frame = dataset
+    cfg = {"models": {"clip_train": {"source": str(tmp_path / "clip_open_clip"), "library": "open_clip"}}}
+    spec = registry.model_spec(cfg, "clip_train")
+    a = training.ContrastiveAdapter(registry.load(cfg, "clip_train"), "open_clip", spec.local_path)
+    s = training.TrainSettings(lr=1e-4, batch_size=4, epochs=1, eval_every=2, seed=1, data_seed=2, max_steps=2)
+    training.train(a, frame, frame, s, image_root=root, out_dir=tmp_path / "ckpt")
+    again = {"models": {"clip_train": {"source": str(tmp_path / "ckpt"), "library": "open_clip"}}}
+    model = registry.load(again, "clip_train")[0]
+    for (n, p), q in zip(a.model.state_dict().items(), model.state_dict().values()):
+        assert torch.equal(p, q), n

@@ -62,7 +62,8 @@ def _adapter(cfg: dict, role: str = "clip_train"):
     from .models import registry
     from .training import ContrastiveAdapter
 
-    return ContrastiveAdapter(registry.load(cfg, role), registry.model_spec(cfg, role).library)
+    spec = registry.model_spec(cfg, role)
+    return ContrastiveAdapter(registry.load(cfg, role), spec.library, spec.local_path if spec.is_local else None)
 
 
 def _settings(section: dict, seed: int, data_seed: int):

@@ -98,8 +98,9 @@ def counterfactual_partners(frame: pd.DataFrame, rows: Sequence[int]) -> list[in
 class ContrastiveAdapter:
     """A uniform face over HF ``CLIPModel`` (+ processor) and open_clip (model, preprocess, tokenizer)."""
 
-    def __init__(self, loaded, library: str):
+    def __init__(self, loaded, library: str, source_dir: str | Path | None = None):
         self.library = library
+        self.source_dir = Path(source_dir) if source_dir else None  # open_clip: where open_clip_config.json is
         if library == "open_clip":
             self.model, self.preprocess, self.tokenizer = loaded
         else:
@@ -134,6 +135,9 @@ class ContrastiveAdapter:
 
             save_file({k: v.contiguous() for k, v in self.model.state_dict().items()},
                       str(out_dir / "open_clip_model.safetensors"))
+            config = self.source_dir / "open_clip_config.json" if self.source_dir else None
+            if config is not None and config.exists():  # makes the checkpoint loadable as `local-dir:`
+                (out_dir / config.name).write_bytes(config.read_bytes())
         else:
             self.model.save_pretrained(out_dir, safe_serialization=True)
             self.processor.save_pretrained(out_dir)
