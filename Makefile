@@ -30,6 +30,7 @@ $(STAMP): requirements.lock pyproject.toml
 
 demo: $(STAMP)
 	$(BIN)/snakemake all --profile profiles/local --cores $(CORES) --configfile config/demo.yaml
+	$(BIN)/snakemake all --report results/demo/report.html --configfile config/demo.yaml
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
@@ -45,3 +46,10 @@ bench: $(STAMP)
 
 clean-demo:
 	rm -rf results/demo resources/models/tiny resources/nltk_data
+
+# Cluster profiles (README "Running on a cluster"): link profiles/slurm and profiles/gaudi into
+# $XDG_CONFIG_HOME/snakemake (~/.config/snakemake), where `snakemake --profile slurm all` looks them
+# up, then check them (and, where sinfo answers, the cluster). FORCE=1 replaces existing profiles.
+.PHONY: profiles
+profiles: $(STAMP)
+	$(BIN)/counterfactory cluster install-profiles $(if $(FORCE),--force)

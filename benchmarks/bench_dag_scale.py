@@ -8,6 +8,7 @@ files) is written to a temporary folder; ``config/config.yaml`` runs against it 
     python benchmarks/bench_dag_scale.py                     # paper scale
     python benchmarks/bench_dag_scale.py --captions 2500 --images 500
     python benchmarks/bench_dag_scale.py --profile slurm     # the same through a cluster profile
+    python benchmarks/bench_dag_scale.py --set images.shard_size=5   # smaller shards, more jobs
 
 Prints the jobs per rule, the total job count, the wall time of the dry run (parse + DAG) and the
 peak resident memory of the Snakemake process. Goal on the 2-core development machine: <= 30 s and
@@ -86,8 +87,18 @@ def main(argv=None) -> int:
     ap.add_argument("--captions", type=int, default=25014, help="captions in the fake COCO root (val2017: 25,014)")
     ap.add_argument("--images", type=int, default=5000, help="images in the fake COCO root (val2017: 5,000)")
     ap.add_argument("--profile", default=None, help="dry-run through this Snakemake profile (e.g. slurm)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="config override, dotted key, e.g. images.shard_size=5 (repeatable)")
     ap.add_argument("--json", default=None, help="also write the numbers to this JSON file")
     args = ap.parse_args(argv)
+    overrides: dict = {}
+    for item in args.set:
+        key, _, value = item.partition("=")
+        *parents, leaf = key.split(".")
+        node = overrides
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = yaml.safe_load(value)
 
     with tempfile.TemporaryDirectory(prefix="cf-dag-scale-") as tmp:
         tmp = Path(tmp)
@@ -95,12 +106,16 @@ def main(argv=None) -> int:
         root = fake_coco_root(tmp / "coco", args.captions, args.images)
         setup_s = time.perf_counter() - t0
         override = tmp / "scale.yaml"
-        override.write_text(yaml.safe_dump({"data": {"coco_root": str(root)}}))
+        overrides.setdefault("data", {})["coco_root"] = str(root)
+        override.write_text(yaml.safe_dump(overrides))
         seconds, peak_mb, out = dry_run(tmp / "work", override, args.profile)
 
     counts = job_counts(out)
     total = counts.pop("total", sum(counts.values()))
     cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    for section, values in overrides.items():
+        if isinstance(values, dict) and isinstance(cfg.get(section), dict):
+            cfg[section].update(values)
     print(f"fake COCO root: {args.captions:,} captions over {args.images:,} images (written in {setup_s:.1f} s)")
     print(f"config: captions.shard_size={cfg['captions']['shard_size']}, images.shard_size={cfg['images']['shard_size']},"
           f" candidates_per_pair={cfg['images']['candidates_per_pair']},"

@@ -23,7 +23,6 @@ rule caption_shard:
         runtime=minutes(10, 0.05 * CPU_SLOWDOWN, CAPTION_SHARD_ITEMS),
         gpu=GPU,
         hpu=HPU,
-    retries: RETRIES
     params:
         config=CONFIG_ARGS,
     conda:

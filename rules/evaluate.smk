@@ -14,7 +14,6 @@ CLS_ROLES = list(EVAL.get("classification", {}).get("models", []))
 CLS_DATASETS = EVAL.get("classification", {}).get("datasets", {})
 _SHORTLIST_ROLE = (EVAL.get("itr", {}).get("shortlist") or {}).get("role")
 ITR_SHORTLIST = [_SHORTLIST_ROLE] if _SHORTLIST_ROLE else []
-EVAL_GPU = 0 if config.get("device") == "cpu" else 1
 
 
 rule eval_itr:
@@ -37,7 +36,6 @@ rule eval_itr:
         runtime=minutes(30, 0.004 * CPU_SLOWDOWN, N_CAPTIONS),
         gpu=GPU,
         hpu=HPU,
-    retries: RETRIES
     params:
         config=CONFIG_ARGS,
     conda:
@@ -84,7 +82,6 @@ rule eval_itm:
         runtime=minutes(30, 0.004 * CPU_SLOWDOWN, N_CAPTIONS),
         gpu=GPU,
         hpu=HPU,
-    retries: RETRIES
     params:
         config=CONFIG_ARGS,
     conda:
@@ -136,7 +133,6 @@ rule eval_classify:
         runtime=minutes(20, 2 * CPU_SLOWDOWN, 1),
         gpu=GPU,
         hpu=HPU,
-    retries: RETRIES
     params:
         config=CONFIG_ARGS,
     conda:

@@ -27,7 +27,6 @@ rule images_shard:
         runtime=minutes(15 + IMAGES_MINUTES),
         gpu=GPU,
         hpu=HPU,
-    retries: RETRIES
     log:
         f"{RESULTS}/logs/images/{{shard}}.log",
     benchmark:

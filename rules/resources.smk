@@ -15,8 +15,9 @@ _DEVICE = config.get("device", "auto")
 GPU = 0 if _DEVICE in ("cpu", "hpu") else 1
 HPU = 1 if _DEVICE == "hpu" else 0
 CPU_SLOWDOWN = 1 if GPU or HPU else 20
-# attempts after the first: node failures, preemption, and memory/time limits (more on each retry)
-RETRIES = 2
+# Retries are NOT declared per rule: the profiles set them (`retries:`, Snakemake's --retries). A rule's
+# own `retries:` would also apply inside the Slurm job, where the jobstep would rerun a failed job in
+# the same allocation (same memory, same time limit) before Snakemake resubmits it with more.
 MAX_RUNTIME = 7 * 24 * 60  # minutes; lower site limits: shrink the shard sizes (runtime is linear in them)
 
 

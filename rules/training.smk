@@ -46,7 +46,6 @@ rule train_run:
         runtime=minutes(80 + TRAIN_MINUTES),
         gpu=GPU,
         hpu=HPU,
-    retries: RETRIES
     log:
         f"{RESULTS}/logs/training/{{mixture}}_seed{{seed}}.log",
     benchmark:

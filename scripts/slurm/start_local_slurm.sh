@@ -16,6 +16,8 @@
 #      sets CUDA_VISIBLE_DEVICES without any GPU present;
 #      no accounting database (the Snakemake plugin must use `squeue` as status command, hence
 #      MinJobAge=600 >= 3 x its initial status-check delay);
+#      STATE_DIR/env.sh sets SLURM_CONF and puts an srun wrapper first in PATH (the Slurm jobstep
+#      plugin drops SLURM_* variables before calling srun inside a job);
 #   3. starts munged, slurmctld and slurmd WITHOUT systemd, on private ports and a private munge
 #      socket, so a system Slurm/munge (if any) is left alone; their PIDs go to STATE_DIR/pids/.
 # The stop script ends exactly those PIDs. Nothing outside STATE_DIR is written except the apt install.
@@ -41,9 +43,14 @@ if [ "$need_install" = 1 ]; then
     command -v apt-get >/dev/null || die "Slurm is not installed and apt-get is not available"
     log "installing slurmctld slurmd slurm-client munge (apt-get)"
     export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq
-    # policy-rc.d keeps the packages' own service start-up out of the way (no systemd here anyway)
-    apt-get install -y -qq --no-install-recommends slurmctld slurmd slurm-client munge >/dev/null
+    apt_log=$(mktemp)
+    # the packages try to start their services through systemd; without it that step just fails softly
+    if ! { apt-get update -qq && apt-get install -y -qq --no-install-recommends \
+            slurmctld slurmd slurm-client munge; } >"$apt_log" 2>&1; then
+        tail -n 30 "$apt_log" >&2
+        die "apt-get could not install Slurm (output above)"
+    fi
+    rm -f "$apt_log"
 fi
 export PATH="/usr/sbin:/sbin:$PATH"
 
@@ -60,7 +67,9 @@ mkdir -p "$STATE"/{munge,pids,log,spool/ctld,spool/d,dev}
 touch "$STATE/.counterfactory-local-slurm"
 chmod 700 "$STATE/munge"
 
+# at least 2 CPUs (model jobs ask for 2 threads); config_overrides lets slurmd accept more than it has
 cpus=$(nproc)
+[ "$cpus" -ge 2 ] || cpus=2
 mem_total_mb=$(awk '/MemTotal/ {print int($2 / 1024)}' /proc/meminfo)
 real_mem=$(( mem_total_mb * 8 / 10 ))
 host=$(hostname -s)
@@ -113,6 +122,7 @@ SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory
 GresTypes=gpu
 ReturnToService=2
+SlurmdParameters=config_overrides
 # squeue must still see finished jobs when the Snakemake plugin polls (>= 3 x initial delay)
 MinJobAge=600
 KillWait=5
@@ -126,9 +136,23 @@ EOF
 
 for f in "${gres_files[@]}"; do echo "NodeName=$NODE Name=gpu File=$f"; done > "$STATE/gres.conf"
 
+# Client commands find this cluster through SLURM_CONF. The Slurm jobstep plugin drops every SLURM_*
+# variable before it calls srun inside a job, so srun would look for /etc/slurm/slurm.conf (which we
+# leave alone): a small srun wrapper first in PATH puts SLURM_CONF back.
+mkdir -p "$STATE/bin"
+real_srun=$(command -v srun)
+cat > "$STATE/bin/srun" <<EOF
+#!/bin/sh
+# written by scripts/slurm/start_local_slurm.sh: srun against the local test cluster
+SLURM_CONF=$STATE/slurm.conf exec $real_srun "\$@"
+EOF
+chmod +x "$STATE/bin/srun"
 cat > "$STATE/env.sh" <<EOF
-# source me: clients (sbatch, squeue, sinfo, scontrol) talk to the local test cluster
+# source me: clients (sbatch, squeue, sinfo, scontrol, srun) talk to the local test cluster
 export SLURM_CONF=$STATE/slurm.conf
+export PATH=$STATE/bin:\$PATH
+# site settings of the profiles (README "Running on a cluster") for this cluster
+export CF_SLURM_PARTITION=cpu CF_SLURM_GPU_PARTITION=gpu CF_SLURM_STATUS_DELAY=5 CF_SLURM_MAX_THREADS=$cpus
 EOF
 export SLURM_CONF="$STATE/slurm.conf"
 

@@ -7,6 +7,7 @@ then CPU. ``hpu`` requires Gaudi's PyTorch bridge and says so when it is missing
 from __future__ import annotations
 
 import importlib.util
+import logging
 
 import torch
 
@@ -18,8 +19,11 @@ _DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 def _hpu_available() -> bool:
     if importlib.util.find_spec("habana_frameworks") is None:
         return False
-    import habana_frameworks.torch.core  # noqa: F401  (registers the hpu device)
-
+    try:
+        import habana_frameworks.torch.core  # noqa: F401  (registers the hpu device)
+    except Exception as exc:  # a broken Gaudi install must not crash `device: auto` on other machines
+        logging.getLogger(__name__).warning("habana_frameworks is installed but failed to import: %s", exc)
+        return False
     return bool(getattr(torch, "hpu", None) and torch.hpu.is_available())
 
 

@@ -62,8 +62,11 @@ def _adapter(cfg: dict, role: str = "clip_train"):
     from .models import registry
     from .training import ContrastiveAdapter
 
+    from .device import resolve_device
+
     spec = registry.model_spec(cfg, role)
-    return ContrastiveAdapter(registry.load(cfg, role), spec.library, spec.local_path if spec.is_local else None)
+    return ContrastiveAdapter(registry.load(cfg, role), spec.library, spec.local_path if spec.is_local else None,
+                              device=resolve_device(cfg.get("device", "auto")))
 
 
 def _settings(section: dict, seed: int, data_seed: int):

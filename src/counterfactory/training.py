@@ -98,26 +98,29 @@ def counterfactual_partners(frame: pd.DataFrame, rows: Sequence[int]) -> list[in
 class ContrastiveAdapter:
     """A uniform face over HF ``CLIPModel`` (+ processor) and open_clip (model, preprocess, tokenizer)."""
 
-    def __init__(self, loaded, library: str, source_dir: str | Path | None = None):
+    def __init__(self, loaded, library: str, source_dir: str | Path | None = None, device="cpu"):
         self.library = library
+        self.device = torch.device(device)
         self.source_dir = Path(source_dir) if source_dir else None  # open_clip: where open_clip_config.json is
         if library == "open_clip":
             self.model, self.preprocess, self.tokenizer = loaded
         else:
             self.model, self.processor = loaded
+        self.model.to(self.device)
 
     def parameters(self):
         return self.model.parameters()
 
     def pixels(self, images) -> torch.Tensor:
         if self.library == "open_clip":
-            return torch.stack([self.preprocess(im) for im in images])
-        return self.processor(images=list(images), return_tensors="pt")["pixel_values"]
+            return torch.stack([self.preprocess(im) for im in images]).to(self.device)
+        return self.processor(images=list(images), return_tensors="pt")["pixel_values"].to(self.device)
 
     def tokens(self, texts) -> dict:
         if self.library == "open_clip":
-            return {"text": self.tokenizer(list(texts))}
-        return dict(self.processor(text=list(texts), return_tensors="pt", padding="max_length", truncation=True))
+            return {"text": self.tokenizer(list(texts)).to(self.device)}
+        enc = self.processor(text=list(texts), return_tensors="pt", padding="max_length", truncation=True)
+        return {k: v.to(self.device) for k, v in enc.items()}
 
     def logits(self, pixels: torch.Tensor, tokens: dict) -> torch.Tensor:
         """Image x text logits (scaled cosine similarity)."""

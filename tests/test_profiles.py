@@ -1,0 +1,377 @@
+"""Cluster profiles (profiles/slurm, profiles/gaudi), their set-up and checks, and the per-rule resources
+(rules/resources.smk). No Slurm needed: the cluster is a fake `sinfo`; tests/test_slurm.py runs a real one."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from counterfactory import cluster
+from counterfactory.cluster import ClusterConfigError, Placement
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+
+
+def _env(tmp_path, **extra) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CF_SLURM", "SLURM_", "SNAKEMAKE_PROFILE"))}
+    env.update(PATH=f"{BIN}:{os.environ['PATH']}", XDG_CONFIG_HOME=str(tmp_path / "xdg"), HF_HUB_OFFLINE="1",
+               CF_SLURM_SKIP_CHECK="1", CF_CLUSTER_SITE_FILE=str(tmp_path / "site.yaml"))
+    env.update(extra)
+    return env
+
+
+def _demo_config(tmp_path, **top) -> Path:
+    cfg = yaml.safe_load((REPO / "config" / "demo.yaml").read_text())
+    cfg["data"]["coco_root"] = str(REPO / "resources" / "demo")
+    cfg["data"]["karpathy_json"] = str(REPO / "resources" / "demo" / "karpathy" / "dataset_coco.json")
+    cfg.update(top)
+    path = tmp_path / "demo-profile-test.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def _jobs(output: str) -> dict[str, dict]:
+    """rule -> {"local": bool, "resources": {...}} of the first job of each rule in a dry run."""
+    jobs, current = {}, None
+    for line in output.splitlines():
+        m = re.match(r"^\s*(local)?rule (\w+):", line)
+        if m:
+            current = m.group(2)
+            jobs.setdefault(current, {"local": bool(m.group(1)), "resources": None, "threads": 1})
+            continue
+        if current and line.strip().startswith("threads:"):
+            jobs[current]["threads"] = int(line.split(":", 1)[1])
+        if current and line.strip().startswith("resources:") and jobs[current]["resources"] is None:
+            pairs = [p.split("=", 1) for p in line.split(":", 1)[1].split(", ")]
+            jobs[current]["resources"] = {k.strip(): v.strip() for k, v in pairs}
+            current = None
+    return jobs
+
+
+# --------------------------------------------------------------------------- the profiles themselves
+
+@pytest.mark.parametrize("name", ["slurm", "gaudi"])
+def test_repo_profiles_pass_the_checker(name, monkeypatch, tmp_path):
+    monkeypatch.setenv(cluster.SITE_FILE_ENV, str(tmp_path / "none.yaml"))
+    for key in cluster.SITE_KEYS.values():
+        monkeypatch.delenv(key.env, raising=False)
+    report = cluster.check_profile(str(REPO / "profiles" / name), live=False)
+    assert report.ok, report.format()
+    assert not report.warnings, report.format()
+
+
+def test_accelerator_rules_match_the_rule_files():
+    rules = cluster.workflow_rules(REPO / "Snakefile")
+    assert "caption_shard" in rules and "all" in rules
+    declared = sorted(r for r, info in rules.items() if info["accelerator"])
+    assert declared == sorted(cluster.ACCELERATOR_RULES)
+    assert rules["tiny_model"]["group"] == "setup"
+
+
+def test_profiles_carry_no_site_values():
+    """Partitions, accounts, GRES and constraints come from the environment or the site file."""
+    for name in ("slurm", "gaudi"):
+        text = (REPO / "profiles" / name / "config.yaml").read_text()
+        body = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
+        assert not re.search(r"slurm_partition|slurm_account|constraint:|gres:|qos:", body), name
+
+
+def test_rules_declare_no_site_values():
+    for path in (REPO / "rules").glob("*.smk"):
+        text = path.read_text()
+        assert not re.search(r"slurm_partition|slurm_account|slurm_extra|constraint\s*=|gres\s*=|qos\s*=", text), path
+
+
+# --------------------------------------------------------------------------- set-up: the profile name
+
+def test_profile_name_needs_the_setup_step_then_works(tmp_path):
+    env = _env(tmp_path)
+    dry = [str(BIN / "snakemake"), "--profile", "slurm", "-n", "provenance", "--snakefile", str(REPO / "Snakefile"),
+           "--configfile", str(_demo_config(tmp_path))]
+    before = subprocess.run(dry, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    assert before.returncode != 0 and "no profile.yaml (or config.yaml) found" in before.stdout + before.stderr
+
+    setup = subprocess.run([str(BIN / "counterfactory"), "cluster", "install-profiles", "--no-check"],
+                           capture_output=True, text=True, env=env, cwd=REPO, timeout=120)
+    assert setup.returncode == 0, setup.stderr
+    link = tmp_path / "xdg" / "snakemake" / "slurm"
+    assert link.is_symlink() and link.resolve() == REPO / "profiles" / "slurm"
+
+    after = subprocess.run(dry, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    assert after.returncode == 0, after.stdout[-3000:] + after.stderr[-3000:]
+    assert "Using profile slurm" in after.stdout + after.stderr
+
+
+def test_install_profiles_is_idempotent_and_leaves_foreign_profiles_alone(tmp_path):
+    dest = tmp_path / "snakemake"
+    first = cluster.install_profiles(dest)
+    assert [p.name for p in first] == ["slurm", "gaudi"]
+    assert cluster.install_profiles(dest) == first  # same links again: fine
+    (dest / "slurm").unlink()
+    (dest / "slurm").mkdir()
+    (dest / "slurm" / "config.yaml").write_text("executor: slurm\n")
+    with pytest.raises(ClusterConfigError, match="already exists.*--force"):
+        cluster.install_profiles(dest)
+    assert (dest / "slurm" / "config.yaml").read_text() == "executor: slurm\n"
+    cluster.install_profiles(dest, force=True)
+    assert (dest / "slurm").resolve() == REPO / "profiles" / "slurm"
+
+
+# --------------------------------------------------------------------------- per-rule resources
+
+def test_resources_through_the_slurm_profile(tmp_path):
+    env = _env(tmp_path, CF_SLURM_PARTITION="cpu", CF_SLURM_GPU_PARTITION="gpu", CF_SLURM_GPU_CONSTRAINT="a100")
+    cfg = _demo_config(tmp_path, device="auto")
+    proc = subprocess.run([str(BIN / "snakemake"), "--profile", str(REPO / "profiles" / "slurm"), "-n", "all",
+                           "--snakefile", str(REPO / "Snakefile"), "--configfile", str(cfg)],
+                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    jobs = _jobs(proc.stdout + proc.stderr)
+    for rule in cluster.ACCELERATOR_RULES:
+        res = jobs[rule]["resources"]
+        assert not jobs[rule]["local"], rule
+        assert res["gpu"] == "1" and res["hpu"] == "0" and res["slurm_partition"] == "gpu", (rule, res)
+        assert res["constraint"] == "a100", (rule, res)
+        assert int(res["runtime"]) > 0 and int(res["mem_mb"]) >= 2500, (rule, res)
+    assert jobs["tiny_model"]["resources"]["slurm_partition"] == "cpu"
+    assert "Group job setup" in proc.stdout + proc.stderr  # tiny models bundled into one submission
+
+
+def _localrules() -> set[str]:
+    text = (REPO / "rules" / "resources.smk").read_text().split("\nlocalrules:")[1]
+    return set(re.findall(r"^\s+(\w+),", text, re.MULTILINE))
+
+
+def test_every_rule_is_local_or_sized():
+    """Bookkeeping runs locally; every job that goes to the scheduler declares memory and runtime."""
+    local = _localrules()
+    rules = cluster.workflow_rules(REPO / "Snakefile")
+    assert local <= set(rules)
+    assert {"caption_merge", "images_merge", "eval_itr_table", "runs_table", "train_stats", "provenance",
+            "coco_check", "caption_table", "report_pair_grid", "label_frequency"} <= local
+    assert not local & set(cluster.ACCELERATOR_RULES)
+    texts = "\n".join(p.read_text() for p in (REPO / "rules").glob("*.smk"))
+    for rule in sorted(set(rules) - local - {"all"}):
+        body = re.split(r"^rule \w+:", texts.split(f"rule {rule}:", 1)[1], flags=re.MULTILINE)[0]
+        assert re.search(r"^\s+mem_mb=", body, re.MULTILINE) and re.search(r"^\s+runtime=", body, re.MULTILINE), rule
+
+
+def test_resources_through_the_gaudi_profile(tmp_path):
+    env = _env(tmp_path, CF_SLURM_GPU_PARTITION="gaudi2")
+    proc = subprocess.run([str(BIN / "snakemake"), "--profile", str(REPO / "profiles" / "gaudi"), "-n", "all",
+                           "--snakefile", str(REPO / "Snakefile"), "--configfile", str(_demo_config(tmp_path))],
+                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    jobs = _jobs(proc.stdout + proc.stderr)
+    for rule in cluster.ACCELERATOR_RULES:
+        res = jobs[rule]["resources"]
+        assert res["hpu"] == "1" and res["gpu"] == "0", (rule, res)  # the profile sets device: hpu
+        assert res["gres"] == "gpu:1" and res["slurm_partition"] == "gaudi2", (rule, res)
+
+
+def _resource_helpers(device="auto", n_captions=25014, **overrides):
+    """rules/resources.smk's Python part, evaluated against the paper config."""
+    from counterfactory import workflow as wf
+
+    cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    cfg["device"] = device
+    for key, value in overrides.items():
+        cfg[key] = {**cfg[key], **value}
+    text = (REPO / "rules" / "resources.smk").read_text().split("\nlocalrules:")[0]
+    namespace = {"config": cfg, "wf": wf, "N_CAPTIONS": n_captions}
+    exec(compile(text, "rules/resources.smk", "exec"), namespace)
+    return namespace
+
+
+def test_resources_scale_with_attempt_and_shard_size():
+    h = _resource_helpers()
+    assert (h["GPU"], h["HPU"]) == (1, 0)
+    assert h["scaled"](2000)(None, 1) == 2000 and h["scaled"](2000)(None, 3) == 6000
+    assert h["minutes"](10**9)(None, 1) == h["MAX_RUNTIME"]
+    # paper images shard: 50 captions x 100 candidates x 100 steps at 512 x 512 -> hours, not minutes
+    images = h["minutes"](15 + h["IMAGES_MINUTES"])(None, 1)
+    assert 4 * 60 < images < 12 * 60
+    halved = _resource_helpers(images={"shard_size": 25})
+    assert halved["IMAGES_MINUTES"] == pytest.approx(h["IMAGES_MINUTES"] / 2)
+    assert h["model_mem"](16000, "sd", "clip_filter")(None, 2) == 32000  # hub models: full size
+    assert _resource_helpers(device="hpu")["HPU"] == 1 and _resource_helpers(device="hpu")["GPU"] == 0
+    cpu = _resource_helpers(device="cpu")
+    assert (cpu["GPU"], cpu["HPU"]) == (0, 0) and cpu["IMAGES_MINUTES"] == pytest.approx(20 * h["IMAGES_MINUTES"])
+
+
+# --------------------------------------------------------------------------- checker: bad input
+
+def _write_profile(tmp_path, text: str) -> Path:
+    folder = tmp_path / "bad"
+    folder.mkdir()
+    (folder / "config.yaml").write_text(text)
+    return folder
+
+
+def test_checker_reports_typos_and_refused_options(tmp_path):
+    folder = _write_profile(tmp_path, """\
+executor: slurm
+latency-wiat: 60
+slurm-status-command: squeue
+default-resources:
+  mem_gb: 4
+  slurm_extra: "'--gres=gpu:1 --exclusive'"
+set-resources:
+  caption_shrad:
+    runtime: 10
+  images_shard:
+    gres: "'gpu:HL-225:1'"
+group-components:
+  setpu: 4
+""")
+    report = cluster.check_profile(str(folder), live=False)
+    text = "\n".join(report.errors)
+    assert not report.ok
+    assert "unknown key 'latency-wiat' (did you mean 'latency-wait'?)" in text
+    assert "unknown resource 'mem_gb' (did you mean 'mem_mb'?)" in text
+    assert "slurm_extra sets the generic resources (GRES) itself" in text
+    assert "unknown rule 'caption_shrad' (did you mean 'caption_shard'?)" in text
+    assert "GRES \"'gpu:HL-225:1'\" is not name" in text or "GRES 'gpu:HL-225:1'" in text
+    assert "unknown group 'setpu'" in text
+
+
+def test_checker_names_a_missing_profile(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    report = cluster.check_profile("slurm")
+    assert not report.ok and "make profiles" in report.errors[0]
+
+
+def test_cli_exit_status(tmp_path):
+    folder = _write_profile(tmp_path, "executor: slurm\nslurm-status-command: squeue\njobz: 4\n")
+    proc = subprocess.run([str(BIN / "counterfactory"), "cluster", "check-profile", "--profile", str(folder),
+                           "--no-live"], capture_output=True, text=True, env=_env(tmp_path), timeout=120)
+    assert proc.returncode == 1 and "unknown key 'jobz' (did you mean 'jobs'?)" in proc.stdout
+    ok = subprocess.run([str(BIN / "counterfactory"), "cluster", "show-site", "--profile", "gaudi"],
+                        capture_output=True, text=True, env=_env(tmp_path, CF_SLURM_GRES="hpu"), timeout=120)
+    assert ok.returncode == 0 and "gres_name      = hpu" in ok.stdout and "[CF_SLURM_GRES]" in ok.stdout
+
+
+# --------------------------------------------------------------------------- site settings
+
+def test_site_settings_precedence(tmp_path):
+    site_file = tmp_path / "cluster.yaml"
+    site_file.write_text("partition: batch\njobs: 50\ngaudi:\n  gres_name: hpu\n")
+    env = {cluster.SITE_FILE_ENV: str(site_file), "CF_SLURM_JOBS": "7"}
+    slurm = cluster.site_settings("slurm", env=env, check=False)
+    assert slurm.partition == "batch" and slurm.sources["partition"] == str(site_file)
+    assert slurm.jobs == 7 and slurm.sources["jobs"] == "CF_SLURM_JOBS"
+    assert slurm.gres_name == "gpu" and slurm.status_command == "squeue"
+    assert slurm.default_resources() == {"slurm_partition": "'batch'"}
+    acc = slurm.accelerator_resources(["images_shard"])
+    assert acc == {"images_shard": {"slurm_partition": "'batch'"}}
+    gaudi = cluster.site_settings("gaudi", env={**env, "CF_SLURM_GPU_PARTITION": "hl"}, check=False)
+    assert gaudi.accelerator_resources(["train_run"]) == {
+        "train_run": {"slurm_partition": "'hl'", "gres": "'hpu:1'"}}
+    # a partition called like a Python builtin stays a string
+    assert cluster.site_settings("slurm", env={"CF_SLURM_PARTITION": "all", cluster.SITE_FILE_ENV: "/nonexistent"},
+                                 check=False).default_resources() == {"slurm_partition": "'all'"}
+
+
+@pytest.mark.parametrize("text, message", [
+    ("partiton: batch\n", "unknown key 'partiton' (did you mean 'partition'?)"),
+    ("jobs: many\n", "jobs must be a whole number"),
+    ("slurm:\n  acount: x\n", "section slurm: unknown key 'acount'"),
+    ("status_command: scontrol\n", "status_command must be squeue or sacct"),
+    ("- a list\n", "expected a mapping"),
+])
+def test_site_file_errors(tmp_path, text, message):
+    site_file = tmp_path / "cluster.yaml"
+    site_file.write_text(text)
+    with pytest.raises(ClusterConfigError, match=re.escape(message)):
+        cluster.site_settings("slurm", env={cluster.SITE_FILE_ENV: str(site_file)}, check=False)
+
+
+# --------------------------------------------------------------------------- cluster checks (fake sinfo)
+
+SINFO = "cpu*|(null)|intel,avx2|64\ngpu|gpu:a100:4(S:0-1)|a100,ib|32\ngpu|gpu:v100:2|v100|16+\n"
+
+
+def fake_cluster(sinfo=SINFO, min_job_age=300, sacct_ok=False):
+    def run(cmd, timeout=20):
+        if cmd[0] == "sinfo":
+            return 0, sinfo
+        if cmd[:2] == ["scontrol", "show"]:
+            return 0, f"Configuration data\nMinJobAge               = {min_job_age} sec\n"
+        if cmd[0] == "sacct":
+            return (0, "") if sacct_ok else (1, "sacct: error: Slurm accounting storage is disabled")
+        raise AssertionError(cmd)
+    return run
+
+
+def test_cluster_info_parses_sinfo():
+    info = cluster.cluster_info(fake_cluster())
+    assert info.default_partition == "cpu"
+    assert info.partitions["gpu"]["gres"] == {("gpu", "a100"), ("gpu", "v100")}
+    assert info.partitions["gpu"]["features"] == {"a100", "ib", "v100"}
+    assert info.partitions["gpu"]["cpus"] == 32 and info.partitions["cpu"]["cpus"] == 64
+
+
+def test_cluster_checks_accept_a_fitting_setup():
+    placements = [Placement("*", None), Placement("gpu jobs", "gpu", "a100&ib", accelerator=True, gpu_model="a100")]
+    assert cluster.cluster_problems(placements, "squeue", 40, run=fake_cluster()) == []
+
+
+def test_cluster_checks_name_every_problem():
+    placements = [
+        Placement("*", "batch", origin={"partition": "CF_SLURM_PARTITION"}),
+        Placement("images_shard", "cpu", accelerator=True),
+        Placement("train_run", "gpu", "h100", accelerator=True, gpu_model="h100"),
+        Placement("eval_itr", "gpu", accelerator=True, gres="hpu:1"),
+        Placement("eval_itm", "gpu", accelerator=True, threads=48, origin={"threads": "CF_SLURM_MAX_THREADS"}),
+    ]
+    problems = cluster.cluster_problems(placements, "squeue", 200, run=fake_cluster(min_job_age=300))
+    text = "\n".join(problems)
+    assert "partition 'batch' (from CF_SLURM_PARTITION) does not exist here; partitions: cpu, gpu" in text
+    assert "images_shard: partition 'cpu' offers no GRES 'gpu' (no GRES)" in text
+    assert "no gpu of type 'h100' (types: a100, v100)" in text
+    assert "features h100" in text
+    assert "offers no GRES 'hpu'" in text
+    assert "MinJobAge=300 s" in text and "lower the delay to 100" in text
+    assert "eval_itm: jobs may ask for 48 CPUs (from CF_SLURM_MAX_THREADS)" in text and "at most 32" in text
+    sacct = cluster.cluster_problems([Placement("*", None)], "sacct", 40, run=fake_cluster())
+    assert sacct and "CF_SLURM_STATUS_COMMAND=squeue" in sacct[0]
+
+
+def test_site_settings_check_raises_one_clear_error(tmp_path):
+    env = {cluster.SITE_FILE_ENV: str(tmp_path / "none.yaml"), "CF_SLURM_GPU_PARTITION": "cpu"}
+    with pytest.raises(ClusterConfigError) as err:
+        cluster.site_settings("slurm", env=env, check=True, run=fake_cluster())
+    message = str(err.value)
+    assert "partition 'cpu' offers no GRES 'gpu'" in message and "CF_SLURM_GPU_PARTITION" in message
+    assert "CF_SLURM_SKIP_CHECK=1" in message
+
+
+def test_checks_are_skipped_inside_jobs_and_on_request():
+    assert not cluster.should_check({"SLURM_JOB_ID": "12", "PATH": os.environ["PATH"]})
+    assert not cluster.should_check({"CF_SLURM_SKIP_CHECK": "1", "PATH": os.environ["PATH"]})
+    assert not cluster.should_check({"PATH": "/nonexistent"})  # no sinfo: nothing to check against
+
+
+# --------------------------------------------------------------------------- scale benchmark (small)
+
+def test_dag_scale_benchmark_counts_jobs(tmp_path):
+    out = tmp_path / "scale.json"
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_dag_scale.py"), "--captions", "2500",
+                           "--images", "500", "--json", str(out)], capture_output=True, text=True, timeout=300,
+                          env=_env(tmp_path))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    import json
+
+    numbers = json.loads(out.read_text())
+    assert numbers["per_rule"]["caption_shard"] == 3          # 2,500 captions / 1,000 per shard
+    assert numbers["per_rule"]["images_shard"] == 50          # 2,500 / 50
+    assert numbers["per_rule"]["train_run"] == 100            # 4 mixtures x 25 seeds
+    assert numbers["jobs"] == sum(numbers["per_rule"].values())
