@@ -84,3 +84,39 @@ def _json_default(obj: Any):
     if isinstance(obj, Path):
         return str(obj)
     raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
+
+
+@contextlib.contextmanager
+def atomic_dir(target: str | os.PathLike) -> Iterator[Path]:
+    """Yield an empty temporary folder next to ``target``; on success it replaces ``target``.
+
+    An existing ``target`` is moved aside first and removed only after the new folder is in place (it is
+    put back if the swap fails); on any exception the temporary folder is removed and ``target`` is
+    left as it was. Readers never see a half-built folder.
+    """
+    import shutil
+
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if target.exists() and not target.is_dir():
+        from .errors import CounterFactoryError
+
+        raise CounterFactoryError(f"{target} exists and is not a folder. Fix: remove it or choose another path")
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.build-", dir=target.parent))
+    try:
+        yield tmp
+        if not target.exists():
+            os.replace(tmp, target)
+            return
+        old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-", dir=target.parent))
+        os.rmdir(old)
+        os.replace(target, old)
+        try:
+            os.replace(tmp, target)
+        except BaseException:
+            os.replace(old, target)
+            raise
+        shutil.rmtree(old, ignore_errors=True)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)

