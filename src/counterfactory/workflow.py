@@ -24,16 +24,9 @@ def caption_count(cfg: dict) -> int:
             file=sys.stderr,
         )
         return 0
-    limit = cfg["data"].get("limit_images")
-    if limit:
-        from .data.coco import load_coco_captions
-
-        table = load_coco_captions(path)
-        keep = sorted(table["image_id"].unique())[:limit]
-        return int(table["image_id"].isin(keep).sum())
     from .data.check import count_captions
 
-    return int(count_captions(path))
+    return int(count_captions(path, limit_images=cfg["data"].get("limit_images")))
 
 
 def shard_ids(n_items: int, shard_size: int) -> list[str]:

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
+import argparse
 
 
 def _check(args) -> int:
@@ -18,7 +17,13 @@ def _check(args) -> int:
         checksums = cfg["data"].get("checksums")
         check_images = cfg["data"].get("check_images", True)
     if args.checksums:
-        checksums = json.loads(Path(args.checksums).read_text())
+        from ..data.coco import read_json
+        from ..errors import input_error
+
+        checksums = read_json(args.checksums, "checksums file")
+        if not isinstance(checksums, dict):
+            raise input_error(args.checksums, None, "is not a JSON object",
+                              'write {"captions_val2017.json": "<sha256 hex>", ...}')
     report = check_coco_root(args.root, args.split, expect_images=check_images, checksums=checksums)
     write_json(args.out, report)
     print(f"COCO root OK: {report['images']} images, {report['captions']} captions")
@@ -36,6 +41,26 @@ def _captions(args) -> int:
     write_parquet(args.out, table)
     print(f"{len(table)} captions of {table['image_id'].nunique()} images -> {args.out}")
     return 0
+
+
+def _instances(args) -> int:
+    from ..data.coco import load_coco_instances
+    from ..io import write_parquet
+
+    _, boxes, _ = load_coco_instances(args.instances_json)
+    cols = ["id", "image_id", "category_id", "name", "supercategory", "x", "y", "w", "h", "area", "iscrowd"]
+    table = boxes[cols].rename(columns={"id": "annotation_id", "name": "category_name"})
+    table = table.sort_values(["image_id", "annotation_id"], kind="stable").reset_index(drop=True)
+    write_parquet(args.out, table)
+    print(f"{len(table)} boxes of {table['image_id'].nunique()} images -> {args.out}")
+    return 0
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
 
 
 def _karpathy(args) -> int:
@@ -57,14 +82,19 @@ def register(sub) -> None:
     c.add_argument("--root", required=True, help="folder with annotations/ and <split>/")
     c.add_argument("--split", default="val2017")
     c.add_argument("--config", action="append", help="config YAML: takes data.checksums and data.check_images")
-    c.add_argument("--checksums", help="JSON file name -> sha256 (overrides the config)")
+    c.add_argument("--checksums", help="JSON object: annotation file name -> md5/sha1/sha256 hex digest, "
+                                       "optionally prefixed like 'md5:' (overrides the config)")
     c.add_argument("--out", required=True, help="report JSON")
     c.set_defaults(func=_check)
     t = s.add_parser("captions", help="every caption as a table (caption_id = {image_id}_{caption_index})")
     t.add_argument("--captions-json", required=True, help="captions_<split>.json")
     t.add_argument("--out", required=True, help="output parquet")
-    t.add_argument("--limit-images", type=int, help="keep the first N image ids (sorted)")
+    t.add_argument("--limit-images", type=_positive, help="keep the captions of the first N image ids in sorted order")
     t.set_defaults(func=_captions)
+    b = s.add_parser("instances", help="the boxes of an instances_<split>.json as a table (x, y, w, h, category)")
+    b.add_argument("--instances-json", required=True, help="instances_<split>.json")
+    b.add_argument("--out", required=True, help="output parquet")
+    b.set_defaults(func=_instances)
     k = s.add_parser("karpathy", help="a Karpathy split file as a table, one row per sentence")
     k.add_argument("--json", required=True, help="dataset_coco.json or dataset_flickr30k.json")
     k.add_argument("--split", help="train, val, test or restval (default: all)")

@@ -2,43 +2,125 @@
 
 Structure: ``{"images": [{filepath?, filename, imgid, split, sentids, sentences: [{raw, tokens, imgid,
 sentid}], cocoid?}], "dataset": "coco"|"flickr30k"}``; splits are train / val / test / restval.
+Flickr30k has no ``filepath`` / ``cocoid``.
+
+:func:`load_karpathy` returns one row per sentence (every sentence kept, in file order) with columns
+:data:`COLUMNS`: ``image_id`` (``cocoid`` when present, else ``imgid``), ``filename``, ``filepath`` (""
+when absent), ``split``, ``sentid``, ``caption`` (the ``raw`` sentence, stripped). Image-level columns are
+built once per image and repeated with numpy; only the error path walks records one by one.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from ..errors import input_error
 from .coco import read_json
 
 COLUMNS = ["image_id", "filename", "filepath", "split", "sentid", "caption"]
+SPLITS = ("train", "val", "test", "restval")
+FIX = "fix that record or use the original dataset_coco.json / dataset_flickr30k.json"
 
 
-def load_karpathy(path: str | Path, split: str | None = None) -> pd.DataFrame:
-    """One row per sentence (every sentence kept), optionally only ``split``."""
+def _is_int(v) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+
+
+def _diagnose(path: Path, images: list, index: list[int] | None = None) -> None:
+    """Walk the records and raise for the first bad one (only called when the fast path failed).
+    ``index`` gives each record's position in the file when ``images`` is a filtered subset."""
+    for k, img in enumerate(images):
+        i = index[k] if index is not None else k
+        where = f"images[{i}]"
+        if not isinstance(img, dict):
+            raise input_error(path, where, f"is a JSON {type(img).__name__}, not an object", FIX)
+        where += f" ({img['filename']})" if isinstance(img.get("filename"), str) else ""
+        for key in ("filename", "split", "sentences"):
+            if key not in img:
+                raise input_error(path, where, f"missing key {key!r}", FIX)
+        image_id = img.get("cocoid", img.get("imgid"))
+        if image_id is None:
+            raise input_error(path, where, "has neither 'cocoid' nor 'imgid'", FIX)
+        if not _is_int(image_id):
+            raise input_error(path, where, f"image id {image_id!r} is not an integer", FIX)
+        for key in ("filename", "split"):
+            if not isinstance(img[key], str):
+                raise input_error(path, where, f"{key!r} must be a string, got {img[key]!r}", FIX)
+        if not isinstance(img["sentences"], list):
+            raise input_error(path, where, "'sentences' is not a list", FIX)
+        for j, sent in enumerate(img["sentences"]):
+            swhere = f"{where}.sentences[{j}]"
+            if not isinstance(sent, dict):
+                raise input_error(path, swhere, "is not an object", FIX)
+            for key in ("raw", "sentid"):
+                if key not in sent:
+                    raise input_error(path, swhere, f"missing key {key!r}", FIX)
+            if not isinstance(sent["raw"], str):
+                raise input_error(path, swhere, f"'raw' must be a string, got {sent['raw']!r}", FIX)
+            if not sent["raw"].strip():
+                raise input_error(path, swhere, "empty sentence", FIX)
+            if not _is_int(sent["sentid"]):
+                raise input_error(path, swhere, f"'sentid' {sent['sentid']!r} is not an integer", FIX)
+
+
+def load_karpathy(path: str | Path, split: str | Iterable[str] | None = None) -> pd.DataFrame:
+    """One row per sentence (every sentence kept), optionally only the images of ``split`` (a name or
+    several). Columns :data:`COLUMNS`."""
     path = Path(path)
     doc = read_json(path, "Karpathy split file")
     if not isinstance(doc, dict) or "images" not in doc:
-        raise input_error(path, None, "missing top-level key 'images'", "use dataset_coco.json / dataset_flickr30k.json")
-    rows = []
-    for i, img in enumerate(doc["images"]):
-        for key in ("filename", "split", "sentences"):
-            if key not in img:
-                raise input_error(path, f"images[{i}]", f"missing key {key!r}", "fix or remove that record")
-        if split is not None and img["split"] != split:
-            continue
-        image_id = img.get("cocoid", img.get("imgid"))
-        if image_id is None:
-            raise input_error(path, f"images[{i}]", "neither 'cocoid' nor 'imgid'", "fix that record")
-        for j, sent in enumerate(img["sentences"]):
-            raw = sent.get("raw") if isinstance(sent, dict) else None
-            if not isinstance(raw, str) or not raw.strip():
-                raise input_error(path, f"images[{i}].sentences[{j}]", "missing or empty 'raw'", "fix that sentence")
-            rows.append((int(image_id), img["filename"], img.get("filepath", ""), img["split"],
-                         int(sent.get("sentid", -1)), raw.strip()))
-    frame = pd.DataFrame(rows, columns=COLUMNS)
-    if split is not None and frame.empty:
-        raise input_error(path, None, f"no images in split {split!r}", "use one of train, val, test, restval")
+        raise input_error(path, None, "missing top-level key 'images'",
+                          "use dataset_coco.json / dataset_flickr30k.json")
+    images = doc["images"]
+    if not isinstance(images, list):
+        raise input_error(path, "images", "is not a list", "use dataset_coco.json / dataset_flickr30k.json")
+    try:
+        all_splits = [img["split"] for img in images]
+    except (KeyError, TypeError):
+        _diagnose(path, images)
+        raise  # pragma: no cover - _diagnose always raises here
+    present = sorted(set(map(str, all_splits)))
+    unknown = sorted(set(present) - set(SPLITS))
+    if unknown:
+        i = next(i for i, s in enumerate(all_splits) if str(s) in unknown)
+        raise input_error(path, f"images[{i}]", f"unknown split {all_splits[i]!r}", f"splits are {', '.join(SPLITS)}")
+    if split is not None:
+        wanted = {split} if isinstance(split, str) else set(split)
+        bad = sorted(wanted - set(SPLITS))
+        if bad:
+            raise input_error(path, None, f"no such split {bad[0]!r}", f"use one of {', '.join(SPLITS)}")
+        index = [i for i, s in enumerate(all_splits) if s in wanted]
+        images = [images[i] for i in index]
+        if not images:
+            raise input_error(path, None, f"no images in split {split!r} (the file has {', '.join(present) or 'none'})",
+                              "use one of train, val, test, restval that the file contains")
+    else:
+        index = None
+    try:
+        counts = np.fromiter((len(img["sentences"]) for img in images), dtype=np.int64, count=len(images))
+        raw = [s["raw"] for img in images for s in img["sentences"]]
+        sentid = np.asarray([s["sentid"] for img in images for s in img["sentences"]])
+        image_id = np.asarray([img["cocoid"] if "cocoid" in img else img["imgid"] for img in images])
+        filename = [img["filename"] for img in images]
+        split_col = [img["split"] for img in images]
+        if (sentid.dtype.kind not in "iu" and len(sentid)) or (image_id.dtype.kind not in "iu" and len(image_id)) \
+                or not all(isinstance(v, str) for v in filename) or not all(isinstance(v, str) for v in split_col):
+            _diagnose(path, images, index)
+        frame = pd.DataFrame({
+            "image_id": np.repeat(image_id.astype(np.int64), counts),
+            "filename": np.repeat(np.asarray(filename, dtype=object), counts),
+            "filepath": np.repeat(np.asarray([img.get("filepath", "") for img in images], dtype=object), counts),
+            "split": np.repeat(np.asarray(split_col, dtype=object), counts),
+            "sentid": sentid.astype(np.int64),
+            "caption": pd.Series(raw).str.strip(),
+        }, columns=COLUMNS)
+    except (KeyError, TypeError, ValueError, AttributeError, OverflowError):
+        _diagnose(path, images, index)
+        raise
+    if (frame["caption"].isna() | (frame["caption"] == "")).any():
+        _diagnose(path, images, index)
     return frame
