@@ -181,28 +181,27 @@ def _folder_dataset(name, fmt, root, class_dirs: list[tuple[str, str, Path]], ma
 # --------------------------------------------------------------------------------------------
 # readers
 # --------------------------------------------------------------------------------------------
-def read_cifar10(root, name: str = "CIFAR10", max_per_class: int | None = None, **_) -> ClassificationDataset:
-    root = _resolve(root, "cifar-10-batches-py", "batches.meta", "CIFAR-10")
-    meta = _unpickle(root / "batches.meta")
-    test = _unpickle(root / "test_batch")
-    for key, obj, path in (("label_names", meta, root / "batches.meta"), ("data", test, root / "test_batch"),
-                           ("labels", test, root / "test_batch")):
+def _read_cifar(root, name, fmt, title, folder, meta_file, test_file, names_key, labels_key,
+                max_per_class) -> ClassificationDataset:
+    """Both CIFAR python versions: the same pickles, different file and key names."""
+    root = _resolve(root, folder, meta_file, title)
+    meta_path, test_path = root / meta_file, root / test_file
+    meta, test = _unpickle(meta_path), _unpickle(test_path)
+    for key, obj, path in ((names_key, meta, meta_path), ("data", test, test_path), (labels_key, test, test_path)):
         if key not in obj:
-            raise input_error(path, None, f"missing key {key!r}", "use the official CIFAR-10 python version")
-    classes = _names(meta["label_names"], root / "batches.meta")
-    return _cifar(name, "cifar10", root, classes, test["data"], test["labels"], root / "test_batch", max_per_class)
+            raise input_error(path, None, f"missing key {key!r}", f"use the official {title} python version")
+    classes = _names(meta[names_key], meta_path)
+    return _cifar(name, fmt, root, classes, test["data"], test[labels_key], test_path, max_per_class)
+
+
+def read_cifar10(root, name: str = "CIFAR10", max_per_class: int | None = None, **_) -> ClassificationDataset:
+    return _read_cifar(root, name, "cifar10", "CIFAR-10", "cifar-10-batches-py", "batches.meta", "test_batch",
+                       "label_names", "labels", max_per_class)
 
 
 def read_cifar100(root, name: str = "CIFAR100", max_per_class: int | None = None, **_) -> ClassificationDataset:
-    root = _resolve(root, "cifar-100-python", "meta", "CIFAR-100")
-    meta = _unpickle(root / "meta")
-    test = _unpickle(root / "test")
-    for key, obj, path in (("fine_label_names", meta, root / "meta"), ("data", test, root / "test"),
-                           ("fine_labels", test, root / "test")):
-        if key not in obj:
-            raise input_error(path, None, f"missing key {key!r}", "use the official CIFAR-100 python version")
-    classes = _names(meta["fine_label_names"], root / "meta")
-    return _cifar(name, "cifar100", root, classes, test["data"], test["fine_labels"], root / "test", max_per_class)
+    return _read_cifar(root, name, "cifar100", "CIFAR-100", "cifar-100-python", "meta", "test",
+                       "fine_label_names", "fine_labels", max_per_class)
 
 
 def _cifar(name, fmt, root, class_ids, data, labels, path, max_per_class) -> ClassificationDataset:
