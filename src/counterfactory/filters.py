@@ -16,6 +16,17 @@ Follows InstructPix2Pix's data filter, which COCO-Counterfactuals adopts (§3.2,
 Scores are computed from the 8-bit images that are written to disk, so they can be recomputed from
 the stored PNGs. A non-finite score never passes: the candidate is rejected with reason
 ``non_finite_score`` and a warning is logged.
+
+**Undefined direction.** The same image embedded at two batch positions (or with a different number
+of CPU threads) gives features that differ by rounding noise (about 1e-7 relative in fp32, more in
+fp16/bf16). For two identical images ``I1 - I0`` is then that noise, and its *direction* is arbitrary:
+it can pass ``sim_direction >= 0.2`` by chance. So ``sim_direction`` is NaN ("undefined") whenever
+``||I1 - I0||`` or ``||T1 - T0||`` (raw features, before normalisation) is below
+:data:`DIRECTION_REL_TOL` (1e-3) times the mean norm of the two embeddings; the candidate is rejected
+with reason ``direction_undefined`` (logged at debug level: identical pairs are expected, not a bug).
+The tolerance is ``FilterThresholds.direction_rel_tol`` (config key ``images.filter.direction_rel_tol``
+when the schema allows it). 1e-3 is four orders of magnitude above fp32 noise and about ten times below
+the smallest difference of two distinct generated images we observed; raise it for fp16 scorers.
 """
 
 from __future__ import annotations
@@ -31,6 +42,12 @@ log = logging.getLogger(__name__)
 
 SCORE_COLUMNS = ("sim_0", "sim_1", "sim_image", "sim_direction")
 
+#: ``||x1 - x0|| < DIRECTION_REL_TOL * mean(||x0||, ||x1||)`` (image or text features) makes the
+#: directional similarity undefined (NaN, rejection reason :data:`DIRECTION_UNDEFINED`)
+DIRECTION_REL_TOL = 1e-3
+DIRECTION_UNDEFINED = "direction_undefined"
+NON_FINITE = "non_finite_score"
+
 # CLIP's published normalisation constants (used when a model does not carry its own)
 CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
 CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
@@ -43,6 +60,8 @@ class FilterThresholds:
     image_caption_min: float = 0.2
     image_image_min: float = 0.7
     direction_min: float = 0.2
+    #: relative tolerance below which a feature difference has no direction (see module docstring)
+    direction_rel_tol: float = DIRECTION_REL_TOL
 
     @classmethod
     def from_config(cls, filt: dict) -> "FilterThresholds":
@@ -50,6 +69,7 @@ class FilterThresholds:
             image_caption_min=float(filt.get("image_caption_min", 0.2)),
             image_image_min=float(filt.get("image_image_min", 0.7)),
             direction_min=float(filt.get("direction_min", 0.2)),
+            direction_rel_tol=float(filt.get("direction_rel_tol", DIRECTION_REL_TOL)),
         )
 
 
@@ -65,19 +85,35 @@ def _cos(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return np.sum(a * b, axis=-1) / (np.linalg.norm(a, axis=-1) * np.linalg.norm(b, axis=-1))
 
 
-def pair_scores(text_0: Any, text_1: Any, image_0: Any, image_1: Any) -> dict[str, np.ndarray]:
+def _negligible(a: np.ndarray, b: np.ndarray, rel_tol: float) -> np.ndarray:
+    """Rows where ``||b - a|| < rel_tol * mean(||a||, ||b||)`` (raw, unnormalised features)."""
+    scale = 0.5 * (np.linalg.norm(a, axis=-1) + np.linalg.norm(b, axis=-1))
+    with np.errstate(invalid="ignore"):
+        return np.linalg.norm(b - a, axis=-1) < rel_tol * scale
+
+
+def pair_scores(text_0: Any, text_1: Any, image_0: Any, image_1: Any,
+                rel_tol: float = DIRECTION_REL_TOL) -> dict[str, np.ndarray]:
     """The four filter scores of each row; embeddings of shape (n, d), normalised here.
 
-    ``sim_direction`` of identical texts or identical images is NaN (a zero difference has no
-    direction), which the filter rejects as ``non_finite_score``.
+    ``sim_direction`` is NaN when the image or text difference is negligible (below ``rel_tol`` times
+    the mean norm, see :data:`DIRECTION_REL_TOL`): identical images or texts have no direction, and
+    rounding noise must not be mistaken for one. The extra boolean entry ``direction_undefined`` marks
+    those rows; :func:`apply_thresholds` rejects them as ``direction_undefined``.
     """
-    t0, t1, i0, i1 = (_normalise(np.atleast_2d(x)) for x in (text_0, text_1, image_0, image_1))
+    raw = [np.asarray(np.atleast_2d(x), dtype=np.float64) for x in (text_0, text_1, image_0, image_1)]
+    t0, t1, i0, i1 = (_normalise(x) for x in raw)
     t0, t1 = np.broadcast_to(t0, i0.shape), np.broadcast_to(t1, i1.shape)
+    rt0, rt1 = np.broadcast_to(raw[0], raw[2].shape), np.broadcast_to(raw[1], raw[3].shape)
+    undefined = _negligible(raw[2], raw[3], rel_tol) | _negligible(rt0, rt1, rel_tol)
+    direction = _cos(i1 - i0, t1 - t0)
+    direction = np.where(undefined, np.nan, direction)
     return {
         "sim_0": np.sum(i0 * t0, axis=-1),
         "sim_1": np.sum(i1 * t1, axis=-1),
         "sim_image": np.sum(i0 * i1, axis=-1),
-        "sim_direction": _cos(i1 - i0, t1 - t0),
+        "sim_direction": direction,
+        DIRECTION_UNDEFINED: undefined,
     }
 
 
@@ -85,27 +121,35 @@ def apply_thresholds(scores: dict[str, Sequence[float]], th: FilterThresholds,
                      labels: Sequence[str] | None = None) -> tuple[np.ndarray, list[str]]:
     """``(passed, reasons)``: inclusive thresholds; ``reasons[i]`` lists every failed test ("" = pass).
 
-    Non-finite scores fail with ``non_finite_score`` and are logged (with ``labels[i]`` if given).
+    Rows that :func:`pair_scores` marked ``direction_undefined`` fail with that reason (plus any other
+    failed test). Other non-finite scores fail with ``non_finite_score`` and are logged as a warning
+    (with ``labels[i]`` if given).
     """
     s = {k: np.asarray(scores[k], dtype=np.float64) for k in SCORE_COLUMNS}
     n = len(s["sim_0"])
+    undefined = np.asarray(scores.get(DIRECTION_UNDEFINED, np.zeros(n, dtype=bool)), dtype=bool).reshape(n)
     passed = np.ones(n, dtype=bool)
     reasons: list[list[str]] = [[] for _ in range(n)]
-    finite = np.all([np.isfinite(s[k]) for k in SCORE_COLUMNS], axis=0)
+    finite = np.all([np.isfinite(s[k]) | ((k == "sim_direction") & undefined) for k in SCORE_COLUMNS], axis=0)
     tests = [
         ("sim_0", th.image_caption_min), ("sim_1", th.image_caption_min),
         ("sim_image", th.image_image_min), ("sim_direction", th.direction_min),
     ]
     for i in range(n):
+        label = labels[i] if labels is not None else i
         if not finite[i]:
             passed[i] = False
-            reasons[i].append("non_finite_score")
+            reasons[i].append(NON_FINITE)
             bad = {k: float(s[k][i]) for k in SCORE_COLUMNS if not np.isfinite(s[k][i])}
-            log.warning("candidate %s rejected: non-finite CLIP score(s) %s",
-                        labels[i] if labels is not None else i, bad)
+            log.warning("candidate %s rejected: non-finite CLIP score(s) %s", label, bad)
             continue
         for key, low in tests:
-            if not s[key][i] >= low:
+            if key == "sim_direction" and undefined[i]:
+                passed[i] = False
+                reasons[i].append(DIRECTION_UNDEFINED)
+                log.debug("candidate %s rejected: the image or text difference is below the relative "
+                          "tolerance, so the edit direction is undefined", label)
+            elif not s[key][i] >= low:
                 passed[i] = False
                 reasons[i].append(f"{key}<{low:g}")
     return passed, [";".join(r) for r in reasons]
@@ -121,20 +165,24 @@ def select_top(candidate_index: Sequence[int], sim_direction: Sequence[float], p
     return order[:top_k]
 
 
-def set_scores(texts: np.ndarray, images: np.ndarray) -> dict[str, np.ndarray]:
+def set_scores(texts: np.ndarray, images: np.ndarray, rel_tol: float = DIRECTION_REL_TOL) -> dict[str, np.ndarray]:
     """Scores of counterfactual *sets* (SocialCounterfactuals §3.4 style, our aggregation).
 
     ``texts``: (G, d) embeddings of [base, edit_1..edit_K]; ``images``: (n, G, d). For each edited
     member ``g`` the pair (base, g) gets the four pair scores; a set is summarised by the minimum over
     members of each score (``sim_0`` is the base image-caption score), so a set passes only if every
-    base-member pair passes.
+    base-member pair passes. A set's direction is undefined when any member's is.
     """
     texts = np.asarray(texts)
     images = np.asarray(images)
     n, g, _ = images.shape
-    per = [pair_scores(np.repeat(texts[:1], n, 0), np.repeat(texts[m:m + 1], n, 0), images[:, 0], images[:, m])
+    per = [pair_scores(np.repeat(texts[:1], n, 0), np.repeat(texts[m:m + 1], n, 0), images[:, 0], images[:, m],
+                       rel_tol=rel_tol)
            for m in range(1, g)]
-    return {k: np.min(np.stack([p[k] for p in per]), axis=0) for k in SCORE_COLUMNS}
+    out = {k: np.min(np.stack([p[k] for p in per]), axis=0) for k in SCORE_COLUMNS}
+    out[DIRECTION_UNDEFINED] = np.any(np.stack([p[DIRECTION_UNDEFINED] for p in per]), axis=0)
+    out["sim_direction"] = np.where(out[DIRECTION_UNDEFINED], np.nan, out["sim_direction"])
+    return out
 
 
 # --------------------------------------------------------------------------- CLIP model wrapper
@@ -143,8 +191,9 @@ class ClipScorer:
     """Embeds uint8 images and texts with the ``clip_filter`` role (transformers or open_clip)."""
 
     def __init__(self, loaded: Any, library: str, device: torch.device, dtype: torch.dtype = torch.float32,
-                 batch_size: int = 32):
+                 batch_size: int = 32, direction_rel_tol: float = DIRECTION_REL_TOL):
         self.library = library
+        self.direction_rel_tol = float(direction_rel_tol)
         self.device = device
         self.dtype = dtype
         self.batch_size = int(batch_size)
@@ -173,7 +222,9 @@ class ClipScorer:
 
         device, dtype = from_config(cfg)
         spec = registry.model_spec(cfg, role)
-        return cls(registry.load(cfg, role), spec.library, device, dtype, batch_size=batch_size)
+        filt = (cfg.get("images") or {}).get("filter") or {}
+        return cls(registry.load(cfg, role), spec.library, device, dtype, batch_size=batch_size,
+                   direction_rel_tol=FilterThresholds.from_config(filt).direction_rel_tol)
 
     def _pixels(self, images: np.ndarray) -> torch.Tensor:
         x = torch.from_numpy(np.ascontiguousarray(images)).permute(0, 3, 1, 2).float() / 255.0
@@ -213,8 +264,11 @@ class ClipScorer:
         return f.float().cpu().numpy().astype(np.float64)
 
     def score_pairs(self, text_0: str, text_1: str, images_0: np.ndarray, images_1: np.ndarray) -> dict[str, np.ndarray]:
-        """Scores of ``n`` candidate pairs for one caption pair; images uint8 (n, H, W, 3)."""
+        """Scores of ``n`` candidate pairs for one caption pair; images uint8 (n, H, W, 3).
+
+        Identical images (or texts) give ``sim_direction`` NaN and ``direction_undefined`` True whatever
+        their batch positions: their feature difference is rounding noise, below the tolerance."""
         t = self.embed_texts([text_0, text_1])
         n = len(images_0)
         feats = self.embed_images(np.concatenate([images_0, images_1]))
-        return pair_scores(t[0:1], t[1:2], feats[:n], feats[n:])
+        return pair_scores(t[0:1], t[1:2], feats[:n], feats[n:], rel_tol=self.direction_rel_tol)
