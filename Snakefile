@@ -1,13 +1,16 @@
 # CounterFactory: counterfactual image-text data, from source datasets to statistics.
 #
-#   snakemake --profile profiles/local all                         # paper config (needs COCO + GPUs)
-#   snakemake --profile profiles/local --configfile config/demo.yaml all   # offline demo
+#   snakemake --profile profiles/local all                                 # paper config (needs data + GPUs)
+#   snakemake all --profile profiles/local --configfile config/demo.yaml   # offline demo
 #
 # Rules are thin: each calls one `counterfactory` CLI subcommand; the logic lives in the package.
-from snakemake.utils import min_version, validate
+# Stage rules (rules/<stage>.smk) are written once for every study: their paths carry a {study}
+# wildcard and their settings come from that study's config section. A study's own steps and its
+# targets are in rules/study_<study>.smk. Results: results/<run_name>/<study>/...
+from snakemake.utils import min_version
 
 from counterfactory import workflow as wf
-from counterfactory.config import validate_config
+from counterfactory.config import validate_config, ConfigError
 
 min_version("9.0")
 
@@ -15,36 +18,33 @@ min_version("9.0")
 configfile: "config/config.yaml"
 
 
-# Snakemake's validator checks the schema; the package's validator fills in the schema defaults
-# (it also handles optional sub-objects that are null, which Snakemake's default-filling does not).
-validate(config, "config/schema.yaml", set_default=False)
-validate_config(config, source="Snakemake config")
+# The package's validator checks the schema, fills in its defaults and checks what a schema cannot
+# (bound orders); a mistake stops the run with one message naming each key at fault.
+try:
+    validate_config(config, source="Snakemake config (--configfile / --config)")
+except ConfigError as exc:
+    raise WorkflowError(str(exc)) from None
+
 
 RUN = config["run_name"]
 RESULTS = f"results/{RUN}"
-CONFIG_ARGS = wf.config_args(config)
-N_CAPTIONS = wf.caption_count(config)
+STUDIES = list(config["studies"])
+STUDY_TARGETS = {}  # study -> function returning that study's final files (filled by rules/study_*.smk)
 
 
 include: "rules/common.smk"
 include: "rules/resources.smk"
 include: "rules/setup.smk"
 include: "rules/data.smk"
-include: "rules/captions.smk"
 include: "rules/images.smk"
 include: "rules/evaluate.smk"
 include: "rules/training.smk"
-include: "rules/analysis.smk"
 include: "rules/report.smk"
+include: "rules/study_coco_counterfactuals.smk"
 
 
 rule all:
     default_target: True
     input:
-        CAPTION_TARGETS,
-        IMAGES_TARGETS,
-        EVAL_TARGETS,
-        TRAINING_TARGETS,
-        ANALYSIS_TARGETS,
-        REPORT_TARGETS,
+        [target for study in STUDIES for target in STUDY_TARGETS[study]()],
         f"{RESULTS}/provenance.json",

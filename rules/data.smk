@@ -1,40 +1,48 @@
-# Source data: check the user's MS-COCO root, normalise captions into a table.
+# Source data, shared by every study: check the study's MS-COCO root, normalise its captions into a table.
 
-COCO_ROOT = config["data"]["coco_root"]
-SPLIT = config["data"]["split"]
+
+def coco_captions_json(wildcards):
+    return str(wf.caption_json(view(wildcards.study)))
+
+
+def coco_images(wildcards):
+    return str(wf.image_dir(view(wildcards.study)))
 
 
 rule coco_check:
     """Check the COCO root (files, image folder, optional checksums); explains how to get COCO."""
     input:
-        captions=f"{COCO_ROOT}/annotations/captions_{SPLIT}.json",
+        captions=coco_captions_json,
+        images=coco_images,
     output:
-        f"{RESULTS}/data/coco_check.json",
+        f"{S}/data/coco_check.json",
     log:
-        f"{RESULTS}/logs/coco_check.log",
+        f"{S}/logs/coco_check.log",
     params:
-        config=CONFIG_ARGS,
-        root=lambda wildcards, input: Path(input.captions).parents[1],
-        split=SPLIT,
+        config=job_config("data"),
+        root=lambda wildcards: view(wildcards.study)["data"]["coco_root"],
+        split=lambda wildcards: view(wildcards.study)["data"]["split"],
     conda:
         CONDA_ENV
     shell:
-        "counterfactory data check-coco {params.config} --root {params.root} --split {params.split} --out {output}"
-        " > {log} 2>&1"
+        "counterfactory data check-coco {params.config} --root {params.root:q} --split {params.split}"
+        " --out {output:q} > {log:q} 2>&1"
 
 
 rule caption_table:
     """Every caption of the split as one table (caption_id = {image_id}_{caption_index})."""
     input:
         check=rules.coco_check.output,
-        captions=f"{COCO_ROOT}/annotations/captions_{SPLIT}.json",
+        captions=coco_captions_json,
     output:
-        f"{RESULTS}/data/captions.parquet",
+        f"{S}/data/captions.parquet",
     log:
-        f"{RESULTS}/logs/caption_table.log",
+        f"{S}/logs/caption_table.log",
     params:
-        limit=f"--limit-images {config['data']['limit_images']}" if config["data"].get("limit_images") else "",
+        limit=lambda wildcards: (f"--limit-images {view(wildcards.study)['data']['limit_images']}"
+                                 if view(wildcards.study)["data"].get("limit_images") else ""),
     conda:
         CONDA_ENV
     shell:
-        "counterfactory data captions --captions-json {input.captions} --out {output} {params.limit} > {log} 2>&1"
+        "counterfactory data captions --captions-json {input.captions:q} --out {output:q}"
+        " {params.limit} > {log:q} 2>&1"

@@ -1,171 +1,181 @@
-# COCO-Counterfactuals as a test set (§4.2, appendix A.6) and zero-shot classification (§5.2, Table 4).
+# Evaluation stage, shared by every study: zero-shot retrieval and ITM score differences on a study's
+# counterfactual pairs (COCO-Counterfactuals §4.2, A.6) and zero-shot classification (§5.2, Table 4).
 # One job per model role (per model and dataset for classification), then one job per table/plot.
-# Settings: `evaluation:` in the config; models: roles under `models:`.
-
+# Settings: `<study>.evaluation:` in the config; models: roles under `models:`.
 from counterfactory.data.classification import dataset_input_files
 
-EVAL = config.get("evaluation", {})
-EVAL_DIR = f"{RESULTS}/evaluation"
-EVAL_PAIRS = f"{RESULTS}/images/selected_pairs.parquet"
-EVAL_CAPTIONS = f"{RESULTS}/data/captions.parquet"
-ITR_ROLES = list(EVAL.get("itr", {}).get("models", []))
-ITM_ROLES = list(EVAL.get("itm", {}).get("models", []))
-CLS_ROLES = list(EVAL.get("classification", {}).get("models", []))
-CLS_DATASETS = EVAL.get("classification", {}).get("datasets", {})
-_SHORTLIST_ROLE = (EVAL.get("itr", {}).get("shortlist") or {}).get("role")
-ITR_SHORTLIST = [_SHORTLIST_ROLE] if _SHORTLIST_ROLE else []
+
+def eval_section(wildcards, part):
+    return view(wildcards.study)["evaluation"][part]
+
+
+def shortlist_roles(wildcards):
+    role = (eval_section(wildcards, "itr").get("shortlist") or {}).get("role")
+    return [role] if role else []
+
+
+def eval_roles(part):
+    """Input helper: the model roles evaluated by ``part`` (itr, itm, classification)."""
+    return lambda wildcards: eval_section(wildcards, part)["models"]
+
+
+EVAL_COMMON_KEYS = ("evaluation.batch_size", "evaluation.scorers", *DEVICE_KEYS)
 
 
 rule eval_itr:
     """Zero-shot retrieval R@1/5/10 of one model on the matched MS-COCO subset, COCO-CFs and subsets."""
     input:
-        pairs=EVAL_PAIRS,
-        captions=EVAL_CAPTIONS,
-        models=lambda wildcards: wf.tiny_model_inputs(config, wildcards.role, *ITR_SHORTLIST),
-    wildcard_constraints:
-        role=r"[A-Za-z0-9_]+",
+        pairs=f"{S}/images/selected_pairs.parquet",
+        captions=f"{S}/data/captions.parquet",
+        images=coco_images,
+        subsets=lambda wildcards: list(eval_section(wildcards, "itr").get("subsets", {}).values()),
+        models=lambda wildcards: wf.local_model_inputs(config, wildcards.role, *shortlist_roles(wildcards)),
     output:
-        f"{EVAL_DIR}/itr/{{role}}.csv",
+        f"{S}/evaluation/itr/{{role}}.csv",
     log:
-        f"{RESULTS}/logs/evaluation/itr_{{role}}.log",
+        f"{S}/logs/evaluation/itr_{{role}}.log",
     benchmark:
-        f"{RESULTS}/benchmarks/evaluation/itr_{{role}}.tsv"
-    threads: accel_threads(*ITR_ROLES)
+        f"{S}/benchmarks/evaluation/itr_{{role}}.tsv"
+    threads: accel_threads("clip_eval")
     resources:
-        mem_mb=model_mem(16000, *ITR_ROLES),
-        runtime=minutes(30, 0.004 * CPU_SLOWDOWN, N_CAPTIONS),
+        mem_mb=lambda wildcards, attempt: model_mem(16000, wildcards.role)(wildcards, attempt),
+        runtime=per_study(lambda study: 30 + 0.004 * CPU_SLOWDOWN * n_captions(study)),
         gpu=GPU,
         hpu=HPU,
     params:
-        config=CONFIG_ARGS,
+        config=job_config("evaluation.itr", "data", "models.{role}", *EVAL_COMMON_KEYS,
+                          lambda wildcards: [f"models.{r}" for r in shortlist_roles(wildcards)]),
     conda:
         CONDA_ENV
     shell:
-        "counterfactory evaluate itr {params.config} --role {wildcards.role} --pairs {input.pairs}"
-        " --captions {input.captions} --out {output} > {log} 2>&1"
+        "counterfactory evaluate itr {params.config} --role {wildcards.role} --pairs {input.pairs:q}"
+        " --captions {input.captions:q} --out {output:q} > {log:q} 2>&1"
 
 
 rule eval_itr_table:
     """Table 2 / 13 layout: R@K per model and dataset with the relative change vs MS-COCO."""
     input:
-        expand(f"{EVAL_DIR}/itr/{{role}}.csv", role=ITR_ROLES),
+        lambda wildcards: expand(f"{S}/evaluation/itr/{{role}}.csv", study=wildcards.study,
+                                 role=eval_roles("itr")(wildcards)),
     output:
-        csv=report(f"{EVAL_DIR}/itr_table.csv", caption="../report/evaluation_itr.rst",
+        csv=report(f"{S}/evaluation/itr_table.csv", caption="../report/evaluation_itr.rst",
                    category="Evaluation", subcategory="Zero-shot image-text retrieval"),
-        md=report(f"{EVAL_DIR}/itr_table.md", caption="../report/evaluation_itr.rst",
+        md=report(f"{S}/evaluation/itr_table.md", caption="../report/evaluation_itr.rst",
                   category="Evaluation", subcategory="Zero-shot image-text retrieval"),
     log:
-        f"{RESULTS}/logs/evaluation/itr_table.log",
+        f"{S}/logs/evaluation/itr_table.log",
     conda:
         CONDA_ENV
     shell:
-        "counterfactory evaluate itr-table --inputs {input} --out-csv {output.csv} --out-md {output.md} > {log} 2>&1"
+        "counterfactory evaluate itr-table --inputs {input:q} --out-csv {output.csv:q} --out-md {output.md:q}"
+        " > {log:q} 2>&1"
 
 
 rule eval_itm:
     """Per-pair ITM score differences IR_r, IR_c, TR_r, TR_c of one model."""
     input:
-        pairs=EVAL_PAIRS,
-        captions=EVAL_CAPTIONS,
-        models=lambda wildcards: wf.tiny_model_inputs(config, wildcards.role),
-    wildcard_constraints:
-        role=r"[A-Za-z0-9_]+",
+        pairs=f"{S}/images/selected_pairs.parquet",
+        captions=f"{S}/data/captions.parquet",
+        images=coco_images,
+        models=model_inputs("{role}"),
     output:
-        f"{EVAL_DIR}/itm/{{role}}.parquet",
+        f"{S}/evaluation/itm/{{role}}.parquet",
     log:
-        f"{RESULTS}/logs/evaluation/itm_{{role}}.log",
+        f"{S}/logs/evaluation/itm_{{role}}.log",
     benchmark:
-        f"{RESULTS}/benchmarks/evaluation/itm_{{role}}.tsv"
-    threads: accel_threads(*ITM_ROLES)
+        f"{S}/benchmarks/evaluation/itm_{{role}}.tsv"
+    threads: accel_threads("clip_eval")
     resources:
-        mem_mb=model_mem(12000, *ITM_ROLES),
-        runtime=minutes(30, 0.004 * CPU_SLOWDOWN, N_CAPTIONS),
+        mem_mb=lambda wildcards, attempt: model_mem(12000, wildcards.role)(wildcards, attempt),
+        runtime=per_study(lambda study: 30 + 0.004 * CPU_SLOWDOWN * n_captions(study)),
         gpu=GPU,
         hpu=HPU,
     params:
-        config=CONFIG_ARGS,
+        config=job_config("evaluation.itm", "data", "models.{role}", *EVAL_COMMON_KEYS),
     conda:
         CONDA_ENV
     shell:
-        "counterfactory evaluate itm {params.config} --role {wildcards.role} --pairs {input.pairs}"
-        " --captions {input.captions} --out {output} > {log} 2>&1"
+        "counterfactory evaluate itm {params.config} --role {wildcards.role} --pairs {input.pairs:q}"
+        " --captions {input.captions:q} --out {output:q} > {log:q} 2>&1"
 
 
 rule eval_itm_summary:
     """Figure 3: distributions of the ITM score differences, one panel per model, plus a summary table."""
     input:
-        expand(f"{EVAL_DIR}/itm/{{role}}.parquet", role=ITM_ROLES),
+        lambda wildcards: expand(f"{S}/evaluation/itm/{{role}}.parquet", study=wildcards.study,
+                                 role=eval_roles("itm")(wildcards)),
     output:
-        csv=report(f"{EVAL_DIR}/itm_differences.csv", caption="../report/evaluation_itm.rst",
+        csv=report(f"{S}/evaluation/itm_differences.csv", caption="../report/evaluation_itm.rst",
                    category="Evaluation", subcategory="ITM score differences"),
-        md=report(f"{EVAL_DIR}/itm_differences.md", caption="../report/evaluation_itm.rst",
+        md=report(f"{S}/evaluation/itm_differences.md", caption="../report/evaluation_itm.rst",
                   category="Evaluation", subcategory="ITM score differences"),
-        png=report(f"{EVAL_DIR}/itm_differences.png", caption="../report/evaluation_itm.rst",
+        png=report(f"{S}/evaluation/itm_differences.png", caption="../report/evaluation_itm.rst",
                    category="Evaluation", subcategory="ITM score differences"),
     params:
-        bins=EVAL.get("itm", {}).get("bins", 40),
+        bins=lambda wildcards: eval_section(wildcards, "itm")["bins"],
     log:
-        f"{RESULTS}/logs/evaluation/itm_summary.log",
+        f"{S}/logs/evaluation/itm_summary.log",
     conda:
         CONDA_ENV
     shell:
-        "counterfactory evaluate itm-summary --inputs {input} --bins {params.bins} --out-csv {output.csv}"
-        " --out-md {output.md} --out-png {output.png} > {log} 2>&1"
+        "counterfactory evaluate itm-summary --inputs {input:q} --bins {params.bins} --out-csv {output.csv:q}"
+        " --out-md {output.md:q} --out-png {output.png:q} > {log:q} 2>&1"
+
+
+def classification_dataset_files(wildcards):
+    datasets = eval_section(wildcards, "classification")["datasets"]
+    if wildcards.dataset not in datasets:
+        raise WorkflowError(f"{wildcards.study}.evaluation.classification.datasets has no '{wildcards.dataset}'")
+    return dataset_input_files(datasets[wildcards.dataset], wildcards.dataset)
 
 
 rule eval_classify:
     """Zero-shot top-1/top-5 accuracy of one model on one classification dataset."""
     input:
-        data=lambda wildcards: dataset_input_files(CLS_DATASETS[wildcards.dataset], wildcards.dataset),
-        models=lambda wildcards: wf.tiny_model_inputs(config, wildcards.role),
-    wildcard_constraints:
-        role=r"[A-Za-z0-9_]+",
-        dataset=r"[A-Za-z0-9_.-]+",
+        data=classification_dataset_files,
+        models=model_inputs("{role}"),
     output:
-        f"{EVAL_DIR}/classification/{{role}}/{{dataset}}.json",
+        f"{S}/evaluation/classification/{{role}}/{{dataset}}.json",
     log:
-        f"{RESULTS}/logs/evaluation/classify_{{role}}_{{dataset}}.log",
+        f"{S}/logs/evaluation/classify_{{role}}_{{dataset}}.log",
     benchmark:
-        f"{RESULTS}/benchmarks/evaluation/classify_{{role}}_{{dataset}}.tsv"
-    threads: accel_threads(*CLS_ROLES)
+        f"{S}/benchmarks/evaluation/classify_{{role}}_{{dataset}}.tsv"
+    threads: accel_threads("clip_eval")
     resources:
-        mem_mb=model_mem(8000, *CLS_ROLES),
+        mem_mb=lambda wildcards, attempt: model_mem(8000, wildcards.role)(wildcards, attempt),
         runtime=minutes(20, 2 * CPU_SLOWDOWN, 1),
         gpu=GPU,
         hpu=HPU,
     params:
-        config=CONFIG_ARGS,
+        config=job_config("evaluation.classification.templates", "evaluation.classification.topk",
+                          "evaluation.classification.max_per_class", "evaluation.classification.datasets.{dataset}",
+                          "models.{role}", *EVAL_COMMON_KEYS),
     conda:
         CONDA_ENV
     shell:
         "counterfactory evaluate classify {params.config} --role {wildcards.role} --dataset {wildcards.dataset}"
-        " --out {output} > {log} 2>&1"
+        " --out {output:q} > {log:q} 2>&1"
 
 
 rule eval_classify_table:
     """Table 4 layout: zero-shot accuracy per model and dataset, with the mean over datasets."""
     input:
-        expand(f"{EVAL_DIR}/classification/{{role}}/{{dataset}}.json", role=CLS_ROLES, dataset=list(CLS_DATASETS)),
+        lambda wildcards: expand(f"{S}/evaluation/classification/{{role}}/{{dataset}}.json", study=wildcards.study,
+                                 role=eval_roles("classification")(wildcards),
+                                 dataset=list(eval_section(wildcards, "classification")["datasets"])),
     output:
-        csv=report(f"{EVAL_DIR}/classification.csv", caption="../report/evaluation_classification.rst",
+        csv=report(f"{S}/evaluation/classification.csv", caption="../report/evaluation_classification.rst",
                    category="Evaluation", subcategory="Zero-shot classification"),
-        md=report(f"{EVAL_DIR}/classification.md", caption="../report/evaluation_classification.rst",
+        md=report(f"{S}/evaluation/classification.md", caption="../report/evaluation_classification.rst",
                   category="Evaluation", subcategory="Zero-shot classification"),
-        png=report(f"{EVAL_DIR}/classification.png", caption="../report/evaluation_classification.rst",
+        png=report(f"{S}/evaluation/classification.png", caption="../report/evaluation_classification.rst",
                    category="Evaluation", subcategory="Zero-shot classification"),
     params:
-        order=",".join(CLS_DATASETS),
+        order=lambda wildcards: ",".join(eval_section(wildcards, "classification")["datasets"]),
     log:
-        f"{RESULTS}/logs/evaluation/classification_table.log",
+        f"{S}/logs/evaluation/classification_table.log",
     conda:
         CONDA_ENV
     shell:
-        "counterfactory evaluate classify-table --inputs {input} --dataset-order {params.order}"
-        " --out-csv {output.csv} --out-md {output.md} --out-png {output.png} > {log} 2>&1"
-
-
-EVAL_TARGETS = (
-    (list(rules.eval_itr_table.output) if ITR_ROLES else [])
-    + (list(rules.eval_itm_summary.output) if ITM_ROLES else [])
-    + (list(rules.eval_classify_table.output) if CLS_ROLES and CLS_DATASETS else [])
-)
+        "counterfactory evaluate classify-table --inputs {input:q} --dataset-order {params.order}"
+        " --out-csv {output.csv:q} --out-md {output.md:q} --out-png {output.png:q} > {log:q} 2>&1"

@@ -51,22 +51,36 @@ def accel_threads(*roles):
     return 2 if tiny_roles(*roles) else 4
 
 
-# --- work per job ------------------------------------------------------------------------------
-_CAP = config["captions"]
-_IMG = config["images"]
-_TRAIN = config["training"]
-CAPTION_SHARD_ITEMS = min(_CAP["shard_size"], max(N_CAPTIONS, 1))
-IMAGES_SHARD_ITEMS = min(_IMG["shard_size"], max(N_CAPTIONS, 1))
-# UNet rows x steps of one image shard: candidates x 2 prompts x 2 (classifier-free guidance), in
-# units of a 512 x 512 image; ~0.01 s each on an A100-class GPU in batches of 8 candidates
-UNET_ROW_STEPS = (IMAGES_SHARD_ITEMS * _IMG["candidates_per_pair"] * 4 * _IMG["steps"]
-                  * _IMG["height"] * _IMG["width"] / 512**2)
-IMAGES_MINUTES = 1.5 * UNET_ROW_STEPS * 0.01 * CPU_SLOWDOWN / 60
-# optimiser steps of one training run: a mixture holds at most every caption plus its counterfactual
-_TRAIN_STEPS = _TRAIN["epochs"] * math.ceil(2 * max(N_CAPTIONS, 1) * (1 - _TRAIN["val_fraction"])
-                                            / _TRAIN["batch_size"])
-TRAIN_STEPS = min(_TRAIN_STEPS, _TRAIN.get("max_steps") or _TRAIN_STEPS)
-TRAIN_MINUTES = 1.5 * TRAIN_STEPS * 0.5 * CPU_SLOWDOWN / 60  # ~0.5 s per step (batch 128, ViT-B/32)
+# --- work per job (per study: the {study} wildcard picks the config section) -------------------------
+def shard_items(study, stage):
+    """Items in one shard of ``stage``."""
+    return min(view(study)[stage]["shard_size"], max(n_captions(study), 1))
+
+
+def images_minutes(study):
+    """UNet rows x steps of one image shard: candidates x 2 prompts x 2 (classifier-free guidance), in
+    units of a 512 x 512 image; ~0.01 s each on an A100-class GPU in batches of 8 candidates."""
+    img = view(study)["images"]
+    rows = shard_items(study, "images") * img["candidates_per_pair"] * 4 * img["steps"]
+    return 1.5 * rows * img["height"] * img["width"] / 512**2 * 0.01 * CPU_SLOWDOWN / 60
+
+
+def train_minutes(study):
+    """Optimiser steps of one training run (a mixture holds at most every caption plus its
+    counterfactual), ~0.5 s per step (batch 128, ViT-B/32)."""
+    tr = view(study)["training"]
+    steps = tr["epochs"] * math.ceil(2 * max(n_captions(study), 1) * (1 - tr["val_fraction"]) / tr["batch_size"])
+    return 1.5 * min(steps, tr.get("max_steps") or steps) * 0.5 * CPU_SLOWDOWN / 60
+
+
+def per_study(fn, attempt_scaled=True, cap=MAX_RUNTIME):
+    """Resource callable from a function of the study: ``ceil(fn(study) * attempt)``, capped."""
+
+    def value(wildcards, attempt):
+        amount = math.ceil(fn(wildcards.study) * (attempt if attempt_scaled else 1))
+        return min(amount, cap) if cap else amount
+
+    return value
 
 
 # Cheap bookkeeping runs in the Snakemake process itself (on a cluster: the login node), never

@@ -1,4 +1,4 @@
-# Offline set-up: tiny stand-in models, NLTK data, provenance.
+# Offline set-up shared by every study: tiny stand-in models, NLTK data; the run's provenance.
 
 TINY_DIR = config.get("tiny_models", {}).get("out_dir", "resources/models/tiny")
 
@@ -15,13 +15,13 @@ rule tiny_model:
         mem_mb=scaled(2000),
         runtime=minutes(15),
     params:
-        config=CONFIG_ARGS,
+        config=job_config("tiny_models", study=False),
         out_dir=lambda wildcards, output: Path(output[0]).parent,
     conda:
         CONDA_ENV
     shell:
-        "counterfactory models build-tiny {params.config} --role {wildcards.role} --out-dir {params.out_dir} --force"
-        " > {log} 2>&1"
+        "counterfactory models build-tiny {params.config} --role {wildcards.role} --out-dir {params.out_dir:q}"
+        " --force > {log:q} 2>&1"
 
 
 rule tiny_models:
@@ -41,18 +41,22 @@ rule nltk_data:
     conda:
         CONDA_ENV
     shell:
-        "counterfactory nltk prepare --out {output} {params.prefer_real} > {log} 2>&1"
+        "counterfactory nltk prepare --out {output:q} {params.prefer_real} > {log:q} 2>&1"
 
 
 rule provenance:
-    """Git commit, resolved config, package versions and model roles of this run."""
+    """Git commit, resolved config, package versions, model roles (content fingerprints), NLTK data and
+    the sha256 of every output of the run: made last, from the files it describes."""
+    input:
+        outputs=lambda wildcards: [target for study in STUDIES for target in STUDY_TARGETS[study]()],
+        models=wf.local_model_inputs(config, *config["models"]),
     output:
         f"{RESULTS}/provenance.json",
     log:
         f"{RESULTS}/logs/provenance.log",
     params:
-        config=CONFIG_ARGS,
+        config=wf.run_config_arg(config),
     conda:
         CONDA_ENV
     shell:
-        "counterfactory provenance {params.config} --out {output} > {log} 2>&1"
+        "counterfactory provenance {params.config} --outputs {input.outputs:q} --out {output:q} > {log:q} 2>&1"

@@ -1,74 +1,110 @@
-# COCO-Counterfactuals §5 / B.3: mixtures, CLIP fine-tuning over seeds, t-tests, paper tables.
+# Training stage, shared by every study: mixtures, fine-tuning over seeds, t-tests, paper tables
+# (COCO-Counterfactuals §5 / B.3). One job per (mixture, seed).
 
-TRAIN_DIR = f"{RESULTS}/training"
-TRAINING = config["training"]
-MIXTURES = list(TRAINING["mixtures"])
-SEEDS = {s: d for s, d in wf.seed_pairs(TRAINING)}
+
+def training(wildcards):
+    return view(wildcards.study)["training"]
+
+
+def mixtures(wildcards):
+    return list(training(wildcards)["mixtures"])
+
+
+def seeds(wildcards):
+    return dict(wf.seed_pairs(training(wildcards)))
+
+
+def runs_of(name):
+    """Input function: ``name`` (metrics.csv / history.csv) of every (mixture, seed) run of the study."""
+
+    def value(wildcards):
+        return expand(f"{S}/training/runs/{{mixture}}/seed{{seed}}/{name}", study=wildcards.study,
+                      mixture=mixtures(wildcards), seed=list(seeds(wildcards)))
+
+    return value
+
+
+def train_eval_inputs(wildcards):
+    """Everything a run evaluates on: the retrieval split and its images, the classification datasets."""
+    v = view(wildcards.study)
+    ev = v["training"]["eval"]
+    out = []
+    if ev.get("retrieval"):
+        out += [ev["retrieval"]["karpathy_json"], ev["retrieval"]["image_root"]]
+    out += classification_inputs(wildcards)
+    return out
+
+
+# what a run depends on: the recipe and evaluation, not the t-test settings or the other mixtures
+TRAIN_RUN_KEYS = ("training.experiment", "training.recipe", "training.cvld_lambda", "training.lr",
+                  "training.weight_decay", "training.batch_size", "training.epochs", "training.eval_every",
+                  "training.max_steps", "training.eval", "evaluation.classification", "evaluation.batch_size",
+                  "evaluation.scorers", "models.clip_train", *DEVICE_KEYS)
 
 
 rule train_mixtures:
     """B.3.1 mixture manifests (pairs kept together, reproducible 80/20 split)."""
     input:
-        pairs=f"{RESULTS}/images/selected_pairs.parquet",
-        captions=f"{RESULTS}/data/captions.parquet",
+        pairs=f"{S}/images/selected_pairs.parquet",
+        captions=f"{S}/data/captions.parquet",
+        images=coco_images,
     output:
-        manifests=expand(f"{TRAIN_DIR}/mixtures/{{mixture}}.parquet", mixture=MIXTURES),
-        summary=f"{TRAIN_DIR}/mixtures/summary.csv",
+        summary=f"{S}/training/mixtures/summary.csv",
+        manifests=directory(f"{S}/training/mixtures/manifests"),
     params:
-        config=CONFIG_ARGS,
-        out_dir=lambda wildcards, output: Path(output.summary).parent,
+        config=job_config("training.random_state", "training.val_fraction", "training.mixtures", "data"),
     log:
-        f"{RESULTS}/logs/training/mixtures.log",
+        f"{S}/logs/training/mixtures.log",
     conda:
         CONDA_ENV
     shell:
-        "counterfactory train mixtures {params.config} --pairs {input.pairs} --captions {input.captions}"
-        " --out-dir {params.out_dir} > {log} 2>&1"
+        "counterfactory train mixtures {params.config} --pairs {input.pairs:q} --captions {input.captions:q}"
+        " --out-dir {output.manifests:q} --summary {output.summary:q} > {log:q} 2>&1"
 
 
 rule train_run:
     """One fine-tuning run: (mixture, seed); best checkpoint by validation loss; retrieval + classification."""
     input:
-        manifest=f"{TRAIN_DIR}/mixtures/{{mixture}}.parquet",
-        models=wf.tiny_model_inputs(config, "clip_train"),
+        manifests=rules.train_mixtures.output.manifests,
+        eval_data=train_eval_inputs,
+        models=model_inputs("clip_train"),
     output:
-        metrics=f"{TRAIN_DIR}/runs/{{mixture}}/seed{{seed}}/metrics.csv",
-        history=f"{TRAIN_DIR}/runs/{{mixture}}/seed{{seed}}/history.csv",
+        metrics=f"{S}/training/runs/{{mixture}}/seed{{seed}}/metrics.csv",
+        history=f"{S}/training/runs/{{mixture}}/seed{{seed}}/history.csv",
     params:
-        config=CONFIG_ARGS,
-        data_seed=lambda wildcards: SEEDS[int(wildcards.seed)],
+        config=job_config(*TRAIN_RUN_KEYS),
+        data_seed=lambda wildcards: seeds(wildcards)[int(wildcards.seed)],
         out_dir=lambda wildcards, output: Path(output.metrics).parent,
-    wildcard_constraints:
-        seed=r"\d+",
     threads: accel_threads("clip_train")
     resources:
         mem_mb=model_mem(16000, "clip_train", tiny_mb=3000),
-        runtime=minutes(80 + TRAIN_MINUTES),
+        runtime=per_study(lambda study: 80 + train_minutes(study)),
         gpu=GPU,
         hpu=HPU,
     log:
-        f"{RESULTS}/logs/training/{{mixture}}_seed{{seed}}.log",
+        f"{S}/logs/training/{{mixture}}_seed{{seed}}.log",
     benchmark:
-        f"{RESULTS}/benchmarks/training/{{mixture}}_seed{{seed}}.tsv"
+        f"{S}/benchmarks/training/{{mixture}}_seed{{seed}}.tsv"
     conda:
         CONDA_ENV
     shell:
-        "counterfactory train run {params.config} --manifest {input.manifest} --mixture {wildcards.mixture}"
-        " --seed {wildcards.seed} --data-seed {params.data_seed} --out-dir {params.out_dir} --no-progress > {log} 2>&1"
+        "counterfactory train run {params.config} --manifest {input.manifests:q}/{wildcards.mixture}.parquet"
+        " --mixture {wildcards.mixture} --seed {wildcards.seed} --data-seed {params.data_seed}"
+        " --out-dir {params.out_dir:q} --no-progress > {log:q} 2>&1"
 
 
 rule runs_table:
     """Tidy runs table: experiment, mixture, seed, data_seed, metric, value."""
     input:
-        expand(f"{TRAIN_DIR}/runs/{{mixture}}/seed{{seed}}/metrics.csv", mixture=MIXTURES, seed=list(SEEDS)),
+        runs_of("metrics.csv"),
     output:
-        report(f"{TRAIN_DIR}/runs.csv", category="Training", caption="../report/runs.rst"),
+        report(f"{S}/training/runs.csv", category="Training", caption="../report/runs.rst"),
     log:
-        f"{RESULTS}/logs/training/runs_table.log",
+        f"{S}/logs/training/runs_table.log",
     conda:
         CONDA_ENV
     shell:
-        "counterfactory train collect {input} --out {output} > {log} 2>&1"
+        "counterfactory train collect {input:q} --out {output:q} > {log:q} 2>&1"
 
 
 rule train_stats:
@@ -76,58 +112,51 @@ rule train_stats:
     input:
         rules.runs_table.output,
     output:
-        f"{TRAIN_DIR}/summary.csv",
+        f"{S}/training/summary.csv",
     params:
-        baseline=TRAINING["baseline"],
-        test=TRAINING["stats"]["test"],
-        alpha=TRAINING["stats"]["alpha"],
+        baseline=lambda wildcards: training(wildcards)["baseline"],
+        test=lambda wildcards: training(wildcards)["stats"]["test"],
+        alpha=lambda wildcards: training(wildcards)["stats"]["alpha"],
     log:
-        f"{RESULTS}/logs/training/stats.log",
+        f"{S}/logs/training/stats.log",
     conda:
         CONDA_ENV
     shell:
-        "counterfactory stats summarize --runs {input} --baseline {params.baseline} --test {params.test}"
-        " --alpha {params.alpha} --out {output} > {log} 2>&1"
+        "counterfactory stats summarize --runs {input:q} --baseline {params.baseline} --test {params.test}"
+        " --alpha {params.alpha} --out {output:q} > {log:q} 2>&1"
 
 
 rule train_tables:
-    """COCO-CF Table 3 (retrieval) and Table 4 (classification) layouts: Markdown, LaTeX, CSV."""
+    """Paper table layouts (COCO-CF Table 3 retrieval, Table 4 classification): Markdown, LaTeX, CSV."""
     input:
         summary=rules.train_stats.output,
         info=rules.train_mixtures.output.summary,
     output:
-        md=report(f"{TRAIN_DIR}/tables/{{table}}.md", category="Training", caption="../report/tables.rst"),
-        tex=f"{TRAIN_DIR}/tables/{{table}}.tex",
-        csv=f"{TRAIN_DIR}/tables/{{table}}.csv",
+        md=report(f"{S}/training/tables/{{table}}.md", category="Training", caption="../report/tables.rst"),
+        tex=f"{S}/training/tables/{{table}}.tex",
+        csv=f"{S}/training/tables/{{table}}.csv",
     params:
-        metrics=lambda wildcards: wf.table_metrics(TRAINING, wildcards.table),
-        order=",".join(MIXTURES),
+        metrics=lambda wildcards: coco_cf.table_metrics(training(wildcards), wildcards.table),
+        order=lambda wildcards: ",".join(mixtures(wildcards)),
     log:
-        f"{RESULTS}/logs/training/table_{{table}}.log",
+        f"{S}/logs/training/table_{{table}}.log",
     conda:
         CONDA_ENV
     shell:
-        "counterfactory stats table --summary {input.summary} --mixture-info {input.info} --metrics {params.metrics}"
-        " --mixture-order {params.order} --out-md {output.md} --out-tex {output.tex} --out-csv {output.csv}"
-        " > {log} 2>&1"
+        "counterfactory stats table --summary {input.summary:q} --mixture-info {input.info:q}"
+        " --metrics {params.metrics} --mixture-order {params.order} --out-md {output.md:q} --out-tex {output.tex:q}"
+        " --out-csv {output.csv:q} > {log:q} 2>&1"
 
 
 rule train_curves:
     """Training and validation loss of every run."""
     input:
-        expand(f"{TRAIN_DIR}/runs/{{mixture}}/seed{{seed}}/history.csv", mixture=MIXTURES, seed=list(SEEDS)),
+        runs_of("history.csv"),
     output:
-        report(f"{TRAIN_DIR}/curves.png", category="Training", caption="../report/curves.rst"),
+        report(f"{S}/training/curves.png", category="Training", caption="../report/curves.rst"),
     log:
-        f"{RESULTS}/logs/training/curves.log",
+        f"{S}/logs/training/curves.log",
     conda:
         CONDA_ENV
     shell:
-        "counterfactory train plot-curves {input} --out {output} > {log} 2>&1"
-
-
-TRAINING_TARGETS = [
-    f"{TRAIN_DIR}/summary.csv",
-    f"{TRAIN_DIR}/curves.png",
-    *expand(f"{TRAIN_DIR}/tables/{{table}}.md", table=wf.training_tables(TRAINING)),
-]
+        "counterfactory train plot-curves {input:q} --out {output:q} > {log:q} 2>&1"

@@ -32,7 +32,8 @@ def seed_pairs(section: dict) -> list[tuple[int, int]]:
     return [(s["first"] + i, s["first"] + i + s["data_seed_offset"]) for i in range(s["count"])]
 
 
-def write_mixtures(cfg: dict, pairs_path: str | Path, captions_path: str | Path, out_dir: str | Path) -> pd.DataFrame:
+def write_mixtures(cfg: dict, pairs_path: str | Path, captions_path: str | Path, out_dir: str | Path,
+                   summary_path: str | Path | None = None) -> pd.DataFrame:
     section = cfg["training"]
     pairs = pd.read_parquet(pairs_path)
     for col in ("id", "caption_0", "caption_1", "image_0", "image_1"):
@@ -54,7 +55,7 @@ def write_mixtures(cfg: dict, pairs_path: str | Path, captions_path: str | Path,
     for name, frame in frames.items():
         write_parquet(out_dir / f"{name}.parquet", frame)
     summary = mx.summary(frames)
-    write_csv(out_dir / "summary.csv", summary)
+    write_csv(Path(summary_path) if summary_path else out_dir / "summary.csv", summary)
     return summary
 
 

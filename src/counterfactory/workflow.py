@@ -1,32 +1,69 @@
-"""Helpers the Snakefile uses at parse time (kept here so the Snakefile stays declarative)."""
+"""Helpers the Snakefile uses at parse time (kept here so the rule files stay declarative).
+
+Every job gets its settings through one rule parameter, ``--config FILE``: FILE holds exactly the config
+sections the rule declares (:func:`counterfactory.config.write_job_config`) and is named by their digest.
+Snakemake compares parameters between runs, so an edit reruns exactly the jobs whose sections changed
+(and, through their outputs, everything downstream); and a running job's settings cannot be changed
+by a later parse with another config, because a file, once written, never changes.
+"""
 
 from __future__ import annotations
 
+import functools
+import json
 import math
 import shlex
 import sys
 from pathlib import Path
 
+from .config import ConfigView, digest, study_view, write_job_config
 
-def caption_json(cfg: dict) -> Path:
-    data = cfg["data"]
+
+def _key(cfg: dict) -> str:
+    return digest(cfg)
+
+
+@functools.lru_cache(maxsize=64)
+def _view_cached(key: str, text: str, study: str) -> ConfigView:
+    return study_view(json.loads(text), study)
+
+
+def view(cfg: dict, study: str) -> ConfigView:
+    """The study's view of the configuration (shared sections + the study's own at top level)."""
+    text = json.dumps(cfg, sort_keys=True, default=str)
+    return _view_cached(_key(cfg), text, study)
+
+
+def caption_json(study_cfg: dict) -> Path:
+    data = study_cfg["data"]
     return Path(data["coco_root"]) / "annotations" / f"captions_{data['split']}.json"
 
 
-def caption_count(cfg: dict) -> int:
+def image_dir(study_cfg: dict) -> Path:
+    data = study_cfg["data"]
+    return Path(data["coco_root"]) / data["split"]
+
+
+@functools.lru_cache(maxsize=16)
+def _count(path: str, limit: int | None) -> int:
+    from .data.check import count_captions
+
+    return int(count_captions(path, limit_images=limit))
+
+
+def caption_count(study_cfg: dict) -> int:
     """Number of input captions (after ``data.limit_images``); 0 with a warning if COCO is missing,
     so the DAG still builds and the ``coco_check`` rule can explain how to get the data."""
-    path = caption_json(cfg)
+    path = caption_json(study_cfg)
     if not path.exists():
         print(
-            f"CounterFactory: {path} not found; the data rules will fail until MS-COCO is in place "
-            f"(see README, 'Getting MS-COCO', or run `snakemake --configfile config/demo.yaml ...`).",
+            f"CounterFactory: {path} not found (config key {study_cfg.get('study', '?')}.data.coco_root); the data "
+            f"rules will fail until MS-COCO is in place (README, 'Getting MS-COCO'), or run the demo with "
+            f"`snakemake --configfile config/demo.yaml ...`.",
             file=sys.stderr,
         )
         return 0
-    from .data.check import count_captions
-
-    return int(count_captions(path, limit_images=cfg["data"].get("limit_images")))
+    return _count(str(path), study_cfg["data"].get("limit_images"))
 
 
 def shard_ids(n_items: int, shard_size: int) -> list[str]:
@@ -34,38 +71,51 @@ def shard_ids(n_items: int, shard_size: int) -> list[str]:
     return [f"{i:05d}" for i in range(max(1, math.ceil(n_items / shard_size)))]
 
 
-def resolved_config_file(cfg: dict, folder: str | Path = ".snakemake/counterfactory") -> Path:
-    """Write the configuration exactly as Snakemake resolved it (config files in Snakemake's order,
-    ``--config key=value`` overrides, schema defaults) to ``<folder>/<run_name>.yaml`` so every CLI
-    stage sees the same values. The path is stable per run, so editing the config does not by itself
-    rerun every job (rules that depend on a value declare it in ``params``); the file is rewritten
-    atomically only when its content changes."""
+def job_config_arg(cfg: dict, study: str | None, keys) -> str:
+    """``--config FILE`` for one job: FILE holds the listed (dotted) sections of ``study``'s view."""
+    return f"--config {shlex.quote(write_job_config(cfg, study, keys))}"
+
+
+def run_config_arg(cfg: dict, folder: str | Path = ".snakemake/counterfactory/runs") -> str:
+    """``--config FILE`` with the whole resolved configuration (provenance), content-addressed."""
     import yaml
 
     from .io import write_text
 
     text = yaml.safe_dump(dict(cfg), sort_keys=True)
-    path = Path(folder) / f"{cfg['run_name']}.yaml"
-    if not path.exists() or path.read_text(encoding="utf-8") != text:
+    path = Path(folder) / f"{digest(dict(cfg))[:20]}.yaml"
+    if not path.exists():
         write_text(path, text)
-    return path
-
-
-def config_args(cfg: dict) -> str:
-    """``--config <file>`` flag that hands the resolved configuration to every CLI stage."""
-    return f"--config {shlex.quote(str(resolved_config_file(cfg)))}"
+    return f"--config {shlex.quote(str(path))}"
 
 
 def tiny_model_inputs(cfg: dict, *roles: str) -> list[str]:
     """Local tiny-model folders among ``roles``' sources, so Snakemake builds them before use."""
-    tiny_dir = cfg.get("tiny_models", {}).get("out_dir")
+    tiny_dir = (cfg.get("tiny_models") or {}).get("out_dir")
     if not tiny_dir:
         return []
     out = []
     for role in roles:
         entry = cfg["models"].get(role)
+        if entry is None:
+            continue
         source = entry["source"] if isinstance(entry, dict) else entry
         if source and Path(source).parent == Path(tiny_dir):
+            out.append(source)
+    return out
+
+
+def local_model_inputs(cfg: dict, *roles: str) -> list[str]:
+    """Every role among ``roles`` whose source is a local folder (tiny or not): declared as inputs so a
+    swapped or rebuilt model folder reruns the jobs that use it."""
+    out = []
+    for role in roles:
+        entry = cfg["models"].get(role)
+        if entry is None:
+            continue
+        source = entry["source"] if isinstance(entry, dict) else entry
+        tiny_dir = (cfg.get("tiny_models") or {}).get("out_dir")
+        if tiny_dir and Path(source).parent == Path(tiny_dir) or Path(source).exists():
             out.append(source)
     return out
 
@@ -74,19 +124,3 @@ def seed_pairs(training: dict) -> list[tuple[int, int]]:
     from .runs import seed_pairs as _pairs
 
     return _pairs(training)
-
-
-def training_tables(training: dict) -> list[str]:
-    """Table names: ``retrieval`` (Table 3 layout) if retrieval is evaluated, ``classification`` (Table 4)."""
-    ev = training.get("eval", {})
-    return [name for name, on in (("retrieval", ev.get("retrieval")), ("classification", ev.get("classification"))) if on]
-
-
-def table_metrics(training: dict, table: str) -> str:
-    """Comma-separated metric names of one table, in the paper's column order."""
-    ev = training["eval"]
-    if table == "retrieval":
-        r = ev["retrieval"]
-        names = [f"{r['name']}/{d}@{k}" for d in ("image_to_text", "text_to_image") for k in r["ks"]]
-        return ",".join(names + [f"{r['name']}/mean"])
-    return ",".join(f"{d}/top1" for d in ev["classification"])

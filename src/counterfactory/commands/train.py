@@ -10,7 +10,7 @@ def _mixtures(args) -> int:
     from .. import runs
 
     cfg = load_config(args.config)
-    summary = runs.write_mixtures(cfg, args.pairs, args.captions, args.out_dir)
+    summary = runs.write_mixtures(cfg, args.pairs, args.captions, args.out_dir, summary_path=args.summary)
     print(summary.to_string(index=False))
     return 0
 
@@ -49,7 +49,8 @@ def register(sub) -> None:
     m.add_argument("--config", action="append", required=True, help="config YAML (repeat to merge)")
     m.add_argument("--pairs", required=True, help="selected_pairs.parquet from the image stage")
     m.add_argument("--captions", required=True, help="caption table parquet (the real MS-COCO captions)")
-    m.add_argument("--out-dir", required=True, help="folder for <mixture>.parquet and summary.csv")
+    m.add_argument("--out-dir", required=True, help="folder for <mixture>.parquet (and summary.csv)")
+    m.add_argument("--summary", help="where to write the mixture summary CSV (default: <out-dir>/summary.csv)")
     m.set_defaults(func=_mixtures)
     r = s.add_parser("run", help="train one (mixture, seed) run, keep the best checkpoint, evaluate it")
     r.add_argument("--config", action="append", required=True, help="config YAML (repeat to merge)")

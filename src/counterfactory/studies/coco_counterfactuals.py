@@ -1,0 +1,25 @@
+"""COCO-Counterfactuals (Le et al., 2023): what only this paper needs.
+
+Table layouts of §5 (Table 3: Flickr30k retrieval R@K of the fine-tuned CLIP models; Table 4: zero-shot
+top-1 accuracy per classification dataset), in the paper's column order.
+"""
+
+from __future__ import annotations
+
+STUDY = "coco_counterfactuals"
+
+
+def training_tables(training: dict) -> list[str]:
+    """Table names: ``retrieval`` (Table 3 layout) if retrieval is evaluated, ``classification`` (Table 4)."""
+    ev = training.get("eval", {})
+    return [name for name, on in (("retrieval", ev.get("retrieval")), ("classification", ev.get("classification"))) if on]
+
+
+def table_metrics(training: dict, table: str) -> str:
+    """Comma-separated metric names of one table, in the paper's column order."""
+    ev = training["eval"]
+    if table == "retrieval":
+        r = ev["retrieval"]
+        names = [f"{r['name']}/{d}@{k}" for d in ("image_to_text", "text_to_image") for k in r["ks"]]
+        return ",".join(names + [f"{r['name']}/mean"])
+    return ",".join(f"{d}/top1" for d in ev["classification"])
