@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import logging
+import os
+import stat
+
 import pytest
 
-from counterfactory.io import atomic_dir, write_json
+from counterfactory.io import atomic_dir, atomic_path, current_umask, remove_stale_temporaries, write_json
 
 
 def test_atomic_dir_replaces_only_on_success(tmp_path):
@@ -30,3 +34,67 @@ def test_atomic_file_write_leaves_target_on_error(tmp_path):
         write_json(target, {"a": object()})
     assert target.read_text().strip() == '{\n  "a": 1\n}'
     assert [p.name for p in tmp_path.iterdir()] == ["x.json"]
+
+
+@pytest.fixture(params=[0o002, 0o022, 0o077])
+def umask(request):
+    old = os.umask(request.param)
+    yield request.param
+    os.umask(old)
+
+
+def test_permissions_follow_the_umask(tmp_path, umask):
+    plain_file, plain_dir = tmp_path / "plain.txt", tmp_path / "plain"
+    plain_file.write_text("x")
+    plain_dir.mkdir()
+    write_json(tmp_path / "a.json", {"a": 1})
+    with atomic_path(tmp_path / "b.bin") as tmp:
+        tmp.write_bytes(b"1")
+    with atomic_dir(tmp_path / "d") as tmp:
+        (tmp / "f.txt").write_text("1")
+    mode = lambda p: stat.S_IMODE(p.stat().st_mode)  # noqa: E731
+    assert mode(tmp_path / "a.json") == mode(tmp_path / "b.bin") == mode(plain_file) == 0o666 & ~umask
+    assert mode(tmp_path / "d") == mode(plain_dir) == 0o777 & ~umask
+    assert current_umask() == umask
+
+
+def test_stale_temporaries_of_a_killed_run_are_removed(tmp_path, caplog):
+    out = tmp_path / "shard"
+    out.mkdir()
+    # what SIGKILL leaves behind: a half-built folder, a moved-aside old folder and a temporary file
+    (tmp_path / ".images.build-ab_cd123").mkdir()
+    (tmp_path / ".images.build-ab_cd123" / "x.png").write_bytes(b"half")
+    (tmp_path / ".images.old-zz99yy88").mkdir()
+    (tmp_path / ".summary.json.tmp-k2j3h4g5.json").write_text("{")
+    # things that are not ours and must survive
+    keep = [tmp_path / ".images.build-notours", tmp_path / ".other.build-ab_cd123", tmp_path / "images.build-ab_cd123",
+            tmp_path / ".summary.json.tmp-k2j3h4g5.json.bak.old", tmp_path / ".images2.build-ab_cd123",
+            tmp_path / ".summary.jsonl.tmp-k2j3h4g5.jsonl"]
+    for k in keep:
+        k.write_text("keep")
+    with caplog.at_level(logging.WARNING, logger="counterfactory.io"):
+        with atomic_dir(tmp_path / "images") as tmp:
+            (tmp / "a.png").write_bytes(b"1")
+        write_json(tmp_path / "summary.json", {"ok": True})
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == sorted(["images", "shard", "summary.json", *(k.name for k in keep)])
+    assert ".images.build-ab_cd123" in caplog.text and "interrupted" in caplog.text
+    assert remove_stale_temporaries(tmp_path / "missing-folder" / "x") == []
+
+
+def test_killed_write_leftover_is_removed_by_the_next_write(tmp_path):
+    target = tmp_path / "t.parquet"
+    leftover = None
+    try:
+        with atomic_path(target) as tmp:
+            tmp.write_bytes(b"partial")
+            leftover = tmp
+            os.link(tmp, tmp_path / "snapshot")          # simulate SIGKILL: the temp file survives
+            raise KeyboardInterrupt
+    except KeyboardInterrupt:
+        pass
+    os.link(tmp_path / "snapshot", leftover)
+    assert leftover.exists() and leftover.name.startswith(".t.parquet.tmp-")
+    with atomic_path(target) as tmp:
+        tmp.write_bytes(b"full")
+    assert not leftover.exists() and target.read_bytes() == b"full"

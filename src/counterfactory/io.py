@@ -1,15 +1,87 @@
 """Atomic file output. Every stage writes through these helpers, so a killed job never leaves a
 half-written file behind: data goes to a temporary file in the same folder, is flushed and fsynced,
-then renamed over the target (``os.replace`` is atomic on POSIX file systems)."""
+then renamed over the target (``os.replace`` is atomic on POSIX file systems).
+
+**Permissions.** ``mkstemp``/``mkdtemp`` create 0600 files and 0700 folders; the helpers chmod them to
+what a plain ``open(..., "w")`` / ``mkdir`` would give under the current umask (``0666 & ~umask`` and
+``0777 & ~umask``), so outputs are shared exactly like files written without them.
+
+**Stale temporaries.** A job killed with SIGKILL (or a node failure) cannot run its cleanup, so a
+temporary file ``.<name>.tmp-XXXXXXXX<suffix>`` or folder ``.<name>.build-XXXXXXXX`` /
+``.<name>.old-XXXXXXXX`` may be left next to the output. Before writing ``<name>`` the helpers remove
+such leftovers of *that* output (exact name pattern, in the output's parent folder only; nothing else
+is touched). Two processes must not write the same output at the same time (Snakemake never does).
+"""
 
 from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
+import re
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any, Iterator
+
+log = logging.getLogger(__name__)
+
+_RANDOM = r"[A-Za-z0-9_]{8}"      # tempfile's random part (8 characters of [a-z0-9_])
+# a temporary file is ".<name>.tmp-<random><suffix>" with an empty or one-part suffix such as ".parquet"
+
+
+def current_umask() -> int:
+    """The process umask (read from /proc where possible; otherwise set-and-restore)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _file_mode() -> int:
+    return 0o666 & ~current_umask()
+
+
+def _dir_mode() -> int:
+    return 0o777 & ~current_umask()
+
+
+def _file_prefix(target: Path) -> str:
+    return f".{target.name}.tmp-"
+
+
+def remove_stale_temporaries(target: str | os.PathLike) -> list[Path]:
+    """Remove leftovers of killed atomic writes of ``target`` (see the module docstring); returns them."""
+    target = Path(target)
+    name = re.escape(target.name)
+    patterns = [re.compile(rf"^\.{name}\.tmp-{_RANDOM}(?:\.[A-Za-z0-9]+)?$"),
+                re.compile(rf"^\.{name}\.(?:build|old)-{_RANDOM}$")]
+    removed = []
+    try:
+        entries = list(os.scandir(target.parent))
+    except FileNotFoundError:
+        return removed
+    for entry in entries:
+        if not any(p.match(entry.name) for p in patterns):
+            continue
+        path = Path(entry.path)
+        try:
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+        except FileNotFoundError:
+            continue
+        log.warning("removed %s, left behind by an interrupted write of %s", path, target)
+        removed.append(path)
+    return removed
 
 
 @contextlib.contextmanager
@@ -18,13 +90,18 @@ def atomic_path(target: str | os.PathLike, suffix: str | None = None) -> Iterato
 
     On any exception the temporary file is removed and ``target`` is left untouched.
     ``suffix`` defaults to the target's suffix so libraries that infer formats still work.
+    The file gets ``0666 & ~umask`` permissions; stale temporaries of ``target`` are removed first.
     """
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_temporaries(target)
     fd, tmp = tempfile.mkstemp(
-        prefix=f".{target.name}.", suffix=suffix if suffix is not None else target.suffix, dir=target.parent
+        prefix=_file_prefix(target), suffix=suffix if suffix is not None else target.suffix, dir=target.parent
     )
-    os.close(fd)
+    try:
+        os.fchmod(fd, _file_mode())
+    finally:
+        os.close(fd)
     tmp_path = Path(tmp)
     try:
         yield tmp_path
@@ -92,17 +169,19 @@ def atomic_dir(target: str | os.PathLike) -> Iterator[Path]:
 
     An existing ``target`` is moved aside first and removed only after the new folder is in place (it is
     put back if the swap fails); on any exception the temporary folder is removed and ``target`` is
-    left as it was. Readers never see a half-built folder.
+    left as it was. Readers never see a half-built folder. The folder gets ``0777 & ~umask``
+    permissions (files written into it keep their own); stale ``.build-``/``.old-`` folders of
+    ``target`` left by a killed run are removed first.
     """
-    import shutil
-
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     if target.exists() and not target.is_dir():
         from .errors import CounterFactoryError
 
         raise CounterFactoryError(f"{target} exists and is not a folder. Fix: remove it or choose another path")
+    remove_stale_temporaries(target)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.build-", dir=target.parent))
+    os.chmod(tmp, _dir_mode())
     try:
         yield tmp
         if not target.exists():
