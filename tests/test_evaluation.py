@@ -15,6 +15,7 @@ from PIL import Image
 from counterfactory import cli, evaluation
 from counterfactory.errors import ConfigError, InputError
 from counterfactory.metrics import recall_at_k
+from test_tables import parse_pipe_table
 
 REPO = Path(__file__).resolve().parents[1]
 FIX = REPO / "resources" / "demo" / "classification"
@@ -147,10 +148,13 @@ def test_relative_change_and_table():
     clip_cf = table[(table.role == "clip") & (table.dataset == "COCO-CFs")].iloc[0]
     assert clip_cf["TR@1 rel%"] == pytest.approx(10.0) and clip_cf["IR@1 rel%"] == pytest.approx(-20.0)
     assert table[table.dataset == "MS-COCO"]["TR@1 rel%"].isna().all()
-    md = evaluation.render_itr_markdown(table)
-    assert "| model-bt | MS-COCO | 40.00 | 80.00 |" in md
-    assert "20.00 (**-50%**)" in md and "60.00 (-25%)" in md        # largest drop of the row is bold
-    assert "33.00 (+10%)" in md and "40.00 (**-20%**)" in md
+    header, align, md_rows = parse_pipe_table(evaluation.render_itr_markdown(table))
+    assert header == ["Model", "Evaluated dataset", "TR R@1", "IR R@1"]
+    assert align == ["left", "left", "right", "right"]
+    assert md_rows == [["model-bt", "MS-COCO", "40.00", "80.00"],
+                    ["", "COCO-CFs", "20.00 (**-50%**)", "60.00 (-25%)"],   # largest drop of the row is bold
+                    ["model-clip", "MS-COCO", "30.00", "50.00"],
+                    ["", "COCO-CFs", "33.00 (+10%)", "40.00 (**-20%**)"]]
     with pytest.raises(InputError, match="MS-COCO"):
         evaluation.itr_table(pd.DataFrame(rows).query("dataset != 'MS-COCO'"))
 
@@ -185,8 +189,22 @@ def test_itm_scores_follow_the_definitions(inputs):
     assert o["TR_c"] == pytest.approx(g(r.I_c_s, r.C_c) - g(r.I_c_s, r.C_o), abs=1e-4)
     summary = evaluation.itm_summary(out.assign(role="r", model="m"))
     assert summary["metric"].tolist() == list(evaluation.ITM_METRICS)
-    assert summary.loc[0, "mean"] == pytest.approx(out["IR_r"].mean())
-    assert summary.loc[0, "pct_below_zero"] == pytest.approx(100 * (out["IR_r"] < 0).mean())
+    for _, row in summary.iterrows():
+        v = out[row["metric"]].to_numpy(dtype=float)
+        assert row["n"] == len(v)
+        assert row["mean"] == pytest.approx(sum(v) / len(v))
+        assert row["std"] == pytest.approx(np.std(v, ddof=1))
+        assert (row["median"], row["q25"], row["q75"]) == pytest.approx(tuple(np.percentile(v, [50, 25, 75])))
+        assert row["pct_below_zero"] == pytest.approx(100 * sum(x < 0 for x in v) / len(v))
+
+
+def _topk_by_counting(logits, labels, k):
+    """Independent top-k: the label's rank = #classes scoring higher + #lower-index classes tying it."""
+    hits = 0
+    for row, y in zip(logits, labels):
+        rank = sum(1 for c, v in enumerate(row) if v > row[y] or (v == row[y] and c < y))
+        hits += rank < k
+    return 100.0 * hits / len(labels)
 
 
 def test_topk_accuracy_and_class_embeddings():
@@ -194,6 +212,15 @@ def test_topk_accuracy_and_class_embeddings():
     acc = evaluation.topk_accuracy(logits, np.array([1, 1, 0]), [1, 2, 5])
     # row 2: tie between classes 0 and 1 goes to class 0, so label 1 is second
     assert acc == {1: pytest.approx(100 / 3), 2: pytest.approx(100.0), 5: 100.0}
+    rng = np.random.default_rng(4)
+    for n_classes in (2, 3, 10):
+        logits = rng.integers(0, 4, size=(60, n_classes)).astype(float)   # many ties
+        labels = rng.integers(0, n_classes, size=60)
+        ks = [1, 2, 5, n_classes]
+        got = evaluation.topk_accuracy(logits, labels, ks)
+        assert got == {k: pytest.approx(_topk_by_counting(logits, labels, k)) for k in ks}
+    with pytest.raises(ValueError, match="labels"):
+        evaluation.topk_accuracy(np.zeros((2, 3)), np.array([0, 3]), [1])
 
     class Texts:
         def encode_texts(self, texts):
@@ -212,8 +239,9 @@ def test_classification_table_layout():
     t = evaluation.classification_table(results, "top1", ["Food101", "CIFAR10"])
     assert list(t.columns) == ["model", "role", "Food101", "CIFAR10", "Mean"]
     assert t.loc[0, "Mean"] == pytest.approx(60.0) and t.loc[1, "Mean"] == pytest.approx(10.0)
-    md = evaluation.render_classification_markdown({"top1": t})
-    assert "| A | 70.00 | 50.00 | 60.00 |" in md and "| B | – | 10.00 | 10.00 |" in md
+    header, _, rows = parse_pipe_table(evaluation.render_classification_markdown({"top1": t}))
+    assert header == ["Model", "Food101", "CIFAR10", "Mean"]
+    assert rows == [["A", "70.00", "50.00", "60.00"], ["B", "–", "10.00", "10.00"]]
 
 
 # --------------------------------------------------------------------------------------------
@@ -227,10 +255,11 @@ def config_file(inputs, tmp_path_factory):
     tiny_vision.build_clip(models / "clip_eval")
     tiny_eval.build_bridgetower(models / "itm")
     cfg = yaml.safe_load((REPO / "config" / "demo.yaml").read_text())
-    cfg["data"]["coco_root"] = str(inputs["coco_root"])
-    cfg["models"] = {"mlm": {"source": "unused"}, "lm": {"source": "unused"}, "sentence": {"source": "unused"},
+    study = cfg[cfg["studies"][0]]          # the evaluation settings of the demo's (first) study
+    study["data"]["coco_root"] = str(inputs["coco_root"])
+    cfg["models"] = {**{r: {"source": "unused"} for r in ("mlm", "lm", "sentence", "sd", "clip_filter")},
                      "clip_eval": {"source": str(models / "clip_eval")}, "itm": {"source": str(models / "itm")}}
-    cfg["evaluation"] = {
+    study["evaluation"] = {
         "batch_size": 8,
         "itr": {"models": ["clip_eval", "itm"], "ks": [1, 5], "head": "itm", "shortlist": {"role": "clip_eval", "k": 5}},
         "itm": {"models": ["clip_eval", "itm"], "seed": 0, "bins": 10},
@@ -269,7 +298,8 @@ def test_cli_end_to_end(config_file, inputs, tmp_path):
     for m in ("TR@1", "TR@5", "IR@1", "IR@5"):
         if base[m] > 0:
             assert cfs[f"{m} rel%"] == pytest.approx(100 * (cfs[m] - base[m]) / base[m])
-    assert "| Model | Evaluated dataset | TR R@1 | TR R@5 | IR R@1 | IR R@5 |" in (out / "itr_table.md").read_text()
+    header, _, _ = parse_pipe_table((out / "itr_table.md").read_text())
+    assert header == ["Model", "Evaluated dataset", "TR R@1", "TR R@5", "IR R@1", "IR R@5"]
 
     assert cli.main(["evaluate", "itm-summary", "--inputs", str(out / "itm" / "clip_eval.parquet"),
                      str(out / "itm" / "itm.parquet"), "--out-csv", str(out / "itm.csv"), "--out-md",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from io import StringIO
 
 import numpy as np
@@ -36,6 +37,23 @@ cf67,MS-COCO + COCO-CFs,41784,66.7
 """
 
 ORDER = ["pretrained", "mscoco", "cf50", "cf60", "cf67"]
+FOOTNOTE = ("Mean over runs with the sample standard deviation as subscript; best mean per column in bold; "
+            "underlined: one-tailed t-test shows a significant improvement over the baseline.")
+
+
+def parse_pipe_table(text: str) -> tuple[list[str], list[str], list[list[str]]]:
+    """(header, alignment, rows) of the first GitHub pipe table in ``text``, cells stripped; a cell may
+    hold an escaped ``\\|``. Alignment from the rule row: ``:--`` left, ``--:`` right, ``:-:`` center."""
+    lines = [ln for ln in text.splitlines() if ln.startswith("|")]
+
+    def cells(line):
+        return [c.strip() for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
+
+    def kind(rule):
+        return {(True, False): "left", (False, True): "right", (True, True): "center"}[
+            (rule.startswith(":"), rule.endswith(":"))]
+
+    return cells(lines[0]), [kind(r) for r in cells(lines[1])], [cells(ln) for ln in lines[2:]]
 
 
 def table_summary():
@@ -67,22 +85,19 @@ def table(summary_path, info_path):
                               mixture_info=tables.read_mixture_info(info_path))
 
 
-def test_markdown_exact(table):
-    expected = (
-        "**Table 3**\n"
-        "\n"
-        "| Training dataset | \\|D<sub>train</sub>\\| | % CFs | R@1 | R@5 |\n"
-        "| :--- | ---: | ---: | :---: | :---: |\n"
-        "| None (pre-trained CLIP) | 0 | 0% | 67.10 | 89.00 |\n"
-        "| MS-COCO | 13,928 | 0% | 77.90<sub>0.4</sub> | 93.79<sub>0.2</sub> |\n"
-        "| MS-COCO + COCO-CFs | 13,928 | 50% | 76.66<sub>0.5</sub> | <u>94.53</u><sub>0.3</sub> |\n"
-        "| MS-COCO + COCO-CFs | 34,820 | 60% | **<u>78.28</u>**<sub>0.5</sub> | **<u>94.72</u>**<sub>0.3</sub> |\n"
-        "| MS-COCO + COCO-CFs | 41,784 | 66.7% | 77.75<sub>0.5</sub> | **94.72**<sub>0.3</sub> |\n"
-        "\n"
-        "Mean over runs with the sample standard deviation as subscript; best mean per column in bold; "
-        "underlined: one-tailed t-test shows a significant improvement over the baseline.\n"
-    )
-    assert tables.render_markdown(table, "Table 3") == expected
+def test_markdown_cells(table):
+    text = tables.render_markdown(table, "Table 3")
+    assert text.startswith("**Table 3**\n\n|") and text.endswith("\n\n" + FOOTNOTE + "\n")
+    header, align, rows = parse_pipe_table(text)
+    assert header == ["Training dataset", "\\|D<sub>train</sub>\\|", "% CFs", "R@1", "R@5"]
+    assert align == ["left", "right", "right", "center", "center"]
+    assert rows == [
+        ["None (pre-trained CLIP)", "0", "0%", "67.10", "89.00"],
+        ["MS-COCO", "13,928", "0%", "77.90<sub>0.4</sub>", "93.79<sub>0.2</sub>"],
+        ["MS-COCO + COCO-CFs", "13,928", "50%", "76.66<sub>0.5</sub>", "<u>94.53</u><sub>0.3</sub>"],
+        ["MS-COCO + COCO-CFs", "34,820", "60%", "**<u>78.28</u>**<sub>0.5</sub>", "**<u>94.72</u>**<sub>0.3</sub>"],
+        ["MS-COCO + COCO-CFs", "41,784", "66.7%", "77.75<sub>0.5</sub>", "**94.72**<sub>0.3</sub>"],
+    ]
 
 
 def test_latex_exact(table):
@@ -135,9 +150,9 @@ def test_selection_order_and_missing_cells():
     frame = frame[~((frame["mixture"] == "cf50") & (frame["metric"] == "R@1"))]
     t = tables.build_table(frame, metrics=["R@5", "R@1"], mixture_order=["cf50", "mscoco"])
     assert t.row_keys == ["cf50", "mscoco"] and t.col_labels == ["R@5", "R@1"]
-    md = tables.render_markdown(t)
-    assert "| cf50 | **<u>94.53</u>**<sub>0.3</sub> | – |" in md
-    assert "| mscoco | 93.79<sub>0.2</sub> | **77.90**<sub>0.4</sub> |" in md
+    _, _, rows = parse_pipe_table(tables.render_markdown(t))
+    assert rows == [["cf50", "**<u>94.53</u>**<sub>0.3</sub>", "–"],
+                    ["mscoco", "93.79<sub>0.2</sub>", "**77.90**<sub>0.4</sub>"]]
     assert "cf50 & $\\underline{\\textbf{94.53}}_{0.3}$ & -- \\\\" in tables.render_latex(t)
     with pytest.raises(InputError, match=r"--metrics: unknown metric 'R@10' \(available: R@1, R@5\)"):
         tables.build_table(frame, metrics=["R@10"])
@@ -161,7 +176,11 @@ def test_decimals_and_escaping():
     t = tables.build_table(frame, decimals=1, std_decimals=2, metrics=["R@1"])
     tex = tables.render_latex(t)
     assert "cf\\_50\\&more & $76.7_{0.52}$ \\\\" in tex
-    assert "| cf_50&more | 76.7<sub>0.52</sub> |" in tables.render_markdown(t)
+    _, _, rows = parse_pipe_table(tables.render_markdown(t))
+    assert ["cf_50&more", "76.7<sub>0.52</sub>"] in rows
+    piped = tables.build_table(table_summary().replace({"mixture": {"cf50": "a|b"}}), metrics=["R@1"])
+    _, _, rows = parse_pipe_table(tables.render_markdown(piped))
+    assert rows[2][0] == "a\\|b" and all(len(r) == 2 for r in rows)
 
 
 def test_csv_frame(table):
@@ -215,8 +234,10 @@ def test_cli_runs_to_table_end_to_end(tmp_path, info_path):
     assert cf60["significant"] and cf60["p_value"] < 1e-6
     cell = f"**<u>{cf60['mean']:.1f}</u>**<sub>{cf60['std']:.1f}</sub>"
     text = md.read_text()
-    assert text.startswith("**Flickr30k**\n\n| Training dataset | \\|D<sub>train</sub>\\| | % CFs | R@1 | Mean |\n")
-    assert f"| MS-COCO + COCO-CFs | 34,820 | 60% | {cell} |" in text
+    assert text.startswith("**Flickr30k**\n\n")
+    header, _, rows = parse_pipe_table(text)
+    assert header == ["Training dataset", "\\|D<sub>train</sub>\\|", "% CFs", "R@1", "Mean"]
+    assert rows[2][:4] == ["MS-COCO + COCO-CFs", "34,820", "60%", cell]
     assert "\\underline{\\textbf{" in tex.read_text()
     wide = pd.read_csv(csv)
     assert wide["mixture"].tolist() == ["mscoco", "cf50", "cf60"]

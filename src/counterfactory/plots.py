@@ -1,4 +1,5 @@
-"""Figures for the report: counterfactual image pairs with their captions and CLIP scores."""
+"""Figures for the report: counterfactual image pairs with their captions and CLIP scores, and the
+headless matplotlib entry point shared by every figure (:func:`pyplot`)."""
 
 from __future__ import annotations
 
@@ -7,29 +8,32 @@ from pathlib import Path
 
 import pandas as pd
 
-from .errors import input_error
 from .io import save_figure
+
+
+def pyplot():
+    """``matplotlib.pyplot`` on the non-interactive Agg backend (figures are only saved to files)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
 
 
 def pair_grid(pairs_path: str | Path, out: str | Path, n: int = 8, wrap: int = 38) -> Path:
     """Original vs counterfactual image of the first ``n`` selected pairs, captions (changed word marked)
     and CLIP scores (image-caption sims, image-image sim, directional sim) underneath."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     from PIL import Image
 
-    pairs_path = Path(pairs_path)
-    pairs = pd.read_parquet(pairs_path)
-    if pairs.empty:
-        raise input_error(pairs_path, None, "no selected pairs to show", "check the image stage's filter thresholds")
-    rows = pairs.head(n)
+    from .evaluation.readers import read_pairs
+
+    plt = pyplot()
+    rows = read_pairs(pairs_path).head(n)  # image paths resolved against the table's folder
     fig, axes = plt.subplots(len(rows), 2, figsize=(6.4, 3.1 * len(rows)), squeeze=False)
     for ax_row, (_, r) in zip(axes, rows.iterrows()):
         for k, ax in enumerate(ax_row):
-            path = Path(r[f"image_{k}"])
-            with Image.open(path if path.is_absolute() else pairs_path.parent / path) as im:
+            with Image.open(r[f"image_{k}"]) as im:
                 ax.imshow(im.convert("RGB"))
             ax.set_xticks([])
             ax.set_yticks([])

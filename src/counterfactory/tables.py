@@ -11,7 +11,8 @@ paper's pre-trained CLIP row).
 * Underline: ``significant`` is True in the summary for a non-baseline row (one-tailed test of
   improvement over the baseline mixture, ``p <= alpha``).
 
-Renderings: Markdown (``**x**``, ``<u>x</u>``, std as ``<sub>std</sub>``), LaTeX (booktabs;
+Renderings: Markdown (``DataFrame.to_markdown``, a pipe table; ``**x**``, ``<u>x</u>``, std as
+``<sub>std</sub>``), LaTeX (``Styler.to_latex`` with booktabs rules;
 ``$\\underline{\\textbf{x}}_{std}$``) and a wide CSV (cell text ``mean_{std}`` plus per-metric
 ``best`` and ``significant`` flag columns).
 """
@@ -284,40 +285,49 @@ def cell_plain(cell: Cell | None, decimals: int = 2, std_decimals: int = 1) -> s
     return text
 
 
+def markdown_table(frame: pd.DataFrame, align: Sequence[str]) -> str:
+    """A GitHub pipe table of ``frame`` (``DataFrame.to_markdown``, i.e. tabulate's ``pipe`` format), no
+    index. Cells are written as given (no number parsing, so ``67.10`` keeps its zero); escape ``|`` in
+    them first. ``align``: ``left``/``right``/``center`` per column."""
+    return frame.to_markdown(index=False, tablefmt="pipe", colalign=tuple(align), disable_numparse=True)
+
+
+def _display_frame(table: PaperTable, header: list[str], info_cell, metric_cell, label) -> pd.DataFrame:
+    """The rows of ``table`` as display text, one column per header entry."""
+    rows = []
+    for m, lab in zip(table.row_keys, table.row_labels):
+        row = [label(lab)] + [info_cell(table.info[m].get(c, "")) for c in table.info_columns]
+        row += [metric_cell(table.cells.get((m, k)), table.decimals, table.std_decimals) for k in table.col_keys]
+        rows.append(row)
+    frame = pd.DataFrame(rows, columns=range(len(header)), dtype=object)
+    frame.columns = header
+    return frame
+
+
 def render_markdown(table: PaperTable, title: str | None = None) -> str:
     header = [_escape_md(table.row_header)] + [INFO_HEADERS_MD[c] for c in table.info_columns] \
         + [_escape_md(c) for c in table.col_labels]
-    align = [":---"] + ["---:"] * len(table.info_columns) + [":---:"] * len(table.col_labels)
+    frame = _display_frame(table, header, lambda text: _escape_md(text) or MISSING_MD, cell_markdown, _escape_md)
+    align = ["left"] + ["right"] * len(table.info_columns) + ["center"] * len(table.col_labels)
     lines = []
     if title:
         lines += [f"**{title.strip()}**", ""]
-    lines.append("| " + " | ".join(header) + " |")
-    lines.append("| " + " | ".join(align) + " |")
-    for m, label in zip(table.row_keys, table.row_labels):
-        row = [_escape_md(label)] + [table.info[m].get(c, "") or MISSING_MD for c in table.info_columns]
-        row += [cell_markdown(table.cells.get((m, k)), table.decimals, table.std_decimals) for k in table.col_keys]
-        lines.append("| " + " | ".join(row) + " |")
-    lines += ["", "Mean over runs with the sample standard deviation as subscript; best mean per column in bold; "
+    lines += [markdown_table(frame, align), "",
+              "Mean over runs with the sample standard deviation as subscript; best mean per column in bold; "
               "underlined: one-tailed t-test shows a significant improvement over the baseline."]
     return "\n".join(lines) + "\n"
 
 
 def render_latex(table: PaperTable, title: str | None = None, label: str | None = None) -> str:
-    spec = "l" + "r" * len(table.info_columns) + "c" * len(table.col_labels)
+    """A booktabs LaTeX table (``Styler.to_latex``); cell and header text is escaped here, before."""
     header = [escape_tex(table.row_header)] + [INFO_HEADERS_TEX[c] for c in table.info_columns] \
         + [escape_tex(c) for c in table.col_labels]
-    lines = ["% requires \\usepackage{booktabs}", "\\begin{table}[t]", "\\centering"]
-    if title:
-        lines.append(f"\\caption{{{escape_tex(title.strip())}}}")
-    if label:
-        lines.append(f"\\label{{{label}}}")
-    lines += [f"\\begin{{tabular}}{{{spec}}}", "\\toprule", " & ".join(header) + " \\\\", "\\midrule"]
-    for m, lab in zip(table.row_keys, table.row_labels):
-        row = [escape_tex(lab)] + [escape_tex(table.info[m].get(c, "")) or MISSING_TEX for c in table.info_columns]
-        row += [cell_latex(table.cells.get((m, k)), table.decimals, table.std_decimals) for k in table.col_keys]
-        lines.append(" & ".join(row) + " \\\\")
-    lines += ["\\bottomrule", "\\end{tabular}", "\\end{table}"]
-    return "\n".join(lines) + "\n"
+    frame = _display_frame(table, header, lambda text: escape_tex(text) or MISSING_TEX, cell_latex, escape_tex)
+    latex = frame.style.hide(axis="index").to_latex(
+        column_format="l" + "r" * len(table.info_columns) + "c" * len(table.col_labels),
+        position="t", position_float="centering", hrules=True,
+        caption=escape_tex(title.strip()) if title else None, label=label)
+    return "% requires \\usepackage{booktabs}\n" + latex
 
 
 def to_frame(table: PaperTable) -> pd.DataFrame:

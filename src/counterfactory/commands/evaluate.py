@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import logging
 
-from ..errors import InputError
 from ..io import save_figure, write_csv, write_json, write_parquet, write_text
 
 log = logging.getLogger(__name__)
@@ -104,7 +103,7 @@ def _itr(args) -> int:
 def _itr_table(args) -> int:
     from .. import evaluation
 
-    long = evaluation.read_csvs(args.inputs, "ITR result")
+    long = evaluation.read_itr_results(args.inputs)
     table = evaluation.itr_table(long)
     write_csv(args.out_csv, table)
     write_text(args.out_md, evaluation.render_itr_markdown(table, args.title))
@@ -126,10 +125,7 @@ def _itm(args) -> int:
 def _itm_summary(args) -> int:
     from .. import evaluation
 
-    per_pair = evaluation.read_csvs(args.inputs, "ITM difference table")
-    missing = [c for c in ("role", "model", *evaluation.ITM_METRICS) if c not in per_pair.columns]
-    if missing:
-        raise InputError(f"ITM difference tables lack columns {missing}. Fix: pass files written by `evaluate itm`")
+    per_pair = evaluation.read_itm_results(args.inputs)
     summary = evaluation.itm_summary(per_pair)
     write_csv(args.out_csv, summary)
     write_text(args.out_md, evaluation.render_itm_markdown(summary, args.title))
@@ -154,7 +150,7 @@ def _classify_table(args) -> int:
 
     from .. import evaluation
 
-    results = evaluation.read_jsons(args.inputs)
+    results = evaluation.read_classification_results(args.inputs)
     order = [d.strip() for d in args.dataset_order.split(",") if d.strip()] if args.dataset_order else None
     metrics = sorted({k for r in results for k in r if k.startswith("top") and k[3:].isdigit()},
                      key=lambda k: int(k[3:]))
