@@ -1,6 +1,8 @@
 # Helpers shared by the rule files.
 from pathlib import Path
 
+from counterfactory.data.classification import dataset_input_files
+
 # every rule runs in the project's one environment (`--software-deployment-method conda`)
 CONDA_ENV = "../envs/counterfactory.yaml"
 # a study's results folder; {study} is a wildcard, so a stage's rules serve every study
@@ -65,3 +67,100 @@ def per_shard(pattern, stage):
 
 # Settings that change what a model computes on a device.
 DEVICE_KEYS = ("device", "precision")
+
+
+def source_data(path, key, fix="see README 'What a paper-scale run needs'"):
+    """A user-provided input (dataset file or folder): returned as an input when it exists; otherwise the
+    DAG stops with the config key that names it, so a dry run reports missing data up front."""
+    if not Path(path).exists():
+        raise WorkflowError(f"{path} not found (config key {key}). Fix: put the data there or change {key}; {fix}")
+    return str(path)
+
+
+def coco_captions_json(wildcards):
+    return source_data(
+        wf.caption_json(view(wildcards.study)), f"{wildcards.study}.data.coco_root", "README 'Getting MS-COCO'"
+    )
+
+
+def coco_images(wildcards):
+    return source_data(
+        wf.image_dir(view(wildcards.study)), f"{wildcards.study}.data.coco_root", "README 'Getting MS-COCO'"
+    )
+
+
+def eval_section(wildcards, part):
+    return view(wildcards.study)["evaluation"][part]
+
+
+def shortlist_roles(wildcards):
+    role = (eval_section(wildcards, "itr").get("shortlist") or {}).get("role")
+    return [role] if role else []
+
+
+def eval_roles(part):
+    """Input helper: the model roles evaluated by ``part`` (itr, itm, classification)."""
+    return lambda wildcards: eval_section(wildcards, part)["models"]
+
+
+def classification_dataset_files(wildcards):
+    datasets = eval_section(wildcards, "classification")["datasets"]
+    if wildcards.dataset not in datasets:
+        raise WorkflowError(f"{wildcards.study}.evaluation.classification.datasets has no '{wildcards.dataset}'")
+    return dataset_input_files(datasets[wildcards.dataset], wildcards.dataset)
+
+
+def training(wildcards):
+    return view(wildcards.study)["training"]
+
+
+def mixtures(wildcards):
+    return list(training(wildcards)["mixtures"])
+
+
+def seeds(wildcards):
+    return dict(wf.seed_pairs(training(wildcards)))
+
+
+def runs_of(name):
+    """Input function: ``name`` (metrics.csv / history.csv) of every (mixture, seed) run of the study."""
+
+    def value(wildcards):
+        return expand(
+            f"{S}/training/runs/{{mixture}}/seed{{seed}}/{name}",
+            study=wildcards.study,
+            mixture=mixtures(wildcards),
+            seed=list(seeds(wildcards)),
+        )
+
+    return value
+
+
+def train_eval_inputs(wildcards):
+    """Everything a run evaluates on: the retrieval split and its images, the classification datasets."""
+    v = view(wildcards.study)
+    ev = v["training"]["eval"]
+    out = []
+    key = f"{wildcards.study}.training.eval.retrieval"
+    if ev.get("retrieval"):
+        out += [
+            source_data(ev["retrieval"]["karpathy_json"], f"{key}.karpathy_json"),
+            source_data(ev["retrieval"]["image_root"], f"{key}.image_root"),
+        ]
+    out += classification_inputs(wildcards)
+    return out
+
+
+def classification_inputs(wildcards):
+    """Files of the classification datasets the fine-tuned models are evaluated on (training.eval)."""
+    v = view(wildcards.study)
+    datasets = v["evaluation"]["classification"]["datasets"]
+    out = []
+    for name in v["training"]["eval"].get("classification") or []:
+        if name not in datasets:
+            raise WorkflowError(
+                f"{wildcards.study}.training.eval.classification names '{name}', which is not in "
+                f"{wildcards.study}.evaluation.classification.datasets. Fix: add it there or remove it"
+            )
+        out += dataset_input_files(datasets[name], name)
+    return out

@@ -1,14 +1,6 @@
 # Source data, shared by every study: check the study's MS-COCO root, normalise its captions into a table.
 
 
-def coco_captions_json(wildcards):
-    return str(wf.caption_json(view(wildcards.study)))
-
-
-def coco_images(wildcards):
-    return str(wf.image_dir(view(wildcards.study)))
-
-
 rule coco_check:
     """Check the COCO root (files, image folder, optional checksums); explains how to get COCO."""
     input:
@@ -18,12 +10,12 @@ rule coco_check:
         f"{S}/data/coco_check.json",
     log:
         f"{S}/logs/coco_check.log",
+    conda:
+        CONDA_ENV
     params:
         config=job_config("data"),
         root=lambda wildcards: view(wildcards.study)["data"]["coco_root"],
         split=lambda wildcards: view(wildcards.study)["data"]["split"],
-    conda:
-        CONDA_ENV
     shell:
         "counterfactory data check-coco {params.config} --root {params.root:q} --split {params.split}"
         " --out {output:q} > {log:q} 2>&1"
@@ -38,11 +30,14 @@ rule caption_table:
         f"{S}/data/captions.parquet",
     log:
         f"{S}/logs/caption_table.log",
-    params:
-        limit=lambda wildcards: (f"--limit-images {view(wildcards.study)['data']['limit_images']}"
-                                 if view(wildcards.study)["data"].get("limit_images") else ""),
     conda:
         CONDA_ENV
+    params:
+        limit=lambda wildcards: (
+            f"--limit-images {view(wildcards.study)['data']['limit_images']}"
+            if view(wildcards.study)["data"].get("limit_images")
+            else ""
+        ),
     shell:
         "counterfactory data captions --captions-json {input.captions:q} --out {output:q}"
         " {params.limit} > {log:q} 2>&1"

@@ -2,21 +2,6 @@
 # counterfactual pairs (COCO-Counterfactuals §4.2, A.6) and zero-shot classification (§5.2, Table 4).
 # One job per model role (per model and dataset for classification), then one job per table/plot.
 # Settings: `<study>.evaluation:` in the config; models: roles under `models:`.
-from counterfactory.data.classification import dataset_input_files
-
-
-def eval_section(wildcards, part):
-    return view(wildcards.study)["evaluation"][part]
-
-
-def shortlist_roles(wildcards):
-    role = (eval_section(wildcards, "itr").get("shortlist") or {}).get("role")
-    return [role] if role else []
-
-
-def eval_roles(part):
-    """Input helper: the model roles evaluated by ``part`` (itr, itm, classification)."""
-    return lambda wildcards: eval_section(wildcards, part)["models"]
 
 
 EVAL_COMMON_KEYS = ("evaluation.batch_size", "evaluation.scorers", *DEVICE_KEYS)
@@ -36,6 +21,8 @@ rule eval_itr:
         f"{S}/logs/evaluation/itr_{{role}}.log",
     benchmark:
         f"{S}/benchmarks/evaluation/itr_{{role}}.tsv"
+    conda:
+        CONDA_ENV
     threads: accel_threads("clip_eval")
     resources:
         mem_mb=lambda wildcards, attempt: model_mem(16000, wildcards.role)(wildcards, attempt),
@@ -43,10 +30,13 @@ rule eval_itr:
         gpu=GPU,
         hpu=HPU,
     params:
-        config=job_config("evaluation.itr", "data", "models.{role}", *EVAL_COMMON_KEYS,
-                          lambda wildcards: [f"models.{r}" for r in shortlist_roles(wildcards)]),
-    conda:
-        CONDA_ENV
+        config=job_config(
+            "evaluation.itr",
+            "data",
+            "models.{role}",
+            *EVAL_COMMON_KEYS,
+            lambda wildcards: [f"models.{r}" for r in shortlist_roles(wildcards)],
+        ),
     shell:
         "counterfactory evaluate itr {params.config} --role {wildcards.role} --pairs {input.pairs:q}"
         " --captions {input.captions:q} --out {output:q} > {log:q} 2>&1"
@@ -55,13 +45,22 @@ rule eval_itr:
 rule eval_itr_table:
     """Table 2 / 13 layout: R@K per model and dataset with the relative change vs MS-COCO."""
     input:
-        lambda wildcards: expand(f"{S}/evaluation/itr/{{role}}.csv", study=wildcards.study,
-                                 role=eval_roles("itr")(wildcards)),
+        lambda wildcards: expand(
+            f"{S}/evaluation/itr/{{role}}.csv", study=wildcards.study, role=eval_roles("itr")(wildcards)
+        ),
     output:
-        csv=report(f"{S}/evaluation/itr_table.csv", caption="../report/evaluation_itr.rst",
-                   category="Evaluation", subcategory="Zero-shot image-text retrieval"),
-        md=report(f"{S}/evaluation/itr_table.md", caption="../report/evaluation_itr.rst",
-                  category="Evaluation", subcategory="Zero-shot image-text retrieval"),
+        csv=report(
+            f"{S}/evaluation/itr_table.csv",
+            caption="../report/evaluation_itr.rst",
+            category="Evaluation",
+            subcategory="Zero-shot image-text retrieval",
+        ),
+        md=report(
+            f"{S}/evaluation/itr_table.md",
+            caption="../report/evaluation_itr.rst",
+            category="Evaluation",
+            subcategory="Zero-shot image-text retrieval",
+        ),
     log:
         f"{S}/logs/evaluation/itr_table.log",
     conda:
@@ -84,6 +83,8 @@ rule eval_itm:
         f"{S}/logs/evaluation/itm_{{role}}.log",
     benchmark:
         f"{S}/benchmarks/evaluation/itm_{{role}}.tsv"
+    conda:
+        CONDA_ENV
     threads: accel_threads("clip_eval")
     resources:
         mem_mb=lambda wildcards, attempt: model_mem(12000, wildcards.role)(wildcards, attempt),
@@ -92,8 +93,6 @@ rule eval_itm:
         hpu=HPU,
     params:
         config=job_config("evaluation.itm", "data", "models.{role}", *EVAL_COMMON_KEYS),
-    conda:
-        CONDA_ENV
     shell:
         "counterfactory evaluate itm {params.config} --role {wildcards.role} --pairs {input.pairs:q}"
         " --captions {input.captions:q} --out {output:q} > {log:q} 2>&1"
@@ -102,31 +101,37 @@ rule eval_itm:
 rule eval_itm_summary:
     """Figure 3: distributions of the ITM score differences, one panel per model, plus a summary table."""
     input:
-        lambda wildcards: expand(f"{S}/evaluation/itm/{{role}}.parquet", study=wildcards.study,
-                                 role=eval_roles("itm")(wildcards)),
+        lambda wildcards: expand(
+            f"{S}/evaluation/itm/{{role}}.parquet", study=wildcards.study, role=eval_roles("itm")(wildcards)
+        ),
     output:
-        csv=report(f"{S}/evaluation/itm_differences.csv", caption="../report/evaluation_itm.rst",
-                   category="Evaluation", subcategory="ITM score differences"),
-        md=report(f"{S}/evaluation/itm_differences.md", caption="../report/evaluation_itm.rst",
-                  category="Evaluation", subcategory="ITM score differences"),
-        png=report(f"{S}/evaluation/itm_differences.png", caption="../report/evaluation_itm.rst",
-                   category="Evaluation", subcategory="ITM score differences"),
-    params:
-        bins=lambda wildcards: eval_section(wildcards, "itm")["bins"],
+        csv=report(
+            f"{S}/evaluation/itm_differences.csv",
+            caption="../report/evaluation_itm.rst",
+            category="Evaluation",
+            subcategory="ITM score differences",
+        ),
+        md=report(
+            f"{S}/evaluation/itm_differences.md",
+            caption="../report/evaluation_itm.rst",
+            category="Evaluation",
+            subcategory="ITM score differences",
+        ),
+        png=report(
+            f"{S}/evaluation/itm_differences.png",
+            caption="../report/evaluation_itm.rst",
+            category="Evaluation",
+            subcategory="ITM score differences",
+        ),
     log:
         f"{S}/logs/evaluation/itm_summary.log",
     conda:
         CONDA_ENV
+    params:
+        bins=lambda wildcards: eval_section(wildcards, "itm")["bins"],
     shell:
         "counterfactory evaluate itm-summary --inputs {input:q} --bins {params.bins} --out-csv {output.csv:q}"
         " --out-md {output.md:q} --out-png {output.png:q} > {log:q} 2>&1"
-
-
-def classification_dataset_files(wildcards):
-    datasets = eval_section(wildcards, "classification")["datasets"]
-    if wildcards.dataset not in datasets:
-        raise WorkflowError(f"{wildcards.study}.evaluation.classification.datasets has no '{wildcards.dataset}'")
-    return dataset_input_files(datasets[wildcards.dataset], wildcards.dataset)
 
 
 rule eval_classify:
@@ -140,6 +145,8 @@ rule eval_classify:
         f"{S}/logs/evaluation/classify_{{role}}_{{dataset}}.log",
     benchmark:
         f"{S}/benchmarks/evaluation/classify_{{role}}_{{dataset}}.tsv"
+    conda:
+        CONDA_ENV
     threads: accel_threads("clip_eval")
     resources:
         mem_mb=lambda wildcards, attempt: model_mem(8000, wildcards.role)(wildcards, attempt),
@@ -147,11 +154,14 @@ rule eval_classify:
         gpu=GPU,
         hpu=HPU,
     params:
-        config=job_config("evaluation.classification.templates", "evaluation.classification.topk",
-                          "evaluation.classification.max_per_class", "evaluation.classification.datasets.{dataset}",
-                          "models.{role}", *EVAL_COMMON_KEYS),
-    conda:
-        CONDA_ENV
+        config=job_config(
+            "evaluation.classification.templates",
+            "evaluation.classification.topk",
+            "evaluation.classification.max_per_class",
+            "evaluation.classification.datasets.{dataset}",
+            "models.{role}",
+            *EVAL_COMMON_KEYS,
+        ),
     shell:
         "counterfactory evaluate classify {params.config} --role {wildcards.role} --dataset {wildcards.dataset}"
         " --out {output:q} > {log:q} 2>&1"
@@ -160,22 +170,37 @@ rule eval_classify:
 rule eval_classify_table:
     """Table 4 layout: zero-shot accuracy per model and dataset, with the mean over datasets."""
     input:
-        lambda wildcards: expand(f"{S}/evaluation/classification/{{role}}/{{dataset}}.json", study=wildcards.study,
-                                 role=eval_roles("classification")(wildcards),
-                                 dataset=list(eval_section(wildcards, "classification")["datasets"])),
+        lambda wildcards: expand(
+            f"{S}/evaluation/classification/{{role}}/{{dataset}}.json",
+            study=wildcards.study,
+            role=eval_roles("classification")(wildcards),
+            dataset=list(eval_section(wildcards, "classification")["datasets"]),
+        ),
     output:
-        csv=report(f"{S}/evaluation/classification.csv", caption="../report/evaluation_classification.rst",
-                   category="Evaluation", subcategory="Zero-shot classification"),
-        md=report(f"{S}/evaluation/classification.md", caption="../report/evaluation_classification.rst",
-                  category="Evaluation", subcategory="Zero-shot classification"),
-        png=report(f"{S}/evaluation/classification.png", caption="../report/evaluation_classification.rst",
-                   category="Evaluation", subcategory="Zero-shot classification"),
-    params:
-        order=lambda wildcards: ",".join(eval_section(wildcards, "classification")["datasets"]),
+        csv=report(
+            f"{S}/evaluation/classification.csv",
+            caption="../report/evaluation_classification.rst",
+            category="Evaluation",
+            subcategory="Zero-shot classification",
+        ),
+        md=report(
+            f"{S}/evaluation/classification.md",
+            caption="../report/evaluation_classification.rst",
+            category="Evaluation",
+            subcategory="Zero-shot classification",
+        ),
+        png=report(
+            f"{S}/evaluation/classification.png",
+            caption="../report/evaluation_classification.rst",
+            category="Evaluation",
+            subcategory="Zero-shot classification",
+        ),
     log:
         f"{S}/logs/evaluation/classification_table.log",
     conda:
         CONDA_ENV
+    params:
+        order=lambda wildcards: ",".join(eval_section(wildcards, "classification")["datasets"]),
     shell:
         "counterfactory evaluate classify-table --inputs {input:q} --dataset-order {params.order}"
         " --out-csv {output.csv:q} --out-md {output.md:q} --out-png {output.png:q} > {log:q} 2>&1"

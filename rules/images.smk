@@ -14,21 +14,21 @@ rule images_shard:
         scores=f"{S}/images/shards/{{shard}}/candidate_scores.parquet",
         summary=f"{S}/images/shards/{{shard}}/summary.json",
         images=directory(f"{S}/images/shards/{{shard}}/images"),
-    params:
-        config=job_config("images", "seed", "models.sd", "models.clip_filter", *DEVICE_KEYS),
-        out_dir=lambda wildcards, output: Path(output.selected).parent,
-    threads: accel_threads("sd", "clip_filter")
-    resources:
-        mem_mb=model_mem(16000, "sd", "clip_filter", tiny_mb=3000),
-        runtime=per_study(lambda study: 15 + images_minutes(study)),
-        gpu=GPU,
-        hpu=HPU,
     log:
         f"{S}/logs/images/{{shard}}.log",
     benchmark:
         f"{S}/benchmarks/images/{{shard}}.tsv"
     conda:
         CONDA_ENV
+    threads: accel_threads("sd", "clip_filter")
+    resources:
+        mem_mb=model_mem(16000, "sd", "clip_filter", tiny_mb=3000),
+        runtime=per_study(lambda study: 15 + images_minutes(study)),
+        gpu=GPU,
+        hpu=HPU,
+    params:
+        config=job_config("images", "seed", "models.sd", "models.clip_filter", *DEVICE_KEYS),
+        out_dir=lambda wildcards, output: Path(output.selected).parent,
     shell:
         "counterfactory images generate {params.config} --pairs {input.pairs:q} --shard {wildcards.shard}"
         " --out-dir {params.out_dir:q} --threads {threads} > {log:q} 2>&1"
@@ -45,12 +45,12 @@ rule images_merge:
         selected=f"{S}/images/selected_pairs.parquet",
         scores=f"{S}/images/candidate_scores.parquet",
         summary=f"{S}/images/summary.json",
-    params:
-        shard_dirs=lambda wildcards, input: sorted({str(Path(f).parent) for f in input}),
-        out_dir=lambda wildcards, output: Path(output.selected).parent,
     log:
         f"{S}/logs/images/merge.log",
     conda:
         CONDA_ENV
+    params:
+        shard_dirs=lambda wildcards, input: sorted({str(Path(f).parent) for f in input}),
+        out_dir=lambda wildcards, output: Path(output.selected).parent,
     shell:
         "counterfactory images merge --shard-dirs {params.shard_dirs:q} --out-dir {params.out_dir:q} > {log:q} 2>&1"

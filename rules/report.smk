@@ -8,12 +8,12 @@ rule report_pair_grid:
         f"{S}/images/selected_pairs.parquet",
     output:
         report(f"{S}/report/pair_grid.png", category="Counterfactuals", caption="../report/pair_grid.rst"),
-    params:
-        n=8,
     log:
         f"{S}/logs/report/pair_grid.log",
     conda:
         CONDA_ENV
+    params:
+        n=8,
     shell:
         "counterfactory report pair-grid --pairs {input:q} --out {output:q} --n {params.n} > {log:q} 2>&1"
 
@@ -23,13 +23,12 @@ rule report_caption_examples:
     input:
         f"{S}/captions/counterfactual_captions.parquet",
     output:
-        report(f"{S}/report/caption_examples.csv", category="Counterfactuals",
-               caption="../report/caption_examples.rst"),
-    params:
-        n=20,
+        report(f"{S}/report/caption_examples.csv", category="Counterfactuals", caption="../report/caption_examples.rst"),
     log:
         f"{S}/logs/report/caption_examples.log",
     conda:
         CONDA_ENV
+    params:
+        n=20,
     shell:
         "counterfactory report caption-examples --captions {input:q} --out {output:q} --n {params.n} > {log:q} 2>&1"

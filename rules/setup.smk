@@ -11,14 +11,14 @@ rule tiny_model:
         f"{TINY_DIR}/logs/{{role}}.log",
     group:
         "setup"
+    conda:
+        CONDA_ENV
     resources:
         mem_mb=scaled(2000),
         runtime=minutes(15),
     params:
         config=job_config("tiny_models", study=False),
         out_dir=lambda wildcards, output: Path(output[0]).parent,
-    conda:
-        CONDA_ENV
     shell:
         "counterfactory models build-tiny {params.config} --role {wildcards.role} --out-dir {params.out_dir:q}"
         " --force > {log:q} 2>&1"
@@ -36,10 +36,10 @@ rule nltk_data:
         directory(config["nltk"]["data_dir"]),
     log:
         "resources/logs/nltk_data.log",
-    params:
-        prefer_real="--prefer-real" if config["nltk"]["prefer_real"] else "",
     conda:
         CONDA_ENV
+    params:
+        prefer_real="--prefer-real" if config["nltk"]["prefer_real"] else "",
     shell:
         "counterfactory nltk prepare --out {output:q} {params.prefer_real} > {log:q} 2>&1"
 
@@ -54,9 +54,9 @@ rule provenance:
         f"{RESULTS}/provenance.json",
     log:
         f"{RESULTS}/logs/provenance.log",
-    params:
-        config=wf.run_config_arg(config),
     conda:
         CONDA_ENV
+    params:
+        config=wf.run_config_arg(config),
     shell:
         "counterfactory provenance {params.config} --outputs {input.outputs:q} --out {output:q} > {log:q} 2>&1"

@@ -2,44 +2,24 @@
 # (COCO-Counterfactuals §5 / B.3). One job per (mixture, seed).
 
 
-def training(wildcards):
-    return view(wildcards.study)["training"]
-
-
-def mixtures(wildcards):
-    return list(training(wildcards)["mixtures"])
-
-
-def seeds(wildcards):
-    return dict(wf.seed_pairs(training(wildcards)))
-
-
-def runs_of(name):
-    """Input function: ``name`` (metrics.csv / history.csv) of every (mixture, seed) run of the study."""
-
-    def value(wildcards):
-        return expand(f"{S}/training/runs/{{mixture}}/seed{{seed}}/{name}", study=wildcards.study,
-                      mixture=mixtures(wildcards), seed=list(seeds(wildcards)))
-
-    return value
-
-
-def train_eval_inputs(wildcards):
-    """Everything a run evaluates on: the retrieval split and its images, the classification datasets."""
-    v = view(wildcards.study)
-    ev = v["training"]["eval"]
-    out = []
-    if ev.get("retrieval"):
-        out += [ev["retrieval"]["karpathy_json"], ev["retrieval"]["image_root"]]
-    out += classification_inputs(wildcards)
-    return out
-
-
 # what a run depends on: the recipe and evaluation, not the t-test settings or the other mixtures
-TRAIN_RUN_KEYS = ("training.experiment", "training.recipe", "training.cvld_lambda", "training.lr",
-                  "training.weight_decay", "training.batch_size", "training.epochs", "training.eval_every",
-                  "training.max_steps", "training.eval", "evaluation.classification", "evaluation.batch_size",
-                  "evaluation.scorers", "models.clip_train", *DEVICE_KEYS)
+TRAIN_RUN_KEYS = (
+    "training.experiment",
+    "training.recipe",
+    "training.cvld_lambda",
+    "training.lr",
+    "training.weight_decay",
+    "training.batch_size",
+    "training.epochs",
+    "training.eval_every",
+    "training.max_steps",
+    "training.eval",
+    "evaluation.classification",
+    "evaluation.batch_size",
+    "evaluation.scorers",
+    "models.clip_train",
+    *DEVICE_KEYS,
+)
 
 
 rule train_mixtures:
@@ -51,12 +31,12 @@ rule train_mixtures:
     output:
         summary=f"{S}/training/mixtures/summary.csv",
         manifests=directory(f"{S}/training/mixtures/manifests"),
-    params:
-        config=job_config("training.random_state", "training.val_fraction", "training.mixtures", "data"),
     log:
         f"{S}/logs/training/mixtures.log",
     conda:
         CONDA_ENV
+    params:
+        config=job_config("training.random_state", "training.val_fraction", "training.mixtures", "data"),
     shell:
         "counterfactory train mixtures {params.config} --pairs {input.pairs:q} --captions {input.captions:q}"
         " --out-dir {output.manifests:q} --summary {output.summary:q} > {log:q} 2>&1"
@@ -71,22 +51,22 @@ rule train_run:
     output:
         metrics=f"{S}/training/runs/{{mixture}}/seed{{seed}}/metrics.csv",
         history=f"{S}/training/runs/{{mixture}}/seed{{seed}}/history.csv",
-    params:
-        config=job_config(*TRAIN_RUN_KEYS),
-        data_seed=lambda wildcards: seeds(wildcards)[int(wildcards.seed)],
-        out_dir=lambda wildcards, output: Path(output.metrics).parent,
-    threads: accel_threads("clip_train")
-    resources:
-        mem_mb=model_mem(16000, "clip_train", tiny_mb=3000),
-        runtime=per_study(lambda study: 80 + train_minutes(study)),
-        gpu=GPU,
-        hpu=HPU,
     log:
         f"{S}/logs/training/{{mixture}}_seed{{seed}}.log",
     benchmark:
         f"{S}/benchmarks/training/{{mixture}}_seed{{seed}}.tsv"
     conda:
         CONDA_ENV
+    threads: accel_threads("clip_train")
+    resources:
+        mem_mb=model_mem(16000, "clip_train", tiny_mb=3000),
+        runtime=per_study(lambda study: 80 + train_minutes(study)),
+        gpu=GPU,
+        hpu=HPU,
+    params:
+        config=job_config(*TRAIN_RUN_KEYS),
+        data_seed=lambda wildcards: seeds(wildcards)[int(wildcards.seed)],
+        out_dir=lambda wildcards, output: Path(output.metrics).parent,
     shell:
         "counterfactory train run {params.config} --manifest {input.manifests:q}/{wildcards.mixture}.parquet"
         " --mixture {wildcards.mixture} --seed {wildcards.seed} --data-seed {params.data_seed}"
@@ -113,14 +93,14 @@ rule train_stats:
         rules.runs_table.output,
     output:
         f"{S}/training/summary.csv",
-    params:
-        baseline=lambda wildcards: training(wildcards)["baseline"],
-        test=lambda wildcards: training(wildcards)["stats"]["test"],
-        alpha=lambda wildcards: training(wildcards)["stats"]["alpha"],
     log:
         f"{S}/logs/training/stats.log",
     conda:
         CONDA_ENV
+    params:
+        baseline=lambda wildcards: training(wildcards)["baseline"],
+        test=lambda wildcards: training(wildcards)["stats"]["test"],
+        alpha=lambda wildcards: training(wildcards)["stats"]["alpha"],
     shell:
         "counterfactory stats summarize --runs {input:q} --baseline {params.baseline} --test {params.test}"
         " --alpha {params.alpha} --out {output:q} > {log:q} 2>&1"
@@ -135,13 +115,13 @@ rule train_tables:
         md=report(f"{S}/training/tables/{{table}}.md", category="Training", caption="../report/tables.rst"),
         tex=f"{S}/training/tables/{{table}}.tex",
         csv=f"{S}/training/tables/{{table}}.csv",
-    params:
-        metrics=lambda wildcards: coco_cf.table_metrics(training(wildcards), wildcards.table),
-        order=lambda wildcards: ",".join(mixtures(wildcards)),
     log:
         f"{S}/logs/training/table_{{table}}.log",
     conda:
         CONDA_ENV
+    params:
+        metrics=lambda wildcards: coco_cf.table_metrics(training(wildcards), wildcards.table),
+        order=lambda wildcards: ",".join(mixtures(wildcards)),
     shell:
         "counterfactory stats table --summary {input.summary:q} --mixture-info {input.info:q}"
         " --metrics {params.metrics} --mixture-order {params.order} --out-md {output.md:q} --out-tex {output.tex:q}"

@@ -1,5 +1,6 @@
-"""Workflow tests: Snakemake runs the demo caption stage offline; the paper config dry-runs against a
-fake COCO root of the right shape; the rule graph renders."""
+"""Workflow tests: Snakemake runs the whole demo DAG offline (and its report); config edits rerun exactly
+the affected jobs; the paper config dry-runs against a fake COCO root of the right shape; the rule graph
+renders; lint is clean."""
 
 from __future__ import annotations
 
@@ -25,36 +26,125 @@ def snakemake(repo: Path, workdir: Path, *args: str, timeout: int = 900) -> subp
     return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
 
 
-def demo_override(repo: Path, workdir: Path, **extra) -> Path:
-    """demo.yaml with the demo data read from the checkout and everything else built in ``workdir``."""
+def demo_override(repo: Path, workdir: Path, edit=None) -> Path:
+    """demo.yaml with the demo data read from the checkout (absolute paths) and everything else built in
+    ``workdir``; ``edit(cfg)`` changes the study section before it is written."""
     cfg = yaml.safe_load((repo / "config" / "demo.yaml").read_text())
-    cfg["data"]["coco_root"] = str(repo / "resources" / "demo")
-    cfg["data"]["karpathy_json"] = str(repo / "resources" / "demo" / "karpathy" / "dataset_coco.json")
-    for key, value in extra.items():
-        cfg[key] = {**cfg.get(key, {}), **value} if isinstance(value, dict) else value
-    path = workdir / "demo-test.yaml"
+    study = cfg["coco_counterfactuals"]
+    demo = repo / "resources" / "demo"
+    study["data"]["coco_root"] = str(demo)
+    study["data"]["karpathy_json"] = str(demo / "karpathy" / "dataset_coco.json")
+    study["training"]["eval"]["retrieval"].update(karpathy_json=str(demo / "karpathy" / "dataset_coco.json"),
+                                                  image_root=str(demo / "val2017"))
+    for spec in study["evaluation"]["classification"]["datasets"].values():
+        for key in ("root", "class_index", "class_names"):
+            if key in spec:
+                spec[key] = str(repo / spec[key])
+    if edit:
+        edit(study)
+    path = workdir / ("demo-test.yaml" if edit is None else f"demo-edit-{abs(hash(repr(study))) % 10**8}.yaml")
     path.write_text(yaml.safe_dump(cfg))
     return path
 
 
-@pytest.fixture(scope="module")
-def demo_captions(repo, tmp_path_factory):
+RESULTS = "results/demo/coco_counterfactuals"
+
+
+@pytest.fixture(scope="session")
+def demo_run(repo, tmp_path_factory):
+    """The whole demo DAG (every rule the demo enables) under Snakemake, offline, then its report."""
     work = tmp_path_factory.mktemp("wf")
     cfgfile = demo_override(repo, work)
-    target = "results/demo/captions/counterfactual_captions.parquet"
-    proc = snakemake(repo, work, target, "--configfile", str(cfgfile))
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return work
+    proc = snakemake(repo, work, "all", "--configfile", str(cfgfile), timeout=1500)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    report = snakemake(repo, work, "all", "--report", "report.html", "--configfile", str(cfgfile), timeout=600)
+    assert report.returncode == 0, report.stdout[-3000:] + report.stderr[-3000:]
+    return work, cfgfile, proc.stdout + proc.stderr
 
 
-def test_demo_caption_stage_end_to_end(demo_captions):
+def job_counts(output: str) -> dict[str, int]:
+    """Rule -> job count from Snakemake's "Job stats" table (empty when nothing is to be done)."""
+    counts: dict[str, int] = {}
+    lines = output.splitlines()
+    for i, line in enumerate(lines):
+        if line.strip() == "Job stats:":
+            for row in lines[i + 3:]:
+                parts = row.split()
+                if len(parts) != 2 or not parts[1].isdigit():
+                    break
+                if parts[0] != "total":
+                    counts[parts[0]] = int(parts[1])
+            break
+    return counts
+
+
+def test_demo_dag_runs_every_rule(repo, demo_run):
+    work, cfgfile, out = demo_run
+    ran = job_counts(out)
+    listed = snakemake(repo, work, "--list-rules", "--configfile", str(cfgfile), timeout=300).stdout.split()
+    # every rule of the workflow ran at least once (tiny_models is an alias target of tiny_model jobs)
+    assert set(listed) - {"tiny_models"} <= set(ran), set(listed) - set(ran)
+    assert ran["caption_shard"] == 3 and ran["images_shard"] == 3  # demo shard sizes: 50 captions / 20
+    assert ran["train_run"] == 4 * 2  # 4 mixtures x 2 demo seeds
+    html = (work / "report.html").read_text(errors="replace")
+    assert "pair_grid.png" in html and "curves.png" in html
+
+
+def test_demo_outputs_are_consistent(demo_run):
+    work, _, _ = demo_run
+    pairs = pd.read_parquet(work / RESULTS / "images/selected_pairs.parquet")
+    captions = pd.read_parquet(work / RESULTS / "captions/counterfactual_captions.parquet")
+    assert len(pairs) > 0 and set(pairs["caption_0"]) <= set(captions["original"])
+    runs = pd.read_csv(work / RESULTS / "training/runs.csv")
+    assert set(runs["mixture"]) == {"mscoco", "base", "medium", "all"} and set(runs["seed"]) == {107, 108}
+    summary = pd.read_csv(work / RESULTS / "training/summary.csv")
+    assert {"mean", "std", "p_value"} <= set(summary.columns)
+    prov = json.loads((work / "results/demo/provenance.json").read_text())
+    assert prov["models"]["sd"]["fingerprint"]  # made after the models were built
+
+
+def test_unchanged_config_reruns_nothing(repo, demo_run):
+    work, cfgfile, _ = demo_run
+    proc = snakemake(repo, work, "-n", "all", "--configfile", str(cfgfile), timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert job_counts(proc.stdout + proc.stderr) == {}, proc.stdout[-3000:]
+
+
+DOWNSTREAM_OF_IMAGES = {"images_shard", "images_merge", "eval_itr", "eval_itr_table", "eval_itm", "eval_itm_summary",
+                        "report_pair_grid", "train_mixtures", "train_run", "runs_table", "train_stats",
+                        "train_tables", "train_curves", "label_frequency", "provenance", "all"}
+AFTER_TRAINING = {"runs_table", "train_stats", "train_tables", "train_curves", "label_frequency", "provenance", "all"}
+
+
+@pytest.mark.parametrize("edit, expected", [
+    (lambda s: s["captions"].update(similarity_low=0.81),
+     DOWNSTREAM_OF_IMAGES | {"caption_shard", "caption_merge", "report_caption_examples"}),
+    (lambda s: s["images"]["filter"].update(direction_min=0.01), DOWNSTREAM_OF_IMAGES),
+    (lambda s: s["evaluation"]["itm"].update(bins=21), {"eval_itm_summary", "provenance", "all"}),
+    (lambda s: s["evaluation"]["classification"].update(templates=["a picture of a {c}."]),
+     {"eval_classify", "eval_classify_table", "train_run"} | AFTER_TRAINING),
+    (lambda s: s["training"]["stats"].update(alpha=0.01), {"train_stats", "train_tables", "provenance", "all"}),
+    (lambda s: s["training"].update(lr=2e-4), {"train_run"} | AFTER_TRAINING),
+])
+def test_config_edit_reruns_exactly_the_affected_jobs(repo, demo_run, edit, expected):
+    work, _, _ = demo_run
+    edited = demo_override(repo, work, edit)
+    proc = snakemake(repo, work, "-n", "all", "--configfile", str(edited), timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    counts = job_counts(proc.stdout + proc.stderr)
+    assert set(counts) == expected, (sorted(set(counts) - expected), sorted(expected - set(counts)))
+    if "caption_shard" in expected:
+        assert counts["caption_shard"] == 3  # every shard was made under the old band
+
+
+def test_demo_caption_stage_end_to_end(demo_run):
     import nltk
 
     from counterfactory.text.nltk_data import ensure_nltk_data
 
-    work = demo_captions
-    merged = pd.read_parquet(work / "results/demo/captions/counterfactual_captions.parquet")
-    table = pd.read_parquet(work / "results/demo/data/captions.parquet")
+    work, _, _ = demo_run
+    merged = pd.read_parquet(work / RESULTS / "captions/counterfactual_captions.parquet")
+    table = pd.read_parquet(work / RESULTS / "data/captions.parquet")
     assert len(merged) > 0
     assert set(merged["caption_id"]) <= set(table["caption_id"])
     assert merged["caption_id"].is_unique  # one counterfactual per original caption
@@ -67,27 +157,27 @@ def test_demo_caption_stage_end_to_end(demo_captions):
         assert b[row.position] == row.new_word and a[row.position] == row.original_word
         assert nltk.pos_tag(b)[row.position][1] in ("NN", "NNS", "NNP")
         assert 0.8 < row.similarity <= 0.91
-    jsonl = (work / "results/demo/captions/coco_counterfactuals_captions.jsonl").read_text().splitlines()
+    jsonl = (work / RESULTS / "captions/coco_counterfactuals_captions.jsonl").read_text().splitlines()
     assert len(jsonl) == len(merged)
     assert set(json.loads(jsonl[0])) == {"coco-counterfactual-index", "original_caption", "counterfactual_caption"}
 
 
-def test_demo_shards_are_complete_and_summarised(demo_captions):
+def test_demo_shards_are_complete_and_summarised(demo_run):
     import math
 
-    work = demo_captions
-    n = len(pd.read_parquet(work / "results/demo/data/captions.parquet"))
-    shards = sorted((work / "results/demo/captions/shards").glob("*.parquet"))
+    work, _, _ = demo_run
+    n = len(pd.read_parquet(work / RESULTS / "data/captions.parquet"))
+    shards = sorted((work / RESULTS / "captions/shards").glob("*.parquet"))
     assert len(shards) == math.ceil(n / 20)  # demo shard_size
     total = 0
     for shard in shards:
-        summary = json.loads((work / "results/demo/captions/summary" / f"{shard.stem}.json").read_text())
+        summary = json.loads((work / RESULTS / "captions/summary" / f"{shard.stem}.json").read_text())
         total += summary["counts"]["captions"]
         assert summary["provenance"]["models"]["mlm"]["source"].endswith("mlm")
-        rejected = pd.read_parquet(work / "results/demo/captions/rejected" / shard.name)
+        rejected = pd.read_parquet(work / RESULTS / "captions/rejected" / shard.name)
         assert set(rejected["reason"]) <= set(summary["counts"]["rejected_by_reason"])
     assert total == n
-    logs = list((work / "results/demo/logs/captions").glob("*.log"))
+    logs = list((work / RESULTS / "logs/captions").glob("*.log"))
     assert len(logs) == len(shards)
 
 
@@ -107,8 +197,20 @@ def test_paper_config_dry_run_against_fake_coco_root(repo, tmp_path):
     (root / "annotations" / "captions_val2017.json").write_text(json.dumps(doc))
     (root / "annotations" / "instances_val2017.json").write_text(
         json.dumps({**doc, "annotations": [], "categories": [{"id": 18, "name": "dog", "supercategory": "animal"}]}))
+    # the evaluation datasets of the paper config, as empty stand-ins at their configured (relative) paths
+    paper = yaml.safe_load((repo / "config" / "config.yaml").read_text())["coco_counterfactuals"]
+    for spec in paper["evaluation"]["classification"]["datasets"].values():
+        (tmp_path / spec["root"]).mkdir(parents=True, exist_ok=True)
+        for key in ("class_index", "class_names"):
+            if spec.get(key):
+                (tmp_path / spec[key]).parent.mkdir(parents=True, exist_ok=True)
+                (tmp_path / spec[key]).write_text("")
+    retrieval = paper["training"]["eval"]["retrieval"]
+    (tmp_path / retrieval["image_root"]).mkdir(parents=True, exist_ok=True)
+    (tmp_path / retrieval["karpathy_json"]).write_text("{}")
     override = tmp_path / "paper-test.yaml"
-    override.write_text(yaml.safe_dump({"data": {"coco_root": str(root)}, "captions": {"shard_size": 40}}))
+    override.write_text(yaml.safe_dump({"coco_counterfactuals": {"data": {"coco_root": str(root)},
+                                                                 "captions": {"shard_size": 40}}}))
     proc = snakemake(repo, tmp_path, "-n", "all", "--configfile", str(repo / "config" / "config.yaml"),
                      str(override), timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -130,3 +232,9 @@ def test_rulegraph_renders(repo, tmp_path):
 def test_lint_is_clean(repo, tmp_path):
     proc = snakemake(repo, tmp_path, "--lint", "--configfile", str(demo_override(repo, tmp_path)), timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+
+def test_snakefmt_is_clean(repo):
+    snakefmt = Path(sys.executable).with_name("snakefmt")
+    proc = subprocess.run([str(snakefmt), "--check", "Snakefile", "rules"], cwd=repo, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]

@@ -23,3 +23,22 @@ def table_metrics(training: dict, table: str) -> str:
         names = [f"{r['name']}/{d}@{k}" for d in ("image_to_text", "text_to_image") for k in r["ks"]]
         return ",".join(names + [f"{r['name']}/mean"])
     return ",".join(f"{d}/top1" for d in ev["classification"])
+
+
+def targets(view: dict, results: str) -> list[str]:
+    """Every final file of the study under ``results`` (``results/<run>/coco_counterfactuals``): captions,
+    image pairs, the evaluations the config enables, training tables and curves, A.2, report figures."""
+    ev, tr = view["evaluation"], view["training"]
+    out = [f"{results}/captions/counterfactual_captions.parquet", f"{results}/images/selected_pairs.parquet",
+           f"{results}/report/pair_grid.png", f"{results}/report/caption_examples.csv"]
+    if ev["itr"]["models"]:
+        out.append(f"{results}/evaluation/itr_table.md")
+    if ev["itm"]["models"]:
+        out.append(f"{results}/evaluation/itm_differences.md")
+    if ev["classification"]["models"] and ev["classification"]["datasets"]:
+        out.append(f"{results}/evaluation/classification.md")
+    out += [f"{results}/training/summary.csv", f"{results}/training/curves.png"]
+    out += [f"{results}/training/tables/{t}.md" for t in training_tables(tr)]
+    if tr["eval"].get("classification"):
+        out.append(f"{results}/training/label_frequency.csv")
+    return out
