@@ -14,7 +14,8 @@ import yaml
 from counterfactory import cli
 from counterfactory.config import load_config
 from counterfactory.errors import InputError
-from counterfactory.generation.engine import build_engine, merge_shards, read_pairs, run_shard
+from counterfactory.generation.sampler import build_engine
+from counterfactory.generation.shards import merge_shards, read_pairs, run_shard
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -73,6 +74,16 @@ def _write_pairs(path: Path, rows=PAIRS, drop: tuple = ()) -> Path:
     df = df.drop(columns=list(drop))
     path.parent.mkdir(parents=True, exist_ok=True)
     df.to_parquet(path, index=False)
+    return path
+
+
+def _config_file(cfg, path: Path) -> Path:
+    """Write a study view (what load_config returns) as a job configuration file."""
+    from counterfactory.config import JOB_KEY
+
+    data = json.loads(json.dumps(dict(cfg)))
+    data[JOB_KEY] = {"digest": "test", "sections": sorted(k for k in data if k not in ("study", "run_name"))}
+    path.write_text(yaml.safe_dump(data))
     return path
 
 
@@ -218,8 +229,7 @@ def test_empty_shard_writes_empty_tables(tmp_path, cfg, engine, scorer):
 
 def test_cli_generate_and_merge(tmp_path, models, capsys):
     cfg = _cfg(models, save_all_candidates=True)
-    cfg_path = tmp_path / "cfg.yaml"
-    cfg_path.write_text(yaml.safe_dump(cfg))
+    cfg_path = _config_file(cfg, tmp_path / "cfg.yaml")
     pairs = _write_pairs(tmp_path / "pairs.parquet", PAIRS[:2])
     shard = tmp_path / "images" / "shards" / "00000"
     rc = cli.main(["images", "generate", "--config", str(cfg_path), "--pairs", str(pairs), "--shard", "00000",
@@ -234,3 +244,51 @@ def test_cli_generate_and_merge(tmp_path, models, capsys):
     rc = cli.main(["images", "generate", "--config", str(cfg_path), "--pairs", str(tmp_path / "none.parquet"),
                    "--shard", "0", "--out-dir", str(shard), "--no-progress"])
     assert rc == 2 and "not found" in capsys.readouterr().err
+
+
+def test_merge_refuses_shards_with_different_config_digests(tmp_path, models, engine, scorer):
+    pairs = _write_pairs(tmp_path / "pairs.parquet")
+    cfg = _cfg(models)
+    a, b = tmp_path / "s" / "00000", tmp_path / "s" / "00001"
+    sa = _run(cfg, pairs, 0, a, engine, scorer)
+    other = _cfg(models, filter={"image_caption_min": 0.1, "image_image_min": 0.7, "direction_min": 0.2, "top_k": 1})
+    sb = _run(other, pairs, 1, b, engine, scorer)
+    assert len(sa["config_digest"]) == 64 and sa["config_digest"] != sb["config_digest"]
+    with pytest.raises(InputError) as err:
+        merge_shards([a, b], tmp_path / "s")
+    msg = str(err.value)
+    assert "different configurations" in msg and str(a / "summary.json") in msg and str(b / "summary.json") in msg
+    assert "rerun" in msg
+    # same config: the digest agrees and is recorded in the merged summary
+    _run(cfg, pairs, 1, b, engine, scorer)
+    assert merge_shards([a, b], tmp_path / "s")["config_digest"] == sa["config_digest"]
+    # a summary without a digest (older version) is refused too
+    summary = json.loads((b / "summary.json").read_text())
+    del summary["config_digest"]
+    (b / "summary.json").write_text(json.dumps(summary))
+    with pytest.raises(InputError, match="no config_digest"):
+        merge_shards([a, b], tmp_path / "s")
+
+
+def test_stale_build_folder_of_a_killed_assembly_is_removed(tmp_path, cfg, engine, scorer):
+    pairs = _write_pairs(tmp_path / "pairs.parquet")
+    out = tmp_path / "shard"
+    out.mkdir()
+    stale = out / ".images.build-k1ll3d00"
+    stale.mkdir()
+    (stale / "101_0_img_0.png").write_bytes(b"half")
+    _run(cfg, pairs, 0, out, engine, scorer)
+    assert not stale.exists() and (out / "images").is_dir()
+    assert not [p for p in out.iterdir() if p.name.startswith(".")]
+
+
+def test_model_identification_failure_is_an_error(tmp_path, cfg, engine, scorer, monkeypatch):
+    from counterfactory.errors import CounterFactoryError
+    from counterfactory.models import registry
+
+    def broken(*a, **k):
+        raise CounterFactoryError("models.sd: cannot identify /nowhere. Fix: rebuild it")
+
+    monkeypatch.setattr(registry, "configured_models", broken)
+    with pytest.raises(CounterFactoryError, match="cannot identify"):
+        _run(cfg, _write_pairs(tmp_path / "pairs.parquet"), 0, tmp_path / "out", engine, scorer)

@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from counterfactory.generation import engine as eng_mod
-from counterfactory.generation.engine import (GenerationSettings, P2PEngine, candidate_batches, candidate_seed,
-                                              generate_set, make_candidate)
+from counterfactory.generation import engine as compat
+from counterfactory.generation import sampler as eng_mod
+from counterfactory.generation.sampler import GenerationSettings, P2PEngine
+from counterfactory.generation.selection import candidate_batches, candidate_seed, generate_set, make_candidate
 from counterfactory.generation.p2p import AttentionController, apply_alignment, token_alignment
 
 ORIGINAL = "a photo of a cat on the bed"
@@ -291,3 +292,16 @@ def test_schedulers_from_config(sd_dir):
         res = e.generate([ORIGINAL, EDITED], _cands("sched", 1, e.settings))
         assert res.images.shape == (1, 2, 32, 32, 3)
         e.close()
+
+
+def test_engine_module_is_a_thin_reexport_of_the_split_modules():
+    from counterfactory.generation import sampler, selection, shards
+
+    assert compat.P2PEngine is sampler.P2PEngine and compat.GenerationSettings is sampler.GenerationSettings
+    assert compat.SelectionSettings is selection.SelectionSettings
+    assert compat.make_candidate is selection.make_candidate
+    assert compat.overgenerate_caption is selection.overgenerate_caption
+    assert compat.run_shard is shards.run_shard and compat.merge_shards is shards.merge_shards
+    import inspect
+
+    assert not [n for n, o in vars(compat).items() if inspect.isfunction(o) and o.__module__ == compat.__name__]

@@ -16,6 +16,7 @@ is touched). Two processes must not write the same output at the same time (Snak
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import logging
 import os
@@ -151,6 +152,43 @@ def save_figure(target: str | os.PathLike, fig, dpi: int = 150) -> Path:
         fig.savefig(tmp, dpi=dpi, bbox_inches="tight", format=target.suffix.lstrip(".") or "png",
                     metadata={"Software": None} if target.suffix == ".png" else None)
     return target
+
+
+def canonical_json(obj: Any) -> str:
+    """JSON with sorted keys, no whitespace and UTF-8 text: equal data gives equal bytes."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=_json_default)
+
+
+def config_digest(cfg: dict, sections: tuple[str, ...] = (), model_roles: tuple[str, ...] = ()) -> str:
+    """sha256 (hex) of the canonical JSON of ``{"sections": {name: cfg[name]}, "models": {role:
+    cfg["models"][role]}}`` — the parts of a config one stage's output depends on. Shards of one stage
+    record it in their summaries; merges refuse shards whose digests differ."""
+    models = cfg.get("models") or {}
+    doc = {"sections": {name: cfg.get(name) for name in sections},
+           "models": {role: models.get(role) for role in model_roles}}
+    return hashlib.sha256(canonical_json(doc).encode("utf-8")).hexdigest()
+
+
+def check_digests(summaries: dict[str, dict], what: str, rerun: str) -> str | None:
+    """The one ``config_digest`` shared by ``summaries`` ({shard label: summary}); raises
+    :class:`~counterfactory.errors.InputError` naming the shards when they disagree or lack one.
+    Returns None for no summaries."""
+    from .errors import input_error
+
+    by_digest: dict[Any, list[str]] = {}
+    for label, summary in summaries.items():
+        by_digest.setdefault(summary.get("config_digest") if isinstance(summary, dict) else None, []).append(label)
+    if None in by_digest:
+        raise input_error(by_digest[None][0], None,
+                          f"{what} summary has no config_digest (written by an older version)"
+                          + (f"; also: {', '.join(by_digest[None][1:])}" if len(by_digest[None]) > 1 else ""),
+                          f"rerun {rerun} for that shard")
+    if len(by_digest) > 1:
+        groups = "; ".join(f"{d[:12]}: {', '.join(labels)}" for d, labels in sorted(by_digest.items()))
+        raise input_error(what, None, f"shards were made with different configurations (config_digest {groups})",
+                          f"rerun {rerun} for the shards made with an old configuration (snakemake "
+                          "--forcerun on the shard rule reruns them all), then merge again")
+    return next(iter(by_digest), None)
 
 
 def _json_default(obj: Any):

@@ -70,7 +70,9 @@ def register(subparsers) -> None:
         help="concatenate shard outputs into one selected-pairs table and one candidate-scores table",
         description="Read selected_pairs.parquet, candidate_scores.parquet and summary.json from every shard "
                     "folder and write them, sorted by source_index, to OUT_DIR; image paths in the merged "
-                    "table are relative to OUT_DIR. A missing shard output is an error.",
+                    "table are relative to OUT_DIR. A missing shard output is an error, and so are shards whose "
+                    "summaries record different config_digest values (made with different images/seed/model "
+                    "settings: rerun them).",
     )
     m.add_argument("--shard-dirs", nargs="+", required=True, metavar="DIR", help="shard output folders")
     m.add_argument("--out-dir", required=True, metavar="DIR", help="folder for the merged tables")
@@ -81,7 +83,7 @@ def _generate(args) -> int:
     import torch
 
     from ..config import load_config
-    from ..generation.engine import run_shard
+    from ..generation.shards import run_shard
 
     cfg = load_config(args.config)
     if args.threads:
@@ -95,7 +97,7 @@ def _generate(args) -> int:
 
 
 def _merge(args) -> int:
-    from ..generation.engine import merge_shards
+    from ..generation.shards import merge_shards
 
     summary = merge_shards(args.shard_dirs, args.out_dir)
     print(f"merged {summary['shards']} shards: {summary['pairs_selected']} selected pairs from "

@@ -1,0 +1,241 @@
+"""Batched Prompt-to-Prompt sampler: prompts -> text embeddings, per-candidate initial latents and
+sampler noise, batched classifier-free-guided UNet denoising under attention control, VAE decode.
+
+COCO-Counterfactuals §3.2 / B.1.2 generate image pairs with InstructPix2Pix's Prompt-to-Prompt. This
+module runs many candidates per UNet call with our own denoising loop around the pipeline's
+``unet``/``vae``/``text_encoder``/``scheduler``, because every candidate in a batch has its own
+guidance scale and its own attention-control fraction ``p``.
+
+A candidate's randomness comes from its seed only (see :mod:`.selection`): the seed fixes the initial
+latent and every step's ancestral-sampler noise (drawn on the CPU from a per-candidate generator), so a
+candidate's images do not depend on the batch size (up to floating-point differences of batched
+kernels, see ``tests/test_p2p.py``). All members of one candidate (original and edited prompts) share
+the initial latent and the sampler noise.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Sequence
+
+import numpy as np
+import torch
+
+from ..errors import ConfigError
+from .p2p import MODES, AttentionController, install, token_alignment
+
+if TYPE_CHECKING:
+    from .selection import Candidate
+
+log = logging.getLogger(__name__)
+
+#: config name -> diffusers scheduler class
+SCHEDULERS = {
+    "euler_ancestral": "EulerAncestralDiscreteScheduler",
+    "euler": "EulerDiscreteScheduler",
+    "ddim": "DDIMScheduler",
+    "dpmpp_2m": "DPMSolverMultistepScheduler",
+}
+
+
+# --------------------------------------------------------------------------- settings and seeds
+
+@dataclass(frozen=True)
+class GenerationSettings:
+    """Generator settings; defaults are the InstructPix2Pix generator's (reference-code facts)."""
+
+    steps: int = 100
+    height: int = 512
+    width: int = 512
+    scheduler: str = "euler_ancestral"
+    control: str = "ip2p_self"
+    p_range: tuple[float, float] = (0.1, 0.9)
+    guidance_range: tuple[float, float] = (7.5, 15.0)
+    hertz_self_fraction: float = 0.0
+    negative_prompt: str = ""
+    batch_size: int = 4
+
+    def __post_init__(self):
+        if self.control not in MODES:
+            raise ConfigError(f"images.attention_control: {self.control!r} is not one of {MODES}")
+        if self.scheduler not in SCHEDULERS:
+            raise ConfigError(f"images.scheduler: {self.scheduler!r} is not one of {sorted(SCHEDULERS)}")
+        for name, (lo, hi) in (("p_range", self.p_range), ("guidance_range", self.guidance_range)):
+            if lo > hi:
+                raise ConfigError(f"images.{name}: lower bound {lo} exceeds upper bound {hi}. Fix: write [low, high]")
+        if self.steps < 1 or self.batch_size < 1:
+            raise ConfigError("images.steps and images.batch_size must be >= 1")
+
+    @classmethod
+    def from_config(cls, images: dict) -> "GenerationSettings":
+        return cls(
+            steps=int(images.get("steps", 100)),
+            height=int(images.get("height", 512)),
+            width=int(images.get("width", 512)),
+            scheduler=str(images.get("scheduler", "euler_ancestral")),
+            control=str(images.get("attention_control", "ip2p_self")),
+            p_range=tuple(float(x) for x in images.get("p_range", (0.1, 0.9))),
+            guidance_range=tuple(float(x) for x in images.get("guidance_range", (7.5, 15.0))),
+            hertz_self_fraction=float(images.get("hertz_self_fraction", 0.0)),
+            negative_prompt=str(images.get("negative_prompt", "")),
+            batch_size=int(images.get("batch_size", 4)),
+        )
+
+
+
+# --------------------------------------------------------------------------- engine
+
+@dataclass
+class BatchResult:
+    """Images ``uint8 (B, G, H, W, 3)`` and final latents ``float32 (B, G, C, h, w)`` of a batch."""
+
+    candidates: list[Candidate]
+    images: np.ndarray
+    latents: np.ndarray
+
+
+class P2PEngine:
+    """Batched Prompt-to-Prompt sampler around a diffusers ``StableDiffusionPipeline``."""
+
+    def __init__(self, pipe, settings: GenerationSettings, device: torch.device | str = "cpu",
+                 dtype: torch.dtype = torch.float32):
+        import diffusers
+
+        self.settings = settings
+        self.device = torch.device(device)
+        self.dtype = dtype
+        self.unet = _place(pipe.unet, self.device, dtype)
+        self.vae = _place(pipe.vae, self.device, dtype)
+        self.text_encoder = _place(pipe.text_encoder, self.device, dtype)
+        self.tokenizer = pipe.tokenizer
+        self.scheduler_cls = getattr(diffusers, SCHEDULERS[settings.scheduler])
+        self.scheduler_config = pipe.scheduler.config
+        self.vae_scale = 2 ** (len(self.vae.config.block_out_channels) - 1)
+        down = 2 ** (len(self.unet.config.block_out_channels) - 1)
+        if settings.height % (self.vae_scale * down) or settings.width % (self.vae_scale * down):
+            raise ConfigError(
+                f"images.height/width {settings.height}x{settings.width} must be multiples of "
+                f"{self.vae_scale * down} for this model (VAE factor {self.vae_scale} x UNet factor {down})"
+            )
+        self.latent_shape = (self.unet.config.in_channels, settings.height // self.vae_scale,
+                             settings.width // self.vae_scale)
+        self.controller = AttentionController(settings.control, settings.hertz_self_fraction)
+        self._original_processors = install(self.unet, self.controller)
+        #: rows pushed through the UNet, summed over steps (one row = one latent at one step)
+        self.unet_evals = 0
+        self._embed_cache: dict[str, tuple[list[int], torch.Tensor]] = {}
+
+    def close(self) -> None:
+        """Restore the UNet's original attention processors."""
+        self.unet.set_attn_processor(self._original_processors)
+
+    # -------------------------------------------------------------- text
+    def token_ids(self, prompt: str) -> list[int]:
+        return self._encode(prompt)[0]
+
+    def _encode(self, prompt: str) -> tuple[list[int], torch.Tensor]:
+        if prompt not in self._embed_cache:
+            ids = self.tokenizer(prompt, padding="max_length", max_length=self.tokenizer.model_max_length,
+                                 truncation=True).input_ids
+            with torch.no_grad():
+                emb = self.text_encoder(torch.tensor([ids], device=self.device))[0]
+            if len(self._embed_cache) > 256:
+                self._embed_cache.clear()
+            self._embed_cache[prompt] = (list(ids), emb)
+        return self._embed_cache[prompt]
+
+    # -------------------------------------------------------------- sampling
+    def _initial_latent(self, gen: torch.Generator, scheduler) -> torch.Tensor:
+        x = torch.randn((1, *self.latent_shape), generator=gen, dtype=torch.float32)
+        return x * float(scheduler.init_noise_sigma)
+
+    @torch.no_grad()
+    def generate(self, prompts: Sequence[str], candidates: Sequence[Candidate],
+                 p_override: Sequence[float] | None = None) -> BatchResult:
+        """Sample every candidate for the group ``prompts`` = [base, edit_1, ..., edit_K] in one batch."""
+        prompts = list(prompts)
+        cands = list(candidates)
+        g, b = len(prompts), len(cands)
+        if g < 2:
+            raise ValueError("generate() needs a base prompt and at least one edited prompt")
+        if b == 0:
+            raise ValueError("generate() needs at least one candidate")
+        s = self.settings
+        scheduler = self.scheduler_cls.from_config(self.scheduler_config)
+        scheduler.set_timesteps(s.steps, device=self.device)
+
+        encoded = [self._encode(p) for p in prompts]
+        cond = torch.cat([e for _, e in encoded])                        # (G, L, D)
+        uncond = self._encode(s.negative_prompt)[1]                      # (1, L, D)
+        text = torch.cat([uncond.expand(b * g, -1, -1), cond.repeat(b, 1, 1)])
+
+        maps = None
+        if self.controller.mode == "hertz_cross":
+            base_ids = encoded[0][0]
+            maps = torch.stack([torch.from_numpy(token_alignment(base_ids, ids)) for ids, _ in encoded])
+        ps = [c.p for c in cands] if p_override is None else list(p_override)
+        self.controller.configure(b, g, ps, maps)
+
+        gens = [torch.Generator().manual_seed(c.seed) for c in cands]
+        latents = torch.cat([self._initial_latent(gen, scheduler) for gen in gens])
+        latents = latents.repeat_interleave(g, dim=0).to(self.device, self.dtype)   # (B·G, C, h, w)
+        guidance = torch.tensor([c.guidance for c in cands], dtype=torch.float32)
+        guidance = guidance.repeat_interleave(g).view(-1, 1, 1, 1).to(self.device, self.dtype)
+
+        timesteps = scheduler.timesteps
+        try:
+            for i, t in enumerate(timesteps):
+                self.controller.set_step(i, len(timesteps))
+                model_in = scheduler.scale_model_input(torch.cat([latents, latents]), t)
+                eps = self.unet(model_in, t, encoder_hidden_states=text).sample
+                eps_u, eps_c = eps.chunk(2)
+                eps = eps_u + guidance * (eps_c - eps_u)
+                # every member of a candidate draws the same sampler noise from the candidate's stream
+                row_gens = []
+                for gen in gens:
+                    state = gen.get_state()
+                    for _ in range(g):
+                        rg = torch.Generator()
+                        rg.set_state(state)
+                        row_gens.append(rg)
+                latents = scheduler.step(eps, t, latents, generator=row_gens).prev_sample
+                for k, gen in enumerate(gens):
+                    gen.set_state(row_gens[k * g].get_state())
+                self.unet_evals += 2 * b * g
+        finally:
+            self.controller.reset()
+        images = self.decode(latents)
+        return BatchResult(
+            candidates=cands,
+            images=images.reshape(b, g, *images.shape[1:]),
+            latents=latents.float().cpu().numpy().reshape(b, g, *latents.shape[1:]),
+        )
+
+    @torch.no_grad()
+    def decode(self, latents: torch.Tensor, chunk: int = 8) -> np.ndarray:
+        """Latents -> uint8 (n, H, W, 3), rounding like diffusers' ``numpy_to_pil``; ``chunk`` latents
+        per VAE call bound the decoder's memory at 512x512."""
+        out = []
+        for s in range(0, latents.shape[0], chunk):
+            x = self.vae.decode(latents[s:s + chunk] / self.vae.config.scaling_factor).sample
+            x = (x.float() / 2 + 0.5).clamp(0, 1).permute(0, 2, 3, 1).cpu().numpy()
+            out.append((x * 255).round().astype(np.uint8))
+        return np.concatenate(out)
+
+
+def _place(module, device: torch.device, dtype: torch.dtype):
+    module = module.to(device)
+    if getattr(module, "dtype", dtype) != dtype:
+        module = module.to(dtype)
+    return module.eval()
+
+
+def build_engine(cfg: dict) -> P2PEngine:
+    """Load the ``sd`` role and wrap it (device/precision from :func:`counterfactory.device.from_config`)."""
+    from ..device import from_config
+    from ..models import registry
+
+    device, dtype = from_config(cfg)
+    pipe = registry.load(cfg, "sd")
+    return P2PEngine(pipe, GenerationSettings.from_config(cfg.get("images", {})), device, dtype)
