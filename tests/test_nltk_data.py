@@ -194,11 +194,110 @@ def test_prefer_real_copies_real_resources_and_says_so(nltk_dir, tmp_path, layou
         assert _snapshot(out / res) == _snapshot(nltk_dir / res)
 
 
-def test_prefer_real_falls_back_to_the_offline_build(tiny_corpus, tmp_path, caplog):
-    out = nd.prepare_nltk_data(tmp_path / "out", prefer_real=True, real_nltk_data=tmp_path / "empty",
-                               corpus=tiny_corpus)
-    assert json.loads((out / nd.MANIFEST_NAME).read_text())["options"]["mode"] == "offline"
-    assert "not both found" in caplog.text
+def _copy_as_real(nltk_dir: Path, dest: Path) -> Path:
+    """Copy the two resources (without our manifest) to ``dest``: stands in for nltk.download's folder."""
+    for res in (nd.PUNKT_RESOURCE, nd.TAGGER_RESOURCE):
+        (dest / res).mkdir(parents=True)
+        for f in (nltk_dir / res).iterdir():
+            (dest / res / f.name).write_bytes(f.read_bytes())
+    return dest
+
+
+@pytest.fixture
+def standard_paths(tmp_path, monkeypatch):
+    """NLTK's standard search paths limited to a fake home (``~/nltk_data``) and a fake /usr/share."""
+    import nltk
+
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("NLTK_DATA", raising=False)
+    monkeypatch.setattr(nltk.data, "path", [str(home / "nltk_data"), str(tmp_path / "usr_share_nltk_data")])
+    return home
+
+
+def test_real_data_is_found_on_the_standard_paths(nltk_dir, standard_paths, tmp_path):
+    _copy_as_real(nltk_dir, standard_paths / "nltk_data")
+    assert str(standard_paths / "nltk_data") in nd.real_search_paths()
+    out = nd.prepare_nltk_data(tmp_path / "out", source="real")
+    manifest = json.loads((out / nd.MANIFEST_NAME).read_text())
+    assert manifest["options"]["mode"] == "real"
+    assert all(str(standard_paths / "nltk_data") in r["copied_from"] for r in manifest["resources"].values())
+    nd.ensure_nltk_data(out, source="real")
+    described = nd.describe_nltk_data(out, source="real")
+    assert described["mode"] == "real" and not described["missing"] and "warning" not in described
+    tagger = described["resources"][nd.TAGGER_RESOURCE.rstrip("/")]
+    name = "averaged_perceptron_tagger_eng.weights.json"
+    assert tagger["path"] == str(out / nd.TAGGER_RESOURCE.rstrip("/"))
+    assert tagger["files"][name] == nd._sha256(out / nd.TAGGER_RESOURCE / name)
+    assert sorted(described["resources"][nd.PUNKT_RESOURCE.rstrip("/")]["files"]) == sorted(nd.PUNKT_FILES)
+
+
+@pytest.mark.parametrize("how", [{"source": "real"}, {"prefer_real": True}])
+def test_missing_real_data_is_an_error_with_the_download_command(nltk_dir, standard_paths, tmp_path, how):
+    import nltk
+
+    # our own offline build on the path must not pass for the real data
+    nltk.data.path.append(str(nltk_dir))
+    with pytest.raises(nd.NltkDataMissing) as err:
+        nd.prepare_nltk_data(tmp_path / "out", **how)
+    msg = str(err.value)
+    assert "python -m nltk.downloader punkt_tab averaged_perceptron_tagger_eng" in msg
+    assert str(standard_paths / "nltk_data") in msg and str(nltk_dir) not in msg
+    assert not (tmp_path / "out").exists()
+
+
+def test_explicit_folder_without_the_real_data_is_an_error(tiny_corpus, tmp_path):
+    with pytest.raises(nd.NltkDataMissing, match="nltk.downloader punkt_tab"):
+        nd.prepare_nltk_data(tmp_path / "out", prefer_real=True, real_nltk_data=tmp_path / "empty",
+                             corpus=tiny_corpus)
+
+
+def test_cli_real_source_missing_prints_download_command(standard_paths, tmp_path, capsys):
+    assert main(["nltk", "prepare", "--out", str(tmp_path / "out"), "--source", "real"]) == 2
+    assert "python -m nltk.downloader punkt_tab averaged_perceptron_tagger_eng" in capsys.readouterr().err
+
+
+def test_cli_source_comes_from_the_config(standard_paths, tiny_corpus, tmp_path, monkeypatch, capsys):
+    import counterfactory.config
+
+    cfg = {"nltk": {"data_dir": str(tmp_path / "data"), "prefer_real": True}}
+    monkeypatch.setattr(counterfactory.config, "load_config", lambda paths: cfg)
+    assert main(["nltk", "prepare", "--config", "unused.yaml"]) == 2  # prefer_real: true -> real, missing
+    assert "nltk.downloader" in capsys.readouterr().err
+    calls = []
+    monkeypatch.setattr(nd, "prepare_nltk_data", lambda out, **kw: calls.append((out, kw)) or Path(out))
+    cfg["nltk"]["source"] = "offline"  # source wins over prefer_real
+    assert main(["nltk", "prepare", "--config", "unused.yaml"]) == 0
+    assert calls[-1][0] == str(tmp_path / "data") and calls[-1][1]["source"] == "offline"
+
+
+def test_offline_only_when_asked():
+    from counterfactory.errors import ConfigError
+
+    assert nd.nltk_source({"nltk": {"source": "offline"}}) == "offline"
+    assert nd.nltk_source({"nltk": {"source": "real", "prefer_real": False}}) == "real"
+    assert nd.nltk_source({"nltk": {"source": "offline", "prefer_real": True}}) == "offline"
+    assert nd.nltk_source({"nltk": {"prefer_real": False}}) == "offline"
+    assert nd.nltk_source({"nltk": {"prefer_real": True}}) == "real"
+    assert nd.nltk_source({"nltk": {"data_dir": "x"}}) == "real"  # the paper's default
+    assert nd.nltk_source({}) == "real"
+    with pytest.raises(ConfigError, match="nltk.source"):
+        nd.nltk_source({"nltk": {"source": "homemade"}})
+
+
+def test_offline_build_is_described_and_refused_where_real_is_required(nltk_dir):
+    described = nd.describe_nltk_data(nltk_dir, source="real")
+    assert described["mode"] == "offline" and "warning" in described
+    assert described["manifest_fingerprint"] == json.loads((nltk_dir / nd.MANIFEST_NAME).read_text())["fingerprint"]
+    with pytest.raises(nd.NltkDataMissing, match="offline"):
+        nd.ensure_nltk_data(nltk_dir, source="real")
+    assert nd.ensure_nltk_data(nltk_dir, source="offline") == nltk_dir
+
+
+def test_describe_missing_data(tmp_path):
+    described = nd.describe_nltk_data(tmp_path / "nowhere")
+    assert described["resources"] == {} and len(described["missing"]) == 2
 
 
 def test_ensure_nltk_data_names_the_fix(tmp_path):

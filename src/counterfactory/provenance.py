@@ -1,23 +1,35 @@
 """Provenance: what produced a result. Written next to results as JSON: the git commit (and whether
-the tree was dirty), the resolved configuration, versions of the packages that matter, and each
-model role's id or path (with the revision or a folder fingerprint)."""
+the tree was dirty), the resolved configuration, versions of the packages that matter, each model
+role's id or path with its content fingerprint (and hub commit), the NLTK data in use, and -- tying
+the record to the results -- each output's path, size and sha256 (a folder: a content fingerprint
+over its files and, for up to :data:`MAX_LISTED_FILES` files, each file's sha256).
+
+:func:`verify` checks a provenance file against the files on disk and lists every mismatch.
+"""
 
 from __future__ import annotations
 
 import importlib.metadata
+import json
+import os
 import platform
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Iterable
 
 from . import __version__
+from .errors import CounterFactoryError
 from .io import write_json
 
 PACKAGES = (
     "counterfactory", "torch", "torchvision", "transformers", "diffusers", "open_clip_torch", "sentence-transformers",
     "tokenizers", "nltk", "numpy", "scipy", "pandas", "pyarrow", "snakemake", "lama-cleaner",
 )
+#: folders with more files than this record only their fingerprint, not each file's sha256
+MAX_LISTED_FILES = 5000
+FORMAT = 2
 
 
 def git_state(cwd: str | Path = ".") -> dict:
@@ -41,23 +53,138 @@ def package_versions(names=PACKAGES) -> dict:
     return out
 
 
-def collect(cfg: dict, models: dict | None = None, extra: dict | None = None) -> dict:
+def _folder_hashes(folder: Path, exclude: set[str], use_cache: bool) -> dict[str, str]:
+    from .models.registry import HashCache, content_files
+
+    cache = HashCache(read=use_cache)
+    try:
+        return {rel: cache.sha256(p) for rel, p in content_files(folder)
+                if os.path.realpath(p) not in exclude}
+    finally:
+        cache.save()
+
+
+def describe_output(path: str | os.PathLike, *, exclude: Iterable[str | os.PathLike] = (),
+                    use_cache: bool = True) -> dict:
+    """``{"path", "type", "size", "sha256"}`` of a file, or ``{"path", "type": "folder", "size" (all
+    files), "files" (count), "fingerprint", "file_sha256" (each file, when not too many)}`` of a
+    folder (logs, locks, ``.snakemake`` and files in ``exclude`` left out)."""
+    from .models.registry import HashCache, _combine
+
+    p = Path(path)
+    if not p.exists():
+        raise CounterFactoryError(f"output {p} does not exist. Fix: run the step that makes it first, or drop it "
+                                  "from --outputs")
+    try:
+        if p.is_dir():
+            hashes = _folder_hashes(p, {os.path.realpath(e) for e in exclude}, use_cache)
+            record = {"path": str(path), "type": "folder",
+                      "size": sum((p / rel).stat().st_size for rel in hashes), "files": len(hashes),
+                      "fingerprint": _combine(sorted(hashes.items()))}
+            if len(hashes) <= MAX_LISTED_FILES:
+                record["file_sha256"] = hashes
+            return record
+        cache = HashCache(read=use_cache)
+        try:
+            return {"path": str(path), "type": "file", "size": p.stat().st_size, "sha256": cache.sha256(p)}
+        finally:
+            cache.save()
+    except OSError as exc:
+        raise CounterFactoryError(f"output {p}: cannot read {exc.filename or p} ({exc.strerror or exc}). "
+                                  "Fix: make it readable") from exc
+
+
+def describe_nltk(cfg: dict) -> dict | None:
+    """The NLTK data the config points at (``nltk.data_dir``), or None when the config names none."""
+    section = cfg.get("nltk") or {}
+    if not section.get("data_dir"):
+        return None
+    from .text.nltk_data import describe_nltk_data, nltk_source
+
+    try:
+        source = nltk_source(cfg)
+    except CounterFactoryError:
+        source = None
+    return describe_nltk_data(section["data_dir"], source=source)
+
+
+def collect(cfg: dict, models: dict | None = None, extra: dict | None = None,
+            outputs: Iterable[str | os.PathLike] = (), exclude: Iterable[str | os.PathLike] = ()) -> dict:
+    """The provenance record (see the module docstring). ``models`` defaults to the roles loaded in
+    this process, else every configured role (identified by content without loading; a local model
+    that is missing or unreadable raises :class:`~counterfactory.models.registry.ModelIdentityError`)."""
     from .models.registry import configured_models, loaded_models
 
     record = {
+        "format": FORMAT,
         "counterfactory": __version__,
         "created_unix": int(time.time()),
+        "cwd": os.getcwd(),
         "git": git_state(),
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "packages": package_versions(),
         "config": cfg,
         "models": models if models is not None else (loaded_models() or configured_models(cfg)),
+        "nltk_data": describe_nltk(cfg),
+        "outputs": [describe_output(o, exclude=exclude) for o in outputs],
     }
     if extra:
         record.update(extra)
     return record
 
 
-def write(path: str | Path, cfg: dict, models: dict | None = None, extra: dict | None = None) -> Path:
-    return write_json(path, collect(cfg, models, extra))
+def write(path: str | Path, cfg: dict, models: dict | None = None, extra: dict | None = None,
+          outputs: Iterable[str | os.PathLike] = ()) -> Path:
+    """Write the provenance record to ``path`` (the file itself is never part of an output folder's hash)."""
+    return write_json(path, collect(cfg, models, extra, outputs=outputs, exclude=[path]))
+
+
+def verify(provenance_path: str | os.PathLike, *, base: str | os.PathLike | None = None,
+           use_cache: bool = False) -> list[dict]:
+    """Compare the outputs recorded in a provenance file with the files on disk.
+
+    Relative output paths are taken from ``base`` (default: the current folder). Files are re-read
+    unless ``use_cache``. Returns the mismatches, each ``{"path", "problem"}`` (empty: all match).
+    """
+    provenance_path = Path(provenance_path)
+    try:
+        record = json.loads(provenance_path.read_text(encoding="utf-8"))
+        outputs = record.get("outputs") or []
+    except (OSError, ValueError, AttributeError) as exc:
+        raise CounterFactoryError(f"{provenance_path}: not a readable provenance JSON ({exc}). "
+                                  "Fix: pass the provenance.json written by `counterfactory provenance`") from exc
+    base = Path(base) if base is not None else Path.cwd()
+    problems: list[dict] = []
+    for entry in outputs:
+        rel = entry.get("path", "")
+        path = Path(rel) if Path(rel).is_absolute() else base / rel
+        if not path.exists():
+            problems.append({"path": rel, "problem": "missing"})
+            continue
+        kind = "folder" if path.is_dir() else "file"
+        if kind != entry.get("type"):
+            problems.append({"path": rel, "problem": f"is a {kind}, recorded as a {entry.get('type')}"})
+            continue
+        now = describe_output(path, exclude=[provenance_path], use_cache=use_cache)
+        if kind == "file":
+            if now["sha256"] != entry.get("sha256"):
+                problems.append({"path": rel, "problem": f"sha256 {now['sha256']} (size {now['size']}), recorded "
+                                                         f"{entry.get('sha256')} (size {entry.get('size')})"})
+            continue
+        if now["fingerprint"] == entry.get("fingerprint"):
+            continue
+        old_files, new_files = entry.get("file_sha256"), now.get("file_sha256")
+        if old_files is None or new_files is None:
+            problems.append({"path": rel, "problem": f"folder fingerprint {now['fingerprint']}, recorded "
+                                                     f"{entry.get('fingerprint')}"})
+            continue
+        for name in sorted(set(old_files) | set(new_files)):
+            if name not in new_files:
+                problems.append({"path": f"{rel}/{name}", "problem": "missing"})
+            elif name not in old_files:
+                problems.append({"path": f"{rel}/{name}", "problem": "not in the provenance record (new file)"})
+            elif old_files[name] != new_files[name]:
+                problems.append({"path": f"{rel}/{name}",
+                                 "problem": f"sha256 {new_files[name]}, recorded {old_files[name]}"})
+    return problems

@@ -1,4 +1,5 @@
-"""``counterfactory models``: build the offline tiny models; check that configured roles load."""
+"""``counterfactory models``: build the offline tiny models (with a sha256 manifest); check that
+configured roles are intact (manifest / HF-cache blob hashes) and load."""
 
 from __future__ import annotations
 
@@ -20,14 +21,43 @@ def _build_tiny(args) -> int:
 
 
 def _check(args) -> int:
+    """Verify each role's files (manifest / HF-cache blob names), then load it; report every failure."""
+    from ..errors import CounterFactoryError
     from ..models import registry
 
     cfg = load_config(args.config)
     roles = args.role or sorted(cfg["models"])
+    failures: list[str] = []
     for role in roles:
-        registry.load(cfg, role)
-        print(f"{role}: ok ({registry.model_spec(cfg, role).source})")
+        source = registry.model_spec(cfg, role).source
+        try:
+            report = registry.verify_role(cfg, role, use_cache=args.trust_cache)
+        except CounterFactoryError as exc:
+            print(f"{role}: FAILED {exc}")
+            failures.append(str(exc))
+            continue
+        if report["problems"]:
+            for problem in report["problems"]:
+                line = f"role '{role}': {problem['path']}: {problem['problem']}. Fix: {report['fix']}"
+                print(f"{role}: CORRUPT {problem['path']}: {problem['problem']}")
+                failures.append(line)
+            print(f"{role}: fix: {report['fix']}")
+            continue
+        try:
+            registry.load(cfg, role)
+        except CounterFactoryError as exc:
+            print(f"{role}: FAILED {exc}")
+            failures.append(str(exc))
+            continue
+        info = registry.loaded_models()[role]
+        checked = {"manifest": "files match the manifest", "hf-cache": "blobs match their hashes",
+                   None: "no manifest"}[report["method"]]
+        commit = f", commit {info['commit']}" if info.get("commit") else ""
+        print(f"{role}: ok ({source}; {checked}; fingerprint {info['fingerprint']}{commit})")
     print(json.dumps(registry.loaded_models(), indent=2))
+    if failures:
+        raise registry.ModelIntegrityError(
+            f"models check: {len(failures)} problem(s):\n  " + "\n  ".join(failures))
     return 0
 
 
@@ -42,7 +72,10 @@ def register(sub) -> None:
     b.add_argument("--out-dir", help="default: tiny_models.out_dir from config")
     b.add_argument("--force", action="store_true", help="rebuild even if the folder exists")
     b.set_defaults(func=_build_tiny)
-    c = s.add_parser("check", help="load each configured role with its library's loader")
+    c = s.add_parser("check", help="verify each configured role's files, then load it with its library's loader")
     c.add_argument("--config", action="append", required=True, help="config YAML (repeat to merge)")
     c.add_argument("--role", action="append", help="role to check (repeatable; default: all configured)")
+    c.add_argument("--trust-cache", action="store_true",
+                   help="take file hashes from the hash cache when size/mtime/inode are unchanged (fast; "
+                        "default re-reads every file so silent corruption is found)")
     c.set_defaults(func=_check)

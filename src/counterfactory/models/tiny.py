@@ -184,7 +184,8 @@ def builders() -> dict[str, Callable[[Path, int], None]]:
 
 
 def build(role: str, out_dir: str | Path, seed: int = 0, force: bool = False) -> Path:
-    """Build the tiny model of ``role`` into ``out_dir/role`` atomically (:func:`counterfactory.io.atomic_dir`)."""
+    """Build the tiny model of ``role`` into ``out_dir/role`` atomically (:func:`counterfactory.io.atomic_dir`),
+    with ``counterfactory-manifest.json`` listing the sha256 of every file (checked by ``models check``)."""
     table = builders()
     if role not in table:
         raise KeyError(f"no tiny builder for role {role!r}; known: {sorted(table)}")
@@ -192,7 +193,11 @@ def build(role: str, out_dir: str | Path, seed: int = 0, force: bool = False) ->
     if target.exists() and not force:
         log.info("tiny %s already at %s", role, target)
         return target
+    from .registry import TINY_BUILDER, write_manifest
+
     with atomic_dir(target) as tmp:
         table[role](tmp, seed)
+        # sha256 of every file, so `counterfactory models check` can tell a damaged copy
+        write_manifest(tmp, builder=TINY_BUILDER, role=role, seed=seed)
     log.info("built tiny %s at %s", role, target)
     return target

