@@ -31,29 +31,12 @@ from pathlib import Path
 
 import yaml
 
+from counterfactory.testing import fake_coco_root, fake_evaluation_data
+
 REPO = Path(__file__).resolve().parents[1]
 GOAL_SECONDS = 30.0
 GOAL_MB = 1024.0
-
-
-def fake_coco_root(root: Path, n_captions: int, n_images: int) -> Path:
-    """COCO 2017 layout: annotations/captions_val2017.json, instances_val2017.json, val2017/*.jpg."""
-    (root / "annotations").mkdir(parents=True)
-    (root / "val2017").mkdir()
-    images, anns = [], []
-    for i in range(1, n_images + 1):
-        name = f"{i:012d}.jpg"
-        images.append({"id": i, "file_name": name, "width": 640, "height": 480, "license": 1,
-                       "coco_url": "", "flickr_url": "", "date_captured": ""})
-        (root / "val2017" / name).write_bytes(b"")
-    for k in range(n_captions):  # round-robin: every image gets 5, the first few a sixth (like val2017)
-        image_id = k % n_images + 1
-        anns.append({"id": k + 1, "image_id": image_id, "caption": f"A dog number {k} sits on a wooden table."})
-    doc = {"info": {}, "licenses": [], "images": images, "annotations": anns}
-    (root / "annotations" / "captions_val2017.json").write_text(json.dumps(doc))
-    (root / "annotations" / "instances_val2017.json").write_text(json.dumps(
-        {**doc, "annotations": [], "categories": [{"id": 18, "name": "dog", "supercategory": "animal"}]}))
-    return root
+STUDY = "coco_counterfactuals"
 
 
 def dry_run(workdir: Path, override: Path, profile: str | None) -> tuple[float, float, str]:
@@ -104,15 +87,18 @@ def main(argv=None) -> int:
         tmp = Path(tmp)
         t0 = time.perf_counter()
         root = fake_coco_root(tmp / "coco", args.captions, args.images)
+        fake_evaluation_data(tmp / "work", REPO / "config" / "config.yaml")
         setup_s = time.perf_counter() - t0
         override = tmp / "scale.yaml"
         overrides.setdefault("data", {})["coco_root"] = str(root)
-        override.write_text(yaml.safe_dump(overrides))
+        shared = {"run_name", "device", "precision", "seed", "models", "tiny_models", "nltk", "studies"}
+        override.write_text(yaml.safe_dump({**{k: v for k, v in overrides.items() if k in shared},
+                                            STUDY: {k: v for k, v in overrides.items() if k not in shared}}))
         seconds, peak_mb, out = dry_run(tmp / "work", override, args.profile)
 
     counts = job_counts(out)
     total = counts.pop("total", sum(counts.values()))
-    cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())[STUDY]
     for section, values in overrides.items():
         if isinstance(values, dict) and isinstance(cfg.get(section), dict):
             cfg[section].update(values)

@@ -39,9 +39,9 @@ rule nltk_data:
     conda:
         CONDA_ENV
     params:
-        prefer_real="--prefer-real" if config["nltk"]["prefer_real"] else "",
+        config=job_config("nltk", study=False),
     shell:
-        "counterfactory nltk prepare --out {output:q} {params.prefer_real} > {log:q} 2>&1"
+        "counterfactory nltk prepare {params.config} --out {output:q} > {log:q} 2>&1"
 
 
 rule provenance:

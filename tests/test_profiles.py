@@ -29,8 +29,8 @@ def _env(tmp_path, **extra) -> dict:
 
 def _demo_config(tmp_path, **top) -> Path:
     cfg = yaml.safe_load((REPO / "config" / "demo.yaml").read_text())
-    cfg["data"]["coco_root"] = str(REPO / "resources" / "demo")
-    cfg["data"]["karpathy_json"] = str(REPO / "resources" / "demo" / "karpathy" / "dataset_coco.json")
+    cfg["coco_counterfactuals"]["data"]["coco_root"] = str(REPO / "resources" / "demo")
+    cfg["coco_counterfactuals"]["data"]["karpathy_json"] = str(REPO / "resources" / "demo" / "karpathy" / "dataset_coco.json")
     cfg.update(top)
     path = tmp_path / "demo-profile-test.yaml"
     path.write_text(yaml.safe_dump(cfg))

@@ -142,10 +142,10 @@ def test_demo_slice_runs_through_sbatch_with_a_retry(slurm_profile, tmp_path):
     (work / "Snakefile").write_text(FLAKY_SNAKEFILE.format(snakefile=str(REPO / "Snakefile")))
     cfg = yaml.safe_load((REPO / "config" / "demo.yaml").read_text())
     cfg["device"] = "auto"  # model rules declare gpu=1 (no CUDA here: the job itself runs on the CPU)
-    cfg["data"]["coco_root"] = str(REPO / "resources" / "demo")
-    cfg["data"]["karpathy_json"] = str(REPO / "resources" / "demo" / "karpathy" / "dataset_coco.json")
+    cfg["coco_counterfactuals"]["data"]["coco_root"] = str(REPO / "resources" / "demo")
+    cfg["coco_counterfactuals"]["data"]["karpathy_json"] = str(REPO / "resources" / "demo" / "karpathy" / "dataset_coco.json")
     (work / "demo.yaml").write_text(yaml.safe_dump(cfg))
-    targets = ["results/demo/captions/shards/00000.parquet", "slurm_probe/flaky.txt"]
+    targets = ["results/demo/coco_counterfactuals/captions/shards/00000.parquet", "slurm_probe/flaky.txt"]
     start = time.monotonic()
     proc = _run([str(BIN / "snakemake"), "--profile", "slurm", *targets, "--configfile", "demo.yaml",
                  "--slurm-keep-successful-logs"], env, work, timeout=480)
@@ -170,7 +170,7 @@ def test_demo_slice_runs_through_sbatch_with_a_retry(slurm_profile, tmp_path):
     info = _run(["scontrol", "show", "job", shard_job], env, work).stdout
     assert "Partition=gpu" in info and re.search(r"gres[:/]gpu[:=]1", info), info
     assert "JobState=COMPLETED" in info, info
-    assert (work / "results/demo/captions/summary/00000.json").exists()
+    assert (work / "results/demo/coco_counterfactuals/captions/summary/00000.json").exists()
 
     # the injected failure: attempt 1 failed in one Slurm job, attempt 2 succeeded in another
     attempts = (work / "slurm_probe" / "attempts.txt").read_text().splitlines()

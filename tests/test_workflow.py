@@ -183,31 +183,10 @@ def test_demo_shards_are_complete_and_summarised(demo_run):
 
 def test_paper_config_dry_run_against_fake_coco_root(repo, tmp_path):
     """`snakemake -n all` under config/config.yaml builds the DAG for a COCO root of the right shape."""
-    root = tmp_path / "coco"
-    (root / "annotations").mkdir(parents=True)
-    (root / "val2017").mkdir()
-    images, anns = [], []
-    for i in range(1, 31):
-        images.append({"id": i, "file_name": f"{i:012d}.jpg", "width": 64, "height": 64, "license": 1,
-                       "coco_url": "", "flickr_url": "", "date_captured": ""})
-        (root / "val2017" / f"{i:012d}.jpg").write_bytes(b"")
-        for k in range(5 + (i % 2)):
-            anns.append({"id": 100 * i + k, "image_id": i, "caption": f"A dog number {k} on a table."})
-    doc = {"info": {}, "licenses": [], "images": images, "annotations": anns}
-    (root / "annotations" / "captions_val2017.json").write_text(json.dumps(doc))
-    (root / "annotations" / "instances_val2017.json").write_text(
-        json.dumps({**doc, "annotations": [], "categories": [{"id": 18, "name": "dog", "supercategory": "animal"}]}))
-    # the evaluation datasets of the paper config, as empty stand-ins at their configured (relative) paths
-    paper = yaml.safe_load((repo / "config" / "config.yaml").read_text())["coco_counterfactuals"]
-    for spec in paper["evaluation"]["classification"]["datasets"].values():
-        (tmp_path / spec["root"]).mkdir(parents=True, exist_ok=True)
-        for key in ("class_index", "class_names"):
-            if spec.get(key):
-                (tmp_path / spec[key]).parent.mkdir(parents=True, exist_ok=True)
-                (tmp_path / spec[key]).write_text("")
-    retrieval = paper["training"]["eval"]["retrieval"]
-    (tmp_path / retrieval["image_root"]).mkdir(parents=True, exist_ok=True)
-    (tmp_path / retrieval["karpathy_json"]).write_text("{}")
+    from counterfactory.testing import fake_coco_root, fake_evaluation_data
+
+    root = fake_coco_root(tmp_path / "coco", n_captions=165, n_images=30, width=64, height=64)
+    fake_evaluation_data(tmp_path, repo / "config" / "config.yaml")
     override = tmp_path / "paper-test.yaml"
     override.write_text(yaml.safe_dump({"coco_counterfactuals": {"data": {"coco_root": str(root)},
                                                                  "captions": {"shard_size": 40}}}))

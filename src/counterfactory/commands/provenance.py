@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from ..config import load_config
+from ..config import load_full_config
 from ..errors import CounterFactoryError
 
 
@@ -23,7 +23,7 @@ def _run(args) -> int:
         return 0
     if not args.config or not args.out:
         raise CounterFactoryError("provenance: --config and --out are required (or --verify PROVENANCE.json)")
-    cfg = load_config(args.config)
+    cfg = load_full_config(args.config)  # the whole run: every study's section
     provenance.write(args.out, cfg, outputs=args.outputs or ())
     return 0
 

@@ -1,0 +1,59 @@
+"""Stand-in data of the right shape for dry runs of the paper configuration (tests, DAG benchmarks,
+sizing an allocation before the data is downloaded). Nothing here is read as real data: images are
+empty files, datasets empty folders at their configured paths."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+
+
+def fake_coco_root(root: Path, n_captions: int, n_images: int, width: int = 640, height: int = 480) -> Path:
+    """COCO 2017 layout: annotations/captions_val2017.json, instances_val2017.json, val2017/*.jpg (empty).
+    Captions go round-robin, so every image gets n_captions // n_images and the first few one more."""
+    (root / "annotations").mkdir(parents=True, exist_ok=True)
+    (root / "val2017").mkdir(exist_ok=True)
+    images, anns = [], []
+    for i in range(1, n_images + 1):
+        name = f"{i:012d}.jpg"
+        images.append({"id": i, "file_name": name, "width": width, "height": height, "license": 1,
+                       "coco_url": "", "flickr_url": "", "date_captured": ""})
+        (root / "val2017" / name).write_bytes(b"")
+    for k in range(n_captions):
+        anns.append({"id": k + 1, "image_id": k % n_images + 1, "caption": f"A dog number {k} sits on a wooden table."})
+    doc = {"info": {}, "licenses": [], "images": images, "annotations": anns}
+    (root / "annotations" / "captions_val2017.json").write_text(json.dumps(doc))
+    (root / "annotations" / "instances_val2017.json").write_text(json.dumps(
+        {**doc, "annotations": [], "categories": [{"id": 18, "name": "dog", "supercategory": "animal"}]}))
+    return root
+
+
+def fake_evaluation_data(workdir: Path, config_path: Path, study: str = "coco_counterfactuals") -> list[Path]:
+    """Empty stand-ins, under ``workdir``, for every evaluation dataset ``config_path`` names with a
+    relative path (classification roots and class files, the retrieval split and its images)."""
+    section = yaml.safe_load(Path(config_path).read_text())[study]
+    made = []
+
+    def touch(rel: str, folder: bool) -> None:
+        path = workdir / rel
+        if Path(rel).is_absolute() or path.exists():
+            return
+        if folder:
+            path.mkdir(parents=True, exist_ok=True)
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text("{}" if rel.endswith(".json") else "")
+        made.append(path)
+
+    for spec in section.get("evaluation", {}).get("classification", {}).get("datasets", {}).values():
+        touch(spec["root"], True)
+        for key in ("class_index", "class_names"):
+            if spec.get(key):
+                touch(spec[key], False)
+    retrieval = section.get("training", {}).get("eval", {}).get("retrieval")
+    if retrieval:
+        touch(retrieval["image_root"], True)
+        touch(retrieval["karpathy_json"], False)
+    return made
