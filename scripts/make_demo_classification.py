@@ -1,23 +1,25 @@
 #!/usr/bin/env python3
 """Write the tiny zero-shot classification fixtures under resources/demo/classification/.
 
-Each dataset is written in the exact on-disk layout of its official release (see
-``counterfactory.data.classification``), with a few small synthetic images per class (a coloured
-shape on a coloured background, seeded per image, so reruns are byte-identical):
+Each dataset is written in the on-disk layout of its official release, as torchvision's dataset
+classes read it (see ``counterfactory.data.classification``), with a few small synthetic images per
+class (a coloured shape on a coloured background, seeded per image, so reruns are byte-identical):
 
 * ``cifar-10-batches-py/``   ``batches.meta`` + ``test_batch`` pickles (10 classes x 3 images)
 * ``cifar-100-python/``      ``meta`` + ``test`` pickles (all 100 fine / 20 coarse names; 2 images for
                              each of the first 10 classes)
-* ``food-101/``              ``images/<class>/<id>.jpg``, ``meta/{classes,labels,test,train}.txt``
-                             (3 classes; 2 test + 1 train image each)
+* ``food-101/``              ``images/<class>/<id>.jpg``, ``meta/{classes,labels,test,train}.txt`` and
+                             ``meta/{test,train}.json`` (3 classes; 2 test + 1 train image each)
 * ``caltech101/101_ObjectCategories/``  4 folders incl. ``BACKGROUND_Google`` (2 images each)
 * ``caltech256/256_ObjectCategories/``  4 folders incl. ``257.clutter`` (2 images each)
 * ``imagenet/val/<wnid>/``   3 classes x 2 images, with ``LOC_synset_mapping.txt`` and
                              ``imagenet_class_index.json`` for those classes
 
 Usage: ``python scripts/make_demo_classification.py [--out resources/demo/classification]``.
-The pickles use bytes keys, as the official Python-2 pickles load under Python 3 with
-``encoding="bytes"``. The images mean nothing; they only exercise the readers and the pipeline.
+The pickles have str keys and str class names: that is how the official Python-2 pickles load under
+Python 3 with ``encoding="latin1"``, the way torchvision reads them. Only the CIFAR test split is
+written (the readers do not open the training batches), so the md5 sums differ from the release. The
+images mean nothing; they only exercise the readers and the pipeline.
 """
 
 from __future__ import annotations
@@ -101,10 +103,9 @@ def make_cifar10(out: Path) -> None:
     root = out / "cifar-10-batches-py"
     labels = [c for c in range(10) for _ in range(3)]
     keys = [f"cifar10/{CIFAR10[c]}#{i}" for i, c in enumerate(labels)]
-    dump({b"num_cases_per_batch": 10000, b"label_names": [n.encode() for n in CIFAR10], b"num_vis": 3072},
-         root / "batches.meta")
-    dump({b"batch_label": b"testing batch 1 of 1", b"labels": labels, b"data": cifar_rows(keys),
-          b"filenames": [f"demo_{i:05d}.png".encode() for i in range(len(labels))]}, root / "test_batch")
+    dump({"num_cases_per_batch": 10000, "label_names": list(CIFAR10), "num_vis": 3072}, root / "batches.meta")
+    dump({"batch_label": "testing batch 1 of 1", "labels": labels, "data": cifar_rows(keys),
+          "filenames": [f"demo_{i:05d}.png" for i in range(len(labels))]}, root / "test_batch")
 
 
 def make_cifar100(out: Path) -> None:
@@ -112,10 +113,9 @@ def make_cifar100(out: Path) -> None:
     assert len(CIFAR100_FINE) == 100 and len(CIFAR100_COARSE) == 20
     fine = [c for c in range(10) for _ in range(2)]
     keys = [f"cifar100/{CIFAR100_FINE[c]}#{i}" for i, c in enumerate(fine)]
-    dump({b"fine_label_names": [n.encode() for n in CIFAR100_FINE],
-          b"coarse_label_names": [n.encode() for n in CIFAR100_COARSE]}, root / "meta")
-    dump({b"filenames": [f"demo_{i:05d}.png".encode() for i in range(len(fine))], b"batch_label": b"testing batch 1 of 1",
-          b"fine_labels": fine, b"coarse_labels": [0] * len(fine), b"data": cifar_rows(keys)}, root / "test")
+    dump({"fine_label_names": list(CIFAR100_FINE), "coarse_label_names": list(CIFAR100_COARSE)}, root / "meta")
+    dump({"filenames": [f"demo_{i:05d}.png" for i in range(len(fine))], "batch_label": "testing batch 1 of 1",
+          "fine_labels": fine, "coarse_labels": [0] * len(fine), "data": cifar_rows(keys)}, root / "test")
 
 
 def make_food101(out: Path) -> None:
@@ -131,6 +131,9 @@ def make_food101(out: Path) -> None:
     (meta / "labels.txt").write_text("\n".join(c.replace("_", " ").capitalize() for c in FOOD101) + "\n")
     (meta / "test.txt").write_text("\n".join(test) + "\n")
     (meta / "train.txt").write_text("\n".join(train) + "\n")
+    for split, entries in (("test", test), ("train", train)):  # {class: ["class/id", ...]}, as released
+        grouped = {cls: [e for e in entries if e.split("/")[0] == cls] for cls in FOOD101}
+        (meta / f"{split}.json").write_text(json.dumps(grouped))
 
 
 def make_caltech(out: Path) -> None:

@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from counterfactory.data.classification import (ImageList, load_dataset, read_caltech101, read_caltech256,
-                                                read_cifar10, read_cifar100, read_food101, read_imagenet,
-                                                read_imagenet_class_index, readable)
+from counterfactory.data.classification import (ImageList, dataset_input_files, load_dataset, read_caltech101,
+                                                read_caltech256, read_cifar10, read_cifar100, read_food101,
+                                                read_imagenet, read_imagenet_class_index, readable)
 from counterfactory.errors import ConfigError, InputError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -142,6 +142,68 @@ def test_image_list_indexing():
     with pytest.raises(IndexError):
         lst[3]
     assert readable("car_side-101") == "car side 101"
+
+
+def test_fixtures_read_by_stock_torchvision():
+    """The fixtures are in the layouts torchvision's own classes expect (independent of our readers)."""
+    from torchvision.datasets import Caltech101, Food101, ImageFolder
+
+    food = Food101(str(FIX), split="test", download=False)
+    ours = read_food101(FIX / "food-101")
+    assert [Path(p) for p in food._image_files] == ours.images.paths and list(food._labels) == ours.labels.tolist()
+    image, label = food[0]
+    assert image.size == (32, 32) and label == 0
+    caltech = Caltech101(str(FIX), download=False)
+    assert caltech.categories == read_caltech101(FIX / "caltech101").class_ids and len(caltech) == 6
+    assert caltech[5][0].size == (32, 32) and caltech[5][1] == 2
+    folder = ImageFolder(str(FIX / "imagenet" / "val"))
+    assert folder.classes == ["n01440764", "n01443537", "n01484850"] and len(folder) == 6
+
+
+def test_cifar_checksum_differs_from_release_is_a_warning(caplog):
+    with caplog.at_level("WARNING", logger="counterfactory.data.classification"):
+        read_cifar100(FIX)
+    assert "md5 differs from the official CIFAR-100 release" in caplog.text
+
+
+def test_dataset_input_files_lists_what_the_reader_opens():
+    specs = {
+        "C10": ({"format": "cifar10", "root": str(FIX)},
+                ["cifar-10-batches-py/batches.meta", "cifar-10-batches-py/test_batch"]),
+        "C100": ({"format": "cifar100", "root": str(FIX / "cifar-100-python")},
+                 ["cifar-100-python/meta", "cifar-100-python/test"]),
+        "Food": ({"format": "food101", "root": str(FIX / "food-101")}, ["food-101/meta/test.json", "food-101/images"]),
+        "C101": ({"format": "caltech101", "root": str(FIX / "caltech101")}, ["caltech101/101_ObjectCategories"]),
+        "C256": ({"format": "caltech256", "root": str(FIX / "caltech256" / "256_ObjectCategories")},
+                 ["caltech256/256_ObjectCategories"]),
+        "IN": ({"format": "imagenet", "root": str(FIX / "imagenet" / "val"),
+                "class_index": str(FIX / "imagenet" / "LOC_synset_mapping.txt")},
+               ["imagenet/val", "imagenet/LOC_synset_mapping.txt"]),
+    }
+    for name, (spec, expected) in specs.items():
+        assert dataset_input_files(spec, name) == [str(FIX / e) for e in expected], name
+
+
+def test_dataset_input_files_missing_names_the_config_key(tmp_path):
+    key = "evaluation.classification.datasets.Food101.root"
+    with pytest.raises(InputError, match=rf"not a Food-101 folder \({key}\).*Fix: .*{key}"):
+        dataset_input_files({"format": "food101", "root": str(tmp_path / "food-101")}, "Food101")
+    with pytest.raises(InputError, match=r"evaluation\.classification\.datasets\.IN\.class_names"):
+        dataset_input_files({"format": "imagenet", "root": str(FIX / "imagenet" / "val"),
+                             "class_index": str(FIX / "imagenet" / "LOC_synset_mapping.txt"),
+                             "class_names": str(tmp_path / "names.txt")}, "IN")
+    with pytest.raises(ConfigError, match=r"datasets\.X\.root is not set"):
+        dataset_input_files({"format": "cifar10"}, "X")
+    # torchvision's Caltech classes create <root>/caltech101; a missing dataset must fail before that
+    with pytest.raises(InputError, match="datasets.C101.root"):
+        load_dataset("C101", {"format": "caltech101", "root": str(tmp_path / "nowhere")})
+    assert not (tmp_path / "nowhere").exists()
+
+
+def test_caltech_parent_folder_name_is_required(tmp_path):
+    shutil.copytree(FIX / "caltech101" / "101_ObjectCategories", tmp_path / "other" / "101_ObjectCategories")
+    with pytest.raises(InputError, match="folder named 'caltech101'.*Fix: move it to .*caltech101/101_ObjectCategories"):
+        read_caltech101(tmp_path / "other" / "101_ObjectCategories")
 
 
 def _digest(folder: Path) -> dict[str, str]:

@@ -1,39 +1,46 @@
 """Readers for the image-classification test sets of COCO-Counterfactuals §5.2 / Table 4, in the layouts
-the datasets are distributed in (no torchvision download helpers, nothing fetched).
+the datasets are distributed in. Reading is done by ``torchvision.datasets`` (``download=False``: nothing
+is fetched); this module finds the data folder, adds checks and errors that name the file, the config key
+and the fix, and returns image paths (or CIFAR's decoded array) with labels.
 
 =============  ==========================================================================================
-format         ``root`` and what is read
+format         ``root`` (the data folder or a parent of it) and what is read
 =============  ==========================================================================================
-``cifar10``    ``cifar-10-batches-py/`` (or its parent): ``test_batch`` (pickle: ``data`` uint8 (N, 3072)
-               rows of R, G, B planes of a 32x32 image, ``labels``) and ``batches.meta`` (``label_names``).
-``cifar100``   ``cifar-100-python/`` (or its parent): ``test`` (``data``, ``fine_labels``) and ``meta``
+``cifar10``    ``cifar-10-batches-py/`` (``torchvision.datasets.CIFAR10``, test split): ``test_batch`` and
+               ``batches.meta`` (``label_names``). The training batches need not be present; a checksum
+               that differs from the official release is logged as a warning (torchvision would refuse).
+``cifar100``   ``cifar-100-python/`` (``CIFAR100``, test split): ``test`` (``fine_labels``) and ``meta``
                (``fine_label_names``): the 100 fine classes.
-``food101``    ``food-101/`` (or its parent): ``meta/classes.txt`` (one class id per line, label order),
-               ``meta/test.txt`` (``<class>/<image id>`` per line, no extension) and
-               ``images/<class>/<image id>.jpg``: the official 25,250-image test split.
-``caltech101`` ``101_ObjectCategories/`` (or its parent): ``<class>/image_NNNN.jpg``; the
-               ``BACKGROUND_Google`` folder is not a class and is skipped. Every image is used (there is
-               no official test split).
-``caltech256`` ``256_ObjectCategories/`` (or its parent): ``NNN.<name>/NNN_NNNN.jpg``; the numeric prefix
-               is stripped from the class name and ``257.clutter`` is skipped. Every image is used.
-``imagenet``   an ImageFolder of the ILSVRC-2012 validation set, ``<root>/<wnid>/*.JPEG`` (as made by the
-               common ``valprep.sh``), plus ``class_index``: either ``LOC_synset_mapping.txt``
-               (ILSVRC-2012 / Kaggle: ``n01440764 tench, Tinca tinca`` per line; the name before the first
-               comma is used) or ``imagenet_class_index.json`` (Keras:
-               ``{"0": ["n01440764", "tench"], ...}``). Classes are the wnid folders present, sorted
-               (ImageFolder order), so label ``i`` is the i-th sorted wnid.
+``food101``    ``food-101/`` (``Food101``, split test): ``meta/test.json`` (``{class: ["class/id", ...]}``;
+               classes sorted) and ``images/<class>/<id>.jpg``: the official 25,250-image test split. The
+               folder must be named ``food-101``.
+``caltech101`` ``caltech101/101_ObjectCategories/`` (``Caltech101``, target ``category``):
+               ``<class>/image_NNNN.jpg``; ``BACKGROUND_Google`` is not a class. Every image is used (no
+               official test split). The parent must be named ``caltech101`` (torchvision's layout).
+``caltech256`` ``caltech256/256_ObjectCategories/`` (``Caltech256``): ``NNN.<name>/NNN_NNNN.jpg``; the
+               numeric prefix is stripped from the class name and ``257.clutter`` is skipped. Every image
+               is used. The parent must be named ``caltech256``.
+``imagenet``   an ImageFolder of the ILSVRC-2012 validation set (``torchvision.datasets.ImageFolder``),
+               ``<root>/<wnid>/*.JPEG`` (as made by the common ``valprep.sh``), plus ``class_index``: either
+               ``LOC_synset_mapping.txt`` (ILSVRC-2012 / Kaggle: ``n01440764 tench, Tinca tinca`` per
+               line; the name before the first comma is used) or ``imagenet_class_index.json`` (Keras:
+               ``{"0": ["n01440764", "tench"], ...}``). Classes are the wnid folders present, sorted, so
+               label ``i`` is the i-th sorted wnid. (``torchvision.datasets.ImageNet`` would need the
+               devkit archive or its ``meta.bin``.)
 =============  ==========================================================================================
 
 Class names for the prompts are made readable from the on-disk names: ``_`` and ``-`` become spaces,
 Caltech-256's ``-101`` suffix (classes shared with Caltech-101) is removed. The prompts of CLIP's paper
 use hand-edited names; pass ``class_names`` (a text file, one name per line in label order) to use
-such a list. ``max_per_class`` keeps the first N images of each class (file order for CIFAR, sorted
-paths otherwise) for quick runs.
+such a list. ``max_per_class`` keeps the first N images of each class (file order for CIFAR, the
+reader's order otherwise) for quick runs. :func:`dataset_input_files` lists what a reader opens (for
+Snakemake) and fails, naming ``evaluation.classification.datasets.<name>.root``, when it is missing.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import pickle
 import re
@@ -45,7 +52,7 @@ import numpy as np
 
 from ..errors import ConfigError, input_error
 
-IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp")
+log = logging.getLogger(__name__)
 
 
 class ImageList(Sequence):
@@ -99,51 +106,71 @@ class ClassificationDataset:
 
 
 # --------------------------------------------------------------------------------------------
-# helpers
+# where each format lives
 # --------------------------------------------------------------------------------------------
 def readable(name: str) -> str:
     """``"car_side"`` -> ``"car side"``, ``"american-flag"`` -> ``"american flag"``."""
     return re.sub(r"\s+", " ", name.replace("_", " ").replace("-", " ")).strip()
 
 
-def _resolve(root: str | os.PathLike, folder: str, marker: str, fmt: str) -> Path:
-    """``root`` itself if it holds ``marker``, else ``root/folder`` if that does."""
+@dataclass(frozen=True)
+class Layout:
+    """An official on-disk layout: the data folder ``folder`` (found at ``root`` or ``root/<parents>/folder``),
+    the entries it must hold, and the parent folder names torchvision insists on (``caltech101`` for
+    ``<tv root>/caltech101/101_ObjectCategories``)."""
+    title: str
+    folder: str
+    needs: tuple[str, ...]
+    parents: tuple[str, ...] = ()
+    archive: str = ""
+
+
+LAYOUTS: dict[str, Layout] = {
+    "cifar10": Layout("CIFAR-10", "cifar-10-batches-py", ("batches.meta", "test_batch"),
+                      archive="cifar-10-python.tar.gz"),
+    "cifar100": Layout("CIFAR-100", "cifar-100-python", ("meta", "test"), archive="cifar-100-python.tar.gz"),
+    "food101": Layout("Food-101", "food-101", ("meta/test.json", "images"), archive="food-101.tar.gz"),
+    "caltech101": Layout("Caltech-101", "101_ObjectCategories", (), ("caltech101",),
+                         archive="caltech-101.zip (its 101_ObjectCategories.tar.gz)"),
+    "caltech256": Layout("Caltech-256", "256_ObjectCategories", (), ("caltech256",),
+                         archive="256_ObjectCategories.tar"),
+}
+
+
+def _key(name: str, field: str = "root") -> str:
+    return f"evaluation.classification.datasets.{name}.{field}"
+
+
+def locate(fmt: str, root: str | os.PathLike, name: str) -> Path:
+    """The data folder of a dataset in format ``fmt`` configured at ``root`` (the folder itself or one of
+    its parents); an InputError naming the config key, the layout and the fix when it is not there."""
     root = Path(root)
-    for cand in (root, root / folder):
-        if (cand / marker).exists():
+    if fmt == "imagenet":
+        if not root.is_dir():
+            raise input_error(root, None, f"ImageNet validation folder not found ({_key(name)})",
+                              f"arrange ILSVRC2012_img_val as an ImageFolder (<root>/<wnid>/*.JPEG, e.g. with "
+                              f"valprep.sh) and set {_key(name)} to it")
+        return root
+    lay = LAYOUTS[fmt]
+    nest = [*lay.parents, lay.folder]
+    candidates = [root / Path(*nest[i:]) for i in range(len(nest), -1, -1)]   # root, root/folder, ...
+    for cand in candidates:
+        if cand.name == lay.folder and cand.is_dir() and all((cand / n).exists() for n in lay.needs):
+            if lay.parents and cand.parent.name != lay.parents[-1]:
+                raise input_error(cand, None, f"{lay.title} must sit in a folder named {lay.parents[-1]!r} "
+                                  f"(torchvision reads <root>/{'/'.join(nest)})",
+                                  f"move it to .../{'/'.join(nest)} and set {_key(name)} to that path")
             return cand
-    raise input_error(root, None, f"not a {fmt} folder: neither {root / marker} nor {root / folder / marker} exists",
-                      f"point evaluation.classification.datasets.<name>.root at the extracted '{folder}' folder "
-                      f"(see counterfactory.data.classification for the expected layout)")
+    expected = " or ".join(str(c) for c in candidates[1:] if c != root) or str(root / lay.folder)
+    missing = ", ".join(lay.needs) if lay.needs else "its class folders"
+    raise input_error(root, None, f"not a {lay.title} folder ({_key(name)}): expected {expected} holding {missing}",
+                      f"extract the official {lay.archive} and set {_key(name)} to its '{lay.folder}' folder "
+                      f"(layouts: counterfactory.data.classification)")
 
 
-def _unpickle(path: Path) -> dict:
-    try:
-        with open(path, "rb") as fh:
-            obj = pickle.load(fh, encoding="bytes")
-    except FileNotFoundError:
-        raise input_error(path, None, "file not found", "re-extract the official CIFAR python archive") from None
-    except Exception as exc:  # corrupt pickle
-        raise input_error(path, None, f"not a readable CIFAR pickle ({exc})",
-                          "re-extract the official CIFAR python archive") from exc
-    if not isinstance(obj, dict):
-        raise input_error(path, None, f"expected a dict, got {type(obj).__name__}", "use the official CIFAR python version")
-    # Python-2 pickles load with bytes keys; accept str keys too
-    return {(k.decode("latin1") if isinstance(k, bytes) else k): v for k, v in obj.items()}
-
-
-def _names(values, path: Path) -> list[str]:
-    return [v.decode("utf-8") if isinstance(v, bytes) else str(v) for v in values]
-
-
-def _cifar_images(data, path: Path) -> np.ndarray:
-    arr = np.asarray(data, dtype=np.uint8)
-    if arr.ndim != 2 or arr.shape[1] != 3072:
-        raise input_error(path, "data", f"expected shape (N, 3072), got {arr.shape}",
-                          "use the official CIFAR python version (rows of 1024 R, 1024 G, 1024 B bytes)")
-    return np.ascontiguousarray(arr.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1))
-
-
+# --------------------------------------------------------------------------------------------
+# helpers
+# --------------------------------------------------------------------------------------------
 def _take_per_class(labels: np.ndarray, max_per_class: int | None) -> np.ndarray:
     """Indices of the first ``max_per_class`` items of each class, in their original order."""
     if not max_per_class:
@@ -157,125 +184,145 @@ def _take_per_class(labels: np.ndarray, max_per_class: int | None) -> np.ndarray
     return np.flatnonzero(keep)
 
 
-def _list_images(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
-
-
-def _folder_dataset(name, fmt, root, class_dirs: list[tuple[str, str, Path]], max_per_class) -> ClassificationDataset:
-    """class_dirs: (class id, readable name, folder) in label order."""
-    paths, labels = [], []
-    for label, (_, _, folder) in enumerate(class_dirs):
-        files = _list_images(folder)
-        if max_per_class:
-            files = files[:max_per_class]
-        paths += files
-        labels += [label] * len(files)
-    if not paths:
+def _file_dataset(name, fmt, root, class_ids: list[str], classes: list[str], paths: list[Path], labels,
+                  max_per_class, listed_in: str) -> ClassificationDataset:
+    """A dataset of image files (label order = ``class_ids``), every file checked to exist."""
+    for p in paths:
+        if not Path(p).is_file():
+            raise input_error(p, None, f"listed by {listed_in} but missing",
+                              "re-extract the official archive (file names must be as released)")
+    labels = np.asarray(labels, dtype=np.int64)
+    if not len(labels):
         raise input_error(root, None, "no images found in the class folders",
                           "check that the archive was extracted completely")
-    return ClassificationDataset(name=name, format=fmt, root=root, classes=[c[1] for c in class_dirs],
-                                 images=ImageList(paths=paths), labels=np.asarray(labels, dtype=np.int64),
-                                 class_ids=[c[0] for c in class_dirs])
-
-
-# --------------------------------------------------------------------------------------------
-# readers
-# --------------------------------------------------------------------------------------------
-def _read_cifar(root, name, fmt, title, folder, meta_file, test_file, names_key, labels_key,
-                max_per_class) -> ClassificationDataset:
-    """Both CIFAR python versions: the same pickles, different file and key names."""
-    root = _resolve(root, folder, meta_file, title)
-    meta_path, test_path = root / meta_file, root / test_file
-    meta, test = _unpickle(meta_path), _unpickle(test_path)
-    for key, obj, path in ((names_key, meta, meta_path), ("data", test, test_path), (labels_key, test, test_path)):
-        if key not in obj:
-            raise input_error(path, None, f"missing key {key!r}", f"use the official {title} python version")
-    classes = _names(meta[names_key], meta_path)
-    return _cifar(name, fmt, root, classes, test["data"], test[labels_key], test_path, max_per_class)
-
-
-def read_cifar10(root, name: str = "CIFAR10", max_per_class: int | None = None, **_) -> ClassificationDataset:
-    return _read_cifar(root, name, "cifar10", "CIFAR-10", "cifar-10-batches-py", "batches.meta", "test_batch",
-                       "label_names", "labels", max_per_class)
-
-
-def read_cifar100(root, name: str = "CIFAR100", max_per_class: int | None = None, **_) -> ClassificationDataset:
-    return _read_cifar(root, name, "cifar100", "CIFAR-100", "cifar-100-python", "meta", "test",
-                       "fine_label_names", "fine_labels", max_per_class)
-
-
-def _cifar(name, fmt, root, class_ids, data, labels, path, max_per_class) -> ClassificationDataset:
-    images = _cifar_images(data, path)
-    labels = np.asarray(labels, dtype=np.int64)
-    if labels.shape[0] != images.shape[0]:
-        raise input_error(path, None, f"{images.shape[0]} images but {labels.shape[0]} labels",
-                          "re-extract the official archive")
-    if labels.size and (labels.min() < 0 or labels.max() >= len(class_ids)):
-        raise input_error(path, None, f"label {int(labels.max())} outside the {len(class_ids)} class names",
-                          "re-extract the official archive")
     keep = _take_per_class(labels, max_per_class)
-    return ClassificationDataset(name=name, format=fmt, root=root, classes=[readable(c) for c in class_ids],
-                                 images=ImageList(array=images[keep]), labels=labels[keep], class_ids=class_ids)
-
-
-def read_food101(root, name: str = "Food101", max_per_class: int | None = None, **_) -> ClassificationDataset:
-    root = _resolve(root, "food-101", "meta/classes.txt", "Food-101")
-    classes_path, test_path = root / "meta" / "classes.txt", root / "meta" / "test.txt"
-    class_ids = [ln.strip() for ln in classes_path.read_text(encoding="utf-8").splitlines() if ln.strip()]
-    index = {c: i for i, c in enumerate(class_ids)}
-    if not test_path.exists():
-        raise input_error(test_path, None, "file not found", "re-extract food-101.tar.gz (meta/test.txt lists the test split)")
-    paths, labels = [], []
-    for lineno, line in enumerate(test_path.read_text(encoding="utf-8").splitlines(), start=1):
-        entry = line.strip()
-        if not entry:
-            continue
-        cls = entry.split("/", 1)[0]
-        if cls not in index or "/" not in entry:
-            raise input_error(test_path, f"line {lineno}", f"{entry!r} is not '<class>/<image id>' of a class in classes.txt",
-                              "use the official meta/test.txt")
-        image = root / "images" / f"{entry}.jpg"
-        if not image.exists():
-            raise input_error(image, None, f"listed in {test_path} (line {lineno}) but missing",
-                              "re-extract food-101.tar.gz")
-        paths.append(image)
-        labels.append(index[cls])
-    labels_arr = np.asarray(labels, dtype=np.int64)
-    keep = _take_per_class(labels_arr, max_per_class)
-    return ClassificationDataset(name=name, format="food101", root=root, classes=[readable(c) for c in class_ids],
-                                 images=ImageList(paths=[paths[i] for i in keep]), labels=labels_arr[keep],
+    return ClassificationDataset(name=name, format=fmt, root=root, classes=classes,
+                                 images=ImageList(paths=[Path(paths[i]) for i in keep]), labels=labels[keep],
                                  class_ids=class_ids)
 
 
+# --------------------------------------------------------------------------------------------
+# readers (torchvision.datasets, download=False; our checks and messages on top)
+# --------------------------------------------------------------------------------------------
+def _cifar_test_split(fmt: str):
+    """torchvision's CIFAR10/CIFAR100 reading only the test split from the data folder itself.
+
+    torchvision checks the md5 of *every* split (the five training batches too) against the official
+    release and refuses anything else; here only the test split is read (the training files need not be
+    present) and a checksum that differs from the release is a warning, so tiny re-packed copies (the
+    demo fixtures) read too. Which files: ``test_list``/``meta`` of the torchvision class."""
+    from torchvision.datasets import CIFAR10, CIFAR100
+
+    base = CIFAR10 if fmt == "cifar10" else CIFAR100
+
+    class TestSplit(base):
+        base_folder = ""                       # root is the cifar-10-batches-py / cifar-100-python folder
+        train_list: list = []
+        test_list = [[base.test_list[0][0], None]]
+        meta = {**base.meta, "md5": None}
+
+    return base, TestSplit
+
+
+def _read_cifar(fmt: str, root, name: str, max_per_class: int | None) -> ClassificationDataset:
+    from torchvision.datasets.utils import check_integrity
+
+    folder = locate(fmt, root, name)
+    title = LAYOUTS[fmt].title
+    base, test_split = _cifar_test_split(fmt)
+    test_file, meta_file = base.test_list[0][0], base.meta["filename"]
+    fix = f"re-extract the official {LAYOUTS[fmt].archive} (the python version)"
+    try:
+        ds = test_split(str(folder), train=False, download=False)
+    except (pickle.UnpicklingError, EOFError, UnicodeDecodeError, AttributeError, ImportError, TypeError) as exc:
+        raise input_error(folder / test_file, None, f"{test_file} or {meta_file} is not a readable CIFAR pickle "
+                          f"({type(exc).__name__}: {exc})", fix) from exc
+    except KeyError as exc:
+        raise input_error(folder, None, f"{test_file} / {meta_file} lack the key {exc} of the official {title} "
+                          f"pickles", fix) from exc
+    except ValueError as exc:  # torchvision reshapes data to (N, 3, 32, 32)
+        raise input_error(folder / test_file, "data", f"expected shape (N, 3072) (rows of 1024 R, 1024 G, 1024 B "
+                          f"bytes), could not reshape ({exc})", fix) from exc
+    for file, md5 in ((test_file, base.test_list[0][1]), (meta_file, base.meta["md5"])):
+        if not check_integrity(str(folder / file), md5):
+            log.warning("%s: md5 differs from the official %s release; results are not comparable with "
+                        "published numbers", folder / file, title)
+    class_ids = [str(c) for c in ds.classes]
+    labels = np.asarray(ds.targets, dtype=np.int64)
+    if labels.shape[0] != ds.data.shape[0]:
+        raise input_error(folder / test_file, None, f"{ds.data.shape[0]} images but {labels.shape[0]} labels", fix)
+    if labels.size and (labels.min() < 0 or labels.max() >= len(class_ids)):
+        raise input_error(folder / test_file, None, f"label {int(labels.max())} outside the {len(class_ids)} class "
+                          f"names of {meta_file}", fix)
+    keep = _take_per_class(labels, max_per_class)
+    return ClassificationDataset(name=name, format=fmt, root=folder, classes=[readable(c) for c in class_ids],
+                                 images=ImageList(array=np.ascontiguousarray(ds.data[keep])), labels=labels[keep],
+                                 class_ids=class_ids)
+
+
+def read_cifar10(root, name: str = "CIFAR10", max_per_class: int | None = None, **_) -> ClassificationDataset:
+    """CIFAR-10 test split (``torchvision.datasets.CIFAR10``)."""
+    return _read_cifar("cifar10", root, name, max_per_class)
+
+
+def read_cifar100(root, name: str = "CIFAR100", max_per_class: int | None = None, **_) -> ClassificationDataset:
+    """CIFAR-100 test split, the 100 fine classes (``torchvision.datasets.CIFAR100``)."""
+    return _read_cifar("cifar100", root, name, max_per_class)
+
+
+def read_food101(root, name: str = "Food101", max_per_class: int | None = None, **_) -> ClassificationDataset:
+    """Food-101 test split from ``meta/test.json`` (``torchvision.datasets.Food101``)."""
+    from torchvision.datasets import Food101
+
+    folder = locate("food101", root, name)
+    test_json = folder / "meta" / "test.json"
+    try:
+        ds = Food101(str(folder.parent), split="test", download=False)
+    except (json.JSONDecodeError, AttributeError, TypeError) as exc:
+        raise input_error(test_json, None, f"not the official {{class: ['class/id', ...]}} JSON ({exc})",
+                          "re-extract food-101.tar.gz") from exc
+    class_ids = list(ds.classes)
+    return _file_dataset(name, "food101", folder, class_ids, [readable(c) for c in class_ids],
+                         list(ds._image_files), ds._labels, max_per_class, str(test_json))
+
+
 def read_caltech101(root, name: str = "Caltech101", max_per_class: int | None = None, **_) -> ClassificationDataset:
-    root = Path(root)
-    if not root.name == "101_ObjectCategories" and (root / "101_ObjectCategories").is_dir():
-        root = root / "101_ObjectCategories"
-    if not root.is_dir():
-        raise input_error(root, None, "folder not found", "extract 101_ObjectCategories.tar.gz and point root at it")
-    dirs = sorted(d for d in root.iterdir() if d.is_dir() and d.name != "BACKGROUND_Google")
-    return _folder_dataset(name, "caltech101", root, [(d.name, readable(d.name), d) for d in dirs], max_per_class)
+    """Caltech-101 without ``BACKGROUND_Google``, every image (``torchvision.datasets.Caltech101``)."""
+    from torchvision.datasets import Caltech101
+
+    folder = locate("caltech101", root, name)
+    ds = Caltech101(str(folder.parent.parent), target_type="category", download=False)
+    # torchvision opens <folder>/<category>/image_<index:04d>.jpg (index 1..n per category)
+    paths = [folder / ds.categories[y] / f"image_{i:04d}.jpg" for y, i in zip(ds.y, ds.index)]
+    return _file_dataset(name, "caltech101", folder, list(ds.categories), [readable(c) for c in ds.categories],
+                         paths, ds.y, max_per_class, f"torchvision's Caltech101 listing of {folder}")
 
 
 _CALTECH256_DIR = re.compile(r"^(\d{3})\.(.+)$")
+CALTECH256_CLUTTER = "257.clutter"
 
 
 def read_caltech256(root, name: str = "Caltech256", max_per_class: int | None = None, **_) -> ClassificationDataset:
-    root = Path(root)
-    if not root.name == "256_ObjectCategories" and (root / "256_ObjectCategories").is_dir():
-        root = root / "256_ObjectCategories"
-    if not root.is_dir():
-        raise input_error(root, None, "folder not found", "extract 256_ObjectCategories.tar and point root at it")
-    class_dirs = []
-    for d in sorted(p for p in root.iterdir() if p.is_dir()):
-        m = _CALTECH256_DIR.match(d.name)
-        if not m:
-            raise input_error(d, None, "class folder name is not 'NNN.name'", "use the official 256_ObjectCategories layout")
-        if d.name == "257.clutter":
-            continue
-        raw = m.group(2)
-        class_dirs.append((raw, readable(re.sub(r"-101$", "", raw)), d))
-    return _folder_dataset(name, "caltech256", root, class_dirs, max_per_class)
+    """Caltech-256 without ``257.clutter``, every image (``torchvision.datasets.Caltech256``); the numeric
+    prefix and a ``-101`` suffix are dropped from the class names."""
+    from torchvision.datasets import Caltech256
+
+    folder = locate("caltech256", root, name)
+    ds = Caltech256(str(folder.parent.parent), download=False)
+    for c in ds.categories:
+        if not _CALTECH256_DIR.match(c):
+            raise input_error(folder / c, None, "class folder name is not 'NNN.name'",
+                              "use the official 256_ObjectCategories layout")
+    kept = [c for c in ds.categories if c != CALTECH256_CLUTTER]
+    new_label = {ds.categories.index(c): k for k, c in enumerate(kept)}
+    # torchvision opens <category>/<y+1:03d>_<index:04d>.jpg, the folder's own prefix when all 257 folders
+    # are there; the prefix is taken from the folder name so a partial copy reads correctly as well
+    samples = [(folder / ds.categories[y] / f"{ds.categories[y][:3]}_{i:04d}.jpg", new_label[y])
+               for y, i in zip(ds.y, ds.index) if y in new_label]
+    raw = [_CALTECH256_DIR.match(c).group(2) for c in kept]
+    return _file_dataset(name, "caltech256", folder, raw, [readable(re.sub(r"-101$", "", r)) for r in raw],
+                         [p for p, _ in samples], [y for _, y in samples], max_per_class,
+                         f"torchvision's Caltech256 listing of {folder}")
 
 
 def read_imagenet_class_index(path: str | os.PathLike) -> dict[str, str]:
@@ -307,21 +354,26 @@ def read_imagenet_class_index(path: str | os.PathLike) -> dict[str, str]:
 
 def read_imagenet(root, name: str = "ImageNet", max_per_class: int | None = None, class_index=None,
                   **_) -> ClassificationDataset:
-    root = Path(root)
-    if not root.is_dir():
-        raise input_error(root, None, "ImageNet validation folder not found",
-                          "arrange ILSVRC2012_img_val as an ImageFolder (<root>/<wnid>/*.JPEG, e.g. with valprep.sh)")
+    """ILSVRC-2012 validation images as an ImageFolder (``torchvision.datasets.ImageFolder``: classes are the
+    sorted wnid folders) with names from ``class_index``."""
+    from torchvision.datasets import ImageFolder
+
+    folder = locate("imagenet", root, name)
     if not class_index:
         raise ConfigError(f"dataset {name}: format imagenet needs class_index (LOC_synset_mapping.txt or "
-                          f"imagenet_class_index.json). Fix: set evaluation.classification.datasets.{name}.class_index")
+                          f"imagenet_class_index.json). Fix: set {_key(name, 'class_index')}")
     mapping = read_imagenet_class_index(class_index)
-    dirs = sorted(d for d in root.iterdir() if d.is_dir())
-    missing = [d.name for d in dirs if d.name not in mapping]
+    try:
+        ds = ImageFolder(str(folder))
+    except FileNotFoundError as exc:
+        raise input_error(folder, None, f"not an ImageFolder ({exc})",
+                          "arrange the validation images as <root>/<wnid>/*.JPEG (e.g. with valprep.sh)") from exc
+    missing = [c for c in ds.classes if c not in mapping]
     if missing:
-        raise input_error(root, missing[0], f"{len(missing)} class folder(s) have no entry in {class_index}",
+        raise input_error(folder, missing[0], f"{len(missing)} class folder(s) have no entry in {class_index}",
                           "use the class index file of the same ILSVRC-2012 release")
-    return _folder_dataset(name, "imagenet", root, [(d.name, readable(mapping[d.name]), d) for d in dirs],
-                           max_per_class)
+    return _file_dataset(name, "imagenet", folder, list(ds.classes), [readable(mapping[c]) for c in ds.classes],
+                         [p for p, _ in ds.samples], ds.targets, max_per_class, f"ImageFolder({folder})")
 
 
 READERS: dict[str, Callable[..., ClassificationDataset]] = {
@@ -345,15 +397,20 @@ def read_class_names(path: str | os.PathLike, n_classes: int) -> list[str]:
     return names
 
 
+def _check_spec(name: str, spec: dict[str, Any]) -> str:
+    fmt = spec.get("format")
+    if fmt not in READERS:
+        raise ConfigError(f"{_key(name, 'format')}: {fmt!r} is not one of {sorted(READERS)}. "
+                          f"Fix: set the dataset's on-disk format")
+    if not spec.get("root"):
+        raise ConfigError(f"{_key(name)} is not set. Fix: point it at the dataset")
+    return fmt
+
+
 def load_dataset(name: str, spec: dict[str, Any]) -> ClassificationDataset:
     """Read the dataset ``name`` described by ``spec`` (``format``, ``root``, optional ``class_index``,
     ``class_names``, ``max_per_class``), as in ``evaluation.classification.datasets.<name>``."""
-    fmt = spec.get("format")
-    if fmt not in READERS:
-        raise ConfigError(f"evaluation.classification.datasets.{name}.format: {fmt!r} is not one of "
-                          f"{sorted(READERS)}. Fix: set the dataset's on-disk format")
-    if not spec.get("root"):
-        raise ConfigError(f"evaluation.classification.datasets.{name}.root is not set. Fix: point it at the dataset")
+    fmt = _check_spec(name, spec)
     ds = READERS[fmt](spec["root"], name=name, max_per_class=spec.get("max_per_class"),
                       class_index=spec.get("class_index"))
     if spec.get("class_names"):
@@ -362,15 +419,23 @@ def load_dataset(name: str, spec: dict[str, Any]) -> ClassificationDataset:
 
 
 def dataset_input_files(spec: dict[str, Any], name: str = "") -> list[str]:
-    """The configured files of a dataset (``root``, ``class_index``, ``class_names``) that exist, for
-    Snakemake inputs. Datasets are user-provided, like MS-COCO: missing ones are reported on stderr and
-    left out, so the DAG still builds and the evaluation job fails with the expected layout."""
-    import sys
+    """Every file and folder the reader of a configured dataset opens (Snakemake inputs of its evaluation
+    job): CIFAR's ``meta``/``test`` pickles, Food-101's ``meta/test.json`` and ``images/``, the Caltech
+    category folder, the ImageNet folder; plus ``class_index`` and ``class_names``.
 
-    paths = [str(spec[k]) for k in ("root", "class_index", "class_names") if spec.get(k)]
-    missing = [p for p in paths if not os.path.exists(p)]
-    if missing:
-        print(f"CounterFactory: classification dataset {name}: {', '.join(missing)} not found; its evaluation "
-              f"job will fail until the dataset is in place (layouts: counterfactory.data.classification).",
-              file=sys.stderr)
-    return [p for p in paths if p not in missing]
+    A dataset that is not in place is an error naming the config key and the fix (the datasets are
+    user-provided, like MS-COCO); existence only, nothing is read or checksummed here."""
+    fmt = _check_spec(name, spec)
+    folder = locate(fmt, spec["root"], name)
+    needs = LAYOUTS[fmt].needs if fmt in LAYOUTS else ()
+    paths = [folder / n for n in needs] if needs else [folder]
+    for field in ("class_index", "class_names"):
+        if spec.get(field):
+            path = Path(spec[field])
+            if not path.is_file():
+                raise input_error(path, None, f"file not found ({_key(name, field)})",
+                                  f"create it or set {_key(name, field)} to an existing file")
+            paths.append(path)
+    if fmt == "imagenet" and not spec.get("class_index"):
+        raise ConfigError(f"dataset {name}: format imagenet needs class_index. Fix: set {_key(name, 'class_index')}")
+    return [str(p) for p in paths]
