@@ -425,6 +425,24 @@ def test_odmap_relevance_errors():
         odmap_relevance(np.zeros((1, 2)), [{"b"}], [{"b"}])
 
 
+def test_average_precision_and_odmap_full_ranking_equal_sklearn():
+    """Without truncation (k = gallery size) and without tied scores, AP@k is sklearn's AP."""
+    from sklearn.metrics import average_precision_score
+
+    rng = np.random.default_rng(7)
+    sim = rng.permutation(40 * 25).reshape(40, 25).astype(float)       # distinct scores
+    rel = rng.random((40, 25)) < 0.3
+    rel[:, 0] = True                                                   # every query has a relevant caption
+    expected = [average_precision_score(r, s) for r, s in zip(rel, sim)]
+    for r, s, e in zip(rel, sim, expected):
+        assert average_precision_at_k(r[np.argsort(-s)], len(r)) == pytest.approx(e)
+    assert odmap_at_k(sim, rel, 25, percent=False) == pytest.approx(np.mean(expected))
+    # truncated: AP@k differs from sklearn's AP on the same ranking (it stops at k, divides by min(k, R))
+    r = np.array([1, 0, 0, 1, 1, 0])
+    assert average_precision_at_k(r, 3) == pytest.approx(1 / 3)
+    assert average_precision_score(r, -np.arange(6)) == pytest.approx((1 + 2 / 4 + 3 / 5) / 3)
+
+
 def test_odmap_at_k_hand_computed():
     sim = np.array([[0.9, 0.8, 0.7, 0.1],
                     [0.1, 0.2, 0.3, 0.4],

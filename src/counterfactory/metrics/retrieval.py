@@ -366,6 +366,13 @@ def average_precision_at_k(relevance: Any, k: int, n_relevant: int | None = None
     Source: the standard truncated AP used for mAP@k (e.g. Musgrave et al. 2020, "A Metric Learning
     Reality Check", for the R-normalised family); the ``min(k, R)`` normaliser is our choice for
     ODmAP@k (Kim et al. 2023 publish no code).
+
+    Not ``sklearn.metrics.average_precision_score``: sklearn computes the untruncated AP over scores,
+    ``Σ_n (R_n − R_{n−1}) P_n`` over score thresholds, i.e. ``(1/R) Σ_j P@j · rel_j`` over the *whole*
+    ranking with tied scores merged into one threshold. AP@k stops at rank k and divides by
+    ``min(k, R)`` (the reference notes, A4), and takes an already ranked list (ties broken by the
+    caller). The two agree only for ``k = len(relevance)``, every relevant item listed and no tied
+    scores; the tests check that case against sklearn.
     """
     rel = as_binary_array(relevance, "relevance")
     k = check_k(k)
@@ -498,7 +505,8 @@ def odmap_at_k(similarity: Any, relevance: Any, k: int, *, percent: bool = True,
 
     Source: Kim, Koepke, Schmid & Akata 2023, "Exposing and Mitigating Spurious Correlations for
     Cross-Modal Retrieval" (CVPR Workshops), §3.2 — the relevance rule; the AP@k normaliser
-    ``min(k, R_q)`` is our choice.
+    ``min(k, R_q)`` is our choice. Per query this is :func:`average_precision_at_k`, not sklearn's
+    ``average_precision_score`` (untruncated, ties merged; see there why they differ).
     """
     sim = as_float_array(similarity, "similarity", ndim=2)
     rel = as_binary_array(relevance, "relevance", ndim=2)
