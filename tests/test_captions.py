@@ -3,6 +3,7 @@ similarity band edges, perplexity ranking."""
 
 from __future__ import annotations
 
+import logging
 import math
 import re
 
@@ -215,3 +216,170 @@ def test_perplexity_prefers_fluent_text_with_real_tiny_lm(tmp_path):
         with torch.no_grad():
             loss = model(input_ids=ids, labels=ids).loss.item()
         assert math.isclose(value, math.exp(loss), rel_tol=1e-4)
+
+
+# --------------------------------------------------------------------------- bad input captions
+
+
+class LimitedMasker(FakeMasker):
+    """A fake masker with a position limit counted in whitespace tokens (+2 special tokens)."""
+
+    def __init__(self, proposals, max_tokens):
+        super().__init__(proposals)
+        self.max_tokens = max_tokens
+
+    def too_long(self, text):
+        return len(text.split()) + 2 > self.max_tokens
+
+
+def test_empty_nan_and_none_captions_are_rejected_not_crashing(caplog):
+    caps = [{"caption_id": "1_0", "caption": "A dog on a table."}, {"caption_id": "1_1", "caption": None},
+            {"caption_id": "1_2", "caption": math.nan}, {"caption_id": "1_3", "caption": "   "},
+            {"caption_id": "1_4", "caption": 7}]
+    res = run(caps, {"A <mask> on a table.": [("cat", True)]})
+    assert [r["caption_id"] for r in res.accepted] == ["1_0"]
+    empty = [r for r in res.rejected if r["reason"] == cap.EMPTY_CAPTION]
+    assert [r["caption_id"] for r in empty] == ["1_1", "1_2", "1_3", "1_4"]
+    assert all(r["position"] == -1 and r["candidate"] == "" for r in empty)
+    assert res.counts[cap.EMPTY_CAPTION] == 4 and res.counts["rejected_by_reason"][cap.EMPTY_CAPTION] == 4
+    assert "1_2" in caplog.text
+
+
+def test_too_long_captions_and_candidates_are_rejected():
+    long_text = "A dog " + "and a dog " * 20 + "on a table."
+    caps = [{"caption_id": "1_0", "caption": "A dog on a table."}, {"caption_id": "1_1", "caption": long_text}]
+    masker = LimitedMasker({"A <mask> on a table.": [("cat", True)]}, max_tokens=12)
+    res = cap.edit_captions(caps, fake_tagger, masker, TableSimilarity({}), TablePerplexity({}), cap.EditSettings())
+    assert [r["caption_id"] for r in res.accepted] == ["1_0"]
+    assert [(r["caption_id"], r["reason"]) for r in res.rejected if r["reason"] == cap.TOO_LONG] == [("1_1", "too_long")]
+    assert res.counts[cap.TOO_LONG] == 1
+    assert all(long_text.replace("dog", "<mask>", 1) not in call for call in masker.calls)   # never sent to the MLM
+
+    class ShortLM(TablePerplexity):
+        def too_long(self, text):
+            return "zebra" in text
+
+    res = cap.edit_captions([{"caption_id": "2_0", "caption": "A dog on a table."}], fake_tagger,
+                            FakeMasker({"A <mask> on a table.": [("zebra", True)]}), TableSimilarity({}),
+                            ShortLM({}), cap.EditSettings())
+    assert res.accepted == [] and [r["reason"] for r in res.rejected] == [cap.TOO_LONG]
+
+
+def test_real_tiny_mlm_reports_too_long_instead_of_crashing(tiny_text_models):
+    from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_text_models / "mlm")
+    masker = cap.HFFillMasker(AutoModelForMaskedLM.from_pretrained(tiny_text_models / "mlm"), tok)
+    assert masker.max_tokens == 64                      # 66 positions - (padding_idx + 1), like RoBERTa's 514 -> 512
+    long_text = "A dog " + "and a dog " * 60 + "on a table."
+    assert masker.too_long(long_text) and not masker.too_long("A dog on a table.")
+    caps = [{"caption_id": "1_0", "caption": long_text}, {"caption_id": "1_1", "caption": "A dog on a table."}]
+    res = cap.edit_captions(caps, fake_tagger, masker, TableSimilarity({}), TablePerplexity({}), cap.EditSettings())
+    assert res.counts[cap.TOO_LONG] == 1 and res.rejected[0]["caption_id"] == "1_0"
+
+
+# --------------------------------------------------------------------------- the caption stage as files
+
+
+@pytest.fixture
+def stage_cfg(repo, monkeypatch):
+    from counterfactory import provenance
+    from counterfactory.config import load_config
+
+    monkeypatch.setattr(provenance, "collect", lambda cfg, *a, **k: {"stub": True})
+    return load_config([repo / "config" / "demo.yaml"], {"captions": {"shard_size": 4}})
+
+
+def _table(path, rows):
+    import pandas as pd
+
+    pd.DataFrame(rows, columns=["caption_id", "image_id", "caption"]).to_parquet(path, index=False)
+    return path
+
+
+def _fakes(max_tokens=64):
+    return (LimitedMasker({"A <mask> on a table.": [("cat", True)]}, max_tokens), TableSimilarity({}),
+            TablePerplexity({}))
+
+
+def _edit(cfg, table, shard, out, **kw):
+    from counterfactory.text import caption_stage
+
+    return caption_stage.run_shard(cfg, table, shard, out / f"a{shard}.parquet", out / f"r{shard}.parquet",
+                                   out / f"s{shard}.json", progress=False, models=_fakes(**kw), tagger=fake_tagger)
+
+
+def test_stage_rejects_bad_captions_and_records_digest(tmp_path, stage_cfg, caplog):
+    import json
+
+    import pandas as pd
+
+    from counterfactory.text import caption_stage
+
+    long_text = "A dog " + "and a dog " * 80 + "on a table."
+    table = _table(tmp_path / "t.parquet", [("1_0", 1, "A dog on a table."), ("1_1", 1, None),
+                                            ("1_2", 1, long_text), ("1_3", 1, "")])
+    summary = _edit(stage_cfg, table, 0, tmp_path)
+    assert summary["counts"]["accepted"] == 1 and summary["counts"][cap.EMPTY_CAPTION] == 2
+    assert summary["counts"][cap.TOO_LONG] == 1 and not summary["accepted_nothing"] and summary["warnings"] == []
+    assert summary["config_digest"] == caption_stage.captions_config_digest(stage_cfg)
+    assert len(summary["config_digest"]) == 64
+    rejected = pd.read_parquet(tmp_path / "r0.parquet")
+    assert sorted(rejected["reason"]) == ["empty_caption", "empty_caption", "too_long"]
+    assert json.loads((tmp_path / "s0.json").read_text())["config_digest"] == summary["config_digest"]
+    # a shard that accepts nothing warns loudly, in the log and in the summary
+    table = _table(tmp_path / "u.parquet", [("2_0", 2, None), ("2_1", 2, "The in a of.")])
+    with caplog.at_level(logging.WARNING):
+        summary = _edit(stage_cfg, table, 0, tmp_path / "none")
+    assert summary["accepted_nothing"] and "accepted no counterfactual" in summary["warnings"][0]
+    assert "accepted no counterfactual" in caplog.text
+
+
+def test_stage_duplicate_caption_ids_are_an_error(tmp_path, stage_cfg):
+    from counterfactory.errors import InputError
+
+    table = _table(tmp_path / "dup.parquet", [("1_0", 1, "A dog on a table."), ("1_1", 1, "A dog."),
+                                              ("1_0", 1, "A cat.")])
+    with pytest.raises(InputError) as err:
+        _edit(stage_cfg, table, 0, tmp_path)
+    assert "dup.parquet" in str(err.value) and "'1_0'" in str(err.value) and "duplicate caption_id" in str(err.value)
+    assert "rows [0, 2]" in str(err.value)
+
+
+def test_merge_checks_duplicates_and_config_digests(tmp_path, stage_cfg, capsys):
+    import json
+
+    from counterfactory.cli import main
+    from counterfactory.errors import InputError
+    from counterfactory.text import caption_stage
+
+    table = _table(tmp_path / "t.parquet", [(f"{i}_0", i, "A dog on a table.") for i in range(8)])
+    for shard in (0, 1):
+        _edit(stage_cfg, table, shard, tmp_path)
+    shards = [tmp_path / "a0.parquet", tmp_path / "a1.parquet"]
+    sums = [tmp_path / "s0.json", tmp_path / "s1.json"]
+    merged = caption_stage.merge(shards, tmp_path / "m.parquet", tmp_path / "m.jsonl", summaries=sums)
+    assert len(merged) == 8
+    # old invocation (no summaries) still works
+    assert main(["captions", "merge", *map(str, shards), "--out", str(tmp_path / "m2.parquet"),
+                 "--jsonl", str(tmp_path / "m2.jsonl")]) == 0
+    # a shard made with another config
+    doc = json.loads(sums[1].read_text())
+    doc["config_digest"] = "0" * 64
+    sums[1].write_text(json.dumps(doc))
+    rc = main(["captions", "merge", *map(str, shards), "--out", str(tmp_path / "m3.parquet"),
+               "--jsonl", str(tmp_path / "m3.jsonl"), "--summaries", *map(str, sums)])
+    err = capsys.readouterr().err
+    assert rc == 2 and "different configurations" in err and str(sums[0]) in err and str(sums[1]) in err
+    assert "rerun" in err and not (tmp_path / "m3.parquet").exists()
+    # the same caption id in two shards names both
+    with pytest.raises(InputError) as exc:
+        caption_stage.merge([shards[0], shards[0]], tmp_path / "m4.parquet", tmp_path / "m4.jsonl")
+    assert "duplicate caption_id" in str(exc.value) and "'0_0'" in str(exc.value)
+    dup = tmp_path / "dup.parquet"
+    import shutil
+
+    shutil.copy(shards[0], dup)
+    with pytest.raises(InputError) as exc:
+        caption_stage.merge([shards[0], dup], tmp_path / "m4.parquet", tmp_path / "m4.jsonl")
+    assert str(dup) in str(exc.value) and f"also in {shards[0]}" in str(exc.value)

@@ -17,7 +17,7 @@ def _edit(args) -> int:
 def _merge(args) -> int:
     from ..text import caption_stage
 
-    caption_stage.merge(args.shards, args.out, args.jsonl)
+    caption_stage.merge(args.shards, args.out, args.jsonl, summaries=args.summaries)
     return 0
 
 
@@ -32,11 +32,14 @@ def register(sub) -> None:
     e.add_argument("--shard", type=int, required=True, help="shard index; rows [shard*size, (shard+1)*size)")
     e.add_argument("--out", required=True, help="accepted counterfactuals (parquet)")
     e.add_argument("--rejected", required=True, help="rejected candidates with reasons (parquet)")
-    e.add_argument("--summary", required=True, help="counts, timing and provenance (JSON)")
+    e.add_argument("--summary", required=True, help="counts, timing, provenance and config_digest (JSON)")
     e.add_argument("--no-progress", action="store_true", help="hide progress bars")
     e.set_defaults(func=_edit)
     m = s.add_parser("merge", help="merge accepted shards; also write the release-format JSONL")
     m.add_argument("shards", nargs="+", help="accepted shard parquet files")
     m.add_argument("--out", required=True, help="merged parquet")
     m.add_argument("--jsonl", required=True, help="release JSONL (coco-counterfactual-index, original_caption, ...)")
+    m.add_argument("--summaries", nargs="+", metavar="FILE", default=None,
+                   help="the shards' summary JSON files: merging refuses shards whose config_digest differ "
+                        "(made with different captions/nltk/model settings)")
     m.set_defaults(func=_merge)

@@ -6,7 +6,14 @@ Output schema (parquet, one file per shard; see README "File schemas"):
   position, similarity, perplexity``
 * rejected: ``caption_id, original, candidate, original_word, new_word, position, mlm_rank, reason,
   similarity, perplexity``
-* summary (JSON): counts per rejection reason, timing, the models used and provenance.
+* summary (JSON): counts per rejection reason, timing, the models used, provenance, ``config_digest``
+  (:func:`captions_config_digest`) and ``warnings`` (e.g. a shard that accepted nothing).
+
+Bad captions in the input table do not stop the shard: a missing / NaN / blank caption becomes one
+rejected row with reason ``empty_caption`` and a caption too long for the models one with ``too_long``
+(see :mod:`.captions`). Duplicate ``caption_id`` values in the table are an error (ids name files
+downstream). :func:`merge` refuses duplicate caption ids across shards and, given the shard
+summaries, shards whose ``config_digest`` values differ.
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ import pandas as pd
 from .. import provenance
 from ..device import from_config as device_from_config
 from ..errors import input_error
-from ..io import write_json, write_parquet, write_text
+from ..io import check_digests, config_digest, write_json, write_parquet, write_text
 from ..models import registry
 from . import captions as cap
 
@@ -32,6 +39,13 @@ ACCEPTED_COLUMNS = ["caption_id", "source_index", "image_id", "original", "count
 REJECTED_COLUMNS = ["caption_id", "original", "candidate", "original_word", "new_word", "position", "mlm_rank",
                     "reason", "similarity", "perplexity"]
 RELEASE_KEYS = ("coco-counterfactual-index", "original_caption", "counterfactual_caption")
+MODEL_ROLES = ("mlm", "lm", "sentence")
+
+
+def captions_config_digest(cfg) -> str:
+    """sha256 over the canonical JSON of the ``captions`` and ``nltk`` sections and the ``mlm``, ``lm``
+    and ``sentence`` model entries: what a caption shard's output depends on."""
+    return config_digest(cfg, sections=("captions", "nltk"), model_roles=MODEL_ROLES)
 
 
 def n_shards(n_items: int, shard_size: int) -> int:
@@ -51,12 +65,16 @@ def read_shard(path: str | Path, shard: int, shard_size: int) -> pd.DataFrame:
     if shard < 0 or (shard > 0 and shard * shard_size >= len(table)):
         raise input_error(path, f"shard {shard}", f"out of range for {len(table)} captions at shard size {shard_size}",
                           "use a shard index below ceil(n_captions / shard_size)")
+    dup = table["caption_id"].duplicated(keep=False).to_numpy()
+    if dup.any():
+        cid = table["caption_id"][dup].iloc[0]
+        rows = [int(i) for i in (table["caption_id"] == cid).to_numpy().nonzero()[0]]
+        raise input_error(path, f"caption_id {cid!r}", f"duplicate caption_id (rows {rows}; "
+                          f"{int(table['caption_id'][dup].nunique())} ids are duplicated)",
+                          "caption ids must be unique (they name counterfactuals and image files); regenerate "
+                          "the table with `counterfactory data captions` or deduplicate it")
     part = table.iloc[shard * shard_size : (shard + 1) * shard_size].copy()
     part.insert(0, "source_index", range(shard * shard_size, shard * shard_size + len(part)))
-    empty = part["caption"].astype(str).str.strip() == ""
-    if empty.any():
-        row = part[empty].iloc[0]
-        raise input_error(path, f"caption_id {row['caption_id']}", "empty caption", "drop or fix that caption")
     return part
 
 
@@ -73,25 +91,44 @@ def build_models(cfg: dict, settings: cap.EditSettings):
 
 
 def run_shard(cfg: dict, table: str | Path, shard: int, out_accepted: str | Path, out_rejected: str | Path,
-              out_summary: str | Path, progress: bool = True) -> dict:
-    from .nltk_data import ensure_nltk_data
-
+              out_summary: str | Path, progress: bool = True, *, models=None, tagger=None) -> dict:
+    """Edit one shard. ``models`` = ``(masker, similarity, perplexity)`` and ``tagger`` replace the
+    configured models and NLTK (tests pass fakes); by default they are loaded from ``cfg``."""
     section = cfg["captions"]
     settings = cap.EditSettings.from_config(section)
     part = read_shard(table, shard, section["shard_size"])
-    ensure_nltk_data(cfg["nltk"]["data_dir"])
+    if tagger is None:
+        from .nltk_data import ensure_nltk_data
+
+        ensure_nltk_data(cfg["nltk"]["data_dir"])
+        tagger = cap.nltk_tagger
     t0 = time.perf_counter()
-    masker, similarity, perplexity = build_models(cfg, settings)
+    masker, similarity, perplexity = models if models is not None else build_models(cfg, settings)
     t_load = time.perf_counter() - t0
     records = part[["caption_id", "source_index", "image_id", "caption"]].to_dict("records")
-    result = cap.edit_captions(records, cap.nltk_tagger, masker, similarity, perplexity, settings, progress=progress)
+    for r in records:   # NaN (a missing caption in parquet) is rejected as empty_caption, not tagged
+        if not cap.usable_caption(r["caption"]):
+            r["caption"] = None
+    result = cap.edit_captions(records, tagger, masker, similarity, perplexity, settings, progress=progress)
     accepted = pd.DataFrame(result.accepted, columns=ACCEPTED_COLUMNS)
     rejected = pd.DataFrame(result.rejected, columns=REJECTED_COLUMNS)
     write_parquet(out_rejected, rejected)
     write_parquet(out_accepted, accepted)
+    warnings = []
+    if len(part) and not len(accepted):
+        by_reason = {k: v for k, v in result.counts.get("rejected_by_reason", {}).items() if v}
+        warnings.append(f"shard {shard} accepted no counterfactual from {len(part)} captions "
+                        f"(rejections by reason: {by_reason or 'none'}; captions without nouns: "
+                        f"{result.counts.get('no_nouns', 0)}); check the models and the similarity band "
+                        f"captions.similarity_low/high in the config")
+    for w in warnings:
+        log.warning("%s: %s", table, w)
     summary = {
         "shard": shard,
         "counts": result.counts,
+        "accepted_nothing": bool(len(part) and not len(accepted)),
+        "warnings": warnings,
+        "config_digest": captions_config_digest(cfg),
         "seconds": {"load_models": round(t_load, 3), "edit": round(time.perf_counter() - t0 - t_load, 3)},
         "provenance": provenance.collect(cfg),
     }
@@ -100,14 +137,39 @@ def run_shard(cfg: dict, table: str | Path, shard: int, out_accepted: str | Path
     return summary
 
 
-def merge(shards: list[str | Path], out_parquet: str | Path, out_jsonl: str | Path) -> pd.DataFrame:
+def merge(shards: list[str | Path], out_parquet: str | Path, out_jsonl: str | Path,
+          summaries: list[str | Path] | None = None) -> pd.DataFrame:
     """Concatenate accepted shards (sorted by source_index) and write the release-format JSONL
-    (``coco-counterfactual-index, original_caption, counterfactual_caption``)."""
+    (``coco-counterfactual-index, original_caption, counterfactual_caption``).
+
+    A caption id in two shards (or twice in one) is an error naming both shards. With ``summaries``
+    (the shards' summary JSON files) every summary must record the same ``config_digest``."""
+    import json
+
+    if summaries:
+        docs = {}
+        for path in summaries:
+            if not Path(path).exists():
+                raise input_error(path, None, "caption shard summary missing", "rerun the caption stage for that shard")
+            try:
+                docs[str(path)] = json.loads(Path(path).read_text(encoding="utf-8"))
+            except ValueError as exc:
+                raise input_error(path, None, f"not valid JSON ({exc})", "rerun the caption stage for that shard") from exc
+        check_digests(docs, "caption shard", "`counterfactory captions edit`")
     frames = []
+    owner: dict[str, str] = {}
     for path in shards:
         if not Path(path).exists():
             raise input_error(path, None, "caption shard missing", "rerun the caption stage for that shard")
-        frames.append(pd.read_parquet(path))
+        frame = pd.read_parquet(path)
+        for cid in frame["caption_id"].astype(str):
+            if cid in owner:
+                where = "twice in this shard" if owner[cid] == str(path) else f"also in {owner[cid]}"
+                raise input_error(path, f"caption_id {cid!r}", f"duplicate caption_id ({where})",
+                                  "each caption belongs to exactly one shard; rerun the caption stage with one "
+                                  "shard size and merge only that run's shards")
+            owner[cid] = str(path)
+        frames.append(frame)
     merged = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=ACCEPTED_COLUMNS)
     merged = merged.sort_values("source_index", kind="stable").reset_index(drop=True)
     write_parquet(out_parquet, merged)

@@ -13,6 +13,13 @@ For each original caption:
 5. score the survivors' perplexity with a causal LM and keep the lowest (one per caption).
 
 Every rejected candidate is kept with the reason, so the filter funnel can be audited.
+
+Bad input captions do not stop a shard: a caption that is missing, NaN, not text or only whitespace is
+rejected as a whole with reason ``empty_caption``; a caption whose tokens do not fit the masked LM (512
+positions for RoBERTa-base; the tiny model's 64) or the causal LM is rejected with reason ``too_long``
+(a longer candidate is rejected with ``too_long`` at the perplexity step). Such caption-level rows have
+an empty ``candidate``/``original_word``/``new_word`` and ``position = mlm_rank = -1``; both reasons are
+counted in the shard summary (``counts``).
 The three models are passed in behind small interfaces (:class:`FillMasker`, :class:`Similarity`,
 :class:`Perplexity`) so the logic is testable with fakes; :func:`from_config` builds the real ones.
 """
@@ -37,8 +44,10 @@ NOT_NOUN = "fill_not_tagged_noun"
 SIMILARITY_BELOW = "similarity_not_above_low"
 SIMILARITY_ABOVE = "similarity_above_high"
 NOT_LOWEST_PERPLEXITY = "not_lowest_perplexity"
+EMPTY_CAPTION = "empty_caption"   # caption-level: missing, NaN, non-text or blank caption
+TOO_LONG = "too_long"             # caption (or candidate) longer than the MLM's / LM's positions
 REASONS = (NOT_WHOLE_WORD, SAME_WORD, DUPLICATE, TOKEN_COUNT_CHANGED, NOT_NOUN, SIMILARITY_BELOW,
-           SIMILARITY_ABOVE, NOT_LOWEST_PERPLEXITY)
+           SIMILARITY_ABOVE, NOT_LOWEST_PERPLEXITY, EMPTY_CAPTION, TOO_LONG)
 
 
 @dataclass(frozen=True)
@@ -181,6 +190,16 @@ class CaptionResult:
     counts: dict = field(default_factory=dict)
 
 
+def usable_caption(text) -> bool:
+    """A caption the editor can work on: a non-blank string (None, NaN and numbers are not)."""
+    return isinstance(text, str) and bool(text.strip())
+
+
+def _too_long(text: str, *models) -> bool:
+    """Whether any model with a ``too_long(text)`` method says ``text`` exceeds its positions."""
+    return any(getattr(m, "too_long", None) is not None and m.too_long(text) for m in models)
+
+
 def _batches(seq: Sequence, size: int):
     for i in range(0, len(seq), size):
         yield seq[i : i + size]
@@ -200,15 +219,44 @@ def edit_captions(
     from tqdm.auto import tqdm
 
     result = CaptionResult()
-    counts = {"captions": len(captions), "no_nouns": 0, "no_candidate": 0, "accepted": 0, "untokenisable": 0}
-    tagged_all = [tagger(c["caption"]) for c in captions]
+    counts = {"captions": len(captions), "no_nouns": 0, "no_candidate": 0, "accepted": 0, "untokenisable": 0,
+              EMPTY_CAPTION: 0, TOO_LONG: 0}
+
+    def reject_caption(c: dict, reason: str) -> None:
+        counts[reason] += 1
+        text = c.get("caption")
+        result.rejected.append({
+            "caption_id": c["caption_id"], "original": text if isinstance(text, str) else "", "candidate": "",
+            "original_word": "", "new_word": "", "position": -1, "mlm_rank": -1, "reason": reason,
+            "similarity": math.nan, "perplexity": math.nan,
+        })
+
+    tagged_all: list[list[tuple[str, str]]] = []
     sites: list[MaskSite] = []
-    for key, (c, tagged) in enumerate(zip(captions, tagged_all)):
-        if token_spans(c["caption"], [t for t, _ in tagged]) is None:
+    for key, c in enumerate(captions):
+        text = c.get("caption")
+        if not usable_caption(text):
+            log.warning("caption %s: empty or missing caption (%r); rejected as %s", c["caption_id"], text,
+                        EMPTY_CAPTION)
+            reject_caption(c, EMPTY_CAPTION)
+            tagged_all.append([])
+            continue
+        if _too_long(text, masker, perplexity):
+            log.warning("caption %s: %d characters do not fit the language models' positions; rejected as %s",
+                        c["caption_id"], len(text), TOO_LONG)
+            reject_caption(c, TOO_LONG)
+            tagged_all.append([])
+            continue
+        tagged = tagger(text)
+        tagged_all.append(tagged)
+        if token_spans(text, [t for t, _ in tagged]) is None:
             counts["untokenisable"] += 1
             log.warning("caption %s: tokens do not align with the text; skipped", c["caption_id"])
             continue
-        found = mask_sites(key, c["caption"], tagged, masker.mask_token, settings.mask_tags)
+        found = mask_sites(key, text, tagged, masker.mask_token, settings.mask_tags)
+        if any(_too_long(site.masked_text, masker) for site in found):
+            reject_caption(c, TOO_LONG)
+            continue
         if not found:
             counts["no_nouns"] += 1
         sites.extend(found)
@@ -251,7 +299,9 @@ def edit_captions(
         sims.extend(float(x) for x in similarity.similarity(originals, [c for _, _, c in batch]))
     in_band = []
     for (site, fill, cand), sim in zip(survivors, sims):
-        if settings.in_band(sim):
+        if settings.in_band(sim) and _too_long(cand, perplexity):
+            reject(site, fill, cand, TOO_LONG, similarity=sim)
+        elif settings.in_band(sim):
             in_band.append((site, fill, cand, sim))
         else:
             reason = SIMILARITY_BELOW if sim <= settings.similarity_low else SIMILARITY_ABOVE
@@ -287,12 +337,33 @@ def edit_captions(
 
 # --------------------------------------------------------------------------- real model adapters
 
+def max_positions(model, tokenizer) -> int:
+    """Tokens a transformers model can take: its position table (RoBERTa-style tables reserve
+    ``padding_idx + 1`` slots: 514 -> 512) and the tokenizer's ``model_max_length``, whichever is less."""
+    config = getattr(model, "config", None)
+    limits = []
+    n = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+    if n:
+        if getattr(config, "model_type", "") in ("roberta", "xlm-roberta", "camembert", "longformer"):
+            n -= (getattr(config, "pad_token_id", 1) or 0) + 1
+        limits.append(int(n))
+    m = getattr(tokenizer, "model_max_length", None)
+    if isinstance(m, int) and 0 < m < 1_000_000:
+        limits.append(m)
+    return min(limits) if limits else 1_000_000_000
+
+
 class HFFillMasker:
     """Fill-mask with any ``AutoModelForMaskedLM`` (RoBERTa-base in the paper), batched."""
 
     def __init__(self, model, tokenizer, device="cpu"):
         self.model, self.tokenizer, self.device = model.to(device), tokenizer, device
         self.mask_token = tokenizer.mask_token
+        self.max_tokens = max_positions(model, tokenizer)
+
+    def too_long(self, text: str) -> bool:
+        """More tokens (with special tokens) than the model has positions: it would crash."""
+        return len(self.tokenizer(text, verbose=False)["input_ids"]) > self.max_tokens
 
     def _decode(self, token_id: int) -> tuple[str, bool]:
         """The token's text and whether it starts a word (byte-level BPE "Ġ", SentencePiece "▁")."""
@@ -347,6 +418,11 @@ class CausalLMPerplexity:
 
     def __init__(self, model, tokenizer, device="cpu", prepend_bos: bool = True):
         self.model, self.tokenizer, self.device, self.prepend_bos = model.to(device), tokenizer, device, prepend_bos
+        self.max_tokens = max_positions(model, tokenizer)
+
+    def too_long(self, text: str) -> bool:
+        n = len(self.tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"])
+        return n + int(self.prepend_bos and self.tokenizer.bos_token_id is not None) > self.max_tokens
 
     def perplexity(self, texts):
         import torch
