@@ -182,6 +182,11 @@ def test_instances_file_passed_as_captions_is_named(fx):
         (lambda d: d["annotations"][1].update(image_id=5), ["annotations[1] (id 900100)", "unknown image id 5"]),
         (lambda d: d["annotations"][1].update(bbox=[1, 2, 3]), ["annotations[1] (id 900100)", "[x, y, width, height]"]),
         (lambda d: d["annotations"][0].update(bbox=[1, 2, -3, 4]), ["annotations[0] (id 82445)", "negative"]),
+        (lambda d: d["annotations"][1].update(bbox=[float("nan"), 2, 3, 4]), ["annotations[1] (id 900100)", "NaN"]),
+        (lambda d: d["annotations"][0].update(bbox=[1, 2, float("inf"), 4]), ["annotations[0] (id 82445)", "infinite"]),
+        (lambda d: d["annotations"][0].update(bbox=[630.0, 10.0, 20.0, 5.0]),
+         ["annotations[0] (id 82445)", "outside its 640x427 image", "by 10.00 px", "x + width <= image width"]),
+        (lambda d: d["annotations"][1].update(bbox=[-1.0, 2.0, 3.0, 4.0]), ["annotations[1] (id 900100)", "outside"]),
         (lambda d: d["annotations"][0].pop("bbox"), ["annotations[0] (id 82445)", "missing key 'bbox'"]),
         (lambda d: d.pop("categories"), ["missing top-level key 'categories'"]),
     ],
@@ -324,3 +329,47 @@ def test_demo_rows_match_json_and_boxes_fit(repo):
     assert (root / "LICENSES.md").exists()
     total = sum(p.stat().st_size for p in root.rglob("*") if p.is_file() and "classification" not in p.parts)
     assert total < 1_500_000
+
+
+def test_boxes_sticking_out_by_rounding_are_clipped(tmp_path, fx):
+    def edit(d):
+        d["annotations"][0]["bbox"] = [-0.4, 400.0, 20.0, 27.5]          # image 640x427: y + h = 427.5
+    bad = _edited(tmp_path, fx / "coco" / "instances_val2017.json", "instances_round.json", edit)
+    _, anns, _ = load_coco_instances(bad)
+    row = anns.set_index("id").loc[82445]
+    assert (row["x"], row["y"], row["w"], row["h"]) == (0.0, 400.0, 19.6, 27.0)
+    assert list(row["bbox"]) == [-0.4, 400.0, 20.0, 27.5]               # the file's values are kept
+    assert anns.set_index("id").loc[900100, "w"] == 7.9                  # inside boxes keep exact values
+
+
+def test_cli_instances_rejects_outside_boxes(tmp_path, fx, capsys):
+    bad = _edited(tmp_path, fx / "coco" / "instances_val2017.json", "instances_out.json",
+                  lambda d: d["annotations"][0].update(bbox=[600.0, 10.0, 100.0, 5.0]))
+    assert main(["data", "instances", "--instances-json", str(bad), "--out", str(tmp_path / "b.parquet")]) == 2
+    err = capsys.readouterr().err
+    assert "instances_out.json" in err and "id 82445" in err and "Fix:" in err and "Traceback" not in err
+
+
+def test_check_coco_root_reports_unreadable_images(tmp_path, fx, capsys):
+    root = _fake_root(tmp_path, fx)
+    good = (root / "val2017" / "000000397133.jpg").read_bytes()
+    (root / "val2017" / "000000397133.jpg").write_bytes(b"")                        # zero bytes
+    big = tmp_path / "big.jpg"
+    import numpy as np
+
+    Image.fromarray(np.random.default_rng(0).integers(0, 256, (64, 64, 3), dtype=np.uint8)).save(big)
+    data = big.read_bytes()
+    (root / "val2017" / "000000037777.jpg").write_bytes(data[: len(data) // 2])     # truncated download
+    with pytest.raises(InputError) as err:
+        check_coco_root(root)
+    msg = str(err.value)
+    assert "2 unreadable images" in msg and "000000397133.jpg (empty file (0 bytes))" in msg
+    assert "000000037777.jpg (corrupt or truncated" in msg and "re-extract them from val2017.zip" in msg
+    assert main(["data", "check-coco", "--root", str(root), "--out", str(tmp_path / "r.json")]) == 2
+    assert "unreadable" in capsys.readouterr().err
+    (root / "val2017" / "000000397133.jpg").write_bytes(good)
+    (root / "val2017" / "000000037777.jpg").write_bytes(b"not a jpeg at all")
+    with pytest.raises(InputError, match=r"1 unreadable images .*000000037777.jpg \(not an image PIL can read\)"):
+        check_coco_root(root)
+    (root / "val2017" / "000000037777.jpg").write_bytes(data + b"\0" * 16)        # trailing padding is fine
+    assert check_coco_root(root)["image_files"] == 2

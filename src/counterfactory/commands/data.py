@@ -26,7 +26,8 @@ def _check(args) -> int:
                               'write {"captions_val2017.json": "<sha256 hex>", ...}')
     report = check_coco_root(args.root, args.split, expect_images=check_images, checksums=checksums)
     write_json(args.out, report)
-    print(f"COCO root OK: {report['images']} images, {report['captions']} captions")
+    checked = f", {report['image_files']} image files readable" if 'image_files' in report else ""
+    print(f"COCO root OK: {report['images']} images, {report['captions']} captions{checked}")
     return 0
 
 
@@ -78,7 +79,7 @@ def register(sub) -> None:
                        description=__doc__)
     s = p.add_subparsers(dest="data_command", metavar="<step>")
     s.required = True
-    c = s.add_parser("check-coco", help="verify a COCO root (annotation files, images, checksums)")
+    c = s.add_parser("check-coco", help="verify a COCO root (annotation files, every referenced image present and readable, checksums)")
     c.add_argument("--root", required=True, help="folder with annotations/ and <split>/")
     c.add_argument("--split", default="val2017")
     c.add_argument("--config", action="append", help="config YAML: takes data.checksums and data.check_images")

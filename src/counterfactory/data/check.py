@@ -7,6 +7,10 @@ Expected layout (what unzipping the official archives into ``root`` gives)::
     root/<split>/000000000139.jpg ...          from <split>.zip
 
 Every failure raises :class:`InputError` naming the file and explaining how to get COCO.
+
+With images checked, every referenced image must also be readable: a zero-byte file, one PIL cannot
+open or ``verify()``, and a JPEG without its end-of-image marker that fails to decode (an interrupted
+download or unzip) are reported together, each with its file name and the problem.
 """
 
 from __future__ import annotations
@@ -107,9 +111,59 @@ def check_coco_root(root: str | Path, split: str = "val2017", expect_images: boo
         if missing:
             raise input_error(folder, None, f"{len(missing)} referenced images missing (of {len(referenced)}; "
                               f"first: {', '.join(missing[:5])})", fix)
+        unreadable = unreadable_images(folder, sorted(referenced))
+        if unreadable:
+            listed = "; ".join(f"{name} ({why})" for name, why in unreadable[:10])
+            more = f"; and {len(unreadable) - 10} more" if len(unreadable) > 10 else ""
+            raise input_error(folder, None, f"{len(unreadable)} unreadable images (of {len(referenced)}): {listed}{more}",
+                              f"delete those files and re-extract them from {split}.zip (re-download it if "
+                              f"unzip reports errors); " + fix)
         report["image_folder"] = str(folder)
         report["image_files"] = int(len(referenced))
     return report
+
+
+def image_problem(path: str | Path) -> str | None:
+    """Why an image file cannot be used (None if it is fine): empty, not an image, corrupt or truncated.
+
+    Cheap for intact files: PIL's ``verify()`` plus, for JPEGs, a look for the end-of-image marker in
+    the last bytes; only a JPEG without it is decoded in full (trailing padding is legal)."""
+    from PIL import Image, UnidentifiedImageError
+
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+    except OSError as exc:
+        return f"cannot read: {exc.strerror or exc}"
+    if size == 0:
+        return "empty file (0 bytes)"
+    try:
+        with Image.open(path) as im:
+            fmt = im.format
+            im.verify()
+        if fmt == "JPEG":
+            with open(path, "rb") as fh:
+                fh.seek(max(0, size - 4096))
+                tail = fh.read()
+            if b"\xff\xd9" not in tail:
+                with Image.open(path) as im:
+                    im.load()
+    except UnidentifiedImageError:
+        return "not an image PIL can read"
+    except (OSError, SyntaxError, ValueError) as exc:
+        return f"corrupt or truncated ({exc})"
+    return None
+
+
+def unreadable_images(folder: str | Path, names) -> list[tuple[str, str]]:
+    """``[(file name, problem)]`` for the images in ``folder`` that :func:`image_problem` rejects."""
+    folder = Path(folder)
+    out = []
+    for name in names:
+        problem = image_problem(folder / name)
+        if problem:
+            out.append((name, problem))
+    return out
 
 
 def count_captions(captions_json: str | Path, limit_images: int | None = None) -> int:
