@@ -31,7 +31,10 @@ def demo_override(repo: Path, workdir: Path, edit=None) -> Path:
     ``workdir``; ``edit(cfg)`` changes the study section before it is written."""
     cfg = yaml.safe_load((repo / "config" / "demo.yaml").read_text())
     study = cfg["coco_counterfactuals"]
-    demo = repo / "resources" / "demo"
+    # the demo data through a path with a space, so every shell command must quote its paths
+    demo = workdir / "demo data"
+    if not demo.exists():
+        demo.symlink_to(repo / "resources" / "demo", target_is_directory=True)
     study["data"]["coco_root"] = str(demo)
     study["data"]["karpathy_json"] = str(demo / "karpathy" / "dataset_coco.json")
     study["training"]["eval"]["retrieval"].update(karpathy_json=str(demo / "karpathy" / "dataset_coco.json"),
@@ -53,7 +56,7 @@ RESULTS = "results/demo/coco_counterfactuals"
 @pytest.fixture(scope="session")
 def demo_run(repo, tmp_path_factory):
     """The whole demo DAG (every rule the demo enables) under Snakemake, offline, then its report."""
-    work = tmp_path_factory.mktemp("wf")
+    work = tmp_path_factory.mktemp("wf space")
     cfgfile = demo_override(repo, work)
     proc = snakemake(repo, work, "all", "--configfile", str(cfgfile), timeout=1500)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
@@ -217,3 +220,20 @@ def test_snakefmt_is_clean(repo):
     snakefmt = Path(sys.executable).with_name("snakefmt")
     proc = subprocess.run([str(snakefmt), "--check", "Snakefile", "rules"], cwd=repo, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+
+
+def test_config_error_is_one_short_message(repo, tmp_path):
+    edited = demo_override(repo, tmp_path, lambda s: s["captions"].update(similarity_low=0.95))
+    proc = snakemake(repo, tmp_path, "-n", "all", "--configfile", str(edited), timeout=300)
+    assert proc.returncode != 0
+    out = proc.stdout + proc.stderr
+    assert "coco_counterfactuals.captions: similarity_low (0.95) must be below similarity_high" in out
+    assert len(out.splitlines()) < 15, out
+
+
+def test_missing_dataset_names_its_config_key(repo, tmp_path):
+    edited = demo_override(repo, tmp_path, lambda s: s["training"]["eval"]["retrieval"].update(
+        karpathy_json=str(tmp_path / "missing.json")))
+    proc = snakemake(repo, tmp_path, "-n", "all", "--configfile", str(edited), timeout=300)
+    assert proc.returncode != 0
+    assert "coco_counterfactuals.training.eval.retrieval.karpathy_json" in proc.stdout + proc.stderr

@@ -47,8 +47,14 @@ def fake_evaluation_data(workdir: Path, config_path: Path, study: str = "coco_co
             path.write_text("{}" if rel.endswith(".json") else "")
         made.append(path)
 
+    from .data.classification import LAYOUTS
+
     for spec in section.get("evaluation", {}).get("classification", {}).get("datasets", {}).values():
         touch(spec["root"], True)
+        layout = LAYOUTS.get(spec.get("format"))
+        for need in (layout.needs if layout else ()):
+            folder = need == "images"  # the rest are files (CIFAR pickles, Food-101 meta/*.json)
+            touch(str(Path(spec["root"]) / need), folder)
         for key in ("class_index", "class_names"):
             if spec.get(key):
                 touch(spec[key], False)
