@@ -1,6 +1,11 @@
 """Command-line entry point: ``counterfactory <subcommand> [options]``.
 
 Each module in :mod:`counterfactory.commands` registers one or more subcommands.
+
+Exit status: 0 success; 2 a user-facing error — a :class:`CounterFactoryError` or an :class:`OSError`
+(disk full, read-only, permission denied, a folder where a file belongs, a missing input), printed as
+one line naming the path and the fix (the traceback follows only with ``-v``); 130 interrupted
+(Ctrl-C: one line ``interrupted``, no traceback). Atomic writers leave no half-written outputs.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ import pkgutil
 import sys
 
 from . import __version__, commands
-from .errors import CounterFactoryError
+from .errors import CounterFactoryError, os_error_message
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -37,12 +42,28 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    prefix = f"counterfactory {args.command}"
     try:
         rc = args.func(args)
+    except KeyboardInterrupt:
+        print(f"{prefix}: interrupted", file=sys.stderr)
+        return 130
     except CounterFactoryError as exc:
-        print(f"counterfactory {args.command}: error: {exc}", file=sys.stderr)
+        _traceback(args)
+        print(f"{prefix}: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        _traceback(args)
+        print(f"{prefix}: error: {os_error_message(exc)}", file=sys.stderr)
         return 2
     return int(rc or 0)
+
+
+def _traceback(args) -> None:
+    if getattr(args, "verbose", False):
+        import traceback
+
+        traceback.print_exc(file=sys.stderr)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,6 +1,15 @@
-"""Error types. Every user-facing error names the file, the record and the fix."""
+"""Error types. Every user-facing error names the file, the record and the fix.
+
+:func:`os_error_message` turns an :class:`OSError` (disk full, read-only file system, permission
+denied, a folder where a file was expected, a missing input) into one line naming the absolute path
+(and, for a relative one, the working directory it was resolved against) and the fix; the CLI prints
+it instead of a traceback.
+"""
 
 from __future__ import annotations
+
+import errno
+import os
 
 
 class CounterFactoryError(Exception):
@@ -23,3 +32,57 @@ def input_error(path, record, problem: str, fix: str) -> InputError:
     """An :class:`InputError` whose message names the file, the record and how to fix it."""
     where = f"{path}" if record is None else f"{path}, record {record}"
     return InputError(f"{where}: {problem}. Fix: {fix}")
+
+
+def describe_path(path) -> str:
+    """``path`` as an absolute path; a relative one also names the working directory it is relative to."""
+    text = os.fsdecode(path) if isinstance(path, (str, bytes, os.PathLike)) else str(path)
+    if os.path.isabs(text):
+        return text
+    return f"{os.path.abspath(text)} (given as {text!r}, relative to the working directory {os.getcwd()})"
+
+
+def missing_input(path, what: str, fix: str) -> InputError:
+    """An :class:`InputError` for an input that does not exist: absolute path, working directory, fix."""
+    return InputError(f"{describe_path(path)}: {what} not found. Fix: {fix}")
+
+
+_OS_FIXES = {
+    errno.ENOSPC: ("no space left on device",
+                   "free space on the file system holding {folder} (df -h {folder}) or write the outputs to "
+                   "another disk, then rerun; finished shards are kept"),
+    errno.EDQUOT: ("disk quota exceeded",
+                   "free space within your quota or write the outputs to another disk, then rerun"),
+    errno.EROFS: ("read-only file system",
+                  "write the outputs to a writable folder (another --out / --out-dir / results folder)"),
+    errno.EACCES: ("permission denied",
+                   "check the permissions of the path and its folder (ls -ld {folder}), or choose a folder "
+                   "you can write to"),
+    errno.EPERM: ("operation not permitted",
+                  "check the permissions and ownership of the path (ls -ld {folder})"),
+    errno.EISDIR: ("is a folder, but a file is needed here",
+                   "pass a file path, or remove or rename that folder"),
+    errno.ENOTDIR: ("a part of the path is a file, not a folder",
+                    "check the path; a file stands where a folder is expected"),
+    errno.ENOENT: ("not found",
+                   "check the path (and that the step producing it has run); relative paths are resolved "
+                   "against the working directory"),
+    errno.EEXIST: ("already exists", "remove it or choose another path"),
+}
+
+
+def os_error_message(exc: OSError) -> str:
+    """One line for an :class:`OSError`: the absolute path, the problem and the fix."""
+    if exc.errno not in _OS_FIXES and exc.filename is None:
+        return f"{exc}. Fix: check the paths and settings involved and rerun (-v shows where it happened)"
+    problem, fix = _OS_FIXES.get(exc.errno, (exc.strerror or str(exc), "check the path and rerun"))
+    if exc.filename is None:
+        where = f"(no file name given by the OS; working directory {os.getcwd()})"
+        folder = os.getcwd()
+        return f"{problem} {where}. Fix: {fix.format(folder=folder)}"
+    name = os.fsdecode(exc.filename) if isinstance(exc.filename, (str, bytes, os.PathLike)) else str(exc.filename)
+    other = f" (and {describe_path(exc.filename2)})" if exc.filename2 else ""
+    if exc.filename2 and ".tmp-" in os.path.basename(name):   # os.replace(temporary, output): name the output
+        name, other = os.fsdecode(exc.filename2), ""
+    folder = os.path.dirname(os.path.abspath(name)) or os.getcwd()
+    return f"{describe_path(name)}{other}: {problem}. Fix: {fix.format(folder=folder)}"

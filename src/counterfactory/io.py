@@ -16,6 +16,7 @@ is touched). Two processes must not write the same output at the same time (Snak
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import logging
@@ -95,6 +96,8 @@ def atomic_path(target: str | os.PathLike, suffix: str | None = None) -> Iterato
     """
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
+    if target.is_dir():      # fail before writing anything, naming the output (not the temporary file)
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(target))
     remove_stale_temporaries(target)
     fd, tmp = tempfile.mkstemp(
         prefix=_file_prefix(target), suffix=suffix if suffix is not None else target.suffix, dir=target.parent

@@ -21,7 +21,7 @@ import re
 from collections import Counter
 from pathlib import Path
 
-from ..errors import input_error
+from ..errors import describe_path, input_error
 
 HOW_TO_GET = (
     "download MS-COCO 2017 from the COCO website's download page (https://cocodataset.org/#download): "
@@ -77,7 +77,7 @@ def check_coco_root(root: str | Path, split: str = "val2017", expect_images: boo
     root = Path(root)
     fix = HOW_TO_GET.format(root=root, split=split)
     if not root.is_dir():
-        raise input_error(root, None, "COCO root folder does not exist", fix)
+        raise input_error(describe_path(root), None, "COCO root folder does not exist", fix)
     files = {kind: root / "annotations" / f"{kind}_{split}.json" for kind in ("captions", "instances")}
     for kind, path in files.items():
         if not path.is_file():

@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..errors import input_error
+from ..errors import describe_path, input_error
 
 CAPTION_COLUMNS = ["caption_id", "image_id", "caption_index", "annotation_id", "caption", "file_name", "width",
                    "height"]
@@ -51,7 +51,8 @@ def read_json(path: str | Path, what: str = "COCO annotation file"):
     path = Path(path)
     if not path.is_file():
         problem = f"{what} is a folder, not a file" if path.is_dir() else f"{what} not found"
-        raise input_error(path, None, problem, "check data.coco_root / the path, see README 'Getting MS-COCO'")
+        raise input_error(describe_path(path), None, problem,
+                          "check data.coco_root / the path, see README 'Getting MS-COCO'")
     try:
         with open(path, "rb") as fh:
             return json.load(fh)

@@ -22,7 +22,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ..errors import input_error
+from ..errors import input_error, missing_input
 from .sampler import GenerationSettings, P2PEngine, build_engine
 from .selection import SelectionSettings, overgenerate_caption
 
@@ -60,9 +60,9 @@ def read_pairs(path: str | os.PathLike):
 
     path = Path(path)
     if not path.exists():
-        raise input_error(path, None, "caption-pair table not found",
-                          "run the caption stage first (it writes captions/counterfactual_captions.parquet) "
-                          "or pass the right --pairs path")
+        raise missing_input(path, "caption-pair table",
+                            "run the caption stage first (it writes captions/counterfactual_captions.parquet) "
+                            "or pass the right --pairs path")
     try:
         df = pd.read_parquet(path)
     except Exception as exc:  # pyarrow raises several types

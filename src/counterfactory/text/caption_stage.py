@@ -27,7 +27,7 @@ import pandas as pd
 
 from .. import provenance
 from ..device import from_config as device_from_config
-from ..errors import input_error
+from ..errors import input_error, missing_input
 from ..io import check_digests, config_digest, write_json, write_parquet, write_text
 from ..models import registry
 from . import captions as cap
@@ -56,8 +56,7 @@ def read_shard(path: str | Path, shard: int, shard_size: int) -> pd.DataFrame:
     """Rows ``[shard*size, (shard+1)*size)`` of the caption table, with their ``source_index``."""
     path = Path(path)
     if not path.exists():
-        raise input_error(path, None, "caption table not found",
-                          "run `counterfactory data captions` (rule `caption_table`) first")
+        raise missing_input(path, "caption table", "run `counterfactory data captions` (rule `caption_table`) first")
     table = pd.read_parquet(path)
     for col in ("caption_id", "image_id", "caption"):
         if col not in table.columns:
