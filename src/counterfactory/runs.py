@@ -2,8 +2,9 @@
 
 * :func:`write_mixtures`: one manifest per mixture (``training/mixtures/<name>.parquet``) plus a summary
   with |D_train|, |D_train^CF| and % CFs;
-* :func:`run_one`: train ``clip_train`` on one mixture with one (seed, data_seed), keep the best
-  checkpoint, evaluate Flickr30k-1K-style retrieval and zero-shot classification, write tidy rows
+* :func:`run_one`: train ``clip_train`` on one mixture with one (seed, data_seed) on ``transformers.Trainer``
+  (:mod:`counterfactory.training`), keep the best checkpoint, evaluate Flickr30k-1K-style retrieval and
+  zero-shot classification, write tidy rows
   ``experiment, mixture, seed, data_seed, metric, value`` and the training curve;
 * :func:`collect`: concatenate the per-run rows into the runs table the statistics read.
 """
@@ -24,6 +25,7 @@ from .io import write_csv, write_json, write_parquet
 log = logging.getLogger(__name__)
 
 RUN_COLUMNS = ["experiment", "mixture", "seed", "data_seed", "metric", "value"]
+HISTORY_COLUMNS = ["step", "epoch", "train_loss", "val_loss", "lr"]
 
 
 def seed_pairs(section: dict) -> list[tuple[int, int]]:
@@ -60,23 +62,19 @@ def write_mixtures(cfg: dict, pairs_path: str | Path, captions_path: str | Path,
 
 
 def _adapter(cfg: dict, role: str = "clip_train"):
+    from .device import resolve_device
     from .models import registry
     from .training import ContrastiveAdapter
-
-    from .device import resolve_device
 
     spec = registry.model_spec(cfg, role)
     return ContrastiveAdapter(registry.load(cfg, role), spec.library, spec.local_path if spec.is_local else None,
                               device=resolve_device(cfg.get("device", "auto")))
 
 
-def _settings(section: dict, seed: int, data_seed: int):
+def _settings(cfg: dict, seed: int, data_seed: int):
     from .training import TrainSettings
 
-    return TrainSettings(lr=section["lr"], weight_decay=section["weight_decay"], batch_size=section["batch_size"],
-                         epochs=section["epochs"], eval_every=section["eval_every"], recipe=section["recipe"],
-                         cvld_lambda=section["cvld_lambda"], seed=seed, data_seed=data_seed,
-                         max_steps=section.get("max_steps"))
+    return TrainSettings.from_section(cfg["training"], seed, data_seed, precision=cfg.get("precision", "fp32"))
 
 
 def evaluate_retrieval(cfg: dict, role: str, spec: dict, progress: bool = False) -> dict[str, float]:
@@ -101,7 +99,7 @@ def evaluate_retrieval(cfg: dict, role: str, spec: dict, progress: bool = False)
 def run_one(cfg: dict, manifest: str | Path, mixture: str, seed: int, data_seed: int, out_dir: str | Path,
             progress: bool = True) -> pd.DataFrame:
     from .evaluation import run_classification
-    from .training import read_manifest, train
+    from .training import read_manifest, settings_dict, train
 
     section = cfg["training"]
     out_dir = Path(out_dir)
@@ -111,11 +109,12 @@ def run_one(cfg: dict, manifest: str | Path, mixture: str, seed: int, data_seed:
     if len(val_frame) < 2:
         val_frame = train_frame  # tiny demo mixtures: validate on the training split (logged)
         log.warning("%s: fewer than 2 validation rows; validating on the training split", manifest)
+    settings = _settings(cfg, seed, data_seed)
     adapter = _adapter(cfg)
-    history = []
-    result = train(adapter, train_frame, val_frame, _settings(section, seed, data_seed), image_root=".",
-                   out_dir=out_dir / "checkpoint", on_step=history.append)
-    write_csv(out_dir / "history.csv", pd.DataFrame(history))
+    result = train(adapter, train_frame, val_frame, settings, image_root=".", out_dir=out_dir / "checkpoint",
+                   progress=progress)
+    history = result.history
+    write_csv(out_dir / "history.csv", pd.DataFrame(history, columns=HISTORY_COLUMNS))
     # evaluate the best checkpoint through the ordinary loaders (role clip_train -> the checkpoint)
     eval_cfg = copy.deepcopy(cfg)
     eval_cfg["models"]["clip_train"] = {**eval_cfg["models"]["clip_train"], "source": str(out_dir / "checkpoint")}
@@ -130,7 +129,7 @@ def run_one(cfg: dict, manifest: str | Path, mixture: str, seed: int, data_seed:
                           "data_seed": data_seed, "metric": k, "value": float(v)} for k, v in metrics.items()],
                         columns=RUN_COLUMNS)
     write_json(out_dir / "run.json", {"best_step": result.best_step, "best_val_loss": result.best_val_loss,
-                                       "steps": len(history)})
+                                       "steps": len(history), "settings": settings_dict(settings)})
     write_csv(out_dir / "metrics.csv", rows)
     return rows
 

@@ -1,0 +1,339 @@
+"""Fine-tuning on ``transformers.Trainer``: one trainer for every study and recipe.
+
+The Trainer (and ``accelerate`` under it) does the optimiser (AdamW), the learning-rate schedule,
+gradient clipping, mixed precision, device placement, evaluation/saving every ``eval_every`` steps and
+keeping the checkpoint with the best validation loss. We own the loss (:func:`.model.recipe_loss`),
+the batch plan (:func:`.data.step_plan`), which parameters are exempt from weight decay, and the
+per-step history. On Intel Gaudi the Trainer runs on Habana's PyTorch bridge (found by
+:mod:`counterfactory.device`); optimum-habana's ``GaudiTrainer`` is used instead when it is importable.
+
+Defaults (:class:`TrainSettings`) are COCO-Counterfactuals appendix B.3.2 / the Hugging Face CLIP
+example script the authors fine-tuned with.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import fnmatch
+import importlib.util
+import logging
+import math
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import pandas as pd
+import torch
+from torch import nn
+from transformers import Trainer
+
+from .data import Collator, RowDataset, anchors_and_partners, eval_batches, step_plan
+from .model import ContrastiveAdapter, recipe_loss
+
+log = logging.getLogger(__name__)
+
+@dataclass(frozen=True)
+class TrainSettings:
+    """Defaults: COCO-Counterfactuals appendix B.3.2 (and the HF CLIP example's Trainer defaults)."""
+
+    lr: float = 5e-7
+    weight_decay: float = 0.001
+    batch_size: int = 128
+    eval_batch_size: int = 128
+    epochs: int = 30
+    eval_every: int = 109  # reference-code facts: evaluate/save every 109 steps
+    recipe: str = "plain"  # plain | grouping | cvld
+    cvld_lambda: float = 1.0
+    seed: int = 107
+    data_seed: int = 108
+    max_steps: int | None = None
+    optimizer: str = "adamw_torch"
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.999
+    adam_epsilon: float = 1e-8
+    no_decay: tuple[str, ...] = ("bias", "LayerNorm")
+    lr_scheduler: str = "linear"
+    warmup_steps: int = 0
+    max_grad_norm: float = 1.0
+    max_length: int | None = 77
+    dataloader_workers: int = 0
+    deterministic: bool = True
+    cpu_threads: int | None = 1
+    precision: str = "fp32"
+
+    # the config keys of the training section that map onto fields (seeds come from the run)
+    SECTION_KEYS = ("lr", "weight_decay", "batch_size", "eval_batch_size", "epochs", "eval_every", "recipe",
+                    "cvld_lambda", "max_steps", "optimizer", "adam_beta1", "adam_beta2", "adam_epsilon",
+                    "no_decay", "lr_scheduler", "warmup_steps", "max_grad_norm", "max_length",
+                    "dataloader_workers", "deterministic", "cpu_threads")
+
+    @classmethod
+    def from_section(cls, section: dict, seed: int, data_seed: int, precision: str = "fp32") -> "TrainSettings":
+        """Settings from a config's ``training`` section; every key of :attr:`SECTION_KEYS` must be there
+        (the schema fills defaults; a job view holds exactly the keys its rule declares)."""
+        from ..errors import ConfigError
+
+        missing = [k for k in cls.SECTION_KEYS if k not in section]
+        if missing:
+            raise ConfigError(f"training: missing keys {missing}. Fix: add them to the config (the schema has "
+                              "defaults) or to the keys the train_run rule passes (rules/training.smk)")
+        values = {k: section[k] for k in cls.SECTION_KEYS}
+        values["no_decay"] = tuple(values["no_decay"] or ())
+        batch = values["eval_batch_size"]
+        values["eval_batch_size"] = values["batch_size"] if batch is None else batch
+        return cls(**values, seed=seed, data_seed=data_seed, precision=precision)
+
+
+@dataclass
+class TrainResult:
+    history: list[dict]
+    best_step: int
+    best_val_loss: float
+
+
+# --------------------------------------------------------------------------- weight decay
+
+def no_decay_parameter_names(model: nn.Module, patterns: Iterable[str]) -> set[str]:
+    """Parameters exempt from weight decay. A pattern matches a parameter when it is a glob matching the
+    parameter's own name (``bias``) or its full dotted name (``text_model.*.bias``), or the class name of
+    the module that owns it or of one of that class's bases (``LayerNorm`` covers ``torch.nn.LayerNorm``
+    and open_clip's subclass of it)."""
+    patterns = list(patterns)
+    out = set()
+    for module_name, module in model.named_modules():
+        classes = {c.__name__ for c in type(module).__mro__}
+        for name, _ in module.named_parameters(recurse=False):
+            full = f"{module_name}.{name}" if module_name else name
+            if any(p in classes or fnmatch.fnmatchcase(name, p) or fnmatch.fnmatchcase(full, p) for p in patterns):
+                out.add(full)
+    return out
+
+
+# --------------------------------------------------------------------------- trainer
+
+class _ContrastiveMixin:
+    """What we add to a ``transformers.Trainer`` (or optimum-habana's ``GaudiTrainer``): our batch plan
+    as the data loaders, the recipe loss, the weight-decay exemptions and a per-step history."""
+
+    def setup_contrastive(self, plan, train_collator, eval_plan, eval_collator, settings: TrainSettings):
+        self.plan = plan
+        self.train_collator = train_collator
+        self.eval_plan = eval_plan
+        self.eval_collator = eval_collator
+        self.settings = settings
+        self.history: list[dict] = []
+
+    def _loader(self, batches: Sequence[Sequence[int]], collator) -> torch.utils.data.DataLoader:
+        n = 1 + max((r for b in batches for r in b), default=0)
+        loader = torch.utils.data.DataLoader(
+            RowDataset(n), batch_sampler=[list(b) for b in batches], collate_fn=collator,
+            num_workers=self.args.dataloader_num_workers, pin_memory=self.args.dataloader_pin_memory)
+        return self.accelerator.prepare(loader)
+
+    def get_train_dataloader(self):
+        return self._loader([b.rows for b in self.plan], self.train_collator)
+
+    def get_eval_dataloader(self, eval_dataset=None):
+        return self._loader(self.eval_plan, self.eval_collator)
+
+    def get_decay_parameter_names(self, model: nn.Module) -> list[str]:
+        exempt = no_decay_parameter_names(model, self.settings.no_decay)
+        return [n for n, _ in model.named_parameters() if n not in exempt]
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        loss = recipe_loss(model, inputs, self.settings.cvld_lambda)
+        return (loss, None) if return_outputs else loss
+
+    def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None):
+        """Validation: the plain contrastive loss of a validation batch (every recipe, comparably)."""
+        inputs = self._prepare_inputs(inputs)
+        with torch.no_grad(), self.compute_loss_context_manager():
+            loss = recipe_loss(model, inputs, 0.0)
+        return loss.detach(), None, None
+
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        lr = float(self.optimizer.param_groups[0]["lr"])  # the rate this step's update uses
+        loss = super().training_step(model, inputs, num_items_in_batch)
+        step = self.state.global_step + 1
+        self.history.append({"step": step, "epoch": self.plan[step - 1].epoch, "train_loss": float(loss),
+                             "val_loss": math.nan, "lr": lr})
+        return loss
+
+    def evaluate(self, *args, **kwargs):
+        metrics = super().evaluate(*args, **kwargs)
+        if self.history and self.history[-1]["step"] == self.state.global_step:
+            self.history[-1]["val_loss"] = float(metrics["eval_loss"])
+        return metrics
+
+
+def _trainer_classes(device: torch.device):
+    """(Trainer class, TrainingArguments class, extra arguments, extra trainer keywords) for ``device``."""
+    from transformers import TrainingArguments
+
+    if device.type == "hpu" and importlib.util.find_spec("optimum") is not None \
+            and importlib.util.find_spec("optimum.habana") is not None:
+        try:
+            from optimum.habana import GaudiConfig, GaudiTrainer, GaudiTrainingArguments
+
+            cls = type("GaudiContrastiveTrainer", (_ContrastiveMixin, GaudiTrainer), {})
+            log.info("training on HPU with optimum-habana's GaudiTrainer")
+            return cls, GaudiTrainingArguments, {"use_habana": True, "use_lazy_mode": True}, \
+                {"gaudi_config": GaudiConfig()}
+        except Exception as exc:  # pins that do not fit our transformers: use the Trainer on the bridge
+            log.warning("optimum-habana is installed but unusable (%s); using transformers.Trainer on HPU", exc)
+    return ContrastiveTrainer, TrainingArguments, {}, {}
+
+
+class ContrastiveTrainer(_ContrastiveMixin, Trainer):
+    """``transformers.Trainer`` with our batch plan, recipe loss, weight-decay exemptions and history."""
+
+
+@contextlib.contextmanager
+def cpu_threads(n: int | None, device: torch.device):
+    """Train on CPU with exactly ``n`` intra-op threads (restored afterwards): float reductions are
+    ordered by the thread split, so without a fixed count the results depend on the machine's cores
+    and the job's ``threads``. ``None`` keeps torch's setting."""
+    if device.type != "cpu" or not n:
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(int(n))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+@contextlib.contextmanager
+def deterministic_algorithms(enabled: bool):
+    """``torch.use_deterministic_algorithms`` for the duration of a run (restored afterwards), with the
+    cuBLAS workspace setting deterministic CUDA matmuls need; ops without a deterministic kernel warn."""
+    if not enabled:
+        yield
+        return
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    before = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
+              torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+        torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = before[2], before[3]
+
+
+def _precision_flags(precision: str, device: torch.device) -> dict:
+    from ..device import resolve_dtype
+
+    dtype = resolve_dtype(precision, device)
+    return {"fp16": dtype == torch.float16, "bf16": dtype == torch.bfloat16}
+
+
+def build_trainer(adapter: ContrastiveAdapter, train_frame: pd.DataFrame, val_frame: pd.DataFrame,
+                  settings: TrainSettings, image_root: str | Path, output_dir: str | Path, progress: bool = False,
+                  callbacks: Sequence | None = None):
+    """The configured Trainer (not yet trained); ``output_dir`` holds its intermediate checkpoints."""
+    train_frame = train_frame.reset_index(drop=True)
+    val_frame = val_frame.reset_index(drop=True)
+    plan = step_plan(train_frame, settings.batch_size, settings.epochs, settings.data_seed, settings.recipe,
+                     settings.max_steps)
+    if not plan:
+        from ..errors import ConfigError
+
+        raise ConfigError("training: no training rows. Fix: check the mixture manifest's train split")
+    partners = anchors_and_partners(train_frame)[1] if settings.recipe == "cvld" else None
+    adapter.max_length = adapter._text_length(settings.max_length)
+    device = adapter.device
+    trainer_cls, args_cls, extra_args, extra_kwargs = _trainer_classes(device)
+    args = args_cls(
+        output_dir=str(output_dir),
+        per_device_train_batch_size=settings.batch_size,  # informational: the batch plan decides
+        per_device_eval_batch_size=settings.eval_batch_size,
+        learning_rate=settings.lr,
+        weight_decay=settings.weight_decay,
+        adam_beta1=settings.adam_beta1,
+        adam_beta2=settings.adam_beta2,
+        adam_epsilon=settings.adam_epsilon,
+        optim=settings.optimizer,
+        lr_scheduler_type=settings.lr_scheduler,
+        warmup_steps=settings.warmup_steps,
+        max_grad_norm=settings.max_grad_norm,
+        max_steps=len(plan),  # the plan already holds every epoch (and max_steps)
+        eval_strategy="steps",
+        eval_steps=settings.eval_every,
+        save_strategy="steps",
+        save_steps=settings.eval_every,
+        save_only_model=True,
+        save_total_limit=1,
+        load_best_model_at_end=True,
+        metric_for_best_model="loss",
+        greater_is_better=False,
+        prediction_loss_only=True,
+        logging_strategy="steps",
+        logging_steps=settings.eval_every,
+        report_to="none",
+        disable_tqdm=not progress,
+        seed=settings.seed,
+        data_seed=settings.data_seed,
+        use_cpu=device.type == "cpu",
+        dataloader_num_workers=settings.dataloader_workers,
+        dataloader_pin_memory=device.type == "cuda",
+        remove_unused_columns=False,
+        **_precision_flags(settings.precision, device),
+        **extra_args,
+    )
+    trainer = trainer_cls(model=adapter.module, args=args, train_dataset=RowDataset(len(train_frame)),
+                          eval_dataset=RowDataset(len(val_frame)), callbacks=list(callbacks or []), **extra_kwargs)
+    trainer.setup_contrastive(plan, Collator(train_frame, adapter, image_root, partners),
+                              eval_batches(len(val_frame), settings.eval_batch_size),
+                              Collator(val_frame, adapter, image_root), settings)
+    if not progress:
+        from transformers.trainer_callback import PrinterCallback
+
+        trainer.remove_callback(PrinterCallback)
+    return trainer
+
+
+def train(
+    adapter: ContrastiveAdapter,
+    train_frame: pd.DataFrame,
+    val_frame: pd.DataFrame,
+    settings: TrainSettings,
+    image_root: str | Path = ".",
+    out_dir: str | Path | None = None,
+    progress: bool = False,
+    callbacks: Sequence | None = None,
+) -> TrainResult:
+    """Fine-tune ``adapter`` in place; its weights end as the best checkpoint (lowest validation loss),
+    which is also saved to ``out_dir`` in the registry's format when given."""
+    scratch_parent = Path(out_dir).parent if out_dir is not None else None
+    if scratch_parent is not None:
+        scratch_parent.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=".trainer-", dir=scratch_parent))
+    try:
+        with deterministic_algorithms(settings.deterministic), cpu_threads(settings.cpu_threads, adapter.device):
+            trainer = build_trainer(adapter, train_frame, val_frame, settings, image_root, scratch, progress,
+                                    callbacks)
+            trainer.train()
+        state = trainer.state
+        best_step = state.best_global_step if state.best_global_step is not None else state.global_step
+        best_val = float(state.best_metric) if state.best_metric is not None else math.nan
+        adapter.model.to("cpu")
+        if out_dir is not None:
+            adapter.save(out_dir)
+        log.info("trained %d steps; best validation loss %.6g at step %d", state.global_step, best_val, best_step)
+        return TrainResult(trainer.history, int(best_step), best_val)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def settings_dict(settings: TrainSettings) -> dict:
+    """The settings as plain data (for run.json)."""
+    out = dataclasses.asdict(settings)
+    out["no_decay"] = list(settings.no_decay)
+    return out
