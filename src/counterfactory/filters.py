@@ -222,7 +222,7 @@ class ClipScorer:
 
         device, dtype = from_config(cfg)
         spec = registry.model_spec(cfg, role)
-        filt = (cfg.get("images") or {}).get("filter") or {}
+        filt = ((cfg["images"] if "images" in cfg else None) or {}).get("filter") or {}   # optional section
         return cls(registry.load(cfg, role), spec.library, device, dtype, batch_size=batch_size,
                    direction_rel_tol=FilterThresholds.from_config(filt).direction_rel_tol)
 
