@@ -4,16 +4,14 @@
 
 # what a run depends on: the recipe and evaluation, not the t-test settings or the other mixtures
 TRAIN_RUN_KEYS = (
-    "training.experiment",
-    "training.recipe",
-    "training.cvld_lambda",
-    "training.lr",
-    "training.weight_decay",
-    "training.batch_size",
-    "training.epochs",
-    "training.eval_every",
-    "training.max_steps",
-    "training.eval",
+    *(
+        f"training.{key}"
+        for key in (
+            "experiment recipe cvld_lambda optimizer adam_beta1 adam_beta2 adam_epsilon lr lr_scheduler "
+            "warmup_steps weight_decay no_decay max_grad_norm batch_size eval_batch_size epochs eval_every "
+            "max_steps max_length dataloader_workers deterministic cpu_threads eval"
+        ).split()
+    ),
     "evaluation.classification",
     "evaluation.batch_size",
     "evaluation.scorers",

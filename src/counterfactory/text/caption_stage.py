@@ -97,9 +97,10 @@ def run_shard(cfg: dict, table: str | Path, shard: int, out_accepted: str | Path
     settings = cap.EditSettings.from_config(section)
     part = read_shard(table, shard, section["shard_size"])
     if tagger is None:
-        from .nltk_data import ensure_nltk_data
+        from .nltk_data import ensure_nltk_data, nltk_source
 
-        ensure_nltk_data(cfg["nltk"]["data_dir"])
+        # the paper config refuses the home-built tagger (it would change which nouns are masked)
+        ensure_nltk_data(cfg["nltk"]["data_dir"], source=nltk_source(cfg))
         tagger = cap.nltk_tagger
     t0 = time.perf_counter()
     masker, similarity, perplexity = models if models is not None else build_models(cfg, settings)
