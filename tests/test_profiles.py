@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import subprocess
@@ -28,13 +29,9 @@ def _env(tmp_path, **extra) -> dict:
 
 
 def _demo_config(tmp_path, **top) -> Path:
-    cfg = yaml.safe_load((REPO / "config" / "demo.yaml").read_text())
-    cfg["coco_counterfactuals"]["data"]["coco_root"] = str(REPO / "resources" / "demo")
-    cfg["coco_counterfactuals"]["data"]["karpathy_json"] = str(REPO / "resources" / "demo" / "karpathy" / "dataset_coco.json")
-    cfg.update(top)
-    path = tmp_path / "demo-profile-test.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    return path
+    from counterfactory.testing import demo_config
+
+    return demo_config(REPO, tmp_path, name="demo-profile-test.yaml", **top)
 
 
 def _jobs(output: str) -> dict[str, dict]:
@@ -177,17 +174,23 @@ def test_resources_through_the_gaudi_profile(tmp_path):
 
 
 def _resource_helpers(device="auto", n_captions=25014, **overrides):
-    """rules/resources.smk's Python part, evaluated against the paper config."""
+    """rules/resources.smk's Python part, evaluated against the paper config (study section overrides)."""
     from counterfactory import workflow as wf
+    from counterfactory.config import validate_config
 
     cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
     cfg["device"] = device
     for key, value in overrides.items():
-        cfg[key] = {**cfg[key], **value}
+        cfg[STUDY][key] = {**cfg[STUDY][key], **value}
+    validate_config(cfg)
     text = (REPO / "rules" / "resources.smk").read_text().split("\nlocalrules:")[0]
-    namespace = {"config": cfg, "wf": wf, "N_CAPTIONS": n_captions}
+    namespace = {"config": cfg, "wf": wf, "view": lambda study: wf.view(cfg, study),
+                 "n_captions": lambda study: n_captions}
     exec(compile(text, "rules/resources.smk", "exec"), namespace)
     return namespace
+
+
+STUDY = "coco_counterfactuals"
 
 
 def test_resources_scale_with_attempt_and_shard_size():
@@ -196,14 +199,18 @@ def test_resources_scale_with_attempt_and_shard_size():
     assert h["scaled"](2000)(None, 1) == 2000 and h["scaled"](2000)(None, 3) == 6000
     assert h["minutes"](10**9)(None, 1) == h["MAX_RUNTIME"]
     # paper images shard: 50 captions x 100 candidates x 100 steps at 512 x 512 -> hours, not minutes
-    images = h["minutes"](15 + h["IMAGES_MINUTES"])(None, 1)
+    images = 15 + h["images_minutes"](STUDY)
     assert 4 * 60 < images < 12 * 60
     halved = _resource_helpers(images={"shard_size": 25})
-    assert halved["IMAGES_MINUTES"] == pytest.approx(h["IMAGES_MINUTES"] / 2)
+    assert halved["images_minutes"](STUDY) == pytest.approx(h["images_minutes"](STUDY) / 2)
+    wildcards = type("W", (), {"study": STUDY})()
+    assert h["per_study"](lambda s: 10**9)(wildcards, 1) == h["MAX_RUNTIME"]
+    assert h["per_study"](h["train_minutes"])(wildcards, 2) == math.ceil(2 * h["train_minutes"](STUDY))
     assert h["model_mem"](16000, "sd", "clip_filter")(None, 2) == 32000  # hub models: full size
     assert _resource_helpers(device="hpu")["HPU"] == 1 and _resource_helpers(device="hpu")["GPU"] == 0
     cpu = _resource_helpers(device="cpu")
-    assert (cpu["GPU"], cpu["HPU"]) == (0, 0) and cpu["IMAGES_MINUTES"] == pytest.approx(20 * h["IMAGES_MINUTES"])
+    assert (cpu["GPU"], cpu["HPU"]) == (0, 0)
+    assert cpu["images_minutes"](STUDY) == pytest.approx(20 * h["images_minutes"](STUDY))
 
 
 # --------------------------------------------------------------------------- checker: bad input

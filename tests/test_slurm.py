@@ -140,11 +140,10 @@ def test_demo_slice_runs_through_sbatch_with_a_retry(slurm_profile, tmp_path):
     work = tmp_path / "work"
     work.mkdir()
     (work / "Snakefile").write_text(FLAKY_SNAKEFILE.format(snakefile=str(REPO / "Snakefile")))
-    cfg = yaml.safe_load((REPO / "config" / "demo.yaml").read_text())
-    cfg["device"] = "auto"  # model rules declare gpu=1 (no CUDA here: the job itself runs on the CPU)
-    cfg["coco_counterfactuals"]["data"]["coco_root"] = str(REPO / "resources" / "demo")
-    cfg["coco_counterfactuals"]["data"]["karpathy_json"] = str(REPO / "resources" / "demo" / "karpathy" / "dataset_coco.json")
-    (work / "demo.yaml").write_text(yaml.safe_dump(cfg))
+    from counterfactory.testing import demo_config
+
+    # model rules declare gpu=1 (no CUDA here: the job itself runs on the CPU)
+    demo_config(REPO, work, name="demo.yaml", device="auto")
     targets = ["results/demo/coco_counterfactuals/captions/shards/00000.parquet", "slurm_probe/flaky.txt"]
     start = time.monotonic()
     proc = _run([str(BIN / "snakemake"), "--profile", "slurm", *targets, "--configfile", "demo.yaml",

@@ -4,6 +4,7 @@ renders; lint is clean."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
@@ -27,27 +28,14 @@ def snakemake(repo: Path, workdir: Path, *args: str, timeout: int = 900) -> subp
 
 
 def demo_override(repo: Path, workdir: Path, edit=None) -> Path:
-    """demo.yaml with the demo data read from the checkout (absolute paths) and everything else built in
-    ``workdir``; ``edit(cfg)`` changes the study section before it is written."""
-    cfg = yaml.safe_load((repo / "config" / "demo.yaml").read_text())
-    study = cfg["coco_counterfactuals"]
-    # the demo data through a path with a space, so every shell command must quote its paths
-    demo = workdir / "demo data"
-    if not demo.exists():
-        demo.symlink_to(repo / "resources" / "demo", target_is_directory=True)
-    study["data"]["coco_root"] = str(demo)
-    study["data"]["karpathy_json"] = str(demo / "karpathy" / "dataset_coco.json")
-    study["training"]["eval"]["retrieval"].update(karpathy_json=str(demo / "karpathy" / "dataset_coco.json"),
-                                                  image_root=str(demo / "val2017"))
-    for spec in study["evaluation"]["classification"]["datasets"].values():
-        for key in ("root", "class_index", "class_names"):
-            if key in spec:
-                spec[key] = str(repo / spec[key])
-    if edit:
-        edit(study)
-    path = workdir / ("demo-test.yaml" if edit is None else f"demo-edit-{abs(hash(repr(study))) % 10**8}.yaml")
-    path.write_text(yaml.safe_dump(cfg))
-    return path
+    """demo.yaml with absolute data paths (through a path with a space); ``edit`` changes the study section."""
+    from counterfactory.testing import demo_config
+
+    name = None if edit is None else f"demo-edit-{next(_EDITS)}.yaml"
+    return demo_config(repo, workdir, edit, name=name)
+
+
+_EDITS = itertools.count()
 
 
 RESULTS = "results/demo/coco_counterfactuals"

@@ -63,3 +63,30 @@ def fake_evaluation_data(workdir: Path, config_path: Path, study: str = "coco_co
         touch(retrieval["image_root"], True)
         touch(retrieval["karpathy_json"], False)
     return made
+
+
+def demo_config(repo: Path, workdir: Path, edit=None, name: str | None = None, **top) -> Path:
+    """``config/demo.yaml`` of the checkout ``repo`` with every data path made absolute (the demo data is
+    reached through ``workdir/demo data``, a link with a space in its name, so shell commands must quote
+    paths), so Snakemake can run it with ``--directory workdir``. ``edit(section)`` changes the
+    coco_counterfactuals section, ``top`` shared keys; the file goes to ``workdir/<name>``."""
+    repo, workdir = Path(repo), Path(workdir)
+    cfg = yaml.safe_load((repo / "config" / "demo.yaml").read_text())
+    study = cfg["coco_counterfactuals"]
+    demo = workdir / "demo data"
+    if not demo.exists():
+        demo.symlink_to(repo / "resources" / "demo", target_is_directory=True)
+    study["data"]["coco_root"] = str(demo)
+    study["data"]["karpathy_json"] = str(demo / "karpathy" / "dataset_coco.json")
+    study["training"]["eval"]["retrieval"].update(karpathy_json=str(demo / "karpathy" / "dataset_coco.json"),
+                                                  image_root=str(demo / "val2017"))
+    for spec in study["evaluation"]["classification"]["datasets"].values():
+        for key in ("root", "class_index", "class_names"):
+            if key in spec:
+                spec[key] = str(repo / spec[key])
+    if edit:
+        edit(study)
+    cfg.update(top)
+    path = workdir / (name or "demo-test.yaml")
+    path.write_text(yaml.safe_dump(cfg))
+    return path
