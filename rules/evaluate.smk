@@ -92,7 +92,14 @@ rule eval_itm:
         gpu=GPU,
         hpu=HPU,
     params:
-        config=job_config("evaluation.itm", "data", "models.{role}", *EVAL_COMMON_KEYS),
+        config=job_config(
+            "evaluation.itm.head",
+            "evaluation.itm.random_pool",
+            "evaluation.itm.seed",
+            "data",
+            "models.{role}",
+            *EVAL_COMMON_KEYS,
+        ),
     shell:
         "counterfactory evaluate itm {params.config} --role {wildcards.role} --pairs {input.pairs:q}"
         " --captions {input.captions:q} --out {output:q} > {log:q} 2>&1"

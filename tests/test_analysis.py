@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from counterfactory.analysis import correlate_or_explain, label_frequency
+from counterfactory.studies.coco_counterfactuals.label_frequency import correlate_or_explain, label_frequency
 
 
 def test_label_frequency_counts_pairs_not_words():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from counterfactory import mixtures as mx
+from counterfactory.training import mixtures as mx
 
 
 @pytest.fixture

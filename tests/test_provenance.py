@@ -44,7 +44,7 @@ def run(tmp_path, monkeypatch):
             (nltk_dir / res / name).write_text(name)
     cfg = {"models": {"lm": {"source": str(model)}},
            "nltk": {"data_dir": str(nltk_dir), "source": "real"}}
-    monkeypatch.setattr(provenance_cmd, "load_config", lambda paths: cfg)
+    monkeypatch.setattr(provenance_cmd, "load_full_config", lambda paths: cfg)
     return tmp_path
 
 

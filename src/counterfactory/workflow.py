@@ -121,6 +121,6 @@ def local_model_inputs(cfg: dict, *roles: str) -> list[str]:
 
 
 def seed_pairs(training: dict) -> list[tuple[int, int]]:
-    from .runs import seed_pairs as _pairs
+    from .training.runs import seed_pairs as _pairs
 
     return _pairs(training)

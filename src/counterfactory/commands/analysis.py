@@ -4,7 +4,7 @@ from __future__ import annotations
 
 
 def _label_frequency(args) -> int:
-    from ..analysis import correlate_or_explain, label_frequency_table
+    from ..studies.coco_counterfactuals.label_frequency import correlate_or_explain, label_frequency_table
     from ..config import load_config
     from ..io import write_csv, write_json
 

@@ -7,7 +7,7 @@ from ..config import load_config
 
 
 def _mixtures(args) -> int:
-    from .. import runs
+    from ..training import runs
 
     cfg = load_config(args.config)
     summary = runs.write_mixtures(cfg, args.pairs, args.captions, args.out_dir, summary_path=args.summary)
@@ -16,7 +16,7 @@ def _mixtures(args) -> int:
 
 
 def _run(args) -> int:
-    from .. import runs
+    from ..training import runs
 
     cfg = load_config(args.config)
     rows = runs.run_one(cfg, args.manifest, args.mixture, args.seed, args.data_seed, args.out_dir,
@@ -26,7 +26,7 @@ def _run(args) -> int:
 
 
 def _collect(args) -> int:
-    from .. import runs
+    from ..training import runs
 
     table = runs.collect(args.metrics, args.out)
     print(f"{len(table)} rows from {len(args.metrics)} runs -> {args.out}")
@@ -34,7 +34,7 @@ def _collect(args) -> int:
 
 
 def _curves(args) -> int:
-    from .. import runs
+    from ..training import runs
 
     runs.plot_curves(args.histories, args.out)
     return 0

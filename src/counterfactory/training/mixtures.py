@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .errors import input_error
+from ..errors import input_error
 
 MANIFEST_COLUMNS = ["image_path", "caption", "is_counterfactual", "pair_id", "split"]
 

@@ -19,8 +19,8 @@ import numpy as np
 import pandas as pd
 
 from . import mixtures as mx
-from .errors import ConfigError, input_error
-from .io import write_csv, write_json, write_parquet
+from ..errors import ConfigError, input_error
+from ..io import write_csv, write_json, write_parquet
 
 log = logging.getLogger(__name__)
 
@@ -62,9 +62,9 @@ def write_mixtures(cfg: dict, pairs_path: str | Path, captions_path: str | Path,
 
 
 def _adapter(cfg: dict, role: str = "clip_train"):
-    from .device import resolve_device
-    from .models import registry
-    from .training import ContrastiveAdapter
+    from ..device import resolve_device
+    from ..models import registry
+    from . import ContrastiveAdapter
 
     spec = registry.model_spec(cfg, role)
     return ContrastiveAdapter(registry.load(cfg, role), spec.library, spec.local_path if spec.is_local else None,
@@ -72,16 +72,16 @@ def _adapter(cfg: dict, role: str = "clip_train"):
 
 
 def _settings(cfg: dict, seed: int, data_seed: int):
-    from .training import TrainSettings
+    from . import TrainSettings
 
     return TrainSettings.from_section(cfg["training"], seed, data_seed, precision=cfg.get("precision", "fp32"))
 
 
 def evaluate_retrieval(cfg: dict, role: str, spec: dict, progress: bool = False) -> dict[str, float]:
     """Image-text retrieval Recall@K on a Karpathy-format split (Flickr30k 1K test in the paper)."""
-    from .data.karpathy import load_karpathy
-    from .metrics import recall_at_k
-    from .scorers import scorer_from_config
+    from ..data.karpathy import load_karpathy
+    from ..metrics import recall_at_k
+    from ..scorers import scorer_from_config
 
     table = load_karpathy(spec["karpathy_json"], split=spec["split"])
     images = list(dict.fromkeys(table["filename"]))
@@ -98,8 +98,8 @@ def evaluate_retrieval(cfg: dict, role: str, spec: dict, progress: bool = False)
 
 def run_one(cfg: dict, manifest: str | Path, mixture: str, seed: int, data_seed: int, out_dir: str | Path,
             progress: bool = True) -> pd.DataFrame:
-    from .evaluation import run_classification
-    from .training import read_manifest, settings_dict, train
+    from ..evaluation import run_classification
+    from . import read_manifest, settings_dict, train
 
     section = cfg["training"]
     out_dir = Path(out_dir)
@@ -154,7 +154,7 @@ def plot_curves(histories: list[str | Path], out: str | Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from .io import save_figure
+    from ..io import save_figure
 
     runs = {}
     for path in histories:

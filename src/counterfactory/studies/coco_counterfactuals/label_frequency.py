@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .errors import CounterFactoryError, input_error
+from ...errors import CounterFactoryError, input_error
 
 
 def _forms(word: str) -> set[str]:
@@ -38,8 +38,8 @@ def label_frequency(subjects: pd.DataFrame, classes: list[str]) -> int:
 def label_frequency_table(cfg: dict, captions_path: str | Path, runs_path: str | Path,
                           pretrained_path: str | Path, pretrained_role: str) -> pd.DataFrame:
     """Table 6 layout, long form: ``dataset, label_frequency, mixture, delta`` (non-baseline mixtures)."""
-    from .data.classification import load_dataset
-    from .stats import read_runs
+    from ...data.classification import load_dataset
+    from ...stats import read_runs
 
     subjects = pd.read_parquet(captions_path)
     runs = read_runs(runs_path)
@@ -65,7 +65,7 @@ def label_frequency_table(cfg: dict, captions_path: str | Path, runs_path: str |
 
 def correlate_or_explain(table: pd.DataFrame, x: str, y: str, source: str) -> dict:
     """Pearson/Spearman of ``x`` vs ``y``; when undefined (n < 3, a constant column) a record saying why."""
-    from .stats import correlate
+    from ...stats import correlate
 
     try:
         return correlate(table, x, y, source=source)
