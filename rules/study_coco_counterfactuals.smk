@@ -56,6 +56,7 @@ rule caption_merge:
 rule label_frequency:
     """Appendix A.2: Table 6 (long form) and the correlation of label frequency and accuracy change."""
     input:
+        pairs=f"{S}/images/selected_pairs.parquet",
         captions=f"{S}/captions/counterfactual_captions.parquet",
         runs=f"{S}/training/runs.csv",
         pretrained=f"{S}/evaluation/classification.csv",
@@ -73,7 +74,8 @@ rule label_frequency:
         config=job_config("training.eval", "training.baseline", "evaluation.classification.datasets"),
         role=lambda wildcards: view(wildcards.study)["evaluation"]["classification"]["models"][0],
     shell:
-        "counterfactory analysis label-frequency {params.config} --captions {input.captions:q} --runs {input.runs:q}"
+        "counterfactory analysis label-frequency {params.config} --pairs {input.pairs:q} --captions {input.captions:q}"
+        " --runs {input.runs:q}"
         " --pretrained {input.pretrained:q} --pretrained-role {params.role} --out {output.table:q}"
         " --correlation {output.correlation:q} > {log:q} 2>&1"
 

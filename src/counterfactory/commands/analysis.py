@@ -9,7 +9,7 @@ def _label_frequency(args) -> int:
     from ..io import write_csv, write_json
 
     cfg = load_config(args.config)
-    table = label_frequency_table(cfg, args.captions, args.runs, args.pretrained, args.pretrained_role)
+    table = label_frequency_table(cfg, args.pairs, args.captions, args.runs, args.pretrained, args.pretrained_role)
     write_csv(args.out, table)
     result = correlate_or_explain(table, "label_frequency", "delta", source=args.out)
     write_json(args.correlation, result)
@@ -25,7 +25,9 @@ def register(sub) -> None:
     s.required = True
     lf = s.add_parser("label-frequency", help="Table 6: label frequency vs accuracy change, and their correlation")
     lf.add_argument("--config", action="append", required=True, help="config YAML (repeat to merge)")
-    lf.add_argument("--captions", required=True, help="counterfactual_captions.parquet (the altered subjects)")
+    lf.add_argument("--pairs", required=True, help="selected_pairs.parquet: the released pairs that are counted")
+    lf.add_argument("--captions", required=True,
+                    help="counterfactual_captions.parquet (the altered subjects and captions of each pair)")
     lf.add_argument("--runs", required=True, help="runs table CSV")
     lf.add_argument("--pretrained", required=True, help="classification.csv of the zero-shot evaluation")
     lf.add_argument("--pretrained-role", default="clip_eval", help="row of the pre-trained model")

@@ -1,47 +1,132 @@
 """Label-frequency analysis of COCO-Counterfactuals appendix A.2 (Table 6).
 
-*COCO-CFs label frequency* of an image-recognition dataset: the number of counterfactual pairs in which
-at least one of the dataset's class labels equals one of the two altered subjects (the original and the
-substituted noun). It is set against each mixture's change in zero-shot top-1 accuracy relative to the
-pre-trained model, and the two are correlated (Pearson and Spearman, :func:`counterfactory.stats.correlate`).
+*COCO-CFs label frequency* of an image-recognition dataset (A.2): "the total number of COCO-Counterfactuals
+in which one or more of the dataset's labels matched one of the two altered subjects used to produce the
+counterfactual pair". So:
 
-Matching is ours (the paper does not spell it out): case-insensitive, a word matches a label equal to it
-or to it without a plural ``s``/``es``; multi-word labels match no single word.
+* it is counted over the **released dataset**, the selected image pairs (``selected_pairs.parquet``), not
+  over every caption pair the caption stage produced; each released pair counts **once**, however many
+  labels match and whether one or both altered subjects match;
+* the altered subjects are the masked noun of the original caption and the noun that replaced it.
+
+Matching is ours (A.2 does not spell it out): case-insensitive; singular and plural forms match
+(``dogs``/``dog``, ``puppies``/``puppy``, ``boxes``/``box``, irregular ``men``/``man``, ``mice``/``mouse``, ...);
+a multi-word label (``hot dog``, ``teddy bear``) matches when the caption holds the label as a phrase whose
+last word is the altered subject (``a hot dog on a plate`` with ``dog`` -> ``cat`` matches ``hot dog``), so a
+single altered noun never matches a longer label by itself.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pandas as pd
 
 from ...errors import CounterFactoryError, input_error
 
+#: irregular plurals of English nouns frequent in captions and class labels (plural -> singular)
+IRREGULAR = {"men": "man", "women": "woman", "children": "child", "people": "person", "mice": "mouse",
+             "geese": "goose", "teeth": "tooth", "feet": "foot", "knives": "knife", "leaves": "leaf",
+             "wolves": "wolf", "shelves": "shelf", "loaves": "loaf", "calves": "calf", "halves": "half",
+             "oxen": "ox", "dice": "die", "sheep": "sheep", "fish": "fish", "deer": "deer", "cacti": "cactus"}
 
-def _forms(word: str) -> set[str]:
-    w = word.lower()
+
+def forms(word: str) -> set[str]:
+    """Lower-case singular/plural forms of one word (``box`` -> box, boxs, boxes; ``puppies`` -> puppy, ...)."""
+    w = word.lower().strip()
     out = {w}
-    if w.endswith("es"):
+    if w in IRREGULAR:
+        out.add(IRREGULAR[w])
+    out.update(p for p, s in IRREGULAR.items() if s == w)
+    if w.endswith("ies") and len(w) > 3:
+        out.add(w[:-3] + "y")
+    if w.endswith("es") and len(w) > 2:
         out.add(w[:-2])
-    if w.endswith("s"):
+    if w.endswith("s") and len(w) > 1:
         out.add(w[:-1])
+    if w.endswith("y") and len(w) > 1:
+        out.add(w[:-1] + "ies")
+    out.update({w + "s", w + "es"})
     return out
 
 
-def label_frequency(subjects: pd.DataFrame, classes: list[str]) -> int:
-    """Pairs (rows with ``original_word``, ``new_word``) whose altered subjects match a class label."""
-    labels = {c.lower() for c in classes}
-    hits = [bool((_forms(a) | _forms(b)) & labels) for a, b in zip(subjects["original_word"], subjects["new_word"])]
+def _phrase_pattern(label: str) -> re.Pattern:
+    words = label.lower().split()
+    head = "|".join(sorted(map(re.escape, forms(words[-1]))))
+    body = r"\s+".join(map(re.escape, words[:-1]))
+    return re.compile(rf"\b{body}\s+(?:{head})\b")
+
+
+class LabelMatcher:
+    """Does an altered subject (word, in its caption) match one of a dataset's class labels?"""
+
+    def __init__(self, classes):
+        self.single: set[str] = set()
+        self.multi: dict[str, list[re.Pattern]] = {}   # head form -> phrase patterns
+        for name in classes:
+            words = str(name).replace("_", " ").lower().split()
+            if not words:
+                continue
+            if len(words) == 1:
+                self.single |= forms(words[0])
+            else:
+                pattern = _phrase_pattern(" ".join(words))
+                for f in forms(words[-1]):
+                    self.multi.setdefault(f, []).append(pattern)
+
+    def matches(self, word: str, caption: str = "") -> bool:
+        w = str(word).lower()
+        if forms(w) & self.single:
+            return True
+        text = str(caption).lower()
+        return any(p.search(text) for p in self.multi.get(w, ()))
+
+
+def label_frequency(subjects: pd.DataFrame, classes) -> int:
+    """Released pairs whose altered subjects match a class label, each pair counted once.
+
+    ``subjects`` has one row per released pair with ``original_word`` and ``new_word`` (and, for
+    multi-word labels, the captions ``original`` and ``counterfactual`` they sit in)."""
+    matcher = LabelMatcher(classes)
+    originals = subjects["original"] if "original" in subjects else [""] * len(subjects)
+    counterfactuals = subjects["counterfactual"] if "counterfactual" in subjects else [""] * len(subjects)
+    hits = [matcher.matches(a, ca) or matcher.matches(b, cb)
+            for a, b, ca, cb in zip(subjects["original_word"], subjects["new_word"], originals, counterfactuals)]
     return int(sum(hits))
 
 
-def label_frequency_table(cfg: dict, captions_path: str | Path, runs_path: str | Path,
+def released_subjects(pairs_path: str | Path, captions_path: str | Path) -> pd.DataFrame:
+    """One row per released pair (``selected_pairs.parquet``) with its altered subjects and captions, from the
+    caption stage's table (joined on the caption id the pair was made from)."""
+    from ...evaluation import read_pairs
+
+    pairs = read_pairs(pairs_path)
+    captions = pd.read_parquet(captions_path)
+    for col in ("caption_id", "original", "counterfactual", "original_word", "new_word"):
+        if col not in captions.columns:
+            raise input_error(captions_path, None, f"missing column {col!r}",
+                              "use the caption stage's counterfactual_captions.parquet")
+    key = "caption_id" if "caption_id" in pairs.columns else "id"
+    table = pairs[[key]].rename(columns={key: "caption_id"}).astype(str).merge(
+        captions.assign(caption_id=captions["caption_id"].astype(str)), on="caption_id", how="left")
+    missing = table["original_word"].isna()
+    if missing.any():
+        raise input_error(pairs_path, f"pair {table.loc[missing, 'caption_id'].iloc[0]}",
+                          "released pair without its caption-stage row",
+                          "build the pairs and the captions in the same run")
+    return table
+
+
+def label_frequency_table(cfg: dict, pairs_path: str | Path, captions_path: str | Path, runs_path: str | Path,
                           pretrained_path: str | Path, pretrained_role: str) -> pd.DataFrame:
-    """Table 6 layout, long form: ``dataset, label_frequency, mixture, delta`` (non-baseline mixtures)."""
+    """Table 6 layout, long form: ``dataset, label_frequency, mixture, delta`` (non-baseline mixtures);
+    delta = a mixture's mean top-1 over seeds minus the pre-trained model's top-1 (percentage points as
+    the tables store them)."""
     from ...data.classification import load_dataset
     from ...stats import read_runs
 
-    subjects = pd.read_parquet(captions_path)
+    subjects = released_subjects(pairs_path, captions_path)
     runs = read_runs(runs_path)
     pre = pd.read_csv(pretrained_path)
     pre = pre[(pre["metric"] == "top1") & (pre["role"] == pretrained_role)]
