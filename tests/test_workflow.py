@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import os
 import subprocess
 import sys
@@ -173,23 +174,40 @@ def test_demo_shards_are_complete_and_summarised(demo_run):
     assert len(logs) == len(shards)
 
 
-def test_paper_config_dry_run_against_fake_coco_root(repo, tmp_path):
-    """`snakemake -n all` under config/config.yaml builds the DAG for a COCO root of the right shape."""
+def test_paper_config_dry_run_at_paper_scale(repo, tmp_path):
+    """The paper config's DAG against a COCO root of val2017's shape (25,014 captions over 5,000 images): the
+    job counts that follow from the paper, and the paper's settings in the jobs' own config files."""
+    from counterfactory.config import load_config
     from counterfactory.testing import fake_coco_root, fake_evaluation_data
 
-    root = fake_coco_root(tmp_path / "coco", n_captions=165, n_images=30, width=64, height=64)
+    root = fake_coco_root(tmp_path / "coco", n_captions=25014, n_images=5000)
     fake_evaluation_data(tmp_path, repo / "config" / "config.yaml")
     override = tmp_path / "paper-test.yaml"
-    override.write_text(yaml.safe_dump({"coco_counterfactuals": {"data": {"coco_root": str(root)},
-                                                                 "captions": {"shard_size": 40}}}))
+    override.write_text(yaml.safe_dump({"coco_counterfactuals": {"data": {"coco_root": str(root)}}}))
     proc = snakemake(repo, tmp_path, "-n", "all", "--configfile", str(repo / "config" / "config.yaml"),
                      str(override), timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    out = proc.stdout + proc.stderr
-    # one caption job per shard of 40 captions (165 captions -> 5 jobs), never one per caption
-    assert out.count("rule caption_shard:") == 5
-    assert "rule caption_merge:" in out
-    assert out.count("rule train_run:") == 25 * 4  # B.3.2: 25 seeds x 4 mixtures
+    counts = job_counts(proc.stdout + proc.stderr)
+    paper = yaml.safe_load((repo / "config" / "config.yaml").read_text())["coco_counterfactuals"]
+    # §3.1: 25,014 captions, sharded (1,000 per caption job, 50 per image job), never one job per caption
+    assert counts["caption_shard"] == math.ceil(25014 / paper["captions"]["shard_size"]) == 26
+    assert counts["images_shard"] == math.ceil(25014 / paper["images"]["shard_size"]) == 501
+    # B.3.2: 4 mixtures x 25 seeds; §4.2 / §5.2: every evaluation model and dataset
+    assert counts["train_run"] == 4 * 25
+    ev = paper["evaluation"]
+    assert counts["eval_itr"] == len(ev["itr"]["models"]) and counts["eval_itm"] == len(ev["itm"]["models"])
+    assert counts["eval_classify"] == len(ev["classification"]["models"]) * 6  # Table 4: six datasets
+    assert set(paper["training"]["eval"]["classification"]) == set(ev["classification"]["datasets"])
+    assert counts["train_tables"] == 2 and counts["label_frequency"] == 1
+    # what the image jobs will run with (their job config files): §3.2 / B.1.2
+    jobs = [load_config([f]) for f in (tmp_path / ".snakemake/counterfactory/jobs").glob("*.yaml")]
+    images = [j for j in jobs if "images" in j]
+    assert len(images) == 1  # one settings file shared by all 501 image jobs
+    img = images[0]["images"]
+    assert img["candidates_per_pair"] == 100 and img["steps"] == 100
+    assert img["p_range"] == [0.1, 0.9] and img["guidance_range"] == [7.5, 15.0]
+    assert (img["filter"]["image_caption_min"], img["filter"]["image_image_min"], img["filter"]["direction_min"]) \
+        == (0.2, 0.7, 0.2)
 
 
 def test_rulegraph_renders(repo, tmp_path):
