@@ -19,19 +19,15 @@ from pathlib import Path
 from .config import ConfigView, digest, study_view, write_job_config
 
 
-def _key(cfg: dict) -> str:
-    return digest(cfg)
-
-
 @functools.lru_cache(maxsize=64)
-def _view_cached(key: str, text: str, study: str) -> ConfigView:
+def _view_cached(text: str, study: str) -> ConfigView:
     return study_view(json.loads(text), study)
 
 
 def view(cfg: dict, study: str) -> ConfigView:
-    """The study's view of the configuration (shared sections + the study's own at top level)."""
-    text = json.dumps(cfg, sort_keys=True, default=str)
-    return _view_cached(_key(cfg), text, study)
+    """The study's view of the configuration (shared sections + the study's own at top level); cached by
+    content, so input functions may call it for every job. Treat it as read-only."""
+    return _view_cached(json.dumps(cfg, sort_keys=True, default=str), study)
 
 
 def caption_json(study_cfg: dict) -> Path:
@@ -89,35 +85,30 @@ def run_config_arg(cfg: dict, folder: str | Path = ".snakemake/counterfactory/ru
     return f"--config {shlex.quote(str(path))}"
 
 
-def tiny_model_inputs(cfg: dict, *roles: str) -> list[str]:
-    """Local tiny-model folders among ``roles``' sources, so Snakemake builds them before use."""
-    tiny_dir = (cfg.get("tiny_models") or {}).get("out_dir")
-    if not tiny_dir:
-        return []
+def _sources(cfg: dict, roles) -> list[str]:
+    """Configured sources of ``roles`` (roles that are not configured are skipped)."""
     out = []
     for role in roles:
         entry = cfg["models"].get(role)
-        if entry is None:
-            continue
-        source = entry["source"] if isinstance(entry, dict) else entry
-        if source and Path(source).parent == Path(tiny_dir):
-            out.append(source)
+        if entry is not None:
+            out.append(entry["source"] if isinstance(entry, dict) else entry)
     return out
+
+
+def _is_tiny(cfg: dict, source: str) -> bool:
+    tiny_dir = (cfg.get("tiny_models") or {}).get("out_dir")
+    return bool(tiny_dir) and Path(source).parent == Path(tiny_dir)
+
+
+def tiny_model_inputs(cfg: dict, *roles: str) -> list[str]:
+    """Local tiny-model folders among ``roles``' sources, so Snakemake builds them before use."""
+    return [s for s in _sources(cfg, roles) if _is_tiny(cfg, s)]
 
 
 def local_model_inputs(cfg: dict, *roles: str) -> list[str]:
     """Every role among ``roles`` whose source is a local folder (tiny or not): declared as inputs so a
     swapped or rebuilt model folder reruns the jobs that use it."""
-    out = []
-    for role in roles:
-        entry = cfg["models"].get(role)
-        if entry is None:
-            continue
-        source = entry["source"] if isinstance(entry, dict) else entry
-        tiny_dir = (cfg.get("tiny_models") or {}).get("out_dir")
-        if tiny_dir and Path(source).parent == Path(tiny_dir) or Path(source).exists():
-            out.append(source)
-    return out
+    return [s for s in _sources(cfg, roles) if _is_tiny(cfg, s) or Path(s).exists()]
 
 
 def seed_pairs(training: dict) -> list[tuple[int, int]]:
