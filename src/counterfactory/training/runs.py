@@ -51,7 +51,8 @@ def write_mixtures(cfg: dict, pairs_path: str | Path, captions_path: str | Path,
     captions = pd.read_parquet(captions_path)
     image_dir = Path(cfg["data"]["coco_root"]) / cfg["data"]["split"]
     real = mx.real_table(captions, image_dir)
-    frames = {spec.name: mx.build_mixture(pairs, real, spec, section["random_state"], section["val_fraction"])
+    frames = {spec.name: mx.build_mixture(pairs, real, spec, section["random_state"], section["val_fraction"],
+                                          section.get("split_by", "sample"))
               for spec in mx.mixture_specs(section)}
     out_dir = Path(out_dir)
     for name, frame in frames.items():
