@@ -21,7 +21,7 @@ TRAIN_RUN_KEYS = (
 
 
 rule train_mixtures:
-    """B.3.1 mixture manifests (pairs kept together, reproducible 80/20 split)."""
+    """B.3.1 mixture manifests (real samples, counterfactual pairs or samples; reproducible 80/20 split)."""
     input:
         pairs=f"{S}/images/selected_pairs.parquet",
         captions=f"{S}/data/captions.parquet",
@@ -34,7 +34,9 @@ rule train_mixtures:
     conda:
         CONDA_ENV
     params:
-        config=job_config("training.random_state", "training.val_fraction", "training.mixtures", "data"),
+        config=job_config(
+            "training.random_state", "training.val_fraction", "training.split_by", "training.mixtures", "data"
+        ),
     shell:
         "counterfactory train mixtures {params.config} --pairs {input.pairs:q} --captions {input.captions:q}"
         " --out-dir {output.manifests:q} --summary {output.summary:q} > {log:q} 2>&1"

@@ -45,7 +45,7 @@ def register(sub) -> None:
                        description=__doc__)
     s = p.add_subparsers(dest="train_command", metavar="<step>")
     s.required = True
-    m = s.add_parser("mixtures", help="write the B.3.1 mixture manifests (pairs kept together, fixed split)")
+    m = s.add_parser("mixtures", help="write the B.3.1 mixture manifests (exact paper pool sizes, reproducible 80/20 split)")
     m.add_argument("--config", action="append", required=True, help="config YAML (repeat to merge)")
     m.add_argument("--pairs", required=True, help="selected_pairs.parquet from the image stage")
     m.add_argument("--captions", required=True, help="caption table parquet (the real MS-COCO captions)")
