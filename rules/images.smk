@@ -8,7 +8,7 @@ rule images_shard:
     """Over-generate candidate pairs, CLIP-filter them and keep the best by CLIP_dir, for one shard."""
     input:
         pairs=f"{S}/captions/counterfactual_captions.parquet",
-        models=model_inputs("sd", "clip_filter"),
+        models=model_inputs("sd", "clip_filter", "vae"),
     output:
         selected=f"{S}/images/shards/{{shard}}/selected_pairs.parquet",
         scores=f"{S}/images/shards/{{shard}}/candidate_scores.parquet",
@@ -27,7 +27,7 @@ rule images_shard:
         gpu=GPU,
         hpu=HPU,
     params:
-        config=job_config("images", "seed", "models.sd", "models.clip_filter", *DEVICE_KEYS),
+        config=job_config("images", "seed", "models.sd", "models.clip_filter", "models.vae", *DEVICE_KEYS),
         out_dir=lambda wildcards, output: Path(output.selected).parent,
     shell:
         "counterfactory images generate {params.config} --pairs {input.pairs:q} --shard {wildcards.shard}"

@@ -208,7 +208,7 @@ def test_perplexity_prefers_fluent_text_with_real_tiny_lm(tmp_path):
     tiny.build("lm", tmp_path)
     model = AutoModelForCausalLM.from_pretrained(tmp_path / "lm")
     tok = AutoTokenizer.from_pretrained(tmp_path / "lm")
-    scorer = cap.CausalLMPerplexity(model, tok)
+    scorer = cap.CausalLMPerplexity(model, tok, prepend_bos=True)   # our BOS variant
     texts = ["A dog sits on the table.", "A cat."]
     got = scorer.perplexity(texts)
     for text, value in zip(texts, got):
@@ -216,6 +216,54 @@ def test_perplexity_prefers_fluent_text_with_real_tiny_lm(tmp_path):
         with torch.no_grad():
             loss = model(input_ids=ids, labels=ids).loss.item()
         assert math.isclose(value, math.exp(loss), rel_tol=1e-4)
+
+
+def test_perplexity_without_bos_as_the_reference_code(tmp_path):
+    """The paper config (B.1.1 / reference code): no BOS, token 1 unscored, exp(mean NLL of tokens 2..n),
+    computed here independently from the logits of each text alone (no padding). A 1-token text has no
+    scored token: NaN."""
+    torch = pytest.importorskip("torch")
+    from counterfactory.models import tiny
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tiny.build("lm", tmp_path)
+    model = AutoModelForCausalLM.from_pretrained(tmp_path / "lm").eval()
+    tok = AutoTokenizer.from_pretrained(tmp_path / "lm")
+    assert cap.CausalLMPerplexity(model, tok).prepend_bos is False          # the default is the paper's
+    scorer = cap.CausalLMPerplexity(model, tok, prepend_bos=False)
+    texts = ["A dog sits on the table.", "A cat.", "Two people ride bikes down a busy street."]
+    one = "."
+    assert len(tok(one, add_special_tokens=False)["input_ids"]) == 1
+    got = scorer.perplexity(texts + [one])       # batched with padding, the 1-token text included
+    for text, value in zip(texts, got):
+        ids = tok(text, add_special_tokens=False)["input_ids"]
+        assert ids[0] != tok.bos_token_id and len(ids) >= 2
+        with torch.no_grad():
+            logits = model(input_ids=torch.tensor([ids])).logits[0].double()
+        nlls = [-torch.log_softmax(logits[k - 1], -1)[ids[k]].item() for k in range(1, len(ids))]
+        assert math.isclose(value, math.exp(sum(nlls) / len(nlls)), rel_tol=1e-4)
+    assert math.isnan(got[-1])
+    bos = cap.CausalLMPerplexity(model, tok, prepend_bos=True).perplexity(texts)
+    assert not np.allclose(bos, got[:-1])        # the two variants differ
+
+
+def test_undefined_perplexity_is_rejected_with_a_reason():
+    """A candidate whose perplexity is NaN (e.g. 1 token without BOS) is rejected, never ranked first."""
+    masker = FakeMasker({"A <mask> on a table.": [("cat", True), ("dog", True)]})
+    ppl = TablePerplexity({"A cat on a table.": math.nan, "A dog on a table.": 50.0})
+    res = cap.edit_captions([{"caption_id": "1_0", "caption": "A zebra on a table."}], fake_tagger, masker,
+                            TableSimilarity({}), ppl)
+    assert [r["counterfactual"] for r in res.accepted] == ["A dog on a table."]
+    bad = [r for r in res.rejected if r["reason"] == cap.PERPLEXITY_UNDEFINED]
+    assert [r["candidate"] for r in bad] == ["A cat on a table."]
+    assert res.counts["rejected_by_reason"][cap.PERPLEXITY_UNDEFINED] == 1
+
+
+def test_configs_score_perplexity_as_the_reference_code(repo):
+    from counterfactory.config import load_config
+
+    for name in ("config.yaml", "demo.yaml"):
+        assert load_config([repo / "config" / name])["captions"]["perplexity_prepend_bos"] is False
 
 
 # --------------------------------------------------------------------------- bad input captions

@@ -38,13 +38,14 @@ def models(tmp_path_factory):
     from counterfactory.models import tiny
 
     out = tmp_path_factory.mktemp("tiny_vision")
-    return {role: str(tiny.build(role, out)) for role in ("sd", "clip_filter")}
+    return {role: str(tiny.build(role, out)) for role in ("sd", "clip_filter", "vae")}
 
 
 def _cfg(models, **images):
     img = {"shard_size": 3, "candidates_per_pair": 3, "batch_size": 2, "steps": 2, "height": 32, "width": 32}
     img.update(images)
-    overrides = {"models": {"sd": {"source": models["sd"]}, "clip_filter": {"source": models["clip_filter"]}},
+    overrides = {"models": {"sd": {"source": models["sd"]}, "clip_filter": {"source": models["clip_filter"]},
+                            "vae": {"source": models["vae"]}},
                  "images": img}
     return load_config([REPO / "config" / "demo.yaml"], overrides)
 
@@ -292,3 +293,46 @@ def test_model_identification_failure_is_an_error(tmp_path, cfg, engine, scorer,
     monkeypatch.setattr(registry, "configured_models", broken)
     with pytest.raises(CounterFactoryError, match="cannot identify"):
         _run(cfg, _write_pairs(tmp_path / "pairs.parquet"), 0, tmp_path / "out", engine, scorer)
+
+
+# --------------------------------------------------------------------------- the optional vae role
+
+def _without_vae(cfg) -> dict:
+    plain = json.loads(json.dumps(dict(cfg)))
+    del plain["models"]["vae"]
+    return plain
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_vae_role_decodes_and_keys_the_cache(tmp_path, models, cfg, engine):
+    """The configured ``vae`` is the engine's decoder (not the sd folder's own VAE), and its content
+    fingerprint is part of the resume-cache key and the shard config digest; absent, nothing changes."""
+    import torch
+    from diffusers import AutoencoderKL
+
+    from counterfactory.generation import shards
+    from counterfactory.models import registry
+
+    role_vae = AutoencoderKL.from_pretrained(models["vae"])
+    pipe_vae = AutoencoderKL.from_pretrained(Path(models["sd"]) / "vae")
+    mine = engine.vae.state_dict()
+    for name, tensor in role_vae.state_dict().items():
+        torch.testing.assert_close(mine[name], tensor)
+    assert any(not torch.equal(mine[n], t) for n, t in pipe_vae.state_dict().items())
+
+    assert shards.model_roles(cfg) == ("sd", "clip_filter", "vae")
+    ctx = shards._shard_context(cfg)
+    assert ctx.models["vae"]["fingerprint"] == registry.fingerprint(models["vae"])
+    row = {"caption_id": "1_0", "original": "A cat.", "counterfactual": "A dog."}
+    other = shards._shard_context(cfg)
+    other.models = {**other.models, "vae": {**other.models["vae"], "fingerprint": "0" * 64}}
+    assert shards._caption_fingerprint(ctx, row) != shards._caption_fingerprint(other, row)
+
+    plain = _without_vae(cfg)
+    assert shards.model_roles(plain) == ("sd", "clip_filter")
+    assert "vae" not in shards._shard_context(plain).models
+    assert shards.images_config_digest(plain) != shards.images_config_digest(cfg)
+    own = build_engine(plain)
+    for name, tensor in pipe_vae.state_dict().items():
+        torch.testing.assert_close(own.vae.state_dict()[name], tensor)
+    own.close()

@@ -121,7 +121,7 @@ def test_controller_row_plan():
     c.set_step(0, 4)            # 0 < 0.5 for candidate 0 only; rows = [u00 u01 u10 u11 c00 c01 c10 c11]
     assert c.self_src.tolist() == [0, 0, 2, 3, 4, 4, 6, 7]
     assert c.cross_src is None
-    c.set_step(2, 4)            # 0.5 < 0.5 is false
+    c.set_step(2, 4)            # ip2p fraction 2/3 < 0.5 is false
     assert c.self_src is None
     h = AttentionController("hertz_cross", self_fraction=0.3)
     h.configure(2, 3, [1.0, 0.2], maps=torch.eye(77).expand(3, 77, 77))
@@ -305,3 +305,103 @@ def test_engine_module_is_a_thin_reexport_of_the_split_modules():
     import inspect
 
     assert not [n for n, o in vars(compat).items() if inspect.isfunction(o) and o.__module__ == compat.__name__]
+
+
+# ----------------------------------------------------------------------------- the ip2p copy window
+
+def _expected_copy_steps(p: float, total: int) -> int:
+    """Steps 0..n-1 copy self-attention, n written independently of the code: InstructPix2Pix's
+    generator copies at step index i iff p > i / (T - 1) (exact rational arithmetic here)."""
+    from fractions import Fraction
+
+    if total == 1:
+        return int(p > 0)
+    return sum(1 for i in range(total) if Fraction(i, total - 1) < Fraction(p))
+
+
+@pytest.mark.parametrize("p, total, last", [
+    (0.1, 100, 9), (0.5, 100, 49), (0.9, 100, 89), (0.333, 100, 32),   # 0.333 * 99 = 32.967
+    (0.5, 5, 1),                 # 2/4 = 0.5 is not < 0.5: strict comparison; so p = 1 skips the last step
+    (0.5, 3, 0), (0.5, 11, 4), (1.0, 10, 8), (0.0, 10, -1), (0.75, 2, 0), (0.3, 1, 0),
+])
+def test_ip2p_copy_window_boundary(p, total, last):
+    """The last step index at which the edited branch copies the base self-attention."""
+    from counterfactory.generation.p2p import ip2p_active
+
+    assert _expected_copy_steps(p, total) - 1 == last
+    c = AttentionController("ip2p_self")
+    c.configure(n_candidates=1, group_size=2, p=[p])
+    on = []
+    for i in range(total):
+        c.set_step(i, total)
+        on.append(c.self_src is not None)
+        assert ip2p_active(i, total, p) == on[-1]
+    assert on == [i <= last for i in range(total)]
+    with pytest.raises(ValueError):
+        c.set_step(total, total)
+
+
+def test_engine_uses_the_ip2p_window(engine, monkeypatch):
+    """In the sampler loop (3 steps), p = 0.5 copies at step 0 only (1/2 is not < 0.5; the old i/T rule
+    would also have copied at step 1); p = 0.51 copies at steps 0 and 1."""
+    active = []
+    real = engine.controller.set_step
+
+    def spy(step, total):
+        real(step, total)
+        active.append((step, engine.controller.self_src is not None))
+
+    monkeypatch.setattr(engine.controller, "set_step", spy)
+    cands = _cands("window", 1, engine.settings)
+    engine.generate([ORIGINAL, EDITED], cands, p_override=[0.5])
+    assert active == [(0, True), (1, False), (2, False)]
+    active.clear()
+    engine.generate([ORIGINAL, EDITED], cands, p_override=[0.51])
+    assert active == [(0, True), (1, True), (2, False)]
+
+
+# ----------------------------------------------------------------------------- the vae role
+
+@pytest.fixture(scope="module")
+def vae_dir(tmp_path_factory):
+    from counterfactory.models import tiny
+
+    return tiny.build("vae", tmp_path_factory.mktemp("tiny_vae"))
+
+
+@torch.no_grad()
+def test_configured_vae_decodes_instead_of_the_pipelines(sd_dir, vae_dir):
+    """With a ``vae`` the images are that VAE's decoding of the latents; the pipeline's VAE is unused."""
+    from diffusers import AutoencoderKL
+
+    vae = AutoencoderKL.from_pretrained(vae_dir)
+    own = P2PEngine(_pipe(sd_dir), _settings())
+    pipe = _pipe(sd_dir)
+
+    def unused(*a, **k):
+        raise AssertionError("the pipeline's own VAE was used")
+
+    pipe.vae.decode = unused
+    swapped = P2PEngine(pipe, _settings(), vae=vae)
+    assert swapped.vae is vae
+    cands = _cands("vae", 2, own.settings)
+    a = own.generate([ORIGINAL, EDITED], cands)
+    b = swapped.generate([ORIGINAL, EDITED], cands)
+    np.testing.assert_array_equal(a.latents, b.latents)          # same sampling, different decoder
+    assert not np.array_equal(a.images, b.images)
+    lat = torch.from_numpy(b.latents.reshape(-1, *b.latents.shape[2:]))
+    x = vae.decode(lat / vae.config.scaling_factor).sample
+    expected = ((x / 2 + 0.5).clamp(0, 1).permute(0, 2, 3, 1).numpy() * 255).round().astype(np.uint8)
+    np.testing.assert_array_equal(b.images.reshape(expected.shape), expected)
+    own.close()
+    swapped.close()
+
+
+def test_vae_with_wrong_latent_channels_is_a_config_error(sd_dir):
+    from diffusers import AutoencoderKL
+
+    from counterfactory.errors import ConfigError
+
+    bad = AutoencoderKL(latent_channels=3, block_out_channels=(8,), norm_num_groups=8)
+    with pytest.raises(ConfigError, match="latent channels"):
+        P2PEngine(_pipe(sd_dir), _settings(), vae=bad)

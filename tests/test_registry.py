@@ -297,3 +297,31 @@ def test_hub_id_in_the_hf_cache_records_commit_and_checks_blobs(tmp_path, monkey
     assert [Path(p["path"]).name for p in report["problems"]] == ["model.safetensors"]
     assert "re-download" in report["fix"] and "org/toy" in report["fix"]
     assert registry.configured_models(cfg)["mlm"]["fingerprint"] != info["fingerprint"]
+
+
+def test_vae_role_loads_an_autoencoder_from_the_tiny_folder(tmp_path, monkeypatch, repo):
+    """The optional ``vae`` role: diffusers' ``AutoencoderKL.from_pretrained`` (no remote code), a tiny
+    builder whose latent channels match the tiny sd, identity by content; the configs name it."""
+    import diffusers
+
+    from counterfactory.config import load_config
+    from counterfactory.models import tiny
+
+    assert registry.DEFAULT_LIBRARY["vae"] == "diffusers" and "vae" in tiny.builders()
+    folder = tiny.build("vae", tmp_path)
+    calls = []
+    real = diffusers.AutoencoderKL.from_pretrained.__func__
+
+    def spy(cls, *args, **kwargs):
+        calls.append(kwargs)
+        return real(cls, *args, **kwargs)
+
+    monkeypatch.setattr(diffusers.AutoencoderKL, "from_pretrained", classmethod(spy))
+    vae = registry.load({"models": {"vae": {"source": str(folder)}}}, "vae")
+    assert type(vae).__name__ == "AutoencoderKL" and vae.config.latent_channels == 4
+    assert calls and all("trust_remote_code" not in kw for kw in calls)
+    assert registry.loaded_models()["vae"]["fingerprint"] == registry.fingerprint(folder)
+    paper = load_config([repo / "config" / "config.yaml"])
+    demo = load_config([repo / "config" / "demo.yaml"])
+    assert paper["models"]["vae"]["source"] == "stabilityai/sd-vae-ft-mse"
+    assert demo["models"]["vae"]["source"] == "resources/models/tiny/vae"

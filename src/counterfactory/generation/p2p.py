@@ -9,19 +9,26 @@ One UNet call denoises ``B`` *candidates*, each a *group* of ``G`` prompts: memb
 
     row = half · (B·G) + b · G + g        half 0 = unconditional, half 1 = conditional
 
-Control modes (per candidate ``b`` with its own fraction ``p_b``; step ``i`` of ``T``, fraction ``i/T``)
+Control modes (per candidate ``b`` with its own fraction ``p_b``; step index ``i = 0..T-1`` of ``T``)
 --------------------------------------------------------------------------------------------------
 ``ip2p_self``
     InstructPix2Pix's variant (Brooks et al. 2023, used by COCO-Counterfactuals §3.2 / B.1.2):
-    while ``i/T < p_b`` every edited member's **self-attention** probabilities are replaced by the
-    base member's (same candidate, same CFG half; both halves are controlled). The edited member
-    still attends over its *own* values, so only the spatial layout is shared.
+    while ``i/(T-1) < p_b`` (strict; :func:`ip2p_active`) every edited member's **self-attention**
+    probabilities are replaced by the base member's (same candidate, same CFG half; both halves are
+    controlled). The edited member still attends over its *own* values, so only the spatial layout is
+    shared. The step fraction is InstructPix2Pix's generator's (``dataset_creation/
+    generate_img_dataset.py``, ``sample_euler_ancestral``: copy at step ``i`` iff
+    ``threshold > i / (len(sigmas) - 2)`` with ``len(sigmas) = T + 1``), so the last step has fraction
+    1 and e.g. T = 100, p = 0.333 copies at steps 0..32 (33 steps; ``i/T`` would give 34). For T = 1
+    the only step has fraction 0.
 ``hertz_cross``
     Hertz et al. (2022) word swap: while ``i/T < p_b`` every edited member's **cross-attention**
     probabilities (conditional half only; the unconditional prompts are identical) are the base
     member's, carried over to the edited prompt's tokens by :func:`token_alignment` so that swapped
     words of different token lengths line up. Optionally self-attention is also copied while
-    ``i/T < self_fraction`` (a fixed fraction, 0 by default).
+    ``i/T < self_fraction`` (a fixed fraction, 0 by default). This mode deliberately keeps the
+    ``i/T`` fraction (:func:`step_fraction`): it is our own approximation of Hertz et al.'s step
+    window, not InstructPix2Pix's rule, and no paper config uses it.
 ``none``
     No attention control (the members only share the initial latent and the sampler noise).
 
@@ -47,6 +54,22 @@ import torch
 import torch.nn.functional as F
 
 MODES = ("ip2p_self", "hertz_cross", "none")
+
+
+def ip2p_fraction(step: int, total: int) -> float:
+    """InstructPix2Pix's step fraction ``step / (total - 1)`` (0 for a single step)."""
+    return step / (total - 1) if total > 1 else 0.0
+
+
+def ip2p_active(step: int, total: int, p: float) -> bool:
+    """Whether InstructPix2Pix's Prompt-to-Prompt copies self-attention at step index ``step`` of
+    ``total``: ``p > step / (total - 1)`` (strict), as in its generator's ``sample_euler_ancestral``."""
+    return p > ip2p_fraction(step, total)
+
+
+def step_fraction(step: int, total: int) -> float:
+    """The ``step / total`` fraction of the ``hertz_cross`` mode (our own choice)."""
+    return step / total
 
 
 
@@ -145,10 +168,13 @@ class AttentionController:
         return 2 * self.n_candidates * self.group_size
 
     def set_step(self, step: int, total: int) -> None:
-        """Activate control for the candidates whose fraction exceeds ``step / total``."""
+        """Activate control for step index ``step`` (0-based) of ``total``: ``ip2p_self`` copies for the
+        candidates with ``p > step / (total - 1)`` (:func:`ip2p_active`), ``hertz_cross`` for
+        ``p > step / total`` (:func:`step_fraction`)."""
         if self.n_candidates == 0:
             return
-        frac = step / total
+        if not 0 <= step < total:
+            raise ValueError(f"step index {step} outside 0..{total - 1}")
         b, g = self.n_candidates, self.group_size
         rows = torch.arange(self.rows)
         base_rows = rows - (rows % g)                 # row of member 0 of the same candidate and half
@@ -158,8 +184,9 @@ class AttentionController:
         self_on = torch.zeros(b, dtype=torch.bool)
         cross_on = torch.zeros(b, dtype=torch.bool)
         if self.mode == "ip2p_self":
-            self_on = frac < self.p
+            self_on = torch.tensor([ip2p_active(step, total, float(p)) for p in self.p], dtype=torch.bool)
         elif self.mode == "hertz_cross":
+            frac = step_fraction(step, total)
             cross_on = frac < self.p
             self_on = torch.full((b,), frac < self.self_fraction, dtype=torch.bool)
         self._on_device = {}

@@ -99,14 +99,25 @@ class P2PEngine:
     """Batched Prompt-to-Prompt sampler around a diffusers ``StableDiffusionPipeline``."""
 
     def __init__(self, pipe, settings: GenerationSettings, device: torch.device | str = "cpu",
-                 dtype: torch.dtype = torch.float32):
+                 dtype: torch.dtype = torch.float32, vae=None):
+        """``vae``: an ``AutoencoderKL`` that replaces the pipeline's own for decoding (the ``vae``
+        model role; the InstructPix2Pix generator decoded with SD's fine-tuned MSE VAE); None = the
+        pipeline's VAE."""
         import diffusers
 
         self.settings = settings
         self.device = torch.device(device)
         self.dtype = dtype
         self.unet = _place(pipe.unet, self.device, dtype)
-        self.vae = _place(pipe.vae, self.device, dtype)
+        if vae is not None:
+            latent = getattr(vae.config, "latent_channels", None)
+            if latent != pipe.unet.config.in_channels:
+                raise ConfigError(
+                    f"models.vae: the VAE has {latent} latent channels but the sd UNet takes "
+                    f"{pipe.unet.config.in_channels}. Fix: use a VAE made for this Stable Diffusion model"
+                )
+        #: the decoder: the ``vae`` role when given, else the pipeline's own
+        self.vae = _place(vae if vae is not None else pipe.vae, self.device, dtype)
         self.text_encoder = _place(pipe.text_encoder, self.device, dtype)
         self.tokenizer = pipe.tokenizer
         self.scheduler_cls = getattr(diffusers, SCHEDULERS[settings.scheduler])
@@ -232,10 +243,12 @@ def _place(module, device: torch.device, dtype: torch.dtype):
 
 
 def build_engine(cfg: dict) -> P2PEngine:
-    """Load the ``sd`` role and wrap it (device/precision from :func:`counterfactory.device.from_config`)."""
+    """Load the ``sd`` role (and the optional ``vae`` role, which then decodes instead of the
+    pipeline's own VAE) and wrap it (device/precision from :func:`counterfactory.device.from_config`)."""
     from ..device import from_config
     from ..models import registry
 
     device, dtype = from_config(cfg)
     pipe = registry.load(cfg, "sd")
-    return P2PEngine(pipe, GenerationSettings.from_config(cfg.get("images", {})), device, dtype)
+    vae = registry.load(cfg, "vae") if (cfg.get("models") or {}).get("vae") else None
+    return P2PEngine(pipe, GenerationSettings.from_config(cfg.get("images", {})), device, dtype, vae=vae)

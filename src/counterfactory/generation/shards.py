@@ -4,7 +4,8 @@ assembly into tables and images, and the merge of shards.
 The shard runner (:func:`run_shard`) caches each finished caption atomically in the shard's work
 folder, so a killed job that is rerun skips finished captions and writes byte-identical outputs.
 Every shard summary records ``config_digest`` (:func:`images_config_digest`: sha256 over the
-``images`` section, ``seed`` and the ``sd`` / ``clip_filter`` model entries); :func:`merge_shards`
+``images`` section, ``seed`` and the ``sd`` / ``clip_filter`` (and, when configured, ``vae``) model
+entries); :func:`merge_shards`
 refuses shards whose digests differ.
 """
 
@@ -31,6 +32,8 @@ log = logging.getLogger(__name__)
 PAIR_COLUMNS = ("caption_id", "source_index", "original", "counterfactual")
 OPTIONAL_COLUMNS = ("image_id", "original_word", "new_word", "position", "similarity", "perplexity")
 MODEL_ROLES = ("sd", "clip_filter")
+#: roles the image stage uses only when configured (``vae``: decoder replacing the pipeline's own)
+OPTIONAL_MODEL_ROLES = ("vae",)
 _ID_PATTERN = re.compile(r"^[A-Za-z0-9_.-]+$")
 
 SCORE_SCHEMA = {
@@ -142,18 +145,27 @@ def _shard_context(cfg: dict) -> ShardContext:
         keep_all_images=bool(images.get("save_all_candidates", False)),
     )
     # identifying the models (content fingerprints) must succeed: the resume cache depends on it
-    models = registry.configured_models(cfg, roles=MODEL_ROLES)
+    models = registry.configured_models(cfg, roles=model_roles(cfg))
     return ShardContext(cfg=cfg, settings=settings, thresholds=FilterThresholds.from_config(filt),
                         selection=selection, n_candidates=int(images.get("candidates_per_pair", 100)),
                         global_seed=int(cfg.get("seed", 0)), models=models)
 
 
+def model_roles(cfg: dict) -> tuple[str, ...]:
+    """The model roles the image stage depends on: ``sd``, ``clip_filter`` and each configured optional
+    role (``vae``). An absent optional role is left out, so configs without it keep their digests and
+    resume-cache keys."""
+    models = cfg.get("models") or {}
+    return MODEL_ROLES + tuple(r for r in OPTIONAL_MODEL_ROLES if models.get(r))
+
+
 def images_config_digest(cfg: dict) -> str:
-    """sha256 over the canonical JSON of the ``images`` section, ``seed`` and the ``sd`` and
-    ``clip_filter`` model entries: shards with different digests must not be merged."""
+    """sha256 over the canonical JSON of the ``images`` section, ``seed`` and the ``sd``,
+    ``clip_filter`` (and configured ``vae``) model entries: shards with different digests must not
+    be merged."""
     from ..io import config_digest
 
-    return config_digest(cfg, sections=("images", "seed"), model_roles=MODEL_ROLES)
+    return config_digest(cfg, sections=("images", "seed"), model_roles=model_roles(cfg))
 
 
 def _caption_fingerprint(ctx: ShardContext, row: dict) -> str:

@@ -54,6 +54,7 @@ DEFAULT_LIBRARY = {
     "lm": "transformers",
     "sentence": "sentence_transformers",
     "sd": "diffusers",
+    "vae": "diffusers",
     "sd_inpaint": "diffusers",
     "gligen": "diffusers",
     "clip_filter": "transformers",
@@ -667,6 +668,15 @@ def _load_sd(spec: ModelSpec, kw: dict):
     return StableDiffusionPipeline.from_pretrained(
         _src(spec), safety_checker=None, requires_safety_checker=False, **_hf_kwargs(spec)
     )
+
+
+@register_loader("vae")
+def _load_vae(spec: ModelSpec, kw: dict):
+    """``AutoencoderKL`` that decodes the ``sd`` role's latents instead of the pipeline's own VAE
+    (the paper config: ``stabilityai/sd-vae-ft-mse``, as InstructPix2Pix's generator)."""
+    from diffusers import AutoencoderKL
+
+    return AutoencoderKL.from_pretrained(_src(spec), **_hf_kwargs(spec)).eval()
 
 
 # loaders of the evaluation roles (ITM families, open_clip) register themselves on import

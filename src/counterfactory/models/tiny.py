@@ -175,12 +175,30 @@ def clip_tokenizer(max_length: int = 77):
     return tok
 
 
+def build_vae(out: Path, seed: int = 0) -> None:
+    """Tiny ``AutoencoderKL`` for the ``vae`` role: the architecture of the tiny ``sd``'s own VAE
+    (4 latent channels, 4 levels, so it decodes the tiny UNet's latents) with different random
+    weights (seed + 7), so decoding with it visibly differs from decoding with the pipeline's VAE."""
+    import torch
+    from diffusers import AutoencoderKL
+
+    from .tiny_vision import TINY_IMAGE_SIZE
+
+    torch.manual_seed(seed + 7)
+    vae = AutoencoderKL(
+        in_channels=3, out_channels=3, latent_channels=4, block_out_channels=(8, 16, 32, 32),
+        down_block_types=("DownEncoderBlock2D",) * 4, up_block_types=("UpDecoderBlock2D",) * 4,
+        layers_per_block=1, norm_num_groups=8, sample_size=TINY_IMAGE_SIZE,
+    )
+    vae.save_pretrained(out, safe_serialization=True)
+
+
 def builders() -> dict[str, Callable[[Path, int], None]]:
-    """Every role that has a tiny builder (text roles here, image and evaluation roles beside)."""
+    """Every role that has a tiny builder (text roles and ``vae`` here, image and evaluation roles beside)."""
     from . import tiny_eval, tiny_vision
 
-    return {"mlm": build_mlm, "lm": build_lm, "sentence": build_sentence, **tiny_vision.BUILDERS,
-            **tiny_eval.BUILDERS}
+    return {"mlm": build_mlm, "lm": build_lm, "sentence": build_sentence, "vae": build_vae,
+            **tiny_vision.BUILDERS, **tiny_eval.BUILDERS}
 
 
 def build(role: str, out_dir: str | Path, seed: int = 0, force: bool = False) -> Path:

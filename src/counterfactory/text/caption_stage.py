@@ -85,7 +85,9 @@ def build_models(cfg: dict, settings: cap.EditSettings):
     return (
         cap.HFFillMasker(mlm, mlm_tok, device=device),
         cap.SentenceSimilarity(sentence, batch_size=settings.batch_size),
-        cap.CausalLMPerplexity(lm, lm_tok, device=device, prepend_bos=cfg["captions"]["perplexity_prepend_bos"]),
+        # B.1.1 / reference code: no BOS, first token unscored (false); true = our BOS variant
+        cap.CausalLMPerplexity(lm, lm_tok, device=device,
+                               prepend_bos=bool(cfg["captions"].get("perplexity_prepend_bos", False))),
     )
 
 

@@ -10,7 +10,11 @@ For each original caption:
    (NN/NNS/NNP);
 4. keep candidates whose sentence similarity to the original lies in ``(similarity_low,
    similarity_high]`` = (0.8, 0.91];
-5. score the survivors' perplexity with a causal LM and keep the lowest (one per caption).
+5. score the survivors' perplexity with a causal LM and keep the lowest (one per caption). The paper
+   config scores as the reference code does (:class:`CausalLMPerplexity` with ``prepend_bos=False``):
+   no BOS token, the first token is not scored, perplexity = exp(mean NLL of tokens 2..n). A candidate
+   whose perplexity is undefined (a single LM token without BOS: nothing to score) is rejected with
+   reason ``perplexity_undefined`` rather than ranked.
 
 Every rejected candidate is kept with the reason, so the filter funnel can be audited.
 
@@ -46,8 +50,9 @@ SIMILARITY_ABOVE = "similarity_above_high"
 NOT_LOWEST_PERPLEXITY = "not_lowest_perplexity"
 EMPTY_CAPTION = "empty_caption"   # caption-level: missing, NaN, non-text or blank caption
 TOO_LONG = "too_long"             # caption (or candidate) longer than the MLM's / LM's positions
+PERPLEXITY_UNDEFINED = "perplexity_undefined"  # no scored token (1-token candidate without BOS): NaN
 REASONS = (NOT_WHOLE_WORD, SAME_WORD, DUPLICATE, TOKEN_COUNT_CHANGED, NOT_NOUN, SIMILARITY_BELOW,
-           SIMILARITY_ABOVE, NOT_LOWEST_PERPLEXITY, EMPTY_CAPTION, TOO_LONG)
+           SIMILARITY_ABOVE, NOT_LOWEST_PERPLEXITY, EMPTY_CAPTION, TOO_LONG, PERPLEXITY_UNDEFINED)
 
 
 @dataclass(frozen=True)
@@ -313,6 +318,9 @@ def edit_captions(
         ppls.extend(float(x) for x in perplexity.perplexity([c for _, _, c, _ in batch]))
     by_caption: dict[int, list] = {}
     for (site, fill, cand, sim), ppl in zip(in_band, ppls):
+        if not math.isfinite(ppl):
+            reject(site, fill, cand, PERPLEXITY_UNDEFINED, similarity=sim, perplexity=ppl)
+            continue
         by_caption.setdefault(site.caption_key, []).append((ppl, site.position, fill.rank, site, fill, cand, sim))
     for key in range(len(captions)):
         ranked = sorted(by_caption.get(key, []), key=lambda r: r[:3])
@@ -411,12 +419,16 @@ class SentenceSimilarity:
 
 
 class CausalLMPerplexity:
-    """Perplexity exp(mean token NLL) under a causal LM (GPT-2 large in the paper), batched.
+    """Perplexity exp(mean token NLL) under a causal LM (GPT-2 large in the paper, B.1.1), batched.
 
-    With ``prepend_bos`` the text is conditioned on the LM's BOS token so the first word is scored too.
+    ``prepend_bos=False`` (the paper config, as the reference code scores): the text's own tokens
+    ``t_1..t_n`` without BOS; ``t_1`` is only context, perplexity = exp(mean of -log P(t_k | t_<k) for
+    k = 2..n). A 1-token text has nothing to score: its perplexity is NaN (the caption logic rejects it
+    as ``perplexity_undefined``). ``prepend_bos=True`` (our option): the text is conditioned on the
+    LM's BOS token so the first word is scored too (mean over k = 1..n).
     """
 
-    def __init__(self, model, tokenizer, device="cpu", prepend_bos: bool = True):
+    def __init__(self, model, tokenizer, device="cpu", prepend_bos: bool = False):
         self.model, self.tokenizer, self.device, self.prepend_bos = model.to(device), tokenizer, device, prepend_bos
         self.max_tokens = max_positions(model, tokenizer)
 
@@ -442,7 +454,9 @@ class CausalLMPerplexity:
             logits = self.model(input_ids=ids, attention_mask=mask).logits.float()
         logp = torch.log_softmax(logits[:, :-1], dim=-1).gather(-1, ids[:, 1:, None]).squeeze(-1)
         valid = mask[:, 1:].float()
-        nll = -(logp * valid).sum(1) / valid.sum(1).clamp(min=1)
+        count = valid.sum(1)
+        nll = -(logp * valid).sum(1) / count.clamp(min=1)
+        nll = torch.where(count > 0, nll, torch.full_like(nll, float("nan")))  # nothing scored: undefined
         return torch.exp(nll).cpu().numpy()
 
 
