@@ -10,10 +10,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
 from counterfactory.data.classification import (ImageList, dataset_input_files, load_dataset, read_caltech101,
                                                 read_caltech256, read_cifar10, read_cifar100, read_food101,
-                                                read_imagenet, read_imagenet_class_index, readable)
+                                                read_imagenet, read_imagenet_class_index, readable,
+                                                resolve_class_names)
+from counterfactory.data.classification import ZEROSHOT
 from counterfactory.errors import ConfigError, InputError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -84,19 +87,83 @@ def test_food101_missing_image(tmp_path):
         read_food101(root)
 
 
-def test_caltech101_skips_background():
+def test_caltech101_background_is_a_class_by_default():
+    """CLIP's Caltech101 has 102 classes (BACKGROUND_Google included); torchvision's 101 on request."""
     ds = read_caltech101(FIX / "caltech101")
-    assert ds.class_ids == ["Faces_easy", "accordion", "car_side"]
-    assert ds.classes == ["Faces easy", "accordion", "car side"]
-    assert len(ds) == 6
-    assert not any("BACKGROUND_Google" in str(p) for p in ds.images.paths)
+    assert ds.class_ids == ["BACKGROUND_Google", "Faces_easy", "accordion", "car_side"]   # sorted folder order
+    assert ds.classes == ["BACKGROUND Google", "Faces easy", "accordion", "car side"]
+    assert len(ds) == 8 and ds.labels.tolist() == [0, 0, 1, 1, 2, 2, 3, 3]
+    assert all(Path(ds.images.paths[i]).parent.name == ds.class_ids[y] for i, y in enumerate(ds.labels))
+    no_bg = read_caltech101(FIX / "caltech101", background_class=False)
+    assert no_bg.class_ids == ["Faces_easy", "accordion", "car_side"] and len(no_bg) == 6
+    assert not any("BACKGROUND_Google" in str(p) for p in no_bg.images.paths)
+    mapped = load_dataset("C101", {"format": "caltech101", "root": str(FIX / "caltech101"),
+                                   "class_names": "builtin:caltech101"})
+    assert mapped.classes == ["background", "centered face", "accordion", "side of a car"]
 
 
-def test_caltech256_strips_prefix_and_skips_clutter():
+def test_caltech256_strips_prefix_and_keeps_clutter():
     ds = read_caltech256(FIX / "caltech256" / "256_ObjectCategories")
-    assert ds.class_ids == ["ak47", "american-flag", "airplanes-101"]
-    assert ds.classes == ["ak47", "american flag", "airplanes"]
-    assert len(ds) == 6 and not any("257.clutter" in str(p) for p in ds.images.paths)
+    assert ds.class_ids == ["ak47", "american-flag", "airplanes-101", "clutter"]
+    assert ds.classes == ["ak47", "american flag", "airplanes", "clutter"]
+    assert len(ds) == 8 and sum("257.clutter" in str(p) for p in ds.images.paths) == 2
+    assert ds.labels.tolist() == [0, 0, 1, 1, 2, 2, 3, 3]
+    no_clutter = read_caltech256(FIX / "caltech256" / "256_ObjectCategories", background_class=False)
+    assert no_clutter.class_ids == ["ak47", "american-flag", "airplanes-101"] and len(no_clutter) == 6
+    spec = {"format": "caltech256", "root": str(FIX / "caltech256"), "background_class": False}
+    assert len(load_dataset("C256", spec).classes) == 3
+
+
+def test_builtin_caltech101_map_is_clips_list():
+    """Face classes, plural folder names and the background folder get CLIP's names (openai/CLIP
+    data/prompts.md), in the sorted folder order of 101_ObjectCategories (102 classes)."""
+    ids = ["BACKGROUND_Google", "Faces", "Faces_easy", "Leopards", "Motorbikes", "airplanes", "car_side",
+           "cougar_face", "snoopy", "yin_yang"]
+    assert resolve_class_names("builtin:caltech101", ids, ids) == [
+        "background", "off-center face", "centered face", "leopard", "motorbike", "airplane", "side of a car",
+        "face of a cougar cat", "snoopy (cartoon beagle)", "yin and yang symbol"]
+    full = yaml.safe_load((ZEROSHOT / "classnames" / "caltech101.yaml").read_text())
+    assert len(full) == 102 and list(full) == sorted(full)
+
+
+def test_builtin_maps_cover_the_datasets():
+    maps = {p.stem: yaml.safe_load(p.read_text()) for p in (ZEROSHOT / "classnames").glob("*.yaml")}
+    assert {k: len(v) for k, v in maps.items()} == {"cifar10": 10, "cifar100": 100, "food101": 101,
+                                                    "caltech101": 102, "imagenet": 1000}
+    # CIFAR and Food-101: CLIP's names are the on-disk names cleaned ('_' -> ' ')
+    for name in ("cifar10", "cifar100", "food101"):
+        assert all(readable(k) == v for k, v in maps[name].items()), name
+    assert maps["food101"]["cup_cakes"] == "cup cakes" and maps["cifar100"]["aquarium_fish"] == "aquarium fish"
+    wnids = list(maps["imagenet"])
+    assert wnids == sorted(wnids) and all(len(w) == 9 and w[0] == "n" for w in wnids)
+    assert maps["imagenet"]["n01440764"] == "tench" and maps["imagenet"]["n01608432"] == "kite (bird of prey)"
+    assert list(maps["imagenet"].values())[-1] == "toilet paper"
+    # the fixtures' classes (real ids) are all in the maps
+    cifar100 = read_cifar100(FIX / "cifar-100-python")
+    assert resolve_class_names("builtin:cifar100", cifar100.class_ids, []) == cifar100.classes
+
+
+def test_imagenet_builtin_names_without_class_index():
+    spec = {"format": "imagenet", "root": str(FIX / "imagenet" / "val"), "class_names": "builtin:imagenet"}
+    ds = load_dataset("IN", spec)
+    assert ds.classes == ["tench", "goldfish", "great white shark"] and len(ds) == 6
+    assert dataset_input_files(spec, "IN") == [str(FIX / "imagenet" / "val")]   # builtin: nothing to read
+    with pytest.raises(ConfigError, match="class_index or class_names"):
+        dataset_input_files({"format": "imagenet", "root": str(FIX / "imagenet" / "val")}, "IN")
+
+
+def test_class_name_maps_and_errors(tmp_path):
+    ids = ["n01440764", "n01443537", "n01484850"]
+    with pytest.raises(ConfigError, match=r"builtin:nope is not a built-in.*builtin:caltech101"):
+        resolve_class_names("builtin:nope", ids, ids, "IN")
+    with pytest.raises(InputError, match=r"1 of 3 class ids.*datasets\.C\.class_names"):
+        resolve_class_names("builtin:imagenet", [*ids[:2], "n99999999"], ids, "C")
+    keyed = tmp_path / "names.yaml"
+    keyed.write_text("n01440764: a tench fish\nn01443537: gold fish\nn01484850: shark\nextra: x\n")
+    assert resolve_class_names(str(keyed), ids, ids) == ["a tench fish", "gold fish", "shark"]
+    (tmp_path / "names.json").write_text('{"a": "A", "b": "B"}')
+    assert resolve_class_names(str(tmp_path / "names.json"), ["b", "a"], []) == ["B", "A"]
+    assert resolve_class_names(None, ids, ["x", "y", "z"]) == ["x", "y", "z"]
 
 
 def test_imagenet_both_class_index_formats():
@@ -154,7 +221,8 @@ def test_fixtures_read_by_stock_torchvision():
     image, label = food[0]
     assert image.size == (32, 32) and label == 0
     caltech = Caltech101(str(FIX), download=False)
-    assert caltech.categories == read_caltech101(FIX / "caltech101").class_ids and len(caltech) == 6
+    assert caltech.categories == read_caltech101(FIX / "caltech101", background_class=False).class_ids
+    assert len(caltech) == 6
     assert caltech[5][0].size == (32, 32) and caltech[5][1] == 2
     folder = ImageFolder(str(FIX / "imagenet" / "val"))
     assert folder.classes == ["n01440764", "n01443537", "n01484850"] and len(folder) == 6

@@ -13,6 +13,7 @@ import yaml
 from PIL import Image
 
 from counterfactory import cli, evaluation
+from counterfactory.evaluation import classify
 from counterfactory.errors import ConfigError, InputError
 from counterfactory.metrics import recall_at_k
 from test_tables import parse_pipe_table
@@ -232,6 +233,63 @@ def test_topk_accuracy_and_class_embeddings():
         evaluation.check_templates(["a photo"])
 
 
+def test_class_embeddings_average_normalised_prompts():
+    """Independent computation: per class, L2-normalise each template's text embedding, average, renormalise."""
+    rng = np.random.default_rng(0)
+    table: dict[str, np.ndarray] = {}
+
+    class Fake:  # unnormalised, text-dependent vectors
+        def encode_texts(self, texts):
+            return np.stack([table.setdefault(t, rng.normal(size=5) * rng.uniform(0.5, 3)) for t in texts])
+
+    classes, templates = ["cat", "dog", "sea horse"], ["a photo of a {c}.", "art of the {c}", "{c}!"]
+    got = evaluation.class_text_embeddings(Fake(), classes, templates)
+    for i, c in enumerate(classes):
+        vecs = [table[t.replace("{c}", c)] for t in templates]
+        mean = np.mean([v / np.linalg.norm(v) for v in vecs], axis=0)
+        np.testing.assert_allclose(got[i], mean / np.linalg.norm(mean), rtol=1e-10)
+
+
+def test_prompts_are_verbatim_no_period_added():
+    assert classify.class_prompts(["dog", "hot dog"], ["a photo of a {c}", "{c}, a type of food."]) == [
+        "a photo of a dog", "dog, a type of food.", "a photo of a hot dog", "hot dog, a type of food."]
+    seen = []
+
+    class Recorder:
+        def encode_texts(self, texts):
+            seen.extend(texts)
+            return np.ones((len(texts), 2))
+
+    evaluation.class_text_embeddings(Recorder(), ["dog"], ["a photo of a {c}"])
+    assert seen == ["a photo of a dog"]
+
+
+def test_per_dataset_templates_of_the_paper_config():
+    """config.yaml: CLIP's released prompts per dataset (Food101's food template, the ensembles), the
+    global §5.2 template where a dataset has none."""
+    from counterfactory.config import validate_config
+    from counterfactory.data.classification import builtin_templates
+
+    cfg = validate_config(yaml.safe_load((REPO / "config" / "config.yaml").read_text()))
+    ev = cfg["coco_counterfactuals"]["evaluation"]["classification"]
+    food = classify.dataset_templates(ev, "Food101")
+    assert food == ["a photo of {c}, a type of food."]
+    assert classify.class_prompts(["apple pie"], food) == ["a photo of apple pie, a type of food."]
+    n = {d: len(classify.dataset_templates(ev, d)) for d in ev["datasets"]}
+    assert n == {"CIFAR10": 18, "CIFAR100": 18, "Food101": 1, "Caltech101": 34, "Caltech256": 1, "ImageNet": 80}
+    assert classify.dataset_templates(ev, "ImageNet")[:2] == ["a bad photo of a {c}.", "a photo of many {c}."]
+    assert {d: s.get("class_names") for d, s in ev["datasets"].items()} == {
+        "CIFAR10": "builtin:cifar10", "CIFAR100": "builtin:cifar100", "Food101": "builtin:food101",
+        "Caltech101": "builtin:caltech101", "Caltech256": None, "ImageNet": "builtin:imagenet"}
+    assert ev["datasets"]["Caltech256"]["background_class"] is True
+    assert classify.dataset_templates({"templates": ["a {c}"], "datasets": {"X": {}}}, "X") == ["a {c}"]
+    assert all(len(set(t)) == len(t) for t in builtin_templates().values())
+    with pytest.raises(ConfigError, match=r"builtin:nope is not a built-in template list"):
+        evaluation.check_templates("builtin:nope")
+    with pytest.raises(ConfigError, match=r"datasets\.X\.templates.*placeholder"):
+        classify.dataset_templates({"templates": ["a {c}"], "datasets": {"X": {"templates": ["nothing"]}}}, "X")
+
+
 def test_classification_table_layout():
     results = [{"role": "a", "model": "A", "dataset": d, "top1": v, "top5": 100.0}
                for d, v in (("CIFAR10", 50.0), ("Food101", 70.0))]
@@ -265,6 +323,11 @@ def config_file(inputs, tmp_path_factory):
         "itm": {"models": ["clip_eval", "itm"], "seed": 0, "bins": 10},
         "classification": {"models": ["clip_eval"], "templates": ["a photo of a {c}.", "a {c}."],
                            "datasets": {"CIFAR10": {"format": "cifar10", "root": str(FIX / "cifar-10-batches-py")},
+                                        "Food101": {"format": "food101", "root": str(FIX / "food-101"),
+                                                    "templates": ["a photo of {c}, a type of food."]},
+                                        "Caltech101": {"format": "caltech101", "root": str(FIX / "caltech101"),
+                                                       "templates": "builtin:caltech101",
+                                                       "class_names": "builtin:caltech101"},
                                         "ImageNet": {"format": "imagenet", "root": str(FIX / "imagenet" / "val"),
                                                      "class_index": str(FIX / "imagenet" / "LOC_synset_mapping.txt")}}},
     }
@@ -320,6 +383,14 @@ def test_cli_end_to_end(config_file, inputs, tmp_path):
         results.append(path)
     r = json.loads(results[0].read_text())
     assert (r["n_images"], r["n_classes"]) == (30, 10) and 0 <= r["top1"] <= r["top5"] <= 100
+    assert r["templates"] == ["a photo of a {c}.", "a {c}."]   # the global list
+    for ds, templates, n_classes in (("Food101", ["a photo of {c}, a type of food."], 3), ("Caltech101", 34, 4)):
+        path = out / "classification" / "clip_eval" / f"{ds}.json"
+        assert cli.main(["evaluate", "classify", "--config", str(config_file), "--role", "clip_eval",
+                         "--dataset", ds, "--out", str(path), "--no-progress"]) == 0
+        r = json.loads(path.read_text())
+        assert r["n_classes"] == n_classes
+        assert (len(r["templates"]) if isinstance(templates, int) else r["templates"]) == templates
     assert cli.main(["evaluate", "classify-table", "--inputs", *map(str, results), "--dataset-order",
                      "ImageNet,CIFAR10", "--out-csv", str(out / "cls.csv"), "--out-md", str(out / "cls.md"),
                      "--out-png", str(out / "cls.png")]) == 0

@@ -15,24 +15,31 @@ format         ``root`` (the data folder or a parent of it) and what is read
                classes sorted) and ``images/<class>/<id>.jpg``: the official 25,250-image test split. The
                folder must be named ``food-101``.
 ``caltech101`` ``caltech101/101_ObjectCategories/`` (``Caltech101``, target ``category``):
-               ``<class>/image_NNNN.jpg``; ``BACKGROUND_Google`` is not a class. Every image is used (no
+               ``<class>/image_NNNN.jpg``; ``BACKGROUND_Google`` is a class (102 classes, as in CLIP's
+               evaluation) unless ``background_class: false`` (torchvision's 101). Every image is used (no
                official test split). The parent must be named ``caltech101`` (torchvision's layout).
 ``caltech256`` ``caltech256/256_ObjectCategories/`` (``Caltech256``): ``NNN.<name>/NNN_NNNN.jpg``; the
-               numeric prefix is stripped from the class name and ``257.clutter`` is skipped. Every image
-               is used. The parent must be named ``caltech256``.
+               numeric prefix is stripped from the class name; ``257.clutter`` is a class (257 classes)
+               unless ``background_class: false``. Every image is used. The parent must be named
+               ``caltech256``.
 ``imagenet``   an ImageFolder of the ILSVRC-2012 validation set (``torchvision.datasets.ImageFolder``),
                ``<root>/<wnid>/*.JPEG`` (as made by the common ``valprep.sh``), plus ``class_index``: either
                ``LOC_synset_mapping.txt`` (ILSVRC-2012 / Kaggle: ``n01440764 tench, Tinca tinca`` per
                line; the name before the first comma is used) or ``imagenet_class_index.json`` (Keras:
-               ``{"0": ["n01440764", "tench"], ...}``). Classes are the wnid folders present, sorted, so
-               label ``i`` is the i-th sorted wnid. (``torchvision.datasets.ImageNet`` would need the
+               ``{"0": ["n01440764", "tench"], ...}``); optional when ``class_names`` maps the wnids
+               (``builtin:imagenet``). Classes are the wnid folders present, sorted, so label ``i`` is the
+               i-th sorted wnid. (``torchvision.datasets.ImageNet`` would need the
                devkit archive or its ``meta.bin``.)
 =============  ==========================================================================================
 
 Class names for the prompts are made readable from the on-disk names: ``_`` and ``-`` become spaces,
 Caltech-256's ``-101`` suffix (classes shared with Caltech-101) is removed. The prompts of CLIP's paper
-use hand-edited names; pass ``class_names`` (a text file, one name per line in label order) to use
-such a list. ``max_per_class`` keeps the first N images of each class (file order for CIFAR, the
+use hand-edited names; ``class_names`` selects such a list (:func:`resolve_class_names`):
+``builtin:<map>`` (``resources/zeroshot/classnames/<map>.yaml``: CLIP's names for ``cifar10``,
+``cifar100``, ``food101``, ``caltech101`` and ``imagenet``, keyed by on-disk class id), a ``.yaml`` /
+``.json`` file mapping class id -> name, or a text file with one name per line in label order. Named
+prompt-template lists (``templates: builtin:<name>``) live in ``resources/zeroshot/templates.yaml``
+(:func:`builtin_templates`). ``max_per_class`` keeps the first N images of each class (file order for CIFAR, the
 reader's order otherwise) for quick runs. :func:`dataset_input_files` lists what a reader opens (for
 Snakemake) and fails, naming ``evaluation.classification.datasets.<name>.root``, when it is missing.
 """
@@ -286,25 +293,41 @@ def read_food101(root, name: str = "Food101", max_per_class: int | None = None, 
                          list(ds._image_files), ds._labels, max_per_class, str(test_json))
 
 
-def read_caltech101(root, name: str = "Caltech101", max_per_class: int | None = None, **_) -> ClassificationDataset:
-    """Caltech-101 without ``BACKGROUND_Google``, every image (``torchvision.datasets.Caltech101``)."""
+CALTECH101_BACKGROUND = "BACKGROUND_Google"
+
+
+def read_caltech101(root, name: str = "Caltech101", max_per_class: int | None = None, background_class: bool = True,
+                    **_) -> ClassificationDataset:
+    """Caltech-101, every image (``torchvision.datasets.Caltech101``), with ``BACKGROUND_Google`` as a class
+    (the 102 classes of CLIP's evaluation; torchvision drops it: ``background_class=False``). Classes in
+    sorted folder order."""
     from torchvision.datasets import Caltech101
 
     folder = locate("caltech101", root, name)
     ds = Caltech101(str(folder.parent.parent), target_type="category", download=False)
     # torchvision opens <folder>/<category>/image_<index:04d>.jpg (index 1..n per category)
-    paths = [folder / ds.categories[y] / f"image_{i:04d}.jpg" for y, i in zip(ds.y, ds.index)]
-    return _file_dataset(name, "caltech101", folder, list(ds.categories), [readable(c) for c in ds.categories],
-                         paths, ds.y, max_per_class, f"torchvision's Caltech101 listing of {folder}")
+    samples = [(folder / ds.categories[y] / f"image_{i:04d}.jpg", ds.categories[y]) for y, i in zip(ds.y, ds.index)]
+    class_ids = list(ds.categories)
+    background = folder / CALTECH101_BACKGROUND
+    if background_class and background.is_dir():
+        class_ids = sorted(class_ids + [CALTECH101_BACKGROUND])
+        samples += [(p, CALTECH101_BACKGROUND) for p in sorted(background.glob("image_*.jpg"))]
+    label = {c: k for k, c in enumerate(class_ids)}
+    samples.sort(key=lambda s: label[s[1]])  # stable: file order within a class
+    return _file_dataset(name, "caltech101", folder, class_ids, [readable(c) for c in class_ids],
+                         [p for p, _ in samples], [label[c] for _, c in samples], max_per_class,
+                         f"torchvision's Caltech101 listing of {folder}")
 
 
 _CALTECH256_DIR = re.compile(r"^(\d{3})\.(.+)$")
 CALTECH256_CLUTTER = "257.clutter"
 
 
-def read_caltech256(root, name: str = "Caltech256", max_per_class: int | None = None, **_) -> ClassificationDataset:
-    """Caltech-256 without ``257.clutter``, every image (``torchvision.datasets.Caltech256``); the numeric
-    prefix and a ``-101`` suffix are dropped from the class names."""
+def read_caltech256(root, name: str = "Caltech256", max_per_class: int | None = None, background_class: bool = True,
+                    **_) -> ClassificationDataset:
+    """Caltech-256, every image (``torchvision.datasets.Caltech256``), ``257.clutter`` a class (``clutter``)
+    unless ``background_class=False``; the numeric prefix and a ``-101`` suffix are dropped from the class
+    names."""
     from torchvision.datasets import Caltech256
 
     folder = locate("caltech256", root, name)
@@ -313,7 +336,7 @@ def read_caltech256(root, name: str = "Caltech256", max_per_class: int | None = 
         if not _CALTECH256_DIR.match(c):
             raise input_error(folder / c, None, "class folder name is not 'NNN.name'",
                               "use the official 256_ObjectCategories layout")
-    kept = [c for c in ds.categories if c != CALTECH256_CLUTTER]
+    kept = [c for c in ds.categories if background_class or c != CALTECH256_CLUTTER]
     new_label = {ds.categories.index(c): k for k, c in enumerate(kept)}
     # torchvision opens <category>/<y+1:03d>_<index:04d>.jpg, the folder's own prefix when all 257 folders
     # are there; the prefix is taken from the folder name so a partial copy reads correctly as well
@@ -355,19 +378,23 @@ def read_imagenet_class_index(path: str | os.PathLike) -> dict[str, str]:
 def read_imagenet(root, name: str = "ImageNet", max_per_class: int | None = None, class_index=None,
                   **_) -> ClassificationDataset:
     """ILSVRC-2012 validation images as an ImageFolder (``torchvision.datasets.ImageFolder``: classes are the
-    sorted wnid folders) with names from ``class_index``."""
+    sorted wnid folders) with names from ``class_index`` (``class_index=False``: the wnids themselves, for
+    a ``class_names`` map keyed by wnid)."""
     from torchvision.datasets import ImageFolder
 
     folder = locate("imagenet", root, name)
-    if not class_index:
+    if class_index is None or class_index == "":
         raise ConfigError(f"dataset {name}: format imagenet needs class_index (LOC_synset_mapping.txt or "
-                          f"imagenet_class_index.json). Fix: set {_key(name, 'class_index')}")
-    mapping = read_imagenet_class_index(class_index)
+                          f"imagenet_class_index.json) or class_names (e.g. builtin:imagenet). "
+                          f"Fix: set {_key(name, 'class_index')} or {_key(name, 'class_names')}")
+    mapping = read_imagenet_class_index(class_index) if class_index is not False else None
     try:
         ds = ImageFolder(str(folder))
     except FileNotFoundError as exc:
         raise input_error(folder, None, f"not an ImageFolder ({exc})",
                           "arrange the validation images as <root>/<wnid>/*.JPEG (e.g. with valprep.sh)") from exc
+    if mapping is None:
+        mapping = {c: c for c in ds.classes}
     missing = [c for c in ds.classes if c not in mapping]
     if missing:
         raise input_error(folder, missing[0], f"{len(missing)} class folder(s) have no entry in {class_index}",
@@ -386,7 +413,41 @@ READERS: dict[str, Callable[..., ClassificationDataset]] = {
 }
 
 
+ZEROSHOT = Path(__file__).resolve().parents[1] / "resources" / "zeroshot"
+BUILTIN = "builtin:"
+
+
+def builtin_class_maps() -> list[str]:
+    """Names of the built-in class-name maps (``class_names: builtin:<name>``)."""
+    return sorted(p.stem for p in (ZEROSHOT / "classnames").glob("*.yaml"))
+
+
+def builtin_templates(name: str | None = None) -> dict[str, list[str]] | list[str]:
+    """The named template lists of ``resources/zeroshot/templates.yaml`` (all, or the one ``name``)."""
+    import yaml
+
+    lists = yaml.safe_load((ZEROSHOT / "templates.yaml").read_text(encoding="utf-8"))
+    if name is None:
+        return lists
+    if name not in lists:
+        raise ConfigError(f"templates: builtin:{name} is not a built-in template list (known: {sorted(lists)}). "
+                          f"Fix: use one of those or write the templates as a list")
+    return list(lists[name])
+
+
+def _class_map(path: Path, where: str) -> dict[str, str]:
+    import yaml
+
+    data = (yaml.safe_load if path.suffix.lower() in (".yaml", ".yml") else json.loads)(
+        path.read_text(encoding="utf-8"))
+    if not isinstance(data, dict) or not all(isinstance(v, str) for v in data.values()):
+        raise input_error(path, None, f"not a class id -> name mapping ({where})",
+                          "write one 'class_id: prompt name' entry per class")
+    return {str(k): v for k, v in data.items()}
+
+
 def read_class_names(path: str | os.PathLike, n_classes: int) -> list[str]:
+    """One name per line, in label order (a text file)."""
     path = Path(path)
     if not path.exists():
         raise input_error(path, None, "class-name file not found", "write one class name per line, in label order")
@@ -395,6 +456,35 @@ def read_class_names(path: str | os.PathLike, n_classes: int) -> list[str]:
         raise input_error(path, None, f"{len(names)} names for {n_classes} classes",
                           "write exactly one class name per line, in label order")
     return names
+
+
+def resolve_class_names(value: str | None, class_ids: Sequence[str], default: Sequence[str],
+                        name: str = "") -> list[str]:
+    """Prompt class names in label order from a ``class_names`` setting: absent -> ``default`` (the
+    dataset's cleaned names); ``builtin:<map>`` or a ``.yaml``/``.json`` file -> a class id -> name map
+    (every class id must be in it; names are used verbatim); another file -> one name per line."""
+    if not value:
+        return list(default)
+    key = _key(name, "class_names")
+    value = str(value)
+    if value.startswith(BUILTIN):
+        path = ZEROSHOT / "classnames" / f"{value[len(BUILTIN):]}.yaml"
+        if not path.is_file():
+            raise ConfigError(f"{key}: {value} is not a built-in class-name map (known: "
+                              f"{', '.join(BUILTIN + m for m in builtin_class_maps())}). Fix: use one of those, "
+                              f"a file, or leave it unset for the dataset's own names")
+    else:
+        path = Path(value)
+        if path.suffix.lower() not in (".yaml", ".yml", ".json"):
+            return read_class_names(path, len(class_ids))
+        if not path.is_file():
+            raise input_error(path, None, f"class-name map not found ({key})", f"create it or fix {key}")
+    mapping = _class_map(path, key)
+    missing = [c for c in class_ids if c not in mapping]
+    if missing:
+        raise input_error(path, missing[0], f"{len(missing)} of {len(class_ids)} class ids of dataset {name!r} have "
+                          f"no name in {value} ({key})", "use the map made for this dataset, or add the ids")
+    return [mapping[c] for c in class_ids]
 
 
 def _check_spec(name: str, spec: dict[str, Any]) -> str:
@@ -409,12 +499,15 @@ def _check_spec(name: str, spec: dict[str, Any]) -> str:
 
 def load_dataset(name: str, spec: dict[str, Any]) -> ClassificationDataset:
     """Read the dataset ``name`` described by ``spec`` (``format``, ``root``, optional ``class_index``,
-    ``class_names``, ``max_per_class``), as in ``evaluation.classification.datasets.<name>``."""
+    ``class_names``, ``background_class``, ``max_per_class``), as in
+    ``evaluation.classification.datasets.<name>``; ``classes`` are the prompt names."""
     fmt = _check_spec(name, spec)
-    ds = READERS[fmt](spec["root"], name=name, max_per_class=spec.get("max_per_class"),
-                      class_index=spec.get("class_index"))
-    if spec.get("class_names"):
-        ds.classes = read_class_names(spec["class_names"], len(ds.classes))
+    class_index = spec.get("class_index")
+    if fmt == "imagenet" and not class_index and spec.get("class_names"):
+        class_index = False  # names come from the class_names map (keyed by wnid)
+    ds = READERS[fmt](spec["root"], name=name, max_per_class=spec.get("max_per_class"), class_index=class_index,
+                      background_class=spec.get("background_class", True))
+    ds.classes = resolve_class_names(spec.get("class_names"), ds.class_ids, ds.classes, name)
     return ds
 
 
@@ -430,12 +523,13 @@ def dataset_input_files(spec: dict[str, Any], name: str = "") -> list[str]:
     needs = LAYOUTS[fmt].needs if fmt in LAYOUTS else ()
     paths = [folder / n for n in needs] if needs else [folder]
     for field in ("class_index", "class_names"):
-        if spec.get(field):
+        if spec.get(field) and not str(spec[field]).startswith(BUILTIN):
             path = Path(spec[field])
             if not path.is_file():
                 raise input_error(path, None, f"file not found ({_key(name, field)})",
                                   f"create it or set {_key(name, field)} to an existing file")
             paths.append(path)
-    if fmt == "imagenet" and not spec.get("class_index"):
-        raise ConfigError(f"dataset {name}: format imagenet needs class_index. Fix: set {_key(name, 'class_index')}")
+    if fmt == "imagenet" and not spec.get("class_index") and not spec.get("class_names"):
+        raise ConfigError(f"dataset {name}: format imagenet needs class_index or class_names. "
+                          f"Fix: set {_key(name, 'class_index')} or {_key(name, 'class_names')} (builtin:imagenet)")
     return [str(p) for p in paths]

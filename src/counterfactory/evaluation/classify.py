@@ -1,8 +1,15 @@
 """Zero-shot image classification (§5.2, Table 4): class prompts, top-k accuracy and the runner.
 
 Class text embeddings come from prompt templates (``"a photo of a {c}."`` by default; several templates
-are averaged, CLIP's prompt ensembling); prediction = argmax over classes of the image-class cosine;
-top-k accuracy in percent. Datasets are read by :mod:`counterfactory.data.classification`.
+are averaged, CLIP's prompt ensembling: each prompt embedding L2-normalised, the mean over a class's
+templates renormalised); prediction = argmax over classes of the image-class cosine; top-k accuracy in
+percent. Templates are used verbatim (``{c}`` -> the class name; no period is added).
+
+Per dataset, ``evaluation.classification.datasets.<name>.templates`` replaces the global
+``evaluation.classification.templates``; either is a list or ``builtin:<name>`` (a list of
+``resources/zeroshot/templates.yaml``: CLIP's released per-dataset prompts). Class names come from
+``datasets.<name>.class_names`` (:func:`counterfactory.data.classification.resolve_class_names`).
+Datasets are read by :mod:`counterfactory.data.classification`.
 """
 
 from __future__ import annotations
@@ -18,22 +25,45 @@ from .settings import model_columns, settings
 log = logging.getLogger(__name__)
 
 
-def check_templates(templates: Sequence[str]) -> list[str]:
+def check_templates(templates: Sequence[str] | str, key: str = "evaluation.classification.templates") -> list[str]:
+    """The template list of a ``templates`` setting (a list, or ``builtin:<name>``), each with ``{c}``."""
+    if isinstance(templates, str):
+        from ..data.classification import BUILTIN, builtin_templates
+
+        if not templates.startswith(BUILTIN):
+            raise ConfigError(f"{key}: {templates!r} is neither a list nor builtin:<name> (known: "
+                              f"{sorted(builtin_templates())}). Fix: e.g. ['a photo of a {{c}}.']")
+        templates = builtin_templates(templates[len(BUILTIN):])
     templates = [str(t) for t in templates]
     if not templates:
-        raise ConfigError("evaluation.classification.templates is empty. Fix: e.g. ['a photo of a {c}.']")
+        raise ConfigError(f"{key} is empty. Fix: e.g. ['a photo of a {{c}}.']")
     for t in templates:
         if "{c}" not in t:
-            raise ConfigError(f"evaluation.classification.templates: {t!r} has no {{c}} placeholder. "
+            raise ConfigError(f"{key}: {t!r} has no {{c}} placeholder. "
                               f"Fix: write the class name position as {{c}}, e.g. 'a photo of a {{c}}.'")
     return templates
 
 
+def dataset_templates(ev: dict, dataset: str) -> list[str]:
+    """The templates of one dataset: ``datasets.<name>.templates`` if set, else the global list."""
+    spec = (ev.get("datasets") or {}).get(dataset) or {}
+    if spec.get("templates") is not None:
+        return check_templates(spec["templates"], f"evaluation.classification.datasets.{dataset}.templates")
+    return check_templates(ev["templates"])
+
+
+def class_prompts(classes: Sequence[str], templates: Sequence[str]) -> list[str]:
+    """Prompt texts, class-major: ``[t.replace('{c}', c) for c in classes for t in templates]``."""
+    return [t.replace("{c}", c) for c in classes for t in templates]
+
+
 def class_text_embeddings(scorer, classes: Sequence[str], templates: Sequence[str]) -> np.ndarray:
-    """(C, d) L2-normalised class embeddings; several templates are averaged, then renormalised."""
+    """(C, d) L2-normalised class embeddings: each prompt embedding L2-normalised, averaged over the
+    templates, renormalised (CLIP's prompt ensembling)."""
     templates = check_templates(templates)
-    texts = [t.replace("{c}", c) for c in classes for t in templates]
-    emb = scorer.encode_texts(texts).reshape(len(classes), len(templates), -1).mean(axis=1)
+    emb = np.asarray(scorer.encode_texts(class_prompts(classes, templates)), dtype=np.float64)
+    emb = emb / np.linalg.norm(emb, axis=1, keepdims=True)
+    emb = emb.reshape(len(classes), len(templates), -1).mean(axis=1)
     return emb / np.linalg.norm(emb, axis=1, keepdims=True)
 
 
@@ -82,16 +112,18 @@ def run_classification(cfg: dict, role: str, dataset: str, *, progress: bool = T
     spec = dict(datasets[dataset])
     if ev.get("max_per_class") and not spec.get("max_per_class"):
         spec["max_per_class"] = ev["max_per_class"]
+    templates = dataset_templates(ev, dataset)
     ds = load_dataset(dataset, spec)
     scorer = scorer_from_config(cfg, role, head="itc", progress=progress)
     if not scorer.dual:
         raise ConfigError(f"evaluation.classification.models: {role} ({type(scorer.model).__name__}) has no "
                           f"contrastive head for zero-shot classification. Fix: list CLIP-like roles only")
-    weights = class_text_embeddings(scorer, ds.classes, ev["templates"])
+    weights = class_text_embeddings(scorer, ds.classes, templates)
     logits = scorer.encode_images(ds.images) @ weights.T
     acc = topk_accuracy(logits, ds.labels, [int(k) for k in ev["topk"]])
     result = {**model_columns(cfg, role), "dataset": dataset, "format": ds.format, "n_images": len(ds),
-              "n_classes": len(ds.classes), "templates": list(ev["templates"]),
+              "n_classes": len(ds.classes), "templates": templates,
+              "class_names": spec.get("class_names") or "dataset",
               **{f"top{k}": v for k, v in acc.items()}}
     log.info("%s on %s (%d images, %d classes): %s", role, dataset, len(ds), len(ds.classes),
              ", ".join(f"top-{k} {v:.2f}%" for k, v in acc.items()))
