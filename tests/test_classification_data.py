@@ -129,7 +129,9 @@ def test_builtin_caltech101_map_is_clips_list():
 def test_builtin_maps_cover_the_datasets():
     maps = {p.stem: yaml.safe_load(p.read_text()) for p in (ZEROSHOT / "classnames").glob("*.yaml")}
     assert {k: len(v) for k, v in maps.items()} == {"cifar10": 10, "cifar100": 100, "food101": 101,
-                                                    "caltech101": 102, "imagenet": 1000}
+                                                    "caltech101": 102, "caltech101_merged": 102, "imagenet": 1000}
+    merged = {k: v for k, v in maps["caltech101_merged"].items() if maps["caltech101"][k] != v}
+    assert merged == {"Faces": "face", "Faces_easy": "face"}  # the only difference: one "face" class
     # CIFAR and Food-101: CLIP's names are the on-disk names cleaned ('_' -> ' ')
     for name in ("cifar10", "cifar100", "food101"):
         assert all(readable(k) == v for k, v in maps[name].items()), name

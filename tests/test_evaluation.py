@@ -265,22 +265,24 @@ def test_prompts_are_verbatim_no_period_added():
 
 
 def test_per_dataset_templates_of_the_paper_config():
-    """config.yaml: CLIP's released prompts per dataset (Food101's food template, the ensembles), the
-    global §5.2 template where a dataset has none."""
+    """config.yaml: §5.2's single prompt "a photo of a {c}" (no period), Food101's food prompt, CLIP's readable
+    class names with Caltech-101's faces merged; CLIP's prompt ensembles stay available as builtin lists."""
     from counterfactory.config import validate_config
     from counterfactory.data.classification import builtin_templates
 
     cfg = validate_config(yaml.safe_load((REPO / "config" / "config.yaml").read_text()))
     ev = cfg["coco_counterfactuals"]["evaluation"]["classification"]
     food = classify.dataset_templates(ev, "Food101")
-    assert food == ["a photo of {c}, a type of food."]
-    assert classify.class_prompts(["apple pie"], food) == ["a photo of apple pie, a type of food."]
+    assert food == ["a photo of {c}, a type of food"]
+    assert classify.class_prompts(["apple pie"], food) == ["a photo of apple pie, a type of food"]
     n = {d: len(classify.dataset_templates(ev, d)) for d in ev["datasets"]}
-    assert n == {"CIFAR10": 18, "CIFAR100": 18, "Food101": 1, "Caltech101": 34, "Caltech256": 1, "ImageNet": 80}
-    assert classify.dataset_templates(ev, "ImageNet")[:2] == ["a bad photo of a {c}.", "a photo of many {c}."]
+    assert n == {"CIFAR10": 1, "CIFAR100": 1, "Food101": 1, "Caltech101": 1, "Caltech256": 1, "ImageNet": 1}
+    assert classify.dataset_templates(ev, "ImageNet") == ["a photo of a {c}"]
+    assert len(classify.check_templates("builtin:imagenet")) == 80  # CLIP's ensemble, as an option
+    assert classify.check_templates("builtin:imagenet")[:2] == ["a bad photo of a {c}.", "a photo of many {c}."]
     assert {d: s.get("class_names") for d, s in ev["datasets"].items()} == {
         "CIFAR10": "builtin:cifar10", "CIFAR100": "builtin:cifar100", "Food101": "builtin:food101",
-        "Caltech101": "builtin:caltech101", "Caltech256": None, "ImageNet": "builtin:imagenet"}
+        "Caltech101": "builtin:caltech101_merged", "Caltech256": None, "ImageNet": "builtin:imagenet"}
     assert ev["datasets"]["Caltech256"]["background_class"] is True
     assert classify.dataset_templates({"templates": ["a {c}"], "datasets": {"X": {}}}, "X") == ["a {c}"]
     assert all(len(set(t)) == len(t) for t in builtin_templates().values())

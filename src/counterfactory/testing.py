@@ -82,7 +82,7 @@ def demo_config(repo: Path, workdir: Path, edit=None, name: str | None = None, *
                                                   image_root=str(demo / "val2017"))
     for spec in study["evaluation"]["classification"]["datasets"].values():
         for key in ("root", "class_index", "class_names"):
-            if key in spec:
+            if key in spec and not str(spec[key]).startswith("builtin:"):
                 spec[key] = str(repo / spec[key])
     if edit:
         edit(study)

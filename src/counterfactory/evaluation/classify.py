@@ -67,6 +67,16 @@ def class_text_embeddings(scorer, classes: Sequence[str], templates: Sequence[st
     return emb / np.linalg.norm(emb, axis=1, keepdims=True)
 
 
+def merge_same_names(classes: Sequence[str], labels) -> tuple[list[str], np.ndarray]:
+    """Classes that share a prompt name are one class (e.g. Caltech-101's ``Faces`` and ``Faces_easy`` mapped
+    to "face"): names deduplicated in first-seen order, labels remapped. Without this, two identical text
+    embeddings would split the votes arbitrarily."""
+    names = list(dict.fromkeys(classes))
+    index = {name: i for i, name in enumerate(names)}
+    remap = np.array([index[c] for c in classes], dtype=np.int64)
+    return names, remap[np.asarray(labels, dtype=np.int64)]
+
+
 def topk_accuracy(logits: np.ndarray, labels: np.ndarray, ks: Sequence[int]) -> dict[int, float]:
     """Top-k accuracy in percent (``sklearn.metrics.top_k_accuracy_score``).
 
@@ -118,11 +128,15 @@ def run_classification(cfg: dict, role: str, dataset: str, *, progress: bool = T
     if not scorer.dual:
         raise ConfigError(f"evaluation.classification.models: {role} ({type(scorer.model).__name__}) has no "
                           f"contrastive head for zero-shot classification. Fix: list CLIP-like roles only")
-    weights = class_text_embeddings(scorer, ds.classes, templates)
+    classes, labels = merge_same_names(ds.classes, ds.labels)
+    if len(classes) < len(ds.classes):
+        log.info("%s: %d classes share a prompt name with another and were merged", dataset,
+                 len(ds.classes) - len(classes))
+    weights = class_text_embeddings(scorer, classes, templates)
     logits = scorer.encode_images(ds.images) @ weights.T
-    acc = topk_accuracy(logits, ds.labels, [int(k) for k in ev["topk"]])
+    acc = topk_accuracy(logits, labels, [int(k) for k in ev["topk"]])
     result = {**model_columns(cfg, role), "dataset": dataset, "format": ds.format, "n_images": len(ds),
-              "n_classes": len(ds.classes), "templates": templates,
+              "n_classes": len(classes), "templates": templates,
               "class_names": spec.get("class_names") or "dataset",
               **{f"top{k}": v for k, v in acc.items()}}
     log.info("%s on %s (%d images, %d classes): %s", role, dataset, len(ds), len(ds.classes),
