@@ -16,15 +16,22 @@ What the Trainer does and what we own: see :mod:`.trainer`. Manifests (CSV or pa
 Training is deterministic given ``seed`` (model-side randomness) and ``data_seed`` (batch order).
 """
 
-from .data import (MANIFEST_COLUMNS, anchors_and_partners, counterfactual_partners, eval_batches, make_batches,
-                   read_manifest, step_plan)
-from .model import ContrastiveAdapter, ContrastiveModule, clip_loss, recipe_loss
-from .trainer import (ContrastiveTrainer, TrainResult, TrainSettings, build_trainer, deterministic_algorithms,
-                      no_decay_parameter_names, settings_dict, train)
+import importlib
 
-__all__ = [
-    "MANIFEST_COLUMNS", "ContrastiveAdapter", "ContrastiveModule", "ContrastiveTrainer", "TrainResult",
-    "TrainSettings", "anchors_and_partners", "build_trainer", "clip_loss", "counterfactual_partners",
-    "deterministic_algorithms", "eval_batches", "make_batches", "no_decay_parameter_names", "read_manifest",
-    "recipe_loss", "settings_dict", "step_plan", "train",
-]
+#: public name -> submodule; imported on first use, so light modules of this package (``mixtures``, the
+#: ``seed_pairs`` helper in ``runs``) load without torch and transformers (the Snakefile imports them at parse)
+_EXPORTS = {
+    "data": ("MANIFEST_COLUMNS", "anchors_and_partners", "counterfactual_partners", "eval_batches", "make_batches",
+             "read_manifest", "step_plan"),
+    "model": ("ContrastiveAdapter", "ContrastiveModule", "clip_loss", "recipe_loss"),
+    "trainer": ("ContrastiveTrainer", "TrainResult", "TrainSettings", "build_trainer", "deterministic_algorithms",
+                "no_decay_parameter_names", "settings_dict", "train"),
+}
+_WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str):
+    if name in _WHERE:
+        return getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
