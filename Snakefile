@@ -30,6 +30,7 @@ RUN = config["run_name"]
 RESULTS = f"results/{RUN}"
 STUDIES = list(config["studies"])
 STUDY_TARGETS = {}  # study -> function returning that study's final files (filled by rules/study_*.smk)
+STUDY_ITR_SUBSETS = {}  # study -> function returning extra ITR subsets its own steps make (label -> file)
 
 
 include: "rules/common.smk"

@@ -2,6 +2,7 @@
 from pathlib import Path
 
 from counterfactory.data.classification import dataset_input_files
+from counterfactory.training.runs import retrieval_specs
 
 # every rule runs in the project's one environment (`--software-deployment-method conda`)
 CONDA_ENV = "../envs/counterfactory.yaml"
@@ -142,11 +143,12 @@ def train_eval_inputs(wildcards):
     ev = v["training"]["eval"]
     out = []
     key = f"{wildcards.study}.training.eval.retrieval"
-    if ev.get("retrieval"):
+    for spec in retrieval_specs(v["training"]["eval"]):
         out += [
-            source_data(ev["retrieval"]["karpathy_json"], f"{key}.karpathy_json"),
-            source_data(ev["retrieval"]["image_root"], f"{key}.image_root"),
+            source_data(spec["karpathy_json"], f"{key}[{spec['name']}].karpathy_json"),
+            source_data(spec["image_root"], f"{key}[{spec['name']}].image_root"),
         ]
+
     out += classification_inputs(wildcards)
     return out
 
@@ -164,3 +166,24 @@ def classification_inputs(wildcards):
             )
         out += dataset_input_files(datasets[name], name)
     return out
+
+
+def in_domain_runs(wildcards):
+    """metrics.csv of every A.1 in-domain run (in_domain.mixtures x training seeds)."""
+    return expand(
+        f"{S}/in_domain/runs/{{mixture}}/seed{{seed}}/metrics.csv",
+        study=wildcards.study,
+        mixture=view(wildcards.study)["in_domain"]["mixtures"],
+        seed=list(seeds(wildcards)),
+    )
+
+
+def itr_subsets(wildcards):
+    """Extra ITR subsets a study's own steps make (label -> file), e.g. COCO-CF's A.1 in-domain test pairs."""
+    return STUDY_ITR_SUBSETS.get(wildcards.study, lambda: {})()
+
+
+def itr_subset_args(wildcards, input):
+    import shlex
+
+    return " ".join(f"--subset {shlex.quote(f'{label}={path}')}" for label, path in itr_subsets(wildcards).items())

@@ -14,6 +14,7 @@ rule eval_itr:
         captions=f"{S}/data/captions.parquet",
         images=coco_images,
         subsets=lambda wildcards: list(eval_section(wildcards, "itr").get("subsets", {}).values()),
+        study_subsets=lambda wildcards: list(itr_subsets(wildcards).values()),
         models=lambda wildcards: wf.local_model_inputs(config, wildcards.role, *shortlist_roles(wildcards)),
     output:
         f"{S}/evaluation/itr/{{role}}.csv",
@@ -37,9 +38,10 @@ rule eval_itr:
             *EVAL_COMMON_KEYS,
             lambda wildcards: [f"models.{r}" for r in shortlist_roles(wildcards)],
         ),
+        subsets=itr_subset_args,
     shell:
         "counterfactory evaluate itr {params.config} --role {wildcards.role} --pairs {input.pairs:q}"
-        " --captions {input.captions:q} --out {output:q} > {log:q} 2>&1"
+        " --captions {input.captions:q} {params.subsets} --out {output:q} > {log:q} 2>&1"
 
 
 rule eval_itr_table:

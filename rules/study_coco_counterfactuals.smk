@@ -80,4 +80,137 @@ rule label_frequency:
         " --correlation {output.correlation:q} > {log:q} 2>&1"
 
 
+# Appendix A.1 (Tables 5 / 7): the withheld in-domain COCO-CFs test set. Fine-tuned rows: train runs on the
+# 56 % / 14 % split, evaluated on the 30 % test pairs; pre-trained rows: the ITR evaluation of every model in
+# evaluation.itr with the test pairs as a subset (STUDY_ITR_SUBSETS below).
+IN_DOMAIN_RUN_KEYS = tuple(k for k in TRAIN_RUN_KEYS if k not in ("training.eval", "evaluation.classification"))
+
+
+rule in_domain_split:
+    """A.1: pairs split 56 / 14 / 30 % train / dev / test by pair; MS-COCO and COCO-CFs manifests of train+dev."""
+    input:
+        pairs=f"{S}/images/selected_pairs.parquet",
+        captions=f"{S}/data/captions.parquet",
+        images=coco_images,
+    output:
+        split=f"{S}/in_domain/split.parquet",
+        test=f"{S}/in_domain/test_pairs.parquet",
+        summary=f"{S}/in_domain/summary.csv",
+        manifests=directory(f"{S}/in_domain/manifests"),
+    log:
+        f"{S}/logs/in_domain/split.log",
+    wildcard_constraints:
+        study=CCF,
+    conda:
+        CONDA_ENV
+    params:
+        config=job_config("in_domain", "data"),
+        out_dir=lambda wildcards, output: Path(output.split).parent,
+    shell:
+        "counterfactory train in-domain-split {params.config} --pairs {input.pairs:q} --captions {input.captions:q}"
+        " --out-dir {params.out_dir:q} > {log:q} 2>&1"
+
+
+rule in_domain_run:
+    """One A.1 fine-tuning run (mixture, seed), evaluated on the withheld test pairs."""
+    input:
+        manifests=rules.in_domain_split.output.manifests,
+        test=rules.in_domain_split.output.test,
+        models=model_inputs("clip_train"),
+    output:
+        metrics=f"{S}/in_domain/runs/{{mixture}}/seed{{seed}}/metrics.csv",
+        history=f"{S}/in_domain/runs/{{mixture}}/seed{{seed}}/history.csv",
+    log:
+        f"{S}/logs/in_domain/{{mixture}}_seed{{seed}}.log",
+    benchmark:
+        f"{S}/benchmarks/in_domain/{{mixture}}_seed{{seed}}.tsv"
+    wildcard_constraints:
+        study=CCF,
+        mixture="mscoco|coco_cfs",
+    conda:
+        CONDA_ENV
+    threads: accel_threads("clip_train")
+    resources:
+        mem_mb=model_mem(16000, "clip_train", tiny_mb=3000),
+        runtime=per_study(lambda study: 80 + train_minutes(study)),
+        gpu=GPU,
+        hpu=HPU,
+    params:
+        config=job_config(*IN_DOMAIN_RUN_KEYS),
+        data_seed=lambda wildcards: seeds(wildcards)[int(wildcards.seed)],
+        out_dir=lambda wildcards, output: Path(output.metrics).parent,
+    shell:
+        "counterfactory train run {params.config} --manifest {input.manifests:q}/{wildcards.mixture}.parquet"
+        " --mixture {wildcards.mixture} --seed {wildcards.seed} --data-seed {params.data_seed}"
+        " --eval-pairs {input.test:q} --eval-pairs-name coco_cfs_test --no-default-eval"
+        " --out-dir {params.out_dir:q} --no-progress > {log:q} 2>&1"
+
+
+rule in_domain_runs_table:
+    """Tidy runs table of the A.1 runs."""
+    input:
+        in_domain_runs,
+    output:
+        f"{S}/in_domain/runs.csv",
+    log:
+        f"{S}/logs/in_domain/runs_table.log",
+    wildcard_constraints:
+        study=CCF,
+    conda:
+        CONDA_ENV
+    shell:
+        "counterfactory train collect {input:q} --out {output:q} > {log:q} 2>&1"
+
+
+rule in_domain_stats:
+    """Mean, std and the one-tailed p-value of COCO-CFs against MS-COCO training on the in-domain test set."""
+    input:
+        rules.in_domain_runs_table.output,
+    output:
+        f"{S}/in_domain/stats.csv",
+    log:
+        f"{S}/logs/in_domain/stats.log",
+    wildcard_constraints:
+        study=CCF,
+    conda:
+        CONDA_ENV
+    params:
+        baseline=lambda wildcards: view(wildcards.study)["in_domain"]["mixtures"][0],
+        test=lambda wildcards: training(wildcards)["stats"]["test"],
+        alpha=lambda wildcards: training(wildcards)["stats"]["alpha"],
+    shell:
+        "counterfactory stats summarize --runs {input:q} --baseline {params.baseline} --test {params.test}"
+        " --alpha {params.alpha} --out {output:q} > {log:q} 2>&1"
+
+
+rule in_domain_table:
+    """Table 5 layout (fine-tuned rows): R@K on the withheld COCO-CFs test set, mean over seeds with std."""
+    input:
+        summary=rules.in_domain_stats.output,
+        info=rules.in_domain_split.output.summary,
+    output:
+        md=report(f"{S}/in_domain/table.md", category="Training", caption="../report/in_domain.rst"),
+        tex=f"{S}/in_domain/table.tex",
+        csv=f"{S}/in_domain/table.csv",
+    log:
+        f"{S}/logs/in_domain/table.log",
+    wildcard_constraints:
+        study=CCF,
+    conda:
+        CONDA_ENV
+    params:
+        metrics=",".join(
+            [f"coco_cfs_test/{d}@{k}" for d in ("image_to_text", "text_to_image") for k in (1, 5, 10)]
+            + ["coco_cfs_test/mean"]
+        ),
+        order=lambda wildcards: ",".join(view(wildcards.study)["in_domain"]["mixtures"]),
+    shell:
+        "counterfactory stats table --summary {input.summary:q} --mixture-info {input.info:q}"
+        " --metrics {params.metrics} --mixture-order {params.order} --out-md {output.md:q} --out-tex {output.tex:q}"
+        " --out-csv {output.csv:q} > {log:q} 2>&1"
+
+
+STUDY_ITR_SUBSETS[CCF] = lambda: (
+    {"in_domain_test": f"{CCF_DIR}/in_domain/test_pairs.parquet"} if view(CCF)["in_domain"]["enabled"] else {}
+)
 STUDY_TARGETS[CCF] = lambda: coco_cf.targets(view(CCF), CCF_DIR)

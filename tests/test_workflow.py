@@ -79,6 +79,7 @@ def test_demo_dag_runs_every_rule(repo, demo_run):
     assert set(listed) - {"tiny_models"} <= set(ran), set(listed) - set(ran)
     assert ran["caption_shard"] == 3 and ran["images_shard"] == 3  # demo shard sizes: 50 captions / 20
     assert ran["train_run"] == 4 * 2  # 4 mixtures x 2 demo seeds
+    assert ran["in_domain_run"] == 2 * 2  # A.1: MS-COCO and COCO-CFs x 2 demo seeds
     html = (work / "report.html").read_text(errors="replace")
     assert "pair_grid.png" in html and "curves.png" in html
 
@@ -103,9 +104,11 @@ def test_unchanged_config_reruns_nothing(repo, demo_run):
     assert job_counts(proc.stdout + proc.stderr) == {}, proc.stdout[-3000:]
 
 
+IN_DOMAIN_RUNS = {"in_domain_run", "in_domain_runs_table", "in_domain_stats", "in_domain_table"}
 DOWNSTREAM_OF_IMAGES = {"images_shard", "images_merge", "eval_itr", "eval_itr_table", "eval_itm", "eval_itm_summary",
                         "report_pair_grid", "train_mixtures", "train_run", "runs_table", "train_stats",
-                        "train_tables", "train_curves", "label_frequency", "provenance", "all"}
+                        "train_tables", "train_curves", "label_frequency", "in_domain_split", "provenance",
+                        "all"} | IN_DOMAIN_RUNS
 AFTER_TRAINING = {"runs_table", "train_stats", "train_tables", "train_curves", "label_frequency", "provenance", "all"}
 
 
@@ -116,8 +119,11 @@ AFTER_TRAINING = {"runs_table", "train_stats", "train_tables", "train_curves", "
     (lambda s: s["evaluation"]["itm"].update(bins=21), {"eval_itm_summary", "provenance", "all"}),
     (lambda s: s["evaluation"]["classification"].update(templates=["a picture of a {c}."]),
      {"eval_classify", "eval_classify_table", "train_run"} | AFTER_TRAINING),
-    (lambda s: s["training"]["stats"].update(alpha=0.01), {"train_stats", "train_tables", "provenance", "all"}),
-    (lambda s: s["training"].update(lr=2e-4), {"train_run"} | AFTER_TRAINING),
+    (lambda s: s["training"]["stats"].update(alpha=0.01),
+     {"train_stats", "train_tables", "in_domain_stats", "in_domain_table", "provenance", "all"}),
+    (lambda s: s["training"].update(lr=2e-4), {"train_run"} | AFTER_TRAINING | IN_DOMAIN_RUNS),
+    (lambda s: s["in_domain"].update(test_fraction=0.4),
+     {"in_domain_split", "eval_itr", "eval_itr_table", "provenance", "all"} | IN_DOMAIN_RUNS),
 ])
 def test_config_edit_reruns_exactly_the_affected_jobs(repo, demo_run, edit, expected):
     work, _, _ = demo_run
@@ -198,7 +204,8 @@ def test_paper_config_dry_run_at_paper_scale(repo, tmp_path):
     assert counts["eval_itr"] == len(ev["itr"]["models"]) and counts["eval_itm"] == len(ev["itm"]["models"])
     assert counts["eval_classify"] == len(ev["classification"]["models"]) * 6  # Table 4: six datasets
     assert set(paper["training"]["eval"]["classification"]) == set(ev["classification"]["datasets"])
-    assert counts["train_tables"] == 2 and counts["label_frequency"] == 1
+    # Table 3 (Flickr30k), Table 12 (MS-COCO test, A.5), Table 4 (classification); A.2
+    assert counts["train_tables"] == 3 and counts["label_frequency"] == 1
     # what the image jobs will run with (their job config files): §3.2 / B.1.2
     jobs = [load_config([f]) for f in (tmp_path / ".snakemake/counterfactory/jobs").glob("*.yaml")]
     images = [j for j in jobs if "images" in j]
@@ -239,8 +246,8 @@ def test_config_error_is_one_short_message(repo, tmp_path):
 
 
 def test_missing_dataset_names_its_config_key(repo, tmp_path):
-    edited = demo_override(repo, tmp_path, lambda s: s["training"]["eval"]["retrieval"].update(
+    edited = demo_override(repo, tmp_path, lambda s: s["training"]["eval"]["retrieval"][0].update(
         karpathy_json=str(tmp_path / "missing.json")))
     proc = snakemake(repo, tmp_path, "-n", "all", "--configfile", str(edited), timeout=300)
     assert proc.returncode != 0
-    assert "coco_counterfactuals.training.eval.retrieval.karpathy_json" in proc.stdout + proc.stderr
+    assert "coco_counterfactuals.training.eval.retrieval[flickr30k].karpathy_json" in proc.stdout + proc.stderr

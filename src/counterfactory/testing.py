@@ -58,10 +58,10 @@ def fake_evaluation_data(workdir: Path, config_path: Path, study: str = "coco_co
         for key in ("class_index", "class_names"):
             if spec.get(key):
                 touch(spec[key], False)
-    retrieval = section.get("training", {}).get("eval", {}).get("retrieval")
-    if retrieval:
-        touch(retrieval["image_root"], True)
-        touch(retrieval["karpathy_json"], False)
+    retrieval = section.get("training", {}).get("eval", {}).get("retrieval") or []
+    for spec in [retrieval] if isinstance(retrieval, dict) else retrieval:
+        touch(spec["image_root"], True)
+        touch(spec["karpathy_json"], False)
     return made
 
 
@@ -78,8 +78,9 @@ def demo_config(repo: Path, workdir: Path, edit=None, name: str | None = None, *
         demo.symlink_to(repo / "resources" / "demo", target_is_directory=True)
     study["data"]["coco_root"] = str(demo)
     study["data"]["karpathy_json"] = str(demo / "karpathy" / "dataset_coco.json")
-    study["training"]["eval"]["retrieval"].update(karpathy_json=str(demo / "karpathy" / "dataset_coco.json"),
-                                                  image_root=str(demo / "val2017"))
+    retrieval = study["training"]["eval"]["retrieval"] or []
+    for spec in [retrieval] if isinstance(retrieval, dict) else retrieval:
+        spec.update(karpathy_json=str(demo / "karpathy" / "dataset_coco.json"), image_root=str(demo / "val2017"))
     for spec in study["evaluation"]["classification"]["datasets"].values():
         for key in ("root", "class_index", "class_names"):
             if key in spec and not str(spec[key]).startswith("builtin:"):

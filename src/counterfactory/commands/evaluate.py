@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 
+from ..errors import ConfigError
 from ..io import save_figure, write_csv, write_json, write_parquet, write_text
 
 log = logging.getLogger(__name__)
@@ -36,6 +37,9 @@ def register(subparsers) -> None:
     p.add_argument("--pairs", required=True, metavar="selected_pairs.parquet", help="the image stage's pair table")
     p.add_argument("--captions", required=True, metavar="captions.parquet", help="the data stage's caption table")
     p.add_argument("--out", required=True, metavar="OUT.csv")
+    p.add_argument("--subset", action="append", default=[], metavar="LABEL=FILE",
+                   help="one more COCO-CFs subset (a table with an id column), e.g. the A.1 in-domain test pairs; "
+                        "added to evaluation.itr.subsets")
     p.set_defaults(func=_itr)
 
     t = sub.add_parser("itr-table", help="Table 2 layout with relative change vs MS-COCO",
@@ -94,6 +98,16 @@ def _itr(args) -> int:
     from ..config import load_config
 
     cfg = load_config(args.config)
+    extra = {}
+    for item in args.subset:
+        label, sep, path = item.partition("=")
+        if not sep or not label or not path:
+            raise ConfigError(f"--subset {item!r}: expected LABEL=FILE. Fix: e.g. --subset in_domain_test=test.parquet")
+        extra[label] = path
+    if extra:
+        itr = dict(cfg["evaluation"].get("itr") or {})
+        itr["subsets"] = {**(itr.get("subsets") or {}), **extra}
+        cfg["evaluation"] = {**cfg["evaluation"], "itr": itr}
     long = evaluation.run_itr(cfg, args.role, args.pairs, args.captions, progress=not args.no_progress)
     write_csv(args.out, long)
     log.info("wrote %s (%d rows)", args.out, len(long))

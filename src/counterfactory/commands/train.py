@@ -20,8 +20,18 @@ def _run(args) -> int:
 
     cfg = load_config(args.config)
     rows = runs.run_one(cfg, args.manifest, args.mixture, args.seed, args.data_seed, args.out_dir,
-                        progress=not args.no_progress)
+                        progress=not args.no_progress, eval_pairs=args.eval_pairs,
+                        eval_pairs_name=args.eval_pairs_name, default_eval=not args.no_default_eval)
     print(rows.to_string(index=False))
+    return 0
+
+
+def _in_domain(args) -> int:
+    from ..studies.coco_counterfactuals.in_domain import write_in_domain
+
+    cfg = load_config(args.config)
+    summary = write_in_domain(cfg, args.pairs, args.captions, args.out_dir)
+    print(summary.to_string(index=False))
     return 0
 
 
@@ -52,6 +62,13 @@ def register(sub) -> None:
     m.add_argument("--out-dir", required=True, help="folder for <mixture>.parquet (and summary.csv)")
     m.add_argument("--summary", help="where to write the mixture summary CSV (default: <out-dir>/summary.csv)")
     m.set_defaults(func=_mixtures)
+    d = s.add_parser("in-domain-split", help="COCO-CF A.1: withhold 30 %% of the pairs for testing, 56/14 %% train/dev "
+                     "manifests (coco_cfs, mscoco)")
+    d.add_argument("--config", action="append", required=True, help="config YAML (repeat to merge)")
+    d.add_argument("--pairs", required=True, help="selected_pairs.parquet from the image stage")
+    d.add_argument("--captions", required=True, help="caption table parquet (the real MS-COCO captions)")
+    d.add_argument("--out-dir", required=True, help="split.parquet, test_pairs.parquet, manifests/, summary.csv")
+    d.set_defaults(func=_in_domain)
     r = s.add_parser("run", help="train one (mixture, seed) run, keep the best checkpoint, evaluate it")
     r.add_argument("--config", action="append", required=True, help="config YAML (repeat to merge)")
     r.add_argument("--manifest", required=True, help="mixture manifest (parquet or CSV)")
@@ -59,6 +76,9 @@ def register(sub) -> None:
     r.add_argument("--seed", type=int, required=True, help="model-side seed (B.3.2: 107..131)")
     r.add_argument("--data-seed", type=int, required=True, help="batch-order seed (B.3.2: 108..132)")
     r.add_argument("--out-dir", required=True, help="checkpoint/, history.csv, metrics.csv, run.json")
+    r.add_argument("--eval-pairs", help="also evaluate retrieval on these counterfactual pairs (A.1 in-domain test)")
+    r.add_argument("--eval-pairs-name", default="coco_cfs_test", help="metric prefix of --eval-pairs")
+    r.add_argument("--no-default-eval", action="store_true", help="skip the evaluations of training.eval")
     r.add_argument("--no-progress", action="store_true")
     r.set_defaults(func=_run)
     c = s.add_parser("collect", help="concatenate per-run metrics into the tidy runs table")

@@ -78,10 +78,30 @@ def _settings(cfg: dict, seed: int, data_seed: int):
     return TrainSettings.from_section(cfg["training"], seed, data_seed, precision=cfg.get("precision", "fp32"))
 
 
-def evaluate_retrieval(cfg: dict, role: str, spec: dict, progress: bool = False) -> dict[str, float]:
-    """Image-text retrieval Recall@K on a Karpathy-format split (Flickr30k 1K test in the paper)."""
-    from ..data.karpathy import load_karpathy
+def retrieval_specs(ev: dict) -> list[dict]:
+    """The retrieval evaluations of ``training.eval.retrieval``: one mapping or a list of them (each with a
+    unique ``name``), in table order (the first is Table 3's Flickr30k, a second e.g. Table 12's MS-COCO)."""
+    value = ev.get("retrieval")
+    specs = [] if not value else [value] if isinstance(value, dict) else list(value)
+    names = [s["name"] for s in specs]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"training.eval.retrieval: names must be unique, got {names}. Fix: rename one")
+    return specs
+
+
+def _recall_metrics(name: str, sim: np.ndarray, text_image: np.ndarray, ks) -> dict[str, float]:
     from ..metrics import recall_at_k
+
+    recall = recall_at_k(sim, text_image, ks=tuple(ks))
+    out = {f"{name}/{k}": v for k, v in recall.items()}
+    out[f"{name}/mean"] = float(np.mean(list(recall.values())))
+    return out
+
+
+def evaluate_retrieval(cfg: dict, role: str, spec: dict, progress: bool = False) -> dict[str, float]:
+    """Image-text retrieval Recall@K on a Karpathy-format split (Flickr30k 1K test in Table 3, the MS-COCO
+    test set in Table 12)."""
+    from ..data.karpathy import load_karpathy
     from ..scorers import scorer_from_config
 
     table = load_karpathy(spec["karpathy_json"], split=spec["split"])
@@ -91,14 +111,30 @@ def evaluate_retrieval(cfg: dict, role: str, spec: dict, progress: bool = False)
     root = Path(spec["image_root"])
     img = scorer.encode_images([str(root / name) for name in images])
     txt = scorer.encode_texts(table["caption"].tolist())
-    recall = recall_at_k(img @ txt.T, np.array([index[f] for f in table["filename"]]), ks=tuple(spec["ks"]))
-    out = {f"{spec['name']}/{k}": v for k, v in recall.items()}
-    out[f"{spec['name']}/mean"] = float(np.mean(list(recall.values())))
-    return out
+    return _recall_metrics(spec["name"], img @ txt.T, np.array([index[f] for f in table["filename"]]), spec["ks"])
+
+
+def evaluate_pairs(cfg: dict, role: str, pairs_path: str | Path, name: str, ks=(1, 5, 10),
+                   progress: bool = False) -> dict[str, float]:
+    """Recall@K on counterfactual pairs (appendix A.1, the withheld COCO-CFs test set): the retrieval space is
+    both images and both captions of every pair; caption_i describes image_i."""
+    from ..evaluation import read_pairs
+    from ..scorers import scorer_from_config
+
+    pairs = read_pairs(pairs_path)
+    images = [*pairs["image_0"], *pairs["image_1"]]
+    texts = [*pairs["caption_0"], *pairs["caption_1"]]
+    scorer = scorer_from_config(cfg, role, head="itc", progress=progress)
+    img, txt = scorer.encode_images([str(p) for p in images]), scorer.encode_texts(texts)
+    return _recall_metrics(name, img @ txt.T, np.arange(len(texts)), ks)
 
 
 def run_one(cfg: dict, manifest: str | Path, mixture: str, seed: int, data_seed: int, out_dir: str | Path,
-            progress: bool = True) -> pd.DataFrame:
+            progress: bool = True, eval_pairs: str | Path | None = None, eval_pairs_name: str = "coco_cfs_test",
+            default_eval: bool = True) -> pd.DataFrame:
+    """Train one (mixture, seed) run, keep the best checkpoint and evaluate it: the evaluations of
+    ``training.eval`` (unless ``default_eval`` is false) and, with ``eval_pairs``, retrieval on those
+    counterfactual pairs (the in-domain test set of appendix A.1)."""
     from ..evaluation import run_classification
     from . import read_manifest, settings_dict, train
 
@@ -120,12 +156,14 @@ def run_one(cfg: dict, manifest: str | Path, mixture: str, seed: int, data_seed:
     eval_cfg = copy.deepcopy(cfg)
     eval_cfg["models"]["clip_train"] = {**eval_cfg["models"]["clip_train"], "source": str(out_dir / "checkpoint")}
     metrics = {"val_loss": result.best_val_loss}
-    ev = section["eval"]
-    if ev.get("retrieval"):
-        metrics.update(evaluate_retrieval(eval_cfg, "clip_train", ev["retrieval"], progress))
+    ev = section["eval"] if default_eval else {}
+    for spec in retrieval_specs(ev):
+        metrics.update(evaluate_retrieval(eval_cfg, "clip_train", spec, progress))
     for dataset in ev.get("classification") or []:
         res = run_classification(eval_cfg, "clip_train", dataset, progress=progress)
         metrics[f"{dataset}/top1"] = res["top1"]
+    if eval_pairs:
+        metrics.update(evaluate_pairs(eval_cfg, "clip_train", eval_pairs, eval_pairs_name, progress=progress))
     rows = pd.DataFrame([{"experiment": section["experiment"], "mixture": mixture, "seed": seed,
                           "data_seed": data_seed, "metric": k, "value": float(v)} for k, v in metrics.items()],
                         columns=RUN_COLUMNS)

@@ -9,17 +9,26 @@ from __future__ import annotations
 STUDY = "coco_counterfactuals"
 
 
+def retrieval_sets(training: dict) -> list[dict]:
+    from ...training.runs import retrieval_specs
+
+    return retrieval_specs(training.get("eval", {}))
+
+
 def training_tables(training: dict) -> list[str]:
-    """Table names: ``retrieval`` (Table 3 layout) if retrieval is evaluated, ``classification`` (Table 4)."""
-    ev = training.get("eval", {})
-    return [name for name, on in (("retrieval", ev.get("retrieval")), ("classification", ev.get("classification"))) if on]
+    """Table names: ``retrieval`` (Table 3 layout: the first retrieval set, Flickr30k), ``retrieval_<name>``
+    for every further set (Table 12: the MS-COCO test set), ``classification`` (Table 4)."""
+    sets = retrieval_sets(training)
+    names = (["retrieval"] if sets else []) + [f"retrieval_{s['name']}" for s in sets[1:]]
+    return names + (["classification"] if training.get("eval", {}).get("classification") else [])
 
 
 def table_metrics(training: dict, table: str) -> str:
     """Comma-separated metric names of one table, in the paper's column order."""
     ev = training["eval"]
-    if table == "retrieval":
-        r = ev["retrieval"]
+    if table.startswith("retrieval"):
+        sets = retrieval_sets(training)
+        r = sets[0] if table == "retrieval" else next(s for s in sets if f"retrieval_{s['name']}" == table)
         names = [f"{r['name']}/{d}@{k}" for d in ("image_to_text", "text_to_image") for k in r["ks"]]
         return ",".join(names + [f"{r['name']}/mean"])
     return ",".join(f"{d}/top1" for d in ev["classification"])
@@ -41,4 +50,6 @@ def targets(view: dict, results: str) -> list[str]:
     out += [f"{results}/training/tables/{t}.md" for t in training_tables(tr)]
     if tr["eval"].get("classification"):
         out.append(f"{results}/training/label_frequency.csv")
+    if view.get("in_domain", {}).get("enabled"):
+        out.append(f"{results}/in_domain/table.md")  # A.1, Table 5 (pre-trained rows: the ITR table's subset)
     return out

@@ -1,0 +1,86 @@
+"""COCO-CF appendix A.1: the withheld in-domain test set (56 / 14 / 30 % by pair) and its manifests."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from counterfactory.errors import ConfigError
+from counterfactory.studies.coco_counterfactuals.in_domain import split_pairs, write_in_domain
+
+
+def test_paper_scale_split_is_56_14_30_by_pair():
+    split = split_pairs([f"{i}_0" for i in range(17410)], 0.3, 0.2, random_state=42)
+    counts = split["split"].value_counts().to_dict()
+    assert counts == {"test": 5223, "dev": 2437, "train": 9750}   # 30.0 % / 14.0 % / 56.0 % of 17,410
+    assert split["id"].is_unique and len(split) == 17410
+
+
+def test_split_is_reproducible_and_depends_on_the_state():
+    ids = [str(i) for i in range(200)]
+    a, b = split_pairs(ids, random_state=1), split_pairs(list(reversed(ids)), random_state=1)
+    assert a.equals(b)  # input order does not matter
+    assert not a.equals(split_pairs(ids, random_state=2))
+
+
+@pytest.mark.parametrize("test, dev", [(0.0, 0.2), (1.0, 0.2), (0.3, 1.0)])
+def test_bad_fractions_are_refused(test, dev):
+    with pytest.raises(ConfigError, match="in_domain"):
+        split_pairs(["a", "b"], test, dev)
+
+
+def test_manifests_hold_train_and_dev_pairs_only(tmp_path):
+    n = 20
+    ids = [f"{i}_0" for i in range(n)]
+    (tmp_path / "img").mkdir()
+    pairs = pd.DataFrame({"id": ids, "caption_id": ids, "caption_0": [f"a dog {i}" for i in range(n)],
+                          "caption_1": [f"a cat {i}" for i in range(n)],
+                          "image_0": [f"img/{i}_0.png" for i in range(n)], "image_1": [f"img/{i}_1.png" for i in range(n)]})
+    pairs.to_parquet(tmp_path / "pairs.parquet")
+    captions = pd.DataFrame({"caption_id": ids, "caption": pairs["caption_0"],
+                             "file_name": [f"{i:012d}.jpg" for i in range(n)]})
+    captions.to_parquet(tmp_path / "captions.parquet")
+    cfg = {"in_domain": {"test_fraction": 0.3, "dev_fraction": 0.2, "random_state": 0,
+                         "mixtures": ["mscoco", "coco_cfs"]},
+           "data": {"coco_root": str(tmp_path / "coco"), "split": "val2017"}}
+    summary = write_in_domain(cfg, tmp_path / "pairs.parquet", tmp_path / "captions.parquet", tmp_path / "out")
+    split = pd.read_parquet(tmp_path / "out/split.parquet").set_index("id")["split"]
+    test_ids = set(split[split == "test"].index)
+    assert len(test_ids) == 6  # 30 % of 20
+    test_pairs = pd.read_parquet(tmp_path / "out/test_pairs.parquet")
+    assert set(test_pairs["id"]) == test_ids
+    cf = pd.read_parquet(tmp_path / "out/manifests/coco_cfs.parquet")
+    real = pd.read_parquet(tmp_path / "out/manifests/mscoco.parquet")
+    assert not {p.split(":")[1] for p in cf["pair_id"]} & test_ids
+    assert len(cf) == 2 * 14 and len(real) == 14 and cf["is_counterfactual"].all() and not real["is_counterfactual"].any()
+    # dev pairs validate, train pairs train; both samples of a pair on one side
+    assert set(cf.groupby("pair_id")["split"].nunique()) == {1}
+    dev = {f"cf:{i}" for i in split[split == "dev"].index}
+    assert set(cf.loc[cf["split"] == "val", "pair_id"]) == dev
+    assert real["image_path"].str.endswith(".jpg").all() and "val2017" in real["image_path"].iloc[0]
+    assert summary.set_index("mixture").loc["coco_cfs", "n_train"] == 2 * (14 - len(dev))
+
+
+def test_retrieval_sets_give_one_table_each():
+    from counterfactory.studies.coco_counterfactuals import table_metrics, training_tables
+    from counterfactory.training.runs import retrieval_specs
+
+    flickr = {"name": "flickr30k", "karpathy_json": "f.json", "image_root": "f", "split": "test", "ks": [1, 5, 10]}
+    coco = {**flickr, "name": "mscoco", "ks": [1, 5]}
+    training = {"eval": {"retrieval": [flickr, coco], "classification": ["CIFAR10"]}}
+    assert training_tables(training) == ["retrieval", "retrieval_mscoco", "classification"]  # Tables 3, 12, 4
+    assert table_metrics(training, "retrieval_mscoco").split(",") == [
+        "mscoco/image_to_text@1", "mscoco/image_to_text@5", "mscoco/text_to_image@1", "mscoco/text_to_image@5",
+        "mscoco/mean"]
+    assert retrieval_specs({"retrieval": flickr}) == [flickr]   # one mapping still works
+    assert retrieval_specs({"retrieval": None}) == []
+    with pytest.raises(ConfigError, match="unique"):
+        retrieval_specs({"retrieval": [flickr, flickr]})
+
+
+def test_itr_subset_option_is_checked(repo, tmp_path, capsys):
+    from counterfactory.cli import main
+
+    assert main(["evaluate", "itr", "--config", str(repo / "config" / "demo.yaml"), "--role", "clip_eval",
+                 "--pairs", "p", "--captions", "c", "--out", str(tmp_path / "o.csv"), "--subset", "no-equals"]) == 2
+    assert "expected LABEL=FILE" in capsys.readouterr().err
