@@ -24,9 +24,10 @@ def view(study):
 
 
 def job_config(*keys, study=True):
-    """``params`` value: the job's ``--config FILE``. FILE holds exactly the listed sections (dotted keys;
-    ``{role}``-style wildcards are filled in; a callable key returns a list of keys for the job's wildcards) and is named by their digest, so a config edit reruns exactly
-    the jobs whose sections changed. ``study=False`` for shared jobs (tiny models, NLTK data)."""
+    """``params`` value: the job's ``--config FILE``. FILE holds exactly the listed sections and is named by
+    their digest, so a config edit reruns exactly the jobs whose sections changed. Keys are dotted
+    (``models.mlm``); ``{role}``-style wildcards are filled in; a callable key returns a list of keys for the
+    job's wildcards. ``study=False`` for shared jobs (tiny models, NLTK data)."""
 
     def value(wildcards):
         fill = dict(wildcards.items())
