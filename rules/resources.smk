@@ -104,3 +104,7 @@ localrules:
     nltk_data,
     provenance,
     label_frequency,
+    in_domain_split,
+    in_domain_runs_table,
+    in_domain_stats,
+    in_domain_table,

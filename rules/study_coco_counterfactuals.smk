@@ -1,6 +1,8 @@
 # COCO-Counterfactuals (Le et al., 2023): the steps only this study has, and its targets.
 # Its shared stages (data, images, evaluate, training, report) are the stage rules with
 # study=coco_counterfactuals; its settings are the `coco_counterfactuals:` config section.
+import shlex
+
 from counterfactory.studies import coco_counterfactuals as coco_cf
 
 CCF = "coco_counterfactuals"
@@ -111,8 +113,7 @@ rule in_domain_split:
         " --out-dir {params.out_dir:q} > {log:q} 2>&1"
 
 
-rule in_domain_run:
-    """One A.1 fine-tuning run (mixture, seed), evaluated on the withheld test pairs."""
+use rule train_run as in_domain_run with:
     input:
         manifests=rules.in_domain_split.output.manifests,
         test=rules.in_domain_split.output.test,
@@ -127,27 +128,14 @@ rule in_domain_run:
     wildcard_constraints:
         study=CCF,
         mixture="mscoco|coco_cfs",
-    conda:
-        CONDA_ENV
-    threads: accel_threads("clip_train")
-    resources:
-        mem_mb=model_mem(16000, "clip_train", tiny_mb=3000),
-        runtime=per_study(lambda study: 80 + train_minutes(study)),
-        gpu=GPU,
-        hpu=HPU,
     params:
         config=job_config(*IN_DOMAIN_RUN_KEYS),
         data_seed=lambda wildcards: seeds(wildcards)[int(wildcards.seed)],
         out_dir=lambda wildcards, output: Path(output.metrics).parent,
-    shell:
-        "counterfactory train run {params.config} --manifest {input.manifests:q}/{wildcards.mixture}.parquet"
-        " --mixture {wildcards.mixture} --seed {wildcards.seed} --data-seed {params.data_seed}"
-        " --eval-pairs {input.test:q} --eval-pairs-name coco_cfs_test --no-default-eval"
-        " --out-dir {params.out_dir:q} --no-progress > {log:q} 2>&1"
+        evaluate=lambda wildcards, input: f"--eval-pairs {shlex.quote(input.test)} --no-default-eval",
 
 
-rule in_domain_runs_table:
-    """Tidy runs table of the A.1 runs."""
+use rule runs_table as in_domain_runs_table with:
     input:
         in_domain_runs,
     output:
@@ -156,14 +144,9 @@ rule in_domain_runs_table:
         f"{S}/logs/in_domain/runs_table.log",
     wildcard_constraints:
         study=CCF,
-    conda:
-        CONDA_ENV
-    shell:
-        "counterfactory train collect {input:q} --out {output:q} > {log:q} 2>&1"
 
 
-rule in_domain_stats:
-    """Mean, std and the one-tailed p-value of COCO-CFs against MS-COCO training on the in-domain test set."""
+use rule train_stats as in_domain_stats with:
     input:
         rules.in_domain_runs_table.output,
     output:
@@ -172,19 +155,13 @@ rule in_domain_stats:
         f"{S}/logs/in_domain/stats.log",
     wildcard_constraints:
         study=CCF,
-    conda:
-        CONDA_ENV
     params:
         baseline=lambda wildcards: view(wildcards.study)["in_domain"]["mixtures"][0],
         test=lambda wildcards: training(wildcards)["stats"]["test"],
         alpha=lambda wildcards: training(wildcards)["stats"]["alpha"],
-    shell:
-        "counterfactory stats summarize --runs {input:q} --baseline {params.baseline} --test {params.test}"
-        " --alpha {params.alpha} --out {output:q} > {log:q} 2>&1"
 
 
-rule in_domain_table:
-    """Table 5 layout (fine-tuned rows): R@K on the withheld COCO-CFs test set, mean over seeds with std."""
+use rule train_tables as in_domain_table with:
     input:
         summary=rules.in_domain_stats.output,
         info=rules.in_domain_split.output.summary,
@@ -196,18 +173,12 @@ rule in_domain_table:
         f"{S}/logs/in_domain/table.log",
     wildcard_constraints:
         study=CCF,
-    conda:
-        CONDA_ENV
     params:
         metrics=",".join(
             [f"coco_cfs_test/{d}@{k}" for d in ("image_to_text", "text_to_image") for k in (1, 5, 10)]
             + ["coco_cfs_test/mean"]
         ),
         order=lambda wildcards: ",".join(view(wildcards.study)["in_domain"]["mixtures"]),
-    shell:
-        "counterfactory stats table --summary {input.summary:q} --mixture-info {input.info:q}"
-        " --metrics {params.metrics} --mixture-order {params.order} --out-md {output.md:q} --out-tex {output.tex:q}"
-        " --out-csv {output.csv:q} > {log:q} 2>&1"
 
 
 STUDY_ITR_SUBSETS[CCF] = lambda: (
