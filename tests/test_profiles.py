@@ -155,8 +155,9 @@ def test_every_rule_is_local_or_sized():
             "coco_check", "caption_table", "report_pair_grid", "label_frequency"} <= local
     assert not local & set(cluster.ACCELERATOR_RULES)
     texts = "\n".join(p.read_text() for p in (REPO / "rules").glob("*.smk"))
+    base_of = {name: base for base, name in re.findall(r"^use rule (\w+) as (\w+)", texts, re.MULTILINE)}
     for rule in sorted(set(rules) - local - {"all"}):
-        body = re.split(r"^rule \w+:", texts.split(f"rule {rule}:", 1)[1], flags=re.MULTILINE)[0]
+        body = re.split(r"^rule \w+:", texts.split(f"rule {base_of.get(rule, rule)}:", 1)[1], flags=re.MULTILINE)[0]
         assert re.search(r"^\s+mem_mb=", body, re.MULTILINE) and re.search(r"^\s+runtime=", body, re.MULTILINE), rule
 
 

@@ -40,7 +40,8 @@ PROFILE_DIR = Path(__file__).resolve().parents[2] / "profiles"  # source checkou
 
 # Rules that run on an accelerator (rules/resources.smk: `gpu=GPU, hpu=HPU`); the profiles send them to
 # the GPU partition. tests/test_profiles.py checks this list against the rule files.
-ACCELERATOR_RULES = ("caption_shard", "images_shard", "eval_itr", "eval_itm", "eval_classify", "train_run")
+ACCELERATOR_RULES = ("caption_shard", "images_shard", "eval_itr", "eval_itm", "eval_classify", "train_run",
+                     "in_domain_run")
 
 
 class ClusterConfigError(ConfigError):
@@ -446,7 +447,8 @@ def resolve_profile(profile: str) -> tuple[Path, Path] | None:
 
 def workflow_rules(snakefile: str | Path | None = None) -> dict[str, dict]:
     """Rule names of the workflow with their ``group`` and whether they declare an accelerator, read
-    from the Snakefile and every ``include:``d file (static text; no DAG is built)."""
+    from the Snakefile and every ``include:``d file (static text; no DAG is built); ``use rule ... as``
+    variants count with their base rule's settings."""
     snakefile = Path(snakefile) if snakefile else PROFILE_DIR.parent / "Snakefile"
     rules: dict[str, dict] = {}
     seen: set[Path] = set()
@@ -471,6 +473,11 @@ def workflow_rules(snakefile: str | Path | None = None) -> dict[str, dict]:
             }
 
     read(snakefile.resolve())
+    # `use rule BASE as NAME with:` variants inherit the base rule's group and resources
+    for path in seen:
+        for base, name in re.findall(r"^use rule (\w+) as (\w+)", path.read_text(encoding="utf-8"), re.MULTILINE):
+            if base in rules:
+                rules[name] = dict(rules[base])
     return rules
 
 
