@@ -17,7 +17,6 @@ rows come from the ITR evaluation with the test pairs as a subset (``evaluate it
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import numpy as np
@@ -31,10 +30,6 @@ SPLITS = ("train", "dev", "test")
 MIXTURES = ("mscoco", "coco_cfs")
 
 
-def _round_half_up(x: float) -> int:
-    return int(math.floor(x + 0.5))
-
-
 def split_pairs(ids, test_fraction: float = 0.3, dev_fraction: float = 0.2, random_state: int = 42) -> pd.DataFrame:
     """``id, split`` for every pair id (sorted), split by pair into train / dev / test."""
     if not (0 < test_fraction < 1 and 0 <= dev_fraction < 1):
@@ -43,8 +38,8 @@ def split_pairs(ids, test_fraction: float = 0.3, dev_fraction: float = 0.2, rand
     ids = np.array(sorted(str(i) for i in ids))
     if len(set(ids)) != len(ids):
         raise ConfigError("in_domain: duplicate pair ids. Fix: split the image stage's selected pairs")
-    n_test = _round_half_up(test_fraction * len(ids))
-    n_dev = _round_half_up(dev_fraction * (len(ids) - n_test))
+    n_test = mx.round_half_up(test_fraction * len(ids))
+    n_dev = mx.round_half_up(dev_fraction * (len(ids) - n_test))
     order = np.random.default_rng(random_state).permutation(len(ids))
     split = np.empty(len(ids), dtype=object)
     split[order[:n_test]] = "test"
