@@ -1,0 +1,257 @@
+"""SocialCounterfactuals bias probing (§4, §10): neutral queries, K, metrics against the metrics library, marginals,
+the runner with a stand-in dual encoder, tables and figures."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from counterfactory.metrics.retrieval import bias_at_k, max_skew_at_k, min_skew_at_k, ndkl, ranking_from_scores
+from counterfactory.studies.social_counterfactuals import probing as pr
+
+
+def rows_to_frame(rows):
+    return pd.DataFrame(rows)
+
+
+def pick(df, attribute, metric, given="all", label=""):
+    sel = df[(df["attribute"] == attribute) & (df["metric"] == metric) & (df["given"] == given)
+             & (df["label"] == label)]
+    assert len(sel) == 1, (attribute, metric, given, label, sel)
+    return sel.iloc[0]
+
+
+# ------------------------------------------------------------------ neutral queries
+@pytest.mark.parametrize("prefix, subject, expected", [
+    ("A/An", "doctor", "A doctor"),
+    ("A", "umpire", "An umpire"),                       # the prefixes of resources/social/attributes.yaml
+    ("A photo of a", "umpire", "A photo of an umpire"),
+    ("", "umpire", "An umpire"),
+    ("A photo of", "architect", "A photo of an architect"),
+    ("A picture of a", "engineer", "A picture of an engineer"),
+    ("An image of an", "web developer", "An image of a web developer"),
+    ("A photo of", "university professor", "A photo of a university professor"),
+    ("A photo of", "hour worker", "A photo of an hour worker"),
+    ("A photo of", "CEO", "A photo of a CEO"),
+    ("A photo of", "MBA student", "A photo of an MBA student"),
+])
+def test_neutral_query_article(prefix, subject, expected):
+    assert pr.neutral_query(prefix, subject) == expected
+
+
+class FakeScorer:
+    """Dual encoder stand-in: fixed embeddings per text / per image path (rows L2-normalised)."""
+
+    def __init__(self, texts=None, images=None, dim=4, seed=0):
+        self.texts, self.images, self.dim = dict(texts or {}), dict(images or {}), dim
+        self.rng = np.random.default_rng(seed)
+        self.encoded_texts: list[str] = []
+
+    def _get(self, table, key):
+        if key not in table:
+            v = self.rng.normal(size=self.dim)
+            table[key] = v
+        v = np.asarray(table[key], dtype=np.float64)
+        return v / np.linalg.norm(v)
+
+    def encode_texts(self, texts):
+        self.encoded_texts += list(texts)
+        return np.stack([self._get(self.texts, t) for t in texts])
+
+    def encode_images(self, paths):
+        return np.stack([self._get(self.images, str(p).rsplit("/", 1)[-1]) for p in paths])
+
+
+def test_average_query_embedding_is_renormalised_mean():
+    emb = np.array([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.6, 0.8]])
+    got = pr.average_query_embedding(emb)
+    mean = emb.mean(axis=0)
+    np.testing.assert_allclose(got, mean / np.linalg.norm(mean))
+    assert math.isclose(np.linalg.norm(got), 1.0)
+    with pytest.raises(ValueError):
+        pr.average_query_embedding(np.array([[1.0, 0.0], [-1.0, 0.0]]))
+
+
+def test_subject_query_embeddings_average_over_prefixes():
+    prefixes = ["A/An", "A photo of", "An image of"]
+    texts = {"A nurse": [1, 0, 0, 0], "A photo of a nurse": [0, 1, 0, 0], "An image of a nurse": [0, 0, 3, 4]}
+    sc = FakeScorer(texts=texts)
+    q = pr.subject_query_embeddings(sc, ["nurse"], prefixes)["nurse"]
+    expected = np.array([1, 1, 0.6, 0.8]) / 3
+    np.testing.assert_allclose(q, expected / np.linalg.norm(expected))
+    assert sorted(sc.encoded_texts) == sorted(texts)
+
+
+# ------------------------------------------------------------------ metrics of one ranking
+RACES = ["white", "black", "indian", "asian", "middle eastern", "latino"]
+GENDERS = ["male", "female"]
+
+
+def test_k_is_product_of_attribute_set_sizes():
+    labels = [(r, g) for _ in range(2) for r in RACES for g in GENDERS]       # 24 images
+    scores = np.linspace(1, 0, len(labels))
+    df = rows_to_frame(pr.retrieval_metrics(scores, labels, {"race": RACES, "gender": GENDERS}))
+    assert pick(df, "intersectional", "maxskew")["k"] == 12
+    assert pick(df, "gender", "bias")["k"] == 12
+    phys = ["skinny", "obese", "young", "old", "tattooed"]
+    labels3 = [(p, r, g) for p in phys for r in RACES for g in GENDERS] * 2     # 120 images
+    df3 = rows_to_frame(pr.retrieval_metrics(np.arange(120.0), labels3,
+                                             {"physical": phys, "race": RACES, "gender": GENDERS}))
+    assert pick(df3, "intersectional", "maxskew")["k"] == 60                    # §10.2: MaxSkew@60
+    assert pick(df3, "race+gender", "maxskew")["k"] == 60
+    # a pool smaller than K uses k = pool size
+    small = rows_to_frame(pr.retrieval_metrics([0.3, 0.2, 0.1], labels[:3], {"race": RACES, "gender": GENDERS}))
+    assert pick(small, "intersectional", "maxskew")["k"] == 3
+
+
+def test_metrics_equal_library_on_hand_made_ranking():
+    rng = np.random.default_rng(3)
+    values = {"race": ["a", "b", "c"], "gender": GENDERS}
+    labels = [(rng.choice(values["race"]), rng.choice(GENDERS)) for _ in range(30)]
+    scores = rng.normal(size=30).round(1)                                      # ties on purpose
+    df = rows_to_frame(pr.retrieval_metrics(scores, labels, values))
+    order = ranking_from_scores(scores)
+    joint = ["|".join(labels[i]) for i in order]
+    all_joint = [f"{r}|{g}" for r in values["race"] for g in GENDERS]
+    assert pick(df, "intersectional", "maxskew")["value"] == pytest.approx(max_skew_at_k(joint, 6, labels=all_joint))
+    assert pick(df, "intersectional", "minskew")["value"] == pytest.approx(min_skew_at_k(joint, 6, labels=all_joint))
+    assert pick(df, "intersectional", "ndkl")["value"] == pytest.approx(ndkl(joint, labels=all_joint))
+    assert pick(df, "intersectional", "ndkl")["k"] == 30
+    genders = [labels[i][1] for i in order]
+    assert pick(df, "gender", "bias")["value"] == pytest.approx(bias_at_k(genders, 6))
+    assert pick(df, "race", "maxskew")["value"] == pytest.approx(max_skew_at_k([labels[i][0] for i in order], 6,
+                                                                               labels=values["race"]))
+    shares = df[(df["metric"] == "share") & (df["attribute"] == "intersectional")]
+    assert shares["value"].sum() == pytest.approx(1.0)
+    # NDKL over the top K² (§10.1 wording)
+    dk = rows_to_frame(pr.retrieval_metrics(scores, labels, values, ndkl_depth="k_squared"))
+    assert pick(dk, "intersectional", "ndkl")["k"] == 30                       # min(36, 30)
+    dk2 = rows_to_frame(pr.retrieval_metrics(scores, labels, values, k=4, ndkl_depth="k_squared"))
+    assert pick(dk2, "intersectional", "ndkl")["value"] == pytest.approx(ndkl(joint[:16], labels=all_joint))
+
+
+def test_marginals_known_answer():
+    # ranking (scores descending): a|m, a|m, b|f, a|f, b|m, b|f, a|m, b|m
+    labels = [("a", "male"), ("a", "male"), ("b", "female"), ("a", "female"),
+              ("b", "male"), ("b", "female"), ("a", "male"), ("b", "male")]
+    scores = np.arange(8, 0, -1, dtype=float)
+    values = {"race": ["a", "b"], "gender": GENDERS}
+    df = rows_to_frame(pr.retrieval_metrics(scores, labels, values))           # K = 4
+    # given race = a: genders in rank order m, m, f, m -> top 4: p_m = 3/4
+    assert pick(df, "gender", "maxskew", "race=a")["value"] == pytest.approx(math.log(1.5))
+    assert pick(df, "gender", "minskew", "race=a")["value"] == pytest.approx(math.log(0.5))
+    assert pick(df, "gender", "bias", "race=a")["value"] == pytest.approx(0.5)
+    # given race = b: f, m, f, m -> balanced
+    assert pick(df, "gender", "maxskew", "race=b")["value"] == pytest.approx(0.0)
+    assert pick(df, "gender", "bias", "race=b")["value"] == pytest.approx(0.0)
+    # given gender = male: races a, a, b, a -> ln(3/4 / 1/2)
+    assert pick(df, "race", "maxskew", "gender=male")["value"] == pytest.approx(math.log(1.5))
+    # unconditioned marginal on the top 4 of the full ranking: m, m, f, f
+    assert pick(df, "gender", "maxskew")["value"] == pytest.approx(0.0)
+    assert pick(df, "gender", "share", label="male")["value"] == pytest.approx(0.5)
+    # intersectional top 4: a|m x2, b|f, a|f; b|m absent (share replaced by 1/k)
+    assert pick(df, "intersectional", "maxskew")["value"] == pytest.approx(math.log(2))
+    assert pick(df, "intersectional", "skew", label="b|male")["value"] == pytest.approx(0.0)
+    assert pick(df, "intersectional", "share", label="a|male")["value"] == pytest.approx(0.5)
+    # K = |A_t| for the marginals: top 2 of race=a are m, m
+    da = rows_to_frame(pr.retrieval_metrics(scores, labels, values, marginal_k="attribute"))
+    assert pick(da, "gender", "maxskew", "race=a")["value"] == pytest.approx(math.log(2))
+    assert pick(da, "gender", "bias", "race=a")["value"] == pytest.approx(1.0)
+    assert pick(da, "gender", "maxskew", "race=a")["k"] == 2
+
+
+def test_ties_keep_pool_order_and_bad_labels_fail():
+    labels = [("a", "male"), ("a", "female"), ("b", "female"), ("b", "male")]
+    df = rows_to_frame(pr.retrieval_metrics(np.zeros(4), labels, {"race": ["a", "b"], "gender": GENDERS}, k=1))
+    assert pick(df, "intersectional", "share", label="a|male")["value"] == 1.0
+    with pytest.raises(ValueError, match="not among"):
+        pr.retrieval_metrics([1.0], [("c", "male")], {"race": ["a", "b"], "gender": GENDERS})
+
+
+# ------------------------------------------------------------------ runner, tables, figures
+def make_table(tmp_path):
+    rows = []
+    prefixes = ["A/An", "A photo of"]
+    for subj in ("doctor", "umpire"):
+        for s, prefix in enumerate(prefixes):
+            for m, (r, g) in enumerate([(r, g) for r in ("a", "b") for g in GENDERS]):
+                name = f"{subj}_{s}_{m}.png"
+                rows.append(dict(set_id=f"{subj}-{s}", candidate_index=0, member_index=m, segment="race-gender",
+                                 prefix=prefix, subject=subj, caption=f"{prefix} {r} {g} {subj}", a1_type="race",
+                                 a1=r, a2_type="gender", a2=g, image_path=f"img/{name}"))
+    path = tmp_path / "kept.parquet"
+    pd.DataFrame(rows).to_parquet(path, index=False)
+    return path
+
+
+def test_probe_runner_with_stand_in_scorer(tmp_path):
+    path = make_table(tmp_path)
+    scorers = {}
+
+    def factory(cfg, role):
+        scorers[role] = FakeScorer(seed=len(scorers))
+        return scorers[role]
+
+    df = pr.probe({}, ["m1", "m2"], path, scorer_factory=factory)
+    assert list(df.columns) == pr.PROBE_COLUMNS
+    assert set(df["model"]) == {"m1", "m2"} and set(df["subject"]) == {"doctor", "umpire"}
+    assert pick(df[(df["model"] == "m1") & (df["subject"] == "doctor")], "intersectional", "pool_size")["value"] == 8
+    # recompute one subject by hand: cosine to the prefix-averaged neutral query
+    sc = scorers["m1"]
+    table = pr.read_images_table(path)
+    assert table["image_path"].iloc[0].startswith(str(tmp_path))
+    pool = table[table["subject"] == "doctor"]
+    q = pr.average_query_embedding(np.stack([sc._get(sc.texts, t) for t in ("A doctor", "A photo of a doctor")]))
+    scores = np.stack([sc._get(sc.images, p.rsplit("/", 1)[-1]) for p in pool["image_path"]]) @ q
+    joint = ["|".join(x) for x in np.array(pool[["a1", "a2"]])[ranking_from_scores(scores)]]
+    got = pick(df[(df["model"] == "m1") & (df["subject"] == "doctor")], "intersectional", "maxskew")
+    assert got["value"] == pytest.approx(max_skew_at_k(joint, 4, labels=["a|male", "a|female", "b|male", "b|female"]))
+
+    # tables (Tables 12-15 layouts) and their renderings
+    tables = pr.paper_tables(df)
+    dist = tables["NDKL distribution across occupations, segment race-gender"]
+    assert list(dist.columns) == ["Mean", "Std", "Min", "25%", "50%", "75%", "Max"]
+    assert list(dist.index) == ["m1", "m2"]
+    bias = tables["Bias@K across occupations (segments with gender; positive = male)"]
+    assert list(bias.columns) == ["m1", "m2"] and list(bias.index) == ["race-gender"]
+    assert "| m1" in pr.tables_markdown(tables) and "\\begin{tabular}" in pr.tables_latex(tables)
+    assert len(pr.tables_long(tables)) > 0
+
+    # CSV round trip and figures
+    from counterfactory.io import write_csv
+
+    write_csv(tmp_path / "probe.csv", df)
+    back = pr.read_probe(tmp_path / "probe.csv")
+    assert len(back) == len(df) and (back["label"] == "").sum() == (df["label"] == "").sum()
+    assert pr.figure_maxskew_boxplots(back, tmp_path / "f3.png").stat().st_size > 0
+    assert pr.figure_marginal_bars(back, tmp_path / "f4.png").stat().st_size > 0
+    assert pr.figure_retrieval_proportions(back, tmp_path / "f5.png", "doctor").stat().st_size > 0
+
+
+def test_images_table_errors(tmp_path):
+    from counterfactory.errors import InputError
+
+    bad = tmp_path / "bad.csv"
+    pd.DataFrame({"segment": ["x"], "subject": ["doctor"]}).to_csv(bad, index=False)
+    with pytest.raises(InputError, match="missing column"):
+        pr.read_images_table(bad)
+    with pytest.raises(pr.ConfigError, match="marginal_k"):
+        pr.settings({"probing": {"marginal_k": "nope"}})
+
+
+def test_cli_probe_tables(tmp_path):
+    from counterfactory.cli import main
+
+    df = pd.DataFrame([dict(model=m, segment="race-gender", subject=s, attribute=a, given="all", label="",
+                            metric=met, k=12, value=v)
+                       for m in ("clip", "flava") for s, v in (("doctor", 0.4), ("nurse", 0.9))
+                       for a, met in (("intersectional", "maxskew"), ("intersectional", "ndkl"), ("gender", "bias"))])
+    df.to_csv(tmp_path / "p.csv", index=False)
+    rc = main(["social", "probe-tables", "--probe", str(tmp_path / "p.csv"), "--out-md", str(tmp_path / "t.md"),
+               "--out-tex", str(tmp_path / "t.tex"), "--out-csv", str(tmp_path / "t.csv")])
+    assert rc == 0
+    md = (tmp_path / "t.md").read_text()
+    assert "Mean MaxSkew@K" in md and "0.65" in md
