@@ -170,13 +170,28 @@ def classification_inputs(wildcards):
 
 
 def in_domain_runs(wildcards):
-    """metrics.csv of every A.1 in-domain run (in_domain.mixtures x training seeds)."""
-    return expand(
-        f"{S}/in_domain/runs/{{mixture}}/seed{{seed}}/metrics.csv",
-        study=wildcards.study,
-        mixture=view(wildcards.study)["in_domain"]["mixtures"],
-        seed=list(seeds(wildcards)),
-    )
+    """metrics.csv of every A.1 in-domain run: per model of in_domain.models its pre-trained evaluation
+    (one run) and in_domain.mixtures x training seeds."""
+    section = view(wildcards.study)["in_domain"]
+    pattern = f"{S}/in_domain/runs/{{model}}/{{mixture}}/seed{{seed}}/metrics.csv"
+    first = list(seeds(wildcards))[0]
+    out = []
+    for model in section["models"]:
+        out += expand(pattern, study=wildcards.study, model=model, mixture="pretrained", seed=first)
+        out += expand(
+            pattern, study=wildcards.study, model=model, mixture=section["mixtures"], seed=list(seeds(wildcards))
+        )
+    return out
+
+
+def in_domain_run_args(wildcards, input):
+    """Options of an in-domain run: the model role (also its experiment), the test pairs, no default evaluations,
+    and no training for the pre-trained row."""
+    import shlex
+
+    args = f"--role {wildcards.model} --experiment {wildcards.model} --eval-pairs {shlex.quote(input.test)}"
+    args += " --no-default-eval"
+    return args + (" --no-train" if wildcards.mixture == "pretrained" else "")
 
 
 def itr_subsets(wildcards):

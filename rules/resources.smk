@@ -41,6 +41,11 @@ def model_mem(full_mb, *roles, tiny_mb=2500, per_item=0.0, items=0):
     return scaled(tiny_mb if tiny_roles(*roles) else full_mb, per_item, items)
 
 
+def model_mem_of(full_mb, tiny_mb=2500):
+    """mem_mb callable for a job loading the model of its ``{model}`` wildcard (e.g. the A.1 in-domain runs)."""
+    return lambda wildcards, attempt: model_mem(full_mb, wildcards.model, tiny_mb=tiny_mb)(wildcards, attempt)
+
+
 def minutes(base, per_item=0.0, items=0):
     """runtime callable (minutes), capped at MAX_RUNTIME."""
     return scaled(base, per_item, items, cap=MAX_RUNTIME)

@@ -67,11 +67,11 @@ rule train_run:
         config=job_config(*TRAIN_RUN_KEYS),
         data_seed=lambda wildcards: seeds(wildcards)[int(wildcards.seed)],
         out_dir=lambda wildcards, output: Path(output.metrics).parent,
-        evaluate="",  # variants (`use rule train_run as ...`) add evaluations, e.g. --eval-pairs
+        extra="",  # variants (`use rule train_run as ...`) add options: --role, --eval-pairs, --no-train
     shell:
         "counterfactory train run {params.config} --manifest {input.manifests:q}/{wildcards.mixture}.parquet"
         " --mixture {wildcards.mixture} --seed {wildcards.seed} --data-seed {params.data_seed}"
-        " {params.evaluate} --out-dir {params.out_dir:q} --no-progress > {log:q} 2>&1"
+        " {params.extra} --out-dir {params.out_dir:q} --no-progress > {log:q} 2>&1"
 
 
 rule runs_table:

@@ -84,3 +84,58 @@ def test_itr_subset_option_is_checked(repo, tmp_path, capsys):
     assert main(["evaluate", "itr", "--config", str(repo / "config" / "demo.yaml"), "--role", "clip_eval",
                  "--pairs", "p", "--captions", "c", "--out", str(tmp_path / "o.csv"), "--subset", "no-equals"]) == 2
     assert "expected LABEL=FILE" in capsys.readouterr().err
+
+
+def _runs(values: dict) -> pd.DataFrame:
+    """Runs table rows: {(model, mixture): [per-seed value]} -> every Table 5 metric = value + column offset."""
+    from counterfactory.studies.coco_counterfactuals.in_domain import TABLE5_COLUMNS
+
+    rows = []
+    for (model, mixture), per_seed in values.items():
+        for i, v in enumerate(per_seed):
+            for j, (metric, _) in enumerate(TABLE5_COLUMNS):
+                rows.append({"experiment": model, "mixture": mixture, "seed": 107 + i, "data_seed": 108 + i,
+                             "metric": metric, "value": v + j})
+    return pd.DataFrame(rows)
+
+
+def test_table5_layout_from_pretrained_and_fine_tuned_runs(tmp_path):
+    """Table 5: one block per model (pre-trained row, MS-COCO, COCO-CFs), mean and std over seeds, the
+    significance of COCO-CFs against MS-COCO within the block, and the best mean per block in bold."""
+    from counterfactory import stats
+    from counterfactory.studies.coco_counterfactuals import in_domain as ind
+
+    runs = _runs({("clip_train", "pretrained"): [50.0], ("clip_train", "mscoco"): [57.0, 57.4, 56.9],
+                  ("clip_train", "coco_cfs"): [65.0, 64.8, 65.3],
+                  ("itm_flava", "pretrained"): [60.0], ("itm_flava", "mscoco"): [50.0, 52.0, 54.0],
+                  ("itm_flava", "coco_cfs"): [51.0, 53.0, 52.0]})
+    summary = stats.summarize(runs, "mscoco", test="welch", alpha=0.05)
+    rows = ind.table5(summary, ["clip_train", "itm_flava"])
+    assert [(m, lab) for m, lab, _ in rows] == [
+        ("CLIP", "None (pre-trained CLIP)"), ("CLIP", "MS-COCO"), ("CLIP", "COCO-CFs"),
+        ("Flava", "None (pre-trained Flava)"), ("Flava", "MS-COCO"), ("Flava", "COCO-CFs")]
+    clip_cf, flava_cf, flava_pre = rows[2][2][0], rows[5][2][0], rows[3][2][0]
+    assert clip_cf.mean == pytest.approx(65.033333) and clip_cf.n == 3 and clip_cf.significant and clip_cf.best
+    assert not flava_cf.significant and flava_pre.best and flava_pre.n == 1  # the pre-trained FLAVA row is best
+    md = ind.table5_markdown(rows)
+    import re
+
+    header = next(line for line in md.splitlines() if line.startswith("| Pre-trained model"))
+    assert re.split(r"\s*\|\s*", header.strip("| ")) == ["Pre-trained model", "Training dataset", "TR R@1", "TR R@5",
+                                                          "TR R@10", "IR R@1", "IR R@5", "IR R@10", "Mean"]
+    assert md.count("| CLIP ") == 1  # the model's name opens its block only
+    assert "**<u>65.03</u>**<sub>0.3</sub>" in md and "**60.00**" in md
+    tex = ind.table5_latex(rows)
+    assert "\\underline{\\textbf{65.03}}" in tex and "None (pre-trained Flava)" in tex
+    csv = ind.table5_csv(rows)
+    assert len(csv) == 6 * 7 and csv["significant"].sum() == 7  # every CLIP COCO-CFs column
+
+
+def test_table5_names_a_model_without_runs():
+    from counterfactory import stats
+    from counterfactory.studies.coco_counterfactuals import in_domain as ind
+
+    runs = _runs({("clip_train", "pretrained"): [50.0], ("clip_train", "mscoco"): [57.0, 58.0],
+                  ("clip_train", "coco_cfs"): [60.0, 61.0]})
+    with pytest.raises(ConfigError, match="'itm_bridgetower' has no runs"):
+        ind.table5(stats.summarize(runs, "mscoco"), ["clip_train", "itm_bridgetower"])

@@ -303,3 +303,58 @@ def test_open_clip_trains_and_its_checkpoint_reloads_through_the_registry(datase
     model = registry.load(again, "clip_train")[0]
     for (n, p), q in zip(a.model.state_dict().items(), model.state_dict().values()):
         assert torch.equal(p, q), n
+
+
+@pytest.mark.parametrize("role", ["itm_bridgetower", "itm_flava"])
+def test_cross_encoders_train_with_their_itc_heads_and_reload_for_scoring(role, dataset, tmp_path):
+    """COCO-CF A.1 fine-tunes BridgeTower and FLAVA too: their contrastive heads train on the same Trainer
+    and the best checkpoint loads back through the registry, scoring with exactly the trained embeddings."""
+    from counterfactory.models import tiny
+    from counterfactory.scorers import scorer_from_config
+    from counterfactory.training.runs import _adapter
+
+    tiny.build(role, tmp_path)
+    root, frame = dataset
+    cfg = {"models": {role: {"source": str(tmp_path / role)}}}
+    a = _adapter(cfg, role)
+    assert a.kind == role.removeprefix("itm_")
+    before = {n: p.detach().clone() for n, p in a.model.named_parameters()}
+    res = training.train(a, frame, frame, settings(lr=1e-3, eval_every=2, max_steps=2), image_root=root,
+                         out_dir=tmp_path / "ckpt")
+    assert len(res.history) == 2 and all(math.isfinite(h["train_loss"]) for h in res.history)
+    changed = [n for n, p in a.model.named_parameters() if not torch.equal(p, before[n])]
+    assert any("itc" in n or "projection" in n for n in changed)
+    # the checkpoint scores with the trained weights: same embeddings as the trained module
+    scorer = scorer_from_config({"models": {role: {"source": str(tmp_path / "ckpt")}}}, role, head="itc")
+    images = [str(root / p) for p in frame["image_path"][:4]]
+    texts = frame["caption"][:4].tolist()
+    a.module.eval()
+    with torch.no_grad():
+        batch = {**a.image_inputs([Image.open(p).convert("RGB") for p in images]), **a.tokens(texts)}
+        out = a.module(**batch)
+    np.testing.assert_allclose(scorer.encode_images(images), out["image_embeds"].numpy(), atol=1e-5)
+    np.testing.assert_allclose(scorer.encode_texts(texts), out["text_embeds"].numpy(), atol=1e-5)
+
+
+def test_bridgetower_loss_is_the_models_own_contrastive_loss(dataset, tmp_path):
+    """Our BridgeTower objective (computed from the gathered embeddings) equals the class's return_loss."""
+    from counterfactory.models import tiny
+    from counterfactory.training.runs import _adapter
+
+    tiny.build("itm_bridgetower", tmp_path)
+    root, frame = dataset
+    a = _adapter({"models": {"itm_bridgetower": {"source": str(tmp_path / "itm_bridgetower")}}}, "itm_bridgetower")
+    a.model.eval()
+    images = [Image.open(root / p).convert("RGB") for p in frame["image_path"][:6]]
+    batch = {**a.image_inputs(images), **a.tokens(frame["caption"][:6].tolist())}
+    with torch.no_grad():
+        ours = training.recipe_loss(a.module, batch)
+        theirs = a.model(**batch, return_loss=True).loss
+    assert float(ours) == pytest.approx(float(theirs), rel=1e-6)
+
+
+def test_classes_without_a_contrastive_adapter_are_refused():
+    from counterfactory.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="ViltForImageAndTextRetrieval has no contrastive"):
+        training.model_kind(type("ViltForImageAndTextRetrieval", (torch.nn.Module,), {})(), "transformers")

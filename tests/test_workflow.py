@@ -79,7 +79,8 @@ def test_demo_dag_runs_every_rule(repo, demo_run):
     assert set(listed) - {"tiny_models"} <= set(ran), set(listed) - set(ran)
     assert ran["caption_shard"] == 3 and ran["images_shard"] == 3  # demo shard sizes: 50 captions / 20
     assert ran["train_run"] == 4 * 2  # 4 mixtures x 2 demo seeds
-    assert ran["in_domain_run"] == 2 * 2  # A.1: MS-COCO and COCO-CFs x 2 demo seeds
+    # A.1: CLIP, BridgeTower, FLAVA x (pre-trained + MS-COCO and COCO-CFs x 2 demo seeds)
+    assert ran["in_domain_run"] == 3 * (1 + 2 * 2)
     html = (work / "report.html").read_text(errors="replace")
     assert "pair_grid.png" in html and "curves.png" in html
 
@@ -206,6 +207,8 @@ def test_paper_config_dry_run_at_paper_scale(repo, tmp_path):
     assert set(paper["training"]["eval"]["classification"]) == set(ev["classification"]["datasets"])
     # Table 3 (Flickr30k), Table 12 (MS-COCO test, A.5), Table 4 (classification); A.2
     assert counts["train_tables"] == 3 and counts["label_frequency"] == 1
+    # A.1 / Table 5: CLIP, BridgeTower and FLAVA, each pre-trained (1) and fine-tuned on 2 mixtures x 25 seeds
+    assert counts["in_domain_run"] == 3 * (1 + 2 * 25) and counts["in_domain_table"] == 1
     # what the image jobs will run with (their job config files): §3.2 / B.1.2
     jobs = [load_config([f]) for f in (tmp_path / ".snakemake/counterfactory/jobs").glob("*.yaml")]
     images = [j for j in jobs if "images" in j]

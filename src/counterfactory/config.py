@@ -102,6 +102,11 @@ def _check_semantics(cfg: dict, source: str) -> None:
             problems.append(f"  models: study '{study}' needs the roles {', '.join(missing)}")
         if study not in cfg:
             problems.append(f"  studies: '{study}' is listed but the config has no '{study}:' section")
+        in_domain = (cfg.get(study) or {}).get("in_domain") or {}
+        if in_domain.get("enabled"):
+            unknown = [r for r in in_domain.get("models", []) if r not in (cfg.get("models") or {})]
+            if unknown:
+                problems.append(f"  {study}.in_domain.models: {', '.join(unknown)} not under models:")
     if problems:
         raise ConfigError(f"{source}: inconsistent configuration:\n" + "\n".join(problems)
                           + "\nFix: correct the values above.")

@@ -21,7 +21,8 @@ def _run(args) -> int:
     cfg = load_config(args.config)
     rows = runs.run_one(cfg, args.manifest, args.mixture, args.seed, args.data_seed, args.out_dir,
                         progress=not args.no_progress, eval_pairs=args.eval_pairs,
-                        eval_pairs_name=args.eval_pairs_name, default_eval=not args.no_default_eval)
+                        eval_pairs_name=args.eval_pairs_name, default_eval=not args.no_default_eval, role=args.role,
+                        experiment=args.experiment, train=not args.no_train)
     print(rows.to_string(index=False))
     return 0
 
@@ -32,6 +33,19 @@ def _in_domain(args) -> int:
     cfg = load_config(args.config)
     summary = write_in_domain(cfg, args.pairs, args.captions, args.out_dir)
     print(summary.to_string(index=False))
+    return 0
+
+
+def _in_domain_table(args) -> int:
+    from ..io import write_csv, write_text
+    from ..studies.coco_counterfactuals import in_domain
+    from ..tables import read_summary
+
+    rows = in_domain.table5(read_summary(args.summary), args.models.split(","), args.mixtures.split(","))
+    write_text(args.out_md, in_domain.table5_markdown(rows))
+    write_text(args.out_tex, in_domain.table5_latex(rows))
+    write_csv(args.out_csv, in_domain.table5_csv(rows))
+    print(in_domain.table5_markdown(rows))
     return 0
 
 
@@ -69,6 +83,14 @@ def register(sub) -> None:
     d.add_argument("--captions", required=True, help="caption table parquet (the real MS-COCO captions)")
     d.add_argument("--out-dir", required=True, help="split.parquet, test_pairs.parquet, manifests/, summary.csv")
     d.set_defaults(func=_in_domain)
+    t = s.add_parser("in-domain-table", help="COCO-CF Table 5 layout from the in-domain runs' statistics")
+    t.add_argument("--summary", required=True, help="stats summary CSV of the in-domain runs (one experiment per model)")
+    t.add_argument("--models", required=True, help="comma-separated model roles, in table order")
+    t.add_argument("--mixtures", default="mscoco,coco_cfs", help="comma-separated mixtures after the pre-trained row")
+    t.add_argument("--out-md", required=True)
+    t.add_argument("--out-tex", required=True)
+    t.add_argument("--out-csv", required=True)
+    t.set_defaults(func=_in_domain_table)
     r = s.add_parser("run", help="train one (mixture, seed) run, keep the best checkpoint, evaluate it")
     r.add_argument("--config", action="append", required=True, help="config YAML (repeat to merge)")
     r.add_argument("--manifest", required=True, help="mixture manifest (parquet or CSV)")
@@ -76,6 +98,11 @@ def register(sub) -> None:
     r.add_argument("--seed", type=int, required=True, help="model-side seed (B.3.2: 107..131)")
     r.add_argument("--data-seed", type=int, required=True, help="batch-order seed (B.3.2: 108..132)")
     r.add_argument("--out-dir", required=True, help="checkpoint/, history.csv, metrics.csv, run.json")
+    r.add_argument("--role", default="clip_train",
+                   help="model role to fine-tune (CLIP / open_clip, or BridgeTower / FLAVA with their ITC heads)")
+    r.add_argument("--experiment", help="experiment name in the runs table (default: training.experiment)")
+    r.add_argument("--no-train", action="store_true",
+                   help="evaluate the model as loaded (a table's pre-trained row); --manifest is not read")
     r.add_argument("--eval-pairs", help="also evaluate retrieval on these counterfactual pairs (A.1 in-domain test)")
     r.add_argument("--eval-pairs-name", default="coco_cfs_test", help="metric prefix of --eval-pairs")
     r.add_argument("--no-default-eval", action="store_true", help="skip the evaluations of training.eval")

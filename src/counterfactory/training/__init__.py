@@ -23,7 +23,7 @@ import importlib
 _EXPORTS = {
     "data": ("MANIFEST_COLUMNS", "anchors_and_partners", "counterfactual_partners", "eval_batches", "make_batches",
              "read_manifest", "step_plan"),
-    "model": ("ContrastiveAdapter", "ContrastiveModule", "clip_loss", "recipe_loss"),
+    "model": ("ContrastiveAdapter", "ContrastiveModule", "clip_loss", "contrastive_loss", "model_kind", "recipe_loss"),
     "trainer": ("ContrastiveTrainer", "TrainResult", "TrainSettings", "build_trainer", "deterministic_algorithms",
                 "no_decay_parameter_names", "settings_dict", "train"),
 }

@@ -158,9 +158,9 @@ class Collator:
         self.partners = partners
 
     def encode(self, rows: Sequence[int], prefix: str = "") -> dict[str, torch.Tensor]:
-        pixels = self.encoder.pixels(load_images(self.frame, rows, self.root))
+        images = self.encoder.image_inputs(load_images(self.frame, rows, self.root))
         tokens = self.encoder.tokens(self.frame["caption"].iloc[list(rows)].astype(str).tolist())
-        return {f"{prefix}{k}": v for k, v in {"pixel_values": pixels, **tokens}.items()}
+        return {f"{prefix}{k}": v for k, v in {**images, **tokens}.items()}
 
     def __call__(self, rows: Sequence[int]) -> dict[str, torch.Tensor]:
         rows = [int(r) for r in rows]

@@ -2,7 +2,8 @@
 
 * :func:`write_mixtures`: one manifest per mixture (``training/mixtures/<name>.parquet``) plus a summary
   with |D_train|, |D_train^CF| and % CFs;
-* :func:`run_one`: train ``clip_train`` on one mixture with one (seed, data_seed) on ``transformers.Trainer``
+* :func:`run_one`: train a model role (``clip_train``; A.1 also BridgeTower and FLAVA) on one mixture
+  with one (seed, data_seed) on ``transformers.Trainer``
   (:mod:`counterfactory.training`), keep the best checkpoint, evaluate Flickr30k-1K-style retrieval and
   zero-shot classification, write tidy rows
   ``experiment, mixture, seed, data_seed, metric, value`` and the training curve;
@@ -68,8 +69,9 @@ def _adapter(cfg: dict, role: str = "clip_train"):
     from . import ContrastiveAdapter
 
     spec = registry.model_spec(cfg, role)
-    return ContrastiveAdapter(registry.load(cfg, role), spec.library, spec.local_path if spec.is_local else None,
-                              device=resolve_device(cfg.get("device", "auto")))
+    # head="itc": cross-encoders with contrastive heads (BridgeTower) load as their ITC class
+    return ContrastiveAdapter(registry.load(cfg, role, head="itc"), spec.library,
+                              spec.local_path if spec.is_local else None, device=resolve_device(cfg.get("device", "auto")))
 
 
 def _settings(cfg: dict, seed: int, data_seed: int):
@@ -131,44 +133,52 @@ def evaluate_pairs(cfg: dict, role: str, pairs_path: str | Path, name: str, ks=(
 
 def run_one(cfg: dict, manifest: str | Path, mixture: str, seed: int, data_seed: int, out_dir: str | Path,
             progress: bool = True, eval_pairs: str | Path | None = None, eval_pairs_name: str = "coco_cfs_test",
-            default_eval: bool = True) -> pd.DataFrame:
-    """Train one (mixture, seed) run, keep the best checkpoint and evaluate it: the evaluations of
-    ``training.eval`` (unless ``default_eval`` is false) and, with ``eval_pairs``, retrieval on those
-    counterfactual pairs (the in-domain test set of appendix A.1)."""
+            default_eval: bool = True, role: str = "clip_train", experiment: str | None = None,
+            train: bool = True) -> pd.DataFrame:
+    """Train one (mixture, seed) run of the model of ``role``, keep the best checkpoint and evaluate it: the
+    evaluations of ``training.eval`` (unless ``default_eval`` is false) and, with ``eval_pairs``, retrieval on
+    those counterfactual pairs (the in-domain test set of appendix A.1). ``experiment`` names the runs'
+    experiment (default ``training.experiment``; the A.1 runs use the model role, one experiment per model).
+    ``train=False`` evaluates the model as loaded (the pre-trained row of Table 5); the manifest is not read."""
     from ..evaluation import run_classification
-    from . import read_manifest, settings_dict, train
+    from . import read_manifest, settings_dict
+    from . import train as train_model
 
     section = cfg["training"]
     out_dir = Path(out_dir)
-    frame = read_manifest(manifest)
-    train_frame = frame[frame["split"] == "train"]
-    val_frame = frame[frame["split"] == "val"]
-    if len(val_frame) < 2:
-        val_frame = train_frame  # tiny demo mixtures: validate on the training split (logged)
-        log.warning("%s: fewer than 2 validation rows; validating on the training split", manifest)
     settings = _settings(cfg, seed, data_seed)
-    adapter = _adapter(cfg)
-    result = train(adapter, train_frame, val_frame, settings, image_root=".", out_dir=out_dir / "checkpoint",
-                   progress=progress)
-    history = result.history
+    if train:
+        frame = read_manifest(manifest)
+        train_frame = frame[frame["split"] == "train"]
+        val_frame = frame[frame["split"] == "val"]
+        if len(val_frame) < 2:
+            val_frame = train_frame  # tiny demo mixtures: validate on the training split (logged)
+            log.warning("%s: fewer than 2 validation rows; validating on the training split", manifest)
+        adapter = _adapter(cfg, role)
+        result = train_model(adapter, train_frame, val_frame, settings, image_root=".",
+                             out_dir=out_dir / "checkpoint", progress=progress)
+        history, best_step, best_val = result.history, result.best_step, result.best_val_loss
+        # evaluate the best checkpoint through the ordinary loaders (the role -> the checkpoint)
+        eval_cfg = copy.deepcopy(cfg)
+        eval_cfg["models"][role] = {**eval_cfg["models"][role], "source": str(out_dir / "checkpoint")}
+    else:  # the pre-trained row of a table: the same evaluations of the untouched model
+        history, best_step, best_val, eval_cfg = [], 0, float("nan"), cfg
     write_csv(out_dir / "history.csv", pd.DataFrame(history, columns=HISTORY_COLUMNS))
-    # evaluate the best checkpoint through the ordinary loaders (role clip_train -> the checkpoint)
-    eval_cfg = copy.deepcopy(cfg)
-    eval_cfg["models"]["clip_train"] = {**eval_cfg["models"]["clip_train"], "source": str(out_dir / "checkpoint")}
-    metrics = {"val_loss": result.best_val_loss}
+    metrics = {"val_loss": best_val} if train else {}
     ev = section["eval"] if default_eval else {}
     for spec in retrieval_specs(ev):
-        metrics.update(evaluate_retrieval(eval_cfg, "clip_train", spec, progress))
+        metrics.update(evaluate_retrieval(eval_cfg, role, spec, progress))
     for dataset in ev.get("classification") or []:
-        res = run_classification(eval_cfg, "clip_train", dataset, progress=progress)
+        res = run_classification(eval_cfg, role, dataset, progress=progress)
         metrics[f"{dataset}/top1"] = res["top1"]
     if eval_pairs:
-        metrics.update(evaluate_pairs(eval_cfg, "clip_train", eval_pairs, eval_pairs_name, progress=progress))
-    rows = pd.DataFrame([{"experiment": section["experiment"], "mixture": mixture, "seed": seed,
+        metrics.update(evaluate_pairs(eval_cfg, role, eval_pairs, eval_pairs_name, progress=progress))
+    rows = pd.DataFrame([{"experiment": experiment or section["experiment"], "mixture": mixture, "seed": seed,
                           "data_seed": data_seed, "metric": k, "value": float(v)} for k, v in metrics.items()],
                         columns=RUN_COLUMNS)
-    write_json(out_dir / "run.json", {"best_step": result.best_step, "best_val_loss": result.best_val_loss,
-                                       "steps": len(history), "settings": settings_dict(settings)})
+    write_json(out_dir / "run.json", {"trained": train, "role": role, "best_step": best_step,
+                                       "best_val_loss": best_val, "steps": len(history),
+                                       "settings": settings_dict(settings)})
     write_csv(out_dir / "metrics.csv", rows)
     return rows
 

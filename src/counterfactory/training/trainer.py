@@ -32,7 +32,7 @@ from torch import nn
 from transformers import Trainer
 
 from .data import Collator, RowDataset, anchors_and_partners, eval_batches, step_plan
-from .model import ContrastiveAdapter, recipe_loss
+from .model import ContrastiveAdapter, aliases, recipe_loss
 
 log = logging.getLogger(__name__)
 
@@ -162,6 +162,14 @@ class _ContrastiveMixin:
         self.history.append({"step": step, "epoch": self.plan[step - 1].epoch, "train_loss": float(loss),
                              "val_loss": math.nan, "lr": lr})
         return loss
+
+    def _save(self, output_dir=None, state_dict=None):
+        """Intermediate checkpoints of our wrapper module: tied weights (FLAVA's heads share their decoder
+        biases) saved once; safetensors refuses aliases, and loading restores them through the tie."""
+        if state_dict is None:
+            state_dict = self.model.state_dict()
+            state_dict = {k: v for k, v in state_dict.items() if k not in set(aliases(state_dict))}
+        return super()._save(output_dir, state_dict)
 
     def evaluate(self, *args, **kwargs):
         metrics = super().evaluate(*args, **kwargs)

@@ -11,8 +11,15 @@ development set." The unit is the counterfactual pair: a pair's two samples are 
   samples of every train/dev pair) and ``mscoco`` (the real MS-COCO caption and image of the same pairs),
   the two fine-tuned rows of Table 5.
 
-Fine-tuned runs are evaluated on the test pairs with ``counterfactory train run --eval-pairs``; the pre-trained
-rows come from the ITR evaluation with the test pairs as a subset (``evaluate itr --subset``).
+* :func:`table5`: Table 5's layout, one block per fine-tuned model (``in_domain.models``: CLIP, BridgeTower,
+  FLAVA) with the rows "None (pre-trained <model>)", "MS-COCO" and "COCO-CFs" and the columns text retrieval
+  R@1/5/10, image retrieval R@1/5/10 and their mean; mean ± std over seeds, underlined where the one-tailed
+  t-test against the MS-COCO row is significant.
+
+Every row comes from ``counterfactory train run --eval-pairs`` on the test pairs with the model's contrastive
+(ITC) head: the fine-tuned rows after training (one run per seed), the pre-trained row with ``--no-train``
+(one run), so all rows of a model share one protocol. The ITR evaluation also scores the test pairs as a
+subset (``evaluate itr --subset in_domain_test``) with the heads of ``evaluation.itr``.
 """
 
 from __future__ import annotations
@@ -28,6 +35,14 @@ from ...training import mixtures as mx
 
 SPLITS = ("train", "dev", "test")
 MIXTURES = ("mscoco", "coco_cfs")
+PRETRAINED = "pretrained"
+#: display names of Table 5's row groups (other roles show their role name)
+MODEL_NAMES = {"clip_train": "CLIP", "itm_bridgetower": "BridgeTower", "itm_flava": "Flava"}
+MIXTURE_NAMES = {"mscoco": "MS-COCO", "coco_cfs": "COCO-CFs"}
+PREFIX = "coco_cfs_test"
+#: Table 5's columns: (metric in the runs table, header)
+TABLE5_COLUMNS = [(f"{PREFIX}/image_to_text@{k}", f"TR R@{k}") for k in (1, 5, 10)] \
+    + [(f"{PREFIX}/text_to_image@{k}", f"IR R@{k}") for k in (1, 5, 10)] + [(f"{PREFIX}/mean", "Mean")]
 
 
 def split_pairs(ids, test_fraction: float = 0.3, dev_fraction: float = 0.2, random_state: int = 42) -> pd.DataFrame:
@@ -90,3 +105,67 @@ def write_in_domain(cfg: dict, pairs_path: str | Path, captions_path: str | Path
     summary = mx.summary({name: frames[name] for name in section["mixtures"]})
     write_csv(out_dir / "summary.csv", summary)
     return summary
+
+
+def table5(summary: pd.DataFrame, models, mixtures=MIXTURES, decimals: int = 2,
+           std_decimals: int = 1) -> list[tuple[str, str, list]]:
+    """Table 5's rows: ``(model name, training dataset label, [Cell | None per column])``.
+
+    ``summary`` is the statistics table (``counterfactory stats summarize``) of the in-domain runs, with one
+    experiment per model role and the mixtures ``pretrained`` + ``mixtures``. Within a model's block the best
+    mean per column is marked; significance is the t-test against the block's MS-COCO runs."""
+    from ...tables import build_table
+
+    rows = []
+    metrics = [m for m, _ in TABLE5_COLUMNS]
+    for role in models:
+        if role not in set(summary["experiment"]):
+            raise ConfigError(f"in_domain.models: {role!r} has no runs in the summary. Fix: rerun the in-domain "
+                              f"runs of that model (in_domain/runs/{role}/...)")
+        table = build_table(summary, metrics=metrics, mixture_order=[PRETRAINED, *mixtures], experiment=role,
+                            decimals=decimals, std_decimals=std_decimals)
+        name = MODEL_NAMES.get(role, role)
+        for mixture in table.row_keys:
+            label = f"None (pre-trained {name})" if mixture == PRETRAINED else MIXTURE_NAMES.get(mixture, mixture)
+            rows.append((name, label, [table.cells.get((mixture, key)) for key in table.col_keys]))
+    return rows
+
+
+def _frame(rows, cell_text, escape=str) -> pd.DataFrame:
+    """Display frame: the model's name on the first row of its block only."""
+    records, last = [], None
+    for name, label, cells in rows:
+        records.append([escape(name) if name != last else "", escape(label), *[cell_text(c) for c in cells]])
+        last = name
+    return pd.DataFrame(records, columns=["Pre-trained model", "Training dataset",
+                                          *[h for _, h in TABLE5_COLUMNS]], dtype=object)
+
+
+def table5_markdown(rows) -> str:
+    from ...tables import cell_markdown, markdown_table
+
+    text = markdown_table(_frame(rows, cell_markdown), ["left", "left"] + ["center"] * len(TABLE5_COLUMNS))
+    return ("**Table 5 (appendix A.1): image-text retrieval on the withheld COCO-CFs test set**\n\n" + text
+            + "\n\nTR = text retrieval (image → text), IR = image retrieval (text → image), Recall@K in %. Mean "
+              "over seeds with the sample standard deviation as subscript (the pre-trained row is one evaluation); "
+              "best mean of each model in bold; underlined: one-tailed t-test shows a significant improvement over "
+              "training on MS-COCO.\n")
+
+
+def table5_latex(rows) -> str:
+    from ...tables import cell_latex, escape_tex
+
+    frame = _frame(rows, cell_latex, escape_tex)
+    latex = frame.style.hide(axis="index").to_latex(
+        column_format="ll" + "c" * len(TABLE5_COLUMNS), position="t", position_float="centering", hrules=True,
+        caption="Image-text retrieval performance on a withheld COCO-CFs test set.", label="tab:in-domain")
+    return "% requires \\usepackage{booktabs}\n" + latex
+
+
+def table5_csv(rows) -> pd.DataFrame:
+    """Long form: ``model, training_dataset, column, mean, std, n, best, significant``."""
+    return pd.DataFrame([
+        {"model": name, "training_dataset": label, "column": header, "mean": c.mean if c else float("nan"),
+         "std": c.std if c else float("nan"), "n": c.n if c else 0, "best": bool(c and c.best),
+         "significant": bool(c and c.significant)}
+        for name, label, cells in rows for (_, header), c in zip(TABLE5_COLUMNS, cells)])
