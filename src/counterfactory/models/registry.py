@@ -61,7 +61,7 @@ DEFAULT_LIBRARY = {
     "clip_eval": "transformers",
     "clip_train": "transformers",
     "itm": "transformers",
-    "nsfw": "diffusers",
+    "nsfw": "transformers",
     "inpaint": "lama_cleaner",
     "editor": "diffusers",
     "llm": "transformers",
@@ -681,3 +681,4 @@ def _load_vae(spec: ModelSpec, kw: dict):
 
 # loaders of the evaluation roles (ITM families, open_clip) register themselves on import
 from . import loaders_eval  # noqa: E402,F401
+from . import loaders_nsfw  # noqa: E402,F401  (the nsfw role: SocialCounterfactuals §3.4)
