@@ -1,0 +1,307 @@
+"""SocialCounterfactuals debiasing (§5, §8.2; Tables 2, 16, 17): the withheld-occupation split, the training
+manifests, one tiny fine-tune + probe run on a tiny CLIP, and the table layouts."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from PIL import Image
+
+from counterfactory.errors import ConfigError, InputError
+from counterfactory.studies.social_counterfactuals import debias as db
+from counterfactory.training.mixtures import round_half_up
+
+SUBJECTS = ["chef", "doctor", "nurse", "pilot", "teacher"]
+SEGMENTS = {"race_gender": (("race", ["White", "Black"]), ("gender", ["male", "female"])),
+            "physical_race": (("physical", ["young", "old"]), ("race", ["White", "Black"]))}
+
+
+# ------------------------------------------------------------------ subject split (§5.1)
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.text(alphabet="abcdefgh ", min_size=1, max_size=6), min_size=1, max_size=40),
+       st.sampled_from([0.1, 0.2, 0.25, 0.5, 0.9]), st.integers(0, 2**31 - 1), st.randoms(use_true_random=False))
+def test_split_never_leaks_and_is_reproducible(subjects, fraction, state, rnd):
+    split = db.split_subjects(subjects, fraction, state)
+    unique = sorted(set(subjects))
+    assert split["subject"].tolist() == unique                      # every subject exactly once
+    assert not split["subject"].duplicated().any()
+    train = set(split.loc[split["split"] == "train", "subject"])
+    test = set(split.loc[split["split"] == "test", "subject"])
+    assert not train & test and train | test == set(unique)
+    assert len(test) == round_half_up(fraction * len(unique))
+    shuffled = list(subjects)
+    rnd.shuffle(shuffled)
+    pd.testing.assert_frame_equal(db.split_subjects(shuffled + subjects[:3], fraction, state), split)
+
+
+def test_split_sizes_and_state():
+    subjects = [f"s{i:03d}" for i in range(121)]
+    split = db.split_subjects(subjects, 0.2, 7)
+    assert (split["split"] == "test").sum() == 24                  # round_half_up(24.2)
+    assert (db.split_subjects(subjects, 0.2, 8)["split"] != split["split"]).any()
+    assert (db.split_subjects(["a", "b", "c", "d", "e", "f", "g", "h", "i", "j"], 0.25, 0)["split"]
+            == "test").sum() == 3                                   # 2.5 rounds half up
+    with pytest.raises(ValueError):
+        db.split_subjects([], 0.2)
+
+
+# ------------------------------------------------------------------ fixtures
+@pytest.fixture(scope="module")
+def images_table(tmp_path_factory):
+    """Two segments × 5 subjects × 2 prefixes, one counterfactual set each (4 images), noisy-colour PNGs."""
+    root = tmp_path_factory.mktemp("social_debias")
+    (root / "img").mkdir()
+    rng = np.random.default_rng(0)
+    rows = []
+    for seg, ((t1, v1), (t2, v2)) in SEGMENTS.items():
+        for s_i, subject in enumerate(SUBJECTS):
+            for p_i, prefix in enumerate(["A photo of", "An image of"]):
+                set_id = f"{seg}-p{p_i}-{subject}"
+                member = 0
+                for a in v1:
+                    for b in v2:
+                        arr = (rng.random((24, 24, 3)) * 80 + 20 * member + 15 * s_i).astype(np.uint8)
+                        name = f"img/{set_id}-{member}.png"
+                        Image.fromarray(arr).save(root / name)
+                        rows.append({"set_id": set_id, "candidate_index": 0, "member_index": member, "segment": seg,
+                                     "prefix": prefix, "subject": subject,
+                                     "caption": f"{prefix} a {a} {b} {subject}", "a1_type": t1, "a1": a,
+                                     "a2_type": t2, "a2": b, "image_path": name})
+                        member += 1
+    path = root / "kept.parquet"
+    pd.DataFrame(rows).to_parquet(path, index=False)
+    return path
+
+
+@pytest.fixture(scope="module")
+def split():
+    return db.split_subjects(SUBJECTS, 0.2, 3)
+
+
+@pytest.fixture(scope="module")
+def manifests(images_table, split, tmp_path_factory):
+    out = tmp_path_factory.mktemp("manifests")
+    summary = db.write_manifests(images_table, split, None, out, val_fraction=0.25, random_state=0)
+    return out, summary
+
+
+# ------------------------------------------------------------------ manifests
+def test_manifests_hold_only_training_subjects(manifests, split, images_table):
+    out, summary = manifests
+    train = set(split.loc[split["split"] == "train", "subject"])
+    test = set(split.loc[split["split"] == "test", "subject"])
+    assert len(test) == 1
+    for seg in SEGMENTS:
+        m = pd.read_parquet(out / f"{seg}.parquet")
+        assert list(m.columns[:5]) == ["image_path", "caption", "is_counterfactual", "pair_id", "split"]
+        assert set(m["subject"]) == train and not set(m["subject"]) & test
+        assert (m["segment"] == seg).all() and m["is_counterfactual"].all()
+        assert len(m) == 4 * 2 * len(train)                          # every image of the training subjects
+        assert m.groupby("pair_id")["split"].nunique().max() == 1   # a set is never split
+        assert m.groupby("pair_id").size().eq(4).all()
+        assert (m["split"] == "val").sum() == 4 * round_half_up(0.25 * 2 * len(train))
+        assert all(c.endswith(s) for c, s in zip(m["caption"], m["subject"]))
+        assert all(p.startswith("/") and p.endswith(".png") for p in m["image_path"])
+    back = db.read_subjects(out / "subjects.csv")
+    pd.testing.assert_frame_equal(back, split.reset_index(drop=True))
+    assert db.withheld_subjects(out / "subjects.csv") == sorted(test)
+    row = summary[(summary["segment"] == "race_gender") & (summary["part"] == "test")].iloc[0]
+    assert (row["subjects"], row["sets"], row["images"]) == (1, 2, 8)
+
+
+def test_manifests_are_reproducible_and_reject_a_leaky_split(images_table, split, manifests, tmp_path):
+    out, _ = manifests
+    db.write_manifests(images_table, split, ["race_gender"], tmp_path, val_fraction=0.25, random_state=0)
+    pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "race_gender.parquet"),
+                                  pd.read_parquet(out / "race_gender.parquet"))
+    leaky = pd.concat([split, pd.DataFrame({"subject": ["doctor"], "split": ["test" if (
+        split.set_index("subject").loc["doctor", "split"] == "train") else "train"]})])
+    with pytest.raises(ConfigError, match="both sides"):
+        db.write_manifests(images_table, leaky, None, tmp_path / "x")
+    with pytest.raises(InputError, match="neither side"):
+        db.write_manifests(images_table, split[split["subject"] != "nurse"], None, tmp_path / "y")
+
+
+def test_settings_defaults_and_learning_rates():
+    opts = db.settings({})
+    assert (opts["withheld_fraction"], opts["epochs"], opts["batch_size"]) == (0.2, 1, 32)   # §5.1, §8.2
+    assert [db.segment_lr(opts, s) for s in ("race_gender", "physical_gender", "physical_race")] == [7e-6, 5e-6, 9e-6]
+    with pytest.raises(ConfigError, match="physical_race_gender"):
+        db.segment_lr(opts, "physical_race_gender")
+    with pytest.raises(ConfigError, match="unknown"):
+        db.settings({"debias": {"learning_rate": 1e-5}})
+    sec = db.training_section({"training": {"lr": 1.0, "weight_decay": 0.1, "epochs": 30}}, "physical_gender")
+    assert (sec["lr"], sec["epochs"], sec["batch_size"], sec["weight_decay"], sec["eval"]) == (5e-6, 1, 32, 0.1, {})
+
+
+# ------------------------------------------------------------------ one run on a tiny CLIP
+@pytest.fixture(scope="module")
+def tiny_clip(tmp_path_factory):
+    from counterfactory.models import tiny
+
+    out = tmp_path_factory.mktemp("clip")
+    tiny.build("clip_eval", out)
+    return out / "clip_eval"
+
+
+def test_debias_run_end_to_end(tiny_clip, images_table, manifests, split, tmp_path):
+    out, _ = manifests
+    cfg = {"device": "cpu", "models": {"clip_train": {"source": str(tiny_clip)}},
+           "debias": {"batch_size": 4, "lr": {"race_gender": 1e-3}, "trainer": {"max_steps": 3, "cpu_threads": 1}}}
+    sources = []
+
+    def factory(c, role):
+        from counterfactory.scorers import scorer_from_config
+
+        sources.append(c["models"][role]["source"])
+        return scorer_from_config(c, role, head="itc", progress=False)
+
+    rows = db.debias_run(cfg, "clip_train", "race_gender", out / "race_gender.parquet", out / "subjects.csv",
+                         images_table, 1, 2, tmp_path / "debiased", scorer_factory=factory)
+    assert list(rows.columns) == ["experiment", "mixture", "seed", "data_seed", "metric", "value"]
+    assert set(rows["experiment"]) == {"clip_train:race_gender"} and set(rows["mixture"]) == {"debiased"}
+    assert set(rows["metric"]) == set(db.RUN_METRICS)                # race_gender has gender: Bias@K too
+    assert rows["value"].map(math.isfinite).all()
+    assert (tmp_path / "debiased" / "checkpoint").is_dir()
+    info = json.loads((tmp_path / "debiased" / "debias.json").read_text())
+    test = sorted(split.loc[split["split"] == "test", "subject"])
+    assert info["probed_subjects"] == test and info["training"]["lr"] == 1e-3 and info["training"]["epochs"] == 1
+    assert info["training"]["eval_every"] == 3                       # checkpoint: final (one evaluation, at the end)
+    assert info["val_loss"] is not None
+    assert len(pd.read_csv(tmp_path / "debiased" / "history.csv")) == 3
+    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "debiased" / "metrics.csv"), rows, check_dtype=False)
+
+    before = db.debias_run(cfg, "clip_train", "race_gender", None, test, images_table, 1, 2, tmp_path / "pre",
+                           train=False, scorer_factory=factory)
+    assert set(before["mixture"]) == {"pretrained"} and set(before["metric"]) == set(rows["metric"])
+    assert not (tmp_path / "pre" / "checkpoint").exists()
+    probe_pre = pd.read_csv(tmp_path / "pre" / "probe.csv")
+    probe_post = pd.read_csv(tmp_path / "debiased" / "probe.csv")
+    assert set(probe_pre["subject"]) == set(test) and set(probe_pre["segment"]) == {"race_gender"}
+    assert sources == [str(tmp_path / "debiased" / "checkpoint"), str(tiny_clip)]   # probe loads the checkpoint
+    assert len(probe_pre) == len(probe_post)
+
+    runs = pd.concat([before, rows], ignore_index=True)
+    summary = db.summarize(runs)
+    assert set(summary["mixture"]) == {"pretrained", "debiased"}
+    tables = db.build_tables(summary)
+    assert set(tables) == {"table2", "table16", "table17"}
+
+
+def test_debias_run_rejects_a_withheld_subject_in_training(tiny_clip, images_table, manifests, split, tmp_path):
+    out, _ = manifests
+    train_subject = split.loc[split["split"] == "train", "subject"].iloc[0]
+    cfg = {"models": {"clip_train": {"source": str(tiny_clip)}}}
+    with pytest.raises(InputError, match="withheld"):
+        db.debias_run(cfg, "clip_train", "race_gender", out / "race_gender.parquet", [train_subject], images_table,
+                      1, 2, tmp_path / "leak")
+
+
+# ------------------------------------------------------------------ tables
+def hand_summary():
+    """Two models × two segments; pre-trained n=3 (constant), debiased n=3; the second gender-free."""
+    rows = []
+
+    def add(exp, metric, mixture, mean, std, sig, alt="less"):
+        rows.append({"experiment": exp, "metric": metric, "mixture": mixture, "baseline": "pretrained", "n": 3,
+                     "mean": mean, "std": std, "significant": sig, "alternative": alt})
+
+    for role, shift in (("clip_train", 0.0), ("flava", 0.1)):
+        e = f"{role}:race_gender"
+        add(e, "maxskew_mean", "pretrained", 1.02 + shift, 0.0, False)
+        add(e, "maxskew_mean", "debiased", 0.77 + shift, 0.03, True)
+        add(e, "ndkl_mean", "pretrained", 0.37, 0.0, False)
+        add(e, "ndkl_mean", "debiased", 0.40, 0.02, False)
+        add(e, "bias_mean", "pretrained", -0.19, 0.0, False)
+        add(e, "bias_mean", "debiased", 0.13, 0.05, False)
+        add(e, "absbias_mean", "pretrained", 0.30, 0.0, False)
+        add(e, "absbias_mean", "debiased", 0.20, 0.05, True)
+        e = f"{role}:physical_race"
+        add(e, "maxskew_mean", "pretrained", 1.19, 0.0, False)
+        add(e, "maxskew_mean", "debiased", 0.87, 0.04, True)
+        add(e, "ndkl_mean", "pretrained", 0.20, 0.0, False)
+        add(e, "ndkl_mean", "debiased", 0.17, 0.01, True)
+    return pd.DataFrame(rows)
+
+
+def test_table_layouts():
+    tables = db.build_tables(hand_summary(), role_labels={"clip_train": "CLIP", "flava": "FLAVA"})
+    assert list(tables) == ["table2", "table16", "table17"]
+    t2, t17 = tables["table2"], tables["table17"]
+    assert t2.segments == ["race_gender", "physical_race"] and t2.roles == ["clip_train", "flava"]
+    assert t17.segments == ["race_gender"]                           # Bias@K only where the segment has gender
+    c = t2.cells[("race_gender", "clip_train", "debiased")]
+    assert (c.mean, c.best, c.significant) == (0.77, True, True)
+    assert not t2.cells[("race_gender", "clip_train", "pretrained")].best
+    assert tables["table16"].cells[("race_gender", "flava", "pretrained")].best   # lower NDKL before debiasing
+    b = t17.cells[("race_gender", "clip_train", "debiased")]
+    assert b.best and b.significant                                  # |0.13| < |-0.19|; tested on |Bias@K|
+
+    md = db.render_markdown(t2)
+    lines = md.splitlines()
+    header = next(line for line in lines if line.startswith("|"))
+    assert [h.strip() for h in header.strip("|").split("|")] == [
+        "Intersectional Bias", "CLIP Pre-trained", "CLIP Debiased", "FLAVA Pre-trained", "FLAVA Debiased"]
+    assert "| (Race, Gender)" in md and "(Physical Char., Race)" in md
+    assert "**<u>0.77</u>**<sub>0.03</sub>" in md and "| 1.02<sub>0.00</sub>" in md
+
+    tex = db.render_latex(t2)
+    assert "\\multicolumn{2}{c}{CLIP}" in tex and "\\toprule" in tex
+    assert "$\\underline{\\textbf{0.77}}_{0.03}$" in tex and "(Race, Gender)" in tex
+
+    frame = db.tables_frame(tables)
+    assert len(frame) == 2 * 4 + 2 * 4 + 1 * 4
+    row = frame[(frame["table"] == "table17") & (frame["model"] == "flava") & (frame["mixture"] == "pretrained")]
+    assert row["mean"].iloc[0] == -0.19 and not row["best"].iloc[0]
+
+
+def test_table_ignores_significance_of_the_wrong_direction(caplog):
+    s = hand_summary()
+    s.loc[s["metric"] == "maxskew_mean", "alternative"] = "greater"
+    t2 = db.build_tables(s)["table2"]
+    assert not t2.cells[("race_gender", "clip_train", "debiased")].significant
+    with pytest.raises(ConfigError):
+        db.build_tables(s.assign(experiment="no-colon"))
+
+
+def test_cli_table(tmp_path):
+    from counterfactory.cli import main
+
+    path = tmp_path / "summary.csv"
+    hand_summary().to_csv(path, index=False)
+    rc = main(["social", "debias-table", "--summary", str(path), "--label", "clip_train=CLIP",
+               "--out-md", str(tmp_path / "t.md"), "--out-tex", str(tmp_path / "t.tex"),
+               "--out-csv", str(tmp_path / "t.csv")])
+    assert rc == 0
+    assert "CLIP Debiased" in (tmp_path / "t.md").read_text()
+    assert len(pd.read_csv(tmp_path / "t.csv")) == 20
+
+
+def test_cli_split_and_pretrained_run(tiny_clip, images_table, repo, tmp_path):
+    import yaml
+
+    from counterfactory.cli import main
+
+    own = tmp_path / "social.yaml"
+    own.write_text(yaml.safe_dump({"studies": ["social_counterfactuals"], "social_counterfactuals": {},
+                                   "models": {"clip_train": {"source": str(tiny_clip)}}}))
+    config = ["--config", str(repo / "config" / "config.yaml"), "--config", str(own)]
+    assert main(["social", "debias-split", *config, "--images", str(images_table), "--out-dir",
+                 str(tmp_path / "split")]) == 0
+    split = db.read_subjects(tmp_path / "split" / "subjects.csv")
+    pd.testing.assert_frame_equal(split, db.split_subjects(SUBJECTS, 0.2, 0))       # the defaults of §5.1 / ours
+    assert sorted(p.name for p in (tmp_path / "split").glob("*.parquet")) == ["physical_race.parquet",
+                                                                              "race_gender.parquet"]
+    assert main(["social", "debias-run", *config, "--role", "clip_train", "--segment", "physical_race",
+                 "--test-subjects", str(tmp_path / "split" / "subjects.csv"), "--images", str(images_table),
+                 "--seed", "1", "--data-seed", "2", "--out-dir", str(tmp_path / "pre"), "--no-train",
+                 "--no-progress"]) == 0
+    rows = pd.read_csv(tmp_path / "pre" / "metrics.csv")
+    assert set(rows["metric"]) == {"maxskew_mean", "maxskew_median", "ndkl_mean", "ndkl_median"}   # no gender type
+    assert set(rows["experiment"]) == {"clip_train:physical_race"} and set(rows["mixture"]) == {"pretrained"}
