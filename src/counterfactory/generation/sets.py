@@ -1,0 +1,474 @@
+"""Sharded, resumable over-generation of counterfactual image *sets* (SocialCounterfactuals §3.3).
+
+A caption set holds every caption of one (prefix, subject) for one attribute-type pair (§3.2): member 0
+is the base caption, members 1..G-1 the counterfactual captions. For every set we over-generate ``n``
+candidate sets (§3.3, §8.4: 100 per set; 5,408,000 images for 54,080 captions) with Prompt-to-Prompt:
+each candidate draws ``p ~ U(0.1, 0.9)`` and, following the InstructPix2Pix generator that §3.3 adopts,
+guidance ``~ U(7.5, 15)``; all G members of a candidate share its seed, initial latent, sampler noise and
+the base member's self-attention, and are denoised in one batched UNet call (the "batched generation of
+multiple images with cross attention control" of §3.3). Several candidate sets share a call
+(``images.batch_size``, capped by ``images.max_images_per_call``). Candidates are never filtered here:
+the three-stage filter of §3.4 / §8.3 is a separate step that reads ``candidates.parquet``; so there is
+no adaptive early stop either (every set gets exactly ``n`` candidates, as in the paper).
+
+Shards. Sets are ordered by ``sorted(set_id)`` (independent of the table's row order); shard ``k`` holds
+sets ``k*S .. (k+1)*S - 1`` with ``S = images.set_shard_size``. Randomness depends only on
+``(seed, set_id, candidate index)`` (:func:`.selection.candidate_seed`), and batches never mix sets, so
+a set's images are byte-identical whatever the shard size; across batch sizes the candidates and their
+parameters are identical and the images agree up to the rounding of batched kernels (see
+``tests/test_p2p.py::test_batch_size_independence``).
+
+Resume. Like :mod:`.shards`, each finished set is cached in ``OUT/work/<set_id>/`` with an atomic
+``done.json`` (written last) holding a fingerprint of the generation settings, the models and the set's
+captions; a rerun after a kill skips cached sets and writes byte-identical outputs.
+
+Outputs of a shard (``OUT``): ``images/<set_id>/c<candidate:04d>_m<member:02d>.png``,
+``candidates.parquet`` (one row per image, :data:`CANDIDATE_SCHEMA`; ``image_path`` relative to ``OUT``)
+and ``summary.json`` (counts, UNet evaluations, ``config_digest``, ``sets_digest``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import math
+import os
+import shutil
+import sys
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from ..errors import ConfigError, input_error, missing_input
+from .sampler import GenerationSettings, P2PEngine, build_engine
+from .selection import candidate_batches
+from .shards import _ID_PATTERN, _fingerprint, _png_bytes, _write_bytes
+
+log = logging.getLogger(__name__)
+
+#: columns the caption-set table must have (one row per caption; §3.2)
+SET_COLUMNS = ("set_id", "segment", "prefix", "subject", "a1_type", "a1", "a2_type", "a2", "caption",
+               "member_index")
+#: optional columns (a third attribute, §10.2); always present in the outputs (null when absent)
+OPTIONAL_SET_COLUMNS = ("a3_type", "a3")
+#: columns that must be the same for every member of one set (a set = one prefix and subject, §3.2)
+SET_CONSTANT_COLUMNS = ("segment", "prefix", "subject")
+_META = ("segment", "prefix", "subject", "a1_type", "a1", "a2_type", "a2", "a3_type", "a3")
+
+CANDIDATE_SCHEMA = {
+    "set_id": "object", "candidate_index": "int64", "member_index": "int64", "seed": "uint64",
+    "p": "float64", "guidance": "float64", "caption": "object", "segment": "object", "prefix": "object",
+    "subject": "object", "a1_type": "object", "a1": "object", "a2_type": "object", "a2": "object",
+    "a3_type": "object", "a3": "object", "image_path": "object",
+}
+_CACHE_SCHEMA = {"candidate_index": "int64", "seed": "uint64", "p": "float64", "guidance": "float64"}
+#: model roles generation depends on: the ``sd`` pipeline and, when configured, the ``vae`` decoder
+_ROLES = ("sd",)
+_OPTIONAL_ROLES = ("vae",)
+_VERSION = 1
+_RERUN = "`counterfactory social generate`"
+
+
+# --------------------------------------------------------------------------- settings
+
+@dataclass(frozen=True)
+class SetGenerationSettings:
+    """The ``images`` keys of set generation (besides :class:`GenerationSettings`')."""
+
+    set_shard_size: int = 10
+    candidates_per_set: int = 100
+    max_images_per_call: int | None = None
+
+    @classmethod
+    def from_config(cls, images: dict) -> "SetGenerationSettings":
+        cap = images.get("max_images_per_call")
+        out = cls(set_shard_size=int(images.get("set_shard_size", 10)),
+                  candidates_per_set=int(images.get("candidates_per_set", 100)),
+                  max_images_per_call=None if cap is None else int(cap))
+        if out.set_shard_size < 1 or out.candidates_per_set < 1 or (cap is not None and out.max_images_per_call < 1):
+            raise ConfigError("images.set_shard_size, images.candidates_per_set and images.max_images_per_call "
+                              "must be >= 1. Fix: correct them in the config")
+        return out
+
+
+def set_batch_size(settings: GenerationSettings, sets: SetGenerationSettings, members: int) -> int:
+    """Candidate sets per UNet call for a set of ``members`` captions: ``images.batch_size``, reduced so
+    that at most ``images.max_images_per_call`` images (candidates x members) share a call (at least 1)."""
+    b = settings.batch_size
+    if sets.max_images_per_call is not None:
+        b = max(1, min(b, sets.max_images_per_call // members))
+    return b
+
+
+def model_roles(cfg: dict) -> tuple[str, ...]:
+    """``sd`` plus each configured optional role (``vae``); the CLIP filter is not a dependency."""
+    models = cfg.get("models") or {}
+    return _ROLES + tuple(r for r in _OPTIONAL_ROLES if models.get(r))
+
+
+def set_config_digest(cfg: dict) -> str:
+    """sha256 over exactly the settings set generation reads (the :class:`GenerationSettings` and
+    :class:`SetGenerationSettings` keys of ``images``, ``seed``) and the ``sd`` / ``vae`` model entries,
+    so filter settings living next to them do not invalidate generated shards."""
+    from ..io import config_digest
+
+    images = cfg.get("images") or {}
+    keys = set(GenerationSettings.__dataclass_fields__) | set(SetGenerationSettings.__dataclass_fields__)
+    keys |= {"attention_control"}     # GenerationSettings.control is read from images.attention_control
+    view = {"images": {k: images[k] for k in sorted(keys) if k in images}, "seed": cfg.get("seed", 0),
+            "models": cfg.get("models") or {}}
+    return config_digest(view, sections=("images", "seed"), model_roles=model_roles(cfg))
+
+
+# --------------------------------------------------------------------------- input
+
+def _clean(value: Any) -> str | None:
+    """A metadata cell as str (None for null/NaN)."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    return str(value)
+
+
+def _is_index(value: Any) -> bool:
+    if isinstance(value, (bool, str, bytes)) or type(value).__name__ == "bool_":
+        return False
+    try:
+        return float(value).is_integer() and float(value) >= 0
+    except (TypeError, ValueError):
+        return False
+
+
+def read_sets(path: str | os.PathLike):
+    """Read and check the caption-set table; errors name the file, the record and the fix.
+
+    Checks: the columns of :data:`SET_COLUMNS`; every ``set_id`` a non-empty ``[A-Za-z0-9_.-]`` string
+    (it names image folders); every caption a non-empty string; ``member_index`` an integer; no duplicate
+    ``(set_id, member_index)``; each set's members numbered 0..G-1 with G >= 2 (member 0 = the base
+    caption); ``segment``, ``prefix`` and ``subject`` the same within a set. Returns the table with the
+    optional columns added (null) and a ``_row`` column (the file's record number), sorted by
+    ``(set_id, member_index)``.
+    """
+    import pandas as pd
+
+    path = Path(path)
+    if not path.exists():
+        raise missing_input(path, "caption-set table",
+                            "run `counterfactory social captions` first or pass the right --sets path")
+    try:
+        df = pd.read_parquet(path)
+    except Exception as exc:  # pyarrow raises several types
+        raise input_error(path, None, f"not a readable parquet file ({exc})",
+                          "rerun the caption-set step") from exc
+    missing = [c for c in SET_COLUMNS if c not in df.columns]
+    if missing:
+        raise input_error(path, None, f"missing column(s) {missing}",
+                          f"the caption-set table must have columns {list(SET_COLUMNS)}")
+    df = df.reset_index(drop=True)
+    df["_row"] = range(len(df))
+    for c in OPTIONAL_SET_COLUMNS:
+        if c not in df.columns:
+            df[c] = None
+    fix_ids = "set ids name image folders; fix them in the caption-set step"
+    for i, (sid, cap, m) in enumerate(zip(df["set_id"], df["caption"], df["member_index"])):
+        if not isinstance(sid, str) or not _ID_PATTERN.match(sid):
+            raise input_error(path, i, f"set_id {sid!r} is not a non-empty [A-Za-z0-9_.-] string", fix_ids)
+        if not isinstance(cap, str) or not cap.strip():
+            raise input_error(path, i, f"set {sid!r}: empty caption", "every member of a set needs a caption")
+        if not _is_index(m):
+            raise input_error(path, i, f"set {sid!r}: member_index {m!r} is not a non-negative integer",
+                              "member_index numbers a set's captions 0..G-1 (0 = the base caption)")
+    df["member_index"] = df["member_index"].astype("int64")
+    dup = df.duplicated(["set_id", "member_index"])
+    if dup.any():
+        i = int(dup.idxmax())
+        same = (df["set_id"] == df.at[i, "set_id"]) & (df["member_index"] == df.at[i, "member_index"])
+        first = int(df.index[same][0])
+        raise input_error(path, i, f"duplicate (set_id, member_index) ({df.at[i, 'set_id']!r}, "
+                          f"{int(df.at[i, 'member_index'])}); first at record {first}",
+                          "each member of a set appears once; deduplicate the caption-set table")
+    df = df.sort_values(["set_id", "member_index"], kind="mergesort")
+    for sid, g in df.groupby("set_id", sort=True):
+        members = list(g["member_index"])
+        rows = list(g["_row"])
+        if members != list(range(len(members))):
+            want = set(range(len(members)))
+            problem = (f"member_index starts at {members[0]}, not 0 (0 = the base caption)" if members[0] != 0
+                       else f"member_index has a gap: {sorted(want - set(members))} missing from {members}")
+            raise input_error(path, f"{rows[0]} (set_id {sid!r}, records {rows})", problem,
+                              "number each set's captions 0..G-1 without gaps")
+        if len(members) < 2:
+            raise input_error(path, f"{rows[0]} (set_id {sid!r})", "a set with one caption has no counterfactual",
+                              "a set needs its base caption and at least one counterfactual caption")
+        for col in SET_CONSTANT_COLUMNS:
+            values = [_clean(v) for v in g[col]]
+            bad = [r for r, v in zip(rows, values) if v != values[0]]
+            if bad:
+                raise input_error(path, f"{bad[0]} (set_id {sid!r})",
+                                  f"{col} {values[rows.index(bad[0])]!r} differs from the base caption's "
+                                  f"{values[0]!r} (record {rows[0]})",
+                                  f"a set holds the captions of one {col}; fix the caption-set table")
+    return df.reset_index(drop=True)
+
+
+def sets_digest(df) -> str:
+    """Content fingerprint of the caption-set table (row order ignored): shards of different tables
+    must not be merged."""
+    cols = [*SET_COLUMNS, *OPTIONAL_SET_COLUMNS]
+    rows = [[_clean(v) if c != "member_index" else int(v) for c, v in zip(cols, rec)]
+            for rec in df[cols].itertuples(index=False, name=None)]
+    return _fingerprint(sorted(rows, key=lambda r: (r[0], r[cols.index("member_index")])))
+
+
+# --------------------------------------------------------------------------- shard runner
+
+@dataclass
+class SetContext:
+    cfg: dict
+    settings: GenerationSettings
+    sets: SetGenerationSettings
+    global_seed: int
+    models: dict
+
+
+def _context(cfg: dict) -> SetContext:
+    from ..models import registry
+
+    images = cfg.get("images") or {}
+    return SetContext(cfg=cfg, settings=GenerationSettings.from_config(images),
+                      sets=SetGenerationSettings.from_config(images), global_seed=int(cfg.get("seed", 0)),
+                      # identifying the models (content fingerprints) must succeed: the resume cache depends on it
+                      models=registry.configured_models(cfg, roles=model_roles(cfg)))
+
+
+def _set_fingerprint(ctx: SetContext, set_id: str, captions: list[str], batch: int) -> str:
+    return _fingerprint({
+        "settings": asdict(replace(ctx.settings, batch_size=batch)), "n": ctx.sets.candidates_per_set,
+        "seed": ctx.global_seed, "models": ctx.models, "set_id": set_id, "captions": captions,
+        "version": _VERSION,
+    })
+
+
+def _image_name(candidate: int, member: int) -> str:
+    return f"c{candidate:04d}_m{member:02d}.png"
+
+
+def _cached(done: Path, fp: str) -> bool:
+    if not done.exists():
+        return False
+    try:
+        return json.loads(done.read_text())["fingerprint"] == fp
+    except (ValueError, KeyError, TypeError):
+        return False
+
+
+def _link_or_copy(src: Path, dst: Path) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copyfile(src, dst)
+
+
+def shard_bounds(shard: int, size: int) -> tuple[int, int]:
+    return shard * size, (shard + 1) * size
+
+
+def run_set_shard(cfg: dict, sets_path: str | os.PathLike, shard: int | str, out_dir: str | os.PathLike, *,
+                  engine: P2PEngine | None = None, hook: Callable[[int, str], None] | None = None,
+                  progress: bool = True) -> dict:
+    """Over-generate ``images.candidates_per_set`` candidate sets for every caption set of one shard.
+
+    The shard holds the sets ranked ``shard*S .. (shard+1)*S - 1`` in ``sorted(set_id)`` order
+    (``S = images.set_shard_size``). Each set is generated in batches of candidate sets (one UNet call
+    per batch, all members of a candidate together; §3.3) and cached in ``out_dir/work/<set_id>/``
+    (``done.json`` last). ``hook(k, set_id)`` runs after the k-th set of the shard is cached (tests use it
+    to simulate a kill). ``engine``: a ready :class:`P2PEngine` whose settings match the config's (its
+    ``batch_size`` is ignored: the config's decides). Returns the shard summary (also ``summary.json``).
+    """
+    import pandas as pd
+    from tqdm import tqdm
+
+    from ..io import write_json, write_parquet
+
+    ctx = _context(cfg)
+    if engine is not None and replace(engine.settings, batch_size=ctx.settings.batch_size) != ctx.settings:
+        raise ConfigError(f"the engine's settings {engine.settings} differ from the config's {ctx.settings}")
+    shard_idx = int(shard)
+    sets_path = Path(sets_path)
+    df = read_sets(sets_path)
+    set_ids = sorted(df["set_id"].unique())
+    lo, hi = shard_bounds(shard_idx, ctx.sets.set_shard_size)
+    mine = set_ids[lo:hi]
+    groups = {sid: g for sid, g in df[df["set_id"].isin(mine)].groupby("set_id", sort=True)}
+    out_dir = Path(out_dir)
+    work = out_dir / "work"
+    work.mkdir(parents=True, exist_ok=True)
+    n = ctx.sets.candidates_per_set
+    log.info("set shard %05d: sets [%d, %d) of %d in set_id order: %d sets, %d captions", shard_idx, lo, hi,
+             len(set_ids), len(mine), sum(len(g) for g in groups.values()))
+
+    bar = tqdm(mine, desc=f"social sets shard {shard_idx:05d}", unit="set", disable=not progress,
+               mininterval=1.0 if sys.stderr.isatty() else 10.0)
+    for k, sid in enumerate(bar):
+        captions = list(groups[sid]["caption"])
+        batch = set_batch_size(ctx.settings, ctx.sets, len(captions))
+        fp = _set_fingerprint(ctx, sid, captions, batch)
+        sdir = work / sid
+        done = sdir / "done.json"
+        if _cached(done, fp):
+            log.info("set %s: cached, skipped", sid)
+            continue
+        if sdir.exists():
+            log.info("set %s: partial or stale cache, regenerating", sid)
+            shutil.rmtree(sdir)
+        if engine is None:
+            engine = build_engine(cfg)
+        evals0 = engine.unet_evals
+        rows = []
+        for cands in candidate_batches(ctx.global_seed, sid, n, ctx.settings, batch_size=batch):
+            res = engine.generate(captions, cands)
+            for j, c in enumerate(cands):
+                for m in range(len(captions)):
+                    _write_bytes(sdir / _image_name(c.index, m), _png_bytes(res.images[j, m]))
+                rows.append({"candidate_index": c.index, "seed": np.uint64(c.seed), "p": c.p, "guidance": c.guidance})
+        cache = pd.DataFrame(rows, columns=list(_CACHE_SCHEMA)).astype(_CACHE_SCHEMA)
+        write_parquet(sdir / "candidates.parquet", cache)
+        write_json(done, {"fingerprint": fp, "candidates": len(rows), "members": len(captions),
+                          "batch_size": batch, "unet_evals": engine.unet_evals - evals0})
+        if hook is not None:
+            hook(k, sid)
+
+    return _assemble(ctx, shard_idx, (lo, hi), len(set_ids), sets_digest(df), groups, work, out_dir)
+
+
+def _assemble(ctx: SetContext, shard_idx: int, bounds: tuple[int, int], total_sets: int, table_digest: str,
+              groups: dict, work: Path, out_dir: Path) -> dict:
+    """The shard's images, ``candidates.parquet`` and ``summary.json`` from the cache, in set_id order."""
+    import pandas as pd
+
+    from ..io import atomic_dir, write_json, write_parquet
+
+    rows = []
+    totals = {"candidates_generated": 0, "images": 0, "unet_evals": 0}
+    by_segment: dict[str, int] = {}
+    with atomic_dir(out_dir / "images") as tmp_images:
+        for sid, g in groups.items():
+            sdir = work / sid
+            meta = json.loads((sdir / "done.json").read_text())
+            cache = pd.read_parquet(sdir / "candidates.parquet")
+            (tmp_images / sid).mkdir()
+            members = g.to_dict("records")
+            for c in cache.itertuples(index=False):
+                for mem in members:
+                    name = _image_name(int(c.candidate_index), int(mem["member_index"]))
+                    _link_or_copy(sdir / name, tmp_images / sid / name)
+                    rows.append({
+                        "set_id": sid, "candidate_index": int(c.candidate_index),
+                        "member_index": int(mem["member_index"]), "seed": c.seed, "p": c.p, "guidance": c.guidance,
+                        "caption": mem["caption"], **{k: _clean(mem[k]) for k in _META},
+                        "image_path": f"images/{sid}/{name}",
+                    })
+            totals["candidates_generated"] += meta["candidates"]
+            totals["images"] += meta["candidates"] * meta["members"]
+            totals["unet_evals"] += meta["unet_evals"]
+            seg = str(_clean(members[0]["segment"]))
+            by_segment[seg] = by_segment.get(seg, 0) + 1
+    table = pd.DataFrame(rows, columns=list(CANDIDATE_SCHEMA)).astype(CANDIDATE_SCHEMA)
+    write_parquet(out_dir / "candidates.parquet", table)
+    summary = {
+        "shard": shard_idx, "set_range": list(bounds), "set_shard_size": ctx.sets.set_shard_size,
+        "sets_total": total_sets, "sets": len(groups), "sets_by_segment": dict(sorted(by_segment.items())),
+        "captions": int(sum(len(g) for g in groups.values())), **totals,
+        "candidates_per_set": ctx.sets.candidates_per_set,
+        "unet_evals_per_image": totals["unet_evals"] / totals["images"] if totals["images"] else None,
+        "attention_control": ctx.settings.control, "steps": ctx.settings.steps,
+        "config_digest": set_config_digest(ctx.cfg), "sets_digest": table_digest,
+    }
+    write_json(out_dir / "summary.json", summary)
+    if not bool((ctx.cfg.get("images") or {}).get("keep_work", False)):
+        shutil.rmtree(work, ignore_errors=True)
+    log.info("set shard %05d: %d sets, %d candidate sets, %d images (%d UNet evaluations)", shard_idx,
+             len(groups), totals["candidates_generated"], totals["images"], totals["unet_evals"])
+    return summary
+
+
+# --------------------------------------------------------------------------- merge
+
+def merge_set_shards(shard_dirs: Sequence[str | os.PathLike], out_dir: str | os.PathLike, *,
+                     copy_images: bool = False) -> dict:
+    """Concatenate the shards' ``candidates.parquet`` (sorted by set_id, candidate, member) into
+    ``out_dir``. Refuses shards with different ``config_digest`` or ``sets_digest``, a shard listed twice,
+    a set in two shards and a missing shard (the shard numbers must cover every set of the table).
+    ``copy_images=False``: image paths are rewritten relative to ``out_dir`` (pointing into the shard
+    folders); True: images are hard-linked (else copied) to ``out_dir/images/<set_id>/``."""
+    import pandas as pd
+
+    from ..io import atomic_dir, check_digests, write_json, write_parquet
+
+    out_dir = Path(out_dir)
+    dirs = [Path(d) for d in shard_dirs]
+    for d in dirs:
+        for name in ("candidates.parquet", "summary.json"):
+            if not (d / name).exists():
+                raise input_error(d / name, None, "set shard output missing", f"rerun that shard's {_RERUN} job")
+    resolved = [d.resolve() for d in dirs]
+    for i, d in enumerate(resolved):
+        if d in resolved[:i]:
+            raise input_error(dirs[i], None, "shard folder listed twice", "list each shard folder once")
+    summaries = {str(d / "summary.json"): json.loads((d / "summary.json").read_text()) for d in dirs}
+    digest = check_digests(summaries, "set shard", _RERUN)
+    by_table: dict[Any, list[str]] = {}
+    for label, s in summaries.items():
+        by_table.setdefault(s.get("sets_digest"), []).append(label)
+    if len(by_table) > 1:
+        groups = "; ".join(f"{str(d)[:12]}: {', '.join(v)}" for d, v in sorted(by_table.items(), key=str))
+        raise input_error("set shard", None, f"shards were made from different caption-set tables ({groups})",
+                          f"rerun {_RERUN} for every shard on the same --sets table, then merge again")
+    seen: dict[int, str] = {}
+    for label, s in summaries.items():
+        if s["shard"] in seen:
+            raise input_error(label, None, f"shard {s['shard']} is also in {seen[s['shard']]}",
+                              "list each shard folder once")
+        seen[s["shard"]] = label
+    if summaries:
+        first = next(iter(summaries.values()))
+        expected = set(range(math.ceil(first["sets_total"] / first["set_shard_size"])))
+        if set(seen) != expected:
+            raise input_error(out_dir, None, f"shard(s) {sorted(expected - set(seen))} missing "
+                              f"({first['sets_total']} sets in shards of {first['set_shard_size']})",
+                              f"run {_RERUN} for the missing shards and pass every shard folder")
+    frames = []
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with (atomic_dir(out_dir / "images") if copy_images else contextlib.nullcontext()) as tmp_images:
+        for d in dirs:
+            t = pd.read_parquet(d / "candidates.parquet")
+            if copy_images:
+                for p in t["image_path"]:
+                    target = tmp_images / Path(p).relative_to("images")
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    _link_or_copy(d / p, target)
+            else:
+                rel = os.path.relpath(d, out_dir).replace(os.sep, "/")
+                t["image_path"] = [f"{rel}/{p}" for p in t["image_path"]]
+            frames.append(t)
+        table = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
+            {k: pd.Series(dtype=v) for k, v in CANDIDATE_SCHEMA.items()})
+        dup = table.duplicated(["set_id", "candidate_index", "member_index"])
+        if dup.any():
+            raise input_error(out_dir, None, f"set {table['set_id'][dup].iloc[0]!r} is in two shards",
+                              "merge shards of one run (one set_shard_size) only")
+    table = table.sort_values(["set_id", "candidate_index", "member_index"], kind="mergesort")
+    table = table.reset_index(drop=True)[list(CANDIDATE_SCHEMA)].astype(CANDIDATE_SCHEMA)
+    write_parquet(out_dir / "candidates.parquet", table)
+    keys = ("sets", "captions", "candidates_generated", "images", "unet_evals")
+    summary = {k: int(sum(s.get(k, 0) for s in summaries.values())) for k in keys}
+    segs: dict[str, int] = {}
+    for s in summaries.values():
+        for k, v in s.get("sets_by_segment", {}).items():
+            segs[k] = segs.get(k, 0) + v
+    summary.update(shards=len(summaries), sets_by_segment=dict(sorted(segs.items())), config_digest=digest,
+                   sets_digest=next(iter(by_table), None), images_copied=copy_images)
+    write_json(out_dir / "summary.json", summary)
+    return summary

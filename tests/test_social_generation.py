@@ -1,0 +1,348 @@
+"""SocialCounterfactuals set generation (generation/sets.py and `social generate`) on the tiny SD."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from counterfactory.config import load_config
+from counterfactory.errors import ConfigError, InputError
+from counterfactory.generation import sets as sets_mod
+from counterfactory.generation.sampler import build_engine
+from counterfactory.generation.selection import candidate_seed
+from counterfactory.generation.sets import merge_set_shards, read_sets, run_set_shard
+
+REPO = Path(__file__).resolve().parents[1]
+N = 3   # candidate sets per caption set
+
+
+class Killed(RuntimeError):
+    pass
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    from counterfactory.models import tiny
+
+    out = tmp_path_factory.mktemp("tiny_vision")
+    return {role: str(tiny.build(role, out)) for role in ("sd", "vae")}
+
+
+def _cfg(models, **images) -> dict:
+    """A social-study-like view: the demo's shared sections with the set-generation ``images`` keys."""
+    base = load_config([REPO / "config" / "demo.yaml"],
+                       {"models": {"sd": {"source": models["sd"]}, "vae": {"source": models["vae"]}}})
+    cfg = json.loads(json.dumps(dict(base)))
+    cfg["models"] = {"sd": {"source": models["sd"]}, "vae": {"source": models["vae"]}}
+    img = {"set_shard_size": 2, "candidates_per_set": N, "batch_size": 2, "steps": 2, "height": 32, "width": 32,
+           "attention_control": "ip2p_self", "p_range": [0.1, 0.9], "guidance_range": [7.5, 15.0],
+           "scheduler": "euler_ancestral"}
+    img.update(images)
+    cfg["images"] = img
+    cfg["study"] = "social_counterfactuals"
+    return cfg
+
+
+@pytest.fixture(scope="module")
+def cfg(models):
+    return _cfg(models)
+
+
+@pytest.fixture(scope="module")
+def engine(cfg):
+    e = build_engine(cfg)
+    yield e
+    e.close()
+
+
+def _set_rows(set_id, segment, subject, attrs, prefix="A photo of"):
+    """One set: the base (first attribute combination) then the counterfactual members."""
+    rows = []
+    for m, (a1, a2) in enumerate(attrs):
+        rows.append({"set_id": set_id, "segment": segment, "prefix": prefix, "subject": subject,
+                     "a1_type": segment.split("-")[0], "a1": a1, "a2_type": segment.split("-")[1], "a2": a2,
+                     "caption": f"{prefix} {a1} {a2} {subject}".strip(), "member_index": m})
+    return rows
+
+
+RG = [("white", "male"), ("white", "female"), ("black", "male")]
+PG = [("skinny", "male"), ("skinny", "female")]
+TABLE = (_set_rows("rg_doctor", "race-gender", "doctor", RG)
+         + _set_rows("pg_nurse", "physical-gender", "nurse", PG)
+         + _set_rows("rg_chef", "race-gender", "chef", RG, prefix="")
+         + _set_rows("pg_pilot", "physical-gender", "pilot", PG))
+# sorted set ids: pg_nurse, pg_pilot, rg_chef, rg_doctor
+
+
+def _write(path: Path, rows=TABLE, drop=(), shuffle=False) -> Path:
+    df = pd.DataFrame(rows).drop(columns=list(drop))
+    if shuffle:
+        df = df.sample(frac=1.0, random_state=3)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    df.to_parquet(path, index=False)
+    return path
+
+
+def _tree(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _run(cfg, sets, shard, out, engine, **kw):
+    return run_set_shard(cfg, sets, shard, out, engine=engine, progress=False, **kw)
+
+
+def _load_images(folder: Path, table: pd.DataFrame) -> np.ndarray:
+    from PIL import Image
+
+    return np.stack([np.asarray(Image.open(folder / p)) for p in table["image_path"]])
+
+
+# --------------------------------------------------------------------------- outputs
+
+def test_shard_outputs_and_shared_candidate_parameters(tmp_path, cfg, engine):
+    sets = _write(tmp_path / "sets.parquet")
+    out = tmp_path / "s1"
+    before = engine.unet_evals
+    summary = _run(cfg, sets, 1, out, engine)          # shard 1 of size 2: rg_chef, rg_doctor
+    t = pd.read_parquet(out / "candidates.parquet")
+    assert list(t.columns) == list(sets_mod.CANDIDATE_SCHEMA)
+    assert list(dict.fromkeys(t["set_id"])) == ["rg_chef", "rg_doctor"]
+    assert len(t) == 2 * N * 3 and summary["images"] == len(t) and summary["candidates_generated"] == 2 * N
+    assert summary["sets"] == 2 and summary["sets_total"] == 4 and summary["set_range"] == [2, 4]
+    assert summary["unet_evals"] == engine.unet_evals - before == 2 * N * 3 * 2 * 2   # sets x cands x G x CFG x steps
+    assert summary["sets_by_segment"] == {"race-gender": 2}
+    for (sid, c), g in t.groupby(["set_id", "candidate_index"]):
+        assert list(g["member_index"]) == [0, 1, 2]
+        assert g["seed"].nunique() == g["p"].nunique() == g["guidance"].nunique() == 1
+        assert g["seed"].iloc[0] == candidate_seed(0, sid, c)
+    assert t["p"].between(0.1, 0.9).all() and t["guidance"].between(7.5, 15).all()
+    assert t["seed"].dtype == np.uint64
+    row = t[(t.set_id == "rg_chef") & (t.candidate_index == 1) & (t.member_index == 2)].iloc[0]
+    assert row["image_path"] == "images/rg_chef/c0001_m02.png" and row["caption"] == "black male chef"
+    assert row["prefix"] == "" and row["a1"] == "black" and row["a3_type"] is None
+    imgs = _load_images(out, t)
+    assert imgs.shape == (len(t), 32, 32, 3)
+    # the set was generated together: members 0 and 1 of a candidate differ (different prompts)
+    assert not np.array_equal(imgs[0], imgs[1])
+    assert not (out / "work").exists()
+    assert json.loads((out / "summary.json").read_text()) == summary
+    assert len(summary["config_digest"]) == 64 and len(summary["sets_digest"]) == 64
+
+
+def test_members_match_direct_engine_call(tmp_path, cfg, engine):
+    """The shard's images for a set are exactly one engine call per batch of candidate sets."""
+    from counterfactory.generation.selection import candidate_batches
+    from counterfactory.generation.sampler import GenerationSettings
+
+    sets = _write(tmp_path / "sets.parquet")
+    _run(cfg, sets, 0, tmp_path / "s0", engine)
+    t = pd.read_parquet(tmp_path / "s0" / "candidates.parquet")
+    t = t[t.set_id == "pg_nurse"]
+    settings = GenerationSettings.from_config(cfg["images"])
+    prompts = ["A photo of skinny male nurse", "A photo of skinny female nurse"]
+    direct = np.concatenate([engine.generate(prompts, b).images
+                             for b in candidate_batches(0, "pg_nurse", N, settings, batch_size=2)])
+    np.testing.assert_array_equal(_load_images(tmp_path / "s0", t), direct.reshape(-1, 32, 32, 3))
+
+
+# --------------------------------------------------------------------------- determinism
+
+def test_same_images_across_shard_sizes_and_row_order(tmp_path, models, engine):
+    sets = _write(tmp_path / "sets.parquet")
+    shuffled = _write(tmp_path / "shuffled.parquet", shuffle=True)
+    small, big = _cfg(models, set_shard_size=1), _cfg(models, set_shard_size=3)
+    dirs1 = [tmp_path / "a" / f"{i:05d}" for i in range(4)]
+    for i, d in enumerate(dirs1):
+        _run(small, sets, i, d, engine)
+    m1 = merge_set_shards(dirs1, tmp_path / "a", copy_images=True)
+    dirs3 = [tmp_path / "b" / f"{i:05d}" for i in range(2)]
+    for i, d in enumerate(dirs3):
+        _run(big, shuffled, i, d, engine)
+    m3 = merge_set_shards(dirs3, tmp_path / "b", copy_images=True)
+    assert m1["sets"] == m3["sets"] == 4 and m1["images"] == m3["images"] == 2 * N * 3 + 2 * N * 2
+    assert m1["sets_digest"] == m3["sets_digest"]           # row order does not change the table's digest
+    a = pd.read_parquet(tmp_path / "a" / "candidates.parquet")
+    b = pd.read_parquet(tmp_path / "b" / "candidates.parquet")
+    pd.testing.assert_frame_equal(a, b)
+    assert _tree(tmp_path / "a" / "images") == _tree(tmp_path / "b" / "images")   # byte-identical
+    # merged without copying: paths point into the shard folders
+    m = merge_set_shards(dirs3, tmp_path / "b")
+    c = pd.read_parquet(tmp_path / "b" / "candidates.parquet")
+    assert c["image_path"].iloc[0] == "00000/images/pg_nurse/c0000_m00.png" and not m["images_copied"]
+    assert (tmp_path / "b" / c["image_path"].iloc[-1]).exists()
+
+
+def test_batch_size_changes_no_candidate_and_images_only_by_rounding(tmp_path, models, engine):
+    sets = _write(tmp_path / "sets.parquet")
+    outs = {}
+    for bs in (1, 3):
+        cfg = _cfg(models, batch_size=bs)
+        _run(cfg, sets, 1, tmp_path / f"b{bs}", engine)
+        outs[bs] = pd.read_parquet(tmp_path / f"b{bs}" / "candidates.parquet")
+    pd.testing.assert_frame_equal(outs[1], outs[3])       # same candidates, seeds, p, guidance, paths
+    i1, i3 = _load_images(tmp_path / "b1", outs[1]), _load_images(tmp_path / "b3", outs[3])
+    diff = np.abs(i1.astype(int) - i3.astype(int))
+    assert diff.max() <= 2 and (diff > 0).mean() < 0.01   # batched CPU kernels round differently
+    # the image cap lowers the batch for big sets: 7 images per call -> 2 candidates of 3 members
+    capped = _cfg(models, batch_size=4, max_images_per_call=7)
+    from counterfactory.generation.sampler import GenerationSettings
+
+    st = sets_mod.SetGenerationSettings.from_config(capped["images"])
+    assert sets_mod.set_batch_size(GenerationSettings.from_config(capped["images"]), st, 3) == 2
+    assert sets_mod.set_batch_size(GenerationSettings.from_config(capped["images"]), st, 30) == 1
+
+
+# --------------------------------------------------------------------------- resume
+
+def test_killed_shard_rerun_is_byte_identical(tmp_path, models, engine):
+    cfg = _cfg(models, set_shard_size=3)
+    sets = _write(tmp_path / "sets.parquet")
+    ref = tmp_path / "ref"
+    _run(cfg, sets, 0, ref, engine)
+
+    out = tmp_path / "killed"
+
+    def kill_after_first(k, set_id):
+        if k == 0:
+            raise Killed(set_id)
+
+    with pytest.raises(Killed):
+        _run(cfg, sets, 0, out, engine, hook=kill_after_first)
+    assert not (out / "candidates.parquet").exists()
+    assert (out / "work" / "pg_nurse" / "done.json").exists()
+    # a half-written second set (killed mid-set): its folder has images but no done.json
+    half = out / "work" / "pg_pilot"
+    half.mkdir()
+    (half / "c0000_m00.png").write_bytes(b"half")
+    before = engine.unet_evals
+    seen = []
+    _run(cfg, sets, 0, out, engine, hook=lambda k, sid: seen.append(sid))
+    assert seen == ["pg_pilot", "rg_chef"]                 # the cached set was skipped
+    assert engine.unet_evals - before == N * 2 * 2 * 2 + N * 3 * 2 * 2
+    assert _tree(out) == _tree(ref)
+
+
+def test_changed_captions_invalidate_the_cache(tmp_path, models, engine):
+    cfg = _cfg(models, keep_work=True)
+    sets = _write(tmp_path / "sets.parquet")
+    out = tmp_path / "s"
+    _run(cfg, sets, 0, out, engine)
+    rows = [dict(r) for r in TABLE]
+    for r in rows:
+        if r["set_id"] == "pg_pilot" and r["member_index"] == 1:
+            r["caption"] = "A photo of obese male pilot"
+    seen = []
+    _run(cfg, _write(tmp_path / "sets2.parquet", rows), 0, out, engine, hook=lambda k, sid: seen.append(sid))
+    assert seen == ["pg_pilot"]
+
+
+# --------------------------------------------------------------------------- merge
+
+def test_merge_refuses_mismatches(tmp_path, models, engine):
+    sets = _write(tmp_path / "sets.parquet")
+    cfg, other = _cfg(models), _cfg(models, guidance_range=[7.5, 10.0])
+    a, b = tmp_path / "m" / "00000", tmp_path / "m" / "00001"
+    sa = _run(cfg, sets, 0, a, engine)
+    ob = build_engine(other)
+    sb = _run(other, sets, 1, b, ob)
+    ob.close()
+    assert sa["config_digest"] != sb["config_digest"]
+    with pytest.raises(InputError) as err:
+        merge_set_shards([a, b], tmp_path / "m")
+    assert "different configurations" in str(err.value) and str(b / "summary.json") in str(err.value)
+    # a setting set generation does not read (a filter threshold next to it) keeps the digest
+    assert sets_mod.set_config_digest(_cfg(models, filter={"x": 1})) == sa["config_digest"]
+    # same config, other caption-set table
+    rows = [dict(r, caption=r["caption"] + ".") for r in TABLE]
+    _run(cfg, _write(tmp_path / "sets2.parquet", rows), 1, b, engine)
+    with pytest.raises(InputError, match="different caption-set tables"):
+        merge_set_shards([a, b], tmp_path / "m")
+    with pytest.raises(InputError, match=r"shard\(s\) \[1\] missing"):
+        merge_set_shards([a], tmp_path / "m")
+    with pytest.raises(InputError, match="listed twice"):
+        merge_set_shards([a, a], tmp_path / "m")
+    with pytest.raises(InputError, match="set shard output missing"):
+        merge_set_shards([tmp_path / "nope"], tmp_path / "m")
+
+
+def test_engine_with_other_settings_is_refused(tmp_path, models, engine):
+    with pytest.raises(ConfigError, match="differ"):
+        _run(_cfg(models, steps=3), _write(tmp_path / "sets.parquet"), 0, tmp_path / "x", engine)
+
+
+# --------------------------------------------------------------------------- bad input
+
+def _error(path: Path) -> str:
+    with pytest.raises(InputError) as err:
+        read_sets(path)
+    msg = str(err.value)
+    assert str(path) in msg and "Fix:" in msg
+    return msg
+
+
+def test_bad_input_names_file_and_record(tmp_path):
+    assert "missing column(s) ['member_index']" in _error(_write(tmp_path / "a.parquet", drop=("member_index",)))
+
+    rows = [dict(r) for r in TABLE]
+    rows[3] = dict(rows[3], member_index=1)                 # pg_nurse members 0, 1 -> 1, 1
+    msg = _error(_write(tmp_path / "dup.parquet", rows))
+    assert "record 4" in msg and "duplicate (set_id, member_index) ('pg_nurse', 1)" in msg and "record 3" in msg
+
+    rows = [dict(r, member_index=r["member_index"] + 1) if r["set_id"] == "pg_pilot" else r for r in TABLE]
+    msg = _error(_write(tmp_path / "start.parquet", rows))
+    assert "set_id 'pg_pilot'" in msg and "starts at 1, not 0" in msg and "record 8" in msg
+
+    rows = [dict(r, member_index=3) if (r["set_id"] == "rg_chef" and r["member_index"] == 2) else r for r in TABLE]
+    msg = _error(_write(tmp_path / "gap.parquet", rows))
+    assert "set_id 'rg_chef'" in msg and "gap: [2] missing" in msg
+
+    rows = [dict(r) for r in TABLE]
+    rows[0] = dict(rows[0], set_id="rg/doctor")
+    assert "record 0" in _error(_write(tmp_path / "id.parquet", rows))
+    rows = [dict(r) for r in TABLE]
+    rows[1] = dict(rows[1], caption="  ")
+    assert "record 1" in _error(_write(tmp_path / "cap.parquet", rows))
+    rows = [dict(r) for r in TABLE]
+    rows[2] = dict(rows[2], subject="chef")
+    msg = _error(_write(tmp_path / "subj.parquet", rows))
+    assert "record 2" in msg and "subject 'chef' differs" in msg
+    assert "one caption" in _error(_write(tmp_path / "one.parquet", TABLE[:1]))
+    with pytest.raises(InputError, match="not found"):
+        read_sets(tmp_path / "missing.parquet")
+
+
+def test_optional_third_attribute_is_carried(tmp_path):
+    rows = [dict(r, a3_type="physical", a3="young") for r in TABLE]
+    df = read_sets(_write(tmp_path / "a3.parquet", rows))
+    assert set(df["a3"]) == {"young"}
+    assert sets_mod.sets_digest(df) != sets_mod.sets_digest(read_sets(_write(tmp_path / "t.parquet")))
+
+
+# --------------------------------------------------------------------------- CLI
+
+def test_cli_generate_and_merge(tmp_path, models, monkeypatch, capsys):
+    from counterfactory.studies.social_counterfactuals import generate
+
+    cfg = _cfg(models)
+    monkeypatch.setattr(generate, "_load_config", lambda paths: cfg)   # no social section in the schema yet
+    ap = argparse.ArgumentParser()
+    generate.add_cli(ap.add_subparsers())
+    sets = _write(tmp_path / "sets.parquet")
+    shards = [tmp_path / "gen" / "shards" / f"{i:05d}" for i in range(2)]
+    for i, d in enumerate(shards):
+        args = ap.parse_args(["generate", "--config", "unused.yaml", "--sets", str(sets), "--shard", f"{i:05d}",
+                              "--out-dir", str(d), "--threads", "2", "--no-progress"])
+        assert args.func(args) == 0
+    args = ap.parse_args(["generate-merge", "--shard-dirs", *map(str, shards), "--out-dir", str(tmp_path / "gen")])
+    assert args.func(args) == 0
+    out = capsys.readouterr().out
+    assert "merged 2 set shards: 4 caption sets" in out
+    t = pd.read_parquet(tmp_path / "gen" / "candidates.parquet")
+    assert len(t) == 2 * N * 3 + 2 * N * 2 and all((tmp_path / "gen" / p).exists() for p in t["image_path"])
+    with pytest.raises(SystemExit):
+        ap.parse_args(["generate", "--config", "c", "--sets", "s", "--shard", "-1", "--out-dir", "o"])
