@@ -42,6 +42,7 @@ include: "rules/evaluate.smk"
 include: "rules/training.smk"
 include: "rules/report.smk"
 include: "rules/study_coco_counterfactuals.smk"
+include: "rules/study_social_counterfactuals.smk"
 
 
 rule all:

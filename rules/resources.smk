@@ -46,6 +46,30 @@ def model_mem_of(full_mb, tiny_mb=2500):
     return lambda wildcards, attempt: model_mem(full_mb, wildcards.model, tiny_mb=tiny_mb)(wildcards, attempt)
 
 
+def model_mem_of_role(full_mb, tiny_mb=2500):
+    """mem_mb callable for a job loading the model of its ``{role}`` wildcard."""
+    return lambda wildcards, attempt: model_mem(full_mb, wildcards.role, tiny_mb=tiny_mb)(wildcards, attempt)
+
+
+def social_images_minutes(study):
+    """UNet rows x steps of one set-generation shard: sets x candidates x members x 2 (guidance), ~0.03 s per
+    row-step on a GPU (x CPU_SLOWDOWN); members of the largest segment."""
+    v = view(study)["images"]
+    rows = v["set_shard_size"] * v["candidates_per_set"] * 60 * 2
+    return rows * v["steps"] * 0.03 * CPU_SLOWDOWN / 60 / 8
+
+
+def social_images(study):
+    """Generated images of the study: caption sets x candidates x members (members: at most 60 per set)."""
+    v = view(study)
+    return social.n_sets(v) * v["images"]["candidates_per_set"] * 20
+
+
+def social_scoring_minutes(study):
+    """One pass of a CLIP / ViT over every generated image, ~2 ms an image on a GPU (x CPU_SLOWDOWN)."""
+    return 10 + social_images(study) * 0.002 * CPU_SLOWDOWN / 60
+
+
 def minutes(base, per_item=0.0, items=0):
     """runtime callable (minutes), capped at MAX_RUNTIME."""
     return scaled(base, per_item, items, cap=MAX_RUNTIME)
@@ -113,3 +137,12 @@ localrules:
     in_domain_runs_table,
     in_domain_stats,
     in_domain_table,
+    social_captions,
+    social_generate_merge,
+    social_filter_table,
+    social_probe_tables,
+    social_probe_plots,
+    social_release,
+    social_debias_split,
+    social_debias_runs_table,
+    social_debias_table,

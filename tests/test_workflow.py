@@ -209,10 +209,22 @@ def test_paper_config_dry_run_at_paper_scale(repo, tmp_path):
     assert counts["train_tables"] == 3 and counts["label_frequency"] == 1
     # A.1 / Table 5: CLIP, BridgeTower and FLAVA, each pre-trained (1) and fine-tuned on 2 mixtures x 25 seeds
     assert counts["in_domain_run"] == 3 * (1 + 2 * 25) and counts["in_domain_table"] == 1
+    # SocialCounterfactuals: Table 18's 156 occupations x 4 prefixes x 3 segments = 1,872 caption sets (§3.2; 3,120
+    # with the paper's 260), 10 per image job; probing before / after the filters per model; debiasing per model,
+    # segment and seed, pre-trained and fine-tuned
+    social = yaml.safe_load((repo / "config" / "config.yaml").read_text())["social_counterfactuals"]
+    assert counts["social_captions"] == 1
+    assert counts["social_generate"] == math.ceil(156 * 4 * 3 / social["images"]["set_shard_size"]) == 188
+    assert counts["social_probe"] == 2 * len(social["probing"]["roles"])
+    assert counts["social_debias_run"] == len(social["debias"]["roles"]) * 3 * social["debias"]["seeds"]["count"] * 2
+    for rule in ("social_filter_clip", "social_filter_nsfw", "social_filter_detect", "social_filter_table"):
+        assert counts[rule] == 1
     # what the image jobs will run with (their job config files): §3.2 / B.1.2
     jobs = [load_config([f]) for f in (tmp_path / ".snakemake/counterfactory/jobs").glob("*.yaml")]
-    images = [j for j in jobs if "images" in j]
+    images = [j for j in jobs if "images" in j and "candidates_per_pair" in j["images"]]
     assert len(images) == 1  # one settings file shared by all 501 image jobs
+    sets = [j["images"] for j in jobs if "images" in j and "candidates_per_set" in j["images"]]
+    assert len(sets) == 1 and sets[0]["candidates_per_set"] == 100 and sets[0]["p_range"] == [0.1, 0.9]
     img = images[0]["images"]
     assert img["candidates_per_pair"] == 100 and img["steps"] == 100
     assert img["p_range"] == [0.1, 0.9] and img["guidance_range"] == [7.5, 15.0]

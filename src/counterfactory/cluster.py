@@ -41,7 +41,8 @@ PROFILE_DIR = Path(__file__).resolve().parents[2] / "profiles"  # source checkou
 # Rules that run on an accelerator (rules/resources.smk: `gpu=GPU, hpu=HPU`); the profiles send them to
 # the GPU partition. tests/test_profiles.py checks this list against the rule files.
 ACCELERATOR_RULES = ("caption_shard", "images_shard", "eval_itr", "eval_itm", "eval_classify", "train_run",
-                     "in_domain_run")
+                     "in_domain_run", "social_generate", "social_filter_clip", "social_filter_nsfw",
+                     "social_filter_detect", "social_probe", "social_debias_run")
 
 
 class ClusterConfigError(ConfigError):

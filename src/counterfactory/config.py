@@ -58,7 +58,8 @@ def _fill_defaults(validator_class):
 #: sections shared by every study; every other top-level key of a view comes from the study's section
 SHARED_SECTIONS = ("run_name", "device", "precision", "seed", "models", "tiny_models", "nltk")
 #: model roles each study cannot run without (checked at start-up)
-STUDY_ROLES = {"coco_counterfactuals": ("mlm", "lm", "sentence", "sd", "clip_filter")}
+STUDY_ROLES = {"coco_counterfactuals": ("mlm", "lm", "sentence", "sd", "clip_filter"),
+               "social_counterfactuals": ("sd", "clip_filter", "nsfw")}
 #: marks a job configuration file written by the Snakefile (see :func:`write_job_config`)
 JOB_KEY = "counterfactory_job"
 
@@ -241,7 +242,8 @@ def write_job_config(cfg: dict, study: str | None, keys: Iterable[str],
     return str(path)
 
 
-def _read_yaml(path: Path) -> dict:
+def read_yaml(path: Path) -> dict:
+    """A YAML mapping from ``path``; a missing file, bad syntax or a non-mapping is a :class:`ConfigError`."""
     if not path.exists():
         raise ConfigError(f"{path.resolve()}: configuration file not found (working directory {Path.cwd()}). "
                           "Fix: check the path")
@@ -265,7 +267,7 @@ def load_config(paths: Iterable[str | os.PathLike], overrides: dict | None = Non
     paths = [Path(p) for p in paths]
     if not paths:
         raise ConfigError("no configuration file given. Fix: pass --config config/demo.yaml (or config/config.yaml)")
-    docs = [_read_yaml(p) for p in paths]
+    docs = [read_yaml(p) for p in paths]
     source = ", ".join(str(p) for p in paths)
     if any(JOB_KEY in d for d in docs):
         if len(docs) != 1:
@@ -297,7 +299,7 @@ def load_full_config(paths: Iterable[str | os.PathLike]) -> dict:
     """Load, merge and validate full configuration files (every study), without taking a view."""
     cfg: dict[str, Any] = {}
     for p in paths:
-        cfg = deep_merge(cfg, _read_yaml(Path(p)))
+        cfg = deep_merge(cfg, read_yaml(Path(p)))
     return validate_config(cfg, source=", ".join(str(p) for p in paths))
 
 

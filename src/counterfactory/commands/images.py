@@ -6,30 +6,13 @@ with CLIP and keeps the best by directional similarity; ``merge`` concatenates t
 
 from __future__ import annotations
 
-import argparse
 import logging
+
+from . import positive_int, shard_id
 
 log = logging.getLogger(__name__)
 
 
-def _shard_id(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"shard must be a non-negative integer such as 00003, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError("shard must be >= 0")
-    return value
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be >= 1")
-    return value
 
 
 def register(subparsers) -> None:
@@ -59,9 +42,9 @@ def register(subparsers) -> None:
                    help="configuration file (repeatable; later files win)")
     g.add_argument("--pairs", required=True, metavar="PAIRS.parquet",
                    help="caption-pair table from the caption stage (counterfactual_captions.parquet)")
-    g.add_argument("--shard", required=True, type=_shard_id, metavar="N", help="shard number, e.g. 00003")
+    g.add_argument("--shard", required=True, type=shard_id, metavar="N", help="shard number, e.g. 00003")
     g.add_argument("--out-dir", required=True, metavar="DIR", help="the shard's output folder")
-    g.add_argument("--threads", type=_positive_int, default=None, help="CPU threads for torch (default: torch's)")
+    g.add_argument("--threads", type=positive_int, default=None, help="CPU threads for torch (default: torch's)")
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
     g.set_defaults(func=_generate)
 

@@ -15,10 +15,4 @@ def register(sub) -> None:
     s = p.add_subparsers(dest="social_command", metavar="<step>")
     s.required = True
     for name in study.CLI_MODULES:
-        try:
-            module = importlib.import_module(f"{study.__name__}.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"{study.__name__}.{name}":
-                raise
-            continue  # step not built yet
-        module.add_cli(s)
+        importlib.import_module(f"{study.__name__}.{name}").add_cli(s)

@@ -14,4 +14,41 @@ from __future__ import annotations
 
 STUDY = "social_counterfactuals"
 #: the study's modules that contribute ``counterfactory social`` subcommands, in help order
-CLI_MODULES = ("captions", "filtering", "probing", "debias", "release")
+CLI_MODULES = ("captions", "generate", "filtering", "probing", "debias", "release")
+
+#: probing runs on the data before the NSFW / detectability stages (§4.2) and after them (§10)
+PROBE_STAGES = ("before", "after")
+
+
+def n_sets(view) -> int:
+    """Caption sets the config yields (prefixes x subjects x segments), without building the captions."""
+    from .captions import resolve_section
+
+    section = resolve_section(view.get("captions"))
+    return len(section["prefixes"]) * len(section["subjects"]) * len(section["segments"])
+
+
+def targets(view, results: str) -> list[str]:
+    """Every final file of the study under ``results`` (``results/<run>/social_counterfactuals``)."""
+    out = [f"{results}/filter/table11.md", f"{results}/release/summary.json"]
+    if view.get("probing", {}).get("roles"):
+        out += [f"{results}/probing/{stage}/tables.md" for stage in PROBE_STAGES]
+        out += [f"{results}/probing/{stage}/figures" for stage in PROBE_STAGES]
+    if view.get("debias", {}).get("roles"):
+        out.append(f"{results}/debias/tables.md")
+    return out
+
+
+def debias_segments(view) -> list[str]:
+    """Segments of the debiasing runs: ``debias.segments``, else every two-attribute segment (Table 1)."""
+    from .captions import resolve_section, segment_name
+
+    if view["debias"].get("segments"):
+        return list(view["debias"]["segments"])
+    return [segment_name(types) for types in resolve_section(view.get("captions"))["segments"] if len(types) == 2]
+
+
+def debias_seeds(view) -> dict[int, int]:
+    """seed -> data seed of the debiasing runs."""
+    s = view["debias"]["seeds"]
+    return {s["first"] + i: s["first"] + i + s["data_seed_offset"] for i in range(s["count"])}

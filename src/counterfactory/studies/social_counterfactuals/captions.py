@@ -40,6 +40,7 @@ from typing import Any, Iterable
 import pandas as pd
 import yaml
 
+from ...config import read_yaml
 from ...errors import ConfigError
 
 STUDY = "social_counterfactuals"
@@ -333,21 +334,6 @@ def counts_by_segment(frame: pd.DataFrame) -> pd.DataFrame:
 # ------------------------------------------------------------------------------------------ config + CLI
 
 
-def _read_yaml(path: Path) -> dict:
-    if not path.exists():
-        raise ConfigError(f"{path.resolve()}: configuration file not found (working directory {Path.cwd()}). "
-                          "Fix: check the path")
-    try:
-        with open(path, encoding="utf-8") as fh:
-            data = yaml.safe_load(fh) or {}
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML ({exc}). Fix: correct the syntax") from exc
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: top level must be a mapping, got {type(data).__name__}. Fix: write "
-                          f"the keys of {SECTION} ({', '.join(SECTION_KEYS)}) at top level, or a full config")
-    return data
-
-
 def _is_full_config(doc: dict) -> bool:
     from ...config import JOB_KEY
 
@@ -367,7 +353,7 @@ def load_section(paths: Iterable[str | Path]) -> tuple[dict, str]:
     if not paths:
         raise ConfigError("no configuration file given. Fix: pass --config FILE (a full config with a "
                           f"'{STUDY}:' section, or a YAML file with the keys {', '.join(SECTION_KEYS)})")
-    docs = [(p, _read_yaml(p)) for p in paths]
+    docs = [(p, read_yaml(p)) for p in paths]
     full = [p for p, d in docs if _is_full_config(d)]
     plain: dict = {}
     for p, d in docs:

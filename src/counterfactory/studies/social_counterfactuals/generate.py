@@ -6,29 +6,10 @@ The work is done by :mod:`counterfactory.generation.sets`; this module only wire
 
 from __future__ import annotations
 
-import argparse
-
+from ...commands import positive_int, shard_id
 from . import STUDY
 
 
-def _shard_id(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"shard must be a non-negative integer such as 00003, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError("shard must be >= 0")
-    return value
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be >= 1")
-    return value
 
 
 def add_cli(subparsers) -> None:
@@ -50,9 +31,9 @@ def add_cli(subparsers) -> None:
     g.add_argument("--sets", required=True, metavar="SETS.parquet",
                    help="caption-set table (set_id, member_index, caption, segment, prefix, subject, a1_type, a1, "
                         "a2_type, a2)")
-    g.add_argument("--shard", required=True, type=_shard_id, metavar="N", help="shard number, e.g. 00003")
+    g.add_argument("--shard", required=True, type=shard_id, metavar="N", help="shard number, e.g. 00003")
     g.add_argument("--out-dir", required=True, metavar="DIR", help="the shard's output folder")
-    g.add_argument("--threads", type=_positive_int, default=None, help="CPU threads for torch (default: torch's)")
+    g.add_argument("--threads", type=positive_int, default=None, help="CPU threads for torch (default: torch's)")
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
     g.set_defaults(func=_generate)
 

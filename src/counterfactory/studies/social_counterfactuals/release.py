@@ -347,6 +347,10 @@ def _check_cli(args) -> int:
     for s in report["segments"]:
         print(f"  {s['segment']}: {s['sets']} sets, {s['images']} images "
               f"({s['images_per_set_min']}-{s['images_per_set_max']} per set)")
+    if args.json:
+        from ...io import write_json
+
+        write_json(args.json, report)
     return 0
 
 
@@ -365,4 +369,5 @@ def add_cli(subparsers) -> None:
     c.add_argument("--dir", required=True, metavar="DIR", help="release folder (holding data/)")
     c.add_argument("--require-datasets", action="store_true",
                    help="fail when the datasets library is missing instead of reading with pyarrow")
+    c.add_argument("--json", metavar="FILE.json", help="also write the counts as JSON")
     c.set_defaults(func=_check_cli)

@@ -1,0 +1,401 @@
+# SocialCounterfactuals (Howard et al., CVPR 2024): caption sets, batched Prompt-to-Prompt sets, the three-stage
+# filter, bias probing before and after the NSFW / detectability stages, and the release. Settings: the
+# `social_counterfactuals:` config section; results under results/<run>/social_counterfactuals/.
+import shlex
+
+from counterfactory.studies import social_counterfactuals as social
+
+SCF = "social_counterfactuals"
+SCF_DIR = f"{RESULTS}/{SCF}"
+
+
+def set_shards(wildcards):
+    """Shard ids covering the study's caption sets at images.set_shard_size sets per job."""
+    v = view(wildcards.study)
+    return wf.shard_ids(social.n_sets(v), v["images"]["set_shard_size"])
+
+
+def probe_images(wildcards):
+    """The images bias probing ranks: after the CLIP stage (§4.2, 'before' NSFW / detectability) or the final set."""
+    return f"{S}/filter/clip.parquet" if wildcards.stage == "before" else f"{S}/filter/kept.parquet"
+
+
+def probe_roles(wildcards):
+    return view(wildcards.study)["probing"]["roles"]
+
+
+rule social_captions:
+    """§3.2, 8.4: one caption set per (segment, prefix, subject) from the configured lists (a/an agreement)."""
+    output:
+        f"{S}/captions/caption_sets.parquet",
+    log:
+        f"{S}/logs/captions.log",
+    wildcard_constraints:
+        study=SCF,
+    conda:
+        CONDA_ENV
+    params:
+        config=job_config("captions"),
+    shell:
+        "counterfactory social captions {params.config} --out {output:q} > {log:q} 2>&1"
+
+
+rule social_generate:
+    """§3.3: over-generate candidate sets for one shard of caption sets (a set per batch, shared base attention)."""
+    input:
+        sets=rules.social_captions.output,
+        models=model_inputs("sd", "vae"),
+    output:
+        table=f"{S}/generation/shards/{{shard}}/candidates.parquet",
+        summary=f"{S}/generation/shards/{{shard}}/summary.json",
+    log:
+        f"{S}/logs/generation/{{shard}}.log",
+    benchmark:
+        f"{S}/benchmarks/generation/{{shard}}.tsv"
+    wildcard_constraints:
+        study=SCF,
+    conda:
+        CONDA_ENV
+    threads: accel_threads("sd")
+    resources:
+        mem_mb=model_mem(16000, "sd", tiny_mb=3000),
+        runtime=per_study(lambda study: 15 + social_images_minutes(study)),
+        gpu=GPU,
+        hpu=HPU,
+    params:
+        config=job_config("images", "seed", "models.sd", "models.vae", *DEVICE_KEYS),
+        out_dir=lambda wildcards, output: Path(output.table).parent,
+    shell:
+        "counterfactory social generate {params.config} --sets {input.sets:q} --shard {wildcards.shard}"
+        " --out-dir {params.out_dir:q} --threads {threads} --no-progress > {log:q} 2>&1"
+
+
+rule social_generate_merge:
+    """Every generated image of every candidate set (shards made under one config)."""
+    input:
+        lambda wildcards: expand(
+            f"{S}/generation/shards/{{shard}}/summary.json", study=wildcards.study, shard=set_shards(wildcards)
+        ),
+    output:
+        table=f"{S}/generation/candidates.parquet",
+        summary=f"{S}/generation/summary.json",
+    log:
+        f"{S}/logs/generation/merge.log",
+    wildcard_constraints:
+        study=SCF,
+    conda:
+        CONDA_ENV
+    params:
+        shards=lambda wildcards, input: " ".join(shlex.quote(str(Path(p).parent)) for p in input),
+        out_dir=lambda wildcards, output: Path(output.table).parent,
+    shell:
+        "counterfactory social generate-merge --shard-dirs {params.shards} --out-dir {params.out_dir:q} > {log:q} 2>&1"
+
+
+rule social_filter_clip:
+    """§3.4 (a): every image-caption cosine >= 0.2 and every image-image cosine > 0.2 within a candidate set."""
+    input:
+        images=rules.social_generate_merge.output.table,
+        models=model_inputs("clip_filter"),
+    output:
+        kept=f"{S}/filter/clip.parquet",
+        sets=f"{S}/filter/clip_sets.parquet",
+    log:
+        f"{S}/logs/filter/clip.log",
+    wildcard_constraints:
+        study=SCF,
+    conda:
+        CONDA_ENV
+    threads: accel_threads("clip_filter")
+    resources:
+        mem_mb=model_mem(8000, "clip_filter"),
+        runtime=per_study(social_scoring_minutes),
+        gpu=GPU,
+        hpu=HPU,
+    params:
+        config=job_config("filter.clip", "filter.batch_size", "filter.chunk_images", "models.clip_filter", *DEVICE_KEYS),
+    shell:
+        "counterfactory social filter-clip {params.config} --images {input.images:q} --out {output.kept:q}"
+        " --sets {output.sets:q} --no-progress > {log:q} 2>&1"
+
+
+rule social_filter_nsfw:
+    """§3.4 (b), 8.3: drop every candidate set with an image the NSFW classifier flags."""
+    input:
+        images=rules.social_filter_clip.output.kept,
+        models=model_inputs("nsfw"),
+    output:
+        kept=f"{S}/filter/nsfw.parquet",
+        sets=f"{S}/filter/nsfw_sets.parquet",
+    log:
+        f"{S}/logs/filter/nsfw.log",
+    wildcard_constraints:
+        study=SCF,
+    conda:
+        CONDA_ENV
+    threads: accel_threads("nsfw")
+    resources:
+        mem_mb=model_mem(8000, "nsfw"),
+        runtime=per_study(social_scoring_minutes),
+        gpu=GPU,
+        hpu=HPU,
+    params:
+        config=job_config("filter.nsfw", "filter.batch_size", "filter.chunk_images", "models.nsfw", *DEVICE_KEYS),
+    shell:
+        "counterfactory social filter-nsfw {params.config} --images {input.images:q} --out {output.kept:q}"
+        " --sets {output.sets:q} --no-progress > {log:q} 2>&1"
+
+
+rule social_filter_detect:
+    """§3.4 (c), 8.3, Table 10: keep sets whose targeted attributes are discernible in enough images."""
+    input:
+        images=rules.social_filter_nsfw.output.kept,
+        captions=rules.social_captions.output,
+        models=model_inputs("clip_filter"),
+    output:
+        kept=f"{S}/filter/kept.parquet",
+        sets=f"{S}/filter/detect_sets.parquet",
+    log:
+        f"{S}/logs/filter/detect.log",
+    wildcard_constraints:
+        study=SCF,
+    conda:
+        CONDA_ENV
+    threads: accel_threads("clip_filter")
+    resources:
+        mem_mb=model_mem(8000, "clip_filter"),
+        runtime=per_study(social_scoring_minutes),
+        gpu=GPU,
+        hpu=HPU,
+    params:
+        config=job_config(
+            "filter.detectability",
+            "filter.batch_size",
+            "filter.chunk_images",
+            "captions",
+            "models.clip_filter",
+            *DEVICE_KEYS,
+        ),
+    shell:
+        "counterfactory social filter-detect {params.config} --images {input.images:q} --captions {input.captions:q}"
+        " --out {output.kept:q} --sets {output.sets:q} --no-progress > {log:q} 2>&1"
+
+
+rule social_filter_table:
+    """Table 11: candidate sets remaining after each filter stage, per segment."""
+    input:
+        candidates=rules.social_generate_merge.output.table,
+        clip=rules.social_filter_clip.output.sets,
+        nsfw=rules.social_filter_nsfw.output.sets,
+        detect=rules.social_filter_detect.output.sets,
+        captions=rules.social_captions.output,
+    output:
+        csv=f"{S}/filter/table11.csv",
+        md=report(f"{S}/filter/table11.md", category="SocialCounterfactuals", caption="../report/social_filter.rst"),
+    log:
+        f"{S}/logs/filter/table11.log",
+    wildcard_constraints:
+        study=SCF,
+    conda:
+        CONDA_ENV
+    shell:
+        "counterfactory social filter-table --candidates {input.candidates:q} --clip {input.clip:q}"
+        " --nsfw {input.nsfw:q} --detect {input.detect:q} --captions {input.captions:q} --out {output.csv:q}"
+        " --markdown {output.md:q} > {log:q} 2>&1"
+
+
+rule social_probe:
+    """§4, §10.1: MaxSkew@K, NDKL, Bias@K of neutral subject queries for one model on one stage's images."""
+    input:
+        images=probe_images,
+        models=model_inputs("{role}"),
+    output:
+        f"{S}/probing/{{stage}}/{{role}}.csv",
+    log:
+        f"{S}/logs/probing/{{stage}}_{{role}}.log",
+    benchmark:
+        f"{S}/benchmarks/probing/{{stage}}_{{role}}.tsv"
+    wildcard_constraints:
+        study=SCF,
+        stage="before|after",
+    conda:
+        CONDA_ENV
+    threads: lambda wildcards: accel_threads(wildcards.role)
+    resources:
+        mem_mb=model_mem_of_role(8000),
+        runtime=per_study(social_scoring_minutes),
+        gpu=GPU,
+        hpu=HPU,
+    params:
+        config=job_config("probing", "captions", "models.{role}", "evaluation.batch_size", *DEVICE_KEYS),
+    shell:
+        "counterfactory social probe {params.config} --images {input.images:q} --role {wildcards.role}"
+        " --out {output:q} > {log:q} 2>&1"
+
+
+rule social_probe_tables:
+    """Tables 2 and 12-15 layouts (MaxSkew, NDKL, Bias@K per model and segment)."""
+    input:
+        lambda wildcards: expand(
+            f"{S}/probing/{{stage}}/{{role}}.csv",
+            study=wildcards.study,
+            stage=wildcards.stage,
+            role=probe_roles(wildcards),
+        ),
+    output:
+        md=report(
+            f"{S}/probing/{{stage}}/tables.md", category="SocialCounterfactuals", caption="../report/social_probe.rst"
+        ),
+        tex=f"{S}/probing/{{stage}}/tables.tex",
+        csv=f"{S}/probing/{{stage}}/tables.csv",
+    log:
+        f"{S}/logs/probing/{{stage}}_tables.log",
+    wildcard_constraints:
+        study=SCF,
+        stage="before|after",
+    conda:
+        CONDA_ENV
+    shell:
+        "counterfactory social probe-tables --probe {input:q} --out-md {output.md:q} --out-tex {output.tex:q}"
+        " --out-csv {output.csv:q} > {log:q} 2>&1"
+
+
+rule social_probe_plots:
+    """Figures 3-5 (before) and 6-13 (after): MaxSkew box plots, marginal bars, retrieval proportions."""
+    input:
+        rules.social_probe_tables.input,
+    output:
+        directory(f"{S}/probing/{{stage}}/figures"),
+    log:
+        f"{S}/logs/probing/{{stage}}_figures.log",
+    wildcard_constraints:
+        study=SCF,
+        stage="before|after",
+    conda:
+        CONDA_ENV
+    params:
+        subjects=lambda wildcards: " ".join(
+            f"--subject {shlex.quote(s)}" for s in view(wildcards.study)["probing"]["figure_subjects"]
+        ),
+    shell:
+        "counterfactory social probe-plots --probe {input:q} --out-dir {output:q} {params.subjects} > {log:q} 2>&1"
+
+
+rule social_release:
+    """The filtered dataset in the Intel/SocialCounterfactuals layout, read back with `datasets`."""
+    input:
+        rules.social_filter_detect.output.kept,
+    output:
+        folder=directory(f"{S}/release/dataset"),
+        summary=f"{S}/release/summary.json",
+    log:
+        f"{S}/logs/release.log",
+    wildcard_constraints:
+        study=SCF,
+    conda:
+        CONDA_ENV
+    shell:
+        "(counterfactory social release --images {input:q} --out-dir {output.folder:q}"
+        " && counterfactory social release-check --dir {output.folder:q} --require-datasets --json {output.summary:q})"
+        " > {log:q} 2>&1"
+
+
+STUDY_TARGETS[SCF] = lambda: social.targets(view(SCF), SCF_DIR)
+
+
+# §5, §8.2: debiasing. One split of the occupations (20 % withheld); per (model, segment, seed) a fine-tuning
+# run and the pre-trained model's evaluation, both probed on the withheld occupations; t-tests over seeds.
+def debias_runs(wildcards):
+    v = view(wildcards.study)
+    return expand(
+        f"{S}/debias/runs/{{role}}/{{segment}}/{{mixture}}/seed{{seed}}/metrics.csv",
+        study=wildcards.study,
+        role=v["debias"]["roles"],
+        segment=social.debias_segments(v),
+        mixture=["pretrained", "debiased"],
+        seed=list(social.debias_seeds(v)),
+    )
+
+
+rule social_debias_split:
+    """§5.1: withhold 20 % of the occupations (reproducible); a training manifest per segment of the rest."""
+    input:
+        rules.social_filter_detect.output.kept,
+    output:
+        manifests=directory(f"{S}/debias/manifests"),
+    log:
+        f"{S}/logs/debias/split.log",
+    wildcard_constraints:
+        study=SCF,
+    conda:
+        CONDA_ENV
+    params:
+        config=job_config("debias", "captions"),
+    shell:
+        "counterfactory social debias-split {params.config} --images {input:q} --out-dir {output.manifests:q}"
+        " > {log:q} 2>&1"
+
+
+rule social_debias_run:
+    """§5.2, 8.2: fine-tune one model on one segment (or evaluate it pre-trained) and probe the withheld occupations."""
+    input:
+        manifests=rules.social_debias_split.output.manifests,
+        images=rules.social_filter_detect.output.kept,
+        models=model_inputs("{role}"),
+    output:
+        f"{S}/debias/runs/{{role}}/{{segment}}/{{mixture}}/seed{{seed}}/metrics.csv",
+    log:
+        f"{S}/logs/debias/{{role}}_{{segment}}_{{mixture}}_seed{{seed}}.log",
+    benchmark:
+        f"{S}/benchmarks/debias/{{role}}_{{segment}}_{{mixture}}_seed{{seed}}.tsv"
+    wildcard_constraints:
+        study=SCF,
+        mixture="pretrained|debiased",
+    conda:
+        CONDA_ENV
+    threads: lambda wildcards: accel_threads(wildcards.role)
+    resources:
+        mem_mb=model_mem_of_role(16000, tiny_mb=3000),
+        runtime=per_study(lambda study: 60 + social_scoring_minutes(study)),
+        gpu=GPU,
+        hpu=HPU,
+    params:
+        config=job_config("debias", "probing", "captions", "models.{role}", "evaluation.batch_size", *DEVICE_KEYS),
+        data_seed=lambda wildcards: social.debias_seeds(view(wildcards.study))[int(wildcards.seed)],
+        out_dir=lambda wildcards, output: Path(output[0]).parent,
+        train=lambda wildcards: "--no-train" if wildcards.mixture == "pretrained" else "",
+    shell:
+        "counterfactory social debias-run {params.config} --role {wildcards.role} --segment {wildcards.segment}"
+        " --manifest {input.manifests:q}/{wildcards.segment}.parquet --test-subjects {input.manifests:q}/subjects.csv"
+        " --images {input.images:q} --seed {wildcards.seed} --data-seed {params.data_seed} {params.train}"
+        " --out-dir {params.out_dir:q} --no-progress > {log:q} 2>&1"
+
+
+use rule runs_table as social_debias_runs_table with:
+    input:
+        debias_runs,
+    output:
+        f"{S}/debias/runs.csv",
+    log:
+        f"{S}/logs/debias/runs_table.log",
+    wildcard_constraints:
+        study=SCF,
+
+
+rule social_debias_table:
+    """Tables 2, 16, 17 layouts: MaxSkew, NDKL, Bias@K before / after debiasing (mean ± std, one-tailed t-test)."""
+    input:
+        rules.social_debias_runs_table.output,
+    output:
+        md=report(f"{S}/debias/tables.md", category="SocialCounterfactuals", caption="../report/social_debias.rst"),
+        tex=f"{S}/debias/tables.tex",
+        csv=f"{S}/debias/tables.csv",
+    log:
+        f"{S}/logs/debias/tables.log",
+    wildcard_constraints:
+        study=SCF,
+    conda:
+        CONDA_ENV
+    shell:
+        "counterfactory social debias-table --runs {input:q} --out-md {output.md:q} --out-tex {output.tex:q}"
+        " --out-csv {output.csv:q} > {log:q} 2>&1"
