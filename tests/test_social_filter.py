@@ -377,6 +377,13 @@ def test_detect_missing_segment_threshold_is_config_error(tmp_path):
         F.run_detect(cfg, F.read_images(candidates), pd.read_parquet(captions), scorer=FakeScorer())
 
 
+def test_detect_threshold_for_an_unknown_type_is_config_error(tmp_path):
+    captions, candidates = _toy_tables(tmp_path)
+    cfg = {"filter": {"detectability": {"thresholds": {"race_gender": {"race": 1, "gender": 1, "religion": 2}}}}}
+    with pytest.raises(ConfigError, match=r"thresholds\.race_gender: threshold for attribute type 'religion'"):
+        F.run_detect(cfg, F.read_images(candidates), pd.read_parquet(captions), scorer=FakeScorer())
+
+
 def test_cli_registers_subcommands():
     parser = argparse.ArgumentParser()
     sub = parser.add_subparsers(dest="cmd")

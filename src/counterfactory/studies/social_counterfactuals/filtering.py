@@ -922,6 +922,13 @@ def run_detect(cfg: Mapping, images: pd.DataFrame, captions: pd.DataFrame | None
             raise ConfigError(f"{SECTION}.detectability.thresholds: no thresholds for segment {segment!r}. Fix: add "
                               f"`{segment}: {{<type>: <count>, ...}}` (Table 10; `counterfactory social calibrate` "
                               f"learns them from labels)")
+        rows = frame[frame["segment"].astype(str) == segment]
+        types = {str(t) for tcol, _ in _slot_columns(frame) for t in rows[tcol] if not _blank(t)}
+        unknown = sorted(set(st.thresholds[segment]) - types)
+        if unknown:
+            raise ConfigError(f"{SECTION}.detectability.thresholds.{segment}: threshold for attribute type "
+                              f"{unknown[0]!r}, which segment {segment!r} does not have (its types: "
+                              f"{', '.join(sorted(types))}). Fix: remove it or correct the type name")
     scorer = scorer or _dual_scorer(cfg, st.detect_role, st.batch_size, progress)
     text_emb = np.asarray(scorer.encode_texts(prompts), dtype=np.float64) if len(frame) else None
     codes, keys = _codes(frame)
