@@ -20,6 +20,21 @@ def probe_images(wildcards):
     return f"{S}/filter/clip.parquet" if wildcards.stage == "before" else f"{S}/filter/kept.parquet"
 
 
+def external_data(wildcards):
+    """PATA / VisoGender files of probing.pata / probing.visogender (§5.3) that the config names."""
+    probing_cfg = view(wildcards.study)["probing"]
+    out = []
+    for dataset, keys in (
+        ("pata", ("files_list", "captions_json", "image_dir")),
+        ("visogender", ("oo_tsv", "op_tsv", "image_dir")),
+    ):
+        for key in keys:
+            path = probing_cfg[dataset].get(key)
+            if path:
+                out.append(source_data(path, f"{wildcards.study}.probing.{dataset}.{key}"))
+    return out
+
+
 def probe_roles(wildcards):
     return view(wildcards.study)["probing"]["roles"]
 
@@ -198,8 +213,10 @@ rule social_filter_table:
         study=SCF,
     conda:
         CONDA_ENV
+    params:
+        config=job_config("filter"),
     shell:
-        "counterfactory social filter-table --candidates {input.candidates:q} --clip {input.clip:q}"
+        "counterfactory social filter-table {params.config} --candidates {input.candidates:q} --clip {input.clip:q}"
         " --nsfw {input.nsfw:q} --detect {input.detect:q} --captions {input.captions:q} --out {output.csv:q}"
         " --markdown {output.md:q} > {log:q} 2>&1"
 
@@ -341,6 +358,7 @@ rule social_debias_run:
     input:
         manifests=rules.social_debias_split.output.manifests,
         images=rules.social_filter_detect.output.kept,
+        external=external_data,
         models=model_inputs("{role}"),
     output:
         f"{S}/debias/runs/{{role}}/{{segment}}/{{mixture}}/seed{{seed}}/metrics.csv",

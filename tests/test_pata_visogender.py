@@ -15,7 +15,7 @@ from counterfactory.data.visogender import load_visogender, read_visogender
 from counterfactory.errors import InputError
 from counterfactory.studies.social_counterfactuals import external as ex
 
-FIX = Path(__file__).parent / "fixtures"
+FIX = Path(__file__).parents[1] / "resources" / "demo"  # the demo's PATA / VisoGender files (official layouts)
 PATA_LST = FIX / "pata" / "pata_fairness.files.lst"
 PATA_JSON = FIX / "pata" / "pata_fairness.captions.json"
 PATA_IMG = FIX / "pata" / "images"

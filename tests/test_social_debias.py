@@ -194,6 +194,33 @@ def test_debias_run_end_to_end(tiny_clip, images_table, manifests, split, tmp_pa
     assert set(tables) == {"table2", "table16", "table17"}
 
 
+def test_debias_run_evaluates_pata_and_visogender_when_configured(tiny_clip, images_table, repo, tmp_path):
+    """§5.3, Table 3: with probing.pata / probing.visogender set, every run also reports the mean MaxSkew@K on
+    them, through the same model (the checkpoint for a trained run); Table 3's layouts follow."""
+    from counterfactory.studies.social_counterfactuals import external
+
+    demo = repo / "resources" / "demo"
+    probing = {"pata": {"files_list": str(demo / "pata/pata_fairness.files.lst"),
+                        "captions_json": str(demo / "pata/pata_fairness.captions.json"),
+                        "image_dir": str(demo / "pata/images")},
+               "visogender": {"oo_tsv": str(demo / "visogender/OO_Visogender_10052025.tsv"),
+                              "op_tsv": str(demo / "visogender/OP_Visogender_11012024.tsv"),
+                              "image_dir": str(demo / "visogender/images")}}
+    cfg = {"device": "cpu", "models": {"clip_train": {"source": str(tiny_clip)}}, "probing": probing}
+    assert external.configured(cfg, "pata") and external.configured(cfg, "visogender")
+    assert not external.configured({"probing": {"pata": {"files_list": "x"}}}, "pata")
+    test = sorted(pd.read_parquet(images_table)["subject"].unique())[:1]
+    rows = db.debias_run(cfg, "clip_train", "race_gender", None, test, images_table, 1, 2, tmp_path, train=False)
+    by_metric = dict(zip(rows["metric"], rows["value"]))
+    detail = pd.read_csv(tmp_path / "external.csv")
+    for dataset in ("pata", "visogender"):
+        sel = detail[(detail["dataset"] == dataset) & (detail["metric"] == "maxskew") & detail["label"].isna()]
+        assert by_metric[f"{dataset}_maxskew"] == pytest.approx(sel["value"].mean())
+    runs = pd.concat([rows, rows.assign(mixture="debiased", value=rows["value"] - 0.01)], ignore_index=True)
+    tables = db.build_tables(db.summarize(runs))
+    assert {"table3_pata", "table3_visogender"} <= set(tables)
+
+
 def test_debias_run_rejects_a_withheld_subject_in_training(tiny_clip, images_table, manifests, split, tmp_path):
     out, _ = manifests
     train_subject = split.loc[split["split"] == "train", "subject"].iloc[0]

@@ -98,6 +98,40 @@ def test_demo_outputs_are_consistent(demo_run):
     assert prov["models"]["sd"]["fingerprint"]  # made after the models were built
 
 
+def test_demo_social_counterfactuals_end_to_end(demo_run):
+    """The SocialCounterfactuals slice: 2 prefixes x 2 occupations x 3 segments = 12 caption sets (208 captions), 2
+    candidates each; each filter stage keeps a subset of the previous one and Table 11 counts them; probing before
+    and after the filters for every probe model; debiasing rows; the release holds exactly the kept images."""
+    work, _, _ = demo_run
+    out = work / "results/demo/social_counterfactuals"
+    sets = pd.read_parquet(out / "captions/caption_sets.parquet")
+    assert sets["set_id"].nunique() == 12 and len(sets) == 2 * 2 * (12 + 10 + 30)
+    cands = pd.read_parquet(out / "generation/candidates.parquet")
+    assert len(cands) == 2 * len(sets)
+    key = ["set_id", "candidate_index"]
+    stages = [pd.read_parquet(out / f"filter/{n}.parquet") for n in ("clip", "nsfw", "kept")]
+    previous = cands
+    for frame in stages:
+        assert set(map(tuple, frame[key].to_numpy())) <= set(map(tuple, previous[key].to_numpy()))
+        previous = frame
+    table = pd.read_csv(out / "filter/table11.csv")
+    total = table[table["Attribute Types"] == "Total"].iloc[0]
+    assert total["No. Sets"] == 24
+    assert total["Sets After CLIP Sim. Filter"] == stages[0][key].drop_duplicates().shape[0]
+    assert total["Sets After NSFW Filter"] == stages[1][key].drop_duplicates().shape[0]
+    assert total["Sets After CLIP Attrib. Filter"] == stages[2][key].drop_duplicates().shape[0]
+    assert total["Final No. Images"] == len(stages[2])
+    for stage in ("before", "after"):
+        for role in ("clip_eval", "clip_open_clip", "itm_flava"):
+            probe = pd.read_csv(out / f"probing/{stage}/{role}.csv")
+            assert {"maxskew", "ndkl"} <= set(probe["metric"])
+        assert (out / f"probing/{stage}/tables.md").stat().st_size > 0
+    runs = pd.read_csv(out / "debias/runs.csv")
+    assert set(runs["mixture"]) == {"pretrained", "debiased"} and runs["seed"].nunique() == 2
+    release = json.loads((out / "release/summary.json").read_text())
+    assert release["rows"] == len(stages[2]) and release["reader"] == "datasets"
+
+
 def test_unchanged_config_reruns_nothing(repo, demo_run):
     work, cfgfile, _ = demo_run
     proc = snakemake(repo, work, "-n", "all", "--configfile", str(cfgfile), timeout=300)

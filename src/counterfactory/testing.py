@@ -85,6 +85,11 @@ def demo_config(repo: Path, workdir: Path, edit=None, name: str | None = None, *
         for key in ("root", "class_index", "class_names"):
             if key in spec and not str(spec[key]).startswith("builtin:"):
                 spec[key] = str(repo / spec[key])
+    probing = (cfg.get("social_counterfactuals") or {}).get("probing") or {}
+    for dataset in ("pata", "visogender"):
+        for key, value in (probing.get(dataset) or {}).items():
+            if key in ("files_list", "captions_json", "image_dir", "oo_tsv", "op_tsv") and value:
+                probing[dataset][key] = str(repo / value)
     if edit:
         edit(study)
     cfg.update(top)

@@ -324,6 +324,26 @@ def summarize_probe(probe_df: pd.DataFrame, gender_type: str = "gender") -> dict
     return out
 
 
+def external_metrics(cfg: Mapping, role: str, out_dir: str | Path,
+                     scorer_factory: Callable[[Any, str], Any] | None = None) -> dict[str, float]:
+    """§5.3, Table 3: mean MaxSkew@K of the model on PATA and VisoGender, for each of the two the config points
+    at (``probing.pata`` / ``probing.visogender``); rows also written to ``external.csv``."""
+    from ...io import write_csv
+    from . import external
+
+    frames = []
+    if external.configured(cfg, "pata"):
+        frames.append(external.evaluate_pata(cfg, [role], scorer_factory=scorer_factory))
+    if external.configured(cfg, "visogender"):
+        frames.append(external.evaluate_visogender(cfg, [role], scorer_factory=scorer_factory))
+    if not frames:
+        return {}
+    results = pd.concat(frames, ignore_index=True)
+    write_csv(Path(out_dir) / "external.csv", results)
+    summary = external.external_summary(results)
+    return {f"{dataset}_maxskew": float(summary.loc[role, dataset]) for dataset in summary.columns}
+
+
 def _check_no_leak(manifest: pd.DataFrame, manifest_path, test: Sequence[str]) -> None:
     if "subject" not in manifest.columns:
         log.warning("%s: no subject column; cannot check that the withheld subjects are unseen", manifest_path)
@@ -377,6 +397,7 @@ def debias_run(cfg: Mapping, role: str, segment: str, manifest: str | Path | Non
                              scorer_factory=scorer_factory)
     write_csv(out_dir / "probe.csv", probe_df)
     metrics = summarize_probe(probe_df, probing.settings(cfg)["gender_type"])
+    metrics.update(external_metrics(eval_cfg, role, out_dir, scorer_factory))
     rows = pd.DataFrame([{"experiment": experiment, "mixture": mixture, "seed": int(seed), "data_seed": int(data_seed),
                           "metric": k, "value": v} for k, v in metrics.items()], columns=RUN_COLUMNS)
     val = run_rows.loc[run_rows["metric"] == "val_loss", "value"]
@@ -411,6 +432,11 @@ TABLES: dict[str, tuple[str, str, str, str]] = {
                 "Table 17. Bias@K for pre-trained and debiased variants, estimated by withholding counterfactual "
                 "sets for 20% of the occupations (segments with gender; positive = male)."),
 }
+for _dataset, _name in (("visogender", "VisoGender"), ("pata", "PATA")):
+    TABLES[f"table3_{_dataset}"] = (
+        f"{_dataset}_maxskew", f"{_dataset}_maxskew", "min",
+        f"Table 3 ({_name}). Mean MaxSkew@K on {_name} of the pre-trained and debiased models (§5.3; debiased on "
+        "each segment's counterfactual sets).")
 ATTRIBUTE_LABELS = {"physical": "Physical Char.", "race": "Race", "gender": "Gender"}
 MIXTURE_LABELS = {PRETRAINED: "Pre-trained", DEBIASED: "Debiased"}
 NOTE = ("Mean over seeds with the sample standard deviation as subscript; the better of pre-trained / debiased in "

@@ -59,6 +59,15 @@ def external_settings(cfg: Mapping | None, dataset: str, **overrides) -> dict:
     return out
 
 
+def configured(cfg: Mapping | None, dataset: str) -> bool:
+    """Whether ``probing.<dataset>`` names the files of ``dataset`` (PATA: file list, captions and images;
+    VisoGender: images and a TSV)."""
+    o = external_settings(cfg, dataset)
+    if dataset == "pata":
+        return all(o.get(k) for k in ("files_list", "captions_json", "image_dir"))
+    return bool(o.get("image_dir") and (o.get("oo_tsv") or o.get("op_tsv")))
+
+
 def single_attribute_metrics(scores: Sequence[float], labels: Sequence, *, k: int | None = None,
                              attribute: str = "gender", gender: bool | None = None,
                              male_values: Sequence[str] = PROBE_DEFAULTS["male_values"],
