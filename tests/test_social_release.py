@@ -167,3 +167,18 @@ def test_cli_release_and_check(tmp_path, capsys):
     assert "race_gender: 2 sets, 24 images (12-12 per set)" in printed
     assert main(["social", "release", "--images", str(tmp_path / "none.parquet"), "--out-dir", str(out)]) == 2
     assert "kept-images table not found" in capsys.readouterr().err
+
+
+def test_each_surviving_candidate_set_is_a_release_set(tmp_path):
+    """The filter keeps every passing candidate set, so one caption set may appear with two candidates: each is its
+    own counterfactual set of the release (set id + candidate), never a duplicate member."""
+    kept, frame = _kept_images(tmp_path, segments=(["race", "gender"],))
+    table = pd.read_parquet(kept)
+    two = pd.concat([table.assign(candidate_index=0), table.assign(candidate_index=3)], ignore_index=True)
+    two.to_parquet(kept, index=False)
+    R.export_release(kept, tmp_path / "rel")
+    report = R.check_release(tmp_path / "rel", use_datasets=False)
+    assert report["rows"] == 2 * len(frame) and report["sets"] == 2 * frame["set_id"].nunique()
+    released = pd.read_parquet(R.release_shards(tmp_path / "rel")[0], columns=["counterfactual_set"])
+    first = frame["set_id"].iloc[0]
+    assert {f"{first}-c000", f"{first}-c003"} <= set(released["counterfactual_set"])

@@ -13,8 +13,9 @@ Field meanings (those the release leaves undocumented are this package's choices
 * ``image``: ``{"bytes": <the image file's bytes, unchanged>, "path": <its file name>}`` — the encoding of
   ``datasets.Image``; the features are recorded in the parquet schema metadata (key ``huggingface``), so
   ``load_dataset`` decodes the column to PIL images.
-* ``counterfactual_set``: the set id of :mod:`.captions` (string); ``a1a2``: the attribute values joined by
-  one space, as they appear in the caption ("Asian female"; with three attributes "young Asian female").
+* ``counterfactual_set``: the set id of :mod:`.captions` (string), with ``-c<candidate>`` appended when the
+  table has a ``candidate_index`` column (several candidate sets of one caption set survive the filters);
+  ``a1a2``: the attribute values joined by one space, as they appear in the caption ("Asian female"; with three attributes "young Asian female").
 * extra fields: ``a3_type``/``a3`` ("" for two-attribute sets, §10.2), ``segment`` (attribute types joined
   by "_"), ``subject`` (the occupation; recovered as ``caption.split(<last value> + " ")[1]`` when the input
   has no ``subject`` column, as B12 describes) and ``member_index`` (0 = base member).
@@ -98,6 +99,10 @@ def read_kept_images(path: str | Path) -> pd.DataFrame:
     for col in ("set_id", "caption", "a1_type", "a1", "a2_type", "a2", "image_path", "a3_type", "a3", "segment",
                 "subject"):
         frame[col] = [_text(v) for v in frame[col]]
+    if "candidate_index" in frame.columns:
+        # every candidate set that survives the filters is one counterfactual set of the release (Table 11 counts
+        # 13,824 of them from 3,120 caption sets), so the candidate is part of the set's identity
+        frame["set_id"] = [f"{s}-c{int(c):03d}" for s, c in zip(frame["set_id"], frame["candidate_index"])]
     for col in ("set_id", "caption", "a1_type", "a1", "a2_type", "a2", "image_path"):
         empty = frame.index[frame[col].str.strip() == ""]
         if len(empty):
