@@ -2,6 +2,7 @@
 from pathlib import Path
 
 from counterfactory.data.classification import dataset_input_files
+from counterfactory.studies import social_counterfactuals as social
 from counterfactory.training.runs import retrieval_specs
 
 # every rule runs in the project's one environment (`--software-deployment-method conda`)
@@ -203,3 +204,46 @@ def itr_subset_args(wildcards, input):
     import shlex
 
     return " ".join(f"--subset {shlex.quote(f'{label}={path}')}" for label, path in itr_subsets(wildcards).items())
+
+
+# --- SocialCounterfactuals (rules/study_social_counterfactuals.smk) ---------------------------------------
+def set_shards(wildcards):
+    """Shard ids covering the study's caption sets at images.set_shard_size sets per job."""
+    v = view(wildcards.study)
+    return wf.shard_ids(social.n_sets(v), v["images"]["set_shard_size"])
+
+
+def probe_images(wildcards):
+    """The images bias probing ranks: after the CLIP stage (§4.2, 'before' NSFW / detectability) or the final set."""
+    return f"{S}/filter/clip.parquet" if wildcards.stage == "before" else f"{S}/filter/kept.parquet"
+
+
+def external_data(wildcards):
+    """PATA / VisoGender files of probing.pata / probing.visogender (§5.3) that the config names."""
+    probing_cfg = view(wildcards.study)["probing"]
+    out = []
+    for dataset, keys in (
+        ("pata", ("files_list", "captions_json", "image_dir")),
+        ("visogender", ("oo_tsv", "op_tsv", "image_dir")),
+    ):
+        for key in keys:
+            path = probing_cfg[dataset].get(key)
+            if path:
+                out.append(source_data(path, f"{wildcards.study}.probing.{dataset}.{key}"))
+    return out
+
+
+def probe_roles(wildcards):
+    return view(wildcards.study)["probing"]["roles"]
+
+
+def debias_runs(wildcards):
+    v = view(wildcards.study)
+    return expand(
+        f"{S}/debias/runs/{{role}}/{{segment}}/{{mixture}}/seed{{seed}}/metrics.csv",
+        study=wildcards.study,
+        role=v["debias"]["roles"],
+        segment=social.debias_segments(v),
+        mixture=["pretrained", "debiased"],
+        seed=list(social.debias_seeds(v)),
+    )

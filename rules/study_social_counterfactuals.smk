@@ -3,40 +3,8 @@
 # `social_counterfactuals:` config section; results under results/<run>/social_counterfactuals/.
 import shlex
 
-from counterfactory.studies import social_counterfactuals as social
-
 SCF = "social_counterfactuals"
 SCF_DIR = f"{RESULTS}/{SCF}"
-
-
-def set_shards(wildcards):
-    """Shard ids covering the study's caption sets at images.set_shard_size sets per job."""
-    v = view(wildcards.study)
-    return wf.shard_ids(social.n_sets(v), v["images"]["set_shard_size"])
-
-
-def probe_images(wildcards):
-    """The images bias probing ranks: after the CLIP stage (§4.2, 'before' NSFW / detectability) or the final set."""
-    return f"{S}/filter/clip.parquet" if wildcards.stage == "before" else f"{S}/filter/kept.parquet"
-
-
-def external_data(wildcards):
-    """PATA / VisoGender files of probing.pata / probing.visogender (§5.3) that the config names."""
-    probing_cfg = view(wildcards.study)["probing"]
-    out = []
-    for dataset, keys in (
-        ("pata", ("files_list", "captions_json", "image_dir")),
-        ("visogender", ("oo_tsv", "op_tsv", "image_dir")),
-    ):
-        for key in keys:
-            path = probing_cfg[dataset].get(key)
-            if path:
-                out.append(source_data(path, f"{wildcards.study}.probing.{dataset}.{key}"))
-    return out
-
-
-def probe_roles(wildcards):
-    return view(wildcards.study)["probing"]["roles"]
 
 
 rule social_captions:
@@ -322,18 +290,6 @@ STUDY_TARGETS[SCF] = lambda: social.targets(view(SCF), SCF_DIR)
 
 # §5, §8.2: debiasing. One split of the occupations (20 % withheld); per (model, segment, seed) a fine-tuning
 # run and the pre-trained model's evaluation, both probed on the withheld occupations; t-tests over seeds.
-def debias_runs(wildcards):
-    v = view(wildcards.study)
-    return expand(
-        f"{S}/debias/runs/{{role}}/{{segment}}/{{mixture}}/seed{{seed}}/metrics.csv",
-        study=wildcards.study,
-        role=v["debias"]["roles"],
-        segment=social.debias_segments(v),
-        mixture=["pretrained", "debiased"],
-        seed=list(social.debias_seeds(v)),
-    )
-
-
 rule social_debias_split:
     """§5.1: withhold 20 % of the occupations (reproducible); a training manifest per segment of the rest."""
     input:
