@@ -255,3 +255,17 @@ def test_cli_probe_tables(tmp_path):
     assert rc == 0
     md = (tmp_path / "t.md").read_text()
     assert "Mean MaxSkew@K" in md and "0.65" in md
+
+
+def test_segment_values_ignore_a_blank_third_attribute():
+    """Two-attribute sets carry a3_type / a3 as "" (or null) in the filter's tables: no third attribute."""
+    import pandas as pd
+
+    from counterfactory.studies.social_counterfactuals import probing as P
+
+    rows = [{"segment": "race_gender", "member_index": i, "a1_type": "race", "a1": r, "a2_type": "gender", "a2": g,
+             "a3_type": blank, "a3": blank}
+            for i, (r, g, blank) in enumerate([("White", "male", ""), ("White", "female", None),
+                                               ("Black", "male", ""), ("Black", "female", "")])]
+    values = P.segment_values(pd.DataFrame(rows))
+    assert values == {"race_gender": {"race": ["White", "Black"], "gender": ["male", "female"]}}

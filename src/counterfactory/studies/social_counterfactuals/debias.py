@@ -253,6 +253,9 @@ def write_manifests(images_table_path: str | Path, split: pd.DataFrame, segments
         raise input_error(images_table_path, f"subject {unknown[0]!r}", "is in neither side of the split",
                           "split the subjects of this images table (debias-split)")
     segments = list(segments or default_segments(frame))
+    if not segments:
+        raise input_error(images_table_path, None, "no two-attribute segment to debias",
+                          "pass the kept images of the caption sets (Table 1's segments) or set debias.segments")
     have = set(frame["segment"].astype(str))
     missing = [s for s in segments if s not in have]
     if missing:

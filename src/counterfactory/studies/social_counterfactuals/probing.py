@@ -313,7 +313,7 @@ def segment_values(frame: pd.DataFrame) -> dict[str, dict[str, list]]:
     for seg, grp in frame.groupby("segment", sort=True):
         types: dict[str, list] = {}
         for tcol, vcol in attribute_columns(frame):
-            if grp[tcol].isna().all():
+            if grp[tcol].fillna("").astype(str).str.strip().eq("").all():  # no such attribute (null or "")
                 continue
             types[str(grp[tcol].iloc[0])] = list(dict.fromkeys(grp.sort_values("member_index", kind="stable")[vcol]))
         out[str(seg)] = types
