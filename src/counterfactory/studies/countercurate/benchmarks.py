@@ -1,0 +1,649 @@
+"""CounterCurate benchmarks (Zhang et al., ICML 2024, §4.2–§4.5 and appendices E–G): scores of one model role and the
+paper's result tables.
+
+Benchmarks and scores (every comparison strict, a tie is wrong: reference notes A8, A9, C.3–C.4)
+-----------------------------------------------------------------------------------------------
+* ``positions`` — **Flickr30k-Positions test split** (§4.2, Tables 1 and 4). Each row is a quadruple (C, I, C′, I′);
+  the model gets 0.5 for ``s(C, I) > s(C′, I)`` and 0.5 for ``s(C′, I′) > s(C, I′)``: an image-to-text choice for
+  each image, as in the authors' ``benchmark/CLIP_test_position.py`` (accuracy = correct / 2N;
+  :func:`~counterfactory.metrics.pairwise.countercurate_position_accuracy`). Subsets: ``LR`` (left/right), ``AB``
+  (above/below) and ``both`` = every test row (LR ∪ AB; the paper's "both" column). We also report the Winoground
+  ``text_score`` / ``image_score`` / ``group_score`` of the quadruples — **our definition** (reference A8: the
+  released code has no group score); they are not in the paper's tables.
+* ``looktwice`` — **PointQA-LookTwice counting** (§4.3, Tables 2 and 8): correct iff
+  ``s(I, "there are n X in the image.") > s(I, "... n+1 ...")``; images with a repeated object name are dropped
+  (:mod:`counterfactory.data.looktwice`). Metric ``accuracy``.
+* ``sugarcrepe`` — **SugarCrepe** (§4.4, Tables 3 and 6): correct iff ``s(I, positive) > s(I, negative)``; ``accuracy``
+  per category (the seven files). For the groups ``add`` / ``replace`` / ``swap`` and ``average``, ``accuracy`` is the
+  **item-pooled** fraction correct over the member categories: this is what Table 3 reports (from Table 6 and the
+  official counts, e.g. CLIP Add = (77.89·2062 + 87.15·692) / 2754 = 80.22 and Average = 79.54, whereas the
+  unweighted means are 82.52 and 76.82). ``macro_accuracy`` is the unweighted mean of the categories
+  (:func:`~counterfactory.metrics.pairwise.sugarcrepe_scores`, the convention of third-party SugarCrepe code).
+* ``winoground`` — **Winoground** (appendix E, Table 7): ``text_score``, ``image_score``, ``group_score``
+  (:func:`~counterfactory.metrics.pairwise.winoground_scores`) over all examples (subset ``all``) and per
+  ``collapsed_tag`` (subsets ``tag:<value>``). Table 7 reports the text score only.
+
+Scores ``s(caption, image)`` come from any object with ``score_pairs(images, texts)`` (aligned pairs); when it also
+has ``score_index_pairs`` (every :class:`counterfactory.scorers.Scorer`), each distinct image and caption is encoded
+once. Dual encoders (CLIP, open_clip) use their cosine, cross-encoders their ITM head (``head``). The generative VLM
+protocol of the paper (LLaVA choosing between two captions) is a scorer of the ``vlm`` module, not this one.
+
+Results
+-------
+:func:`evaluate` returns ``(results, items)``: the long results table with the columns :data:`RESULT_COLUMNS`
+(``model, benchmark, subset, metric, value, n``; ``value`` a fraction in [0, 1], ``n`` the number of items) and the
+per-item scores. :func:`build_table` lays results out as in Tables 1/4 (positions: rows = models, columns LR / AB /
+Both), 8 (looktwice: rows = models or training variants, column Accuracy; Table 2 shows the same numbers with model
+families as columns), 3/6 (sugarcrepe: rows = categories, columns = models) and 7 (winoground: rows = models, columns
+Text / Image / Group Score), in percent with two decimals; :func:`render_markdown`, :func:`render_latex`,
+:func:`table_frame` render them.
+
+Configuration (study section ``countercurate``, key ``benchmarks``; CLI options override)::
+
+    benchmarks:
+      head: itm                       # scorer head for cross-encoders (itm | itc)
+      positions:  {table: null, images_root: null, split: test, subset: null}   # subset: LR|AB of an official TSV
+      looktwice:  {dataset: null, images: null, imgs_list: null, image_name: "{id}.jpg",
+                   template: "there are {n} {name} in the image."}
+      sugarcrepe: {root: null, images: null, categories: null}
+      winoground: {examples: null, images: null, ext: .png}
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from ...errors import ConfigError, InputError, input_error
+from ...metrics.pairwise import (SUGARCREPE_AVERAGES, SUGARCREPE_CATEGORIES, countercurate_counting_accuracy,
+                                 countercurate_position_accuracy, pairwise_accuracy, stack_pair_scores,
+                                 sugarcrepe_scores, winoground_item_scores, winoground_scores)
+from ...tables import escape_tex, markdown_table
+
+log = logging.getLogger(__name__)
+
+BENCHMARKS = ("positions", "looktwice", "sugarcrepe", "winoground")
+RESULT_COLUMNS = ["model", "benchmark", "subset", "metric", "value", "n"]
+#: columns the positions table must have (written by ``positions.py``; ``split`` is used when present)
+POSITION_COLUMNS = ("image_path", "negative_image_path", "caption", "negative_caption", "subset")
+#: the official CounterCurate test TSV (``captions, images, neg_captions, neg_images``) -> our column names
+OFFICIAL_POSITION_COLUMNS = {"captions": "caption", "images": "image_path", "neg_captions": "negative_caption",
+                             "neg_images": "negative_image_path"}
+POSITION_SUBSETS = ("LR", "AB")
+
+#: defaults of ``benchmarks.<name>`` (see the module docstring)
+DEFAULTS: dict[str, dict[str, Any]] = {
+    "positions": {"table": None, "images_root": None, "split": "test", "subset": None},
+    "looktwice": {"dataset": None, "images": None, "imgs_list": None, "image_name": "{id}.jpg",
+                  "template": "there are {n} {name} in the image."},
+    "sugarcrepe": {"root": None, "images": None, "categories": None},
+    "winoground": {"examples": None, "images": None, "ext": ".png"},
+}
+#: the key of each benchmark that ``--data`` sets, and the key that ``--images`` sets
+DATA_KEY = {"positions": "table", "looktwice": "dataset", "sugarcrepe": "root", "winoground": "examples"}
+IMAGES_KEY = {"positions": "images_root", "looktwice": "images", "sugarcrepe": "images", "winoground": "images"}
+
+#: SugarCrepe groups of Table 3 -> member categories (pooled); "average" pools all seven
+SUGARCREPE_GROUPS: dict[str, tuple[str, ...]] = {"add": SUGARCREPE_AVERAGES["avg_add"],
+                                                 "replace": SUGARCREPE_AVERAGES["avg_replace"],
+                                                 "swap": SUGARCREPE_AVERAGES["avg_swap"]}
+#: Table 6 row order and labels
+SUGARCREPE_LABELS = {"add_obj": "Add Object", "add_att": "Add Attribute", "replace_obj": "Replace Object",
+                     "replace_att": "Replace Attribute", "replace_rel": "Replace Relations",
+                     "swap_obj": "Swap Object", "swap_att": "Swap Attribute", "average": "Average"}
+SUGARCREPE_GROUP_LABELS = {"add": "Add", "replace": "Replace", "swap": "Swap", "average": "Average"}
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# settings
+# ----------------------------------------------------------------------------------------------------------------
+def benchmark_settings(cfg: Mapping | None, benchmark: str, **overrides) -> dict:
+    """``benchmarks.<benchmark>`` of the study view over :data:`DEFAULTS`, then the non-None ``overrides``."""
+    if benchmark not in DEFAULTS:
+        raise ConfigError(f"unknown benchmark {benchmark!r}. Fix: use one of {', '.join(BENCHMARKS)}")
+    section = ((cfg or {}).get("benchmarks") or {})
+    if not isinstance(section, Mapping):
+        raise ConfigError(f"benchmarks: expected a mapping, got {type(section).__name__}")
+    unknown_top = sorted(set(section) - set(DEFAULTS) - {"head"})
+    if unknown_top:
+        raise ConfigError(f"benchmarks: unknown key(s) {', '.join(unknown_top)}. "
+                          f"Fix: use head, {', '.join(BENCHMARKS)}")
+    own = section.get(benchmark) or {}
+    out = copy.deepcopy(DEFAULTS[benchmark])
+    unknown = sorted(set(own) - set(out))
+    if unknown:
+        raise ConfigError(f"benchmarks.{benchmark}: unknown key(s) {', '.join(unknown)}. "
+                          f"Fix: use {', '.join(sorted(out))}")
+    out.update({k: v for k, v in own.items() if v is not None})
+    out.update({k: v for k, v in overrides.items() if v is not None})
+    return out
+
+
+def _require(opts: Mapping, benchmark: str, key: str, option: str) -> Any:
+    if not opts.get(key):
+        raise ConfigError(f"benchmarks.{benchmark}.{key} is not set. Fix: set it in the config or pass {option}")
+    return opts[key]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# inputs
+# ----------------------------------------------------------------------------------------------------------------
+def _read_any(path: Path) -> pd.DataFrame:
+    if not path.is_file():
+        raise input_error(path.resolve(), None, "positions table not found",
+                          "run 'counterfactory countercurate positions' first or pass the table with --data")
+    suffix = path.suffix.lower()
+    if suffix == ".parquet":
+        return pd.read_parquet(path)
+    sep = "\t" if suffix in (".tsv", ".tab") else ","
+    return pd.read_csv(path, sep=sep, keep_default_na=False, na_values=[""], dtype=str)
+
+
+def read_positions(path: str | Path, images_root: str | Path | None = None, *, split: str | None = "test",
+                   subset: str | None = None) -> pd.DataFrame:
+    """The Flickr30k-Positions evaluation rows (§4.2): ``positions.py``'s table (parquet / CSV / TSV with the
+    columns :data:`POSITION_COLUMNS`, plus ``split`` and any others, e.g. ``image_id, relation``; its
+    ``negative_image`` column is read as ``negative_image_path``), or the official
+    CounterCurate test TSV (``captions, images, neg_captions, neg_images``; give its ``subset``, LR or AB).
+
+    Rows of ``split`` are kept when the table has a ``split`` column (``split=None`` keeps all). Relative image paths
+    are resolved against ``images_root`` (default: the table's folder) and returned absolute. ``subset`` values are
+    upper-cased and must be LR or AB."""
+    path = Path(path)
+    frame = _read_any(path)
+    aliases = {**OFFICIAL_POSITION_COLUMNS, "negative_image": "negative_image_path"}
+    frame = frame.rename(columns={k: v for k, v in aliases.items() if k in frame.columns and v not in frame.columns})
+    if "subset" not in frame.columns and subset is not None:
+        frame["subset"] = subset
+    missing = [c for c in POSITION_COLUMNS if c not in frame.columns]
+    if missing:
+        raise input_error(path, None, f"missing column(s) {', '.join(missing)} (found: {', '.join(map(str, frame))})",
+                          "use the table of 'countercurate positions' (image_path, negative_image_path, caption, "
+                          "negative_caption, subset, split), or an official test TSV with --subset")
+    if split is not None and "split" in frame.columns:
+        frame = frame[frame["split"].astype(str) == str(split)]
+    elif split is not None:
+        log.info("%s: no 'split' column; evaluating every row", path)
+    frame = frame.reset_index(drop=True)
+    if frame.empty:
+        raise input_error(path, None, f"no rows of split {split!r}", "check benchmarks.positions.split and the table")
+    for col in POSITION_COLUMNS:
+        empty = frame[col].isna() | (frame[col].astype(str).str.strip() == "")
+        if empty.any() and col == "negative_image_path":
+            per = frame.loc[empty, "subset"].astype(str).value_counts().to_dict()
+            raise input_error(path, f"row {int(np.flatnonzero(empty.to_numpy())[0])}",
+                              f"{int(empty.sum())} of {len(frame)} rows have no negative image (per subset: {per})",
+                              "write the negatives first (flipped images for LR, grounded generation for AB) and "
+                              "put their paths in negative_image")
+        if empty.any():
+            raise input_error(path, f"row {int(np.flatnonzero(empty.to_numpy())[0])}", f"empty {col!r}",
+                              "fix or drop the row")
+    frame["subset"] = frame["subset"].astype(str).str.strip().str.upper()
+    bad = ~frame["subset"].isin(POSITION_SUBSETS)
+    if bad.any():
+        i = int(np.flatnonzero(bad.to_numpy())[0])
+        raise input_error(path, f"row {i}", f"subset {frame['subset'].iloc[i]!r} is not LR or AB",
+                          "subset must be LR (left/right) or AB (above/below)")
+    root = Path(images_root) if images_root is not None else path.parent
+    for col in ("image_path", "negative_image_path"):
+        frame[col] = [str(p if Path(p).is_absolute() else (root / p).resolve()) for p in frame[col].astype(str)]
+    return frame
+
+
+def load_benchmark(cfg: Mapping | None, benchmark: str, *, data: str | Path | None = None,
+                   images: str | Path | None = None, check_images: bool = True) -> pd.DataFrame:
+    """The items of ``benchmark`` read with the settings of ``benchmarks.<benchmark>`` (``data`` / ``images``
+    override the keys :data:`DATA_KEY` / :data:`IMAGES_KEY`)."""
+    opts = benchmark_settings(cfg, benchmark, **{DATA_KEY[benchmark]: data, IMAGES_KEY[benchmark]: images})
+    option = "--data"
+    if benchmark == "positions":
+        return read_positions(_require(opts, benchmark, "table", option), opts["images_root"], split=opts["split"],
+                              subset=opts["subset"])
+    if benchmark == "looktwice":
+        from ...data.looktwice import read_looktwice
+
+        return read_looktwice(_require(opts, benchmark, "dataset", option),
+                              _require(opts, benchmark, "images", "--images"),
+                              imgs_list=opts["imgs_list"], template=opts["template"], image_name=opts["image_name"],
+                              check_images=check_images)
+    if benchmark == "sugarcrepe":
+        from ...data.sugarcrepe import read_sugarcrepe
+
+        return read_sugarcrepe(_require(opts, benchmark, "root", option),
+                               _require(opts, benchmark, "images", "--images"), opts["categories"],
+                               check_images=check_images)
+    from ...data.winoground import read_winoground
+
+    return read_winoground(_require(opts, benchmark, "examples", option),
+                           _require(opts, benchmark, "images", "--images"), ext=opts["ext"], check_images=check_images)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# scoring
+# ----------------------------------------------------------------------------------------------------------------
+def _factorize(values: Sequence) -> tuple[list, np.ndarray]:
+    codes, uniques = pd.factorize(pd.Series(list(values), dtype=object), sort=False)
+    return list(uniques), codes.astype(np.intp)
+
+
+def pair_scores(scorer, images: Sequence, texts: Sequence[str]) -> np.ndarray:
+    """``s(texts[k], images[k])`` for every k (float64). Distinct images / texts are scored once when the scorer has
+    ``score_index_pairs``; otherwise ``score_pairs`` gets the aligned lists. A NaN score is an error."""
+    if len(images) != len(texts):
+        raise ValueError(f"{len(images)} images but {len(texts)} texts; pairs must be aligned")
+    if hasattr(scorer, "score_index_pairs"):
+        ui, ii = _factorize(images)
+        ut, it = _factorize([str(t) for t in texts])
+        out = scorer.score_index_pairs(ui, ut, ii, it)
+    else:
+        out = scorer.score_pairs(list(images), [str(t) for t in texts])
+    out = np.asarray(out, dtype=np.float64).reshape(-1)
+    if out.shape[0] != len(images):
+        raise ValueError(f"the scorer returned {out.shape[0]} scores for {len(images)} pairs")
+    if np.isnan(out).any():
+        k = int(np.flatnonzero(np.isnan(out))[0])
+        raise InputError(f"scorer {getattr(scorer, 'name', type(scorer).__name__)}: NaN score for image "
+                         f"{images[k]} and caption {str(texts[k])!r}. Fix: check the model weights and precision "
+                         "(fp16 overflow) and rerun")
+    return out
+
+
+def score_items(benchmark: str, items: pd.DataFrame, scorer) -> pd.DataFrame:
+    """``items`` with score columns added: positions ``s_c_i, s_nc_i, s_c_ni, s_nc_ni`` (s(C,I), s(C′,I), s(C,I′),
+    s(C′,I′)); looktwice and sugarcrepe ``s_pos, s_neg`` (image vs positive / negative caption); winoground
+    ``s_c0_i0, s_c0_i1, s_c1_i0, s_c1_i1``. All pairs of a benchmark are scored in one call."""
+    out = items.copy()
+    if benchmark == "positions":
+        specs = {"s_c_i": ("image_path", "caption"), "s_nc_i": ("image_path", "negative_caption"),
+                 "s_c_ni": ("negative_image_path", "caption"), "s_nc_ni": ("negative_image_path", "negative_caption")}
+    elif benchmark in ("looktwice", "sugarcrepe"):
+        specs = {"s_pos": ("image_path", "caption"), "s_neg": ("image_path", "negative_caption")}
+    elif benchmark == "winoground":
+        specs = {f"s_c{c}_i{i}": (f"image_{i}_path", f"caption_{c}") for c in (0, 1) for i in (0, 1)}
+    else:
+        raise ConfigError(f"unknown benchmark {benchmark!r}. Fix: use one of {', '.join(BENCHMARKS)}")
+    n = len(out)
+    images = [p for img_col, _ in specs.values() for p in out[img_col].tolist()]
+    texts = [t for _, txt_col in specs.values() for t in out[txt_col].tolist()]
+    scores = pair_scores(scorer, images, texts)
+    for k, name in enumerate(specs):
+        out[name] = scores[k * n:(k + 1) * n]
+    return out
+
+
+def _row(model: str, benchmark: str, subset: str, metric: str, value: float, n: int) -> dict:
+    return {"model": model, "benchmark": benchmark, "subset": subset, "metric": metric, "value": float(value),
+            "n": int(n)}
+
+
+def summarize_positions(scored: pd.DataFrame, model: str) -> list[dict]:
+    """Flickr30k-Positions rows (§4.2): per subset LR, AB, both, the 2N accuracy and (ours) Winoground scores."""
+    rows = []
+    for subset in (*POSITION_SUBSETS, "both"):
+        part = scored if subset == "both" else scored[scored["subset"] == subset]
+        if part.empty:
+            continue
+        s = stack_pair_scores(part["s_c_i"], part["s_c_ni"], part["s_nc_i"], part["s_nc_ni"])
+        rows.append(_row(model, "positions", subset, "accuracy", countercurate_position_accuracy(s), len(part)))
+        for name, value in winoground_scores(s).items():
+            rows.append(_row(model, "positions", subset, f"{name}_score", value, len(part)))
+    return rows
+
+
+def summarize_looktwice(scored: pd.DataFrame, model: str) -> list[dict]:
+    """PointQA-LookTwice row (§4.3): accuracy of n over n + 1."""
+    return [_row(model, "looktwice", "all", "accuracy",
+                 countercurate_counting_accuracy(scored["s_pos"], scored["s_neg"]), len(scored))]
+
+
+def summarize_sugarcrepe(scored: pd.DataFrame, model: str) -> list[dict]:
+    """SugarCrepe rows (§4.4, app. G): per category ``accuracy``; per group and ``average`` the pooled ``accuracy``
+    (Table 3) and the unweighted ``macro_accuracy`` (metrics library)."""
+    cats = scored["category"].astype(str).tolist()
+    lib = sugarcrepe_scores(scored["s_pos"], scored["s_neg"], cats)
+    counts = scored["category"].value_counts()
+    present = [c for c in SUGARCREPE_CATEGORIES if c in counts] + [c for c in dict.fromkeys(cats)
+                                                                   if c not in SUGARCREPE_CATEGORIES]
+    rows = [_row(model, "sugarcrepe", c, "accuracy", lib[c], counts[c]) for c in present]
+    groups = {g: m for g, m in SUGARCREPE_GROUPS.items() if all(c in counts for c in m)}
+    groups["average"] = tuple(present)
+    macro = {"add": "avg_add", "replace": "avg_replace", "swap": "avg_swap", "average": "average"}
+    for group, members in groups.items():
+        part = scored[scored["category"].isin(members)]
+        rows.append(_row(model, "sugarcrepe", group, "accuracy", pairwise_accuracy(part["s_pos"], part["s_neg"]),
+                         len(part)))
+        rows.append(_row(model, "sugarcrepe", group, "macro_accuracy", lib[macro[group]], len(part)))
+    return rows
+
+
+def summarize_winoground(scored: pd.DataFrame, model: str) -> list[dict]:
+    """Winoground rows (app. E): text / image / group score over all examples and per ``collapsed_tag``."""
+    s = stack_pair_scores(scored["s_c0_i0"], scored["s_c0_i1"], scored["s_c1_i0"], scored["s_c1_i1"])
+    rows = [_row(model, "winoground", "all", f"{k}_score", v, len(scored)) for k, v in winoground_scores(s).items()]
+    if "collapsed_tag" in scored.columns:
+        items = winoground_item_scores(s)
+        tags = scored["collapsed_tag"]
+        for tag in dict.fromkeys(tags.dropna().astype(str)):
+            mask = (tags.astype(str) == tag).to_numpy() & tags.notna().to_numpy()
+            for k, v in items.items():
+                rows.append(_row(model, "winoground", f"tag:{tag}", f"{k}_score", float(v[mask].mean()),
+                                 int(mask.sum())))
+    return rows
+
+
+SUMMARIZERS: dict[str, Callable[[pd.DataFrame, str], list[dict]]] = {
+    "positions": summarize_positions, "looktwice": summarize_looktwice, "sugarcrepe": summarize_sugarcrepe,
+    "winoground": summarize_winoground}
+
+
+def summarize(benchmark: str, scored: pd.DataFrame, model: str) -> pd.DataFrame:
+    """The long results table (:data:`RESULT_COLUMNS`) of scored items (:func:`score_items`)."""
+    if benchmark not in SUMMARIZERS:
+        raise ConfigError(f"unknown benchmark {benchmark!r}. Fix: use one of {', '.join(BENCHMARKS)}")
+    return pd.DataFrame(SUMMARIZERS[benchmark](scored, model), columns=RESULT_COLUMNS)
+
+
+def _default_scorer_factory(cfg, role, head="itm", progress=True):
+    from ...scorers import scorer_from_config
+
+    return scorer_from_config(cfg, role, head=head, progress=progress)
+
+
+def evaluate(cfg: Mapping | None, role: str, benchmark: str, *, data: str | Path | None = None,
+             images: str | Path | None = None, model: str | None = None, scorer=None,
+             scorer_factory: Callable | None = None, head: str | None = None,
+             progress: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Evaluate model ``role`` on ``benchmark``: ``(results, scored_items)``.
+
+    ``scorer`` (anything with ``score_pairs``) is used when given; otherwise ``scorer_factory(cfg, role, head=...,
+    progress=...)`` (default :func:`counterfactory.scorers.scorer_from_config`). ``model`` names the rows of the
+    results (default ``role``). ``head`` defaults to ``benchmarks.head`` or ``itm``."""
+    if benchmark not in BENCHMARKS:
+        raise ConfigError(f"unknown benchmark {benchmark!r}. Fix: use one of {', '.join(BENCHMARKS)}")
+    items = load_benchmark(cfg, benchmark, data=data, images=images)
+    if scorer is None:
+        head = head or ((cfg or {}).get("benchmarks") or {}).get("head") or "itm"
+        scorer = (scorer_factory or _default_scorer_factory)(cfg, role, head=head, progress=progress)
+    log.info("%s: scoring %d %s items", role, len(items), benchmark)
+    scored = score_items(benchmark, items, scorer)
+    return summarize(benchmark, scored, model or role), scored
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# tables
+# ----------------------------------------------------------------------------------------------------------------
+def read_results(paths: str | Path | Sequence[str | Path]) -> pd.DataFrame:
+    """Concatenate results CSVs of ``countercurate evaluate``; a missing column or a repeated
+    (model, benchmark, subset, metric) is an error naming the file."""
+    paths = [paths] if isinstance(paths, (str, Path)) else list(paths)
+    parts, seen = [], {}
+    for p in paths:
+        p = Path(p)
+        if not p.is_file():
+            raise input_error(p.resolve(), None, "results table not found", "run 'countercurate evaluate' first")
+        frame = pd.read_csv(p, keep_default_na=False, na_values=[""], dtype={"model": str, "subset": str})
+        missing = [c for c in RESULT_COLUMNS if c not in frame.columns]
+        if missing:
+            raise input_error(p, None, f"missing column(s) {', '.join(missing)}",
+                              "pass results tables written by 'countercurate evaluate'")
+        for i, key in enumerate(zip(frame["model"], frame["benchmark"], frame["subset"], frame["metric"])):
+            if key in seen:
+                raise input_error(p, f"row {i}", f"{key} is also in {seen[key]}",
+                                  "give each model its own name (evaluate --model) or pass each result once")
+            seen[key] = p
+        parts.append(frame[RESULT_COLUMNS])
+    if not parts:
+        raise InputError("no results table given. Fix: pass --results FILE.csv")
+    return pd.concat(parts, ignore_index=True)
+
+
+@dataclass
+class BenchmarkTable:
+    """One paper table: ``values`` in percent (rows x columns, NaN = missing); ``deltas`` (same shape or None) are
+    the differences to a baseline shown in parentheses as in Table 3."""
+
+    name: str
+    title: str
+    row_header: str
+    values: pd.DataFrame
+    deltas: pd.DataFrame | None = None
+    decimals: int = 2
+    notes: list[str] = field(default_factory=list)
+
+
+TITLES = {
+    "positions": "Flickr30k-Positions test accuracy (%), CounterCurate Tables 1 and 4",
+    "looktwice": "PointQA-LookTwice counting accuracy (%), CounterCurate Tables 2 and 8",
+    "sugarcrepe": "SugarCrepe accuracy (%), CounterCurate Table 3",
+    "sugarcrepe_detail": "SugarCrepe accuracy per category (%), CounterCurate Table 6",
+    "winoground": "Winoground scores (%), CounterCurate Table 7",
+}
+
+
+def _order_models(results: pd.DataFrame, models: Sequence[str] | None) -> list[str]:
+    have = list(dict.fromkeys(results["model"]))
+    if not models:
+        return have
+    unknown = [m for m in models if m not in have]
+    if unknown:
+        raise ConfigError(f"models {unknown} have no results for this benchmark. Fix: use some of {', '.join(have)}")
+    return list(models)
+
+
+def build_table(results: pd.DataFrame, benchmark: str, *, models: Sequence[str] | None = None,
+                labels: Mapping[str, str] | None = None, deltas: Mapping[str, str] | None = None,
+                detail: bool = False, decimals: int = 2) -> BenchmarkTable:
+    """The paper layout of ``benchmark`` from long results (values x 100).
+
+    * positions (Tables 1, 4): rows = models, columns ``LR, AB, Both`` (metric ``accuracy``);
+    * looktwice (Table 8; Table 2 has the same cells): rows = models, column ``Accuracy``;
+    * sugarcrepe (Table 3): rows ``Add, Replace, Swap, Average`` (item-pooled ``accuracy``), columns = models;
+      ``detail`` (Table 6): the seven categories in the paper's order and ``Average``;
+    * winoground (Table 7): rows = models, columns ``Text Score, Image Score, Group Score``.
+
+    ``labels`` maps model names to display names, ``models`` picks and orders them, ``deltas`` maps a model to
+    its baseline model: its cells then show ``value (+difference)``."""
+    part = results[results["benchmark"] == benchmark]
+    if part.empty:
+        raise InputError(f"no {benchmark} results in the given tables. Fix: run 'countercurate evaluate "
+                         f"--benchmark {benchmark}' and pass its CSV")
+    order = _order_models(part, models)
+    labels = dict(labels or {})
+    lab = [labels.get(m, m) for m in order]
+
+    def cell(model: str, subset: str, metric: str) -> float:
+        hit = part[(part["model"] == model) & (part["subset"] == subset) & (part["metric"] == metric)]
+        return float(hit["value"].iloc[0]) * 100.0 if len(hit) else math.nan
+
+    if benchmark == "positions":
+        cols, row_header, by_rows = [("LR", "accuracy"), ("AB", "accuracy"), ("both", "accuracy")], "Models", True
+        col_labels = ["LR", "AB", "Both"]
+    elif benchmark == "looktwice":
+        cols, row_header, by_rows, col_labels = [("all", "accuracy")], "Model Setting", True, ["Accuracy"]
+    elif benchmark == "winoground":
+        cols = [("all", f"{k}_score") for k in ("text", "image", "group")]
+        row_header, by_rows, col_labels = "Model", True, ["Text Score", "Image Score", "Group Score"]
+    elif benchmark == "sugarcrepe":
+        keys = SUGARCREPE_LABELS if detail else SUGARCREPE_GROUP_LABELS
+        rows_spec = [(k, "accuracy") for k in keys]
+        row_header, by_rows, col_labels = "Categories", False, list(keys.values())
+    else:
+        raise ConfigError(f"unknown benchmark {benchmark!r}. Fix: use one of {', '.join(BENCHMARKS)}")
+
+    if by_rows:
+        values = pd.DataFrame([[cell(m, s, k) for s, k in cols] for m in order], index=lab, columns=col_labels)
+    else:
+        values = pd.DataFrame([[cell(m, s, k) for m in order] for s, k in rows_spec], index=col_labels, columns=lab)
+    delta_frame = None
+    if deltas:
+        for m, base in deltas.items():
+            for name in (m, base):
+                if name not in set(part["model"]):
+                    raise ConfigError(f"--delta {m}={base}: no {benchmark} results for {name!r}")
+        delta_frame = pd.DataFrame(np.nan, index=values.index, columns=values.columns)
+        for m, base in deltas.items():
+            if m not in order:
+                continue
+            if by_rows:
+                delta_frame.loc[labels.get(m, m)] = [cell(m, s, k) - cell(base, s, k) for s, k in cols]
+            else:
+                delta_frame[labels.get(m, m)] = [cell(m, s, k) - cell(base, s, k) for s, k in rows_spec]
+    name = "sugarcrepe_detail" if benchmark == "sugarcrepe" and detail else benchmark
+    notes = ["Strict comparisons: a tie counts as wrong."]
+    if benchmark == "sugarcrepe":
+        notes.append("Group rows and Average pool the items of their categories (as in the paper's Table 3).")
+    if benchmark == "positions":
+        notes.append("0.5 per image whose own caption scores higher (image-to-text); Both = LR and AB test rows.")
+    table = BenchmarkTable(name=name, title=TITLES[name], row_header=row_header, values=values, deltas=delta_frame,
+                           decimals=decimals, notes=notes)
+    values.index.name = row_header
+    return table
+
+
+def _cell_text(table: BenchmarkTable, r: int, c: int, missing: str) -> str:
+    v = table.values.iat[r, c]
+    if not math.isfinite(v):
+        return missing
+    text = f"{v:.{table.decimals}f}"
+    if table.deltas is not None and math.isfinite(table.deltas.iat[r, c]):
+        text += f" ({table.deltas.iat[r, c]:+.{table.decimals}f})"
+    return text
+
+
+def _display(table: BenchmarkTable, missing: str, esc: Callable[[str], str]) -> pd.DataFrame:
+    rows = [[esc(str(idx))] + [_cell_text(table, r, c, missing) for c in range(table.values.shape[1])]
+            for r, idx in enumerate(table.values.index)]
+    frame = pd.DataFrame(rows, columns=range(table.values.shape[1] + 1), dtype=object)
+    frame.columns = [esc(table.row_header)] + [esc(str(c)) for c in table.values.columns]
+    return frame
+
+
+def render_markdown(table: BenchmarkTable, title: bool = True) -> str:
+    """A pipe table (``counterfactory.tables.markdown_table``) with the title in bold and the notes below."""
+    def esc(text: str) -> str:
+        return text.replace("|", "\\|")
+
+    frame = _display(table, "–", esc)
+    lines = [f"**{table.title}**", ""] if title else []
+    lines += [markdown_table(frame, ["left"] + ["right"] * (frame.shape[1] - 1)), ""]
+    lines += [" ".join(table.notes)] if table.notes else []
+    return "\n".join(lines) + "\n"
+
+
+def render_latex(table: BenchmarkTable, label: str | None = None) -> str:
+    """A booktabs table (``Styler.to_latex``); text is escaped with ``counterfactory.tables.escape_tex``."""
+    frame = _display(table, "--", escape_tex)
+    latex = frame.style.hide(axis="index").to_latex(
+        column_format="l" + "r" * (frame.shape[1] - 1), position="t", position_float="centering", hrules=True,
+        caption=escape_tex(table.title), label=label or f"tab:countercurate-{table.name}")
+    return "% requires \\usepackage{booktabs}\n" + latex
+
+
+def table_frame(table: BenchmarkTable) -> pd.DataFrame:
+    """CSV form: ``table, row, column, value`` (percent), plus ``delta`` when the table has deltas."""
+    out = table.values.reset_index().melt(id_vars=table.row_header, var_name="column", value_name="value")
+    out = out.rename(columns={table.row_header: "row"})
+    out.insert(0, "table", table.name)
+    if table.deltas is not None:
+        d = table.deltas.copy()
+        d.index.name = table.row_header
+        out["delta"] = d.reset_index().melt(id_vars=table.row_header, value_name="delta")["delta"].to_numpy()
+    return out
+
+
+def build_tables(results: pd.DataFrame, benchmarks: Sequence[str] | None = None, **kw) -> list[BenchmarkTable]:
+    """Every table of ``benchmarks`` (default: those present in ``results``, in :data:`BENCHMARKS` order); for
+    SugarCrepe both Table 3 and Table 6."""
+    present = [b for b in BENCHMARKS if b in set(results["benchmark"])]
+    chosen = list(benchmarks) if benchmarks else present
+    tables = []
+    for b in chosen:
+        if b == "sugarcrepe":
+            tables += [build_table(results, b, detail=False, **kw), build_table(results, b, detail=True, **kw)]
+        else:
+            tables.append(build_table(results, b, **kw))
+    return tables
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# CLI
+# ----------------------------------------------------------------------------------------------------------------
+def _pairs(items: Sequence[str], option: str) -> dict[str, str]:
+    out = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key or not value:
+            raise ConfigError(f"{option} {item!r}: expected NAME=VALUE (e.g. clip_cc=+ CounterCurate)")
+        out[key] = value
+    return out
+
+
+def add_cli(sub) -> None:
+    """``counterfactory countercurate evaluate | tables``."""
+    p = sub.add_parser("evaluate", help="score one model role on a benchmark (Flickr30k-Positions, PointQA-"
+                       "LookTwice, SugarCrepe, Winoground; §4.2-4.4, app. E)", description=__doc__.split("\n\n")[0])
+    p.add_argument("--config", action="append", required=True, metavar="FILE", help="config file (repeatable)")
+    p.add_argument("--role", required=True, metavar="ROLE", help="model role to evaluate")
+    p.add_argument("--benchmark", required=True, choices=BENCHMARKS)
+    p.add_argument("--data", metavar="PATH", help="positions table / looktwiceqa_dataset.json / SugarCrepe data "
+                   "folder / Winoground examples.jsonl (default: benchmarks.<benchmark> in the config)")
+    p.add_argument("--images", metavar="DIR", help="images root (default: from the config)")
+    p.add_argument("--model", metavar="NAME", help="name of the model in the results (default: the role)")
+    p.add_argument("--head", choices=("itm", "itc"), help="cross-encoder head (default benchmarks.head or itm)")
+    p.add_argument("--out", required=True, metavar="FILE.csv", help="long results: " + ", ".join(RESULT_COLUMNS))
+    p.add_argument("--out-items", metavar="FILE.parquet", help="per-item scores (.parquet or .csv)")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=_cmd_evaluate)
+
+    t = sub.add_parser("tables", help="Tables 1-4, 6, 7, 8 of CounterCurate from evaluate results")
+    t.add_argument("--results", nargs="+", action="extend", required=True, metavar="CSV")
+    t.add_argument("--benchmark", action="append", choices=BENCHMARKS, help="only these (default: all present)")
+    t.add_argument("--model", action="append", metavar="NAME", help="models in this order (default: as found)")
+    t.add_argument("--label", action="append", default=[], metavar="NAME=LABEL", help="display name of a model")
+    t.add_argument("--delta", action="append", default=[], metavar="NAME=BASELINE",
+                   help="show NAME's difference to BASELINE in parentheses (Table 3)")
+    t.add_argument("--decimals", type=int, default=2)
+    t.add_argument("--out-md", metavar="FILE.md")
+    t.add_argument("--out-tex", metavar="FILE.tex")
+    t.add_argument("--out-csv", metavar="FILE.csv")
+    t.set_defaults(func=_cmd_tables)
+
+
+def _cmd_evaluate(args) -> int:
+    from ...config import load_config
+    from ...io import write_csv, write_parquet
+
+    cfg = load_config(args.config, study="countercurate")
+    results, scored = evaluate(cfg, args.role, args.benchmark, data=args.data, images=args.images, model=args.model,
+                               head=args.head, progress=not args.no_progress)
+    write_csv(args.out, results)
+    if args.out_items:
+        (write_parquet if str(args.out_items).endswith(".parquet") else write_csv)(args.out_items, scored)
+    for r in results.itertuples():
+        log.info("%s %s %s %s = %.4f (n=%d)", r.model, r.benchmark, r.subset, r.metric, r.value, r.n)
+    return 0
+
+
+def _cmd_tables(args) -> int:
+    from ...io import write_csv, write_text
+
+    results = read_results(args.results)
+    tables = build_tables(results, args.benchmark, models=args.model, labels=_pairs(args.label, "--label"),
+                          deltas=_pairs(args.delta, "--delta"), decimals=args.decimals)
+    md = "\n".join(render_markdown(t) for t in tables)
+    if args.out_md:
+        write_text(args.out_md, md)
+    if args.out_tex:
+        write_text(args.out_tex, "\n".join(render_latex(t) for t in tables))
+    if args.out_csv:
+        write_csv(args.out_csv, pd.concat([table_frame(t) for t in tables], ignore_index=True))
+    if not (args.out_md or args.out_tex or args.out_csv):
+        print(md)
+    return 0
