@@ -269,3 +269,25 @@ def test_segment_values_ignore_a_blank_third_attribute():
                                                ("Black", "male", ""), ("Black", "female", "")])]
     values = P.segment_values(pd.DataFrame(rows))
     assert values == {"race_gender": {"race": ["White", "Black"], "gender": ["male", "female"]}}
+
+
+def test_probe_frame_ignores_a_blank_third_attribute():
+    import numpy as np
+    import pandas as pd
+
+    from counterfactory.studies.social_counterfactuals import probing as P
+
+    class Scorer:
+        def encode_images(self, paths):
+            return np.eye(len(paths), 4)[: len(paths)]
+
+        def encode_texts(self, texts):
+            return np.ones((len(texts), 4)) / 2.0
+
+    rows = [{"set_id": "s", "candidate_index": 0, "member_index": i, "segment": "race_gender", "prefix": "A photo of a",
+             "subject": "doctor", "caption": "c", "a1_type": "race", "a1": r, "a2_type": "gender", "a2": g,
+             "a3_type": "", "a3": "", "image_path": f"{i}.png"}
+            for i, (r, g) in enumerate([("White", "male"), ("White", "female"), ("Black", "male"), ("Black", "female")])]
+    out = P.probe_frame(pd.DataFrame(rows), Scorer(), "m", P.settings({}))
+    full = out[(out["metric"] == "maxskew") & (out["given"] == "all")]
+    assert set(full["k"]) == {4} and "" not in set(full["attribute"])   # K = |race| x |gender|, no third type

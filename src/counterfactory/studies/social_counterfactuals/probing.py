@@ -272,6 +272,11 @@ def attribute_columns(frame: pd.DataFrame) -> list[tuple[str, str]]:
     return cols
 
 
+def has_attribute(types: pd.Series) -> bool:
+    """Whether an ``a<i>_type`` column names an attribute (two-attribute sets carry ``a3_type`` as "" or null)."""
+    return not types.fillna("").astype(str).str.strip().eq("").all()
+
+
 def read_images_table(path: str | Path) -> pd.DataFrame:
     """The kept-images table (parquet or CSV), validated; ``image_path`` made absolute (relative paths are relative
     to the table's folder); rows sorted by ``segment, subject, set_id, candidate_index, member_index``."""
@@ -313,7 +318,7 @@ def segment_values(frame: pd.DataFrame) -> dict[str, dict[str, list]]:
     for seg, grp in frame.groupby("segment", sort=True):
         types: dict[str, list] = {}
         for tcol, vcol in attribute_columns(frame):
-            if grp[tcol].fillna("").astype(str).str.strip().eq("").all():  # no such attribute (null or "")
+            if not has_attribute(grp[tcol]):
                 continue
             types[str(grp[tcol].iloc[0])] = list(dict.fromkeys(grp.sort_values("member_index", kind="stable")[vcol]))
         out[str(seg)] = types
@@ -355,7 +360,7 @@ def probe_frame(frame: pd.DataFrame, scorer, model: str, opts: Mapping, *, segme
     rows = []
     for (seg, subj), grp in sel.groupby(["segment", "subject"], sort=True):
         values = seg_vals[seg]
-        cols = [vcol for tcol, vcol in attribute_columns(frame) if not grp[tcol].isna().all()]
+        cols = [vcol for tcol, vcol in attribute_columns(frame) if has_attribute(grp[tcol])]
         scores = img[[pos[p] for p in grp["image_path"]]] @ queries[subj]
         labels = list(grp[cols].itertuples(index=False, name=None))
         for r in retrieval_metrics(scores, labels, values, k=opts.get("k"), marginal_k=opts["marginal_k"],
