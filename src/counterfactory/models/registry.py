@@ -685,3 +685,4 @@ def _load_vae(spec: ModelSpec, kw: dict):
 # loaders of the evaluation roles (ITM families, open_clip) register themselves on import
 from . import loaders_eval  # noqa: E402,F401
 from . import loaders_nsfw  # noqa: E402,F401  (the nsfw role: SocialCounterfactuals §3.4)
+from . import loaders_vlm  # noqa: E402,F401  (the vlm role: CounterCurate §3.5, LLaVA-1.5)

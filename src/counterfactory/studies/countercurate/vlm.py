@@ -1,0 +1,793 @@
+"""The generative VLM of CounterCurate (LLaVA-1.5 class, the ``vlm`` role): choosing between two captions,
+and fine-tuning in conversation format (§3.5, §4, appendix "Training details").
+
+Evaluation (§4.2 "For LLaVA-1.5, we simply query the model to choose between the positive and negative
+captions when presented with the ground truth image"; §4.3 and §4.4 use "the same" protocol). The authors'
+benchmark scripts put both captions in one multiple-choice question in LLaVA-1.5's Vicuna-v1 conversation,
+the positive at a random position::
+
+    <system> USER: <image>
+    Which of the following captions best describes the image?
+    A. <caption or negative>
+    B. <the other one>
+    Answer with the option's letter from the given choices directly. ASSISTANT:
+
+and count the item correct when greedy decoding answers the positive's letter. Here the decision is made
+deterministically and without decoding: the answer letters' log-likelihoods ``log p("A")`` and ``log p("B")``
+after the prompt are compared (greedy decoding restricted to the two options). :func:`choose` returns the
+margin ``log p(letter of caption_a) - log p(letter of caption_b)`` (> 0: ``caption_a`` chosen); the option
+order is a seeded coin per item (``choice_order: random``, as the authors' ``random.randint(0, 1)``),
+``fixed`` (``caption_a`` is always A) or ``both`` (margins of both orders averaged: no letter bias).
+
+For pairwise benchmarks that take ITM-style scorers, :class:`VlmScorer` also has ``score_pairs(images,
+texts)``: the log-likelihood of each caption as the assistant's answer to LLaVA-1.5's short-caption
+instruction ("Provide a one-sentence caption for the provided image.") given the image (sum over its
+tokens, or the mean with ``caption_score: mean``). Scores do not depend on the batch size beyond float noise:
+sequences are right-padded with an attention mask (positions stay those of the unpadded sequence).
+
+Fine-tuning (§3.5 "we reformat our data into conversations and follow their exact training paradigm ...
+The training loss is the original next-token prediction loss"; Figure 3 (b)). Each row ``image_path,
+caption, negative_caption[, negative_image_path]`` becomes one conversation on the positive image, the
+question above with both captions in a seeded random order and the answer the positive caption's letter,
+and -- when the row has a negative image -- a second conversation on the negative image with the *same*
+question, answered with the negative caption's letter (the authors' ``prep_training_data_llava.py``).
+As in LLaVA-1.5 the loss is next-token cross-entropy on the assistant's answer and its ``</s>`` only: every
+prompt token (system text, question, the image's placeholder tokens) is masked with -100. Training runs
+on ``transformers.Trainer`` (AdamW, warm-up + cosine schedule, LLaVA-1.5's ``finetune.sh``), the vision
+tower frozen (LLaVA-1.5 trains projector + language model), deterministic with a fixed CPU thread count
+(:mod:`counterfactory.training.trainer`). ``vlm.lora`` switches to parameter-efficient fine-tuning with
+``peft`` LoRA on the language model's linear layers (projector fully trained, LLaVA's
+``finetune_lora.sh``); **the adapter is merged into the weights before saving**, so every checkpoint is a
+plain ``LlavaForConditionalGeneration`` folder that the ``vlm`` loader reads by path
+(``models: {vlm: {source: <out-dir>/model}}``). With validation data the checkpoint with the lowest
+validation loss is kept; otherwise the final weights (the paper trains one epoch without selection).
+
+Config (study section ``vlm``; defaults :data:`DEFAULTS`): ``lr`` 2e-6, ``batch_size`` 16, ``epochs`` 1
+(appendix, Flickr30k-Attributes; Flickr30k-Positions / -Counting use ``lr`` 2.56e-5, batch 16).
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import math
+import os
+import shutil
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+
+from ...errors import ConfigError, input_error
+from ...scorers import ImageLike, Scorer, load_image
+
+log = logging.getLogger(__name__)
+
+ROLE = "vlm"
+SECTION = "vlm"
+#: required columns of training / scoring tables; ``negative_image_path`` is optional
+COLUMNS = ("image_path", "caption", "negative_caption")
+NEGATIVE_IMAGE = "negative_image_path"
+#: LLaVA-1.5's Vicuna-v1 system prompt (``conv_templates["vicuna_v1"]``)
+VICUNA_SYSTEM = ("A chat between a curious human and an artificial intelligence assistant. "
+                 "The assistant gives helpful, detailed, and polite answers to the human's questions.")
+LETTERS = ("A", "B")
+IGNORE = -100  # label of tokens without loss (prompt, padding)
+
+#: every key of the ``vlm`` section with its default and source
+DEFAULTS: dict[str, Any] = {
+    "lr": 2e-6,                 # appendix: LLaVA-1.5 on Flickr30k-Attributes (2.56e-5 for Positions / Counting)
+    "batch_size": 16,           # appendix: batch size 16 (all three datasets)
+    "epochs": 1,                # appendix: 1 epoch (Flickr30k-Attributes)
+    "grad_accum_steps": 1,      # effective batch = batch_size * grad_accum_steps
+    "eval_batch_size": 8,       # scoring / validation batch (no effect on results)
+    "weight_decay": 0.0,        # LLaVA-1.5 finetune.sh
+    "warmup_ratio": 0.03,       # LLaVA-1.5 finetune.sh
+    "lr_scheduler": "cosine",   # LLaVA-1.5 finetune.sh
+    "max_grad_norm": 1.0,       # transformers.Trainer default (LLaVA keeps it)
+    "max_length": 2048,         # LLaVA-1.5 model_max_length; longer examples are an error, never truncated
+    "freeze_vision": True,      # LLaVA-1.5 fine-tuning trains projector + LLM, the CLIP tower stays frozen
+    "lora": None,               # null: full fine-tuning (§3.5 "their exact training paradigm"); or {r, alpha, dropout}
+    "gradient_checkpointing": False,  # LLaVA's script enables it to save memory; no effect on the result
+    "max_steps": None,          # cap on optimiser steps (tests, smoke runs)
+    "eval_every": None,         # with validation data: evaluate / keep the best every N steps (default: each epoch)
+    "deterministic": True,
+    "cpu_threads": 1,
+    "system": VICUNA_SYSTEM,    # null: no system text
+    "question": "Which of the following captions best describes the image?",  # authors' benchmark scripts
+    "answer_instruction": "Answer with the option's letter from the given choices directly.",
+    "caption_prompt": "Provide a one-sentence caption for the provided image.",  # LLaVA-1.5 short captions
+    "caption_score": "sum",     # sum | mean log-likelihood of a caption's tokens (score_pairs)
+    "choice_order": "random",   # random | fixed | both  (position of caption_a among the options)
+    "choice_seed": 0,           # seed of the per-item option order (choice_order: random)
+}
+#: LoRA keys; the values of LLaVA-1.5's finetune_lora.sh
+LORA_DEFAULTS = {"r": 128, "alpha": 256, "dropout": 0.05}
+#: language-model linear layers LoRA adapts (every Llama projection, not the vision tower)
+LORA_TARGETS = r".*language_model.*\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)"
+
+
+# --------------------------------------------------------------------------------------------
+# settings
+# --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class VlmSettings:
+    """The ``vlm`` section with defaults filled (see :data:`DEFAULTS` for each key's source)."""
+
+    lr: float = DEFAULTS["lr"]
+    batch_size: int = DEFAULTS["batch_size"]
+    epochs: float = DEFAULTS["epochs"]
+    grad_accum_steps: int = DEFAULTS["grad_accum_steps"]
+    eval_batch_size: int = DEFAULTS["eval_batch_size"]
+    weight_decay: float = DEFAULTS["weight_decay"]
+    warmup_ratio: float = DEFAULTS["warmup_ratio"]
+    lr_scheduler: str = DEFAULTS["lr_scheduler"]
+    max_grad_norm: float = DEFAULTS["max_grad_norm"]
+    max_length: int = DEFAULTS["max_length"]
+    freeze_vision: bool = DEFAULTS["freeze_vision"]
+    lora: dict | None = None
+    gradient_checkpointing: bool = DEFAULTS["gradient_checkpointing"]
+    max_steps: int | None = None
+    eval_every: int | None = None
+    deterministic: bool = DEFAULTS["deterministic"]
+    cpu_threads: int | None = DEFAULTS["cpu_threads"]
+    system: str | None = DEFAULTS["system"]
+    question: str = DEFAULTS["question"]
+    answer_instruction: str = DEFAULTS["answer_instruction"]
+    caption_prompt: str = DEFAULTS["caption_prompt"]
+    caption_score: str = DEFAULTS["caption_score"]
+    choice_order: str = DEFAULTS["choice_order"]
+    choice_seed: int = DEFAULTS["choice_seed"]
+
+    @classmethod
+    def from_config(cls, cfg: dict) -> "VlmSettings":
+        """Settings from ``cfg["vlm"]`` (a study view; missing keys take :data:`DEFAULTS`)."""
+        section = (cfg.get(SECTION) if isinstance(cfg, dict) else None) or {}
+        if not isinstance(section, dict):
+            raise ConfigError(f"{SECTION}: expected a mapping, got {type(section).__name__}")
+        unknown = sorted(set(section) - set(DEFAULTS))
+        if unknown:
+            raise ConfigError(f"{SECTION}: unknown key(s) {unknown}. Fix: use only {sorted(DEFAULTS)}")
+        values = {**DEFAULTS, **section}
+        lora = values["lora"]
+        if lora is not None:
+            if not isinstance(lora, dict) or set(lora) - set(LORA_DEFAULTS):
+                raise ConfigError(f"{SECTION}.lora: expected null or a mapping with keys {sorted(LORA_DEFAULTS)}, "
+                                  f"got {lora!r}")
+            values["lora"] = {**LORA_DEFAULTS, **lora}
+        problems = []
+        for key in ("batch_size", "grad_accum_steps", "eval_batch_size", "max_length"):
+            if not isinstance(values[key], int) or values[key] < 1:
+                problems.append(f"{key} must be an integer >= 1 (got {values[key]!r})")
+        for key in ("max_steps", "eval_every"):
+            if values[key] is not None and (not isinstance(values[key], int) or values[key] < 1):
+                problems.append(f"{key} must be null or an integer >= 1 (got {values[key]!r})")
+        if not (isinstance(values["lr"], (int, float)) and values["lr"] > 0):
+            problems.append(f"lr must be > 0 (got {values['lr']!r})")
+        if not (isinstance(values["epochs"], (int, float)) and values["epochs"] > 0):
+            problems.append(f"epochs must be > 0 (got {values['epochs']!r})")
+        if not (isinstance(values["warmup_ratio"], (int, float)) and 0 <= values["warmup_ratio"] < 1):
+            problems.append(f"warmup_ratio must be in [0, 1) (got {values['warmup_ratio']!r})")
+        if values["caption_score"] not in ("sum", "mean"):
+            problems.append(f"caption_score must be sum or mean (got {values['caption_score']!r})")
+        if values["choice_order"] not in ("random", "fixed", "both"):
+            problems.append(f"choice_order must be random, fixed or both (got {values['choice_order']!r})")
+        if problems:
+            raise ConfigError(f"{SECTION}: " + "; ".join(problems) + ". Fix: correct these keys")
+        return cls(**values)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+# --------------------------------------------------------------------------------------------
+# prompts
+# --------------------------------------------------------------------------------------------
+def choice_question(settings: VlmSettings, option_a: str, option_b: str) -> str:
+    """The multiple-choice question of the authors' LLaVA scripts (the image placeholder is added by the
+    chat template): question, ``A. ...``, ``B. ...``, then the answer instruction."""
+    return f"{settings.question}\nA. {option_a}\nB. {option_b}\n{settings.answer_instruction}"
+
+
+def render_prompt(processor, text: str, system: str | None) -> str:
+    """One user turn (image + ``text``) in the model's chat template, ending with the assistant cue.
+
+    Uses the processor's chat template (llava-hf ships LLaVA-1.5's ``USER: <image>\\n... ASSISTANT:``); a
+    processor without one gets the Vicuna-v1 format written out."""
+    messages = []
+    if system:
+        messages.append({"role": "system", "content": [{"type": "text", "text": system}]})
+    messages.append({"role": "user", "content": [{"type": "image"}, {"type": "text", "text": text}]})
+    if getattr(processor, "chat_template", None):
+        return processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    image = getattr(processor, "image_token", "<image>")
+    return f"{system + ' ' if system else ''}USER: {image}\n{text} ASSISTANT:"
+
+
+# --------------------------------------------------------------------------------------------
+# encoding
+# --------------------------------------------------------------------------------------------
+@dataclass
+class Encoded:
+    """One tokenised sequence: prompt (image placeholders expanded) followed by ``answer_ids``."""
+
+    input_ids: list[int]
+    pixel_values: torch.Tensor
+    n_prompt: int
+    labels: list[int] = field(default_factory=list)
+
+
+class Encoder:
+    """Prompt + answer -> token ids of a LLaVA processor, with the answer's tokens known exactly."""
+
+    def __init__(self, processor, max_length: int):
+        self.processor = processor
+        self.tokenizer = processor.tokenizer
+        self.max_length = int(max_length)
+        self._answers: dict[tuple[str, str], list[int]] = {}
+        if self.tokenizer.pad_token_id is None and self.tokenizer.eos_token_id is None:
+            raise ConfigError("vlm: the tokenizer has neither a pad nor an EOS token. Fix: use a LLaVA processor")
+
+    @property
+    def pad_id(self) -> int:
+        tok = self.tokenizer
+        return int(tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id)
+
+    def answer_ids(self, prompt: str, answer: str) -> list[int]:
+        """Token ids of ``" " + answer`` as they follow ``prompt`` (LLaVA's ``ASSISTANT: <answer>``): the tail of
+        tokenising prompt + answer when the prompt's tokens are its prefix, else the answer tokenised alone."""
+        key = (prompt, answer)
+        if key not in self._answers:
+            p = self.tokenizer(prompt).input_ids
+            f = self.tokenizer(f"{prompt} {answer}").input_ids
+            if len(f) > len(p) and f[:len(p)] == p:
+                ids = f[len(p):]
+            else:
+                ids = self.tokenizer(f" {answer}", add_special_tokens=False).input_ids
+            if not ids:
+                raise ConfigError(f"vlm: the answer {answer!r} tokenises to nothing. Fix: use a non-empty answer")
+            self._answers[key] = list(ids)
+        return self._answers[key]
+
+    def prompt(self, image, prompt: str) -> tuple[list[int], torch.Tensor]:
+        enc = self.processor(text=[prompt], images=[image], return_tensors="pt")
+        return enc["input_ids"][0].tolist(), enc["pixel_values"][0]
+
+    def encode(self, image, prompt: str, answer: str | None, *, eos: bool, where: tuple = (None, None)) -> Encoded:
+        """``prompt`` (+ ``answer`` (+ EOS)); labels hold -100 on every prompt token. ``where`` = (file, row)
+        names the input in the error raised for sequences longer than ``max_length``."""
+        ids, pixels = self.prompt(image, prompt)
+        n_prompt = len(ids)
+        answer_ids = self.answer_ids(prompt, answer) if answer is not None else []
+        if eos and self.tokenizer.eos_token_id is not None:
+            answer_ids = answer_ids + [int(self.tokenizer.eos_token_id)]
+        full = ids + answer_ids
+        if len(full) > self.max_length:
+            raise input_error(where[0] or "<vlm input>", where[1],
+                              f"the conversation is {len(full)} tokens, longer than vlm.max_length "
+                              f"({self.max_length})", "shorten the captions or raise vlm.max_length "
+                              "(sequences are never truncated: the answer would be cut off)")
+        return Encoded(full, pixels, n_prompt, [IGNORE] * n_prompt + answer_ids)
+
+
+def collate(items: Sequence[Encoded], pad_id: int) -> dict[str, torch.Tensor]:
+    """Right-padded batch: ``input_ids``, ``attention_mask``, ``pixel_values``, ``labels`` (-100 on padding)."""
+    width = max(len(e.input_ids) for e in items)
+    ids = torch.full((len(items), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(items), width), dtype=torch.long)
+    labels = torch.full((len(items), width), IGNORE, dtype=torch.long)
+    for i, e in enumerate(items):
+        n = len(e.input_ids)
+        ids[i, :n] = torch.tensor(e.input_ids, dtype=torch.long)
+        mask[i, :n] = 1
+        labels[i, :n] = torch.tensor(e.labels, dtype=torch.long)
+    return {"input_ids": ids, "attention_mask": mask, "pixel_values": torch.stack([e.pixel_values for e in items]),
+            "labels": labels}
+
+
+# --------------------------------------------------------------------------------------------
+# scoring
+# --------------------------------------------------------------------------------------------
+class VlmScorer(Scorer):
+    """Log-likelihood scorer over a ``LlavaForConditionalGeneration`` (CounterCurate §4).
+
+    ``score_pairs(images, texts)`` (and ``score_index_pairs`` / ``score_matrix``, as the ITM scorers of
+    :mod:`counterfactory.scorers`): log-likelihood of each caption as the answer to ``caption_prompt`` given
+    the image. :meth:`choose`: the paper's two-caption question, margin of the two answer letters."""
+
+    def __init__(self, model, processor, *, settings: VlmSettings | None = None, **kw):
+        self.settings = settings or VlmSettings()
+        kw.setdefault("batch_size", self.settings.eval_batch_size)
+        super().__init__(model, **kw)
+        self.processor = processor
+        self.encoder = Encoder(processor, self.settings.max_length)
+
+    # model calls -----------------------------------------------------------------------------
+    @torch.no_grad()
+    def _logprobs(self, items: Sequence[Encoded]) -> list[torch.Tensor]:
+        """Per item: log-probabilities (float32) of its answer tokens, one forward pass per batch."""
+        batch = collate(items, self.encoder.pad_id)
+        out = self.model(input_ids=batch["input_ids"].to(self.device),
+                         attention_mask=batch["attention_mask"].to(self.device),
+                         pixel_values=self._pixels(batch["pixel_values"]))
+        logits = out.logits
+        result = []
+        for i, e in enumerate(items):
+            n = len(e.input_ids)
+            if n == e.n_prompt:
+                result.append(torch.zeros(0))
+                continue
+            step = torch.log_softmax(logits[i, e.n_prompt - 1:n - 1].float(), dim=-1)
+            target = batch["input_ids"][i, e.n_prompt:n].to(step.device)
+            result.append(step.gather(-1, target[:, None])[:, 0].cpu())
+        return result
+
+    def _run(self, jobs: Sequence[tuple[ImageLike, str, str | None]], desc: str) -> list[torch.Tensor]:
+        """Answer-token log-probabilities of (image, prompt, answer) jobs, in batches of ``batch_size``."""
+        out: list[torch.Tensor] = []
+        starts = range(0, len(jobs), self.batch_size)
+        for start in self._bar(starts, total=len(starts), desc=desc):
+            chunk = jobs[start:start + self.batch_size]
+            items = [self.encoder.encode(load_image(img), prompt, answer, eos=False) for img, prompt, answer in chunk]
+            out.extend(self._logprobs(items))
+        return out
+
+    # interface -------------------------------------------------------------------------------
+    def score_index_pairs(self, images, texts, image_idx, text_idx) -> np.ndarray:
+        """Log-likelihood of ``texts[text_idx[k]]`` given ``images[image_idx[k]]`` (sum or mean over tokens)."""
+        image_idx, text_idx = np.asarray(image_idx, dtype=np.int64), np.asarray(text_idx, dtype=np.int64)
+        if len(image_idx) != len(text_idx):
+            raise ValueError(f"score_index_pairs: {len(image_idx)} image indexes but {len(text_idx)} text indexes")
+        prompt = render_prompt(self.processor, self.settings.caption_prompt, self.settings.system)
+        jobs = [(images[i], prompt, str(texts[j])) for i, j in zip(image_idx, text_idx)]
+        lp = self._run(jobs, "caption log-likelihood")
+        reduce = (lambda t: float(t.mean())) if self.settings.caption_score == "mean" else (lambda t: float(t.sum()))
+        return np.array([reduce(t) for t in lp], dtype=np.float64)
+
+    def score_matrix(self, images, texts) -> np.ndarray:
+        ii, tt = np.meshgrid(np.arange(len(images)), np.arange(len(texts)), indexing="ij")
+        return self.score_index_pairs(images, texts, ii.ravel(), tt.ravel()).reshape(len(images), len(texts))
+
+    def choice_table(self, images: Sequence[ImageLike], captions_a: Sequence[str], captions_b: Sequence[str],
+                     order: str | None = None, seed: int | None = None) -> pd.DataFrame:
+        """One row per item: ``a_first`` (caption_a shown as option A; both orders: ``None``), ``logp_a`` /
+        ``logp_b`` (log-likelihood of the letter naming caption_a / caption_b, averaged over orders for
+        ``both``), ``margin`` = logp_a - logp_b and ``choice`` (``a`` when margin > 0, else ``b``)."""
+        n = len(images)
+        if not (len(captions_a) == len(captions_b) == n):
+            raise ValueError(f"choose: {n} images, {len(captions_a)} captions_a and {len(captions_b)} captions_b; "
+                             "they must be aligned")
+        order = order or self.settings.choice_order
+        seed = self.settings.choice_seed if seed is None else seed
+        if order == "fixed":
+            orders = [np.ones(n, dtype=bool)]
+        elif order == "random":  # the authors' random.randint(0, 1) per item, seeded
+            orders = [np.random.default_rng(seed).integers(0, 2, size=n) == 0]
+        elif order == "both":
+            orders = [np.ones(n, dtype=bool), np.zeros(n, dtype=bool)]
+        else:
+            raise ConfigError(f"{SECTION}.choice_order: {order!r}. Fix: use random, fixed or both")
+        logp_a, logp_b = np.zeros(n), np.zeros(n)
+        for a_first in orders:
+            jobs = []
+            for i in range(n):
+                first, second = (captions_a[i], captions_b[i]) if a_first[i] else (captions_b[i], captions_a[i])
+                prompt = render_prompt(self.processor, choice_question(self.settings, str(first), str(second)),
+                                       self.settings.system)
+                jobs += [(images[i], prompt, LETTERS[0]), (images[i], prompt, LETTERS[1])]
+            lp = self._letter_logprobs(jobs)
+            la, lb = lp[0::2], lp[1::2]  # log p("A"), log p("B")
+            logp_a += np.where(a_first, la, lb) / len(orders)
+            logp_b += np.where(a_first, lb, la) / len(orders)
+        margin = logp_a - logp_b
+        return pd.DataFrame({"a_first": orders[0] if len(orders) == 1 else [None] * n, "logp_a": logp_a,
+                             "logp_b": logp_b, "margin": margin, "choice": np.where(margin > 0, "a", "b")})
+
+    def _letter_logprobs(self, jobs: list[tuple[ImageLike, str, str]]) -> np.ndarray:
+        """log p(letter | image, prompt) of (image, prompt, letter) jobs; when every letter is one token, one
+        forward pass per prompt scores both letters (pairs of jobs share their image and prompt)."""
+        single = all(len(self.encoder.answer_ids(p, a)) == 1 for _, p, a in jobs)
+        if not single:
+            return np.array([float(t.sum()) for t in self._run(jobs, "choice")], dtype=np.float64)
+        out = np.zeros(len(jobs))
+        pairs = list(range(0, len(jobs), 2))
+        starts = range(0, len(pairs), self.batch_size)
+        for start in self._bar(starts, total=len(starts), desc="choice"):
+            chunk = pairs[start:start + self.batch_size]
+            items = [self.encoder.encode(load_image(jobs[k][0]), jobs[k][1], None, eos=False) for k in chunk]
+            batch = collate(items, self.encoder.pad_id)
+            with torch.no_grad():
+                logits = self.model(input_ids=batch["input_ids"].to(self.device),
+                                    attention_mask=batch["attention_mask"].to(self.device),
+                                    pixel_values=self._pixels(batch["pixel_values"])).logits
+            for row, (k, e) in enumerate(zip(chunk, items)):
+                step = torch.log_softmax(logits[row, e.n_prompt - 1].float(), dim=-1).cpu()
+                for j in (k, k + 1):
+                    out[j] = float(step[self.encoder.answer_ids(jobs[j][1], jobs[j][2])[0]])
+        return out
+
+    def choose(self, images, captions_a, captions_b, order: str | None = None, seed: int | None = None) -> np.ndarray:
+        """Margins ``log p(letter of a) - log p(letter of b)``; > 0 means the model chooses ``captions_a``."""
+        return self.choice_table(images, captions_a, captions_b, order, seed)["margin"].to_numpy(np.float64)
+
+    def describe(self) -> dict:
+        return {**super().describe(), "kind": "generative", "caption_score": self.settings.caption_score,
+                "choice_order": self.settings.choice_order}
+
+
+def scorer_from_config(cfg: dict, role: str = ROLE, progress: bool = False, **kw) -> VlmScorer:
+    """A :class:`VlmScorer` over ``registry.load(cfg, role)`` with the ``vlm`` section's settings and the
+    config's device / precision."""
+    from ...device import from_config
+    from ...models import registry
+
+    model, processor = registry.load(cfg, role)
+    device, dtype = from_config(cfg)
+    return VlmScorer(model, processor, settings=VlmSettings.from_config(cfg), name=role, device=device,
+                     dtype=dtype, progress=progress, **kw)
+
+
+def choose(cfg: dict, role: str, images: Sequence[ImageLike], captions_a: Sequence[str],
+           captions_b: Sequence[str]) -> np.ndarray:
+    """CounterCurate's LLaVA protocol (§4.2-§4.4): for each image, the margin ``log p(letter of captions_a[i])
+    - log p(letter of captions_b[i])`` of the two-option question; > 0 means ``captions_a[i]`` is chosen (with
+    ``captions_a`` the positives, accuracy is ``mean(margin > 0)``)."""
+    return scorer_from_config(cfg, role).choose(images, captions_a, captions_b)
+
+
+# --------------------------------------------------------------------------------------------
+# data
+# --------------------------------------------------------------------------------------------
+def read_pairs(path: str | os.PathLike) -> pd.DataFrame:
+    """Rows ``image_path, caption, negative_caption[, negative_image_path]`` (parquet or CSV) with relative image
+    paths resolved against the table's folder; every problem is an error naming the file and the row."""
+    path = Path(path)
+    if not path.exists():
+        raise input_error(path, None, "caption-pair table not found", "check the path and that its step has run")
+    try:
+        frame = pd.read_csv(path) if path.suffix.lower() == ".csv" else pd.read_parquet(path)
+    except Exception as exc:  # pyarrow / pandas raise several types
+        raise input_error(path, None, f"not a readable table ({exc})", "regenerate it") from exc
+    missing = [c for c in COLUMNS if c not in frame.columns]
+    if missing:
+        raise input_error(path, None, f"missing column(s) {missing}",
+                          f"the table needs {list(COLUMNS)} (and optionally {NEGATIVE_IMAGE})")
+    if frame.empty:
+        raise input_error(path, None, "no rows", "check the step that wrote it")
+    frame = frame.reset_index(drop=True)
+    base = path.resolve().parent
+    out = {c: [] for c in (*COLUMNS, NEGATIVE_IMAGE)}
+    for i, row in enumerate(frame.itertuples(index=False)):
+        rec = row._asdict()
+        for col in ("caption", "negative_caption"):
+            v = rec[col]
+            if not isinstance(v, str) or not v.strip():
+                raise input_error(path, f"row {i}", f"{col} is {v!r}, not a non-empty text", "fix or drop the row")
+        if rec["caption"].strip() == rec["negative_caption"].strip():
+            raise input_error(path, f"row {i}", "caption and negative_caption are the same",
+                              "a negative must differ from its positive; fix or drop the row")
+        images = [("image_path", rec["image_path"], True), (NEGATIVE_IMAGE, rec.get(NEGATIVE_IMAGE), False)]
+        for col, v, required in images:
+            empty = not v.strip() if isinstance(v, str) else _missing(v)
+            if empty:
+                if required:
+                    raise input_error(path, f"row {i}", f"{col} is empty", "give every row its image")
+                out[col].append(None)
+                continue
+            if not isinstance(v, str):
+                raise input_error(path, f"row {i}", f"{col} is {v!r}, not a path", "fix the row")
+            p = v if os.path.isabs(v) else str(base / v)
+            if not os.path.isfile(p):
+                raise input_error(path, f"row {i}", f"{col} {p} does not exist",
+                                  "check the path (relative paths are relative to the table's folder)")
+            out[col].append(p)
+        out["caption"].append(rec["caption"].strip())
+        out["negative_caption"].append(rec["negative_caption"].strip())
+    return pd.DataFrame(out)
+
+
+def _missing(value) -> bool:
+    """None, NaN or pd.NA (how parquet / CSV give an empty optional cell)."""
+    try:
+        return value is None or bool(pd.isna(value))
+    except (TypeError, ValueError):  # arrays and other non-scalars are not "missing"
+        return False
+
+
+@dataclass(frozen=True)
+class Conversation:
+    """One training conversation: image, user question (both captions as options A/B), assistant answer."""
+
+    image_path: str
+    question: str
+    answer: str
+    row: int
+    source: str = "<data>"
+
+
+def conversations(frame: pd.DataFrame, settings: VlmSettings, seed: int,
+                  source: str | os.PathLike = "<data>") -> list[Conversation]:
+    """§3.5 / Figure 3 (b): per row, the positive image asked to choose between caption and negative in a
+    seeded random order, answered with the caption's letter; with a negative image, the same question on it
+    answered with the negative's letter (the authors' ``prep_training_data_llava.py``)."""
+    coins = np.random.default_rng(seed).integers(0, 2, size=len(frame))
+    out = []
+    for i, row in enumerate(frame.itertuples(index=False)):
+        caption_first = bool(coins[i] == 0)
+        first, second = (row.caption, row.negative_caption) if caption_first else (row.negative_caption, row.caption)
+        question = choice_question(settings, first, second)
+        pos, neg = (LETTERS[0], LETTERS[1]) if caption_first else (LETTERS[1], LETTERS[0])
+        out.append(Conversation(row.image_path, question, pos, i, str(source)))
+        neg_image = getattr(row, NEGATIVE_IMAGE, None)
+        if isinstance(neg_image, str) and neg_image:
+            out.append(Conversation(neg_image, question, neg, i, str(source)))
+    return out
+
+
+class ConversationCollator:
+    """Conversations -> a right-padded training batch with the prompt masked (labels -100)."""
+
+    def __init__(self, processor, settings: VlmSettings):
+        self.encoder = Encoder(processor, settings.max_length)
+        self.processor = processor
+        self.settings = settings
+
+    def encode(self, conv: Conversation) -> Encoded:
+        from PIL import Image
+
+        try:
+            with Image.open(conv.image_path) as im:
+                image = im.convert("RGB")
+        except (OSError, ValueError) as exc:
+            raise input_error(conv.source, f"row {conv.row}", f"cannot read image {conv.image_path} ({exc})",
+                              "replace the file or drop the row") from exc
+        prompt = render_prompt(self.processor, conv.question, self.settings.system)
+        return self.encoder.encode(image, prompt, conv.answer, eos=True, where=(conv.source, f"row {conv.row}"))
+
+    def __call__(self, convs: Sequence[Conversation]) -> dict[str, torch.Tensor]:
+        return collate([self.encode(c) for c in convs], self.encoder.pad_id)
+
+
+# --------------------------------------------------------------------------------------------
+# fine-tuning
+# --------------------------------------------------------------------------------------------
+class _ListDataset(torch.utils.data.Dataset):
+    def __init__(self, items: list):
+        self.items = items
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, i: int):
+        return self.items[i]
+
+
+def _prepare_model(model, settings: VlmSettings, seed: int):
+    """Freeze the vision tower (LLaVA-1.5); wrap in LoRA when configured (projector fully trained)."""
+    from transformers import set_seed
+
+    set_seed(seed)
+    vision = getattr(model, "vision_tower", None) or model.model.vision_tower
+    if settings.freeze_vision:
+        for p in vision.parameters():
+            p.requires_grad_(False)
+    if settings.gradient_checkpointing:
+        model.gradient_checkpointing_enable()
+    if settings.lora is None:
+        return model
+    from peft import LoraConfig, get_peft_model
+
+    lora = settings.lora
+    config = LoraConfig(r=int(lora["r"]), lora_alpha=float(lora["alpha"]), lora_dropout=float(lora["dropout"]),
+                        target_modules=LORA_TARGETS, modules_to_save=["multi_modal_projector"], bias="none")
+    model = get_peft_model(model, config)
+    if settings.gradient_checkpointing:
+        model.enable_input_require_grads()
+    return model
+
+
+@dataclass
+class VlmTrainResult:
+    history: list[dict]
+    steps: int
+    best_step: int | None
+    best_val_loss: float | None
+    examples: int
+
+
+def finetune(model, processor, train: pd.DataFrame, settings: VlmSettings, seed: int, *,
+             val: pd.DataFrame | None = None, device: torch.device | str = "cpu", precision: str = "fp32",
+             source: str | os.PathLike = "<data>", val_source: str | os.PathLike = "<validation data>",
+             progress: bool = False, scratch_dir: str | os.PathLike | None = None):
+    """Fine-tune ``model`` on conversations from ``train`` (rows of :func:`read_pairs`); returns
+    ``(model, result)`` where ``model`` is a plain ``LlavaForConditionalGeneration`` on CPU (LoRA merged) holding
+    the final weights, or the best validation checkpoint's when ``val`` is given."""
+    from transformers import Trainer, TrainingArguments
+
+    from ...device import resolve_dtype
+    from ...training.trainer import cpu_threads, deterministic_algorithms
+
+    device = torch.device(device)
+    train_convs = conversations(train, settings, seed, source)
+    val_convs = conversations(val, settings, seed + 1, val_source) if val is not None and len(val) else None
+    collator = ConversationCollator(processor, settings)
+    for conv in train_convs[:1]:  # fail early on an over-long first conversation / unreadable image
+        collator.encode(conv)
+    dtype = resolve_dtype(precision, device)
+    scratch = Path(tempfile.mkdtemp(prefix=".vlm-trainer-", dir=scratch_dir))
+    steps_per_epoch = math.ceil(len(train_convs) / (settings.batch_size * settings.grad_accum_steps))
+    eval_every = min(settings.eval_every or steps_per_epoch, settings.max_steps or steps_per_epoch * 10**6)
+    try:
+        with deterministic_algorithms(settings.deterministic), cpu_threads(settings.cpu_threads, device):
+            model = _prepare_model(model.train(), settings, seed)
+            selecting = val_convs is not None
+            args = TrainingArguments(
+                output_dir=str(scratch), learning_rate=settings.lr, weight_decay=settings.weight_decay,
+                per_device_train_batch_size=settings.batch_size, per_device_eval_batch_size=settings.eval_batch_size,
+                gradient_accumulation_steps=settings.grad_accum_steps, num_train_epochs=float(settings.epochs),
+                max_steps=settings.max_steps or -1, lr_scheduler_type=settings.lr_scheduler,
+                warmup_steps=float(settings.warmup_ratio),  # a float < 1 is a ratio of the steps
+                max_grad_norm=settings.max_grad_norm,
+                optim="adamw_torch", seed=seed, data_seed=seed, logging_strategy="steps", logging_steps=1,
+                eval_strategy="steps" if selecting else "no", eval_steps=eval_every if selecting else None,
+                save_strategy="steps" if selecting else "no", save_steps=eval_every, save_total_limit=1,
+                save_only_model=True, load_best_model_at_end=selecting, metric_for_best_model="loss",
+                greater_is_better=False, prediction_loss_only=True, report_to="none", disable_tqdm=not progress,
+                use_cpu=device.type == "cpu", dataloader_num_workers=0, remove_unused_columns=False,
+                fp16=dtype == torch.float16, bf16=dtype == torch.bfloat16,
+            )
+            trainer = Trainer(model=model, args=args, train_dataset=_ListDataset(train_convs),
+                              eval_dataset=_ListDataset(val_convs) if selecting else None, data_collator=collator)
+            if not progress:
+                from transformers.trainer_callback import PrinterCallback
+
+                trainer.remove_callback(PrinterCallback)
+            trainer.train()
+        state = trainer.state
+        model = trainer.model
+        if settings.lora is not None:
+            model = model.merge_and_unload()
+        model = model.to("cpu").eval()
+        for p in model.parameters():
+            p.requires_grad_(True)
+        by_step: dict[int, dict] = {}  # the Trainer logs training and validation loss of a step separately
+        for h in state.log_history:
+            if "loss" in h or "eval_loss" in h:
+                row = by_step.setdefault(int(h.get("step", 0)), _history_row(h))
+                row.update({k: v for k, v in _history_row(h).items() if not math.isnan(v)})
+        history = list(by_step.values())
+        best_step = state.best_global_step if selecting else None
+        best = float(state.best_metric) if selecting and state.best_metric is not None else None
+        return model, VlmTrainResult(history, int(state.global_step), best_step, best, len(train_convs))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _history_row(h: dict) -> dict:
+    return {"step": int(h.get("step", 0)), "epoch": float(h.get("epoch", math.nan)),
+            "train_loss": float(h.get("loss", math.nan)), "val_loss": float(h.get("eval_loss", math.nan)),
+            "lr": float(h.get("learning_rate", math.nan))}
+
+
+def train_run(cfg: dict, data: str | os.PathLike, out_dir: str | os.PathLike, seed: int, *, role: str = ROLE,
+              val_data: str | os.PathLike | None = None, progress: bool = False) -> VlmTrainResult:
+    """``vlm-train``: load ``role``, fine-tune on ``data``, write ``out_dir/model`` (model + processor, loadable by
+    the ``vlm`` loader), ``out_dir/history.csv`` and ``out_dir/run.json``; ``out_dir`` is replaced atomically."""
+    from ...device import resolve_device
+    from ...io import atomic_dir, write_csv, write_json
+    from ...models import registry
+
+    settings = VlmSettings.from_config(cfg)
+    Path(out_dir).resolve().parent.mkdir(parents=True, exist_ok=True)
+    train = read_pairs(data)
+    val = read_pairs(val_data) if val_data else None
+    model, processor = registry.load(cfg, role)
+    device = resolve_device(cfg.get("device", "auto"))
+    model, result = finetune(model, processor, train, settings, seed, val=val, device=device,
+                             precision=cfg.get("precision", "fp32"), source=data, val_source=val_data or "",
+                             progress=progress, scratch_dir=Path(out_dir).resolve().parent)
+    spec = registry.model_spec(cfg, role)
+    with atomic_dir(out_dir) as tmp:
+        model.save_pretrained(tmp / "model", safe_serialization=True)
+        processor.save_pretrained(tmp / "model")
+        write_csv(tmp / "history.csv", pd.DataFrame(result.history, columns=["step", "epoch", "train_loss",
+                                                                             "val_loss", "lr"]))
+        write_json(tmp / "run.json", {
+            "role": role, "base_model": spec.source, "base_revision": spec.revision, "data": str(data),
+            "val_data": str(val_data) if val_data else None, "seed": seed, "rows": len(train),
+            "conversations": result.examples, "steps": result.steps, "best_step": result.best_step,
+            "best_val_loss": result.best_val_loss, "lora_merged": settings.lora is not None,
+            "settings": settings.as_dict(), "device": str(device), "precision": cfg.get("precision", "fp32")})
+    log.info("vlm-train: %d conversations, %d steps; checkpoint %s", result.examples, result.steps,
+             Path(out_dir) / "model")
+    return result
+
+
+def score_table(cfg: dict, role: str, data: str | os.PathLike, progress: bool = False) -> pd.DataFrame:
+    """``vlm-score``: per row of ``data`` the caption and negative log-likelihoods (``score_pairs``) and the
+    two-option choice (margin > 0: the caption is chosen)."""
+    frame = read_pairs(data)
+    scorer = scorer_from_config(cfg, role, progress=progress)
+    images = frame["image_path"].tolist()
+    table = scorer.choice_table(images, frame["caption"].tolist(), frame["negative_caption"].tolist())
+    return pd.DataFrame({
+        "row": np.arange(len(frame)), "image_path": images, "caption": frame["caption"],
+        "negative_caption": frame["negative_caption"],
+        "logp_caption": scorer.score_pairs(images, frame["caption"].tolist()),
+        "logp_negative": scorer.score_pairs(images, frame["negative_caption"].tolist()),
+        "caption_first": table["a_first"], "logp_letter_caption": table["logp_a"],
+        "logp_letter_negative": table["logp_b"], "choice_margin": table["margin"],
+        "chose_caption": table["margin"] > 0})
+
+
+# --------------------------------------------------------------------------------------------
+# CLI
+# --------------------------------------------------------------------------------------------
+def load_cfg(paths: Sequence[str | os.PathLike]):
+    """The ``countercurate`` view of config files. Until the schema knows the study, the files are merged
+    without validation and the ``countercurate:`` section is lifted to the top level (as a view does)."""
+    from ...config import SHARED_SECTIONS, deep_merge, load_config, read_yaml, studies
+
+    if "countercurate" in studies():
+        return load_config(paths, study="countercurate")
+    if not paths:
+        raise ConfigError("no configuration file given. Fix: pass --config FILE")
+    cfg: dict = {}
+    for p in paths:
+        cfg = deep_merge(cfg, read_yaml(Path(p)))
+    view = {k: copy.deepcopy(cfg[k]) for k in SHARED_SECTIONS if k in cfg}
+    view.update(copy.deepcopy(cfg.get("countercurate") or {}))
+    view["study"] = "countercurate"
+    return view
+
+
+def _cmd_train(args) -> int:
+    cfg = load_cfg(args.config)
+    result = train_run(cfg, args.data, args.out_dir, args.seed, role=args.role, val_data=args.val_data,
+                       progress=not args.no_progress)
+    print(f"trained {result.steps} steps on {result.examples} conversations; checkpoint {Path(args.out_dir) / 'model'}")
+    return 0
+
+
+def _cmd_score(args) -> int:
+    from ...io import write_csv
+
+    cfg = load_cfg(args.config)
+    if args.batch_size is not None:
+        cfg = {**cfg, SECTION: {**(cfg.get(SECTION) or {}), "eval_batch_size": args.batch_size}}
+    table = score_table(cfg, args.role, args.data, progress=not args.no_progress)
+    write_csv(args.out, table)
+    print(f"{len(table)} rows: chose the caption {table['chose_caption'].mean():.4f}, caption more likely than "
+          f"negative {(table['logp_caption'] > table['logp_negative']).mean():.4f}")
+    return 0
+
+
+def add_cli(subparsers) -> None:
+    """Register ``counterfactory countercurate vlm-train`` and ``vlm-score``."""
+    t = subparsers.add_parser("vlm-train", help="fine-tune the vlm role (LLaVA-1.5 class) on caption pairs as "
+                              "conversations (§3.5)", description=__doc__.split("\n\n")[0])
+    t.add_argument("--config", action="append", required=True, metavar="FILE", help="config file (repeatable)")
+    t.add_argument("--data", required=True, metavar="FILE.parquet",
+                   help="rows image_path, caption, negative_caption[, negative_image_path] (paths relative to "
+                        "the table's folder or absolute)")
+    t.add_argument("--val-data", metavar="FILE.parquet", help="validation rows: keep the lowest-loss checkpoint")
+    t.add_argument("--out-dir", required=True, metavar="DIR",
+                   help="writes DIR/model (loadable as models.vlm.source), history.csv, run.json")
+    t.add_argument("--seed", type=int, required=True)
+    t.add_argument("--role", default=ROLE, metavar="ROLE", help=f"model role to fine-tune (default {ROLE})")
+    t.add_argument("--no-progress", action="store_true")
+    t.set_defaults(func=_cmd_train)
+    s = subparsers.add_parser("vlm-score", help="score caption pairs with the vlm role: caption log-likelihoods "
+                              "and the two-option choice (§4)", description=__doc__.split("\n\n")[0])
+    s.add_argument("--config", action="append", required=True, metavar="FILE", help="config file (repeatable)")
+    s.add_argument("--role", default=ROLE, metavar="ROLE", help=f"model role (default {ROLE})")
+    s.add_argument("--data", required=True, metavar="FILE.parquet",
+                   help="rows image_path, caption, negative_caption (paths relative to the table's folder)")
+    s.add_argument("--out", required=True, metavar="FILE.csv", help="one row per input row")
+    s.add_argument("--batch-size", type=int, metavar="N", help="override vlm.eval_batch_size")
+    s.add_argument("--no-progress", action="store_true")
+    s.set_defaults(func=_cmd_score)
