@@ -27,7 +27,16 @@ rule social_generate:
     """§3.3: over-generate candidate sets for one shard of caption sets (a set per batch, shared base attention)."""
     input:
         sets=rules.social_captions.output,
-        models=model_inputs("sd", "vae"),
+        # adaptive mode (ours) scores each batch with the filter.clip model: then it is an input too
+        models=lambda wildcards: model_inputs(
+            "sd",
+            "vae",
+            *(
+                [view(wildcards.study)["filter"]["clip"]["role"]]
+                if view(wildcards.study)["images"]["adaptive"]["enabled"]
+                else []
+            ),
+        )(wildcards),
     output:
         table=f"{S}/generation/shards/{{shard}}/candidates.parquet",
         summary=f"{S}/generation/shards/{{shard}}/summary.json",
@@ -46,7 +55,19 @@ rule social_generate:
         gpu=GPU,
         hpu=HPU,
     params:
-        config=job_config("images", "seed", "models.sd", "models.vae", *DEVICE_KEYS),
+        config=job_config(
+            "images",
+            "seed",
+            "models.sd",
+            "models.vae",
+            # adaptive mode: the CLIP stage's settings and model decide which candidates are made
+            lambda wildcards: (
+                ["filter.clip", "models." + view(wildcards.study)["filter"]["clip"]["role"]]
+                if view(wildcards.study)["images"]["adaptive"]["enabled"]
+                else []
+            ),
+            *DEVICE_KEYS,
+        ),
         out_dir=lambda wildcards, output: Path(output.table).parent,
     shell:
         "counterfactory social generate {params.config} --sets {input.sets:q} --shard {wildcards.shard}"

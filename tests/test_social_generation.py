@@ -346,3 +346,106 @@ def test_cli_generate_and_merge(tmp_path, models, monkeypatch, capsys):
     assert len(t) == 2 * N * 3 + 2 * N * 2 and all((tmp_path / "gen" / p).exists() for p in t["image_path"])
     with pytest.raises(SystemExit):
         ap.parse_args(["generate", "--config", "c", "--sets", "s", "--shard", "-1", "--out-dir", "o"])
+
+
+# --------------------------------------------------------------------------- adaptive mode (ours)
+
+NA = 5   # candidate sets per caption set in the adaptive tests (batches of 2: 2, 2, 1)
+
+
+@pytest.fixture(scope="module")
+def clip_model(tmp_path_factory):
+    from counterfactory.models import tiny
+
+    return str(tiny.build("clip_filter", tmp_path_factory.mktemp("tiny_clip")))
+
+
+def _adaptive_cfg(models, clip_model, enabled=True, target=1, ic_min=0.2, ii_min=0.2, **images):
+    cfg = _cfg(models, **{"candidates_per_set": NA, "adaptive": {"enabled": enabled, "target": target}, **images})
+    cfg["models"]["clip_filter"] = {"source": clip_model}
+    cfg["filter"] = {"clip": {"role": "clip_filter", "image_caption_min": ic_min, "image_image_min": ii_min}}
+    return cfg
+
+
+def test_adaptive_stops_early_and_outputs_are_a_prefix_of_the_full_run(tmp_path, models, clip_model, engine):
+    sets = _write(tmp_path / "sets.parquet")
+    full_cfg = _adaptive_cfg(models, clip_model, enabled=False)
+    full = _run(full_cfg, sets, 0, tmp_path / "full", engine)            # pg_nurse, pg_pilot: 2 members each
+    assert full["candidates_generated"] == 2 * NA and full["sets_stopped_early"] == 0
+    assert full["adaptive"] == {"enabled": False}
+    ft = pd.read_parquet(tmp_path / "full" / "candidates.parquet")
+    per_cand = 2 * 2 * 2                                                 # members x CFG x steps
+    # every candidate set passes (thresholds -1): 2 pass after batch 1, 4 after batch 2 >= 3 -> stop at 4 of 5
+    ad = _run(_adaptive_cfg(models, clip_model, target=3, ic_min=-1.0, ii_min=-1.0), sets, 0, tmp_path / "ad", engine)
+    assert ad["candidates_generated"] == 2 * 4 and ad["sets_stopped_early"] == 2
+    assert ad["adaptive"] == {"enabled": True, "target": 3, "clip_role": "clip_filter", "image_caption_min": -1.0,
+                              "image_image_min": -1.0}
+    assert ad["unet_evals"] == 2 * 4 * per_cand and full["unet_evals"] == 2 * NA * per_cand
+    assert ad["per_set"]["pg_nurse"] == {"candidates": 4, "unet_evals": 4 * per_cand, "stopped_early": True,
+                                         "clip_passed": 4}
+    at = pd.read_parquet(tmp_path / "ad" / "candidates.parquet")
+    prefix = ft[ft["candidate_index"] < 4].reset_index(drop=True)
+    pd.testing.assert_frame_equal(at, prefix)                            # same candidates, seeds, p, guidance
+    full_images = _tree(tmp_path / "full" / "images")
+    assert _tree(tmp_path / "ad" / "images") == {k: v for k, v in full_images.items() if "c0004_" not in k}
+    # nothing passes (image-caption cosine >= 1): every candidate is made, the outputs are the full run's
+    none = _run(_adaptive_cfg(models, clip_model, target=1, ic_min=1.0), sets, 0, tmp_path / "none", engine)
+    assert none["candidates_generated"] == 2 * NA and none["sets_stopped_early"] == 0
+    assert none["per_set"]["pg_pilot"]["clip_passed"] == 0 and not none["per_set"]["pg_pilot"]["stopped_early"]
+    pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "none" / "candidates.parquet"), ft)
+    assert _tree(tmp_path / "none" / "images") == full_images
+    # the target reached exactly at the last batch is not an early stop
+    last = _run(_adaptive_cfg(models, clip_model, target=NA, ic_min=-1.0, ii_min=-1.0, set_shard_size=1), sets, 0,
+                tmp_path / "last", engine)
+    assert last["candidates_generated"] == NA and last["sets_stopped_early"] == 0
+    # adaptive and fixed shards are different configurations: merging them is refused
+    assert len({full["config_digest"], ad["config_digest"], none["config_digest"]}) == 3
+
+
+def test_adaptive_digest_and_fingerprint_cover_the_clip_filter_only_when_on(tmp_path, models, clip_model):
+    import shutil
+
+    digest, ctx = sets_mod.set_config_digest, sets_mod._context
+    other_clip = tmp_path / "clip_copy"
+    shutil.copytree(clip_model, other_clip)
+
+    def variants(enabled):
+        base = _adaptive_cfg(models, clip_model, enabled=enabled)
+        thr = _adaptive_cfg(models, clip_model, enabled=enabled, ic_min=0.3)
+        mod = _adaptive_cfg(models, str(other_clip), enabled=enabled)
+        return base, thr, mod
+
+    def fp(cfg):
+        return sets_mod._set_fingerprint(ctx(cfg), "pg_nurse", ["a", "b"], 2)
+
+    base, thr, mod = variants(False)
+    plain = _cfg(models, candidates_per_set=NA)                          # no adaptive key, no CLIP model
+    assert digest(base) == digest(thr) == digest(mod) == digest(plain)
+    assert digest(_adaptive_cfg(models, clip_model, enabled=False, target=4)) == digest(plain)
+    assert fp(base) == fp(thr) == fp(mod) == fp(plain)
+    assert sets_mod.model_roles(base) == ("sd", "vae")
+    on, thr_on, mod_on = variants(True)
+    assert sets_mod.model_roles(on) == ("sd", "vae", "clip_filter")
+    assert len({digest(plain), digest(on), digest(thr_on), digest(mod_on),
+                digest(_adaptive_cfg(models, clip_model, target=2))}) == 5
+    assert len({fp(plain), fp(on), fp(thr_on), fp(mod_on)}) == 4
+    # filter keys the CLIP stage does not read (NSFW, detectability) still do not count
+    extra = json.loads(json.dumps(on))
+    extra["filter"]["nsfw"] = {"threshold": 0.9}
+    assert digest(extra) == digest(on) and fp(extra) == fp(on)
+    with pytest.raises(ConfigError, match="images.adaptive.target"):
+        sets_mod.AdaptiveSettings.from_config({"adaptive": {"enabled": True, "target": 0}})
+
+
+def test_adaptive_off_reuses_the_non_adaptive_cache(tmp_path, models, clip_model, engine):
+    """Off (whatever its target or the CLIP settings): the fingerprint, digest and outputs of a config
+    without the adaptive key, so its cached sets are reused as they are."""
+    sets = _write(tmp_path / "sets.parquet")
+    out = tmp_path / "s"
+    ref = _run(_cfg(models, keep_work=True), sets, 0, out, engine)
+    before = _tree(out)
+    seen = []
+    off = _adaptive_cfg(models, clip_model, enabled=False, target=2, ic_min=0.9, candidates_per_set=N,
+                        keep_work=True)
+    again = _run(off, sets, 0, out, engine, hook=lambda k, sid: seen.append(sid))
+    assert seen == [] and again["config_digest"] == ref["config_digest"] and _tree(out) == before

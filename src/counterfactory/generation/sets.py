@@ -7,9 +7,18 @@ each candidate draws ``p ~ U(0.1, 0.9)`` and, following the InstructPix2Pix gene
 guidance ``~ U(7.5, 15)``; all G members of a candidate share its seed, initial latent, sampler noise and
 the base member's self-attention, and are denoised in one batched UNet call (the "batched generation of
 multiple images with cross attention control" of §3.3). Several candidate sets share a call
-(``images.batch_size``, capped by ``images.max_images_per_call``). Candidates are never filtered here:
-the three-stage filter of §3.4 / §8.3 is a separate step that reads ``candidates.parquet``; so there is
-no adaptive early stop either (every set gets exactly ``n`` candidates, as in the paper).
+(``images.batch_size``, capped by ``images.max_images_per_call``). Candidates are not filtered here:
+the three-stage filter of §3.4 / §8.3 is a separate step that reads ``candidates.parquet``, and by
+default every set gets exactly ``n`` candidates, as in the paper.
+
+Adaptive mode (ours; ``images.adaptive.enabled``, off in the paper config). After each batch of candidate
+sets, the batch is scored with the CLIP stage of the filter (:func:`~counterfactory.studies.
+social_counterfactuals.filtering.clip_stage`, ``filter.clip`` thresholds and model role), and the caption
+set stops once ``images.adaptive.target`` of its candidate sets have passed. The candidates made are
+exactly the non-adaptive run's up to the stopping batch (same seeds, same batches), so a set's outputs are
+a prefix of the full run's; all of them (passed or not) are still written, and the filter step scores
+them again as usual. Since the CLIP settings and model then decide which candidates exist, they enter the
+config digest and the resume fingerprint, in adaptive mode only.
 
 Shards. Sets are ordered by ``sorted(set_id)`` (independent of the table's row order); shard ``k`` holds
 sets ``k*S .. (k+1)*S - 1`` with ``S = images.set_shard_size``. Randomness depends only on
@@ -94,6 +103,38 @@ class SetGenerationSettings:
         return out
 
 
+@dataclass(frozen=True)
+class AdaptiveSettings:
+    """``images.adaptive`` (ours; off = the paper's fixed ``candidates_per_set``): stop a caption set after
+    the first batch at which ``target`` of its candidate sets passed the CLIP stage (``filter.clip``)."""
+
+    enabled: bool = False
+    target: int = 1
+
+    @classmethod
+    def from_config(cls, images: dict) -> "AdaptiveSettings":
+        sec = images.get("adaptive") or {}
+        if not isinstance(sec, dict):
+            raise ConfigError(f"images.adaptive must be a mapping {{enabled, target}}, got {sec!r}. "
+                              "Fix: write e.g. adaptive: {enabled: false, target: 1}")
+        enabled, target = sec.get("enabled", False), sec.get("target", 1)
+        if not isinstance(enabled, bool):
+            raise ConfigError(f"images.adaptive.enabled must be true or false, got {enabled!r}. Fix: correct it")
+        if isinstance(target, bool) or not isinstance(target, int) or target < 1:
+            raise ConfigError(f"images.adaptive.target must be an integer >= 1, got {target!r}. "
+                              "Fix: the number of candidate sets that must pass the CLIP stage, e.g. 1")
+        return cls(enabled=enabled, target=target)
+
+
+def adaptive_clip(cfg: dict) -> tuple[str, Any]:
+    """``(model role, ClipThresholds)`` of ``filter.clip`` (defaults filled in, checked): what adaptive
+    mode scores with. Only ``filter.clip`` is read, so a job config holding just that key suffices."""
+    from ..studies.social_counterfactuals.filtering import settings as filter_settings
+
+    st = filter_settings({"filter": {"clip": (cfg.get("filter") or {}).get("clip") or {}}})
+    return st.clip_role, st.clip
+
+
 def set_batch_size(settings: GenerationSettings, sets: SetGenerationSettings, members: int) -> int:
     """Candidate sets per UNet call for a set of ``members`` captions: ``images.batch_size``, reduced so
     that at most ``images.max_images_per_call`` images (candidates x members) share a call (at least 1)."""
@@ -104,15 +145,21 @@ def set_batch_size(settings: GenerationSettings, sets: SetGenerationSettings, me
 
 
 def model_roles(cfg: dict) -> tuple[str, ...]:
-    """``sd`` plus each configured optional role (``vae``); the CLIP filter is not a dependency."""
+    """``sd`` plus each configured optional role (``vae``), plus the ``filter.clip`` role (``clip_filter``)
+    in adaptive mode only (it then decides which candidates are generated)."""
     models = cfg.get("models") or {}
-    return _ROLES + tuple(r for r in _OPTIONAL_ROLES if models.get(r))
+    roles = _ROLES + tuple(r for r in _OPTIONAL_ROLES if models.get(r))
+    if AdaptiveSettings.from_config(cfg.get("images") or {}).enabled:
+        roles += (adaptive_clip(cfg)[0],)
+    return roles
 
 
 def set_config_digest(cfg: dict) -> str:
     """sha256 over exactly the settings set generation reads (the :class:`GenerationSettings` and
     :class:`SetGenerationSettings` keys of ``images``, ``seed``) and the ``sd`` / ``vae`` model entries,
-    so filter settings living next to them do not invalidate generated shards."""
+    so filter settings living next to them do not invalidate generated shards. In adaptive mode it also
+    covers ``images.adaptive``, ``filter.clip`` (defaults filled in) and the ``filter.clip`` model; when
+    adaptive mode is off none of these count (the digest is the non-adaptive one)."""
     from ..io import config_digest
 
     images = cfg.get("images") or {}
@@ -120,7 +167,14 @@ def set_config_digest(cfg: dict) -> str:
     keys |= {"attention_control"}     # GenerationSettings.control is read from images.attention_control
     view = {"images": {k: images[k] for k in sorted(keys) if k in images}, "seed": cfg.get("seed", 0),
             "models": cfg.get("models") or {}}
-    return config_digest(view, sections=("images", "seed"), model_roles=model_roles(cfg))
+    sections: tuple[str, ...] = ("images", "seed")
+    adaptive = AdaptiveSettings.from_config(images)
+    if adaptive.enabled:
+        role, thresholds = adaptive_clip(cfg)
+        view["images"]["adaptive"] = asdict(adaptive)
+        view["adaptive_clip"] = {"role": role, **asdict(thresholds)}
+        sections += ("adaptive_clip",)
+    return config_digest(view, sections=sections, model_roles=model_roles(cfg))
 
 
 # --------------------------------------------------------------------------- input
@@ -231,24 +285,57 @@ class SetContext:
     sets: SetGenerationSettings
     global_seed: int
     models: dict
+    adaptive: AdaptiveSettings = AdaptiveSettings()
+    clip_role: str | None = None        # adaptive mode only: the filter.clip model role and thresholds
+    clip: Any = None
 
 
 def _context(cfg: dict) -> SetContext:
     from ..models import registry
 
     images = cfg.get("images") or {}
+    adaptive = AdaptiveSettings.from_config(images)
+    role, thresholds = adaptive_clip(cfg) if adaptive.enabled else (None, None)
     return SetContext(cfg=cfg, settings=GenerationSettings.from_config(images),
                       sets=SetGenerationSettings.from_config(images), global_seed=int(cfg.get("seed", 0)),
                       # identifying the models (content fingerprints) must succeed: the resume cache depends on it
-                      models=registry.configured_models(cfg, roles=model_roles(cfg)))
+                      models=registry.configured_models(cfg, roles=model_roles(cfg)),
+                      adaptive=adaptive, clip_role=role, clip=thresholds)
 
 
 def _set_fingerprint(ctx: SetContext, set_id: str, captions: list[str], batch: int) -> str:
-    return _fingerprint({
+    doc = {
         "settings": asdict(replace(ctx.settings, batch_size=batch)), "n": ctx.sets.candidates_per_set,
         "seed": ctx.global_seed, "models": ctx.models, "set_id": set_id, "captions": captions,
         "version": _VERSION,
-    })
+    }
+    if ctx.adaptive.enabled:   # off: the fingerprint of the non-adaptive run (its caches stay valid)
+        doc["adaptive"] = {"target": ctx.adaptive.target, "clip_role": ctx.clip_role, **asdict(ctx.clip)}
+    return _fingerprint(doc)
+
+
+def _clip_passed(scorer, text_emb: np.ndarray, images: np.ndarray, thresholds) -> np.ndarray:
+    """Which candidate sets of one batch pass the CLIP stage: ``images`` (candidates, members, H, W, 3)
+    uint8 (pixel-identical to the PNGs written), ``text_emb`` (members, d) of the set's captions."""
+    from PIL import Image
+
+    from ..studies.social_counterfactuals.filtering import clip_stage
+
+    b, g = images.shape[:2]
+    emb = np.asarray(scorer.encode_images([Image.fromarray(im) for im in images.reshape(b * g, *images.shape[2:])]))
+    table = clip_stage(emb, np.tile(text_emb, (b, 1)), np.repeat(np.arange(b), g), thresholds)
+    return table.sort_values("set_index")["passed"].to_numpy(dtype=bool)
+
+
+def _clip_scorer(cfg: dict, role: str):
+    """The ``filter.clip`` role as a dual encoder (head ``itc``), as the filter step loads it."""
+    from ..scorers import scorer_from_config
+
+    scorer = scorer_from_config(cfg, role, head="itc", progress=False)
+    if not getattr(scorer, "dual", False):
+        raise ConfigError(f"images.adaptive: role {role!r} (filter.clip.role) is not a dual encoder (CLIP-like). "
+                          f"Fix: point models.{role} at a CLIP checkpoint, or turn images.adaptive.enabled off")
+    return scorer
 
 
 def _image_name(candidate: int, member: int) -> str:
@@ -277,7 +364,7 @@ def shard_bounds(shard: int, size: int) -> tuple[int, int]:
 
 def run_set_shard(cfg: dict, sets_path: str | os.PathLike, shard: int | str, out_dir: str | os.PathLike, *,
                   engine: P2PEngine | None = None, hook: Callable[[int, str], None] | None = None,
-                  progress: bool = True) -> dict:
+                  progress: bool = True, scorer: Any = None) -> dict:
     """Over-generate ``images.candidates_per_set`` candidate sets for every caption set of one shard.
 
     The shard holds the sets ranked ``shard*S .. (shard+1)*S - 1`` in ``sorted(set_id)`` order
@@ -285,7 +372,10 @@ def run_set_shard(cfg: dict, sets_path: str | os.PathLike, shard: int | str, out
     per batch, all members of a candidate together; §3.3) and cached in ``out_dir/work/<set_id>/``
     (``done.json`` last). ``hook(k, set_id)`` runs after the k-th set of the shard is cached (tests use it
     to simulate a kill). ``engine``: a ready :class:`P2PEngine` whose settings match the config's (its
-    ``batch_size`` is ignored: the config's decides). Returns the shard summary (also ``summary.json``).
+    ``batch_size`` is ignored: the config's decides). Adaptive mode (``images.adaptive.enabled``) stops a
+    set once ``images.adaptive.target`` candidate sets passed the CLIP stage; ``scorer``: the dual encoder
+    it scores with (default: the ``filter.clip.role`` model, loaded when first needed). Returns the shard
+    summary (also ``summary.json``).
     """
     import pandas as pd
     from tqdm import tqdm
@@ -325,18 +415,33 @@ def run_set_shard(cfg: dict, sets_path: str | os.PathLike, shard: int | str, out
             shutil.rmtree(sdir)
         if engine is None:
             engine = build_engine(cfg)
+        text_emb = None
+        if ctx.adaptive.enabled:
+            if scorer is None:
+                scorer = _clip_scorer(cfg, ctx.clip_role)
+            text_emb = np.asarray(scorer.encode_texts(captions))
         evals0 = engine.unet_evals
         rows = []
+        n_passed, stopped = 0, False
         for cands in candidate_batches(ctx.global_seed, sid, n, ctx.settings, batch_size=batch):
             res = engine.generate(captions, cands)
             for j, c in enumerate(cands):
                 for m in range(len(captions)):
                     _write_bytes(sdir / _image_name(c.index, m), _png_bytes(res.images[j, m]))
                 rows.append({"candidate_index": c.index, "seed": np.uint64(c.seed), "p": c.p, "guidance": c.guidance})
+            if ctx.adaptive.enabled:
+                n_passed += int(_clip_passed(scorer, text_emb, res.images, ctx.clip).sum())
+                if n_passed >= ctx.adaptive.target and len(rows) < n:
+                    stopped = True
+                    break
         cache = pd.DataFrame(rows, columns=list(_CACHE_SCHEMA)).astype(_CACHE_SCHEMA)
         write_parquet(sdir / "candidates.parquet", cache)
         write_json(done, {"fingerprint": fp, "candidates": len(rows), "members": len(captions),
-                          "batch_size": batch, "unet_evals": engine.unet_evals - evals0})
+                          "batch_size": batch, "unet_evals": engine.unet_evals - evals0,
+                          "stopped_early": stopped, "clip_passed": n_passed if ctx.adaptive.enabled else None})
+        if stopped:
+            log.info("set %s: %d of the first %d of %d candidate sets passed the CLIP stage; stopped (adaptive)",
+                     sid, n_passed, len(rows), n)
         if hook is not None:
             hook(k, sid)
 
@@ -351,7 +456,8 @@ def _assemble(ctx: SetContext, shard_idx: int, bounds: tuple[int, int], total_se
     from ..io import atomic_dir, write_json, write_parquet
 
     rows = []
-    totals = {"candidates_generated": 0, "images": 0, "unet_evals": 0}
+    totals = {"candidates_generated": 0, "images": 0, "unet_evals": 0, "sets_stopped_early": 0}
+    per_set: dict[str, dict] = {}
     by_segment: dict[str, int] = {}
     with atomic_dir(out_dir / "images") as tmp_images:
         for sid, g in groups.items():
@@ -373,6 +479,10 @@ def _assemble(ctx: SetContext, shard_idx: int, bounds: tuple[int, int], total_se
             totals["candidates_generated"] += meta["candidates"]
             totals["images"] += meta["candidates"] * meta["members"]
             totals["unet_evals"] += meta["unet_evals"]
+            stopped = bool(meta.get("stopped_early", False))
+            totals["sets_stopped_early"] += int(stopped)
+            per_set[sid] = {"candidates": meta["candidates"], "unet_evals": meta["unet_evals"],
+                            "stopped_early": stopped, "clip_passed": meta.get("clip_passed")}
             seg = str(_clean(members[0]["segment"]))
             by_segment[seg] = by_segment.get(seg, 0) + 1
     table = pd.DataFrame(rows, columns=list(CANDIDATE_SCHEMA)).astype(CANDIDATE_SCHEMA)
@@ -384,6 +494,10 @@ def _assemble(ctx: SetContext, shard_idx: int, bounds: tuple[int, int], total_se
         "candidates_per_set": ctx.sets.candidates_per_set,
         "unet_evals_per_image": totals["unet_evals"] / totals["images"] if totals["images"] else None,
         "attention_control": ctx.settings.control, "steps": ctx.settings.steps,
+        # off: target and CLIP settings play no part, so they are not reported
+        "adaptive": ({**asdict(ctx.adaptive), "clip_role": ctx.clip_role, **asdict(ctx.clip)} if ctx.adaptive.enabled
+                     else {"enabled": False}),
+        "per_set": per_set,
         "config_digest": set_config_digest(ctx.cfg), "sets_digest": table_digest,
     }
     write_json(out_dir / "summary.json", summary)
@@ -462,7 +576,7 @@ def merge_set_shards(shard_dirs: Sequence[str | os.PathLike], out_dir: str | os.
     table = table.sort_values(["set_id", "candidate_index", "member_index"], kind="mergesort")
     table = table.reset_index(drop=True)[list(CANDIDATE_SCHEMA)].astype(CANDIDATE_SCHEMA)
     write_parquet(out_dir / "candidates.parquet", table)
-    keys = ("sets", "captions", "candidates_generated", "images", "unet_evals")
+    keys = ("sets", "captions", "candidates_generated", "images", "unet_evals", "sets_stopped_early")
     summary = {k: int(sum(s.get(k, 0) for s in summaries.values())) for k in keys}
     segs: dict[str, int] = {}
     for s in summaries.values():
