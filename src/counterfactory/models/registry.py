@@ -682,6 +682,28 @@ def _load_vae(spec: ModelSpec, kw: dict):
     return AutoencoderKL.from_pretrained(_src(spec), **_hf_kwargs(spec)).eval()
 
 
+@register_loader("gligen")
+@register_loader("gligen_inpaint")
+def _load_gligen(spec: ModelSpec, kw: dict):
+    """``StableDiffusionGLIGENPipeline``: text-box generation (``gligen``: gligen/gligen-generation-text-box,
+    CounterCurate §3.2) or text-box inpainting (``gligen_inpaint``: gligen/gligen-inpainting-text-box, §3.3)."""
+    from diffusers import StableDiffusionGLIGENPipeline
+
+    return StableDiffusionGLIGENPipeline.from_pretrained(
+        _src(spec), safety_checker=None, requires_safety_checker=False, **_hf_kwargs(spec)
+    )
+
+
+@register_loader("t2i")
+def _load_t2i(spec: ModelSpec, kw: dict):
+    """``StableDiffusionPipeline``: the open text-to-image model in DALLE-3's role (CounterCurate §3.4)."""
+    from diffusers import StableDiffusionPipeline
+
+    return StableDiffusionPipeline.from_pretrained(
+        _src(spec), safety_checker=None, requires_safety_checker=False, **_hf_kwargs(spec)
+    )
+
+
 # loaders of the evaluation roles (ITM families, open_clip) register themselves on import
 from . import loaders_eval  # noqa: E402,F401
 from . import loaders_nsfw  # noqa: E402,F401  (the nsfw role: SocialCounterfactuals §3.4)

@@ -1,0 +1,702 @@
+"""Grounded generation for CounterCurate (Zhang et al., 2024): GLIGEN text-box generation (§3.2),
+GLIGEN text-box inpainting (§3.3, appendix C) and plain text-to-image generation (§3.4), on diffusers.
+
+Requests (one parquet row per item): ``item_id``, ``kind`` (``generate`` | ``inpaint`` | ``t2i``),
+``prompt``, ``phrases`` (list of str), ``boxes`` (list of normalised ``[x1, y1, x2, y2]``, one per
+phrase), ``image_path`` (``inpaint``: the source image; a relative path is relative to the requests
+file's folder) and ``mask_box`` (``inpaint``, optional: a normalised box regenerated besides the
+phrase boxes). Roles: ``generate`` -> ``gligen`` (gligen/gligen-generation-text-box), ``inpaint`` ->
+``gligen_inpaint`` (gligen/gligen-inpainting-text-box), ``t2i`` -> ``t2i`` (a
+``StableDiffusionPipeline`` standing in for DALLE-3).
+
+Sampling follows diffusers' ``StableDiffusionGLIGENPipeline.__call__`` step by step (prompt and
+negative-prompt embeddings, per-phrase CLIP pooled embeddings and boxes padded to 30 objects for the
+UNet's ``position_net``, classifier-free guidance with the grounding masked out of the unconditional
+half, GLIGEN's scheduled sampling -- the gated fusers run for the first ``int(beta * len(timesteps))``
+steps -- and, for inpainting, the known region of the latent replaced by the noised source latent
+before every step, with ``(masked source latent, mask)`` concatenated to the 9-channel UNet input).
+It is re-implemented here rather than called because the pipeline takes one phrase/box list and one
+inpainting image per call and draws the inpainting noise from torch's global RNG; here every batch
+row has its own phrases, boxes, source image and ``torch.Generator`` (seeded from the item id with
+:func:`counterfactory.generation.selection.candidate_seed`), so a batch of items gives each item
+the image it gets alone (up to CPU batched-kernel rounding) and reruns are bit-identical. For a single
+text-box item the result equals the pipeline's own call with the same generator (tested).
+
+Differences from diffusers' pipeline, following GLIGEN's own inference script (``gligen_inference.py``,
+which the authors' ``datasets/gligen_inference_*.py`` call): the source image is resized to
+``width x height`` without centre-cropping (the boxes are normalised by the original width and height,
+so a crop would move them off their objects); the latent mask is drawn with x scaled by the latent
+width and y by the latent height. ``grounded.inpaint_paste_back`` (default false, as GLIGEN) copies
+the source pixels back outside the regenerated region; without it pixels outside the boxes are the
+VAE's reconstruction of the source (GLIGEN only blends latents).
+
+Sharding, resumption and merge mirror :mod:`counterfactory.generation.shards`: shard ``k`` holds the
+items ranked ``k*S .. (k+1)*S - 1`` in sorted ``item_id`` order (``S = grounded.shard_size``);
+finished items are cached in ``OUT_DIR/work/<item_id>/`` (``done.json``, with the fingerprint of the
+settings, the model's content fingerprint and the request, written last). Batches are formed from the
+shard's full item list, and a batch with any item not cached is generated whole, so a killed and
+rerun job writes byte-identical files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import os
+import re
+import shutil
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from ..errors import ConfigError, input_error, missing_input
+from .selection import candidate_seed
+from .shards import _fingerprint, _png_bytes, _write_bytes
+
+log = logging.getLogger(__name__)
+
+KINDS = ("generate", "inpaint", "t2i")
+#: the model role that serves each request kind
+ROLE_OF_KIND = {"generate": "gligen", "inpaint": "gligen_inpaint", "t2i": "t2i"}
+MODEL_ROLES = ("gligen", "gligen_inpaint", "t2i")
+REQUIRED_COLUMNS = ("item_id", "kind", "prompt")
+OPTIONAL_COLUMNS = ("phrases", "boxes", "image_path", "mask_box")
+#: objects diffusers' GLIGEN pipeline (and GLIGEN) pads the grounding tokens to
+MAX_OBJS = 30
+#: the negative prompt of the authors' GLIGEN scripts (CounterCurate repository,
+#: datasets/gligen_inference_up_down.py and gligen_inference_count.py, ``--negative_prompt`` default)
+AUTHORS_NEGATIVE_PROMPT = ("longbody, lowres, bad anatomy, bad hands, missing fingers, extra digit, fewer digits, "
+                           "cropped, worst quality, low quality")
+_ID_PATTERN = re.compile(r"^[A-Za-z0-9_.-]+$")
+
+GENERATED_SCHEMA = {
+    "item_id": "object", "kind": "object", "prompt": "object", "phrases": "object", "boxes": "object",
+    "source_image_path": "object", "mask_box": "object", "seed": "uint64", "image_path": "object",
+}
+
+
+# --------------------------------------------------------------------------- settings
+
+
+@dataclass(frozen=True)
+class GroundedSettings:
+    """The ``grounded`` config section (CounterCurate §3.2-3.4; GLIGEN inference settings)."""
+
+    steps: int = 50
+    guidance: float = 7.5
+    height: int = 512
+    width: int = 512
+    #: fraction of the steps with the GLIGEN fusers on; 1.0 = grounding at every step, which is what the
+    #: authors ran (GLIGEN's ``alpha_generator`` defaults to ``[1, 0, 0]`` and their metas set no
+    #: ``alpha_type``); diffusers' default is 0.3
+    scheduled_sampling_beta: float = 1.0
+    negative_prompt: str | None = AUTHORS_NEGATIVE_PROMPT
+    batch_size: int = 4
+    shard_size: int = 100
+    inpaint_paste_back: bool = False
+
+    @classmethod
+    def from_config(cls, section: dict | None) -> "GroundedSettings":
+        section = dict(section or {})
+        known = {f for f in cls.__dataclass_fields__} | {"keep_work"}
+        unknown = sorted(set(section) - known)
+        if unknown:
+            raise ConfigError(f"grounded: unknown key(s) {unknown}. Fix: use only {sorted(known)}")
+        neg = section.get("negative_prompt", AUTHORS_NEGATIVE_PROMPT)
+        try:
+            out = cls(
+                steps=int(section.get("steps", 50)), guidance=float(section.get("guidance", 7.5)),
+                height=int(section.get("height", 512)), width=int(section.get("width", 512)),
+                scheduled_sampling_beta=float(section.get("scheduled_sampling_beta", 1.0)),
+                negative_prompt=neg if isinstance(neg, str) and neg.strip() else None,
+                batch_size=int(section.get("batch_size", 4)), shard_size=int(section.get("shard_size", 100)),
+                inpaint_paste_back=bool(section.get("inpaint_paste_back", False)),
+            )
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"grounded: {exc}. Fix: steps, height, width, batch_size, shard_size are integers; "
+                              "guidance and scheduled_sampling_beta numbers") from exc
+        checks = [
+            ("steps", out.steps >= 1, "an integer >= 1 (paper: 50)"),
+            ("guidance", out.guidance >= 0, "a number >= 0 (paper: 7.5)"),
+            ("height", out.height >= 8 and out.height % 8 == 0, "a positive multiple of 8 (paper: 512)"),
+            ("width", out.width >= 8 and out.width % 8 == 0, "a positive multiple of 8 (paper: 512)"),
+            ("scheduled_sampling_beta", 0.0 <= out.scheduled_sampling_beta <= 1.0, "a number in [0, 1]"),
+            ("batch_size", out.batch_size >= 1, "an integer >= 1"),
+            ("shard_size", out.shard_size >= 1, "an integer >= 1"),
+        ]
+        for key, ok, want in checks:
+            if not ok:
+                raise ConfigError(f"grounded.{key} = {section.get(key)!r} is invalid. Fix: set it to {want}")
+        return out
+
+    def output_key(self) -> dict:
+        """The settings an item's image depends on (not batch_size / shard_size: the image of an item
+        does not depend on its batch beyond float rounding)."""
+        d = asdict(self)
+        d.pop("batch_size")
+        d.pop("shard_size")
+        return d
+
+
+def model_roles(cfg: dict) -> tuple[str, ...]:
+    """The grounded roles configured in ``cfg`` (the digest covers exactly these)."""
+    models = cfg.get("models") or {}
+    return tuple(r for r in MODEL_ROLES if models.get(r))
+
+
+def grounded_config_digest(cfg: dict) -> str:
+    """sha256 over the ``grounded`` section, ``seed`` and the configured grounded model entries:
+    shards with different digests are not merged."""
+    from ..io import config_digest
+
+    return config_digest(cfg, sections=("grounded", "seed"), model_roles=model_roles(cfg))
+
+
+# --------------------------------------------------------------------------- requests
+
+
+@dataclass(frozen=True)
+class GroundedRequest:
+    item_id: str
+    kind: str
+    prompt: str
+    phrases: tuple[str, ...] = ()
+    boxes: tuple[tuple[float, float, float, float], ...] = ()
+    source: str | None = None              # image_path as written in the table
+    image: Path | None = None              # resolved source image (inpaint)
+    mask_box: tuple[float, float, float, float] | None = None
+    row: int = 0
+
+    @property
+    def role(self) -> str:
+        return ROLE_OF_KIND[self.kind]
+
+
+def _is_missing(value: Any) -> bool:
+    if value is None:
+        return True
+    if isinstance(value, float) and math.isnan(value):
+        return True
+    return False
+
+
+def _as_list(value: Any) -> list | None:
+    """A parquet list cell (numpy array, list, tuple) as a Python list; None when missing."""
+    if _is_missing(value):
+        return None
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, (list, tuple)):
+        return [v.tolist() if isinstance(v, np.ndarray) else v for v in value]
+    return value  # wrong type: reported by the caller
+
+
+def _check_box(value: Any, what: str) -> tuple[float, float, float, float]:
+    """A normalised [x1, y1, x2, y2] box, else ValueError describing the problem."""
+    box = _as_list(value)
+    if not isinstance(box, list) or len(box) != 4:
+        raise ValueError(f"{what} {value!r} is not a list of 4 numbers [x1, y1, x2, y2]")
+    try:
+        x1, y1, x2, y2 = (float(v) for v in box)
+    except (TypeError, ValueError):
+        raise ValueError(f"{what} {box!r} is not a list of 4 numbers [x1, y1, x2, y2]") from None
+    if not all(math.isfinite(v) and 0.0 <= v <= 1.0 for v in (x1, y1, x2, y2)):
+        raise ValueError(f"{what} {box!r} is outside [0, 1] (boxes are normalised by image width and height)")
+    if not (x1 < x2 and y1 < y2):
+        raise ValueError(f"{what} {box!r} is empty (needs x1 < x2 and y1 < y2)")
+    return (x1, y1, x2, y2)
+
+
+def _parse_row(path: Path, i: int, r: dict) -> GroundedRequest:
+    item_id = r.get("item_id")
+    record = f"{i} (item_id {item_id!r})"
+
+    def bad(problem: str, fix: str):
+        return input_error(path, record, problem, fix)
+
+    if not isinstance(item_id, str) or not _ID_PATTERN.match(item_id):
+        raise bad(f"item_id {item_id!r} is not a non-empty [A-Za-z0-9_.-] string (it names the image file)",
+                  "give every request a unique id of letters, digits, '_', '.', '-'")
+    kind = r.get("kind")
+    if kind not in KINDS:
+        raise bad(f"kind {kind!r} is not one of {list(KINDS)}",
+                  "use generate (GLIGEN text-box), inpaint (GLIGEN inpainting) or t2i (plain text-to-image)")
+    prompt = r.get("prompt")
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise bad("prompt is empty", "every request needs a non-empty prompt")
+    phrases = _as_list(r.get("phrases")) or []
+    boxes_raw = _as_list(r.get("boxes")) or []
+    if not isinstance(phrases, list) or not all(isinstance(p, str) and p.strip() for p in phrases):
+        raise bad(f"phrases {r.get('phrases')!r} is not a list of non-empty strings",
+                  "write one grounding phrase per box")
+    if not isinstance(boxes_raw, list):
+        raise bad(f"boxes {r.get('boxes')!r} is not a list of [x1, y1, x2, y2] boxes", "write a list of boxes")
+    try:
+        boxes = tuple(_check_box(b, f"box {k}") for k, b in enumerate(boxes_raw))
+    except ValueError as exc:
+        raise bad(str(exc), "give normalised boxes [x1, y1, x2, y2] with 0 <= x1 < x2 <= 1 and 0 <= y1 < y2 <= 1")
+    if boxes and not phrases:
+        raise bad(f"{len(boxes)} box(es) but the phrase list is empty",
+                  "give one grounding phrase per box (GLIGEN grounds phrases, not bare boxes)")
+    if len(phrases) != len(boxes):
+        raise bad(f"{len(phrases)} phrase(s) but {len(boxes)} box(es)", "give exactly one box per phrase")
+    if len(boxes) > MAX_OBJS:
+        raise bad(f"{len(boxes)} boxes; GLIGEN grounds at most {MAX_OBJS} objects",
+                  f"split the request or keep the {MAX_OBJS} most important boxes")
+    source = r.get("image_path")
+    source = None if _is_missing(source) or (isinstance(source, str) and not source.strip()) else source
+    mask_raw = r.get("mask_box")
+    mask_box = None
+    if not _is_missing(mask_raw) and _as_list(mask_raw) is not None:
+        try:
+            mask_box = _check_box(mask_raw, "mask_box")
+        except ValueError as exc:
+            raise bad(str(exc), "give mask_box as a normalised [x1, y1, x2, y2] inside [0, 1]")
+    image = None
+    if kind == "t2i":
+        if boxes:
+            raise bad("a t2i request has boxes", "use kind generate for box-grounded generation, or drop the boxes")
+    elif not boxes:
+        raise bad(f"a {kind} request has no phrases/boxes", "give at least one grounding phrase with its box")
+    if kind == "inpaint":
+        if not isinstance(source, str):
+            raise bad("an inpaint request has no image_path (the source image)",
+                      "set image_path to the image to inpaint (relative paths are relative to the requests file)")
+        image = Path(os.path.expanduser(source))
+        if not image.is_absolute():
+            image = path.parent / image
+    else:
+        if source is not None:
+            raise bad(f"a {kind} request has image_path {source!r}", "image_path is only for kind inpaint")
+        if mask_box is not None:
+            raise bad(f"a {kind} request has a mask_box", "mask_box is only for kind inpaint")
+    return GroundedRequest(item_id=item_id, kind=kind, prompt=prompt, phrases=tuple(phrases), boxes=boxes,
+                           source=source, image=image, mask_box=mask_box, row=i)
+
+
+def read_requests(path: str | os.PathLike) -> list[GroundedRequest]:
+    """Read and check the requests table; every problem raises one error naming file, record and fix.
+    Returns the requests sorted by ``item_id``."""
+    import pandas as pd
+
+    path = Path(path)
+    if not path.exists():
+        raise missing_input(path, "grounded-generation requests table",
+                            "write the requests (item_id, kind, prompt, phrases, boxes, image_path, mask_box) "
+                            "first or pass the right --requests path")
+    try:
+        df = pd.read_parquet(path)
+    except Exception as exc:  # pyarrow raises several types
+        raise input_error(path, None, f"not a readable parquet file ({exc})", "rewrite the requests table") from exc
+    missing = [c for c in REQUIRED_COLUMNS if c not in df.columns]
+    if missing:
+        raise input_error(path, None, f"missing column(s) {missing}",
+                          f"the requests table needs {list(REQUIRED_COLUMNS)} (and optionally {list(OPTIONAL_COLUMNS)})")
+    cols = [c for c in REQUIRED_COLUMNS + OPTIONAL_COLUMNS if c in df.columns]
+    reqs = [_parse_row(path, i, r) for i, r in enumerate(df[cols].to_dict("records"))]
+    seen: dict[str, int] = {}
+    for q in reqs:
+        if q.item_id in seen:
+            raise input_error(path, f"{q.row} (item_id {q.item_id!r})",
+                              f"duplicate item_id (also record {seen[q.item_id]})", "item ids must be unique")
+        seen[q.item_id] = q.row
+    return sorted(reqs, key=lambda q: q.item_id)
+
+
+def requests_digest(reqs: Sequence[GroundedRequest]) -> str:
+    """Identity of a requests table's content (merges refuse shards of different tables)."""
+    return _fingerprint([[q.item_id, q.kind, q.prompt, list(q.phrases), [list(b) for b in q.boxes], q.source,
+                          list(q.mask_box) if q.mask_box else None] for q in reqs])
+
+
+def _check_source(path: Path, q: GroundedRequest) -> str:
+    """sha256 of an inpaint request's source image; a missing or unreadable image is an input error."""
+    from PIL import Image
+
+    record = f"{q.row} (item_id {q.item_id!r})"
+    if not q.image.is_file():
+        raise input_error(path, record, f"source image {q.source!r} not found (looked for {q.image.absolute()})",
+                          "fix image_path (relative paths are relative to the requests file's folder) or add the image")
+    try:
+        with Image.open(q.image) as im:
+            im.verify()
+        data = q.image.read_bytes()
+    except Exception as exc:  # PIL raises several types
+        raise input_error(path, record, f"source image {q.image} is not a readable image ({exc})",
+                          "replace the file with a valid PNG/JPEG") from exc
+    return hashlib.sha256(data).hexdigest()
+
+
+# --------------------------------------------------------------------------- sampling
+
+
+def item_seed(global_seed: int, item_id: str) -> int:
+    """64-bit seed of an item: :func:`candidate_seed` with candidate index 0 (one image per request)."""
+    return candidate_seed(global_seed, item_id, 0)
+
+
+def _latent_keep_mask(boxes: Sequence[Sequence[float]], h: int, w: int):
+    """1 where the source latent is kept, 0 inside each box (GLIGEN's ``draw_masks_from_boxes``:
+    corners truncated to the latent grid)."""
+    import torch
+
+    mask = torch.ones(h, w)
+    for x1, y1, x2, y2 in boxes:
+        mask[int(y1 * h):int(y2 * h), int(x1 * w):int(x2 * w)] = 0
+    return mask
+
+
+def _load_source(q: GroundedRequest, width: int, height: int, requests_path: Path | None = None) -> np.ndarray:
+    from PIL import Image
+
+    try:
+        with Image.open(q.image) as im:
+            # GLIGEN's inference script: resize to the model's size, no crop (the boxes stay on their objects)
+            return np.asarray(im.convert("RGB").resize((width, height), Image.BICUBIC))
+    except Exception as exc:
+        raise input_error(requests_path or q.image, f"{q.row} (item_id {q.item_id!r})",
+                          f"source image {q.image} could not be read ({exc})", "replace it with a valid image") from exc
+
+
+def _to_uint8(images) -> np.ndarray:
+    x = (images.float() / 2 + 0.5).clamp(0, 1).permute(0, 2, 3, 1).cpu().numpy()
+    return (x * 255).round().astype(np.uint8)
+
+
+def _place(pipe, cfg: dict):
+    from ..device import from_config
+
+    device, dtype = from_config(cfg)
+    pipe.to(device, dtype)
+    pipe.set_progress_bar_config(disable=True)
+    return pipe
+
+
+def gligen_batch(pipe, settings: GroundedSettings, items: Sequence[GroundedRequest], seeds: Sequence[int], *,
+                 sources: Sequence[np.ndarray] | None = None, return_latents: bool = False):
+    """One batched GLIGEN call: ``generate`` items (``sources`` None) or ``inpaint`` items (``sources``:
+    their source images as uint8 ``(height, width, 3)``). Returns uint8 ``(B, height, width, 3)``, with
+``return_latents`` also ``{"latents", "source_latents", "keep"}`` (final latents; inpainting: the
+source latents and the 0/1 latent mask of the known region).
+
+    Follows ``StableDiffusionGLIGENPipeline.__call__`` (see the module docstring) with per-row
+    phrases, boxes, source latents and generators."""
+    import torch
+    from diffusers.models.attention import GatedSelfAttentionDense
+    from diffusers.utils.torch_utils import randn_tensor
+
+    inpaint = sources is not None
+    b = len(items)
+    device = pipe._execution_device
+    dtype = pipe.unet.dtype
+    gens = [torch.Generator().manual_seed(int(s)) for s in seeds]
+    do_cfg = settings.guidance > 1.0
+
+    with torch.no_grad():
+        neg = [settings.negative_prompt] * b if settings.negative_prompt else None
+        cond, uncond = pipe.encode_prompt([q.prompt for q in items], device, 1, do_cfg, neg)
+        text = torch.cat([uncond, cond]) if do_cfg else cond
+
+        scheduler = type(pipe.scheduler).from_config(pipe.scheduler.config)
+        scheduler.set_timesteps(settings.steps, device=device)
+        timesteps = scheduler.timesteps
+        scale = pipe.vae_scale_factor
+        h, w = settings.height // scale, settings.width // scale
+        latents = randn_tensor((b, 4, h, w), generator=gens, device=device, dtype=dtype)
+        latents = latents * scheduler.init_noise_sigma
+
+        # grounding tokens: per item, phrases -> CLIP pooled text features (as the pipeline), boxes, masks
+        dim = pipe.unet.config.cross_attention_dim
+        boxes = torch.zeros(b, MAX_OBJS, 4, device=device, dtype=dtype)
+        embeds = torch.zeros(b, MAX_OBJS, dim, device=device, dtype=dtype)
+        masks = torch.zeros(b, MAX_OBJS, device=device, dtype=dtype)
+        for k, q in enumerate(items):
+            n = len(q.boxes)
+            tok = pipe.tokenizer(list(q.phrases), padding=True, return_tensors="pt").to(device)
+            embeds[k, :n] = pipe.text_encoder(**tok).pooler_output.to(dtype)
+            boxes[k, :n] = torch.tensor(q.boxes, dtype=dtype, device=device)
+            masks[k, :n] = 1
+        if do_cfg:
+            boxes, embeds = torch.cat([boxes, boxes]), torch.cat([embeds, embeds])
+            masks = torch.cat([torch.zeros_like(masks), masks])  # no grounding in the unconditional half
+        gligen = {"boxes": boxes, "positive_embeddings": embeds, "masks": masks}
+
+        if inpaint:
+            z0, keep = [], []
+            for q, src, gen in zip(items, sources, gens):
+                x = torch.from_numpy(np.array(src, dtype=np.uint8)).permute(2, 0, 1)[None].float() / 127.5 - 1.0
+                dist = pipe.vae.encode(x.to(pipe.vae.device, pipe.vae.dtype)).latent_dist
+                z0.append(pipe.vae.config.scaling_factor * dist.sample(generator=gen))
+                region = list(q.boxes) + ([q.mask_box] if q.mask_box else [])
+                keep.append(_latent_keep_mask(region, h, w)[None, None])
+            z0 = torch.cat(z0).to(device, dtype)
+            keep = torch.cat(keep).to(device, dtype)
+            extra = torch.cat([z0 * keep, keep], dim=1)
+            if do_cfg:
+                extra = torch.cat([extra, extra])
+
+        fusers = [m for m in pipe.unet.modules() if type(m) is GatedSelfAttentionDense]
+        n_grounded = int(settings.scheduled_sampling_beta * len(timesteps))
+        step_kwargs = pipe.prepare_extra_step_kwargs(gens, 0.0)
+        try:
+            for m in fusers:
+                m.enabled = True
+            for i, t in enumerate(timesteps):
+                if i == n_grounded:  # GLIGEN scheduled sampling: plain SD for the remaining steps
+                    for m in fusers:
+                        m.enabled = False
+                if inpaint:
+                    noise = randn_tensor(z0.shape, generator=gens, device=device, dtype=dtype)
+                    z_t = scheduler.add_noise(z0, noise, t.reshape(1).repeat(b))
+                    latents = z_t * keep + latents * (1 - keep)
+                model_in = torch.cat([latents, latents]) if do_cfg else latents
+                model_in = scheduler.scale_model_input(model_in, t)
+                if inpaint:
+                    model_in = torch.cat([model_in, extra], dim=1)
+                eps = pipe.unet(model_in, t, encoder_hidden_states=text,
+                                cross_attention_kwargs={"gligen": gligen}).sample
+                if do_cfg:
+                    eps_u, eps_c = eps.chunk(2)
+                    eps = eps_u + settings.guidance * (eps_c - eps_u)
+                latents = scheduler.step(eps, t, latents, **step_kwargs).prev_sample
+        finally:
+            for m in fusers:
+                m.enabled = True
+        images = _to_uint8(pipe.vae.decode(latents / pipe.vae.config.scaling_factor).sample)
+
+    if inpaint and settings.inpaint_paste_back:
+        k = keep.cpu().numpy()[:, 0].repeat(scale, axis=1).repeat(scale, axis=2)[..., None]
+        images = np.where(k > 0.5, np.stack(sources), images).astype(np.uint8)
+    if return_latents:
+        return images, {"latents": latents.float().cpu(), "source_latents": z0.float().cpu() if inpaint else None,
+                        "keep": keep.float().cpu() if inpaint else None}
+    return images
+
+
+def t2i_batch(pipe, settings: GroundedSettings, items: Sequence[GroundedRequest], seeds: Sequence[int]) -> np.ndarray:
+    """One batched ``StableDiffusionPipeline`` call (one generator per row); uint8 ``(B, H, W, 3)``.
+    No negative prompt: DALLE-3, whose role this plays (§3.4), takes none."""
+    import torch
+
+    gens = [torch.Generator().manual_seed(int(s)) for s in seeds]
+    out = pipe(prompt=[q.prompt for q in items], height=settings.height, width=settings.width,
+               num_inference_steps=settings.steps, guidance_scale=settings.guidance, generator=gens,
+               output_type="np")
+    return (np.asarray(out.images) * 255).round().astype(np.uint8)
+
+
+# --------------------------------------------------------------------------- shard runner
+
+
+@dataclass
+class GroundedContext:
+    cfg: dict
+    settings: GroundedSettings
+    global_seed: int
+    models: dict
+    requests_path: Path
+    requests: list[GroundedRequest]
+    source_sha: dict[str, str] = field(default_factory=dict)
+
+
+def _item_fingerprint(ctx: GroundedContext, q: GroundedRequest) -> str:
+    return _fingerprint({
+        "settings": ctx.settings.output_key(), "seed": ctx.global_seed, "model": ctx.models[q.role],
+        "item_id": q.item_id, "kind": q.kind, "prompt": q.prompt, "phrases": list(q.phrases),
+        "boxes": [list(b) for b in q.boxes], "mask_box": list(q.mask_box) if q.mask_box else None,
+        "source_sha256": ctx.source_sha.get(q.item_id), "version": 1,
+    })
+
+
+def shard_bounds(shard: int, size: int) -> tuple[int, int]:
+    return shard * size, (shard + 1) * size
+
+
+def plan_batches(items: Sequence[GroundedRequest], batch_size: int) -> list[list[GroundedRequest]]:
+    """Batches of one kind (one pipeline) each, in kind order then item_id order. Items with different
+    numbers of boxes share a batch: the UNet's position net takes per-row boxes padded to 30 objects."""
+    out = []
+    for kind in KINDS:
+        of_kind = [q for q in items if q.kind == kind]
+        out += [of_kind[s:s + batch_size] for s in range(0, len(of_kind), batch_size)]
+    return out
+
+
+def _cached(done: Path, fp: str) -> bool:
+    try:
+        return json.loads(done.read_text())["fingerprint"] == fp and (done.parent / "image.png").is_file()
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+
+
+def run_grounded_shard(cfg: dict, requests_path: str | os.PathLike, shard: int | str, out_dir: str | os.PathLike,
+                       *, pipes: dict | None = None, hook: Callable[[int, str], None] | None = None,
+                       progress: bool = True) -> dict:
+    """Generate every request of one shard (CounterCurate §3.2 GLIGEN generation, §3.3 GLIGEN
+    inpainting, §3.4 text-to-image) and write ``OUT_DIR/images/<item_id>.png``,
+    ``OUT_DIR/generated.parquet`` (request columns, the source image as ``source_image_path``, ``seed``,
+    ``image_path`` relative to OUT_DIR) and ``OUT_DIR/summary.json`` (with ``config_digest``).
+
+    ``pipes`` maps roles (``gligen``, ``gligen_inpaint``, ``t2i``) to loaded pipelines; missing roles
+    are loaded through the registry when needed. ``hook(k, item_id)`` runs after the k-th newly
+    generated item is cached (tests use it to simulate a kill)."""
+    import sys
+
+    from tqdm import tqdm
+
+    from ..io import write_json
+    from ..models import registry
+
+    settings = GroundedSettings.from_config(cfg.get("grounded"))
+    requests_path = Path(requests_path)
+    reqs = read_requests(requests_path)
+    shard_idx = int(shard)
+    lo, hi = shard_bounds(shard_idx, settings.shard_size)
+    part = reqs[lo:hi]
+    roles = sorted({q.role for q in part})
+    for role in roles:
+        registry.model_spec(cfg, role)  # a ConfigError naming models.<role> when it is not configured
+    ctx = GroundedContext(cfg=cfg, settings=settings, global_seed=int(cfg.get("seed", 0)),
+                          models=registry.configured_models(cfg, roles=roles), requests_path=requests_path,
+                          requests=reqs)
+    for q in part:
+        if q.kind == "inpaint":
+            ctx.source_sha[q.item_id] = _check_source(requests_path, q)
+    out_dir = Path(out_dir)
+    work = out_dir / "work"
+    work.mkdir(parents=True, exist_ok=True)
+    log.info("grounded shard %05d: items [%d, %d) of %d: %d requests", shard_idx, lo, hi, len(reqs), len(part))
+
+    pipes = dict(pipes or {})
+    placed: set[str] = set()
+    batches = plan_batches(part, settings.batch_size)
+    calls = 0
+    k = 0
+    bar = tqdm(total=len(part), desc=f"grounded shard {shard_idx:05d}", unit="image", disable=not progress,
+               mininterval=1.0 if sys.stderr.isatty() else 10.0)
+    with bar:
+        for batch in batches:
+            fps = [_item_fingerprint(ctx, q) for q in batch]
+            if all(_cached(work / q.item_id / "done.json", fp) for q, fp in zip(batch, fps)):
+                bar.update(len(batch))
+                continue
+            role = batch[0].role
+            if role not in pipes:
+                pipes[role] = registry.load(cfg, role)
+            if role not in placed:
+                pipes[role] = _place(pipes[role], cfg)
+                placed.add(role)
+            seeds = [item_seed(ctx.global_seed, q.item_id) for q in batch]
+            if batch[0].kind == "t2i":
+                images = t2i_batch(pipes[role], settings, batch, seeds)
+            else:
+                sources = ([_load_source(q, settings.width, settings.height, requests_path) for q in batch]
+                           if batch[0].kind == "inpaint" else None)
+                images = gligen_batch(pipes[role], settings, batch, seeds, sources=sources)
+            calls += 1
+            for q, fp, seed, im in zip(batch, fps, seeds, images):
+                cdir = work / q.item_id
+                if cdir.exists():
+                    shutil.rmtree(cdir)
+                _write_bytes(cdir / "image.png", _png_bytes(im))
+                write_json(cdir / "done.json", {"fingerprint": fp, "seed": str(seed)})
+                bar.update(1)
+                if hook is not None:
+                    hook(k, q.item_id)
+                k += 1
+    return _assemble(ctx, shard_idx, (lo, hi), part, work, out_dir, calls, k)
+
+
+def _request_row(q: GroundedRequest) -> dict:
+    return {"item_id": q.item_id, "kind": q.kind, "prompt": q.prompt, "phrases": list(q.phrases),
+            "boxes": [list(b) for b in q.boxes], "source_image_path": q.source,
+            "mask_box": list(q.mask_box) if q.mask_box else None}
+
+
+def _frame(rows: list[dict]):
+    import pandas as pd
+
+    df = pd.DataFrame(rows, columns=list(GENERATED_SCHEMA))
+    return df.astype(GENERATED_SCHEMA) if len(df) else pd.DataFrame(
+        {k: pd.Series(dtype=v) for k, v in GENERATED_SCHEMA.items()})
+
+
+def _assemble(ctx: GroundedContext, shard_idx: int, bounds: tuple[int, int], part: list[GroundedRequest],
+              work: Path, out_dir: Path, calls: int, generated: int) -> dict:
+    from ..io import atomic_dir, write_json, write_parquet
+
+    rows = []
+    with atomic_dir(out_dir / "images") as tmp:
+        for q in part:
+            shutil.copyfile(work / q.item_id / "image.png", tmp / f"{q.item_id}.png")
+            rows.append({**_request_row(q), "seed": np.uint64(item_seed(ctx.global_seed, q.item_id)),
+                         "image_path": f"images/{q.item_id}.png"})
+    write_parquet(out_dir / "generated.parquet", _frame(rows))
+    by_kind = {kind: sum(q.kind == kind for q in part) for kind in KINDS}
+    s = ctx.settings
+    summary = {
+        "shard": shard_idx, "item_range": list(bounds), "shard_size": s.shard_size,
+        "requests_total": len(ctx.requests), "items": len(part), "items_by_kind": by_kind,
+        "items_generated_this_run": generated, "pipeline_calls_this_run": calls, "batch_size": s.batch_size,
+        "steps": s.steps, "guidance": s.guidance, "scheduled_sampling_beta": s.scheduled_sampling_beta,
+        "requests_digest": requests_digest(ctx.requests), "config_digest": grounded_config_digest(ctx.cfg),
+    }
+    write_json(out_dir / "summary.json", summary)
+    if not bool((ctx.cfg.get("grounded") or {}).get("keep_work", False)):
+        shutil.rmtree(work, ignore_errors=True)
+    log.info("grounded shard %05d: %d images (%d generated now in %d pipeline calls)", shard_idx, len(part),
+             generated, calls)
+    return summary
+
+
+def merge_grounded_shards(shard_dirs: Sequence[str | os.PathLike], out_dir: str | os.PathLike) -> dict:
+    """Concatenate the shards' ``generated.parquet`` (sorted by item_id; image paths made relative to
+    ``out_dir``). Refused: a missing shard output or shard, shards with different ``config_digest`` or
+    made from different requests tables, an item in two shards."""
+    import pandas as pd
+
+    from ..io import check_digests, write_json, write_parquet
+
+    out_dir = Path(out_dir)
+    rerun = "`counterfactory countercurate generate`"
+    for d in map(Path, shard_dirs):
+        for name in ("generated.parquet", "summary.json"):
+            if not (d / name).exists():
+                raise input_error(d / name, None, "shard output missing", f"rerun that shard's {rerun} job")
+    summaries = {str(Path(d) / "summary.json"): json.loads((Path(d) / "summary.json").read_text())
+                 for d in shard_dirs}
+    digest = check_digests(summaries, "grounded-generation shard", rerun)
+    tables = {s.get("requests_digest") for s in summaries.values()}
+    if len(tables) > 1:
+        raise input_error(out_dir, None, "the shards were made from different requests tables",
+                          f"rerun {rerun} for every shard with one --requests file")
+    if summaries:
+        first = next(iter(summaries.values()))
+        expected = set(range(math.ceil(first["requests_total"] / first["shard_size"])))
+        seen = [s["shard"] for s in summaries.values()]
+        if set(seen) != expected or len(seen) != len(set(seen)):
+            raise input_error(out_dir, None, f"shards {sorted(seen)} given; expected each of {sorted(expected)} once "
+                              f"({first['requests_total']} requests in shards of {first['shard_size']})",
+                              "pass every shard folder of the run exactly once")
+    frames = []
+    for d in map(Path, shard_dirs):
+        df = pd.read_parquet(d / "generated.parquet")
+        rel = os.path.relpath(d, out_dir).replace(os.sep, "/")
+        df["image_path"] = [f"{rel}/{p}" for p in df["image_path"]]
+        frames.append(df)
+    merged = pd.concat(frames, ignore_index=True) if frames else _frame([])
+    merged = merged.sort_values("item_id", kind="mergesort").reset_index(drop=True)
+    dup = merged["item_id"][merged["item_id"].duplicated()]
+    if len(dup):
+        raise input_error(out_dir, None, f"item_id {dup.iloc[0]!r} is in two shards",
+                          "merge the shards of one run (one grounded.shard_size) only")
+    write_parquet(out_dir / "generated.parquet", merged)
+    by_kind = {kind: int(sum(s["items_by_kind"].get(kind, 0) for s in summaries.values())) for kind in KINDS}
+    summary = {"shards": len(summaries), "items": int(len(merged)), "items_by_kind": by_kind,
+               "config_digest": digest, "requests_digest": next(iter(tables), None)}
+    write_json(out_dir / "summary.json", summary)
+    return summary

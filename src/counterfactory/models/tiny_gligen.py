@@ -1,0 +1,91 @@
+"""Tiny stand-ins for CounterCurate's grounded-generation roles (``gligen``, ``gligen_inpaint``, ``t2i``).
+
+Same classes as the paper-scale models, randomly initialised with a fixed seed and saved with
+diffusers' ``save_pretrained`` (safetensors), so the registry's loaders read them back by path:
+
+* ``gligen``: a :class:`~diffusers.StableDiffusionGLIGENPipeline` folder (the class of
+  gligen/gligen-generation-text-box, CounterCurate §3.2) whose ``UNet2DConditionModel`` is built with
+  ``attention_type="gated"``: every transformer block gets GLIGEN's gated self-attention fuser
+  (``GatedSelfAttentionDense``) and the UNet gets the box/phrase ``position_net``
+  (``GLIGENTextBoundingboxProjection``). The fuser gates ``alpha_attn`` / ``alpha_dense`` start at 0
+  in diffusers (a freshly added GLIGEN layer is the identity); the stand-in sets them to 1 so the
+  boxes visibly steer its (meaningless) images, as they do in the trained checkpoints.
+* ``gligen_inpaint``: the same with a 9-channel UNet input (4 noisy latents + 4 masked source latents
+  + 1 mask), the layout of gligen/gligen-inpainting-text-box (§3.3): diffusers'
+  ``StableDiffusionGLIGENPipeline`` concatenates ``(masked latent, mask)`` to the UNet input whenever
+  ``gligen_inpaint_image`` is given.
+* ``t2i``: a :class:`~diffusers.StableDiffusionPipeline` (the open model standing in for DALLE-3, §3.4),
+  the tiny ``sd`` architecture with its own seed.
+
+All three share the tiny ``sd``'s VAE / text-encoder architecture and the exact CLIP tokenizer
+(:mod:`counterfactory.models.tiny_vision`); the GLIGEN folders use diffusers' ``PNDMScheduler`` with
+SD v1's noise schedule (the PLMS sampler GLIGEN's own inference script uses). Images made with these
+models show that the pipeline runs; they carry no meaning.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .tiny_vision import TINY_IMAGE_SIZE, TINY_TEXT_WIDTH, _text_config_kwargs, build_sd
+
+#: value the stand-in gives the GLIGEN fuser gates (diffusers initialises them to 0 = no grounding)
+GATE_VALUE = 1.0
+
+
+def _gligen_pipeline(out: Path, seed: int, in_channels: int) -> None:
+    import torch
+    from diffusers import AutoencoderKL, PNDMScheduler, StableDiffusionGLIGENPipeline, UNet2DConditionModel
+    from diffusers.models.attention import GatedSelfAttentionDense
+    from transformers import CLIPTextConfig, CLIPTextModel
+
+    from .tiny import clip_tokenizer
+
+    torch.manual_seed(seed)
+    unet = UNet2DConditionModel(
+        sample_size=TINY_IMAGE_SIZE // 8, in_channels=in_channels, out_channels=4,
+        down_block_types=("CrossAttnDownBlock2D", "CrossAttnDownBlock2D"),
+        up_block_types=("CrossAttnUpBlock2D", "CrossAttnUpBlock2D"),
+        block_out_channels=(32, 64), layers_per_block=1, cross_attention_dim=TINY_TEXT_WIDTH,
+        attention_head_dim=2, norm_num_groups=32, attention_type="gated",
+    )
+    with torch.no_grad():
+        for module in unet.modules():
+            if isinstance(module, GatedSelfAttentionDense):
+                module.alpha_attn.fill_(GATE_VALUE)
+                module.alpha_dense.fill_(GATE_VALUE)
+    torch.manual_seed(seed + 1)
+    vae = AutoencoderKL(
+        in_channels=3, out_channels=3, latent_channels=4, block_out_channels=(8, 16, 32, 32),
+        down_block_types=("DownEncoderBlock2D",) * 4, up_block_types=("UpDecoderBlock2D",) * 4,
+        layers_per_block=1, norm_num_groups=8, sample_size=TINY_IMAGE_SIZE,
+    )
+    torch.manual_seed(seed + 2)
+    text_encoder = CLIPTextModel(CLIPTextConfig(**_text_config_kwargs()))
+    scheduler = PNDMScheduler(
+        num_train_timesteps=1000, beta_start=0.00085, beta_end=0.012, beta_schedule="scaled_linear",
+        skip_prk_steps=True, set_alpha_to_one=False, steps_offset=1,
+    )
+    pipe = StableDiffusionGLIGENPipeline(
+        vae=vae, text_encoder=text_encoder, tokenizer=clip_tokenizer(), unet=unet, scheduler=scheduler,
+        safety_checker=None, feature_extractor=None, requires_safety_checker=False,
+    )
+    pipe.save_pretrained(out, safe_serialization=True)
+
+
+def build_gligen(out: Path, seed: int = 0) -> None:
+    """Tiny ``StableDiffusionGLIGENPipeline`` for text-box generation (4-channel gated UNet)."""
+    _gligen_pipeline(out, seed, in_channels=4)
+
+
+def build_gligen_inpaint(out: Path, seed: int = 0) -> None:
+    """Tiny ``StableDiffusionGLIGENPipeline`` for text-box inpainting (9-channel gated UNet)."""
+    _gligen_pipeline(out, seed + 100, in_channels=9)
+
+
+def build_t2i(out: Path, seed: int = 0) -> None:
+    """Tiny ``StableDiffusionPipeline`` in DALLE-3's role (the tiny ``sd`` architecture, other weights)."""
+    build_sd(out, seed + 200)
+
+
+BUILDERS = {"gligen": build_gligen, "gligen_inpaint": build_gligen_inpaint, "t2i": build_t2i}
