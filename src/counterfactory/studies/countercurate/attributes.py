@@ -1,0 +1,699 @@
+"""Flickr30k-Attributes: hard negative captions from the ``llm`` role and the requests for their images
+(CounterCurate §3.4 and appendix A), plus the above/below rewrite task of appendix B.
+
+§3.4 takes, for each Flickr30k image, its first caption ``C`` together with the Flickr30k Entities markup
+(``[/EN#18/people A man] ...``, app. A) and the boxes of its entities, and asks GPT-4V for three negatives
+``C'``: (i) change a noun, (ii) change an adjective (a qualifier: adjective or quantifier), (iii) swap two
+entities or their qualifiers -- "None" when no sensible swap exists (§4.4). The negatives are then drawn by
+DALLE-3 (§3.4 "Generating negative images"; the open ``t2i`` role here).
+
+Here a local chat model in the ``llm`` role (:mod:`counterfactory.text.llm`) answers one request per caption
+and kind, constrained to a JSON schema per kind whose ``entity_id`` fields may only name the caption's own
+phrases. Every answer is then checked against what app. A demands, and an answer that breaks a rule is kept
+as a ``rejected`` row with the reason:
+
+* all kinds: the negative is non-empty and differs from the caption (case, punctuation and a/an aside);
+* noun / adjective (rules 2-3 of app. A: one change, same structure): every changed word lies inside one
+  phrase of the named entity; ``changed_from`` is (part of) that phrase and ``changed_to`` is (part of) what
+  stands there now; more than an article changed. Noun: the phrase's head noun -- its last word, a heuristic
+  that suits Flickr30k's English noun phrases -- is replaced by another word (not only made plural).
+  Adjective: the head noun stays (up to singular/plural) and a qualifying word changes;
+* swap: the two named entities differ; the negative is the caption with only the words of their two phrases
+  rearranged between them -- the phrases trade places, or qualifiers move from one to the other (phrase
+  lengths may change) -- and both phrases change. All-null answers are ``none`` rows (no swap possible, as
+  the paper allows), partly-null answers are rejected.
+
+What cannot be checked without a model is left to the ``llm``: that a changed object keeps the entity's type
+(people stays people, app. A), fluency and plausibility (rules 1, 4-6).
+
+Inputs: a table with ``image_id, sentence_index`` and either ``markup`` (the entity-marked sentence) or
+``caption`` plus ``phrases`` (a list of ``{text | phrase, entity_id, types, first_word_index?}``, as the
+Flickr30k Entities reader writes them); optional ``boxes`` (``{entity_id: [[x1, y1, x2, y2], ...]}``, a JSON
+string or a list of ``{entity_id, boxes}``), ``image_path``, ``width``, ``height``. When the ``llm`` is a
+vision-language model and ``image_path`` is given, the image goes with the request, boxes drawn in colours the
+prompt names (as app. A); otherwise the prompt lists the boxes in pixels.
+
+Outputs: the negatives (``item_id, image_id, sentence_index, kind, caption, negative, entity_ids,
+changed_from, changed_to, status, reason, ...``) and the ``t2i`` requests for the accepted ones
+(``item_id, kind="t2i", prompt, image_id, source_kind, caption``).
+
+Appendix B: :func:`rewrite_requests` / :func:`check_rewrite` are the ``positions_rewrite`` task that turns a
+vanilla "A is above/below B" negative into one natural sentence for GLIGEN (§3.2).
+"""
+
+from __future__ import annotations
+
+import collections
+import difflib
+import json
+import logging
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable
+
+import pandas as pd
+
+from ...errors import ConfigError, input_error, missing_input
+from ...text import llm
+from . import STUDY
+
+log = logging.getLogger(__name__)
+
+KINDS = ("noun", "adjective", "swap")
+TASK_OF_KIND = {"noun": "attributes_noun", "adjective": "attributes_adjective", "swap": "attributes_swap"}
+KIND_OF_TASK = {v: k for k, v in TASK_OF_KIND.items()}
+REWRITE_TASK = "positions_rewrite"
+#: defaults of the ``attributes:`` config section
+DEFAULTS = {
+    "caption": "first",          # §3.4: the first caption of each image ("first" | "longest" | "all")
+    "kinds": list(KINDS),        # app. A (i)-(iii)
+    "max_phrase_chars": 80,      # maxLength of changed_from / changed_to
+    "extra_negative_chars": 60,  # maxLength of a negative = len(caption) + this
+    "limit_images": None,        # keep only the first N images (sorted ids); null = all
+}
+#: defaults of the ``positions_rewrite:`` config section (app. B)
+REWRITE_DEFAULTS = {"max_chars": 200, "require_relation_word": True}
+NEGATIVE_COLUMNS = ["item_id", "image_id", "sentence_index", "kind", "caption", "markup", "negative", "entity_ids",
+                    "changed_from", "changed_to", "status", "reason", "prompt_sha256", "answer"]
+T2I_COLUMNS = ["item_id", "kind", "prompt", "image_id", "source_kind", "caption"]
+ARTICLES = {"an": "a"}
+RELATION_WORDS = {
+    "above": ("above", "over", "atop", "top", "overhead", "higher", "up", "upon", "raised", "elevated", "hangs",
+              "hanging", "hovering", "towering", "overlooking"),
+    "below": ("below", "under", "beneath", "underneath", "lower", "down", "bottom", "foot", "base", "underside"),
+}
+_MARK = re.compile(r"\[/EN#(?P<id>[^/\s\]]*)(?P<types>(?:/[^/\s\]]*)*)\s+(?P<text>[^\[\]]*?)\s*\]")
+_WORD = re.compile(r"[\w'-]+")
+
+
+# --------------------------------------------------------------------------- captions and phrases
+
+
+@dataclass(frozen=True)
+class Phrase:
+    """A marked phrase: its text, entity (chain) id, types and its word span ``[start, end)`` in the caption's
+    word tokens (:func:`words`)."""
+
+    text: str
+    entity_id: str
+    types: tuple[str, ...]
+    start: int
+    end: int
+
+
+def words(text: str) -> list[str]:
+    """Lower-cased word tokens (punctuation dropped; ``an`` written ``a``) -- what negatives are compared by."""
+    return [ARTICLES.get(w, w) for w in _WORD.findall(str(text).lower())]
+
+
+def parse_markup(markup: str) -> tuple[str, list[Phrase]]:
+    """``(plain caption, phrases)`` of a Flickr30k Entities sentence (``[/EN#18/people A man] rides ...``)."""
+    pieces, phrases, n_words, pos = [], [], 0, 0
+    for m in _MARK.finditer(markup):
+        before = markup[pos:m.start()]
+        pieces.append(before)
+        n_words += len(words(before))
+        text = m.group("text")
+        n = len(words(text))
+        phrases.append(Phrase(text, m.group("id"), tuple(t for t in m.group("types").split("/") if t),
+                              n_words, n_words + n))
+        pieces.append(text)
+        n_words += n
+        pos = m.end()
+    pieces.append(markup[pos:])
+    if "[/EN#" in markup[pos:] or "[/EN#" in "".join(pieces):
+        raise ValueError("unbalanced or nested entity markup")
+    caption = re.sub(r"\s+", " ", "".join(pieces)).strip()
+    caption = re.sub(r"\s+([.,;:!?])", r"\1", caption)
+    return caption, phrases
+
+
+def _listish(value) -> list:
+    if value is None or (isinstance(value, float) and pd.isna(value)):
+        return []
+    if isinstance(value, str):
+        return json.loads(value) if value.strip() else []
+    if isinstance(value, dict):
+        return [value]
+    return list(value)
+
+
+def locate_phrases(caption: str, phrases: Iterable[dict]) -> list[Phrase]:
+    """Phrases of a plain caption from ``{text | phrase, entity_id, types, first_word_index?}`` records: each is
+    found at its ``first_word_index`` (whitespace-split words of the caption) when given, else at its next
+    occurrence after the previous phrase. A phrase that is not in the caption raises :class:`ValueError`."""
+    toks = words(caption)
+    raw = caption.split()
+    out, cursor = [], 0
+    for rec in phrases:
+        text = str(rec.get("text", rec.get("phrase", "")))
+        ptoks = words(text)
+        types = rec.get("types", rec.get("phrase_type", ()))
+        types = (types,) if isinstance(types, str) else tuple(str(t) for t in _listish(types))
+        start = None
+        fwi = rec.get("first_word_index")
+        if fwi is not None and not (isinstance(fwi, float) and pd.isna(fwi)):
+            guess = len(words(" ".join(raw[:int(fwi)])))
+            if toks[guess:guess + len(ptoks)] == ptoks:
+                start = guess
+        if start is None:
+            for s in list(range(cursor, len(toks))) + list(range(0, cursor)):
+                if toks[s:s + len(ptoks)] == ptoks:
+                    start = s
+                    break
+        if start is None or not ptoks:
+            raise ValueError(f"phrase {text!r} is not in the caption")
+        out.append(Phrase(text, str(rec.get("entity_id", rec.get("phrase_id"))), types, start, start + len(ptoks)))
+        cursor = start + len(ptoks)
+    return out
+
+
+def markup_of(caption: str, phrases: list[Phrase]) -> str:
+    """The caption with its phrases marked as in Flickr30k Entities (for the prompt)."""
+    raw = caption.split()
+    # map word-token index -> whitespace-word index
+    idx, owner = 0, []
+    for i, w in enumerate(raw):
+        n = len(words(w))
+        owner.extend([i] * n)
+        idx += n
+    opens: dict[int, list[str]] = collections.defaultdict(list)
+    closes: dict[int, int] = collections.Counter()
+    for p in phrases:
+        if p.start >= len(owner) or p.end - 1 >= len(owner):
+            continue
+        opens[owner[p.start]].append(f"[/EN#{p.entity_id}/{'/'.join(p.types) or 'other'} ")
+        closes[owner[p.end - 1]] += 1
+    out = []
+    for i, w in enumerate(raw):
+        core, tail = re.match(r"^(.*?)([.,;:!?]*)$", w).groups() if closes.get(i) else (w, "")
+        out.append("".join(opens.get(i, [])) + core + "]" * closes.get(i, 0) + tail)
+    return " ".join(out)
+
+
+def _boxes(value) -> dict[str, list[list[float]]]:
+    if value is None or (isinstance(value, float) and pd.isna(value)):
+        return {}
+    if isinstance(value, str):
+        value = json.loads(value) if value.strip() else {}
+    if isinstance(value, dict):
+        return {str(k): [list(map(float, b)) for b in _listish(v)] for k, v in value.items() if v is not None}
+    out: dict[str, list[list[float]]] = {}
+    for rec in _listish(value):
+        boxes = rec.get("boxes", [rec["box"]] if "box" in rec else [])
+        out.setdefault(str(rec["entity_id"]), []).extend(list(map(float, b)) for b in _listish(boxes))
+    return out
+
+
+@dataclass
+class CaptionItem:
+    """One caption to make negatives of."""
+
+    image_id: str
+    sentence_index: int
+    caption: str
+    phrases: list[Phrase]
+    boxes: dict[str, list[list[float]]]
+    image_path: str | None = None
+    width: int | None = None
+    height: int | None = None
+
+    @property
+    def markup(self) -> str:
+        return markup_of(self.caption, self.phrases)
+
+    def visual_phrases(self) -> list[Phrase]:
+        """Phrases that name something visible (the ``notvisual`` chain ``0`` is left out)."""
+        return [p for p in self.phrases if p.entity_id != "0" and "notvisual" not in p.types]
+
+
+def read_captions(frame: pd.DataFrame, source: str = "captions") -> list[CaptionItem]:
+    """Caption items from a captions table (see the module docstring); malformed rows raise :class:`InputError`."""
+    need = {"image_id", "sentence_index"}
+    if not need <= set(frame.columns) or not ({"markup"} <= set(frame.columns)
+                                              or {"caption", "phrases"} <= set(frame.columns)):
+        raise input_error(source, None, f"columns {sorted(frame.columns)} lack image_id, sentence_index and either "
+                          "markup or caption + phrases", "write the table with the Flickr30k Entities reader "
+                          "(counterfactory.data.flickr30k_entities) or give those columns")
+    dup = frame.duplicated(["image_id", "sentence_index"], keep=False)
+    if dup.any():
+        first = frame[dup].iloc[0]
+        raise input_error(source, int(dup.values.argmax()), f"image {first['image_id']} sentence "
+                          f"{first['sentence_index']} appears more than once", "keep one row per caption")
+    items = []
+    for i, row in enumerate(frame.to_dict("records")):
+        record = f"{i} (image {row['image_id']}, sentence {row['sentence_index']})"
+        try:
+            markup = row.get("markup")
+            if isinstance(markup, str) and markup.strip():
+                caption, phrases = parse_markup(markup)
+            else:
+                caption = str(row["caption"])
+                phrases = locate_phrases(caption, _listish(row.get("phrases")))
+            boxes = _boxes(row.get("boxes"))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise input_error(source, record, f"cannot read the caption's phrases ({exc})",
+                              "give the Flickr30k Entities markup, or phrases that occur in the caption") from exc
+        path = row.get("image_path")
+        items.append(CaptionItem(str(row["image_id"]), int(row["sentence_index"]), caption, phrases, boxes,
+                                 path if isinstance(path, str) and path else None,
+                                 _int_or_none(row.get("width")), _int_or_none(row.get("height"))))
+    return items
+
+
+def _int_or_none(v):
+    return None if v is None or (isinstance(v, float) and pd.isna(v)) else int(v)
+
+
+def select_captions(items: list[CaptionItem], section: dict) -> list[CaptionItem]:
+    """The captions §3.4 uses: per image the first one (``caption: first``), or the longest, or all; then
+    ``limit_images`` images (sorted ids)."""
+    how = section["caption"]
+    if how not in ("first", "longest", "all"):
+        raise ConfigError(f"attributes.caption must be first, longest or all, got {how!r}. Fix: use first (§3.4)")
+    by_image: dict[str, list[CaptionItem]] = collections.defaultdict(list)
+    for it in items:
+        by_image[it.image_id].append(it)
+    ids = sorted(by_image)
+    if section.get("limit_images"):
+        ids = ids[:section["limit_images"]]
+    out = []
+    for image_id in ids:
+        group = sorted(by_image[image_id], key=lambda it: it.sentence_index)
+        if how == "first":
+            out.append(group[0])
+        elif how == "longest":
+            out.append(max(group, key=lambda it: (len(words(it.caption)), -it.sentence_index)))
+        else:
+            out.extend(group)
+    return out
+
+
+# --------------------------------------------------------------------------- llm tasks
+
+
+def _string(max_len: int) -> dict:
+    return {"type": "string", "minLength": 1, "maxLength": int(max_len)}
+
+
+def edit_schema(fields: dict) -> dict:
+    """Answer schema of the noun and adjective kinds: the changed phrase's id (one of the caption's), the phrase
+    before and after, and the whole negative caption."""
+    ids = [str(i) for i in fields["entity_ids"]]
+    return {"type": "object", "additionalProperties": False,
+            "properties": {"entity_id": {"type": "string", "enum": ids},
+                           "changed_from": _string(fields["max_phrase_chars"]),
+                           "changed_to": _string(fields["max_phrase_chars"]),
+                           "negative": _string(fields["max_negative_chars"])},
+            "required": ["entity_id", "changed_from", "changed_to", "negative"]}
+
+
+def swap_schema(fields: dict) -> dict:
+    """Answer schema of the swap kind: two phrase ids and the negative, each nullable ("None", §4.4)."""
+    ids = [str(i) for i in fields["entity_ids"]]
+    nullable_id = {"anyOf": [{"type": "string", "enum": ids}, {"type": "null"}]}
+    return {"type": "object", "additionalProperties": False,
+            "properties": {"entity_a": nullable_id, "entity_b": nullable_id,
+                           "negative": {"anyOf": [_string(fields["max_negative_chars"]), {"type": "null"}]}},
+            "required": ["entity_a", "entity_b", "negative"]}
+
+
+def rewrite_schema(fields: dict) -> dict:
+    """Answer schema of the positions rewrite (app. B): one sentence."""
+    return {"type": "object", "additionalProperties": False,
+            "properties": {"rewrite": _string(fields["max_chars"])}, "required": ["rewrite"]}
+
+
+def _render_attributes(template: str):
+    def render(fields: dict) -> str:
+        context = llm.fill(llm.prompt_text("attributes_context.txt"), fields, where="attributes_context.txt")
+        return llm.fill(llm.prompt_text(template), {**fields, "context": context}, where=template)
+
+    return render
+
+
+for _kind, _schema in (("noun", edit_schema), ("adjective", edit_schema), ("swap", swap_schema)):
+    _tmpl = f"{TASK_OF_KIND[_kind]}.txt"
+    llm.register_task(llm.Task(TASK_OF_KIND[_kind], _tmpl, _schema, render=_render_attributes(_tmpl)))
+llm.register_task(llm.Task(REWRITE_TASK, f"{REWRITE_TASK}.txt", rewrite_schema))
+
+
+def _fmt(v: float) -> str:
+    return f"{v:.0f}" if float(v).is_integer() else f"{v:.1f}"
+
+
+def regions_text(item: CaptionItem, colours: dict[str, str] | None) -> str:
+    """One line per marked entity: its boxes in pixels, and their colour when drawn on the image."""
+    lines, seen = [], set()
+    for p in item.visual_phrases():
+        if p.entity_id in seen:
+            continue
+        seen.add(p.entity_id)
+        boxes = item.boxes.get(p.entity_id, [])
+        where = "; ".join("(" + ", ".join(_fmt(v) for v in b) + ")" for b in boxes) or "no box (scene or not boxed)"
+        colour = f", outlined in {colours[p.entity_id]}" if colours and p.entity_id in colours else ""
+        lines.append(f"#{p.entity_id} \"{p.text}\": {where}{colour}")
+    size = f"Boxes are (x1, y1, x2, y2) in pixels of a {item.width}x{item.height} image." if item.width else \
+        "Boxes are (x1, y1, x2, y2) in pixels."
+    return "\n".join([size] + lines) if lines else "(no marked phrases)"
+
+
+def requests_for(items: list[CaptionItem], section: dict, with_images: bool = False) -> tuple[pd.DataFrame, list]:
+    """``(llm requests, skipped)``: one request per caption and kind; ``skipped`` lists ``(item_id, kind,
+    reason)`` of captions a kind cannot apply to (no marked phrase; fewer than two entities for a swap)."""
+    rows, skipped = [], []
+    for it in items:
+        ids = list(dict.fromkeys(p.entity_id for p in it.visual_phrases()))
+        colours = None
+        boxes = []
+        if with_images and it.image_path:
+            colours = {eid: llm.BOX_COLORS[i % len(llm.BOX_COLORS)] for i, eid in enumerate(ids)}
+            boxes = [{"label": f"#{eid}", "box": b, "color": colours[eid]}
+                     for eid in ids for b in it.boxes.get(eid, [])]
+            note = "The photograph is attached; the regions of the marked phrases are outlined in the colours below."
+        else:
+            note = "You cannot see the photograph; the boxes below tell where each marked phrase is."
+        fields = {"caption": it.caption, "markup": it.markup, "regions": regions_text(it, colours),
+                  "image_note": note, "entity_ids": ids, "max_phrase_chars": section["max_phrase_chars"],
+                  "max_negative_chars": len(it.caption) + section["extra_negative_chars"]}
+        for kind in section["kinds"]:
+            item_id = f"{it.image_id}/{it.sentence_index}/{kind}"
+            if len(ids) < (2 if kind == "swap" else 1):
+                skipped.append((item_id, kind, "fewer than two marked entities" if kind == "swap"
+                                else "no marked phrase"))
+                continue
+            rows.append({"item_id": item_id, "task": TASK_OF_KIND[kind], "fields": json.dumps(fields),
+                         "image_path": it.image_path if colours else None, "boxes": json.dumps(boxes)})
+    cols = ["item_id", "task", "fields", "image_path", "boxes"]
+    return pd.DataFrame(rows, columns=cols), skipped
+
+
+# --------------------------------------------------------------------------- checking answers
+
+
+def _singular(w: str) -> str:
+    for suffix, repl in (("ies", "y"), ("ches", "ch"), ("shes", "sh"), ("sses", "ss"), ("xes", "x"), ("s", "")):
+        if w.endswith(suffix) and len(w) > len(suffix) + 1 and not w.endswith("ss"):
+            return w[: -len(suffix)] + repl
+    return w
+
+
+def _contains(seq: list[str], sub: list[str]) -> bool:
+    return any(seq[i:i + len(sub)] == sub for i in range(len(seq) - len(sub) + 1)) if sub else False
+
+
+def _changes(c: list[str], n: list[str]) -> list[tuple[int, int, int, int]]:
+    ops = difflib.SequenceMatcher(None, c, n, autojunk=False).get_opcodes()
+    return [(i1, i2, j1, j2) for tag, i1, i2, j1, j2 in ops if tag != "equal"]
+
+
+def _inside(change: tuple[int, int, int, int], start: int, end: int) -> bool:
+    i1, i2 = change[:2]
+    return start <= i1 and i2 <= end if i2 > i1 else start <= i1 <= end
+
+
+def check_edit(kind: str, item: CaptionItem, answer: dict) -> tuple[str, str | None, dict]:
+    """``(status, reason, record)`` of a noun or adjective answer (rules in the module docstring)."""
+    eid = str(answer.get("entity_id"))
+    neg = str(answer.get("negative") or "").strip()
+    rec = {"negative": neg, "entity_ids": [eid], "changed_from": answer.get("changed_from"),
+           "changed_to": answer.get("changed_to")}
+    candidates = [p for p in item.visual_phrases() if p.entity_id == eid]
+    if not candidates:
+        return "rejected", f"entity #{eid} is not a marked phrase of the caption", rec
+    c, n = words(item.caption), words(neg)
+    if not n:
+        return "rejected", "the negative is empty", rec
+    if n == c:
+        return "rejected", "the negative is the caption itself", rec
+    changes = _changes(c, n)
+    phrase = next((p for p in candidates if all(_inside(ch, p.start, p.end) for ch in changes)), None)
+    if phrase is None:
+        outside = sorted({w for ch in changes for w in c[ch[0]:ch[1]] or n[ch[2]:ch[3]]})
+        return "rejected", (f"the negative changes words outside phrase #{eid} ({', '.join(outside)}); "
+                            "only one phrase may change"), rec
+    old = c[phrase.start:phrase.end]
+    new = n[phrase.start:len(n) - (len(c) - phrase.end)]
+    if not new:
+        return "rejected", f"phrase #{eid} was deleted, not changed", rec
+    if [w for w in old if w not in ("a", "the")] == [w for w in new if w not in ("a", "the")]:
+        return "rejected", "only an article changed", rec
+    if not _contains(old, words(answer.get("changed_from") or "")):
+        return "rejected", (f"changed_from {answer.get('changed_from')!r} is not part of phrase #{eid} "
+                            f"({phrase.text!r})"), rec
+    if not _contains(new, words(answer.get("changed_to") or "")):
+        return "rejected", f"changed_to {answer.get('changed_to')!r} is not what the negative has in place of " \
+                           f"phrase #{eid}", rec
+    same_head = _singular(old[-1]) == _singular(new[-1])
+    if kind == "noun" and same_head:
+        what = "only made plural or singular" if old[-1] != new[-1] else "unchanged"
+        return "rejected", (f"the noun {old[-1]!r} is {what}: a noun change must name a different thing"), rec
+    if kind == "adjective" and not same_head:
+        return "rejected", (f"the noun changed ({old[-1]!r} -> {new[-1]!r}): an adjective change keeps the thing "
+                            "and changes a word qualifying it"), rec
+    return "accepted", None, rec
+
+
+def check_swap(item: CaptionItem, answer: dict) -> tuple[str, str | None, dict]:
+    """``(status, reason, record)`` of a swap answer; all-null is ``none`` (no swap possible)."""
+    a, b, neg = answer.get("entity_a"), answer.get("entity_b"), answer.get("negative")
+    rec = {"negative": (neg or "").strip() or None, "entity_ids": [x for x in (a, b) if x is not None],
+           "changed_from": None, "changed_to": None}
+    if a is None and b is None and neg is None:
+        return "none", "the llm found no sensible swap", rec
+    if a is None or b is None or neg is None:
+        return "rejected", "incomplete swap answer (some fields null, some not)", rec
+    a, b = str(a), str(b)
+    if a == b:
+        return "rejected", "a swap needs two different entities", rec
+    phrases = item.visual_phrases()
+    spans = {e: [(p.start, p.end) for p in phrases if p.entity_id == e] for e in (a, b)}
+    for e, s in spans.items():
+        if not s:
+            return "rejected", f"entity #{e} is not a marked phrase of the caption", rec
+    c, n = words(item.caption), words(neg)
+    if not n:
+        return "rejected", "the negative is empty", rec
+    if n == c:
+        return "rejected", "the negative is the caption itself", rec
+    if collections.Counter(c) != collections.Counter(n):
+        extra = sorted((collections.Counter(n) - collections.Counter(c)).elements())
+        missing = sorted((collections.Counter(c) - collections.Counter(n)).elements())
+        return "rejected", (f"a swap must reuse exactly the caption's words (added: {', '.join(extra) or '-'}; "
+                            f"missing: {', '.join(missing) or '-'})"), rec
+    for x, y in sorted(((a, *sa), (b, *sb)) for sa in spans[a] for sb in spans[b]):
+        (e_1, s1, e1), (e_2, s2, e2) = sorted((x, y), key=lambda t: t[1:])
+        if e1 > s2:
+            continue  # overlapping phrases cannot be exchanged
+        split = _swap_split(c, n, s1, e1, s2, e2)
+        if split is None:
+            continue
+        first, second = split
+        if first == c[s1:e1] or second == c[s2:e2]:
+            changed = e_1 if first != c[s1:e1] else e_2
+            return "rejected", f"only phrase #{changed} changed: a swap exchanges between two phrases", rec
+        return "accepted", None, rec
+    return "rejected", f"the negative changes words outside phrases #{a} and #{b}", rec
+
+
+def _swap_split(c: list[str], n: list[str], s1: int, e1: int, s2: int, e2: int):
+    """``(new first phrase, new second phrase)`` when ``n`` is ``c`` with only the words of the phrases
+    ``c[s1:e1]`` and ``c[s2:e2]`` rearranged between them (their lengths may change), else None."""
+    head, middle, tail = c[:s1], c[e1:s2], c[e2:]
+    if len(n) != len(c) or n[:s1] != head or (tail and n[-len(tail):] != tail):
+        return None
+    body = n[s1:len(n) - len(tail)]
+    total = (e1 - s1) + (e2 - s2)
+    for k in range(total + 1):
+        if body[k:k + len(middle)] == middle and len(body) == total + len(middle):
+            first, second = body[:k], body[k + len(middle):]
+            if collections.Counter(first + second) == collections.Counter(c[s1:e1] + c[s2:e2]):
+                return first, second
+    return None
+
+
+def collect(items: list[CaptionItem], requests: pd.DataFrame, answers: pd.DataFrame,
+            skipped: Iterable[tuple[str, str, str]] = ()) -> pd.DataFrame:
+    """The negatives table: one row per request (and per skipped caption/kind) with status and reason."""
+    by_id = {f"{it.image_id}/{it.sentence_index}": it for it in items}
+    ans = answers.set_index("item_id")
+    rows = []
+    for req in requests.to_dict("records"):
+        item_id = req["item_id"]
+        kind = KIND_OF_TASK[req["task"]]
+        it = by_id[item_id.rsplit("/", 1)[0]]
+        a = ans.loc[item_id]
+        base = {"item_id": item_id, "image_id": it.image_id, "sentence_index": it.sentence_index, "kind": kind,
+                "caption": it.caption, "markup": it.markup, "prompt_sha256": a["prompt_sha256"], "answer": a["answer"]}
+        if not a["valid"]:
+            rows.append({**base, "negative": None, "entity_ids": [], "changed_from": None, "changed_to": None,
+                         "status": "rejected", "reason": f"invalid llm answer: {a['error']}"})
+            continue
+        value = json.loads(a["answer"])
+        status, reason, rec = check_swap(it, value) if kind == "swap" else check_edit(kind, it, value)
+        rows.append({**base, **rec, "status": status, "reason": reason})
+    for item_id, kind, reason in skipped:
+        it = by_id[item_id.rsplit("/", 1)[0]]
+        rows.append({"item_id": item_id, "image_id": it.image_id, "sentence_index": it.sentence_index, "kind": kind,
+                     "caption": it.caption, "markup": it.markup, "negative": None, "entity_ids": [],
+                     "changed_from": None, "changed_to": None, "status": "none", "reason": reason,
+                     "prompt_sha256": None, "answer": None})
+    frame = pd.DataFrame(rows, columns=NEGATIVE_COLUMNS)
+    order = {k: i for i, k in enumerate(KINDS)}
+    frame["_k"] = frame["kind"].map(order)
+    return frame.sort_values(["image_id", "sentence_index", "_k"], kind="stable").drop(columns="_k") \
+        .reset_index(drop=True)
+
+
+def t2i_requests(negatives: pd.DataFrame) -> pd.DataFrame:
+    """Requests for the ``t2i`` role (DALLE-3's, §3.4): one image per accepted negative, prompted by it."""
+    ok = negatives[negatives["status"] == "accepted"]
+    return pd.DataFrame({"item_id": ok["item_id"].values, "kind": "t2i", "prompt": ok["negative"].values,
+                         "image_id": ok["image_id"].values, "source_kind": ok["kind"].values,
+                         "caption": ok["caption"].values}, columns=T2I_COLUMNS)
+
+
+# --------------------------------------------------------------------------- appendix B: above/below rewrite
+
+
+def rewrite_requests(pairs: pd.DataFrame, section: dict | None = None) -> pd.DataFrame:
+    """``positions_rewrite`` llm requests from ``item_id, subject, relation (above|below), object[, statement]``
+    (the vanilla negative "A is above B" of §3.2; the rewrite guides GLIGEN, app. B)."""
+    section = {**REWRITE_DEFAULTS, **(section or {})}
+    rows = []
+    for i, r in enumerate(pairs.to_dict("records")):
+        rel = str(r["relation"])
+        if rel not in RELATION_WORDS:
+            raise input_error("positions pairs", i, f"relation {rel!r} is not above or below",
+                              "rewrite only the above/below negatives (app. B)")
+        statement = r.get("statement") or f"{r['subject']} is {rel} {r['object']}"
+        fields = {"statement": statement, "subject": r["subject"], "relation": rel, "object": r["object"],
+                  "max_chars": section["max_chars"]}
+        rows.append({"item_id": str(r["item_id"]), "task": REWRITE_TASK, "fields": json.dumps(fields)})
+    return pd.DataFrame(rows, columns=["item_id", "task", "fields"])
+
+
+def check_rewrite(fields: dict, answer: dict, section: dict | None = None) -> tuple[str, str | None]:
+    """``(status, reason)`` of a rewrite: one sentence, naming both objects (their head words), differing from
+    the statement and -- with ``require_relation_word`` -- using a word of the asked vertical relation."""
+    section = {**REWRITE_DEFAULTS, **(section or {})}
+    text = str(answer.get("rewrite") or "").strip()
+    toks = words(text)
+    if not toks:
+        return "rejected", "the rewrite is empty"
+    if toks == words(fields["statement"]):
+        return "rejected", "the rewrite repeats the statement"
+    if re.search(r"[.!?]\s+\S", text.rstrip(".!? ")):
+        return "rejected", "the rewrite has more than one sentence"
+    singular = {_singular(w) for w in toks}
+    for role in ("subject", "object"):
+        head = words(fields[role])[-1:] or [""]
+        if _singular(head[0]) not in singular:
+            return "rejected", f"the rewrite does not mention the {role} {fields[role]!r}"
+    if section["require_relation_word"] and not set(toks) & set(RELATION_WORDS[fields["relation"]]):
+        return "rejected", (f"the rewrite does not say that {fields['subject']} is {fields['relation']} "
+                            f"{fields['object']}")
+    return "accepted", None
+
+
+# --------------------------------------------------------------------------- stage and CLI
+
+
+def section_of(cfg: dict) -> dict:
+    """The ``attributes:`` section with defaults; bad values are a :class:`ConfigError`."""
+    section = {**DEFAULTS, **{k: v for k, v in (cfg.get("attributes") or {}).items()}}
+    bad = [k for k in section["kinds"] if k not in KINDS]
+    if bad or not section["kinds"]:
+        raise ConfigError(f"attributes.kinds: unknown kind(s) {bad or '(none given)'}. Fix: use some of "
+                          f"{', '.join(KINDS)} (app. A)")
+    for key in ("max_phrase_chars", "extra_negative_chars"):
+        if not isinstance(section[key], int) or section[key] < 1:
+            raise ConfigError(f"attributes.{key} must be a positive integer, got {section[key]!r}")
+    return section
+
+
+def run(cfg: dict, captions: pd.DataFrame, out: str | Path | None = None, requests_out: str | Path | None = None,
+        llm_requests_out: str | Path | None = None, answers_out: str | Path | None = None,
+        cache_path: str | Path | None = None, source: str = "captions") -> pd.DataFrame:
+    """Build the llm requests of §3.4 for ``captions``, answer them, check the answers and write the negatives
+    (``out``), the t2i requests (``requests_out``), and optionally the llm requests and raw answers."""
+    from ...io import write_parquet
+
+    section = section_of(cfg)
+    items = select_captions(read_captions(captions, source), section)
+    with_images = any(it.image_path for it in items) and llm.is_multimodal(cfg)
+    requests, skipped = requests_for(items, section, with_images=with_images)
+    if llm_requests_out:
+        write_parquet(llm_requests_out, requests)
+    answers = llm.run_requests(cfg, requests, answers_out, cache_path=cache_path) if len(requests) else \
+        pd.DataFrame(columns=llm.RESULT_COLUMNS)
+    negatives = collect(items, requests, answers, skipped)
+    if out:
+        write_parquet(out, negatives)
+    if requests_out:
+        write_parquet(requests_out, t2i_requests(negatives))
+    return negatives
+
+
+def load_cfg(paths: Iterable[str]) -> dict:
+    """The countercurate view of the config files (``load_config(paths, study="countercurate")``)."""
+    from ...config import load_config
+
+    try:
+        return load_config(list(paths), study=STUDY)
+    except KeyError as exc:
+        raise ConfigError(f"{', '.join(map(str, paths))}: the configuration schema has no '{STUDY}' section yet "
+                          f"({exc}). Fix: use a version of counterfactory whose schema knows the study") from exc
+
+
+def _read_table(path: str) -> pd.DataFrame:
+    p = Path(path)
+    if not p.exists():
+        raise missing_input(p, "table", "check the path (and that the step producing it has run)")
+    return pd.read_json(p, lines=True, dtype=False) if p.suffix == ".jsonl" else pd.read_parquet(p)
+
+
+def _cli_attributes(args) -> int:
+    cfg = load_cfg(args.config)
+    negatives = run(cfg, _read_table(args.captions), args.out, args.requests_out, args.llm_requests_out,
+                    args.answers_out, args.cache, source=args.captions)
+    counts = negatives.groupby(["kind", "status"]).size()
+    for (kind, status), n in counts.items():
+        print(f"{kind}: {n} {status}")
+    print(f"-> {args.out}" + (f"; t2i requests -> {args.requests_out}" if args.requests_out else ""))
+    return 0
+
+
+def _cli_llm(args) -> int:
+    cfg = load_cfg(args.config)
+    answers = llm.run_requests(cfg, llm.read_requests(args.requests), args.out, cache_path=args.cache)
+    print(f"{int(answers['valid'].sum())}/{len(answers)} valid answers ({int(answers['cached'].sum())} from the "
+          f"cache) -> {args.out}")
+    return 0
+
+
+def add_cli(subparsers) -> None:
+    """Register ``counterfactory countercurate attributes`` and ``counterfactory countercurate llm``."""
+    p = subparsers.add_parser("attributes", help="Flickr30k-Attributes negatives from the llm role (§3.4, app. A)",
+                              description=__doc__.split("\n\n")[0])
+    p.add_argument("--config", action="append", required=True, metavar="FILE",
+                   help="config file(s) with models.llm and the countercurate section (repeat to merge)")
+    p.add_argument("--captions", required=True, metavar="FILE.parquet",
+                   help="captions with entity markup (image_id, sentence_index, markup | caption + phrases)")
+    p.add_argument("--out", required=True, metavar="FILE.parquet", help="negatives, accepted and rejected")
+    p.add_argument("--requests-out", metavar="FILE.parquet", help="t2i requests for the accepted negatives")
+    p.add_argument("--llm-requests-out", metavar="FILE.parquet", help="also write the llm requests")
+    p.add_argument("--answers-out", metavar="FILE.parquet", help="also write the raw llm answers")
+    p.add_argument("--cache", metavar="FILE.jsonl", help="llm answer cache (default: llm.cache)")
+    p.set_defaults(func=_cli_attributes)
+
+    q = subparsers.add_parser("llm", help="answer llm requests of any task with JSON-schema constrained decoding",
+                              description=llm.__doc__.split("\n\n")[0])
+    q.add_argument("--config", action="append", required=True, metavar="FILE",
+                   help="config file(s) with models.llm (repeat to merge)")
+    q.add_argument("--requests", required=True, metavar="FILE.parquet",
+                   help="item_id, task, fields (JSON) [, prompt, schema, image_path, boxes]")
+    q.add_argument("--out", required=True, metavar="FILE.parquet", help="answers with validity and errors")
+    q.add_argument("--cache", metavar="FILE.jsonl", help="llm answer cache (default: llm.cache)")
+    q.set_defaults(func=_cli_llm)

@@ -1,0 +1,577 @@
+"""The ``llm`` role: instructions to a local chat model, answered as JSON that follows a schema.
+
+CounterCurate asks closed models for text: GPT-4 rewrites vanilla above/below negatives into natural
+sentences for GLIGEN (§3.2, app. B) and GPT-4V writes the noun / adjective / swap negatives of
+Flickr30k-Attributes from the caption, its entity markup and the box-annotated image (§3.4, app. A). Here a
+local instruction-tuned model (``models.llm``) plays that role; later studies (CVLD) reuse it.
+
+How a request is answered
+-------------------------
+* A request is a row ``item_id, task, fields`` (``fields``: a JSON object, or a dict). The task (see
+  :func:`register_task`) names a prompt template -- a package resource under
+  ``counterfactory/resources/prompts/`` filled in with :class:`string.Template` (``$name``) -- and builds the
+  JSON schema of the answer from the fields. A row may instead carry its own ``prompt`` and ``schema``
+  columns (ad-hoc tasks).
+* Generation is greedy (temperature 0: ``do_sample=False``), batched with left padding, and **constrained
+  to the schema** with lm-format-enforcer (a :class:`~lmformatenforcer.JsonSchemaParser` and one
+  :class:`~lmformatenforcer.TokenEnforcer` per row, as the library's transformers integration does, so
+  rows of one batch may have different schemas). Even a tiny random model thus writes parseable JSON as
+  long as it stays within ``llm.max_new_tokens``; bounded schemas (``maxLength``, ``enum``) keep it there.
+* Every answer is parsed and checked with :mod:`jsonschema`; an answer that is cut off, unparseable or
+  off-schema becomes a row with ``valid=False`` and the reason in ``error`` -- never an exception.
+* Answers are cached in a JSONL file keyed by (model fingerprint, ``prompt_sha256``, ``schema_sha256``,
+  decoding settings): a rerun reuses them without loading the model. ``prompt_sha256`` is the sha256 of
+  the canonical JSON of the system and user messages (plus the image's sha256 when the model sees it).
+
+Text-only or multimodal
+-----------------------
+If ``models.llm`` is a vision-language checkpoint (its config has a ``vision_config``; loaded as
+``(model, processor)`` by :mod:`counterfactory.models.loaders_llm`), rows with an ``image_path`` are sent
+with the image -- boxes listed in the row's ``boxes`` (``[{"label", "box": [x1, y1, x2, y2], "color"}]``)
+are drawn onto it first, as the paper overlaid boxes for GPT-4V (app. A). With a text-only model the image
+is not used: tasks then describe the regions in words (box coordinates in the prompt). The multimodal path
+is tested offline with the tiny LLaVA stand-in of the ``vlm`` role configured as ``llm``.
+
+Config (``llm:`` section of the study): ``batch_size``, ``max_new_tokens``, ``cache`` (JSONL path or
+null), ``image_max_side`` (annotated images are downscaled to this longest side).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+import string
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+import pandas as pd
+
+from ..errors import ConfigError, InputError, ModelLoadError, input_error
+
+log = logging.getLogger(__name__)
+
+#: defaults of the ``llm:`` config section
+DEFAULTS = {"batch_size": 8, "max_new_tokens": 512, "cache": None, "image_max_side": 768}
+#: columns of :func:`run_requests`' result
+RESULT_COLUMNS = ["item_id", "task", "prompt_sha256", "schema_sha256", "answer", "valid", "error", "cached",
+                  "model"]
+PROMPT_PACKAGE = "counterfactory.resources"
+PROMPT_FOLDER = "prompts"
+SYSTEM_PROMPT = "system.txt"
+CACHE_FORMAT = 1
+#: colours of drawn boxes, in order of the boxes of a request (when a box names none)
+#: longest run of whitespace allowed between JSON tokens (lm-format-enforcer's default is 12)
+MAX_WHITESPACE = 2
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+BOX_COLORS = ("red", "blue", "lime", "orange", "magenta", "cyan", "yellow", "purple", "white", "brown")
+
+
+# --------------------------------------------------------------------------- prompts and tasks
+
+
+def prompt_text(name: str) -> str:
+    """The text of the package prompt resource ``resources/prompts/<name>``."""
+    res = resources.files(PROMPT_PACKAGE).joinpath(PROMPT_FOLDER).joinpath(name)
+    try:
+        return res.read_text(encoding="utf-8")
+    except (FileNotFoundError, OSError) as exc:
+        raise ConfigError(f"prompt resource {PROMPT_FOLDER}/{name} is missing from the counterfactory package "
+                          f"({exc}). Fix: reinstall the package (pip install -e .)") from exc
+
+
+def fill(template: str, fields: dict, where: str = "<prompt>") -> str:
+    """``template`` with ``$name`` placeholders filled from ``fields``; a missing field is an :class:`InputError`."""
+    try:
+        return string.Template(template).substitute({k: "" if v is None else str(v) for k, v in fields.items()})
+    except KeyError as exc:
+        raise input_error(where, None, f"the prompt needs the field {exc.args[0]!r}, which the request lacks",
+                          f"add {exc.args[0]!r} to the request's fields") from exc
+    except ValueError as exc:
+        raise input_error(where, None, f"malformed prompt template ({exc})", "escape a literal $ as $$") from exc
+
+
+@dataclass(frozen=True)
+class Task:
+    """An ``llm`` task: its prompt template resource and the JSON schema of its answer.
+
+    ``render(fields)`` returns the user message (default: the template filled with the fields);
+    ``schema(fields)`` the answer's JSON schema (it may depend on the fields, e.g. an ``enum`` of ids)."""
+
+    name: str
+    template: str
+    schema: Callable[[dict], dict]
+    render: Callable[[dict], str] | None = None
+
+    def user_prompt(self, fields: dict) -> str:
+        if self.render is not None:
+            return self.render(fields)
+        return fill(prompt_text(self.template), fields, where=f"task {self.name} ({self.template})")
+
+
+TASKS: dict[str, Task] = {}
+
+
+def register_task(task: Task) -> Task:
+    """Make ``task`` known to :func:`run_requests` (study modules register theirs on import)."""
+    TASKS[task.name] = task
+    return task
+
+
+# --------------------------------------------------------------------------- hashing and requests
+
+
+def sha256_text(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def canonical(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def schema_sha256(schema: dict) -> str:
+    return sha256_text(canonical(schema))
+
+
+def _as_dict(value, what: str, item) -> dict:
+    if value is None or (isinstance(value, float) and pd.isna(value)):
+        return {}
+    if isinstance(value, dict):
+        return value
+    if isinstance(value, str):
+        try:
+            out = json.loads(value) if value.strip() else {}
+        except ValueError as exc:
+            raise input_error("requests", item, f"{what} is not valid JSON ({exc})", f"write {what} as a JSON object")
+        if isinstance(out, dict):
+            return out
+    raise input_error("requests", item, f"{what} must be a JSON object, got {type(value).__name__}",
+                      f"write {what} as a JSON object")
+
+
+def _cell(row: dict, key: str):
+    value = row.get(key)
+    if value is None or (isinstance(value, float) and pd.isna(value)):
+        return None
+    return value
+
+
+@dataclass
+class Prepared:
+    """One request ready to run: messages, schema, image and their hashes."""
+
+    item_id: str
+    task: str
+    system: str
+    user: str
+    schema: dict
+    image_path: str | None
+    boxes: list
+    prompt_sha256: str = ""
+    schema_sha256: str = ""
+
+
+def prepare(requests: pd.DataFrame) -> list[Prepared]:
+    """Render every request's prompt and schema (unknown task, missing field -> :class:`InputError`)."""
+    missing = {"item_id", "task"} - set(requests.columns)
+    if missing:
+        raise input_error("requests", None, f"missing column(s) {', '.join(sorted(missing))}",
+                          "give every request an item_id and a task")
+    system = prompt_text(SYSTEM_PROMPT).strip()
+    out = []
+    for row in requests.to_dict("records"):
+        item = str(row["item_id"])
+        task_name = str(row["task"])
+        fields = _as_dict(row.get("fields"), "fields", item)
+        prompt, schema = _cell(row, "prompt"), _cell(row, "schema")
+        if prompt is None or schema is None:
+            task = TASKS.get(task_name)
+            if task is None:
+                known = ", ".join(sorted(TASKS))
+                raise input_error("requests", item, f"unknown llm task {task_name!r} (known: {known})",
+                                  "use a registered task or give the row its own prompt and schema columns")
+            prompt = task.user_prompt(fields) if prompt is None else prompt
+            schema = task.schema(fields) if schema is None else schema
+        schema = _as_dict(schema, "schema", item)
+        boxes = _cell(row, "boxes")
+        if isinstance(boxes, str):
+            boxes = json.loads(boxes) if boxes.strip() else []
+        out.append(Prepared(item, task_name, system, str(prompt), schema, _cell(row, "image_path"),
+                            list(boxes) if boxes is not None else []))
+    return out
+
+
+# --------------------------------------------------------------------------- cache
+
+
+class AnswerCache:
+    """Answers keyed by (model, prompt_sha256, schema_sha256, settings), kept in a JSONL file.
+
+    Lines are appended (one JSON object each) and flushed as answers arrive, so an interrupted run keeps
+    what it generated; unreadable lines (a torn last line) are skipped with a warning."""
+
+    def __init__(self, path: str | os.PathLike | None):
+        self.path = Path(path) if path else None
+        self.entries: dict[tuple, dict] = {}
+        if self.path is not None and self.path.exists():
+            self._load()
+
+    @staticmethod
+    def key(model: str, prompt_sha: str, schema_sha: str, settings_sha: str) -> tuple:
+        return model, prompt_sha, schema_sha, settings_sha
+
+    def _load(self) -> None:
+        bad = 0
+        with open(self.path, encoding="utf-8") as fh:
+            for line in fh:
+                try:
+                    rec = json.loads(line)
+                    if rec.get("format") != CACHE_FORMAT:
+                        raise ValueError("format")
+                    k = self.key(rec["model"], rec["prompt_sha256"], rec["schema_sha256"], rec["settings_sha256"])
+                    self.entries[k] = rec
+                except (ValueError, KeyError, TypeError, AttributeError):
+                    bad += 1
+        if bad:
+            log.warning("llm cache %s: skipped %d unreadable line(s)", self.path, bad)
+
+    def get(self, key: tuple) -> dict | None:
+        return self.entries.get(key)
+
+    def put(self, key: tuple, answer: str, **extra) -> None:
+        rec = {"format": CACHE_FORMAT, "model": key[0], "prompt_sha256": key[1], "schema_sha256": key[2],
+               "settings_sha256": key[3], "answer": answer, **extra}
+        self.entries[key] = rec
+        if self.path is None:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.path, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(rec, sort_keys=True, ensure_ascii=False) + "\n")
+            fh.flush()
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def check_answer(text: str | None, schema: dict) -> tuple[Any, str | None]:
+    """``(parsed answer, None)`` when ``text`` is JSON that satisfies ``schema``, else ``(parsed or None, reason)``."""
+    import jsonschema
+
+    if text is None or not str(text).strip():
+        return None, "empty answer"
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        return None, f"not valid JSON ({exc.msg} at character {exc.pos}; cut off by max_new_tokens?)"
+    validator = jsonschema.Draft202012Validator(schema)
+    errors = sorted(validator.iter_errors(value), key=lambda e: list(e.absolute_path))
+    if errors:
+        where = ".".join(str(p) for p in errors[0].absolute_path) or "<answer>"
+        return value, f"does not match the schema: {where}: {errors[0].message}"
+    return value, None
+
+
+# --------------------------------------------------------------------------- the model
+
+
+def settings_of(section: dict) -> dict:
+    """The ``llm:`` section with defaults filled; bad values are a :class:`ConfigError`."""
+    out = {**DEFAULTS, **{k: v for k, v in (section or {}).items() if v is not None or k == "cache"}}
+    for key in ("batch_size", "max_new_tokens", "image_max_side"):
+        if not isinstance(out[key], int) or isinstance(out[key], bool) or out[key] < 1:
+            raise ConfigError(f"llm.{key} must be a positive integer, got {out[key]!r}. Fix: set llm.{key}: "
+                              f"{DEFAULTS[key]}")
+    return out
+
+
+def decoding_sha256(settings: dict) -> str:
+    """What, besides model, prompt and schema, decides an answer: greedy decoding, the token budget."""
+    return sha256_text(canonical({"decoding": "greedy", "constrained": "lm-format-enforcer/json-schema",
+                                  "max_new_tokens": settings["max_new_tokens"]}))
+
+
+def model_identity(cfg: dict) -> str | None:
+    """Content identity of the configured ``llm`` (fingerprint, else ``commit:<hub commit>``), without loading."""
+    from ..models import registry
+
+    info = registry.configured_models(cfg, ["llm"])["llm"]
+    if info.get("fingerprint"):
+        return info["fingerprint"]
+    if info.get("commit"):
+        return f"commit:{info['commit']}"
+    return None
+
+
+def _loaded_identity() -> str:
+    from ..models import registry
+
+    info = registry.loaded_models().get("llm") or {}
+    if info.get("fingerprint"):
+        return info["fingerprint"]
+    if info.get("commit"):
+        return f"commit:{info['commit']}"
+    raise registry.ModelIdentityError(
+        "role 'llm': the loaded model has neither a content fingerprint nor a hub commit, so its answers cannot "
+        "be cached safely. Fix: download the model (hf download <id>) or point models.llm.source at a folder")
+
+
+def is_multimodal(cfg: dict) -> bool:
+    """Whether the configured ``llm`` is a vision-language checkpoint (reads only its config.json)."""
+    from transformers import AutoConfig
+
+    from ..models.loaders_llm import is_vision_language
+    from ..models.registry import _hf_kwargs, _src, model_spec
+
+    spec = model_spec(cfg, "llm")
+    try:
+        return is_vision_language(AutoConfig.from_pretrained(_src(spec), **_hf_kwargs(spec)))
+    except Exception:  # unreadable config: the loader will report it properly when the model is needed
+        return False
+
+
+def _file_sha256(path: str) -> str:
+    from ..models.registry import _hash_file
+
+    try:
+        return _hash_file(Path(path))
+    except OSError as exc:
+        raise input_error(path, None, f"image of an llm request cannot be read ({exc.strerror or exc})",
+                          "check image_path") from exc
+
+
+class Runner:
+    """A loaded ``llm`` with the lm-format-enforcer data of its tokenizer (built once)."""
+
+    def __init__(self, cfg: dict, settings: dict):
+        import torch
+
+        from ..device import from_config
+        from ..models import registry
+
+        self.settings = settings
+        self.device, dtype = from_config(cfg)
+        model, second = registry.load(cfg, "llm", dtype=dtype if self.device.type != "cpu" else None)
+        self.model = model.to(self.device)
+        self.processor = second if hasattr(second, "image_processor") else None
+        self.tokenizer = second.tokenizer if self.processor is not None else second
+        self.tokenizer.padding_side = "left"
+        gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+        eos = set(gen_eos if isinstance(gen_eos, (list, tuple)) else [gen_eos] if gen_eos is not None else [])
+        if self.tokenizer.eos_token_id is not None:
+            eos.add(self.tokenizer.eos_token_id)
+        if not eos:
+            raise ModelLoadError("role 'llm': the tokenizer defines no end-of-sequence token. Fix: use a chat "
+                                 "checkpoint whose tokenizer or generation_config sets eos_token_id")
+        self.eos_ids = sorted(eos)
+        self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.eos_ids[0]
+        self.tokenizer_data = _enforcer_tokenizer_data(self.tokenizer, self.eos_ids)
+        self.torch = torch
+        self.generated = 0  # rows generated by this runner (tests: cache hits generate nothing)
+
+    def _image(self, p: Prepared):
+        from PIL import Image
+
+        with Image.open(p.image_path) as im:
+            image = im.convert("RGB")
+        if p.boxes:
+            image = annotate_boxes(image, p.boxes)
+        side = self.settings["image_max_side"]
+        if max(image.size) > side:
+            scale = side / max(image.size)
+            image = image.resize((max(1, round(image.width * scale)), max(1, round(image.height * scale))))
+        return image
+
+    def generate(self, batch: list[Prepared]) -> list[str]:
+        """Greedy, schema-constrained answers of one batch (left padding)."""
+        from lmformatenforcer import JsonSchemaParser, TokenEnforcer
+        from transformers import GenerationConfig
+
+        torch = self.torch
+        use_images = self.processor is not None and any(p.image_path for p in batch)
+        texts, images = [], []
+        for p in batch:
+            if use_images:
+                content = ([{"type": "image"}] if p.image_path else []) + [{"type": "text", "text": p.user}]
+                messages = [{"role": "system", "content": [{"type": "text", "text": p.system}]},
+                            {"role": "user", "content": content}]
+                texts.append(self.processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True))
+                if p.image_path:
+                    images.append(self._image(p))
+            else:
+                messages = [{"role": "system", "content": p.system}, {"role": "user", "content": p.user}]
+                texts.append(self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True))
+        if use_images:
+            enc = self.processor(text=texts, images=images or None, padding=True, return_tensors="pt")
+        else:
+            enc = self.tokenizer(texts, padding=True, return_tensors="pt", add_special_tokens=False)
+        enc = {k: v.to(self.device) if hasattr(v, "to") else v for k, v in enc.items()}
+        prompt_len = enc["input_ids"].shape[1]
+        enforcers = []
+        for p in batch:
+            parser = JsonSchemaParser(enforcer_schema(p.schema))
+            enforcer = TokenEnforcer(self.tokenizer_data, parser)
+            parser.config.force_json_field_order = True  # answer fields in the order the schema lists them
+            parser.config.max_consecutive_whitespaces = MAX_WHITESPACE
+            enforcers.append(enforcer)
+        eos = set(self.eos_ids)
+
+        def allowed(batch_id: int, sent) -> list[int]:
+            tokens = sent.tolist()
+            if eos.intersection(tokens[prompt_len:]):
+                return [self.pad_id]  # finished row: generate pads until the batch is done
+            got = enforcers[batch_id].get_allowed_tokens(tokens).allowed_tokens
+            return list(got) if len(got) else list(self.eos_ids)
+
+        config = GenerationConfig(do_sample=False, num_beams=1, max_new_tokens=self.settings["max_new_tokens"],
+                                  eos_token_id=self.eos_ids, pad_token_id=self.pad_id)
+        with torch.inference_mode():
+            out = self.model.generate(**enc, generation_config=config, prefix_allowed_tokens_fn=allowed)
+        self.generated += len(batch)
+        return [self.tokenizer.decode(row[prompt_len:], skip_special_tokens=True).strip() for row in out.cpu()]
+
+
+def enforcer_schema(schema: Any) -> Any:
+    """The schema handed to lm-format-enforcer: ``minLength`` dropped, ``maxLength`` lowered by
+    :data:`MAX_WHITESPACE`. lm-format-enforcer 0.11 does not count whitespace at the very start of a string
+    (it takes it for whitespace between tokens), so its length bounds can be off by that much: a leading
+    space plus a closing quote then passes ``minLength`` unseen and leaves the parser stuck. The answer is
+    still validated against the original schema, so a too-short string is a rejected answer, not a crash."""
+    if isinstance(schema, list):
+        return [enforcer_schema(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: enforcer_schema(v) for k, v in schema.items() if k != "minLength"}
+    if isinstance(out.get("maxLength"), int):
+        out["maxLength"] = max(1, out["maxLength"] - MAX_WHITESPACE)
+    return out
+
+
+def _enforcer_tokenizer_data(tokenizer, eos_ids: list[int]):
+    """lm-format-enforcer's per-tokenizer data (regular tokens and how each decodes).
+
+    Built as ``lmformatenforcer.integrations.transformers.build_token_enforcer_tokenizer_data`` does; that
+    module cannot be imported with transformers >= 5 (it imports ``transformers.tokenization_utils``).
+    Tokens holding control characters are left out: lm-format-enforcer would accept them inside JSON
+    strings, where JSON forbids them, so answers use plain spaces as their only whitespace. So are tokens
+    that decode to nothing or to a partial UTF-8 character (byte pieces of a multi-byte character): the
+    enforcer sees no new text after them, and a model could repeat them until ``max_new_tokens`` runs out.
+    Characters outside the tokenizer's whole-character tokens therefore cannot be written."""
+    from lmformatenforcer import TokenEnforcerTokenizerData
+
+    token_0 = tokenizer.encode("0", add_special_tokens=False)[-1]
+    special = set(tokenizer.all_special_ids)
+    regular = []
+    for idx in range(len(tokenizer)):
+        if idx in special:
+            continue
+        after_0 = tokenizer.decode([token_0, idx])[1:]
+        alone = tokenizer.decode([idx])
+        if _CONTROL.search(after_0) or "\ufffd" in after_0 or not alone:
+            continue  # control characters, partial UTF-8 and empty pieces: never offered (see the docstring)
+        regular.append((idx, after_0, len(after_0) > len(alone)))
+
+    def decode(tokens: list[int]) -> str:
+        return tokenizer.decode(tokens).rstrip("\ufffd")
+
+    return TokenEnforcerTokenizerData(regular, decode, list(eos_ids), False, len(tokenizer))
+
+
+def annotate_boxes(image, boxes: Iterable[dict]):
+    """A copy of ``image`` with each box (``{"box": [x1, y1, x2, y2], "label", "color"}``) drawn and labelled
+    (the box-annotated image given to GPT-4V in CounterCurate app. A)."""
+    from PIL import ImageDraw
+
+    image = image.copy()
+    draw = ImageDraw.Draw(image)
+    width = max(2, round(max(image.size) / 200))
+    for i, b in enumerate(boxes):
+        color = b.get("color") or BOX_COLORS[i % len(BOX_COLORS)]
+        x1, y1, x2, y2 = (float(v) for v in b["box"])
+        draw.rectangle([x1, y1, x2, y2], outline=color, width=width)
+        if b.get("label"):
+            draw.text((x1 + width + 1, y1 + width + 1), str(b["label"]), fill=color)
+    return image
+
+
+# --------------------------------------------------------------------------- entry point
+
+
+def run_requests(cfg: dict, requests: pd.DataFrame, out_path: str | os.PathLike | None = None,
+                 cache_path: str | os.PathLike | None = None, runner: Runner | None = None) -> pd.DataFrame:
+    """Answer every request with the ``llm`` role and return (and write to ``out_path``, parquet) a table
+    ``item_id, task, prompt_sha256, schema_sha256, answer, valid, error, cached, model`` in request order.
+
+    ``cfg`` is a study view with ``models.llm`` and an optional ``llm:`` section; ``cache_path`` (default
+    ``llm.cache``) is the JSONL answer cache. The model is loaded only when some answer is not cached.
+    Invalid answers are rows with ``valid=False`` and the reason in ``error``."""
+    settings = settings_of(cfg.get("llm") or {})
+    cache = AnswerCache(cache_path if cache_path is not None else settings["cache"])
+    prepared = prepare(requests)
+    multimodal = any(p.image_path for p in prepared) and is_multimodal(cfg)
+    for p in prepared:
+        p.schema_sha256 = schema_sha256(p.schema)
+        msg = {"system": p.system, "user": p.user}
+        if multimodal and p.image_path:
+            msg["image_sha256"] = _file_sha256(p.image_path)
+            msg["boxes"] = p.boxes
+        p.prompt_sha256 = sha256_text(canonical(msg))
+    decoding = decoding_sha256(settings)
+    model = model_identity(cfg)
+    if model is None:  # a hub id that is not in the local cache: identify it by loading it
+        runner = runner or Runner(cfg, settings)
+        model = _loaded_identity()
+
+    keys = [AnswerCache.key(model, p.prompt_sha256, p.schema_sha256, decoding) for p in prepared]
+    todo: dict[tuple, Prepared] = {}
+    for key, p in zip(keys, prepared):
+        if cache.get(key) is None and key not in todo:
+            todo[key] = p
+    fresh: set[tuple] = set()
+    if todo:
+        runner = runner or Runner(cfg, settings)
+        order = sorted(todo, key=lambda k: (len(todo[k].system) + len(todo[k].user), k[1], k[2]))
+        size = settings["batch_size"]
+        for start in range(0, len(order), size):
+            chunk = order[start:start + size]
+            answers = runner.generate([todo[k] for k in chunk])
+            for key, answer in zip(chunk, answers):
+                cache.put(key, answer, task=todo[key].task)
+                fresh.add(key)
+            log.info("llm: %d/%d answers generated", min(start + size, len(order)), len(order))
+
+    rows = []
+    for key, p in zip(keys, prepared):
+        answer = cache.get(key)["answer"]
+        value, error = check_answer(answer, p.schema)
+        rows.append({"item_id": p.item_id, "task": p.task, "prompt_sha256": p.prompt_sha256,
+                     "schema_sha256": p.schema_sha256, "answer": answer, "valid": error is None, "error": error,
+                     "cached": key not in fresh, "model": model})
+    frame = pd.DataFrame(rows, columns=RESULT_COLUMNS)
+    if out_path is not None:
+        from ..io import write_parquet
+
+        write_parquet(out_path, frame)
+    return frame
+
+
+def read_requests(path: str | os.PathLike) -> pd.DataFrame:
+    """An llm request table (parquet or JSONL) with at least ``item_id`` and ``task``."""
+    from ..errors import missing_input
+
+    path = Path(path)
+    if not path.exists():
+        raise missing_input(path, "llm request table", "write it first (e.g. counterfactory countercurate "
+                            "attributes --llm-requests-out)")
+    if path.suffix in (".jsonl", ".json"):
+        frame = pd.read_json(path, lines=path.suffix == ".jsonl", dtype=False)
+    else:
+        frame = pd.read_parquet(path)
+    missing = {"item_id", "task"} - set(frame.columns)
+    if missing:
+        raise InputError(f"{path}: missing column(s) {', '.join(sorted(missing))}. Fix: give every request an "
+                         "item_id and a task")
+    return frame
