@@ -295,7 +295,8 @@ def read_requests(path: str | os.PathLike) -> list[GroundedRequest]:
     missing = [c for c in REQUIRED_COLUMNS if c not in df.columns]
     if missing:
         raise input_error(path, None, f"missing column(s) {missing}",
-                          f"the requests table needs {list(REQUIRED_COLUMNS)} (and optionally {list(OPTIONAL_COLUMNS)})")
+                          f"the requests table needs {list(REQUIRED_COLUMNS)} "
+                          f"(and optionally {list(OPTIONAL_COLUMNS)})")
     cols = [c for c in REQUIRED_COLUMNS + OPTIONAL_COLUMNS if c in df.columns]
     reqs = [_parse_row(path, i, r) for i, r in enumerate(df[cols].to_dict("records"))]
     seen: dict[str, int] = {}
