@@ -43,6 +43,7 @@ include: "rules/training.smk"
 include: "rules/report.smk"
 include: "rules/study_coco_counterfactuals.smk"
 include: "rules/study_social_counterfactuals.smk"
+include: "rules/study_countercurate.smk"
 
 
 rule all:

@@ -213,6 +213,12 @@ def set_shards(wildcards):
     return wf.shard_ids(social.n_sets(v), v["images"]["set_shard_size"])
 
 
+def social_adaptive_keys(wildcards):
+    """Adaptive set generation: the CLIP stage's settings and model decide which candidates are made."""
+    v = view(wildcards.study)
+    return ["filter.clip", f"models.{v['filter']['clip']['role']}"] if v["images"]["adaptive"]["enabled"] else []
+
+
 def probe_images(wildcards):
     """The images bias probing ranks: after the CLIP stage (§4.2, 'before' NSFW / detectability) or the final set."""
     return f"{S}/filter/clip.parquet" if wildcards.stage == "before" else f"{S}/filter/kept.parquet"
@@ -246,4 +252,52 @@ def debias_runs(wildcards):
         segment=social.debias_segments(v),
         mixture=["pretrained", "debiased"],
         seed=list(social.debias_seeds(v)),
+    )
+
+
+# --- CounterCurate (rules/study_countercurate.smk) ------------------------------------------------------------
+def cc_entities_root(wildcards):
+    root = view(wildcards.study)["data"]["entities_root"]
+    return source_data(root or "<unset>", f"{wildcards.study}.data.entities_root", "README 'CounterCurate'")
+
+
+def cc_generated_shards(wildcards):
+    """generated.parquet of every shard; the shard ids come from the cc_request_shards checkpoint."""
+    ids = Path(checkpoints.cc_request_shards.get(study=wildcards.study).output[0]).read_text().split()
+    return expand(f"{S}/generation/shards/{{shard}}/generated.parquet", study=wildcards.study, shard=ids)
+
+
+#: benchmark -> (config keys of its data and images under countercurate.benchmarks.<name>)
+CC_BENCHMARK_KEYS = {
+    "looktwice": ("dataset", "images"),
+    "sugarcrepe": ("root", "images"),
+    "winoground": ("examples", "images"),
+}
+
+
+def cc_benchmark_inputs(wildcards):
+    """The data a benchmark reads: Flickr30k-Positions from this run, the others from the config's paths."""
+    if wildcards.benchmark == "positions":
+        return [f"{RESULTS}/{wildcards.study}/datasets/positions.parquet"]
+    section = view(wildcards.study)["benchmarks"].get(wildcards.benchmark) or {}
+    key = f"{wildcards.study}.benchmarks.{wildcards.benchmark}"
+    return [source_data(section.get(k) or "<unset>", f"{key}.{k}") for k in CC_BENCHMARK_KEYS[wildcards.benchmark]]
+
+
+def cc_benchmark_data_arg(wildcards, input):
+    import shlex
+
+    if wildcards.benchmark == "positions":
+        return f"--data {shlex.quote(input.data[0])}"
+    data, images = input.data
+    return f"--data {shlex.quote(data)} --images {shlex.quote(images)}"
+
+
+def cc_evaluations(wildcards):
+    ev = view(wildcards.study)["evaluation"]
+    return expand(
+        f"{S}/evaluation/{{benchmark}}/{{role}}.csv",
+        study=wildcards.study,
+        benchmark=ev["benchmarks"],
+        role=ev["roles"],
     )

@@ -61,11 +61,7 @@ rule social_generate:
             "models.sd",
             "models.vae",
             # adaptive mode: the CLIP stage's settings and model decide which candidates are made
-            lambda wildcards: (
-                ["filter.clip", "models." + view(wildcards.study)["filter"]["clip"]["role"]]
-                if view(wildcards.study)["images"]["adaptive"]["enabled"]
-                else []
-            ),
+            social_adaptive_keys,
             *DEVICE_KEYS,
         ),
         out_dir=lambda wildcards, output: Path(output.table).parent,

@@ -123,6 +123,11 @@ def test_install_profiles_is_idempotent_and_leaves_foreign_profiles_alone(tmp_pa
 
 # --------------------------------------------------------------------------- per-rule resources
 
+#: accelerator rules whose jobs a dry run cannot list yet: their number comes from a checkpoint's output
+#: (CounterCurate's generation shards, known once the requests exist)
+AFTER_CHECKPOINT = {"cc_generate"}
+
+
 def test_resources_through_the_slurm_profile(tmp_path):
     env = _env(tmp_path, CF_SLURM_PARTITION="cpu", CF_SLURM_GPU_PARTITION="gpu", CF_SLURM_GPU_CONSTRAINT="a100")
     cfg = _demo_config(tmp_path, device="auto")
@@ -131,7 +136,8 @@ def test_resources_through_the_slurm_profile(tmp_path):
                           capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     jobs = _jobs(proc.stdout + proc.stderr)
-    for rule in cluster.ACCELERATOR_RULES:
+    assert set(cluster.ACCELERATOR_RULES) - set(jobs) == AFTER_CHECKPOINT
+    for rule in sorted(set(cluster.ACCELERATOR_RULES) - AFTER_CHECKPOINT):
         res = jobs[rule]["resources"]
         assert not jobs[rule]["local"], rule
         assert res["gpu"] == "1" and res["hpu"] == "0" and res["slurm_partition"] == "gpu", (rule, res)
@@ -157,7 +163,9 @@ def test_every_rule_is_local_or_sized():
     texts = "\n".join(p.read_text() for p in (REPO / "rules").glob("*.smk"))
     base_of = {name: base for base, name in re.findall(r"^use rule (\w+) as (\w+)", texts, re.MULTILINE)}
     for rule in sorted(set(rules) - local - {"all"}):
-        body = re.split(r"^rule \w+:", texts.split(f"rule {base_of.get(rule, rule)}:", 1)[1], flags=re.MULTILINE)[0]
+        head = "checkpoint" if f"checkpoint {rule}:" in texts else "rule"
+        body = re.split(r"^(?:rule|checkpoint) \w+:", texts.split(f"{head} {base_of.get(rule, rule)}:", 1)[1],
+                        flags=re.MULTILINE)[0]
         assert re.search(r"^\s+mem_mb=", body, re.MULTILINE) and re.search(r"^\s+runtime=", body, re.MULTILINE), rule
 
 
@@ -168,7 +176,7 @@ def test_resources_through_the_gaudi_profile(tmp_path):
                           capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     jobs = _jobs(proc.stdout + proc.stderr)
-    for rule in cluster.ACCELERATOR_RULES:
+    for rule in sorted(set(cluster.ACCELERATOR_RULES) - AFTER_CHECKPOINT):
         res = jobs[rule]["resources"]
         assert res["hpu"] == "1" and res["gpu"] == "0", (rule, res)  # the profile sets device: hpu
         assert res["gres"] == "gpu:1" and res["slurm_partition"] == "gaudi2", (rule, res)

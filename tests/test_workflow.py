@@ -253,6 +253,9 @@ def test_paper_config_dry_run_at_paper_scale(repo, tmp_path):
     assert counts["social_debias_run"] == len(social["debias"]["roles"]) * 3 * social["debias"]["seeds"]["count"] * 2
     for rule in ("social_filter_clip", "social_filter_nsfw", "social_filter_detect", "social_filter_table"):
         assert counts[rule] == 1
+    # CounterCurate: every evaluated model on the four benchmarks (§4); the datasets are built once
+    cc = yaml.safe_load((repo / "config" / "config.yaml").read_text())["countercurate"]
+    assert counts["cc_evaluate"] == len(cc["evaluation"]["roles"]) * 4 and counts["cc_datasets"] == 1
     # what the image jobs will run with (their job config files): §3.2 / B.1.2
     jobs = [load_config([f]) for f in (tmp_path / ".snakemake/counterfactory/jobs").glob("*.yaml")]
     images = [j for j in jobs if "images" in j and "candidates_per_pair" in j["images"]]

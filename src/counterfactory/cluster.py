@@ -42,7 +42,8 @@ PROFILE_DIR = Path(__file__).resolve().parents[2] / "profiles"  # source checkou
 # the GPU partition. tests/test_profiles.py checks this list against the rule files.
 ACCELERATOR_RULES = ("caption_shard", "images_shard", "eval_itr", "eval_itm", "eval_classify", "train_run",
                      "in_domain_run", "social_generate", "social_filter_clip", "social_filter_nsfw",
-                     "social_filter_detect", "social_probe", "social_debias_run")
+                     "social_filter_detect", "social_probe", "social_debias_run", "cc_positions_rewrite",
+                     "cc_attributes", "cc_generate", "cc_evaluate")
 
 
 class ClusterConfigError(ConfigError):
@@ -461,9 +462,9 @@ def workflow_rules(snakefile: str | Path | None = None) -> dict[str, dict]:
         text = path.read_text(encoding="utf-8")
         for inc in re.findall(r'^include:\s*["\'](.+?)["\']', text, re.MULTILINE):
             read((path.parent / inc).resolve())
-        blocks = re.split(r"^(?=rule \w+:)", text, flags=re.MULTILINE)
+        blocks = re.split(r"^(?=(?:rule|checkpoint) \w+:)", text, flags=re.MULTILINE)
         for block in blocks:
-            m = re.match(r"rule (\w+):", block)
+            m = re.match(r"(?:rule|checkpoint) (\w+):", block)
             if not m:
                 continue
             body = block.split("\n\n\n")[0]

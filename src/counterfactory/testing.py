@@ -62,6 +62,34 @@ def fake_evaluation_data(workdir: Path, config_path: Path, study: str = "coco_co
     for spec in [retrieval] if isinstance(retrieval, dict) else retrieval:
         touch(spec["image_root"], True)
         touch(spec["karpathy_json"], False)
+    return made + fake_countercurate_data(workdir, config_path)
+
+
+def fake_countercurate_data(workdir: Path, config_path: Path) -> list[Path]:
+    """Stand-ins under ``workdir`` for the CounterCurate data ``config_path`` names with relative paths: the
+    demo's Flickr30k Entities, LookTwice, SugarCrepe and Winoground files (official layouts) copied there."""
+    import shutil
+
+    cc = yaml.safe_load(Path(config_path).read_text()).get("countercurate") or {}
+    demo = Path(__file__).resolve().parents[2] / "resources" / "demo"
+    made = []
+
+    def copy(rel: str | None, source: Path) -> None:
+        if not rel or Path(rel).is_absolute() or (workdir / rel).exists():
+            return
+        target = workdir / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        (shutil.copytree if source.is_dir() else shutil.copyfile)(source, target)
+        made.append(target)
+
+    copy((cc.get("data") or {}).get("entities_root"), demo / "flickr30k_entities")
+    bench = cc.get("benchmarks") or {}
+    sources = {"looktwice": {"dataset": demo / "looktwice/looktwiceqa_dataset.json", "images": demo / "looktwice/images"},
+               "sugarcrepe": {"root": demo / "sugarcrepe", "images": demo / "val2017"},
+               "winoground": {"examples": demo / "winoground/examples.jsonl", "images": demo / "winoground/images"}}
+    for name, keys in sources.items():
+        for key, source in keys.items():
+            copy((bench.get(name) or {}).get(key), source)
     return made
 
 
@@ -90,6 +118,14 @@ def demo_config(repo: Path, workdir: Path, edit=None, name: str | None = None, *
         for key, value in (probing.get(dataset) or {}).items():
             if key in ("files_list", "captions_json", "image_dir", "oo_tsv", "op_tsv") and value:
                 probing[dataset][key] = str(repo / value)
+    cc = cfg.get("countercurate") or {}
+    if (cc.get("data") or {}).get("entities_root"):
+        cc["data"]["entities_root"] = str(repo / cc["data"]["entities_root"])
+    for section in (cc.get("benchmarks") or {}).values():
+        if isinstance(section, dict):
+            for key in ("dataset", "images", "root", "examples", "imgs_list"):
+                if section.get(key):
+                    section[key] = str(repo / section[key])
     if edit:
         edit(study)
     cfg.update(top)

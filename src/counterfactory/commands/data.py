@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 
 def _check(args) -> int:
@@ -74,6 +75,17 @@ def _karpathy(args) -> int:
     return 0
 
 
+def _flickr30k_captions(args) -> int:
+    from ..data.flickr30k_entities import captions_frame
+    from ..io import write_parquet
+
+    images = args.images or str(Path(args.entities_root) / "flickr30k-images")
+    table = captions_frame(args.entities_root, images)
+    write_parquet(args.out, table)
+    print(f"{len(table)} captions of {table['image_id'].nunique()} images -> {args.out}")
+    return 0
+
+
 def register(sub) -> None:
     p = sub.add_parser("data", help="check and read source datasets (MS-COCO 2017, Karpathy splits)",
                        description=__doc__)
@@ -101,3 +113,8 @@ def register(sub) -> None:
     k.add_argument("--split", help="train, val, test or restval (default: all)")
     k.add_argument("--out", required=True, help="output parquet")
     k.set_defaults(func=_karpathy)
+    f = s.add_parser("flickr30k-captions", help="Flickr30k Entities captions with their phrase markup, one row each")
+    f.add_argument("--entities-root", required=True, help="folder with Sentences/ and Annotations/")
+    f.add_argument("--images", help="Flickr30k images (<id>.jpg); default <entities-root>/flickr30k-images")
+    f.add_argument("--out", required=True, help="output parquet: image_id, sentence_index, markup, caption, image_path")
+    f.set_defaults(func=_flickr30k_captions)

@@ -314,3 +314,23 @@ def phrases_frame(images: Iterable[ImageEntities]) -> pd.DataFrame:
             for im in images for p in im.phrases]
     return pd.DataFrame(rows, columns=["image_id", "sentence_index", "phrase", "entity_id", "types",
                                        "first_word_index"])
+
+
+def captions_frame(root: str | Path, images_dir: str | Path | None = None,
+                   image_ids: Iterable[str] | None = None) -> pd.DataFrame:
+    """One row per caption: ``image_id, sentence_index, markup`` (the Sentences line as written), ``caption``
+    (plain text) and ``image_path`` (absolute, None when the image is not in ``images_dir``); every line is
+    parsed, so malformed markup stops here naming the file and line."""
+    root = Path(root)
+    rows = []
+    for image_id in (list_image_ids(root) if image_ids is None else image_ids):
+        path = root / SENTENCES / f"{image_id}.txt"
+        index = 0
+        for lineno, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+            if not raw.strip():
+                continue
+            caption, _ = parse_sentence(raw, path, f"line {lineno}")
+            rows.append({"image_id": image_id, "sentence_index": index, "markup": raw.strip(), "caption": caption,
+                         "image_path": image_path(images_dir, image_id)})
+            index += 1
+    return pd.DataFrame(rows, columns=["image_id", "sentence_index", "markup", "caption", "image_path"])

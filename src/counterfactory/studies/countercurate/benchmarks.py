@@ -351,6 +351,13 @@ def summarize(benchmark: str, scored: pd.DataFrame, model: str) -> pd.DataFrame:
 
 
 def _default_scorer_factory(cfg, role, head="itm", progress=True):
+    """The role's scorer: the generative VLM (``vlm``, LLaVA class) scores a caption by its log-likelihood given
+    the image (:class:`counterfactory.studies.countercurate.vlm.VlmScorer`); every other role through
+    :func:`counterfactory.scorers.scorer_from_config`."""
+    if role == "vlm":
+        from .vlm import scorer_from_config as vlm_scorer
+
+        return vlm_scorer(cfg, role, progress=progress)
     from ...scorers import scorer_from_config
 
     return scorer_from_config(cfg, role, head=head, progress=progress)

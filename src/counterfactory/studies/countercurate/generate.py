@@ -46,6 +46,25 @@ def add_cli(subparsers) -> None:
     m.add_argument("--out-dir", required=True, metavar="DIR", help="folder for the merged table")
     m.set_defaults(func=_merge)
 
+    s = subparsers.add_parser("generate-shards", help="the shard ids of a requests table, one per line")
+    s.add_argument("--config", action="append", required=True, metavar="YAML", help="configuration (grounded.shard_size)")
+    s.add_argument("--requests", required=True, metavar="FILE.parquet", help="requests table")
+    s.add_argument("--out", required=True, metavar="FILE.txt")
+    s.set_defaults(func=_shards)
+
+
+def _shards(args) -> int:
+    """Shard ids ``00000`` .. covering the requests at ``grounded.shard_size`` items per shard (at least one)."""
+    from ...generation.grounded import GroundedSettings, read_requests
+    from ...io import write_text
+    from ...workflow import shard_ids
+
+    settings = GroundedSettings.from_config(_load_config(args.config).get("grounded"))
+    ids = shard_ids(len(read_requests(args.requests)), settings.shard_size)
+    write_text(args.out, "\n".join(ids) + "\n")
+    print(f"{len(ids)} shard(s) -> {args.out}")
+    return 0
+
 
 def _load_config(paths):
     from ...config import load_config

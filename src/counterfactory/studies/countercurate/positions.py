@@ -241,19 +241,20 @@ def subset(frame: pd.DataFrame, name: str) -> pd.DataFrame:
 
 # --- requests for the llm and grounded-generation roles -----------------------------------------------------------
 
-def llm_requests(frame: pd.DataFrame) -> pd.DataFrame:
+def llm_requests(frame: pd.DataFrame, section: Mapping | None = None) -> pd.DataFrame:
     """Appendix B: one ``positions_rewrite`` request per above/below item, asking the ``llm`` role to expand the
-    vanilla negative caption ``C'`` (the scene GLIGEN will draw) into one natural sentence. Rows follow
-    :mod:`counterfactory.text.llm`: ``item_id, task, fields`` with ``fields`` a JSON object ``{statement, subject,
-    relation, object}`` (``relation`` = above / below of ``C'``); the other columns are for reading only."""
-    ab = frame[frame["subset"] == "AB"]
-    rows = [{"item_id": r.item_id, "task": LLM_TASK,
-             "fields": json.dumps({"statement": r.negative_caption, "subject": r.phrase_a,
-                                   "relation": r.negative_relation, "object": r.phrase_b}, ensure_ascii=False),
-             "image_id": r.image_id, "caption": r.negative_caption, "phrase_a": r.phrase_a, "phrase_b": r.phrase_b,
-             "relation": r.negative_relation} for r in ab.itertuples(index=False)]
-    return pd.DataFrame(rows, columns=LLM_COLUMNS)
+    vanilla negative caption ``C'`` (the scene GLIGEN will draw) into one natural sentence; the requests are the
+    ``llm`` task's own (:func:`counterfactory.studies.countercurate.attributes.rewrite_requests`, settings of the
+    ``positions_rewrite`` section), with the item's ids and phrases beside them for reading."""
+    from .attributes import rewrite_requests
 
+    ab = frame[frame["subset"] == "AB"]
+    pairs = pd.DataFrame({"item_id": ab["item_id"], "subject": ab["phrase_a"], "relation": ab["negative_relation"],
+                          "object": ab["phrase_b"], "statement": ab["negative_caption"]})
+    requests = rewrite_requests(pairs, dict(section or {}))
+    extra = ab[["item_id", "image_id", "negative_caption", "phrase_a", "phrase_b", "negative_relation"]].rename(
+        columns={"negative_caption": "caption", "negative_relation": "relation"})
+    return requests.merge(extra.astype({"item_id": str}), on="item_id", how="left")[LLM_COLUMNS]
 
 def generation_requests(frame: pd.DataFrame) -> pd.DataFrame:
     """§3.2 / Figure 4: one grounded-generation request per above/below item: phrases ``[a, b]`` at the
@@ -376,7 +377,7 @@ def _cmd_positions(args) -> int:
     write_parquet(args.out, frame)
     if args.requests_out:
         out = Path(args.requests_out)
-        write_parquet(out / LLM_FILE, llm_requests(frame))
+        write_parquet(out / LLM_FILE, llm_requests(frame, (cfg or {}).get("positions_rewrite")))
         write_parquet(out / GENERATION_FILE, generation_requests(frame))
     counts = frame.groupby(["subset", "split"]).size().to_dict()
     print(f"Flickr30k-Positions: {len(frame)} items from {frame['image_id'].nunique()} images "

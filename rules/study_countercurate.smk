@@ -1,0 +1,288 @@
+# CounterCurate (Zhang et al., 2024): Flickr30k-Positions, -Counting and -Attributes from Flickr30k Entities with open
+# models in the closed models' roles, and the compositional benchmarks. Settings: the `countercurate:` config
+# section; results under results/<run>/countercurate/.
+import shlex
+
+from counterfactory.studies import countercurate as cc
+
+CC = "countercurate"
+CC_DIR = f"{RESULTS}/{CC}"
+
+
+rule cc_captions:
+    """Flickr30k Entities captions with their phrase markup (the input of Flickr30k-Attributes, §3.4)."""
+    input:
+        entities=cc_entities_root,
+    output:
+        f"{S}/data/flickr30k_captions.parquet",
+    log:
+        f"{S}/logs/data/flickr30k_captions.log",
+    wildcard_constraints:
+        study=CC,
+    conda:
+        CONDA_ENV
+    shell:
+        "counterfactory data flickr30k-captions --entities-root {input.entities:q} --out {output:q} > {log:q} 2>&1"
+
+
+rule cc_positions:
+    """§3.2, app. B, D: object pairs, left/right/above/below captions, flipped LR negatives, 4:1 split, requests."""
+    input:
+        entities=cc_entities_root,
+    output:
+        table=f"{S}/positions/items.parquet",
+        llm=f"{S}/positions/requests/positions_llm_requests.parquet",
+        generation=f"{S}/positions/requests/positions_generation_requests.parquet",
+        flipped=directory(f"{S}/positions/flipped"),
+    log:
+        f"{S}/logs/positions.log",
+    wildcard_constraints:
+        study=CC,
+    conda:
+        CONDA_ENV
+    params:
+        config=job_config("positions", "positions_rewrite", "data"),
+        requests=lambda wildcards, output: Path(output.llm).parent,
+    shell:
+        "counterfactory countercurate positions {params.config} --entities-root {input.entities:q}"
+        " --out {output.table:q} --requests-out {params.requests:q} --flipped-dir {output.flipped:q} > {log:q} 2>&1"
+
+
+rule cc_counting:
+    """§3.3, app. C: category pairs with 2-8 boxes, count captions, GLIGEN inpainting requests."""
+    input:
+        entities=cc_entities_root,
+    output:
+        table=f"{S}/counting/items.parquet",
+        requests=f"{S}/counting/requests/counting_inpaint_requests.parquet",
+    log:
+        f"{S}/logs/counting.log",
+    wildcard_constraints:
+        study=CC,
+    conda:
+        CONDA_ENV
+    params:
+        config=job_config("counting", "data"),
+        requests=lambda wildcards, output: Path(output.requests).parent,
+    shell:
+        "counterfactory countercurate counting {params.config} --entities-root {input.entities:q}"
+        " --out {output.table:q} --requests-out {params.requests:q} > {log:q} 2>&1"
+
+
+rule cc_positions_rewrite:
+    """App. B: the llm role rewrites each above/below negative into a natural caption (JSON-constrained, greedy)."""
+    input:
+        requests=rules.cc_positions.output.llm,
+        models=model_inputs("llm"),
+    output:
+        f"{S}/positions/rewrites.parquet",
+    log:
+        f"{S}/logs/positions_rewrite.log",
+    wildcard_constraints:
+        study=CC,
+    conda:
+        CONDA_ENV
+    threads: accel_threads("llm")
+    resources:
+        mem_mb=model_mem(32000, "llm"),
+        runtime=60,
+        gpu=GPU,
+        hpu=HPU,
+    params:
+        config=job_config("llm", "positions_rewrite", "models.llm", *DEVICE_KEYS),
+    shell:
+        "counterfactory countercurate llm {params.config} --requests {input.requests:q} --out {output:q} > {log:q} 2>&1"
+
+
+rule cc_attributes:
+    """§3.4, app. A: noun / adjective / swap negatives from the llm role, checked; t2i requests for accepted ones."""
+    input:
+        captions=rules.cc_captions.output,
+        models=model_inputs("llm"),
+    output:
+        negatives=f"{S}/attributes/negatives.parquet",
+        requests=f"{S}/attributes/t2i_requests.parquet",
+    log:
+        f"{S}/logs/attributes.log",
+    wildcard_constraints:
+        study=CC,
+    conda:
+        CONDA_ENV
+    threads: accel_threads("llm")
+    resources:
+        mem_mb=model_mem(32000, "llm"),
+        runtime=120,
+        gpu=GPU,
+        hpu=HPU,
+    params:
+        config=job_config("llm", "attributes", "models.llm", *DEVICE_KEYS),
+    shell:
+        "counterfactory countercurate attributes {params.config} --captions {input.captions:q}"
+        " --out {output.negatives:q} --requests-out {output.requests:q} > {log:q} 2>&1"
+
+
+rule cc_requests:
+    """One grounded-generation requests table: positions (rewritten), counting inpainting, attributes t2i."""
+    input:
+        positions=rules.cc_positions.output.generation,
+        rewrites=rules.cc_positions_rewrite.output,
+        counting=rules.cc_counting.output.requests,
+        attributes=rules.cc_attributes.output.requests,
+    output:
+        f"{S}/generation/requests.parquet",
+    log:
+        f"{S}/logs/generation/requests.log",
+    wildcard_constraints:
+        study=CC,
+    conda:
+        CONDA_ENV
+    shell:
+        "counterfactory countercurate requests --positions {input.positions:q} --rewrites {input.rewrites:q}"
+        " --counting {input.counting:q} --attributes {input.attributes:q} --out {output:q} > {log:q} 2>&1"
+
+
+checkpoint cc_request_shards:
+    """Shard ids of the requests (their number is known once the requests exist)."""
+    input:
+        rules.cc_requests.output,
+    output:
+        f"{S}/generation/shards.txt",
+    log:
+        f"{S}/logs/generation/shards.log",
+    wildcard_constraints:
+        study=CC,
+    conda:
+        CONDA_ENV
+    params:
+        config=job_config("grounded"),
+    shell:
+        "counterfactory countercurate generate-shards {params.config} --requests {input:q} --out {output:q}"
+        " > {log:q} 2>&1"
+
+
+rule cc_generate:
+    """§3.2-3.4: GLIGEN generation / inpainting and t2i for one shard of requests (batched, resumable)."""
+    input:
+        requests=rules.cc_requests.output,
+        models=model_inputs("gligen", "gligen_inpaint", "t2i"),
+    output:
+        table=f"{S}/generation/shards/{{shard}}/generated.parquet",
+        summary=f"{S}/generation/shards/{{shard}}/summary.json",
+    log:
+        f"{S}/logs/generation/{{shard}}.log",
+    benchmark:
+        f"{S}/benchmarks/generation/{{shard}}.tsv"
+    wildcard_constraints:
+        study=CC,
+    conda:
+        CONDA_ENV
+    threads: accel_threads("gligen")
+    resources:
+        mem_mb=model_mem(16000, "gligen", "gligen_inpaint", "t2i", tiny_mb=3000),
+        runtime=240,
+        gpu=GPU,
+        hpu=HPU,
+    params:
+        config=job_config("grounded", "seed", "models.gligen", "models.gligen_inpaint", "models.t2i", *DEVICE_KEYS),
+        out_dir=lambda wildcards, output: Path(output.table).parent,
+    shell:
+        "counterfactory countercurate generate {params.config} --requests {input.requests:q} --shard {wildcards.shard}"
+        " --out-dir {params.out_dir:q} --threads {threads} --no-progress > {log:q} 2>&1"
+
+
+rule cc_generate_merge:
+    """Every generated negative image (shards made under one config)."""
+    input:
+        cc_generated_shards,
+    output:
+        table=f"{S}/generation/generated.parquet",
+        summary=f"{S}/generation/summary.json",
+    log:
+        f"{S}/logs/generation/merge.log",
+    wildcard_constraints:
+        study=CC,
+    conda:
+        CONDA_ENV
+    params:
+        shards=lambda wildcards, input: " ".join(shlex.quote(str(Path(p).parent)) for p in input),
+        out_dir=lambda wildcards, output: Path(output.table).parent,
+    shell:
+        "counterfactory countercurate generate-merge --shard-dirs {params.shards} --out-dir {params.out_dir:q}"
+        " > {log:q} 2>&1"
+
+
+rule cc_datasets:
+    """Flickr30k-Positions, -Counting and -Attributes with their negative images; counts per subset and split."""
+    input:
+        positions=rules.cc_positions.output.table,
+        counting=rules.cc_counting.output.table,
+        attributes=rules.cc_attributes.output.negatives,
+        generated=rules.cc_generate_merge.output.table,
+    output:
+        positions=f"{S}/datasets/positions.parquet",
+        counting=f"{S}/datasets/counting.parquet",
+        attributes=f"{S}/datasets/attributes.parquet",
+        summary=report(f"{S}/datasets/summary.csv", category="CounterCurate", caption="../report/cc_datasets.rst"),
+    log:
+        f"{S}/logs/datasets.log",
+    wildcard_constraints:
+        study=CC,
+    conda:
+        CONDA_ENV
+    params:
+        out_dir=lambda wildcards, output: Path(output.summary).parent,
+    shell:
+        "counterfactory countercurate datasets --positions {input.positions:q} --counting {input.counting:q}"
+        " --attributes {input.attributes:q} --generated {input.generated:q} --out-dir {params.out_dir:q} > {log:q} 2>&1"
+
+
+rule cc_evaluate:
+    """§4: one model role on one benchmark (Flickr30k-Positions test, PointQA-LookTwice, SugarCrepe, Winoground)."""
+    input:
+        data=cc_benchmark_inputs,
+        models=model_inputs("{role}"),
+    output:
+        f"{S}/evaluation/{{benchmark}}/{{role}}.csv",
+    log:
+        f"{S}/logs/evaluation/{{benchmark}}_{{role}}.log",
+    benchmark:
+        f"{S}/benchmarks/evaluation/{{benchmark}}_{{role}}.tsv"
+    wildcard_constraints:
+        study=CC,
+        benchmark="positions|looktwice|sugarcrepe|winoground",
+    conda:
+        CONDA_ENV
+    threads: lambda wildcards: accel_threads(wildcards.role)
+    resources:
+        mem_mb=model_mem_of_role(16000, tiny_mb=3000),
+        runtime=120,
+        gpu=GPU,
+        hpu=HPU,
+    params:
+        config=job_config("benchmarks", "vlm", "models.{role}", "evaluation.batch_size", *DEVICE_KEYS),
+        data=cc_benchmark_data_arg,
+    shell:
+        "counterfactory countercurate evaluate {params.config} --role {wildcards.role} --benchmark {wildcards.benchmark}"
+        " {params.data} --out {output:q} --no-progress > {log:q} 2>&1"
+
+
+rule cc_tables:
+    """Tables 1-4, 6, 8 layouts from every evaluation (Markdown, LaTeX, CSV)."""
+    input:
+        cc_evaluations,
+    output:
+        md=report(f"{S}/evaluation/tables.md", category="CounterCurate", caption="../report/cc_tables.rst"),
+        tex=f"{S}/evaluation/tables.tex",
+        csv=f"{S}/evaluation/tables.csv",
+    log:
+        f"{S}/logs/evaluation/tables.log",
+    wildcard_constraints:
+        study=CC,
+    conda:
+        CONDA_ENV
+    shell:
+        "counterfactory countercurate tables --results {input:q} --out-md {output.md:q} --out-tex {output.tex:q}"
+        " --out-csv {output.csv:q} > {log:q} 2>&1"
+
+
+STUDY_TARGETS[CC] = lambda: [f"{CC_DIR}/datasets/summary.csv", f"{CC_DIR}/evaluation/tables.md"]
