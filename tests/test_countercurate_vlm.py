@@ -249,7 +249,7 @@ def test_settings_defaults_and_errors():
 def test_cli_train_and_score(tiny_vlm, pairs, tmp_path):
     import yaml
 
-    cfg = {"run_name": "t", "device": "cpu", "models": {"vlm": {"source": str(tiny_vlm)}},
+    cfg = {"run_name": "t", "device": "cpu", "models": {"vlm": {"source": str(tiny_vlm)}}, "studies": ["countercurate"],
            "countercurate": {"vlm": {"max_steps": 1, "batch_size": 2, "warmup_ratio": 0.0}}}
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
     parser = argparse.ArgumentParser()

@@ -728,22 +728,10 @@ def score_table(cfg: dict, role: str, data: str | os.PathLike, progress: bool = 
 # CLI
 # --------------------------------------------------------------------------------------------
 def load_cfg(paths: Sequence[str | os.PathLike]):
-    """The ``countercurate`` view of config files. Until the schema knows the study, the files are merged
-    without validation and the ``countercurate:`` section is lifted to the top level (as a view does)."""
-    from ...config import SHARED_SECTIONS, deep_merge, load_config, read_yaml, studies
+    """The ``countercurate`` view of config files (validated; ``vlm`` settings under ``countercurate.vlm``)."""
+    from ...config import load_config
 
-    if "countercurate" in studies():
-        return load_config(paths, study="countercurate")
-    if not paths:
-        raise ConfigError("no configuration file given. Fix: pass --config FILE")
-    cfg: dict = {}
-    for p in paths:
-        cfg = deep_merge(cfg, read_yaml(Path(p)))
-    view = {k: copy.deepcopy(cfg[k]) for k in SHARED_SECTIONS if k in cfg}
-    view.update(copy.deepcopy(cfg.get("countercurate") or {}))
-    view["study"] = "countercurate"
-    return view
-
+    return load_config(paths, study="countercurate")
 
 def _cmd_train(args) -> int:
     cfg = load_cfg(args.config)
