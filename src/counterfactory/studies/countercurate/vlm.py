@@ -48,7 +48,6 @@ Config (study section ``vlm``; defaults :data:`DEFAULTS`): ``lr`` 2e-6, ``batch_
 
 from __future__ import annotations
 
-import copy
 import logging
 import math
 import os
