@@ -132,6 +132,29 @@ def test_demo_social_counterfactuals_end_to_end(demo_run):
     assert release["rows"] == len(stages[2]) and release["reader"] == "datasets"
 
 
+def test_demo_countercurate_end_to_end(demo_run):
+    """The CounterCurate slice on the 8-image Flickr30k Entities stand-in: positions (6 LR items with flipped
+    negatives, 7 AB items with GLIGEN negatives, split 4:1 by image), counting (4 inpainted negatives), the llm's
+    answers kept with their validity, and every evaluated model on the four benchmarks."""
+    work, _, _ = demo_run
+    out = work / "results/demo/countercurate"
+    positions = pd.read_parquet(out / "datasets/positions.parquet")
+    assert positions.groupby("subset").size().to_dict() == {"AB": 7, "LR": 6}
+    assert positions["negative_image"].map(lambda p: Path(p).is_file()).all()
+    assert positions.groupby("image_id")["split"].nunique().max() == 1
+    counting = pd.read_parquet(out / "datasets/counting.parquet")
+    assert len(counting) == 4 and counting["negative_image"].map(lambda p: Path(p).is_file()).all()
+    rewrites = pd.read_parquet(out / "positions/rewrites.parquet")
+    assert len(rewrites) == 7 and rewrites["answer"].map(lambda a: isinstance(json.loads(a), dict)).all()
+    generated = pd.read_parquet(out / "generation/generated.parquet")
+    assert set(generated["item_id"]) >= set(positions.loc[positions["subset"] == "AB", "item_id"])
+    tables = (out / "evaluation/tables.md").read_text()
+    for title in ("Flickr30k-Positions", "PointQA-LookTwice", "SugarCrepe", "Winoground"):
+        assert title in tables
+    for role in ("clip_eval", "clip_open_clip", "vlm"):
+        assert role in tables
+
+
 def test_unchanged_config_reruns_nothing(repo, demo_run):
     work, cfgfile, _ = demo_run
     proc = snakemake(repo, work, "-n", "all", "--configfile", str(cfgfile), timeout=300)
