@@ -315,7 +315,9 @@ def config_file(inputs, tmp_path_factory):
     tiny_vision.build_clip(models / "clip_eval")
     tiny_eval.build_bridgetower(models / "itm")
     cfg = yaml.safe_load((REPO / "config" / "demo.yaml").read_text())
-    study = cfg[cfg["studies"][0]]          # the evaluation settings of the demo's (first) study
+    cfg["studies"] = ["coco_counterfactuals"]   # this test's models are the COCO-CF evaluation roles only
+    study = cfg["coco_counterfactuals"]
+    study["in_domain"]["enabled"] = False       # its fine-tuned models are not among this test's roles
     study["data"]["coco_root"] = str(inputs["coco_root"])
     cfg["models"] = {**{r: {"source": "unused"} for r in ("mlm", "lm", "sentence", "sd", "clip_filter")},
                      "clip_eval": {"source": str(models / "clip_eval")}, "itm": {"source": str(models / "itm")}}

@@ -59,3 +59,9 @@ def resolve_dtype(precision: str = "fp32", device: torch.device | None = None) -
 def from_config(cfg: dict) -> tuple[torch.device, torch.dtype]:
     device = resolve_device(cfg.get("device", "auto"))
     return device, resolve_dtype(cfg.get("precision", "fp32"), device)
+
+
+def release_memory() -> None:
+    """Return cached accelerator memory after a model is dropped (one model per role is loaded at a time)."""
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()

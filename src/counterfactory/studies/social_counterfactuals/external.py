@@ -27,10 +27,11 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from ...device import release_memory
 from ...errors import ConfigError
 from ...metrics.retrieval import bias_at_k, ranking_from_scores
 from .probing import DEFAULTS as PROBE_DEFAULTS
-from .probing import _attribute_rows, _default_scorer_factory, _gender_word, _release_memory
+from .probing import _attribute_rows, _default_scorer_factory, _gender_word
 
 log = logging.getLogger(__name__)
 
@@ -168,7 +169,7 @@ def _run(cfg, roles, paths: list[str], texts: list[str], make_rows, scorer_facto
         image_emb, text_emb = _encode(scorer, paths, texts)
         rows += [{"model": role, **r} for r in make_rows(image_emb, text_emb)]
         del scorer
-        _release_memory()
+        release_memory()
     return pd.DataFrame(rows, columns=COLUMNS)
 
 

@@ -377,6 +377,8 @@ def probe(cfg, roles: Sequence[str], images_table_path: str | Path, *, segments:
 
     ``scorer_factory(cfg, role)`` builds a dual-encoder scorer (default: ``scorer_from_config(cfg, role,
     head="itc")``); one model is loaded at a time and released before the next."""
+    from ...device import release_memory
+
     opts = settings(cfg)
     roles = list(roles or opts.get("roles") or [])
     if not roles:
@@ -392,18 +394,8 @@ def probe(cfg, roles: Sequence[str], images_table_path: str | Path, *, segments:
         log.info("probing %s on %d images", role, len(frame))
         parts.append(probe_frame(frame, scorer, role, opts, segments=segments, subjects=subjects))
         del scorer
-        _release_memory()
+        release_memory()
     return pd.concat(parts, ignore_index=True)
-
-
-def _release_memory() -> None:
-    try:
-        import torch
-
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
-    except ImportError:  # pragma: no cover
-        pass
 
 
 def read_probe(paths: str | Path | Sequence[str | Path]) -> pd.DataFrame:
