@@ -219,6 +219,14 @@ def social_adaptive_keys(wildcards):
     return ["filter.clip", f"models.{v['filter']['clip']['role']}"] if v["images"]["adaptive"]["enabled"] else []
 
 
+def social_filter_shard_outputs(wildcards):
+    """Every shard's outputs of the three filter stages."""
+    names = ("clip", "clip_sets", "nsfw", "nsfw_sets", "kept", "detect_sets")
+    return expand(
+        f"{S}/filter/shards/{{shard}}/{{name}}.parquet", study=wildcards.study, shard=set_shards(wildcards), name=names
+    )
+
+
 def probe_images(wildcards):
     """The images bias probing ranks: after the CLIP stage (§4.2, 'before' NSFW / detectability) or the final set."""
     return f"{S}/filter/clip.parquet" if wildcards.stage == "before" else f"{S}/filter/kept.parquet"

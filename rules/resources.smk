@@ -70,6 +70,13 @@ def social_scoring_minutes(study):
     return 10 + social_images(study) * 0.002 * CPU_SLOWDOWN / 60
 
 
+def social_filter_minutes(study):
+    """One filter stage over one generation shard's images."""
+    v = view(study)
+    shards = max(1, math.ceil(social.n_sets(v) / v["images"]["set_shard_size"]))
+    return 10 + social_images(study) / shards * 0.002 * CPU_SLOWDOWN / 60
+
+
 def minutes(base, per_item=0.0, items=0):
     """runtime callable (minutes), capped at MAX_RUNTIME."""
     return scaled(base, per_item, items, cap=MAX_RUNTIME)
@@ -140,6 +147,7 @@ localrules:
     social_captions,
     social_generate_merge,
     social_filter_table,
+    social_filter_merge,
     social_probe_tables,
     social_probe_plots,
     social_release,

@@ -93,15 +93,15 @@ rule social_generate_merge:
 
 
 rule social_filter_clip:
-    """§3.4 (a): every image-caption cosine >= 0.2 and every image-image cosine > 0.2 within a candidate set."""
+    """§3.4 (a), per generation shard: every image-caption cosine >= 0.2 and every image pair > 0.2 in a set."""
     input:
-        images=rules.social_generate_merge.output.table,
+        images=f"{S}/generation/shards/{{shard}}/candidates.parquet",
         models=model_inputs("clip_filter"),
     output:
-        kept=f"{S}/filter/clip.parquet",
-        sets=f"{S}/filter/clip_sets.parquet",
+        kept=f"{S}/filter/shards/{{shard}}/clip.parquet",
+        sets=f"{S}/filter/shards/{{shard}}/clip_sets.parquet",
     log:
-        f"{S}/logs/filter/clip.log",
+        f"{S}/logs/filter/{{shard}}_clip.log",
     wildcard_constraints:
         study=SCF,
     conda:
@@ -109,7 +109,7 @@ rule social_filter_clip:
     threads: accel_threads("clip_filter")
     resources:
         mem_mb=model_mem(8000, "clip_filter"),
-        runtime=per_study(social_scoring_minutes),
+        runtime=per_study(social_filter_minutes),
         gpu=GPU,
         hpu=HPU,
     params:
@@ -120,15 +120,15 @@ rule social_filter_clip:
 
 
 rule social_filter_nsfw:
-    """§3.4 (b), 8.3: drop every candidate set with an image the NSFW classifier flags."""
+    """§3.4 (b), 8.3, per shard: drop every candidate set with an image the NSFW classifier flags."""
     input:
         images=rules.social_filter_clip.output.kept,
         models=model_inputs("nsfw"),
     output:
-        kept=f"{S}/filter/nsfw.parquet",
-        sets=f"{S}/filter/nsfw_sets.parquet",
+        kept=f"{S}/filter/shards/{{shard}}/nsfw.parquet",
+        sets=f"{S}/filter/shards/{{shard}}/nsfw_sets.parquet",
     log:
-        f"{S}/logs/filter/nsfw.log",
+        f"{S}/logs/filter/{{shard}}_nsfw.log",
     wildcard_constraints:
         study=SCF,
     conda:
@@ -136,7 +136,7 @@ rule social_filter_nsfw:
     threads: accel_threads("nsfw")
     resources:
         mem_mb=model_mem(8000, "nsfw"),
-        runtime=per_study(social_scoring_minutes),
+        runtime=per_study(social_filter_minutes),
         gpu=GPU,
         hpu=HPU,
     params:
@@ -147,16 +147,16 @@ rule social_filter_nsfw:
 
 
 rule social_filter_detect:
-    """§3.4 (c), 8.3, Table 10: keep sets whose targeted attributes are discernible in enough images."""
+    """§3.4 (c), 8.3, Table 10, per shard: keep sets whose targeted attributes are discernible in enough images."""
     input:
         images=rules.social_filter_nsfw.output.kept,
         captions=rules.social_captions.output,
         models=model_inputs("clip_filter"),
     output:
-        kept=f"{S}/filter/kept.parquet",
-        sets=f"{S}/filter/detect_sets.parquet",
+        kept=f"{S}/filter/shards/{{shard}}/kept.parquet",
+        sets=f"{S}/filter/shards/{{shard}}/detect_sets.parquet",
     log:
-        f"{S}/logs/filter/detect.log",
+        f"{S}/logs/filter/{{shard}}_detect.log",
     wildcard_constraints:
         study=SCF,
     conda:
@@ -164,7 +164,7 @@ rule social_filter_detect:
     threads: accel_threads("clip_filter")
     resources:
         mem_mb=model_mem(8000, "clip_filter"),
-        runtime=per_study(social_scoring_minutes),
+        runtime=per_study(social_filter_minutes),
         gpu=GPU,
         hpu=HPU,
     params:
@@ -181,13 +181,37 @@ rule social_filter_detect:
         " --out {output.kept:q} --sets {output.sets:q} --no-progress > {log:q} 2>&1"
 
 
+rule social_filter_merge:
+    """The three stages' surviving images and set tables of every shard, concatenated."""
+    input:
+        social_filter_shard_outputs,
+    output:
+        clip=f"{S}/filter/clip.parquet",
+        clip_sets=f"{S}/filter/clip_sets.parquet",
+        nsfw=f"{S}/filter/nsfw.parquet",
+        nsfw_sets=f"{S}/filter/nsfw_sets.parquet",
+        kept=f"{S}/filter/kept.parquet",
+        detect_sets=f"{S}/filter/detect_sets.parquet",
+    log:
+        f"{S}/logs/filter/merge.log",
+    wildcard_constraints:
+        study=SCF,
+    conda:
+        CONDA_ENV
+    params:
+        shards=lambda wildcards, input: " ".join(sorted({shlex.quote(str(Path(p).parent)) for p in input})),
+        out_dir=lambda wildcards, output: Path(output.kept).parent,
+    shell:
+        "counterfactory social filter-merge --shard-dirs {params.shards} --out-dir {params.out_dir:q} > {log:q} 2>&1"
+
+
 rule social_filter_table:
     """Table 11: candidate sets remaining after each filter stage, per segment."""
     input:
         candidates=rules.social_generate_merge.output.table,
-        clip=rules.social_filter_clip.output.sets,
-        nsfw=rules.social_filter_nsfw.output.sets,
-        detect=rules.social_filter_detect.output.sets,
+        clip=rules.social_filter_merge.output.clip_sets,
+        nsfw=rules.social_filter_merge.output.nsfw_sets,
+        detect=rules.social_filter_merge.output.detect_sets,
         captions=rules.social_captions.output,
     output:
         csv=f"{S}/filter/table11.csv",
@@ -286,7 +310,7 @@ rule social_probe_plots:
 rule social_release:
     """The filtered dataset in the Intel/SocialCounterfactuals layout, read back with `datasets`."""
     input:
-        rules.social_filter_detect.output.kept,
+        rules.social_filter_merge.output.kept,
     output:
         folder=directory(f"{S}/release/dataset"),
         summary=f"{S}/release/summary.json",
@@ -310,7 +334,7 @@ STUDY_TARGETS[SCF] = lambda: social.targets(view(SCF), SCF_DIR)
 rule social_debias_split:
     """§5.1: withhold 20 % of the occupations (reproducible); a training manifest per segment of the rest."""
     input:
-        rules.social_filter_detect.output.kept,
+        rules.social_filter_merge.output.kept,
     output:
         manifests=directory(f"{S}/debias/manifests"),
     log:
@@ -330,7 +354,7 @@ rule social_debias_run:
     """§5.2, 8.2: fine-tune one model on one segment (or evaluate it pre-trained) and probe the withheld occupations."""
     input:
         manifests=rules.social_debias_split.output.manifests,
-        images=rules.social_filter_detect.output.kept,
+        images=rules.social_filter_merge.output.kept,
         external=external_data,
         models=model_inputs("{role}"),
     output:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -484,3 +485,35 @@ def test_cli_runs_the_stages_and_the_table(tmp_path, monkeypatch, capsys):
     assert cli.main(["social", "calibrate", "--config", "u.yaml", "--sets", f"{o}/cs.parquet", "--labels",
                      f"{o}/labels.csv", "--out", f"{o}/th.json", "--report", f"{o}/report.csv"]) == 0
     assert (o / "th.json").exists() and "Total" in (o / "t.md").read_text()
+
+
+def test_filtering_per_shard_then_merging_equals_filtering_everything(tmp_path):
+    """The rules filter each generation shard on its own and merge: same sets and images as one pass."""
+    captions, candidates = _toy_tables(tmp_path)
+    cfg = {"filter": {"clip": {"image_caption_min": 0.2, "image_image_min": 0.2},
+                      "detectability": {"thresholds": {"race_gender": {"gender": 4, "race": 3}}}}}
+    frame = pd.read_parquet(candidates)
+
+    def run(images, folder):
+        F.filter_clip_files(cfg, images, folder / "clip.parquet", folder / "clip_sets.parquet", scorer=FakeScorer())
+        F.filter_nsfw_files(cfg, folder / "clip.parquet", folder / "nsfw.parquet", folder / "nsfw_sets.parquet",
+                            classifier=FakeClassifier())
+        F.filter_detect_files(cfg, folder / "nsfw.parquet", folder / "kept.parquet", folder / "detect_sets.parquet",
+                              captions_path=captions, scorer=FakeScorer())
+
+    run(candidates, tmp_path / "whole")
+    shards = []
+    for k, part in enumerate(np.array_split(sorted(frame["candidate_index"].unique()), 2)):
+        path = tmp_path / "cand" / f"shard{k}.parquet"       # same folder: image paths stay valid
+        frame[frame["candidate_index"].isin(part)].to_parquet(path, index=False)
+        run(path, tmp_path / f"s{k}")
+        shards.append(tmp_path / f"s{k}")
+    counts = F.merge_filter_shards(shards, tmp_path / "merged")
+    assert counts.set_index("stage").loc["clip", "sets"] == 6
+    for name in ("clip", "nsfw", "kept"):
+        a, b = (F.read_images(tmp_path / where / f"{name}.parquet").reset_index(drop=True) for where in ("whole", "merged"))
+        a["image_path"], b["image_path"] = (f["image_path"].map(lambda p: str(Path(p).resolve())) for f in (a, b))
+        pd.testing.assert_frame_equal(a[["set_id", "candidate_index", "member_index", "image_path"]],
+                                      b[["set_id", "candidate_index", "member_index", "image_path"]])
+    with pytest.raises(InputError, match="in two shards"):
+        F.merge_filter_shards([shards[0], shards[0]], tmp_path / "twice")

@@ -994,6 +994,34 @@ def filter_detect_files(cfg: Mapping, images_path, out_images, out_sets, caption
     return {"stage": "detectability", "sets": len(sets), "passed": int(sets["passed"].sum()), "images": len(kept)}
 
 
+#: per stage: (surviving images, per-set table) as the filter rules name them in a shard folder and after the merge
+STAGE_FILES = {"clip": ("clip.parquet", "clip_sets.parquet"), "nsfw": ("nsfw.parquet", "nsfw_sets.parquet"),
+               "detectability": ("kept.parquet", "detect_sets.parquet")}
+
+
+def merge_filter_shards(shard_dirs: Sequence[str | os.PathLike], out_dir: str | os.PathLike) -> pd.DataFrame:
+    """Concatenate the three stages' outputs of every generation shard (the filters run per shard: a paper-scale
+    run filters 5.4 M images) into ``out_dir`` under the same names; image paths stay valid (relative to the
+    merged tables). Returns the per-stage counts. A set appearing in two shards is an error."""
+    out_dir = Path(out_dir)
+    rows = []
+    for stage, (images_name, sets_name) in STAGE_FILES.items():
+        images = [read_images(Path(d) / images_name) for d in shard_dirs]
+        sets = [read_table(Path(d) / sets_name, f"{stage} set table", SET_KEYS) for d in shard_dirs]
+        frame = pd.concat(images, ignore_index=True) if images else pd.DataFrame(columns=CANDIDATE_COLUMNS)
+        table = pd.concat(sets, ignore_index=True) if sets else pd.DataFrame(columns=list(SET_KEYS))
+        dup = table.duplicated(list(SET_KEYS))
+        if dup.any():
+            first = table[dup].iloc[0]
+            raise input_error(Path(shard_dirs[0]).parent, f"set {first['set_id']} candidate {first['candidate_index']}",
+                              "the candidate set is in two shards", "rerun the filter jobs of one generation run")
+        write_images(out_dir / images_name, frame.sort_values([*SET_KEYS, "member_index"], kind="stable"))
+        _write_table(out_dir / sets_name, table.sort_values(list(SET_KEYS), kind="stable"))
+        rows.append({"stage": stage, "sets": len(table), "passed": int(table["passed"].astype(bool).sum()),
+                     "images": len(frame)})
+    return pd.DataFrame(rows)
+
+
 def calibrate_files(cfg: Mapping, sets_path, labels_path, out_json, out_report=None) -> dict:
     """Phase 2 of §8.3 from files: learned thresholds (JSON, ready for ``filter.detectability.thresholds``)
     and the agreement report (CSV)."""
@@ -1119,6 +1147,11 @@ def add_cli(subparsers) -> None:
     p.add_argument("--sample-size", type=int, default=100, help="sets per segment in the template (paper: 100)")
     p.add_argument("--seed", type=int, default=0, help="sampling seed for the template")
     p.set_defaults(func=_cmd_calibrate)
+    m = subparsers.add_parser("filter-merge", help="concatenate the filter stages' outputs of every generation shard")
+    m.add_argument("--shard-dirs", nargs="+", required=True, metavar="DIR",
+                   help="per-shard filter folders (clip / nsfw / kept tables and their set tables)")
+    m.add_argument("--out-dir", required=True, metavar="DIR")
+    m.set_defaults(func=_merge_cli)
     p = subparsers.add_parser("filter-table", help="Table 11: candidate sets remaining after each stage")
     common(p, stage=False)
     p.add_argument("--candidates", required=True, metavar="IMAGES.parquet", help="every generated image")
@@ -1129,3 +1162,9 @@ def add_cli(subparsers) -> None:
     p.add_argument("--out", required=True, metavar="TABLE.csv")
     p.add_argument("--markdown", metavar="TABLE.md")
     p.set_defaults(func=_cmd_table)
+
+
+def _merge_cli(args) -> int:
+    counts = merge_filter_shards(args.shard_dirs, args.out_dir)
+    print(counts.to_string(index=False))
+    return 0
