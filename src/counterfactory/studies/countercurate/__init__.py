@@ -15,4 +15,4 @@ from __future__ import annotations
 
 STUDY = "countercurate"
 #: the study's modules that contribute ``counterfactory countercurate`` subcommands, in help order
-CLI_MODULES = ("positions", "counting", "attributes", "generate", "assemble", "benchmarks", "vlm")
+CLI_MODULES = ("positions", "counting", "attributes", "generate", "assemble", "training", "benchmarks", "vlm")
