@@ -3,6 +3,7 @@ from pathlib import Path
 
 from counterfactory.data.classification import dataset_input_files
 from counterfactory.studies import social_counterfactuals as social
+from counterfactory.studies.countercurate import training as cc_training
 from counterfactory.training.runs import retrieval_specs
 
 # every rule runs in the project's one environment (`--software-deployment-method conda`)
@@ -283,13 +284,17 @@ CC_BENCHMARK_KEYS = {
 }
 
 
-def cc_benchmark_inputs(wildcards):
+def cc_benchmark_files(study, benchmark):
     """The data a benchmark reads: Flickr30k-Positions from this run, the others from the config's paths."""
-    if wildcards.benchmark == "positions":
-        return [f"{RESULTS}/{wildcards.study}/datasets/positions.parquet"]
-    section = view(wildcards.study)["benchmarks"].get(wildcards.benchmark) or {}
-    key = f"{wildcards.study}.benchmarks.{wildcards.benchmark}"
-    return [source_data(section.get(k) or "<unset>", f"{key}.{k}") for k in CC_BENCHMARK_KEYS[wildcards.benchmark]]
+    if benchmark == "positions":
+        return [f"{RESULTS}/{study}/datasets/positions.parquet"]
+    section = view(study)["benchmarks"].get(benchmark) or {}
+    key = f"{study}.benchmarks.{benchmark}"
+    return [source_data(section.get(k) or "<unset>", f"{key}.{k}") for k in CC_BENCHMARK_KEYS[benchmark]]
+
+
+def cc_benchmark_inputs(wildcards):
+    return cc_benchmark_files(wildcards.study, wildcards.benchmark)
 
 
 def cc_benchmark_data_arg(wildcards, input):
@@ -309,3 +314,54 @@ def cc_evaluations(wildcards):
         benchmark=ev["benchmarks"],
         role=ev["roles"],
     )
+
+
+#: the benchmark each dataset's fine-tuned models are scored on (§4.2-4.4)
+def cc_train_benchmarks(wildcards):
+    return cc_training.settings(view(wildcards.study))["benchmarks"][wildcards.dataset]
+
+
+def cc_train_benchmark_inputs(wildcards):
+    return [f for benchmark in cc_train_benchmarks(wildcards) for f in cc_benchmark_files(wildcards.study, benchmark)]
+
+
+def cc_train_model_inputs(wildcards):
+    return wf.local_model_inputs(config, cc_training.settings(view(wildcards.study))["role"])
+
+
+def cc_train_model_key(wildcards):
+    return [f"models.{cc_training.settings(view(wildcards.study))['role']}"]
+
+
+def cc_train_run_args(wildcards, input):
+    """--variant/--manifest (or --no-train) and the benchmark data of one CounterCurate fine-tuning run."""
+    import shlex
+
+    if wildcards.variant == "pretrained":
+        args = ["--no-train"]
+    else:
+        manifest = f"{input.manifests}/{wildcards.dataset}_{wildcards.variant}.parquet"
+        args = [f"--variant {wildcards.variant}", f"--manifest {shlex.quote(manifest)}"]
+    for benchmark in cc_train_benchmarks(wildcards):
+        if benchmark == "positions":
+            args.append(f"--data positions={shlex.quote(input.positions)}")
+            continue
+        section = view(wildcards.study)["benchmarks"].get(benchmark) or {}
+        data, images = (section.get(k) for k in CC_BENCHMARK_KEYS[benchmark])
+        args += [f"--data {benchmark}={shlex.quote(data)}", f"--images {benchmark}={shlex.quote(images)}"]
+    return " ".join(args)
+
+
+def cc_train_runs(wildcards):
+    """metrics.csv of every fine-tuning run (dataset x variant x seed) and every pre-trained evaluation (first seed)."""
+    s = cc_training.settings(view(wildcards.study))
+    seeds = [seed for seed, _ in cc_training.seed_pairs(view(wildcards.study))]
+    pattern = f"{S}/finetune/runs/{{dataset}}/{{variant}}/seed{{seed}}/metrics.csv"
+    out = expand(pattern, study=wildcards.study, dataset=s["datasets"], variant=s["variants"], seed=seeds)
+    return out + expand(pattern, study=wildcards.study, dataset=s["datasets"], variant="pretrained", seed=seeds[0])
+
+
+def cc_stats_baseline(wildcards):
+    """Tests compare each variant with fine-tuning without grouping (§4.5), else with the first variant."""
+    variants = cc_training.settings(view(wildcards.study))["variants"]
+    return "no_grouping" if "no_grouping" in variants else variants[0]

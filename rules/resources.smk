@@ -162,3 +162,7 @@ localrules:
     cc_generate_merge,
     cc_datasets,
     cc_tables,
+    cc_train_manifests,
+    cc_train_runs_table,
+    cc_train_stats,
+    cc_train_table,

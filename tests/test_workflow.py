@@ -47,7 +47,7 @@ def demo_run(repo, tmp_path_factory):
     """The whole demo DAG (every rule the demo enables) under Snakemake, offline, then its report."""
     work = tmp_path_factory.mktemp("wf space")
     cfgfile = demo_override(repo, work)
-    proc = snakemake(repo, work, "all", "--configfile", str(cfgfile), timeout=1500)
+    proc = snakemake(repo, work, "all", "--configfile", str(cfgfile), timeout=3000)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     report = snakemake(repo, work, "all", "--report", "report.html", "--configfile", str(cfgfile), timeout=600)
     assert report.returncode == 0, report.stdout[-3000:] + report.stderr[-3000:]
