@@ -10,8 +10,6 @@ from ...commands import positive_int, shard_id
 from . import STUDY
 
 
-
-
 def add_cli(subparsers) -> None:
     """Register ``generate`` and ``generate-merge`` under ``counterfactory social``."""
     g = subparsers.add_parser(
