@@ -76,7 +76,9 @@ def test_demo_dag_runs_every_rule(repo, demo_run):
     listing = snakemake(repo, work, "--list-rules", "--configfile", str(cfgfile), timeout=300).stdout
     listed = [line.split()[0] for line in listing.splitlines() if line.strip() and not line[0].isspace()]
     # every rule of the workflow ran at least once (tiny_models is an alias target of tiny_model jobs)
-    assert set(listed) - {"tiny_models"} <= set(ran), set(listed) - set(ran)
+    # cc_generate's jobs are made after the cc_request_shards checkpoint, so the first "Job stats" table cannot
+    # count them; test_demo_countercurate_end_to_end checks their images
+    assert set(listed) - {"tiny_models", "cc_generate"} <= set(ran), set(listed) - set(ran)
     assert ran["caption_shard"] == 3 and ran["images_shard"] == 3  # demo shard sizes: 50 captions / 20
     assert ran["train_run"] == 4 * 2  # 4 mixtures x 2 demo seeds
     # A.1: CLIP, BridgeTower, FLAVA x (pre-trained + MS-COCO and COCO-CFs x 2 demo seeds)
@@ -129,7 +131,7 @@ def test_demo_social_counterfactuals_end_to_end(demo_run):
     runs = pd.read_csv(out / "debias/runs.csv")
     assert set(runs["mixture"]) == {"pretrained", "debiased"} and runs["seed"].nunique() == 2
     release = json.loads((out / "release/summary.json").read_text())
-    assert release["rows"] == len(stages[2]) and release["reader"] == "datasets"
+    assert release["rows"] == len(stages[2]) and release["reader"].startswith("datasets")
 
 
 def test_demo_countercurate_end_to_end(demo_run):
@@ -145,7 +147,10 @@ def test_demo_countercurate_end_to_end(demo_run):
     counting = pd.read_parquet(out / "datasets/counting.parquet")
     assert len(counting) == 4 and counting["negative_image"].map(lambda p: Path(p).is_file()).all()
     rewrites = pd.read_parquet(out / "positions/rewrites.parquet")
-    assert len(rewrites) == 7 and rewrites["answer"].map(lambda a: isinstance(json.loads(a), dict)).all()
+    assert len(rewrites) == 7 and set(rewrites["valid"]) <= {True, False}   # every answer kept with its validity
+    valid = rewrites[rewrites["valid"]]
+    assert valid["answer"].map(lambda a: isinstance(json.loads(a), dict)).all()
+    assert rewrites.loc[~rewrites["valid"], "error"].astype(str).str.len().gt(0).all()
     generated = pd.read_parquet(out / "generation/generated.parquet")
     assert set(generated["item_id"]) >= set(positions.loc[positions["subset"] == "AB", "item_id"])
     tables = (out / "evaluation/tables.md").read_text()
