@@ -147,10 +147,9 @@ def test_demo_countercurate_end_to_end(demo_run):
     counting = pd.read_parquet(out / "datasets/counting.parquet")
     assert len(counting) == 4 and counting["negative_image"].map(lambda p: Path(p).is_file()).all()
     rewrites = pd.read_parquet(out / "positions/rewrites.parquet")
-    assert len(rewrites) == 7 and set(rewrites["valid"]) <= {True, False}   # every answer kept with its validity
-    valid = rewrites[rewrites["valid"]]
-    assert valid["answer"].map(lambda a: isinstance(json.loads(a), dict)).all()
-    assert rewrites.loc[~rewrites["valid"], "error"].astype(str).str.len().gt(0).all()
+    # JSON-schema constrained decoding: even the tiny random llm's answers parse and validate
+    assert len(rewrites) == 7 and rewrites["valid"].all()
+    assert rewrites["answer"].map(lambda a: isinstance(json.loads(a)["rewrite"], str)).all()
     generated = pd.read_parquet(out / "generation/generated.parquet")
     assert set(generated["item_id"]) >= set(positions.loc[positions["subset"] == "AB", "item_id"])
     tables = (out / "evaluation/tables.md").read_text()
