@@ -83,8 +83,14 @@ def minutes(base, per_item=0.0, items=0):
 
 
 def accel_threads(*roles):
-    """CPU threads next to an accelerator (data loading, tokenising); 2 for tiny demo models."""
-    return 2 if tiny_roles(*roles) else 4
+    """CPU threads next to an accelerator (data loading, tokenising); 1 for tiny demo models, so that two
+    demo jobs run side by side on a 2-core machine (tiny models gain nothing from a second thread)."""
+    return 1 if tiny_roles(*roles) else 4
+
+
+def cc_train_threads(wildcards):
+    """accel_threads of the role CounterCurate fine-tunes."""
+    return accel_threads(cc_training.settings(view(wildcards.study))["role"])
 
 
 # --- work per job (per study: the {study} wildcard picks the config section) -------------------------

@@ -327,7 +327,7 @@ rule cc_train_run:
         variant="pretrained|grouping|no_grouping|no_negatives",
     conda:
         CONDA_ENV
-    threads: 2
+    threads: cc_train_threads
     resources:
         mem_mb=16000,
         runtime=600,
