@@ -342,6 +342,40 @@ def cc_train_run_args(wildcards, input):
     else:
         manifest = f"{input.manifests}/{wildcards.dataset}_{wildcards.variant}.parquet"
         args = [f"--variant {wildcards.variant}", f"--manifest {shlex.quote(manifest)}"]
+    return " ".join(args + cc_benchmark_args(wildcards, input))
+
+
+def cc_vlm_run_args(wildcards, input):
+    """--manifests (or --no-train) and the benchmark data of one fine-tuning run of the generative family."""
+    import shlex
+
+    args = ["--no-train"] if wildcards.mixture == "pretrained" else [f"--manifests {shlex.quote(input.manifests[0])}"]
+    return " ".join(args + cc_benchmark_args(wildcards, input))
+
+
+def cc_vlm_model_inputs(wildcards):
+    return wf.local_model_inputs(config, cc_training.settings(view(wildcards.study))["vlm"]["role"])
+
+
+def cc_vlm_model_key(wildcards):
+    return [f"models.{cc_training.settings(view(wildcards.study))['vlm']['role']}"]
+
+
+def cc_vlm_runs(wildcards):
+    """metrics.csv of every generative-family run (dataset x seed) and its pre-trained evaluation (first seed)."""
+    s = cc_training.settings(view(wildcards.study))
+    seeds = [seed for seed, _ in cc_training.seed_pairs(view(wildcards.study))]
+    pattern = f"{S}/finetune/vlm/{{dataset}}/{{mixture}}/seed{{seed}}/metrics.csv"
+    datasets = s["vlm"]["datasets"]
+    out = expand(pattern, study=wildcards.study, dataset=datasets, mixture=cc_training.VLM_MIXTURE, seed=seeds)
+    return out + expand(pattern, study=wildcards.study, dataset=datasets, mixture="pretrained", seed=seeds[0])
+
+
+def cc_benchmark_args(wildcards, input):
+    """--data / --images of the benchmarks a fine-tuned dataset is scored on."""
+    import shlex
+
+    args = []
     for benchmark in cc_train_benchmarks(wildcards):
         if benchmark == "positions":
             args.append(f"--data positions={shlex.quote(input.positions)}")
@@ -349,7 +383,7 @@ def cc_train_run_args(wildcards, input):
         section = view(wildcards.study)["benchmarks"].get(benchmark) or {}
         data, images = (section.get(k) for k in CC_BENCHMARK_KEYS[benchmark])
         args += [f"--data {benchmark}={shlex.quote(data)}", f"--images {benchmark}={shlex.quote(images)}"]
-    return " ".join(args)
+    return args
 
 
 def cc_train_runs(wildcards):
@@ -357,11 +391,14 @@ def cc_train_runs(wildcards):
     s = cc_training.settings(view(wildcards.study))
     seeds = [seed for seed, _ in cc_training.seed_pairs(view(wildcards.study))]
     pattern = f"{S}/finetune/runs/{{dataset}}/{{variant}}/seed{{seed}}/metrics.csv"
-    out = expand(pattern, study=wildcards.study, dataset=s["datasets"], variant=s["variants"], seed=seeds)
+    out = [
+        f
+        for dataset in s["datasets"]
+        for f in expand(pattern, study=wildcards.study, dataset=dataset, variant=s["variants"][dataset], seed=seeds)
+    ]
     return out + expand(pattern, study=wildcards.study, dataset=s["datasets"], variant="pretrained", seed=seeds[0])
 
 
 def cc_stats_baseline(wildcards):
-    """Tests compare each variant with fine-tuning without grouping (§4.5), else with the first variant."""
-    variants = cc_training.settings(view(wildcards.study))["variants"]
-    return "no_grouping" if "no_grouping" in variants else variants[0]
+    """Tests compare each variant with fine-tuning without grouping (§4.5) where every dataset has it."""
+    return cc_training.stats_baseline(view(wildcards.study))

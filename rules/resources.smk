@@ -93,6 +93,16 @@ def cc_train_threads(wildcards):
     return accel_threads(cc_training.settings(view(wildcards.study))["role"])
 
 
+def cc_vlm_threads(wildcards):
+    return accel_threads(cc_training.settings(view(wildcards.study))["vlm"]["role"])
+
+
+def cc_vlm_mem(wildcards, attempt):
+    """Host memory of fine-tuning the vlm role: LLaVA-1.5-7B's weights and fp32 Adam states; tiny stand-ins 2.5 GB."""
+    role = cc_training.settings(view(wildcards.study))["vlm"]["role"]
+    return model_mem(128000, role)(wildcards, attempt)
+
+
 # --- work per job (per study: the {study} wildcard picks the config section) -------------------------
 def shard_items(study, stage):
     """Items in one shard of ``stage``."""
@@ -172,3 +182,6 @@ localrules:
     cc_train_runs_table,
     cc_train_stats,
     cc_train_table,
+    cc_vlm_runs_table,
+    cc_vlm_stats,
+    cc_vlm_table,

@@ -324,7 +324,7 @@ rule cc_train_run:
     wildcard_constraints:
         study=CC,
         dataset="positions|counting|attributes",
-        variant="pretrained|grouping|no_grouping|no_negatives",
+        variant="pretrained|grouping|no_grouping|no_negative_captions|no_negative_images|no_negatives",
     conda:
         CONDA_ENV
     threads: cc_train_threads
@@ -373,7 +373,8 @@ rule cc_train_table:
     """Tables 1-4 / 8 style: pre-trained vs fine-tuned variants per dataset (mean ± std over seeds, t-test vs no
     grouping)."""
     input:
-        rules.cc_train_stats.output,
+        summary=rules.cc_train_stats.output[0],
+        manifests=rules.cc_train_manifests.output[0],
     output:
         md=report(f"{S}/finetune/tables/{{dataset}}.md", category="CounterCurate", caption="../report/cc_training.rst"),
         tex=f"{S}/finetune/tables/{{dataset}}.tex",
@@ -382,15 +383,97 @@ rule cc_train_table:
         f"{S}/logs/finetune/table_{{dataset}}.log",
     wildcard_constraints:
         study=CC,
+        dataset="positions|counting|attributes",
     conda:
         CONDA_ENV
     params:
-        order=lambda wildcards: ",".join(["pretrained", *cc_training.settings(view(wildcards.study))["variants"]]),
+        order=lambda wildcards: ",".join(cc_training.table_order(view(wildcards.study), wildcards.dataset)),
+        info=lambda wildcards, input: Path(input.manifests) / "variants.csv",
     shell:
-        "counterfactory stats table --summary {input:q} --experiment {wildcards.dataset} --mixture-order {params.order}"
-        " --row-header Training --out-md {output.md:q} --out-tex {output.tex:q} --out-csv {output.csv:q} > {log:q} 2>&1"
+        "counterfactory stats table --summary {input.summary:q} --experiment {wildcards.dataset}"
+        " --mixture-order {params.order} --mixture-info {params.info:q} --row-header Training --out-md {output.md:q} --out-tex {output.tex:q} --out-csv {output.csv:q} > {log:q} 2>&1"
 
 
-STUDY_TARGETS[CC] = lambda: [f"{CC_DIR}/datasets/summary.csv", f"{CC_DIR}/evaluation/tables.md"] + [
-    f"{CC_DIR}/finetune/tables/{dataset}.md" for dataset in cc_training.settings(view(CC))["datasets"]
-]
+rule cc_vlm_run:
+    """The generative family (§3.5 Figure 3b): the vlm role fine-tuned on one dataset's pairs as conversations (one
+    seed), or its pre-trained evaluation, scored on the dataset's benchmark by two-option choice."""
+    input:
+        manifests=rules.cc_train_manifests.output,
+        positions=rules.cc_datasets.output.positions,
+        data=cc_train_benchmark_inputs,
+        models=cc_vlm_model_inputs,
+    output:
+        f"{S}/finetune/vlm/{{dataset}}/{{mixture}}/seed{{seed}}/metrics.csv",
+    log:
+        f"{S}/logs/finetune/vlm_{{dataset}}_{{mixture}}_seed{{seed}}.log",
+    benchmark:
+        f"{S}/benchmarks/finetune/vlm_{{dataset}}_{{mixture}}_seed{{seed}}.tsv"
+    wildcard_constraints:
+        study=CC,
+        dataset="positions|counting|attributes",
+        mixture="pretrained|conversation",
+    conda:
+        CONDA_ENV
+    threads: cc_vlm_threads
+    resources:
+        mem_mb=cc_vlm_mem,
+        runtime=600,
+        gpu=GPU,
+        hpu=HPU,
+    params:
+        config=job_config("training", "benchmarks", "vlm", cc_vlm_model_key, "evaluation.batch_size", *DEVICE_KEYS),
+        out_dir=lambda wildcards, output: Path(output[0]).parent,
+        run=cc_vlm_run_args,
+    shell:
+        "counterfactory countercurate vlm-run {params.config} --dataset {wildcards.dataset} {params.run}"
+        " --seed {wildcards.seed} --out-dir {params.out_dir:q} > {log:q} 2>&1"
+
+
+use rule runs_table as cc_vlm_runs_table with:
+    input:
+        cc_vlm_runs,
+    output:
+        f"{S}/finetune/vlm_runs.csv",
+    log:
+        f"{S}/logs/finetune/vlm_runs_table.log",
+    wildcard_constraints:
+        study=CC,
+
+
+use rule train_stats as cc_vlm_stats with:
+    input:
+        rules.cc_vlm_runs_table.output,
+    output:
+        f"{S}/finetune/vlm_summary.csv",
+    log:
+        f"{S}/logs/finetune/vlm_stats.log",
+    wildcard_constraints:
+        study=CC,
+    params:
+        baseline="pretrained",  # one deterministic evaluation: fine-tuned mean ± std beside it, no test
+        test="welch",
+        alpha=0.05,
+
+
+use rule cc_train_table as cc_vlm_table with:
+    input:
+        summary=rules.cc_vlm_stats.output[0],
+        manifests=rules.cc_train_manifests.output[0],
+    output:
+        md=report(
+            f"{S}/finetune/tables/{{dataset}}_vlm.md", category="CounterCurate", caption="../report/cc_training.rst"
+        ),
+        tex=f"{S}/finetune/tables/{{dataset}}_vlm.tex",
+        csv=f"{S}/finetune/tables/{{dataset}}_vlm.csv",
+    log:
+        f"{S}/logs/finetune/table_{{dataset}}_vlm.log",
+    params:
+        order=f"pretrained,{cc_training.VLM_MIXTURE}",
+        info=lambda wildcards, input: Path(input.manifests) / "variants.csv",
+
+
+STUDY_TARGETS[CC] = (
+    lambda: [f"{CC_DIR}/datasets/summary.csv", f"{CC_DIR}/evaluation/tables.md"]
+    + [f"{CC_DIR}/finetune/tables/{dataset}.md" for dataset in cc_training.settings(view(CC))["datasets"]]
+    + [f"{CC_DIR}/finetune/tables/{dataset}_vlm.md" for dataset in cc_training.settings(view(CC))["vlm"]["datasets"]]
+)

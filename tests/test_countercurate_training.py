@@ -86,6 +86,37 @@ def test_training_section_has_the_papers_values():
         tr.training_section({"training": {"positions": {"learning_rate": 1}}}, "positions", "grouping")
     with pytest.raises(ConfigError, match="unknown training variant"):
         tr.training_section({}, "positions", "cvld")
+    for variant in ("no_negative_images", "no_negative_captions"):
+        single = tr.training_section({}, "positions", variant)
+        assert (single["recipe"], single["epochs"], single["batch_size"]) == ("plain", 50, 1024)
+
+
+def test_variants_per_dataset_baseline_and_table_rows():
+    s = tr.settings({})
+    assert s["variants"]["positions"] == ["grouping", "no_grouping", "no_negative_captions", "no_negative_images",
+                                          "no_negatives"]  # Table 4's five rows
+    assert s["variants"]["counting"] == ["grouping", "no_grouping", "no_negatives"]  # Table 8
+    assert tr.stats_baseline({}) == "no_grouping"
+    one = {"training": {"variants": ["grouping", "no_negatives"]}}
+    assert tr.settings(one)["variants"] == {d: ["grouping", "no_negatives"] for d in tr.DATASETS}
+    assert tr.stats_baseline(one) == "grouping"  # no no_grouping anywhere: the first shared variant
+    some = {"training": {"variants": {"counting": ["grouping"]}}}
+    assert tr.settings(some)["variants"]["positions"] == tr.DEFAULT_VARIANTS["positions"]
+    assert tr.stats_baseline(some) == "grouping"
+    disjoint = {"training": {"datasets": ["positions", "counting"],
+                             "variants": {"positions": ["no_grouping"], "counting": ["grouping"]}}}
+    with pytest.raises(ConfigError, match="share no variant"):
+        tr.stats_baseline(disjoint)
+    with pytest.raises(ConfigError, match=r"variants\.counting: unknown variant 'neg'"):
+        tr.settings({"training": {"variants": {"counting": ["neg"]}}})
+    with pytest.raises(ConfigError, match="unknown dataset"):
+        tr.settings({"training": {"variants": {"flowers": ["grouping"]}}})
+    # rows in Table 4's order, whatever the config's order
+    assert tr.table_order({}, "positions") == ["pretrained", "no_negatives", "no_negative_images",
+                                               "no_negative_captions", "no_grouping", "grouping"]
+    info = tr.variants_info().set_index("mixture")
+    assert tuple(info.loc["no_negative_images", ["negative_images", "negative_captions", "grouping"]]) == \
+        ("no", "yes", "no")
     assert tr.seed_pairs({"training": {"seeds": {"first": 5, "count": 2, "data_seed_offset": 10}}}) == [(5, 15),
                                                                                                        (6, 16)]
 
@@ -95,8 +126,8 @@ def test_training_section_has_the_papers_values():
 # ------------------------------------------------------------------------------------------------------------------
 def test_manifests_per_variant(datasets, tmp_path):
     out = tmp_path / "m"
-    summary = tr.write_manifests(datasets / "datasets", out, cfg_for(datasets))
-    assert set(summary["variant"]) == set(tr.VARIANTS) and set(summary["dataset"]) == set(tr.DATASETS)
+    summary = tr.write_manifests(datasets / "datasets", out, cfg_for(datasets, variants=list(tr.VARIANTS)))
+    assert set(summary["variant"]) == {*tr.VARIANTS, tr.VLM_MIXTURE} and set(summary["dataset"]) == set(tr.DATASETS)
     for dataset in tr.DATASETS:
         g = pd.read_parquet(out / f"{dataset}_grouping.parquet")
         p = pd.read_parquet(out / f"{dataset}_no_grouping.parquet")
@@ -107,6 +138,22 @@ def test_manifests_per_variant(datasets, tmp_path):
         assert not n["is_counterfactual"].any() and set(n["split"]) <= {"train", "val"}
         assert all(Path(x).is_absolute() and Path(x).is_file() for x in g["image_path"])
         assert (g.groupby("image_id")["split"].nunique() == 1).all()  # no image on both sides
+        # Table 4's single-negative rows: the positives, each with its pair's negative caption / image alone
+        pairs = g.sort_values(["pair_id", "is_counterfactual"]).groupby("pair_id")
+        negative = pairs.nth(1).set_index("pair_id")
+        for variant, column, source in (("no_negative_images", "hard_negative_caption", "caption"),
+                                        ("no_negative_captions", "hard_negative_image", "image_path")):
+            single = pd.read_parquet(out / f"{dataset}_{variant}.parquet")
+            assert not single["is_counterfactual"].any() and len(single) == g["pair_id"].nunique()
+            other = ({"hard_negative_caption", "hard_negative_image"} - {column}).pop()
+            assert other not in single.columns
+            assert (single.set_index("pair_id")[column] == negative.loc[single["pair_id"], source].to_numpy()).all()
+        # the generative family's conversations: the same train / val pairs, in the vlm reader's format
+        from counterfactory.studies.countercurate import vlm
+
+        files = [out / f"{dataset}_conversation_{split}.parquet" for split in ("train", "val")]
+        conv = pd.concat([vlm.read_pairs(f) for f in files if len(pd.read_parquet(f))])  # an empty val side is allowed
+        assert len(conv) == g["pair_id"].nunique() and conv["negative_image_path"].map(lambda p: Path(p).is_file()).all()
     pos = pd.read_parquet(out / "positions_grouping.parquet")
     assert set(pos["image_id"]) == {"100", "101", "102", "103"}  # the test split never enters training
     att = pd.read_parquet(out / "attributes_no_negatives.parquet")
@@ -134,8 +181,9 @@ def test_missing_negative_image_names_the_file_and_row(datasets, tmp_path):
     with pytest.raises(InputError, match=r"counting\.parquet, record row 2 \(item_id 'c2'\): negative image file "
                        r"not found: .*gone\.png"):
         tr.write_manifests(src, tmp_path / "m", cfg)
-    # positives only do not need the negatives
-    tr.write_manifests(src, tmp_path / "m", {**cfg, "training": {**cfg["training"], "variants": ["no_negatives"]}})
+    # positives only (and no generative family, which trains on the negatives too) do not need the negatives
+    tr.write_manifests(src, tmp_path / "m", {**cfg, "training": {**cfg["training"], "variants": ["no_negatives"],
+                                                                 "vlm": {"datasets": []}}})
 
 
 # ------------------------------------------------------------------------------------------------------------------

@@ -258,3 +258,28 @@ def test_n1_rows_have_no_std_subscript(table):
     c = table.cells[("pretrained", ("flickr30k", "R@1"))]
     assert c.n == 1 and math.isnan(c.std)
     assert tables.cell_latex(c) == "$67.10$" and tables.cell_plain(c) == "67.10"
+
+
+def test_flag_columns_render_as_marks_in_table4_layout(tmp_path):
+    """CounterCurate Table 4: yes / no info columns become check marks and crosses, in info order."""
+    summary = pd.DataFrame([
+        {"experiment": "positions", "metric": m, "mixture": mix, "baseline": "no_grouping", "n": 2, "mean": v,
+         "std": 0.5, "significant": False, "alternative": "greater"}
+        for mix, v in (("no_grouping", 70.0), ("grouping", 75.9)) for m in ("LR", "AB")])
+    info = tmp_path / "info.csv"
+    info.write_text("mixture,label,negative_images,negative_captions,grouping\n"
+                    "no_grouping,+ CC (No Group),yes,yes,no\ngrouping,+ CC,YES,true,1\n")
+    table = tables.build_table(summary, mixture_order=["no_grouping", "grouping"],
+                               mixture_info=tables.read_mixture_info(info))
+    md = tables.render_markdown(table).splitlines()
+    head = next(line for line in md if line.startswith("| Training"))
+    assert [c.strip() for c in head.strip("|").split("|")][:4] == ["Training dataset", "Negative images",
+                                                                   "Negative captions", "Grouping"]
+    rows = [line for line in md if line.startswith("| +")]
+    assert [c.strip() for c in rows[0].strip("|").split("|")][1:4] == ["✓", "✓", "×"]
+    assert [c.strip() for c in rows[1].strip("|").split("|")][1:4] == ["✓", "✓", "✓"]
+    tex = tables.render_latex(table)
+    assert "$\\checkmark$ & $\\checkmark$ & $\\times$" in tex
+    info.write_text("mixture,grouping\ngrouping,maybe\n")
+    with pytest.raises(InputError, match=r"info\.csv, record line 2: grouping = 'maybe' is not yes / no"):
+        tables.read_mixture_info(info)

@@ -358,3 +358,55 @@ def test_classes_without_a_contrastive_adapter_are_refused():
 
     with pytest.raises(ConfigError, match="ViltForImageAndTextRetrieval has no contrastive"):
         training.model_kind(type("ViltForImageAndTextRetrieval", (torch.nn.Module,), {})(), "transformers")
+
+
+def test_hard_negatives_extend_the_batch_as_candidates_only(tiny_clip, dataset):
+    """CounterCurate Table 4's single-negative rows: a row's hard-negative caption (image) is one more column (row)
+    of the similarity matrix; only the pairs are anchors."""
+    # by hand: 2 pairs, one extra caption (column 2) and one extra image (row 2)
+    logits = torch.tensor([[2.0, 0.5, 1.5], [0.1, 1.0, 0.3], [0.4, 0.9, -0.2]])
+    i2t = -torch.log_softmax(logits[:2], 1)[[0, 1], [0, 1]].mean()   # image anchors over all 3 captions
+    t2i = -torch.log_softmax(logits[:, :2], 0)[[0, 1], [0, 1]].mean()  # caption anchors over all 3 images
+    assert float(training.clip_loss(logits, n_pairs=2)) == pytest.approx(float((i2t + t2i) / 2))
+    assert float(training.clip_loss(logits[:2, :2], n_pairs=2)) == pytest.approx(float(training.clip_loss(logits[:2, :2])))
+    # a close hard negative caption raises the loss of its pair
+    close = torch.tensor([[2.0, 0.5, 1.9], [0.1, 1.0, -5.0]])
+    far = torch.tensor([[2.0, 0.5, -5.0], [0.1, 1.0, -5.0]])
+    assert float(training.clip_loss(close, 2)) > float(training.clip_loss(far, 2))
+
+    from counterfactory.training import data as tdata, model as tmodel
+
+    root, frame = dataset
+    pos = frame[~frame["is_counterfactual"]].reset_index(drop=True)
+    neg = frame[frame["is_counterfactual"]].reset_index(drop=True)
+    captions_only = pos.assign(hard_negative_caption=neg["caption"].where(pos.index != 1))  # row 1 has none
+    a = adapter(tiny_clip)
+    a.module.eval()
+    batch = tdata.Collator(captions_only, a, root)([0, 1, 2])
+    assert batch["pixel_values"].shape[0] == 3 and batch["input_ids"].shape[0] == 5 and int(batch["n_pairs"]) == 3
+    with torch.no_grad():
+        out = a.module(**{k: v for k, v in batch.items() if k != "n_pairs"})
+        expected = training.clip_loss(tmodel.logits_of(out), 3)
+        assert float(training.recipe_loss(a.module, batch)) == pytest.approx(float(expected), rel=1e-6)
+        # the same rows without hard negatives give the plain loss (and no n_pairs)
+        plain = tdata.Collator(captions_only, a, root, hard_negatives=False)([0, 1, 2])
+        assert "n_pairs" not in plain and plain["input_ids"].shape[0] == 3
+        assert float(training.recipe_loss(a.module, plain)) == pytest.approx(
+            float(_hf_loss(a.model, a.processor, pos, [0, 1, 2], root)), rel=1e-5)
+    images_only = pos.assign(hard_negative_image=neg["image_path"])
+    batch = tdata.Collator(images_only, a, root)([3, 4])
+    assert batch["pixel_values"].shape[0] == 4 and batch["input_ids"].shape[0] == 2
+    # both kinds train (the Trainer carries n_pairs through to the loss) and are deterministic
+    for frame_ in (captions_only, images_only):
+        res = [training.train(adapter(tiny_clip), frame_, frame_.iloc[:2], settings(max_steps=2), root)
+               for _ in range(2)]
+        losses = [[h["train_loss"] for h in r.history] for r in res]
+        assert losses[0] == losses[1] and len(losses[0]) >= 1 and all(math.isfinite(x) for x in losses[0])
+
+
+def test_blank_hard_negative_is_an_error(tmp_path):
+    path = tmp_path / "m.csv"
+    pd.DataFrame({"image_path": ["a.png"], "caption": ["a dog"], "is_counterfactual": [False], "pair_id": ["p"],
+                  "hard_negative_caption": ["  "]}).to_csv(path, index=False)
+    with pytest.raises(Exception, match=r"m\.csv, record row 0: empty hard_negative_caption"):
+        training.read_manifest(path)

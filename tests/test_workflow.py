@@ -155,8 +155,23 @@ def test_demo_countercurate_end_to_end(demo_run):
     tables = (out / "evaluation/tables.md").read_text()
     for title in ("Flickr30k-Positions", "PointQA-LookTwice", "SugarCrepe", "Winoground"):
         assert title in tables
-    for role in ("clip_eval", "clip_open_clip", "vlm"):
+    for role in ("clip_open_clip", "vlm"):
         assert role in tables
+    # Table 4 layout: the five training variants in the paper's order with their negative / grouping marks
+    table4 = (out / "finetune/tables/positions.md").read_text().splitlines()
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in table4 if line.startswith("| ")][1:]
+    marks = [tuple(r[1:4]) for r in rows]
+    assert [r[0] for r in rows][0] == "Pre-trained (no fine-tuning)"
+    assert marks[1:] == [("×", "×", "×"), ("×", "✓", "×"), ("✓", "×", "×"), ("✓", "✓", "×"), ("✓", "✓", "✓")]
+    runs = pd.read_csv(out / "finetune/runs.csv")
+    assert set(runs.loc[runs["experiment"] == "positions", "mixture"]) == {
+        "pretrained", "no_negatives", "no_negative_images", "no_negative_captions", "no_grouping", "grouping"}
+    # the generative family: the tiny LLaVA-class model fine-tuned on positions (2 seeds) beside its pre-trained score
+    vlm_runs = pd.read_csv(out / "finetune/vlm_runs.csv")
+    assert vlm_runs.groupby("mixture")["seed"].nunique().to_dict() == {"conversation": 2, "pretrained": 1}
+    assert set(vlm_runs["metric"]) >= {"positions/LR/accuracy", "positions/AB/accuracy", "positions/both/accuracy"}
+    assert (out / "finetune/vlm/positions/conversation/seed0/vlm/model/config.json").is_file()
+    assert "+ CounterCurate" in (out / "finetune/tables/positions_vlm.md").read_text()
 
 
 def test_unchanged_config_reruns_nothing(repo, demo_run):

@@ -33,17 +33,27 @@ from .stats import _line, _read_csv_as_text, parse_numeric, require_columns
 log = logging.getLogger(__name__)
 
 SUMMARY_REQUIRED = ("experiment", "metric", "mixture", "n", "mean", "std", "significant", "baseline")
-INFO_COLUMNS = ("n_train", "n_cf", "pct_cf")
+#: yes/no columns of a mixture-info CSV, shown as a check mark or a cross (CounterCurate Table 4's
+#: "Negative Images / Negative Captions / Grouping")
+FLAG_COLUMNS = ("negative_images", "negative_captions", "grouping")
+INFO_COLUMNS = ("n_train", "n_cf", "pct_cf", *FLAG_COLUMNS)
+_FLAG_HEADERS = {"negative_images": "Negative images", "negative_captions": "Negative captions",
+                 "grouping": "Grouping"}
 INFO_HEADERS_MD = {
     "n_train": "\\|D<sub>train</sub>\\|",
     "n_cf": "\\|D<sup>CF</sup><sub>train</sub>\\|",
     "pct_cf": "% CFs",
+    **_FLAG_HEADERS,
 }
 INFO_HEADERS_TEX = {
     "n_train": "$|D_{\\text{train}}|$",
     "n_cf": "$|D^{\\text{CF}}_{\\text{train}}|$",
     "pct_cf": "\\% CFs",
+    **_FLAG_HEADERS,
 }
+FLAG_MD = {"yes": "✓", "no": "×"}
+FLAG_TEX = {"yes": "$\\checkmark$", "no": "$\\times$"}
+_FLAG_WORDS = {"yes": "yes", "true": "yes", "1": "yes", "no": "no", "false": "no", "0": "no"}
 MISSING_MD = "–"
 MISSING_TEX = "--"
 
@@ -113,14 +123,24 @@ def read_summary(path: str | Path) -> pd.DataFrame:
 
 
 def read_mixture_info(path: str | Path) -> pd.DataFrame:
-    """Read a mixture-info CSV: ``mixture`` plus any of ``label, n_train, n_cf, pct_cf`` (pct in 0-100)."""
+    """Read a mixture-info CSV: ``mixture`` plus any of ``label, n_train, n_cf, pct_cf`` (pct in 0-100) and the
+    yes/no columns :data:`FLAG_COLUMNS`."""
     path = Path(path)
-    fix = "write a CSV with a 'mixture' column and any of label, n_train, n_cf, pct_cf (percent, 0-100)"
+    fix = ("write a CSV with a 'mixture' column and any of label, n_train, n_cf, pct_cf (percent, 0-100), "
+           f"{', '.join(FLAG_COLUMNS)} (yes / no)")
     frame = _read_csv_as_text(path, "mixture info", fix)
     require_columns(frame, ["mixture"], path, fix)
     frame["mixture"] = frame["mixture"].astype(str).str.strip()
     for col in INFO_COLUMNS:
-        if col in frame.columns:
+        if col in FLAG_COLUMNS and col in frame.columns:
+            words = frame[col].astype(str).str.strip().str.lower()
+            bad = ~words.isin([*_FLAG_WORDS, ""])
+            if bad.any():
+                first = bad.idxmax()
+                raise input_error(path, _line(first), f"{col} = {frame.loc[first, col]!r} is not yes / no",
+                                  f"write {col} as yes or no (or leave it empty)")
+            frame[col] = words.map(lambda w: _FLAG_WORDS.get(w, ""))
+        elif col in frame.columns:
             parse_numeric(frame, col, path, allow_empty=True, context=("mixture",), fix=f"write {col} as a number")
     dup = frame["mixture"].duplicated(keep=False)
     if dup.any():
@@ -136,8 +156,8 @@ def read_mixture_info(path: str | Path) -> pd.DataFrame:
 
 def _format_info(column: str, text: str) -> str:
     text = str(text).strip()
-    if text == "":
-        return ""
+    if text == "" or column in FLAG_COLUMNS:
+        return text
     value = float(text)
     if column == "pct_cf":
         return f"{value:.0f}%" if value == round(value) else f"{value:.1f}%"
@@ -307,7 +327,8 @@ def _display_frame(table: PaperTable, header: list[str], info_cell, metric_cell,
 def render_markdown(table: PaperTable, title: str | None = None) -> str:
     header = [_escape_md(table.row_header)] + [INFO_HEADERS_MD[c] for c in table.info_columns] \
         + [_escape_md(c) for c in table.col_labels]
-    frame = _display_frame(table, header, lambda text: _escape_md(text) or MISSING_MD, cell_markdown, _escape_md)
+    frame = _display_frame(table, header, lambda text: FLAG_MD.get(text) or _escape_md(text) or MISSING_MD,
+                           cell_markdown, _escape_md)
     align = ["left"] + ["right"] * len(table.info_columns) + ["center"] * len(table.col_labels)
     lines = []
     if title:
@@ -322,7 +343,8 @@ def render_latex(table: PaperTable, title: str | None = None, label: str | None 
     """A booktabs LaTeX table (``Styler.to_latex``); cell and header text is escaped here, before."""
     header = [escape_tex(table.row_header)] + [INFO_HEADERS_TEX[c] for c in table.info_columns] \
         + [escape_tex(c) for c in table.col_labels]
-    frame = _display_frame(table, header, lambda text: escape_tex(text) or MISSING_TEX, cell_latex, escape_tex)
+    frame = _display_frame(table, header, lambda text: FLAG_TEX.get(text) or escape_tex(text) or MISSING_TEX,
+                           cell_latex, escape_tex)
     latex = frame.style.hide(axis="index").to_latex(
         column_format="l" + "r" * len(table.info_columns) + "c" * len(table.col_labels),
         position="t", position_float="centering", hrules=True,

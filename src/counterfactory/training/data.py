@@ -17,8 +17,13 @@ import pandas as pd
 import torch
 
 from ..errors import input_error
+from .model import N_PAIRS
 
 MANIFEST_COLUMNS = ("image_path", "caption", "is_counterfactual", "pair_id")
+#: optional manifest columns: a row's own hard negatives, a caption or an image with no partner of its own
+#: (CounterCurate Table 4's single-negative ablations); the collator appends them to the row's batch as extra
+#: columns (captions) or rows (images) of the similarity matrix, negatives for that batch's pairs only
+HARD_NEGATIVE_COLUMNS = {"hard_negative_caption": "caption", "hard_negative_image": "image"}
 
 
 def read_manifest(path: str | Path) -> pd.DataFrame:
@@ -32,7 +37,22 @@ def read_manifest(path: str | Path) -> pd.DataFrame:
     empty = frame["caption"].astype(str).str.strip() == ""
     if empty.any():
         raise input_error(path, f"row {int(np.flatnonzero(empty)[0])}", "empty caption", "drop or fix that row")
+    for col in HARD_NEGATIVE_COLUMNS:
+        if col in frame.columns:
+            values = frame[col]
+            blank = values.notna() & (values.astype(str).str.strip() == "")
+            if blank.any():
+                raise input_error(path, f"row {int(np.flatnonzero(blank)[0])}", f"empty {col}",
+                                  "leave it null when the row has no hard negative")
     return frame.reset_index(drop=True)
+
+
+def hard_negatives(frame: pd.DataFrame, rows: Sequence[int], column: str) -> list[int]:
+    """Positions among ``rows`` whose ``column`` (a :data:`HARD_NEGATIVE_COLUMNS` key) holds a hard negative."""
+    if column not in frame.columns:
+        return []
+    values = frame[column]
+    return [r for r in rows if pd.notna(values.iloc[r])]
 
 
 # --------------------------------------------------------------------------- batching
@@ -133,12 +153,12 @@ class RowDataset(torch.utils.data.Dataset):
         return int(i)
 
 
-def load_images(frame: pd.DataFrame, rows: Sequence[int], root: Path):
+def load_images(frame: pd.DataFrame, rows: Sequence[int], root: Path, column: str = "image_path"):
     from PIL import Image
 
     out = []
     for r in rows:
-        path = root / str(frame.iloc[r]["image_path"])
+        path = root / str(frame.iloc[r][column])
         try:
             with Image.open(path) as im:
                 out.append(im.convert("RGB"))
@@ -149,18 +169,34 @@ def load_images(frame: pd.DataFrame, rows: Sequence[int], root: Path):
 
 class Collator:
     """Row positions -> model inputs (pixels, tokens padded to ``max_length``); with ``partners`` (CVLD)
-    also ``partner_*`` inputs for the partners of the batch's anchors, when there are at least two."""
+    also ``partner_*`` inputs for the partners of the batch's anchors, when there are at least two.
 
-    def __init__(self, frame: pd.DataFrame, encoder, image_root: str | Path, partners: dict[int, int] | None = None):
+    With ``hard_negatives`` the rows' :data:`HARD_NEGATIVE_COLUMNS` follow the rows' own captions / images
+    (pairs first, in row order) and :data:`N_PAIRS` says how many leading images and captions are pairs."""
+
+    def __init__(self, frame: pd.DataFrame, encoder, image_root: str | Path, partners: dict[int, int] | None = None,
+                 hard_negatives: bool = True):
         self.frame = frame.reset_index(drop=True)
         self.encoder = encoder
         self.root = Path(image_root)
         self.partners = partners
+        self.hard_negatives = hard_negatives
 
     def encode(self, rows: Sequence[int], prefix: str = "") -> dict[str, torch.Tensor]:
-        images = self.encoder.image_inputs(load_images(self.frame, rows, self.root))
-        tokens = self.encoder.tokens(self.frame["caption"].iloc[list(rows)].astype(str).tolist())
-        return {f"{prefix}{k}": v for k, v in {**images, **tokens}.items()}
+        rows = list(rows)
+        images = load_images(self.frame, rows, self.root)
+        captions = self.frame["caption"].iloc[rows].astype(str).tolist()
+        extra_images = extra_captions = []
+        if self.hard_negatives and not prefix:
+            extra_images = hard_negatives(self.frame, rows, "hard_negative_image")
+            extra_captions = hard_negatives(self.frame, rows, "hard_negative_caption")
+            images += load_images(self.frame, extra_images, self.root, column="hard_negative_image")
+            if extra_captions:
+                captions += self.frame["hard_negative_caption"].iloc[extra_captions].astype(str).tolist()
+        out = {**self.encoder.image_inputs(images), **self.encoder.tokens(captions)}
+        if extra_images or extra_captions:
+            out[N_PAIRS] = torch.tensor(len(rows))
+        return {f"{prefix}{k}": v for k, v in out.items()}
 
     def __call__(self, rows: Sequence[int]) -> dict[str, torch.Tensor]:
         rows = [int(r) for r in rows]

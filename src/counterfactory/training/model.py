@@ -32,6 +32,8 @@ from ..errors import ConfigError
 log = logging.getLogger(__name__)
 
 PARTNER = "partner_"
+#: batch key: the number of (image, caption) pairs before a batch's hard negatives (training.data.Collator)
+N_PAIRS = "n_pairs"
 #: model class name -> kind (how forward, preprocessing and the loss work)
 KINDS = {
     "CLIPModel": "clip",
@@ -114,10 +116,15 @@ def _features(out) -> torch.Tensor:
     return out if isinstance(out, torch.Tensor) else out.pooler_output
 
 
-def clip_loss(logits_per_image: torch.Tensor) -> torch.Tensor:
-    """Symmetric InfoNCE: cross-entropy over rows and columns with the diagonal as targets."""
-    targets = torch.arange(logits_per_image.shape[0], device=logits_per_image.device)
-    return 0.5 * (F.cross_entropy(logits_per_image, targets) + F.cross_entropy(logits_per_image.T, targets))
+def clip_loss(logits_per_image: torch.Tensor, n_pairs: int | None = None) -> torch.Tensor:
+    """Symmetric InfoNCE: cross-entropy over rows and columns with the diagonal as targets.
+
+    ``n_pairs``: only the first ``n_pairs`` images and captions are pairs; the images after them (rows) and
+    the captions after them (columns) are hard negatives, candidates for the pairs but never anchors. With
+    square logits and ``n_pairs`` None (or equal to the size) this is the plain CLIP loss."""
+    n = logits_per_image.shape[0] if n_pairs is None else int(n_pairs)
+    targets = torch.arange(n, device=logits_per_image.device)
+    return 0.5 * (F.cross_entropy(logits_per_image[:n], targets) + F.cross_entropy(logits_per_image.T[:n], targets))
 
 
 def _scale(out: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -130,10 +137,15 @@ def logits_of(out: dict[str, torch.Tensor]) -> torch.Tensor:
     return _scale(out) * out["image_embeds"] @ out["text_embeds"].T
 
 
-def contrastive_loss(out: dict[str, torch.Tensor]) -> torch.Tensor:
-    """The model's own contrastive objective on one batch (see the module docstring)."""
+def contrastive_loss(out: dict[str, torch.Tensor], n_pairs: int | None = None) -> torch.Tensor:
+    """The model's own contrastive objective on one batch (see the module docstring); ``n_pairs`` as in
+    :func:`clip_loss` (hard negatives after the pairs)."""
     if "cross_embeds" not in out:
-        return clip_loss(logits_of(out))
+        return clip_loss(logits_of(out), n_pairs)
+    if n_pairs is not None and not (out["image_embeds"].shape[0] == out["text_embeds"].shape[0] == int(n_pairs)):
+        raise ConfigError("training: BridgeTower's contrastive loss scores (image, caption) pairs through its "
+                          "cross-modal encoder and cannot take unpaired hard negatives. Fix: train a two-tower "
+                          "model (CLIP, open_clip, FLAVA) for the single-negative variants")
     scale, txt, img, cross = _scale(out), out["text_embeds"], out["image_embeds"], out["cross_embeds"]
     targets = torch.arange(txt.shape[0], device=txt.device)
     terms = [F.cross_entropy(scale * a @ b.T, targets) for a, b in ((txt, img), (txt, cross), (img, cross))]
@@ -143,8 +155,8 @@ def contrastive_loss(out: dict[str, torch.Tensor]) -> torch.Tensor:
 def recipe_loss(model: nn.Module, inputs: dict[str, torch.Tensor], cvld_lambda: float = 0.0) -> torch.Tensor:
     """``l(B)`` for plain and grouping batches (grouping differs only in how batches are made), and
     CVLD eq. 3 ``l(B) + lambda * l(B~)`` when the batch carries ``partner_*`` inputs."""
-    own = {k: v for k, v in inputs.items() if not k.startswith(PARTNER)}
-    loss = contrastive_loss(model(**own))
+    own = {k: v for k, v in inputs.items() if not k.startswith(PARTNER) and k != N_PAIRS}
+    loss = contrastive_loss(model(**own), inputs.get(N_PAIRS))
     partner = {k[len(PARTNER):]: v for k, v in inputs.items() if k.startswith(PARTNER)}
     if partner and cvld_lambda:
         loss = loss + cvld_lambda * contrastive_loss(model(**partner))

@@ -299,7 +299,7 @@ def build_trainer(adapter: ContrastiveAdapter, train_frame: pd.DataFrame, val_fr
                           eval_dataset=RowDataset(len(val_frame)), callbacks=list(callbacks or []), **extra_kwargs)
     trainer.setup_contrastive(plan, Collator(train_frame, adapter, image_root, partners),
                               eval_batches(len(val_frame), settings.eval_batch_size),
-                              Collator(val_frame, adapter, image_root), settings)
+                              Collator(val_frame, adapter, image_root, hard_negatives=False), settings)
     if not progress:
         from transformers.trainer_callback import PrinterCallback
 

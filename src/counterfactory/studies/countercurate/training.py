@@ -3,14 +3,24 @@
 The paper fine-tunes OpenCLIP ViT-B/32 (LAION-2B) on each of Flickr30k-Positions, -Counting and -Attributes
 (§4.1). A training *pair* is a positive (I, C) and its counterfactual (I', C'); with **Grouping** (§3.5) each batch
 holds N positives together with their N negatives, (C, I, C', I'), and the loss is the ordinary CLIP contrastive
-loss over the 2N x 2N similarity matrix. The ablations train the same data without grouping (plain batches of the
-same rows: Table 4 last-but-one row, Table 8 "No Group") and on the positives only (Table 8 "No Neg").
+loss over the 2N x 2N similarity matrix. The ablations (variants) train the same data without grouping (plain batches
+of the same rows: Table 4 last-but-one row, Table 8 "No Group"), on the positives only (Table 4 first row, Table 8
+"No Neg"), and with one kind of negative only (Table 4 rows 2-3): ``no_negative_images`` keeps each negative caption
+C' and ``no_negative_captions`` each negative image I'. A lone C' or I' has no partner to form a pair, so it rides
+with its positive as a hard negative (trainer manifest columns ``hard_negative_caption`` / ``hard_negative_image``):
+an extra column (caption) or row (image) of its batch's similarity matrix that the pairs must score below their
+own match (:func:`counterfactory.training.model.clip_loss` with ``n_pairs``). That is the only way the paper's
+"negative captions only" can enter a contrastive batch; no (I', C') pair is formed, hence "no grouping" in Table 4.
 
 * :func:`training_section`: the trainer section (:class:`counterfactory.training.TrainSettings`) of one dataset and
   variant — Adam(W) with beta (0.9, 0.98), weight decay 0.2 (§4.1); Attributes lr 1e-5, batch 256, 5 epochs;
   Positions lr 2.56e-5, batch 1024, 50 epochs without grouping / 15 with; Counting lr 5e-5;
 * :func:`write_manifests`: per dataset and variant a trainer manifest (``<dataset>_<variant>.parquet``) from the
   train split only, with a validation split by image for checkpoint selection;
+* :func:`vlm_train_run`: the generative family (§3.5 Figure 3b, §4.1): the ``vlm`` role (LLaVA-1.5 class) fine-tuned
+  on a dataset's train pairs as conversations with next-token loss (:func:`.vlm.finetune`; lr per dataset from
+  §4.1: Positions / Counting 2.56e-5, Attributes 2e-6; batch 16, 1 epoch from the ``vlm`` section), then scored
+  on the same benchmarks by choosing between the two captions; mixture ``conversation`` (or ``pretrained``);
 * :func:`train_run`: one fine-tuning run on :func:`counterfactory.training.runs.run_one`, then the dataset's
   benchmark(s) of :mod:`.benchmarks` on the kept checkpoint (or on the pre-trained model, ``train=False``), as rows of
   the runs table (``experiment`` = dataset, ``mixture`` = variant or ``pretrained``) that
@@ -26,12 +36,19 @@ Configuration (study section ``countercurate``, key ``training``; every key has 
     training:
       role: clip_open_clip          # §4: OpenCLIP ViT-B/32 pre-trained on LAION-2B
       datasets: [positions, counting, attributes]
-      variants: [grouping, no_grouping, no_negatives]   # §3.5 / Table 4 / Table 8
+      variants:                     # per dataset (or one list for all): §3.5; Table 4 (positions); Table 8 (counting)
+        positions: [grouping, no_grouping, no_negative_captions, no_negative_images, no_negatives]
+        counting: [grouping, no_grouping, no_negatives]
+        attributes: [grouping, no_grouping]
       seeds: {first: 0, count: 3, data_seed_offset: 1}  # ours: the paper reports single runs
       val_fraction: 0.1             # ours: images held out of the train split for checkpoint selection
       train_fraction: 0.8           # §4.2's 4:1 split by image, applied to counting / attributes (ours)
       random_state: 0               # ours
       precision: null               # null = the config's precision; fp16 / bf16 = mixed precision (§4.1, Attributes)
+      vlm:                          # the generative family (§4.1, Tables 1-3, 7): LLaVA-1.5 fine-tuned per dataset
+        role: vlm
+        datasets: null              # null: the datasets above; [] turns the generative family off
+        lr: {positions: 2.56e-5, counting: 2.56e-5, attributes: 2.0e-6}   # §4.1 (other keys: section vlm)
       benchmarks:                   # what each fine-tuned model is tested on (§4.2-4.4, app. E)
         positions: [positions]      # Flickr30k-Positions test split (LR / AB / both)
         counting: [looktwice]       # PointQA-LookTwice
@@ -74,10 +91,32 @@ from ...errors import ConfigError, input_error
 log = logging.getLogger(__name__)
 
 DATASETS = ("positions", "counting", "attributes")
-VARIANTS = ("grouping", "no_grouping", "no_negatives")
+VARIANTS = ("grouping", "no_grouping", "no_negative_captions", "no_negative_images", "no_negatives")
 PRETRAINED = "pretrained"
+#: mixture name of the generative family's fine-tuned runs (next-token loss on conversations, Figure 3b)
+VLM_MIXTURE = "conversation"
 #: trainer recipe of each variant: Grouping keeps each (positive, negative) pair in one batch (§3.5)
-RECIPES = {"grouping": "grouping", "no_grouping": "plain", "no_negatives": "plain"}
+RECIPES = {"grouping": "grouping", "no_grouping": "plain", "no_negative_captions": "plain",
+           "no_negative_images": "plain", "no_negatives": "plain"}
+#: Table 4's columns per variant (negative images, negative captions, grouping) and the row labels of the tables
+VARIANT_INFO = {
+    PRETRAINED: ("Pre-trained (no fine-tuning)", None),
+    VLM_MIXTURE: ("+ CounterCurate", ("yes", "yes", "no")),
+    "no_negatives": ("+ CounterCurate (No Neg)", ("no", "no", "no")),
+    "no_negative_images": ("+ CounterCurate (negative captions only)", ("no", "yes", "no")),
+    "no_negative_captions": ("+ CounterCurate (negative images only)", ("yes", "no", "no")),
+    "no_grouping": ("+ CounterCurate (No Group)", ("yes", "yes", "no")),
+    "grouping": ("+ CounterCurate", ("yes", "yes", "yes")),
+}
+#: what each variant needs of a pair: (negative image, negative caption)
+NEEDS = {"grouping": (True, True), "no_grouping": (True, True), "no_negative_captions": (True, False),
+         "no_negative_images": (False, True), "no_negatives": (False, False)}
+#: paper variants per dataset: Table 4 (positions), Table 8 (counting); Attributes is fine-tuned with grouping
+#: (Table 3), no grouping is ours (the comparator of the t-tests)
+DEFAULT_VARIANTS = {"positions": ["grouping", "no_grouping", "no_negative_captions", "no_negative_images",
+                                  "no_negatives"],
+                    "counting": ["grouping", "no_grouping", "no_negatives"],
+                    "attributes": ["grouping", "no_grouping"]}
 #: benchmark each dataset is evaluated on (§4.2 Flickr30k-Positions test, §4.3 PointQA-LookTwice, §4.4 SugarCrepe)
 DEFAULT_BENCHMARKS = {"positions": ["positions"], "counting": ["looktwice"], "attributes": ["sugarcrepe"]}
 #: per-dataset keys (§4.1; Counting's batch size and epochs are ours)
@@ -90,12 +129,14 @@ RUN_COLUMNS = ["experiment", "mixture", "seed", "data_seed", "metric", "value"]
 DEFAULTS: dict[str, Any] = {
     "role": "clip_open_clip",
     "datasets": list(DATASETS),
-    "variants": list(VARIANTS),
+    "variants": copy.deepcopy(DEFAULT_VARIANTS),
     "seeds": {"first": 0, "count": 3, "data_seed_offset": 1},
     "val_fraction": 0.1,
     "train_fraction": 0.8,
     "random_state": 0,
     "precision": None,
+    "vlm": {"role": "vlm", "datasets": None,
+            "lr": {"positions": 2.56e-5, "counting": 2.56e-5, "attributes": 2e-6}},
     "benchmarks": copy.deepcopy(DEFAULT_BENCHMARKS),
     "common": {
         "optimizer": "adamw_torch", "adam_beta1": 0.9, "adam_beta2": 0.98, "adam_epsilon": 1e-6,
@@ -122,10 +163,14 @@ def settings(cfg: Mapping | None) -> dict:
                           f"Fix: use {', '.join(DEFAULTS)}")
     out = copy.deepcopy(DEFAULTS)
     for key, value in own.items():
-        if isinstance(out[key], dict) and key != "benchmarks":
+        if key == "variants":
+            out[key] = _variants(value)
+        elif isinstance(out[key], dict) and key != "benchmarks":
             if not isinstance(value, Mapping):
                 raise ConfigError(f"countercurate.training.{key}: expected a mapping, got {type(value).__name__}")
             allowed = set(out[key]) | (set(out["common"]) if key in DATASETS else set())
+            if key == "vlm" and isinstance(value.get("lr"), Mapping):
+                value = {**value, "lr": {**out["vlm"]["lr"], **value["lr"]}}
             bad = sorted(set(value) - allowed)
             if bad:
                 raise ConfigError(f"countercurate.training.{key}: unknown key(s) {', '.join(bad)}. "
@@ -135,11 +180,9 @@ def settings(cfg: Mapping | None) -> dict:
             out[key].update({k: list(v or []) for k, v in dict(value).items()})
         else:
             out[key] = copy.deepcopy(value)
-    for name in out["variants"]:
-        if name not in VARIANTS:
-            raise ConfigError(f"countercurate.training.variants: unknown variant {name!r}. "
-                              f"Fix: use {', '.join(VARIANTS)}")
-    for name in out["datasets"]:
+    if out["vlm"]["datasets"] is None:
+        out["vlm"]["datasets"] = list(out["datasets"])
+    for name in [*out["datasets"], *out["vlm"]["datasets"], *out["vlm"]["lr"]]:
         if name not in DATASETS:
             raise ConfigError(f"countercurate.training.datasets: unknown dataset {name!r}. "
                               f"Fix: use {', '.join(DATASETS)}")
@@ -149,6 +192,57 @@ def settings(cfg: Mapping | None) -> dict:
             raise ConfigError(f"countercurate.training.{key}: {out[key]} is out of range. "
                               "Fix: val_fraction in [0, 0.5], train_fraction in (0, 1]")
     return out
+
+
+def _variants(value) -> dict[str, list[str]]:
+    """``variants`` as dataset -> list: one list applies to every dataset; a mapping names datasets (others keep
+    their default list)."""
+    if isinstance(value, (list, tuple)):
+        out = {d: list(value) for d in DATASETS}
+    elif isinstance(value, Mapping):
+        unknown = sorted(set(value) - set(DATASETS))
+        if unknown:
+            raise ConfigError(f"countercurate.training.variants: unknown dataset(s) {', '.join(unknown)}. "
+                              f"Fix: use {', '.join(DATASETS)}")
+        out = copy.deepcopy(DEFAULT_VARIANTS)
+        out.update({d: list(v or []) for d, v in value.items()})
+    else:
+        raise ConfigError("countercurate.training.variants: expected a list of variants or a mapping dataset -> "
+                          f"list, got {type(value).__name__}")
+    for dataset, names in out.items():
+        for name in names:
+            if name not in VARIANTS:
+                raise ConfigError(f"countercurate.training.variants.{dataset}: unknown variant {name!r}. "
+                                  f"Fix: use {', '.join(VARIANTS)}")
+    return out
+
+
+def variants_info() -> pd.DataFrame:
+    """Mixture info for :func:`counterfactory.tables.build_table`: each variant's label and Table 4 columns."""
+    rows = []
+    for name, (label, flags) in VARIANT_INFO.items():
+        images, captions, grouping = flags or ("", "", "")
+        rows.append({"mixture": name, "label": label, "negative_images": images, "negative_captions": captions,
+                     "grouping": grouping})
+    return pd.DataFrame(rows)
+
+
+def table_order(cfg: Mapping | None, dataset: str) -> list[str]:
+    """Rows of a dataset's fine-tuning table: pre-trained, then its variants in Table 4's order."""
+    wanted = set(settings(cfg)["variants"][dataset])
+    return [PRETRAINED] + [name for name in VARIANT_INFO if name in wanted]
+
+
+def stats_baseline(cfg: Mapping | None) -> str:
+    """The variant every other is t-tested against: fine-tuning without grouping (§4.5) when every trained
+    dataset has it, else the first variant all trained datasets share."""
+    s = settings(cfg)
+    lists = [s["variants"][d] for d in s["datasets"]]
+    shared = [v for v in lists[0] if all(v in other for other in lists)] if lists else []
+    if not shared:
+        raise ConfigError("countercurate.training.variants: the trained datasets share no variant, so there is no "
+                          "baseline for the t-tests. Fix: give every dataset no_grouping (the paper's comparator)")
+    return "no_grouping" if "no_grouping" in shared else shared[0]
 
 
 def _check(dataset: str, variant: str) -> None:
@@ -278,10 +372,10 @@ def split_by_image(image_ids, fraction: float, random_state: int, sides=("train"
     return {k: (sides[0] if v == "train" else sides[1]) for k, v in split.items()}
 
 
-def _check_files(pairs: pd.DataFrame, source: Path, variant_needs_negative: bool) -> None:
+def _check_files(pairs: pd.DataFrame, source: Path, needs_negative_image: bool) -> None:
     for i, row in enumerate(pairs.itertuples(index=False)):
         cols = (("image_path", "positive image"), ("negative_image", "negative image"))
-        for col, what in cols if variant_needs_negative else cols[:1]:
+        for col, what in cols if needs_negative_image else cols[:1]:
             value = getattr(row, col)
             if _missing(value) or not Path(value).is_file():
                 raise input_error(source, f"row {row.row} (item_id {row.item_id!r})",
@@ -291,21 +385,35 @@ def _check_files(pairs: pd.DataFrame, source: Path, variant_needs_negative: bool
 
 def manifest_frame(pairs: pd.DataFrame, variant: str, dataset: str) -> pd.DataFrame:
     """Trainer manifest rows of ``pairs`` (which carry ``split`` train/val): each pair's positive
-    (``image_path``, ``caption``) and, except for ``no_negatives``, its negative (``negative_image``,
+    (``image_path``, ``caption``) and, for ``grouping`` / ``no_grouping``, its negative (``negative_image``,
     ``negative_caption``, ``is_counterfactual``), sharing ``pair_id`` = the item id. ``no_negatives`` keeps one
     row per distinct positive (image, caption) of a side (Flickr30k-Attributes repeats a positive for each kind
-    of negative)."""
+    of negative). The single-negative variants keep the positive rows with the pair's negative caption
+    (``no_negative_images``) or image (``no_negative_captions``) as the row's hard negative."""
     base = {"pair_id": pairs["item_id"], "split": pairs["split"], "item_id": pairs["item_id"],
             "image_id": pairs["image_id"], "dataset": dataset, "subset": pairs["subset"]}
     pos = pd.DataFrame({"image_path": pairs["image_path"], "caption": pairs["caption"], "is_counterfactual": False,
                         **base})
     if variant == "no_negatives":
         out = pos.drop_duplicates(subset=["split", "image_path", "caption"], keep="first")
+    elif variant in ("no_negative_images", "no_negative_captions"):
+        column, source = (("hard_negative_caption", "negative_caption") if variant == "no_negative_images"
+                          else ("hard_negative_image", "negative_image"))
+        return pos.assign(**{column: pairs[source].to_numpy()})[[*MANIFEST_COLUMNS, column]].reset_index(drop=True)
     else:
         neg = pd.DataFrame({"image_path": pairs["negative_image"], "caption": pairs["negative_caption"],
                             "is_counterfactual": True, **base})
         out = pd.concat([pos, neg]).sort_index(kind="stable")  # a pair's two rows next to each other
     return out[MANIFEST_COLUMNS].reset_index(drop=True)
+
+
+def vlm_frame(pairs: pd.DataFrame) -> pd.DataFrame:
+    """Rows of :func:`.vlm.read_pairs` (``image_path, caption, negative_caption, negative_image_path``): each pair
+    becomes the conversations of :func:`.vlm.conversations` (its positive and its negative image)."""
+    from .vlm import COLUMNS, NEGATIVE_IMAGE
+
+    frame = pairs.rename(columns={"negative_image": NEGATIVE_IMAGE})
+    return frame[[*COLUMNS, NEGATIVE_IMAGE, "item_id", "image_id"]].reset_index(drop=True)
 
 
 def write_manifests(datasets_dir: str | Path, out_dir: str | Path, cfg: Mapping | None = None, *,
@@ -324,7 +432,7 @@ def write_manifests(datasets_dir: str | Path, out_dir: str | Path, cfg: Mapping 
     from ...io import write_csv, write_parquet
 
     rows = []
-    for dataset in s["datasets"]:
+    for dataset in [d for d in DATASETS if d in s["datasets"] or d in s["vlm"]["datasets"]]:
         source = datasets_dir / f"{dataset}.parquet"
         pairs = read_dataset(source, dataset, cfg, images_dir).assign(row=lambda f: np.arange(len(f)))
         ids = sorted(set(pairs["image_id"]))
@@ -342,8 +450,15 @@ def write_manifests(datasets_dir: str | Path, out_dir: str | Path, cfg: Mapping 
         pairs = pairs[pairs["split"].isin(["train", "val"])]
         if pairs.empty:
             log.warning("%s: no training pairs; its manifests are empty", source)
-        for variant in s["variants"]:
-            _check_files(pairs, source, variant != "no_negatives")
+        if dataset in s["vlm"]["datasets"]:
+            _check_files(pairs, source, True)
+            for split in ("train", "val"):
+                part = pairs[pairs["split"] == split]
+                write_parquet(out_dir / f"{dataset}_{VLM_MIXTURE}_{split}.parquet", vlm_frame(part))
+                rows.append({"dataset": dataset, "variant": VLM_MIXTURE, "split": split, "rows": len(part),
+                             "pairs": part["item_id"].nunique(), "images": part["image_id"].nunique()})
+        for variant in s["variants"][dataset] if dataset in s["datasets"] else []:
+            _check_files(pairs, source, NEEDS[variant][0])
             frame = manifest_frame(pairs, variant, dataset)
             write_parquet(out_dir / f"{dataset}_{variant}.parquet", frame)
             for split in ("train", "val"):
@@ -352,6 +467,7 @@ def write_manifests(datasets_dir: str | Path, out_dir: str | Path, cfg: Mapping 
                              "pairs": part["pair_id"].nunique(), "images": part["image_id"].nunique()})
     summary = pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
     write_csv(out_dir / "summary.csv", summary)
+    write_csv(out_dir / "variants.csv", variants_info())
     return summary
 
 
@@ -380,10 +496,8 @@ def train_run(cfg: Mapping, dataset: str, variant: str | None, manifest: str | P
     long results of :mod:`.benchmarks`, model = mixture, for ``countercurate tables``); returns the runs rows.
     The best validation loss stays in ``run.json`` (the pre-trained row has none, and every metric of the runs
     table needs a baseline row)."""
-    from ...io import write_csv
     from ...training import read_manifest
     from ...training.runs import run_one
-    from . import benchmarks as bm
 
     s = settings(cfg)
     if train:
@@ -407,9 +521,24 @@ def train_run(cfg: Mapping, dataset: str, variant: str | None, manifest: str | P
                           "Fix: add it under models or choose another role")
     run_one(run_cfg, manifest if train else None, mixture, seed, data_seed, out_dir, progress=progress,
             default_eval=False, role=role, experiment=dataset, train=train)
+    checkpoint = out_dir / "checkpoint" if train else None  # scored through the ordinary loaders
+    return score_run(cfg, role, checkpoint, dataset, mixture, seed, data_seed, out_dir, data=data, images=images,
+                     progress=progress)
+
+
+def score_run(cfg: Mapping, role: str, checkpoint: str | Path | None, dataset: str, mixture: str, seed: int,
+              data_seed: int, out_dir: str | Path, *, data: Mapping[str, str | Path] | None = None,
+              images: Mapping[str, str | Path] | None = None, progress: bool = False) -> pd.DataFrame:
+    """Score ``role`` (its ``checkpoint`` when given) on ``dataset``'s benchmarks; write ``metrics.csv`` and
+    ``benchmarks.csv`` into ``out_dir`` (see :func:`train_run`) and return the runs rows."""
+    from ...io import write_csv
+    from . import benchmarks as bm
+
+    s = settings(cfg)
+    out_dir = Path(out_dir)
     eval_cfg = _plain(cfg)
-    if train:  # the kept checkpoint through the ordinary loaders, as run_one evaluates it
-        eval_cfg["models"][role] = {**eval_cfg["models"][role], "source": str(out_dir / "checkpoint")}
+    if checkpoint is not None:
+        eval_cfg["models"][role] = {**eval_cfg["models"][role], "source": str(checkpoint)}
     names = s["benchmarks"].get(dataset) or []
     if not names:
         raise ConfigError(f"countercurate.training.benchmarks.{dataset} is empty. Fix: name at least one of "
@@ -426,6 +555,42 @@ def train_run(cfg: Mapping, dataset: str, variant: str | None, manifest: str | P
     write_csv(out_dir / "benchmarks.csv", results)
     write_csv(out_dir / "metrics.csv", rows)
     return rows
+
+
+def vlm_train_run(cfg: Mapping, dataset: str, manifests: str | Path | None, seed: int, out_dir: str | Path,
+                  train: bool = True, *, data: Mapping[str, str | Path] | None = None,
+                  images: Mapping[str, str | Path] | None = None, progress: bool = False) -> pd.DataFrame:
+    """The generative family on ``dataset``: fine-tune ``training.vlm.role`` on ``<dataset>_conversation_train``
+    of ``manifests`` (validation on ``..._val`` when it has rows) with the dataset's §4.1 learning rate into
+    ``out_dir/vlm`` (:func:`.vlm.train_run`), then score it — or the pre-trained model, ``train=False`` — on the
+    dataset's benchmarks by two-option choice (:func:`score_run`; mixture ``conversation`` / ``pretrained``)."""
+    from . import vlm
+
+    s = settings(cfg)
+    if dataset not in DATASETS:
+        raise ConfigError(f"unknown CounterCurate dataset {dataset!r}. Fix: use one of {', '.join(DATASETS)}")
+    role = s["vlm"]["role"]
+    if "models" not in cfg or role not in cfg["models"]:
+        raise ConfigError(f"countercurate.training.vlm.role {role!r} is not a model role of the config. "
+                          "Fix: add it under models or choose another role")
+    out_dir = Path(out_dir)
+    checkpoint = None
+    if train:
+        if manifests is None:
+            raise ConfigError("vlm_train_run: training needs the manifests folder. Fix: pass --manifests")
+        manifests = Path(manifests)
+        train_file = manifests / f"{dataset}_{VLM_MIXTURE}_train.parquet"
+        val_file = manifests / f"{dataset}_{VLM_MIXTURE}_val.parquet"
+        has_val = val_file.is_file() and len(pd.read_parquet(val_file)) > 0
+        run_cfg = _plain(cfg)
+        run_cfg[vlm.SECTION] = {**(run_cfg.get(vlm.SECTION) or {}), "lr": float(s["vlm"]["lr"][dataset])}
+        if s["precision"]:
+            run_cfg["precision"] = s["precision"]
+        vlm.train_run(run_cfg, train_file, out_dir / "vlm", seed, role=role, val_data=val_file if has_val else None,
+                      progress=progress)
+        checkpoint = out_dir / "vlm" / "model"
+    return score_run(cfg, role, checkpoint, dataset, VLM_MIXTURE if train else PRETRAINED, seed, seed, out_dir,
+                     data=data, images=images, progress=progress)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -467,6 +632,21 @@ def add_cli(sub) -> None:
     r.add_argument("--progress", action="store_true")
     r.set_defaults(func=_cmd_run)
 
+    v = sub.add_parser("vlm-run", help="fine-tune the vlm role (LLaVA-1.5 class) on one dataset's conversations (one "
+                       "seed) and score it on the dataset's benchmarks; --no-train scores the pre-trained model",
+                       description=__doc__.split("\n\n")[0])
+    v.add_argument("--config", action="append", required=True, metavar="FILE", help="config file (repeatable)")
+    v.add_argument("--dataset", required=True, choices=DATASETS)
+    v.add_argument("--manifests", metavar="DIR", help="from train-manifests; required unless --no-train")
+    v.add_argument("--seed", type=int, required=True)
+    v.add_argument("--out-dir", required=True, metavar="DIR")
+    v.add_argument("--no-train", action="store_true", help="evaluate the pre-trained model (mixture 'pretrained')")
+    v.add_argument("--data", action="append", default=[], metavar="BENCHMARK=PATH",
+                   help="benchmark data (e.g. positions=.../positions.parquet; default countercurate.benchmarks)")
+    v.add_argument("--images", action="append", default=[], metavar="BENCHMARK=DIR", help="benchmark images root")
+    v.add_argument("--progress", action="store_true")
+    v.set_defaults(func=_cmd_vlm_run)
+
 
 def _load(paths) -> dict:
     from ...config import load_config
@@ -484,6 +664,15 @@ def _cmd_run(args) -> int:
     rows = train_run(_load(args.config), args.dataset, args.variant, args.manifest, args.seed, args.data_seed,
                      args.out_dir, train=not args.no_train, data=_pairs_option(args.data, "--data"),
                      images=_pairs_option(args.images, "--images"), progress=args.progress)
+    for r in rows.itertuples():
+        log.info("%s %s seed %d: %s = %.2f", r.experiment, r.mixture, r.seed, r.metric, r.value)
+    return 0
+
+
+def _cmd_vlm_run(args) -> int:
+    rows = vlm_train_run(_load(args.config), args.dataset, args.manifests, args.seed, args.out_dir,
+                         train=not args.no_train, data=_pairs_option(args.data, "--data"),
+                         images=_pairs_option(args.images, "--images"), progress=args.progress)
     for r in rows.itertuples():
         log.info("%s %s seed %d: %s = %.2f", r.experiment, r.mixture, r.seed, r.metric, r.value)
     return 0
