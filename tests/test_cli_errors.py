@@ -4,6 +4,8 @@ naming the path and the fix, with a traceback only under ``-v``."""
 from __future__ import annotations
 
 import errno
+import subprocess
+import sys
 import os
 from pathlib import Path
 
@@ -118,3 +120,14 @@ def test_replace_of_a_temporary_names_the_output(tmp_path):
                             None, str(tmp_path / "o.parquet"))
     msg = os_error_message(exc)
     assert msg.startswith(str(tmp_path / "o.parquet") + ": is a folder") and ".tmp-" not in msg
+
+
+def test_a_step_imports_only_its_command_group():
+    """A job's CLI registers only its own command group: `stats` does not pay for torch / transformers."""
+    code = ("import sys; from counterfactory import cli; p = cli.build_parser('stats'); "
+            "assert set(p._subparsers._group_actions[0].choices) == {'stats'}; "
+            "assert 'torch' not in sys.modules, 'torch imported'; "
+            "full = cli.build_parser(None); assert {'stats', 'countercurate', 'train'} <= "
+            "set(full._subparsers._group_actions[0].choices)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr

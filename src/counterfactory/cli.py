@@ -20,7 +20,9 @@ from . import __version__, commands
 from .errors import CounterFactoryError, os_error_message
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser; with ``command`` (the first word of the command line) only the module of that name registers
+    its subcommands when it has them (a job then imports only what its step needs), otherwise every module."""
     parser = argparse.ArgumentParser(
         prog="counterfactory",
         description="Generate counterfactual image-text data and evaluate vision-language models with it.",
@@ -29,14 +31,25 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", metavar="<command>")
     sub.required = True
-    for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
-        module = importlib.import_module(f"{commands.__name__}.{info.name}")
-        module.register(sub)
+    names = sorted(info.name for info in pkgutil.iter_modules(commands.__path__))
+    if command in names:
+        importlib.import_module(f"{commands.__name__}.{command}").register(sub)
+        if command in sub.choices:
+            return parser
+    for name in names:
+        if name != command:
+            importlib.import_module(f"{commands.__name__}.{name}").register(sub)
     return parser
 
 
+def _command_word(argv: list[str]) -> str | None:
+    """The first word that is not an option (the subcommand), if any."""
+    return next((a for a in argv if not a.startswith("-")), None)
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(_command_word(argv))
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
