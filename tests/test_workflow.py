@@ -299,6 +299,11 @@ def test_paper_config_dry_run_at_paper_scale(repo, tmp_path):
     # CounterCurate: every evaluated model on the four benchmarks (§4); the datasets are built once
     cc = yaml.safe_load((repo / "config" / "config.yaml").read_text())["countercurate"]
     assert counts["cc_evaluate"] == len(cc["evaluation"]["roles"]) * 4 and counts["cc_datasets"] == 1
+    # fine-tuning (5 seeds, ours): Table 4's five positions variants, Table 8's three counting variants, attributes
+    # with / without grouping, each dataset also pre-trained once; LLaVA on the three datasets (+ pre-trained)
+    seeds = cc["training"]["seeds"]["count"]
+    assert counts["cc_train_run"] == (5 + 3 + 2) * seeds + 3 == 53
+    assert counts["cc_vlm_run"] == 3 * seeds + 3 and counts["cc_vlm_table"] == 3
     # what the image jobs will run with (their job config files): §3.2 / B.1.2
     jobs = [load_config([f]) for f in (tmp_path / ".snakemake/counterfactory/jobs").glob("*.yaml")]
     images = [j for j in jobs if "images" in j and "candidates_per_pair" in j["images"]]
