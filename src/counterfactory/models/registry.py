@@ -704,6 +704,21 @@ def _load_t2i(spec: ModelSpec, kw: dict):
     )
 
 
+@register_loader("inpaint:lama_cleaner")
+def _load_inpaint_lama(spec: ModelSpec, kw: dict):
+    """lama-cleaner's ``LaMa`` on the big-lama TorchScript file: ``source`` is a local folder holding
+    ``big-lama.pt`` (the tiny stand-in's layout) or the ``.pt`` file itself (spurious-correlation study
+    §3.1, object removal). See :func:`counterfactory.generation.inpaint.load_lama`."""
+    from ..generation.inpaint import load_lama
+
+    if not spec.is_local:
+        raise ModelLoadError(
+            f"role '{spec.role}' (lama_cleaner): source {spec.source!r} is not a local path. Fix: download "
+            f"big-lama.pt (https://github.com/Sanster/models/releases/download/add_big_lama/big-lama.pt) and set "
+            f"models.{spec.role}.source to the file or its folder, so the model is identified by content")
+    return load_lama(spec.local_path, device=kw.get("device", "auto"))
+
+
 # loaders of the evaluation roles (ITM families, open_clip) register themselves on import
 from . import loaders_eval  # noqa: E402,F401
 from . import loaders_nsfw  # noqa: E402,F401  (the nsfw role: SocialCounterfactuals §3.4)
