@@ -21,23 +21,6 @@ REPO = Path(__file__).resolve().parents[1]
 DEMO_CAPTIONS = REPO / "resources/demo/annotations/captions_val2017.json"
 
 
-@pytest.fixture(scope="session")
-def nltk_dir(tmp_path_factory) -> Path:
-    """One offline NLTK_DATA folder per test session (about 2 s), NLTK pointed at it meanwhile."""
-    import nltk
-
-    saved_path, saved_env = list(nltk.data.path), os.environ.get("NLTK_DATA")
-    out = nd.prepare_nltk_data(tmp_path_factory.mktemp("nltk") / "nltk_data")
-    nd.ensure_nltk_data(out)
-    yield out
-    nltk.data.path[:] = saved_path
-    if saved_env is None:
-        os.environ.pop("NLTK_DATA", None)
-    else:
-        os.environ["NLTK_DATA"] = saved_env
-    nd._clear_nltk_caches()
-
-
 @pytest.fixture
 def tiny_corpus(tmp_path) -> Path:
     """A two-sentence training corpus: builds in milliseconds."""

@@ -3,7 +3,6 @@ removal (counterfactory.text.noun_phrases), with the offline-built NLTK tagger."
 
 from __future__ import annotations
 
-import os
 import random
 from pathlib import Path
 
@@ -12,25 +11,7 @@ import pytest
 
 from counterfactory.data.flickr30k_entities import parse_sentence, Phrase
 from counterfactory.errors import ConfigError, InputError
-from counterfactory.text import nltk_data as nd
 from counterfactory.text import noun_phrases as npm
-
-
-@pytest.fixture(scope="module")
-def nltk_dir(tmp_path_factory) -> Path:
-    """One offline NLTK_DATA folder (about 2 s), NLTK pointed at it meanwhile (as in test_nltk_data)."""
-    import nltk
-
-    saved_path, saved_env = list(nltk.data.path), os.environ.get("NLTK_DATA")
-    out = nd.prepare_nltk_data(tmp_path_factory.mktemp("nltk") / "nltk_data")
-    nd.ensure_nltk_data(out)
-    yield out
-    nltk.data.path[:] = saved_path
-    if saved_env is None:
-        os.environ.pop("NLTK_DATA", None)
-    else:
-        os.environ["NLTK_DATA"] = saved_env
-    nd._clear_nltk_caches()
 
 
 @pytest.fixture(scope="module")

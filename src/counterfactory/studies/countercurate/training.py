@@ -626,10 +626,7 @@ def add_cli(sub) -> None:
     r.add_argument("--data-seed", type=int, required=True)
     r.add_argument("--out-dir", required=True, metavar="DIR")
     r.add_argument("--no-train", action="store_true", help="evaluate the pre-trained model (mixture 'pretrained')")
-    r.add_argument("--data", action="append", default=[], metavar="BENCHMARK=PATH",
-                   help="benchmark data (e.g. positions=.../positions.parquet; default countercurate.benchmarks)")
-    r.add_argument("--images", action="append", default=[], metavar="BENCHMARK=DIR", help="benchmark images root")
-    r.add_argument("--progress", action="store_true")
+    _benchmark_options(r)
     r.set_defaults(func=_cmd_run)
 
     v = sub.add_parser("vlm-run", help="fine-tune the vlm role (LLaVA-1.5 class) on one dataset's conversations (one "
@@ -641,11 +638,16 @@ def add_cli(sub) -> None:
     v.add_argument("--seed", type=int, required=True)
     v.add_argument("--out-dir", required=True, metavar="DIR")
     v.add_argument("--no-train", action="store_true", help="evaluate the pre-trained model (mixture 'pretrained')")
-    v.add_argument("--data", action="append", default=[], metavar="BENCHMARK=PATH",
-                   help="benchmark data (e.g. positions=.../positions.parquet; default countercurate.benchmarks)")
-    v.add_argument("--images", action="append", default=[], metavar="BENCHMARK=DIR", help="benchmark images root")
-    v.add_argument("--progress", action="store_true")
+    _benchmark_options(v)
     v.set_defaults(func=_cmd_vlm_run)
+
+
+def _benchmark_options(parser) -> None:
+    """--data / --images per benchmark and --progress (train-run, vlm-run)."""
+    parser.add_argument("--data", action="append", default=[], metavar="BENCHMARK=PATH",
+                        help="benchmark data (e.g. positions=.../positions.parquet; default countercurate.benchmarks)")
+    parser.add_argument("--images", action="append", default=[], metavar="BENCHMARK=DIR", help="benchmark images root")
+    parser.add_argument("--progress", action="store_true")
 
 
 def _load(paths) -> dict:
