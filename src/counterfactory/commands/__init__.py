@@ -1,5 +1,6 @@
 """CLI subcommands. Every module in this package defines ``register(subparsers)``;
-``counterfactory.cli`` imports them all, so adding a stage never edits a shared file."""
+``counterfactory.cli`` imports them (only the one a command line names, when it can), so adding a stage never
+edits a shared file."""
 
 import argparse
 
@@ -24,3 +25,16 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError("must be >= 1")
     return value
+
+
+def add_shard_job_options(parser: argparse.ArgumentParser, input_flag: str, input_metavar: str,
+                          input_help: str) -> None:
+    """The options every sharded generation job shares, in this order: ``--config`` (repeatable), its input
+    table ``input_flag``, ``--shard``, ``--out-dir``, ``--threads`` and ``--no-progress``."""
+    parser.add_argument("--config", action="append", required=True, metavar="YAML",
+                        help="configuration file (repeatable; later files win)")
+    parser.add_argument(input_flag, required=True, metavar=input_metavar, help=input_help)
+    parser.add_argument("--shard", required=True, type=shard_id, metavar="N", help="shard number, e.g. 00003")
+    parser.add_argument("--out-dir", required=True, metavar="DIR", help="the shard's output folder")
+    parser.add_argument("--threads", type=positive_int, default=None, help="CPU threads for torch (default: torch's)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")

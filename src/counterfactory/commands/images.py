@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 
-from . import positive_int, shard_id
+from . import add_shard_job_options
 
 log = logging.getLogger(__name__)
 
@@ -38,14 +38,8 @@ def register(subparsers) -> None:
                     "OUT_DIR/summary.json (counts, rejected captions, UNet evaluations). Finished captions are "
                     "cached in OUT_DIR/work/, so rerunning a killed job resumes and gives identical files.",
     )
-    g.add_argument("--config", action="append", required=True, metavar="YAML",
-                   help="configuration file (repeatable; later files win)")
-    g.add_argument("--pairs", required=True, metavar="PAIRS.parquet",
-                   help="caption-pair table from the caption stage (counterfactual_captions.parquet)")
-    g.add_argument("--shard", required=True, type=shard_id, metavar="N", help="shard number, e.g. 00003")
-    g.add_argument("--out-dir", required=True, metavar="DIR", help="the shard's output folder")
-    g.add_argument("--threads", type=positive_int, default=None, help="CPU threads for torch (default: torch's)")
-    g.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_shard_job_options(g, "--pairs", "PAIRS.parquet",
+                          "caption-pair table from the caption stage (counterfactual_captions.parquet)")
     g.set_defaults(func=_generate)
 
     m = sub.add_parser(

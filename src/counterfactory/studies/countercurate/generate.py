@@ -7,7 +7,7 @@ The work is done by :mod:`counterfactory.generation.grounded`; this module only 
 
 from __future__ import annotations
 
-from ...commands import positive_int, shard_id
+from ...commands import add_shard_job_options
 from . import STUDY
 
 
@@ -24,14 +24,8 @@ def add_cli(subparsers) -> None:
                     "Writes OUT_DIR/images/<item_id>.png, OUT_DIR/generated.parquet and OUT_DIR/summary.json; "
                     "finished items are cached in OUT_DIR/work/, so a killed job resumes with identical files.",
     )
-    g.add_argument("--config", action="append", required=True, metavar="YAML",
-                   help="configuration file (repeatable; later files win)")
-    g.add_argument("--requests", required=True, metavar="FILE.parquet",
-                   help="requests table (item_id, kind, prompt, phrases, boxes, image_path, mask_box)")
-    g.add_argument("--shard", required=True, type=shard_id, metavar="N", help="shard number, e.g. 00003")
-    g.add_argument("--out-dir", required=True, metavar="DIR", help="the shard's output folder")
-    g.add_argument("--threads", type=positive_int, default=None, help="CPU threads for torch (default: torch's)")
-    g.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_shard_job_options(g, "--requests", "FILE.parquet",
+                          "requests table (item_id, kind, prompt, phrases, boxes, image_path, mask_box)")
     g.set_defaults(func=_generate)
 
     m = subparsers.add_parser(

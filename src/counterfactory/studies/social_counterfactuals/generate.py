@@ -6,7 +6,7 @@ The work is done by :mod:`counterfactory.generation.sets`; this module only wire
 
 from __future__ import annotations
 
-from ...commands import positive_int, shard_id
+from ...commands import add_shard_job_options
 from . import STUDY
 
 
@@ -24,15 +24,9 @@ def add_cli(subparsers) -> None:
                     "cached in OUT_DIR/work/, so rerunning a killed job resumes and gives identical files. "
                     "No filtering here: the §3.4 filters are later steps.",
     )
-    g.add_argument("--config", action="append", required=True, metavar="YAML",
-                   help="configuration file (repeatable; later files win)")
-    g.add_argument("--sets", required=True, metavar="SETS.parquet",
-                   help="caption-set table (set_id, member_index, caption, segment, prefix, subject, a1_type, a1, "
-                        "a2_type, a2)")
-    g.add_argument("--shard", required=True, type=shard_id, metavar="N", help="shard number, e.g. 00003")
-    g.add_argument("--out-dir", required=True, metavar="DIR", help="the shard's output folder")
-    g.add_argument("--threads", type=positive_int, default=None, help="CPU threads for torch (default: torch's)")
-    g.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_shard_job_options(g, "--sets", "SETS.parquet",
+                          "caption-set table (set_id, member_index, caption, segment, prefix, subject, a1_type, a1, "
+                          "a2_type, a2)")
     g.set_defaults(func=_generate)
 
     m = subparsers.add_parser(
