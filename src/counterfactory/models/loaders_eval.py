@@ -1,4 +1,4 @@
-"""Loaders for the evaluation roles (COCO-Counterfactuals §4.2, appendix A.6).
+"""Loaders for the evaluation roles (COCO-Counterfactuals §4.2, appendix A.6) and the ``captioner`` role.
 
 Registered with :func:`counterfactory.models.registry.register_loader`, so these roles load through
 ``registry.load(cfg, role)`` like every other model. Each transformers role returns
@@ -76,3 +76,25 @@ def load_open_clip(spec: ModelSpec, kw: dict):
 for _role in EVAL_ROLES:
     register_loader(f"{_role}:transformers")(load_itm_transformers)
     register_loader(f"{_role}:open_clip")(load_open_clip)
+
+
+#: role of the image-to-text (captioning) model: Kim et al. 2023 "capt. model" (ClipCap, Table 3); BLIP
+#: captioning (Salesforce/blip-image-captioning-base) at paper scale here
+CAPTIONER_ROLE = "captioner"
+
+
+@register_loader(f"{CAPTIONER_ROLE}:transformers")
+def load_captioner(spec: ModelSpec, kw: dict):
+    """``(model, processor)`` of an image-to-text checkpoint: ``AutoModelForImageTextToText`` (BLIP captioning
+    loads as ``BlipForConditionalGeneration``) and ``AutoProcessor``, never ``trust_remote_code``."""
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    if spec.is_local and (spec.local_path / "open_clip_config.json").exists():
+        raise ModelLoadError(
+            f"role '{spec.role}': {spec.local_path} is an open_clip model folder, not an image-to-text model. "
+            f"Fix: point models.{spec.role}.source at a captioning checkpoint "
+            f"(e.g. Salesforce/blip-image-captioning-base)"
+        )
+    model = AutoModelForImageTextToText.from_pretrained(_src(spec), **_hf_kwargs(spec))
+    processor = AutoProcessor.from_pretrained(_src(spec), **_hf_kwargs(spec))
+    return model.eval(), processor

@@ -1,4 +1,4 @@
-"""Tiny stand-ins for the evaluation roles (image-text matching models and an open_clip CLIP).
+"""Tiny stand-ins for the evaluation roles (image-text matching models and an open_clip CLIP) and the captioner.
 
 Same classes as the paper-scale models of COCO-Counterfactuals appendix A.6 (and BLIP), randomly
 initialised with a fixed seed and saved with the libraries' own ``save_pretrained`` (safetensors),
@@ -19,6 +19,8 @@ role                   model class (paper-scale checkpoint)             processo
 ``itm``                same as ``itm_bridgetower``
 ``clip_open_clip``     open_clip ``CLIP`` saved as a ``local-dir:``      open_clip's bundled CLIP BPE
                        folder (``open_clip_config.json`` + weights)
+``captioner``          ``BlipForConditionalGeneration``                 ``BlipProcessor``, WordPiece
+                       (Salesforce/blip-image-captioning-base)          with BLIP's ``[DEC]`` bos token
 =====================  ==============================================  ===============================
 
 Tokenizers are built offline. The WordPiece vocabularies (BERT style, lower case) are written from a
@@ -142,6 +144,49 @@ def build_blip(out: Path, seed: int = 0) -> None:
     processor.save_pretrained(out)
 
 
+#: output-bias given to the tokens the tiny captioner should never write (special tokens other than
+#: ``[SEP]``, ``##`` continuations, punctuation, single characters but ``a``): its greedy captions are
+#: whole lower-case words
+_CAPTION_SUPPRESS_BIAS = -1.0e4
+
+
+def build_blip_captioner(out: Path, seed: int = 0) -> None:
+    """Tiny ``BlipForConditionalGeneration`` + ``BlipProcessor`` for the ``captioner`` role.
+
+    As Salesforce/blip-image-captioning-base: a BERT WordPiece tokenizer with ``[DEC]`` added as its bos
+    token (the decoder's start token), ``[SEP]`` ends a caption (BLIP's ``generate`` stops on
+    ``sep_token_id``) and ``[PAD]`` pads finished rows. Captions depend on the image: the vision tower is
+    initialised with std 0.02 (BLIP's default, 1e-10, would make every image look alike to the decoder) and
+    the text decoder with std 0.1. The language-model head's bias suppresses special tokens other than
+    ``[SEP]``, ``##`` pieces, punctuation and single characters (but ``a``), so greedy decoding writes whole
+    words (ending with ``[SEP]`` or at ``max_new_tokens``). The captions carry no meaning."""
+    import torch
+    from transformers import BlipConfig, BlipForConditionalGeneration, BlipImageProcessor, BlipProcessor
+
+    tok = wordpiece_tokenizer()
+    tok.add_special_tokens({"bos_token": "[DEC]"})
+    _seed_all(seed)
+    text = _bert_text_kwargs(len(tok))
+    text.update(encoder_hidden_size=TINY_WIDTH, pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id,
+                sep_token_id=tok.sep_token_id, eos_token_id=tok.sep_token_id, initializer_range=0.1)
+    config = BlipConfig(text_config=text, vision_config=dict(_vision_kwargs(), initializer_range=0.02),
+                        projection_dim=TINY_WIDTH, image_text_hidden_size=TINY_WIDTH)
+    model = BlipForConditionalGeneration(config).eval()
+    vocab = tok.get_vocab()
+    suppress = [i for t, i in vocab.items()
+                if (t in tok.all_special_tokens and t != tok.sep_token) or t.startswith("##")
+                or not any(c.isalnum() for c in t) or (len(t) == 1 and t != "a")]
+    head = model.text_decoder.cls.predictions
+    with torch.no_grad():
+        head.bias[suppress] = _CAPTION_SUPPRESS_BIAS
+        if head.decoder.bias is not None and head.decoder.bias.data_ptr() != head.bias.data_ptr():
+            head.decoder.bias.copy_(head.bias)
+    image_processor = BlipImageProcessor(size={"height": TINY_IMAGE_SIZE, "width": TINY_IMAGE_SIZE})
+    processor = BlipProcessor(image_processor=image_processor, tokenizer=tok)
+    model.save_pretrained(out, safe_serialization=True)
+    processor.save_pretrained(out)
+
+
 def build_flava(out: Path, seed: int = 0) -> None:
     """Tiny ``FlavaForPreTraining`` (ITM head, contrastive projections, tiny image codebook) + ``FlavaProcessor``."""
     from transformers import FlavaConfig, FlavaForPreTraining, FlavaImageProcessor, FlavaProcessor
@@ -239,4 +284,5 @@ BUILDERS = {
     "itm_vilt": build_vilt,
     "itm_blip": build_blip,
     "clip_open_clip": build_open_clip,
+    "captioner": build_blip_captioner,
 }
