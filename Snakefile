@@ -44,6 +44,7 @@ include: "rules/report.smk"
 include: "rules/study_coco_counterfactuals.smk"
 include: "rules/study_social_counterfactuals.smk"
 include: "rules/study_countercurate.smk"
+include: "rules/study_spurious_retrieval.smk"
 
 
 rule all:

@@ -93,6 +93,11 @@ def cc_train_threads(wildcards):
     return accel_threads(cc_training.settings(view(wildcards.study))["role"])
 
 
+def sr_inpaint_threads(wildcards):
+    """LaMa on the accelerator (or the tiny stand-in, 1 thread); the paddings are NumPy/OpenCV on 1 thread."""
+    return accel_threads("inpaint") if wildcards.method == "lama" else 1
+
+
 def cc_vlm_threads(wildcards):
     return accel_threads(cc_training.settings(view(wildcards.study))["vlm"]["role"])
 
@@ -185,3 +190,7 @@ localrules:
     cc_vlm_runs_table,
     cc_vlm_stats,
     cc_vlm_table,
+    sr_manifests,
+    sr_runs_table,
+    sr_stats,
+    sr_tables,

@@ -43,7 +43,8 @@ PROFILE_DIR = Path(__file__).resolve().parents[2] / "profiles"  # source checkou
 ACCELERATOR_RULES = ("caption_shard", "images_shard", "eval_itr", "eval_itm", "eval_classify", "train_run",
                      "in_domain_run", "social_generate", "social_filter_clip", "social_filter_nsfw",
                      "social_filter_detect", "social_probe", "social_debias_run", "cc_positions_rewrite",
-                     "cc_attributes", "cc_generate", "cc_evaluate", "cc_train_run", "cc_vlm_run")
+                     "cc_attributes", "cc_generate", "cc_evaluate", "cc_train_run", "cc_vlm_run",
+                     "sr_inpaint", "sr_captioner", "sr_run")
 
 
 class ClusterConfigError(ConfigError):

@@ -44,10 +44,17 @@ def register(subparsers) -> None:
                     "Settings: spurious_retrieval.selection of the --config files, then the options given here.",
     )
     src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--dataset", choices=("coco", "flickr30k"),
+                     help="the study's dataset from spurious_retrieval.data of --config (Karpathy splits); also "
+                          "writes --requests-out")
     src.add_argument("--instances", metavar="FILE.json", help="COCO instances_<split>.json")
     src.add_argument("--entities-root", metavar="DIR",
                      help="Flickr30k Entities folder holding Sentences/ and Annotations/")
     p.add_argument("--out", required=True, metavar="OUT.parquet", help="selection table to write (atomic)")
+    p.add_argument("--requests-out", metavar="FILE.parquet",
+                   help="with --dataset: one removal request per selected row (boxes, classes left, split, shard)")
+    p.add_argument("--summary-out", metavar="FILE.csv", help="counts: candidates, selected (single / multi), skipped "
+                   "per reason")
     p.add_argument("--config", nargs="+", default=[], metavar="FILE",
                    help="YAML files (later win) whose spurious_retrieval.selection section sets the defaults")
     p.add_argument("--alpha1", type=_fraction, help="single-class removal: every other overlap < alpha1 (0.4)")
@@ -61,6 +68,13 @@ def register(subparsers) -> None:
                    help="only these classes (default: every COCO class; Flickr30k: people, animals, vehicles, "
                         "instruments)")
     p.set_defaults(func=_select)
+    _register_steps(sub)
+
+
+def _load(paths):
+    from ..config import load_config
+
+    return load_config(paths, study="spurious_retrieval")
 
 
 def _params(args) -> dict:
@@ -68,8 +82,11 @@ def _params(args) -> dict:
     from ..studies.spurious_retrieval import regions
 
     cfg: dict = {}
-    for path in args.config:
-        cfg = deep_merge(cfg, read_yaml(Path(path)))
+    if args.dataset:
+        cfg = _load(args.config)
+    else:
+        for path in args.config:
+            cfg = deep_merge(cfg, read_yaml(Path(path)))
     section = dict(regions.config_section(cfg))
     for key in ("alpha1", "alpha2", "alpha3", "rule", "mask_mode", "classes"):
         value = getattr(args, key)
@@ -78,11 +95,35 @@ def _params(args) -> dict:
     return regions.settings({regions.SECTION[0]: {regions.SECTION[1]: section}})
 
 
+def _write_summary(path, counts: dict) -> None:
+    """The selection funnel as a two-column CSV (count, value)."""
+    if not path:
+        return
+    import pandas as pd
+
+    from ..io import write_csv
+
+    rows = [(k, counts[k]) for k in ("images", "candidates", "selected", "single", "multi")]
+    rows += [(f"skipped: {reason}", n) for reason, n in counts["skipped"].items()]
+    write_csv(path, pd.DataFrame(rows, columns=["count", "value"]))
+
+
 def _select(args) -> int:
     from ..io import write_parquet
     from ..studies.spurious_retrieval import regions
 
     params = _params(args)
+    if args.dataset:
+        from ..studies.spurious_retrieval import data, settings
+
+        if not args.requests_out:
+            raise SystemExit("odmap select --dataset needs --requests-out")
+        table, requests = data.select(settings.settings(_load(args.config)), params, args.dataset)
+        write_parquet(args.out, table)
+        write_parquet(args.requests_out, requests)
+        _write_summary(args.summary_out, regions.summary(table))
+        print(f"{regions.format_summary(regions.summary(table))}; {len(requests)} requests -> {args.requests_out}")
+        return 0
     if args.instances:
         images, objects, known = regions.coco_objects(args.instances)
         source = args.instances
@@ -91,5 +132,183 @@ def _select(args) -> int:
         source = args.entities_root
     table = regions.select_regions(images, objects, params, source=source, known_classes=known)
     write_parquet(args.out, table)
+    _write_summary(args.summary_out, regions.summary(table))
     print(f"{regions.format_summary(regions.summary(table))} -> {args.out}")
+    return 0
+
+
+# --------------------------------------------------------------------------------------------------------------
+# the study's other steps (rules/study_spurious_retrieval.smk)
+# --------------------------------------------------------------------------------------------------------------
+def _register_steps(sub) -> None:
+    from . import add_shard_job_options
+
+    def config(parser):
+        parser.add_argument("--config", action="append", required=True, metavar="YAML",
+                            help="configuration file (repeatable; later files win)")
+
+    c = sub.add_parser("captions", help="§3.2-3.3: the ODmAP gallery (train+val+test captions with the classes they "
+                       "mention) and the synthetic captions (noun-phrase removal, prompts)")
+    config(c)
+    c.add_argument("--dataset", required=True, choices=("coco", "flickr30k"))
+    c.add_argument("--requests", required=True, metavar="FILE.parquet", help="from `odmap select --requests-out`")
+    c.add_argument("--out-gallery", required=True, metavar="FILE.parquet")
+    c.add_argument("--out-synthetic", required=True, metavar="FILE.parquet")
+    c.set_defaults(func=_captions)
+
+    i = sub.add_parser("inpaint", help="§3.1, Table 3: remove the requested classes of one shard of images "
+                       "(lama, opencv, zero, mean, blur); resumable")
+    add_shard_job_options(i, "--requests", "FILE.parquet", "removal requests (odmap select --requests-out)")
+    i.add_argument("--method", required=True, choices=("lama", "opencv", "zero", "mean", "blur"))
+    i.set_defaults(func=_inpaint)
+
+    k = sub.add_parser("captioner", help="Table 3 'capt. model': caption the inpainted train images with the "
+                       "captioner role")
+    config(k)
+    k.add_argument("--requests", required=True, metavar="FILE.parquet")
+    k.add_argument("--inpainted", nargs="+", required=True, metavar="DIR", help="inpainting shard folders")
+    k.add_argument("--out", required=True, metavar="FILE.parquet")
+    k.add_argument("--no-progress", action="store_true")
+    k.set_defaults(func=_captioner)
+
+    m = sub.add_parser("manifests", help="§4.1, Table 3, Figure 4: training sets D, D + D' per variant and ratio, and "
+                       "the ODmAP queries")
+    config(m)
+    m.add_argument("--dataset", required=True, choices=("coco", "flickr30k"))
+    m.add_argument("--requests", required=True, metavar="FILE.parquet")
+    m.add_argument("--gallery", required=True, metavar="FILE.parquet", help="from `odmap captions`")
+    m.add_argument("--synthetic", required=True, nargs="+", metavar="FILE.parquet",
+                   help="synthetic captions (odmap captions, odmap captioner)")
+    m.add_argument("--inpainted", action="append", default=[], metavar="METHOD=DIR",
+                   help="an inpainting shard folder of METHOD (repeatable)")
+    m.add_argument("--out-dir", required=True, metavar="DIR")
+    m.set_defaults(func=_manifests)
+
+    r = sub.add_parser("run", help="§4: fine-tune one model role on one mixture (one seed), or score it zero-shot; "
+                       "ODmAP@k and R@K")
+    config(r)
+    r.add_argument("--dataset", required=True, choices=("coco", "flickr30k"))
+    r.add_argument("--role", required=True)
+    r.add_argument("--mixture", required=True, help="zeroshot, finetune, ours, a Table 3 variant or ratio_<r>")
+    r.add_argument("--seed", type=int, required=True)
+    r.add_argument("--data-seed", type=int, required=True)
+    r.add_argument("--manifests", required=True, metavar="DIR", help="from `odmap manifests`")
+    r.add_argument("--gallery", required=True, metavar="FILE.parquet")
+    r.add_argument("--out-dir", required=True, metavar="DIR")
+    r.add_argument("--progress", action="store_true")
+    r.set_defaults(func=_run)
+
+    t = sub.add_parser("tables", help="Tables 1-3 and Figure 4 from the summary of every run")
+    config(t)
+    t.add_argument("--summary", required=True, metavar="FILE.csv", help="from `counterfactory stats summarize`")
+    t.add_argument("--out-md", required=True)
+    t.add_argument("--out-tex", required=True)
+    t.add_argument("--out-csv", required=True)
+    t.add_argument("--out-figure", required=True)
+    t.set_defaults(func=_tables)
+
+
+def _nltk(cfg) -> None:
+    from ..text.nltk_data import ensure_nltk_data
+
+    section = cfg.get("nltk") or {}
+    ensure_nltk_data(section.get("data_dir", "resources/nltk_data"), section.get("source"))
+
+
+def _classes(requests) -> list[str]:
+    return sorted({c for col in ("removed_categories", "present_categories") for v in requests[col] for c in v})
+
+
+def _captions(args) -> int:
+    from ..io import write_parquet
+    from ..studies.spurious_retrieval import captions, data, settings
+
+    cfg = _load(args.config)
+    s = settings.settings(cfg)
+    requests = data.read_requests(args.requests)
+    if args.dataset == "coco":
+        _nltk(cfg)
+    table = data.load_captions(s, args.dataset)
+    classes = _classes(requests)
+    gallery = captions.gallery(s, args.dataset, table, classes)
+    syn = captions.synthetic(s, args.dataset, requests, table, ("np_removal", "prompt"), classes)
+    write_parquet(args.out_gallery, gallery)
+    write_parquet(args.out_synthetic, syn)
+    counts = syn.groupby("method").size().to_dict()
+    print(f"gallery: {len(gallery)} captions ({sum(bool(len(m)) for m in gallery['mentions'])} mention a class); "
+          f"synthetic captions: {counts}")
+    return 0
+
+
+def _inpaint(args) -> int:
+    import torch
+
+    from ..generation.inpaint import InpaintSettings, inpaint_shard
+    from ..studies.spurious_retrieval import data, settings
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    cfg = _load(args.config)
+    s = settings.settings(cfg)
+    requests = data.read_requests(args.requests)
+    part = requests[requests["shard"] == args.shard]
+    knobs = {k: v for k, v in s["inpaint"].items() if k not in ("methods", "shards", "batch_size")}
+    result = inpaint_shard(part, args.method, args.out_dir, batch_size=int(s["inpaint"]["batch_size"]),
+                           device=cfg["device"] if args.method == "lama" else "cpu", settings=InpaintSettings.from_config(knobs), cfg=cfg,
+                           source=args.requests, progress=not args.no_progress)
+    print(f"shard {args.shard} ({args.method}): {result}")
+    return 0
+
+
+def _captioner(args) -> int:
+    from ..io import write_parquet
+    from ..studies.spurious_retrieval import captions, data, settings
+    from ..studies.spurious_retrieval.manifests import inpainted_files
+
+    cfg = _load(args.config)
+    s = settings.settings(cfg)
+    requests = data.read_requests(args.requests)
+    files = inpainted_files(args.inpainted)
+    train = requests[requests["split"] == "train"]
+    rows = captions.captioner(cfg, s, train, files, progress=not args.no_progress)
+    write_parquet(args.out, rows)
+    print(f"captioner: {len(rows)} captions of {len(train)} train images -> {args.out}")
+    return 0
+
+
+def _manifests(args) -> int:
+    import pandas as pd
+
+    from ..studies.spurious_retrieval import data, manifests, settings
+
+    s = settings.settings(_load(args.config))
+    dirs: dict[str, list[str]] = {}
+    for item in args.inpainted:
+        method, sep, folder = item.partition("=")
+        if not sep:
+            raise SystemExit(f"--inpainted {item!r}: expected METHOD=DIR")
+        dirs.setdefault(method, []).append(folder)
+    files = {method: manifests.inpainted_files(folders) for method, folders in dirs.items()}
+    synthetic = pd.concat([pd.read_parquet(p) for p in args.synthetic], ignore_index=True)
+    summary = manifests.write_manifests(s, args.dataset, data.read_requests(args.requests),
+                                        pd.read_parquet(args.gallery), synthetic, files, args.out_dir)
+    print(summary.to_string(index=False))
+    return 0
+
+
+def _run(args) -> int:
+    from ..studies.spurious_retrieval import runs
+
+    rows = runs.run(_load(args.config), args.dataset, args.role, args.mixture, args.seed, args.data_seed,
+                    args.manifests, args.gallery, args.out_dir, progress=args.progress)
+    for r in rows.itertuples():
+        log.info("%s %s seed %d: %s = %.2f", r.experiment, r.mixture, r.seed, r.metric, r.value)
+    return 0
+
+
+def _tables(args) -> int:
+    from ..studies.spurious_retrieval import runs
+
+    runs.write_tables(args.summary, _load(args.config), args.out_md, args.out_tex, args.out_csv, args.out_figure)
+    print(f"tables -> {args.out_md}, figure -> {args.out_figure}")
     return 0

@@ -1,0 +1,117 @@
+"""ODmAP@k (§3.2) and standard retrieval Recall@K (Table 2) of one model.
+
+ODmAP@k: the synthetic test images are the queries; the gallery is every caption of train + val + test
+(:func:`.captions.gallery`). A caption is correct for a query when it mentions none of the removed classes and at
+least one class left in the image (:func:`counterfactory.metrics.odmap_relevance`'s rule, here as two boolean
+matrix products over the gallery's mention matrix); AP@k and the mean over queries are
+:func:`counterfactory.metrics.odmap_at_k` (queries without a correct caption in the gallery are skipped, and
+counted in ``ODmAP/queries_skipped``). Gallery captions are encoded once; queries are scored in chunks, so a
+616k-caption MS-COCO gallery never needs a full score matrix.
+
+Recall@K: the test split's images and their captions (MS-COCO 5K, Flickr30k 1K), image→text (``TR@K``) and
+text→image (``IR@K``), :func:`counterfactory.metrics.recall_at_k`. Both use the model's contrastive (ITC)
+embeddings; BLIP's ITM re-ranking is not applied (ours: the paper does not say which head it ranked with).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ...errors import input_error
+
+log = logging.getLogger(__name__)
+
+#: query x gallery entries scored at a time
+CHUNK_ELEMENTS = 20_000_000
+
+
+def class_matrix(lists, classes: list[str]) -> np.ndarray:
+    """Boolean ``[n, len(classes)]`` indicator of lists of class names."""
+    index = {c: j for j, c in enumerate(classes)}
+    out = np.zeros((len(lists), len(classes)), dtype=bool)
+    for i, names in enumerate(lists):
+        for name in names:
+            out[i, index[name]] = True
+    return out
+
+
+def relevance(removed: np.ndarray, present: np.ndarray, mentions: np.ndarray) -> np.ndarray:
+    """``[n_queries, n_captions]``: caption mentions a present class and no removed class (§3.2)."""
+    m = mentions.astype(np.float32).T
+    return ((present.astype(np.float32) @ m) > 0) & ~((removed.astype(np.float32) @ m) > 0)
+
+
+def odmap(query_emb: np.ndarray, gallery_emb: np.ndarray, removed: np.ndarray, present: np.ndarray,
+          mentions: np.ndarray, ks) -> dict[str, float]:
+    """``ODmAP@k`` for each k (percent) and ``ODmAP/queries_skipped`` from embeddings and class indicators."""
+    from ...metrics import odmap_at_k
+
+    n_q, n_g = len(query_emb), len(gallery_emb)
+    per = {k: np.full(n_q, np.nan) for k in ks}
+    step = max(1, CHUNK_ELEMENTS // max(n_g, 1))
+    for lo in range(0, n_q, step):
+        hi = min(n_q, lo + step)
+        sim = query_emb[lo:hi] @ gallery_emb.T
+        rel = relevance(removed[lo:hi], present[lo:hi], mentions)
+        if not rel.any():
+            continue
+        for k in ks:
+            _, part = odmap_at_k(sim, rel, min(k, n_g), return_per_query=True)
+            per[k][lo:hi] = part
+    out = {}
+    for k in ks:
+        valid = ~np.isnan(per[k])
+        out[f"ODmAP@{k}"] = float(100.0 * per[k][valid].mean()) if valid.any() else float("nan")
+    skipped = int(np.isnan(per[ks[0]]).sum())
+    if skipped:
+        log.info("ODmAP: %d of %d queries have no correct caption in the gallery (skipped)", skipped, n_q)
+    out["ODmAP/queries_skipped"] = float(skipped)
+    return out
+
+
+def read_gallery(path) -> pd.DataFrame:
+    frame = pd.read_parquet(path)
+    for col in ("caption", "mentions", "split"):
+        if col not in frame.columns:
+            raise input_error(path, None, f"missing column {col!r}", "rebuild it with `counterfactory odmap captions`")
+    return frame
+
+
+def evaluate(cfg, role: str, gallery_path, queries_path, ks=(1, 5, 10), progress: bool = False) -> dict[str, float]:
+    """``ODmAP@k``, ``TR@K`` and ``IR@K`` of ``role`` (its configured source, e.g. a fine-tuned checkpoint)."""
+    from ...metrics import recall_at_k
+    from ...scorers import scorer_from_config
+
+    ks = [int(k) for k in ks]
+    gallery = read_gallery(gallery_path)
+    queries = pd.read_parquet(queries_path)
+    scorer = scorer_from_config(cfg, role, head="itc", progress=progress)
+    out: dict[str, float] = {}
+    gal_emb = scorer.encode_texts(gallery["caption"].astype(str).tolist())
+    if len(queries):
+        classes = sorted({c for col in ("removed_categories", "present_categories") for v in queries[col] for c in v}
+                         | {c for v in gallery["mentions"] for c in v})
+        q_emb = scorer.encode_images([str(p) for p in queries["image_path"]])
+        out.update(odmap(q_emb, gal_emb, class_matrix(queries["removed_categories"], classes),
+                         class_matrix(queries["present_categories"], classes),
+                         class_matrix(gallery["mentions"], classes), ks))
+    else:
+        log.warning("%s: no ODmAP queries (no selected test image)", queries_path)
+    test = gallery[gallery["split"] == "test"].reset_index()
+    if len(test):
+        paths = [str(p) for p in test["image_path"]] if "image_path" in test else None
+        if paths is None:
+            raise input_error(gallery_path, None, "no image_path column", "rebuild it with `counterfactory odmap captions`")
+        images = list(dict.fromkeys(paths))
+        index = {p: i for i, p in enumerate(images)}
+        img_emb = scorer.encode_images(images)
+        txt_emb = gal_emb[test["index"].to_numpy()]
+        rec = recall_at_k(img_emb @ txt_emb.T, np.array([index[p] for p in paths]), ks)
+        for k in ks:
+            out[f"TR@{k}"] = float(rec[f"image_to_text@{k}"])
+            out[f"IR@{k}"] = float(rec[f"text_to_image@{k}"])
+    return out

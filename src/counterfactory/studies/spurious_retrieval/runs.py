@@ -1,0 +1,227 @@
+"""Fine-tuning runs and the paper's tables (§4.1-4.4, Tables 1-3, Figure 4).
+
+:func:`run` trains one model role on one mixture of one dataset with its §4.1 recipe
+(:func:`.settings.training_section`, on :func:`counterfactory.training.runs.run_one`) — or, for ``zeroshot``,
+takes the pre-trained model — and scores it (:func:`.evaluation.evaluate`). Its ``metrics.csv`` is a runs table:
+``experiment`` = ``<dataset>_<role>``, ``mixture``, ``seed``, ``data_seed``, ``metric``, ``value``, which
+``counterfactory stats summarize`` turns into mean ± std over seeds with one-tailed Welch t-tests against
+``finetune`` (the paper reports single runs).
+
+:func:`write_tables` lays the summary out as the paper does: Table 1 (ODmAP@1/5/10, MS-COCO left, Flickr30k right,
+rows per model: zeroshot, finetune, + Ours), Table 2 (image→text and text→image R@1/5/10), Table 3 (D' synthesis
+variants on CLIP / MS-COCO) and Figure 4 (R@1 and ODmAP@1 against |D'_sub| / |D|).
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from pathlib import Path
+
+import pandas as pd
+
+from ...errors import ConfigError
+from . import evaluation
+from .settings import FINETUNE, OURS, ZEROSHOT, ratio_of, settings, training_section
+
+log = logging.getLogger(__name__)
+
+RUN_COLUMNS = ["experiment", "mixture", "seed", "data_seed", "metric", "value"]
+DATASET_LABELS = {"coco": "MS-COCO", "flickr30k": "Flickr30k"}
+#: display names of the roles (the paper's model names); other roles keep their own name
+MODEL_LABELS = {"clip_train": "CLIP", "itm_blip": "BLIP"}
+TEXT_LABELS = {"np_removal": "NP removal", "prompt": "prompts", "captioner": "capt. model"}
+IMAGE_LABELS = {"lama": "inpaint", "opencv": "inpaint (OpenCV)", "zero": "zero pad.", "mean": "avg pad.",
+                "blur": "blur pad."}
+
+
+def experiment(dataset: str, role: str) -> str:
+    return f"{dataset}_{role}"
+
+
+def run(cfg, dataset: str, role: str, mixture: str, seed: int, data_seed: int, manifests, gallery, out_dir,
+        progress: bool = False) -> pd.DataFrame:
+    """One run (see the module docstring); writes ``out_dir/metrics.csv`` and returns its rows."""
+    from ...io import write_csv
+    from ...training import read_manifest
+    from ...training.runs import run_one
+
+    s = settings(cfg)
+    if role not in s["training"]["models"]:
+        raise ConfigError(f"spurious_retrieval.training.models has no role {role!r}. Fix: add it (role: clip|blip)")
+    if role not in (cfg.get("models") or {}):
+        raise ConfigError(f"models.{role}: not configured. Fix: add the role under models")
+    out_dir = Path(out_dir)
+    manifests = Path(manifests)
+    eval_cfg = copy.deepcopy(dict(cfg))
+    if mixture != ZEROSHOT:
+        manifest = manifests / f"{mixture}.parquet"
+        frame = read_manifest(manifest)
+        run_cfg = copy.deepcopy(dict(cfg))
+        run_cfg["training"] = training_section(s, role, int((frame["split"] == "train").sum()))
+        run_one(run_cfg, manifest, mixture, seed, data_seed, out_dir, progress=progress, default_eval=False,
+                role=role, experiment=experiment(dataset, role), train=True)
+        eval_cfg["models"][role] = {**eval_cfg["models"][role], "source": str(out_dir / "checkpoint")}
+    metrics = evaluation.evaluate(eval_cfg, role, gallery, manifests / "queries.parquet", s["evaluation"]["ks"],
+                                  progress=progress)
+    rows = pd.DataFrame([{"experiment": experiment(dataset, role), "mixture": mixture, "seed": int(seed),
+                          "data_seed": int(data_seed), "metric": k, "value": float(v)} for k, v in metrics.items()],
+                        columns=RUN_COLUMNS)
+    write_csv(out_dir / "metrics.csv", rows)
+    return rows
+
+
+def runs(s: dict) -> list[tuple[str, str, str, int]]:
+    """Every (dataset, role, mixture, seed) of the configuration (zero-shot once, at the first seed)."""
+    from .settings import mixtures, seed_pairs
+
+    out = []
+    pairs = seed_pairs(s)
+    for dataset in s["data"]["datasets"]:
+        for role in s["training"]["models"]:
+            if s["training"]["zeroshot"]:
+                out.append((dataset, role, ZEROSHOT, pairs[0][0]))
+            for mixture in mixtures(s, dataset, role):
+                out += [(dataset, role, mixture, seed) for seed, _ in pairs]
+    return out
+
+
+# --------------------------------------------------------------------------------------------------------------
+# tables
+# --------------------------------------------------------------------------------------------------------------
+def _model(role: str) -> str:
+    return MODEL_LABELS.get(role, role)
+
+
+def _row_label(role: str, mixture: str, s: dict) -> str:
+    if mixture == ZEROSHOT:
+        return f"{_model(role)} (zeroshot)"
+    if mixture == FINETUNE:
+        return f"{_model(role)} (finetune)"
+    if mixture == OURS:
+        return f"{_model(role)} + Ours"
+    spec = s["mixtures"]["variants"].get(mixture)
+    if spec:
+        return f"{_model(role)}: D + D' ({TEXT_LABELS[spec['text']]}, {IMAGE_LABELS[spec['image']]})"
+    r = ratio_of(mixture)
+    return f"{_model(role)}: D + D'sub (|D'sub|/|D| = {r:g})" if r is not None else mixture
+
+
+def _by_dataset(summary: pd.DataFrame, s: dict, roles, mixtures) -> tuple[pd.DataFrame, list[str], pd.DataFrame]:
+    """Summary rows re-keyed as experiment = dataset label, mixture = ``role:mixture`` (one block per model)."""
+    frames, order, info = [], [], []
+    for role in roles:
+        for dataset in s["data"]["datasets"]:
+            part = summary[summary["experiment"] == experiment(dataset, role)].copy()
+            part["experiment"] = DATASET_LABELS.get(dataset, dataset)
+            part["mixture"] = role + ":" + part["mixture"].astype(str)
+            part["baseline"] = role + ":" + part["baseline"].astype(str)
+            frames.append(part)
+        for m in mixtures:
+            key = f"{role}:{m}"
+            if any((f["mixture"] == key).any() for f in frames):
+                order.append(key)
+                info.append({"mixture": key, "label": _row_label(role, m, s)})
+    frame = pd.concat(frames, ignore_index=True) if frames else summary.iloc[0:0]
+    return frame, order, pd.DataFrame(info, columns=["mixture", "label"])
+
+
+def _metric_columns(frame: pd.DataFrame, names) -> list[str]:
+    present = set(zip(frame["experiment"], frame["metric"]))
+    return [f"{e}:{m}" for e in dict.fromkeys(frame["experiment"]) for m in names if (e, m) in present]
+
+
+def paper_tables(summary: pd.DataFrame, s: dict) -> list[tuple[str, object]]:
+    """``[(title, PaperTable)]`` of Tables 1-3 and Figure 4's numbers."""
+    from ...tables import build_table
+
+    ks = [int(k) for k in s["evaluation"]["ks"]]
+    roles = list(s["training"]["models"])
+    out = []
+    main = [ZEROSHOT, FINETUNE, OURS]
+    frame, order, info = _by_dataset(summary, s, roles, main)
+    if order:
+        for title, names in (
+                ("Table 1: object decorrelation (ODmAP@k)", [f"ODmAP@{k}" for k in ks]),
+                ("Table 2: standard retrieval, image→text (TR) and text→image (IR)",
+                 [f"TR@{k}" for k in ks] + [f"IR@{k}" for k in ks])):
+            cols = _metric_columns(frame, names)
+            if cols:
+                out.append((title, build_table(frame, metrics=cols, mixture_order=order, mixture_info=info,
+                                               row_header="Model")))
+    mx = s["mixtures"]
+    t3 = [FINETUNE, OURS] + list(mx["table3"])
+    frame, order, info = _by_dataset(summary[summary["experiment"].isin(
+        [experiment(d, r) for d in mx["table3_datasets"] for r in mx["table3_models"]])],
+        {**s, "data": {**s["data"], "datasets": [d for d in s["data"]["datasets"] if d in mx["table3_datasets"]]}},
+        [r for r in roles if r in mx["table3_models"]], t3)
+    cols = _metric_columns(frame, [f"ODmAP@{k}" for k in ks])
+    if len(order) > 2 and cols:
+        out.append(("Table 3: synthesis of D' (text, image)", build_table(
+            frame, metrics=cols, mixture_order=order, mixture_info=info, row_header="Training data")))
+    return out
+
+
+def ratio_points(summary: pd.DataFrame, s: dict) -> pd.DataFrame:
+    """Figure 4's points: per (dataset, role) of the sweep, ratio (0 = finetune), metric, mean, std, n."""
+    mx = s["mixtures"]
+    rows = []
+    for dataset in mx["ratio_datasets"]:
+        for role in mx["ratio_models"]:
+            part = summary[summary["experiment"] == experiment(dataset, role)]
+            for rec in part.itertuples(index=False):
+                r = 0.0 if rec.mixture == FINETUNE else ratio_of(str(rec.mixture))
+                if r is None or rec.metric not in ("TR@1", "ODmAP@1"):
+                    continue
+                rows.append({"dataset": dataset, "role": role, "ratio": r, "metric": rec.metric,
+                             "mean": float(rec.mean), "std": float(rec.std), "n": int(rec.n)})
+    return pd.DataFrame(rows, columns=["dataset", "role", "ratio", "metric", "mean", "std", "n"]) \
+        .sort_values(["dataset", "role", "metric", "ratio"], kind="stable")
+
+
+def plot_ratios(points: pd.DataFrame, out) -> Path:
+    """Figure 4: R@1 (image→text) and ODmAP@1 against |D'_sub| / |D|, mean ± std over seeds."""
+    from ...plots import pyplot
+
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(4.8, 3.4))
+    styles = {"TR@1": ("R@1", "o-"), "ODmAP@1": ("ODmAP@1", "s--")}
+    for (dataset, role, metric), g in points.groupby(["dataset", "role", "metric"], sort=False):
+        label, style = styles[metric]
+        ax.errorbar(g["ratio"], g["mean"], yerr=g["std"].fillna(0.0), fmt=style, capsize=3,
+                    label=f"{label} ({_model(role)}, {DATASET_LABELS.get(dataset, dataset)})")
+    ax.set_xlabel("|D'sub| / |D|")
+    ax.set_ylabel("%")
+    ax.grid(alpha=0.3)
+    if len(points):
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    from ...io import save_figure
+
+    out = save_figure(out, fig)
+    plt.close(fig)
+    return out
+
+
+def write_tables(summary_path, cfg, out_md, out_tex, out_csv, out_figure) -> None:
+    """Tables 1-3 (Markdown, LaTeX, CSV of every cell) and Figure 4 (PNG) from a summary CSV."""
+    from ...io import write_csv, write_text
+    from ...tables import read_summary, render_latex, render_markdown, to_frame
+
+    s = settings(cfg)
+    summary = read_summary(summary_path)
+    tables = paper_tables(summary, s)
+    points = ratio_points(summary, s)
+    md = ["# Spurious correlations in cross-modal retrieval (Kim et al. 2023)", ""]
+    tex, frames = [], []
+    for title, table in tables:
+        md.append(render_markdown(table, title))
+        tex.append(render_latex(table, title))
+        frames.append(to_frame(table).assign(table=title))
+    if len(points):
+        md += ["**Figure 4: R@1 (image→text) and ODmAP@1 against |D'sub| / |D|** (ratio 0 = finetune)", "",
+               points.to_markdown(index=False, floatfmt=".2f"), ""]
+    write_text(out_md, "\n".join(md) + "\n")
+    write_text(out_tex, "\n".join(tex) + "\n")
+    write_csv(out_csv, pd.concat(frames, ignore_index=True) if frames else pd.DataFrame())
+    plot_ratios(points, out_figure)
