@@ -1,8 +1,8 @@
 """The models and the losses (the part of training this package owns; the Trainer does the rest).
 
 * :class:`ContrastiveAdapter`: one face over the contrastive (ITC) models we fine-tune — HF ``CLIPModel``,
-  open_clip, ``BridgeTowerForContrastiveLearning`` and FLAVA (``FlavaForPreTraining`` / ``FlavaModel``) —
-  with their processors: image and text preprocessing, and saving a checkpoint the registry reloads;
+  open_clip, ``BridgeTowerForContrastiveLearning``, FLAVA (``FlavaForPreTraining`` / ``FlavaModel``) and
+  BLIP (``BlipForImageTextRetrieval``) — with their processors: image and text preprocessing, and saving a checkpoint the registry reloads;
 * :class:`ContrastiveModule`: the ``nn.Module`` handed to the Trainer; ``forward`` returns normalised
   image and text embeddings (BridgeTower also its cross-modal embedding) and the logit scale, so a
   data-parallel wrapper gathers whole batches and the contrastive loss sees every negative;
@@ -15,7 +15,17 @@ FLAVA for retrieval without naming the loss, so each keeps its own):
 * CLIP / open_clip / FLAVA: symmetric InfoNCE over image x text logits (FLAVA's global contrastive loss
   projects the unimodal [CLS] states, as ``FlavaForPreTraining`` does);
 * BridgeTower: ``BridgeTowerForContrastiveLearning``'s loss, the mean of text->image, text->cross-modal
-  and image->cross-modal cross-entropies (a test checks it equals the class's ``return_loss=True``).
+  and image->cross-modal cross-entropies (a test checks it equals the class's ``return_loss=True``);
+* BLIP (Kim et al. 2023 §4.1 fine-tune it with its own retrieval objective): ITC + ITM, as BLIP's
+  ``blip_retrieval.py`` ``forward``: symmetric InfoNCE of the projected unimodal [CLS] embeddings at
+  ``1 / temp`` (a learnable temperature, 0.07 at the start, clamped to [0.001, 0.5]), plus the cross-entropy
+  of the ITM head on each (image, caption) pair (label 1) and on one negative caption per image and one
+  negative image per caption (label 0), drawn from the softmax of the in-batch ITC similarities with the
+  pair itself masked out (see :func:`blip_itm_loss`). What we leave out of BLIP's recipe: the momentum
+  encoder, its feature queue and momentum distillation (``alpha``), and the ``idx``-based masking of other
+  captions of the same image (negatives are every other row of the batch, as in our InfoNCE). The ITM pass
+  feeds the captions' token ids as given (HF ``BlipForImageTextRetrieval`` does, and so does our ITM
+  scorer), without the original code's ``[ENC]`` token swap.
 """
 
 from __future__ import annotations
@@ -40,31 +50,47 @@ KINDS = {
     "BridgeTowerForContrastiveLearning": "bridgetower",
     "FlavaForPreTraining": "flava",
     "FlavaModel": "flava",
+    "BlipForImageTextRetrieval": "blip",
 }
+#: BLIP's contrastive temperature: its starting value and the range ``blip_retrieval.py`` clamps it to
+BLIP_TEMP_INIT = 0.07
+BLIP_TEMP_RANGE = (0.001, 0.5)
+#: seed of the ITM negatives' draw in eval mode (validation losses are repeatable and use no global RNG)
+BLIP_EVAL_SEED = 0
 
 
 def model_kind(model: nn.Module, library: str) -> str:
-    """``open_clip``, ``clip``, ``bridgetower`` or ``flava``; other classes cannot be fine-tuned here."""
+    """``open_clip``, ``clip``, ``bridgetower``, ``flava`` or ``blip``; other classes cannot be fine-tuned here."""
     if library == "open_clip":
         return "open_clip"
     name = type(model).__name__
     if name not in KINDS:
         raise ConfigError(
             f"training: {name} has no contrastive fine-tuning adapter. Fix: fine-tune a CLIPModel, an open_clip "
-            f"model, BridgeTower (loaded with its ITC heads) or FLAVA; supported classes: {sorted(KINDS)}")
+            f"model, BridgeTower (loaded with its ITC heads), FLAVA or BLIP (BlipForImageTextRetrieval); supported classes: {sorted(KINDS)}")
     return KINDS[name]
 
 
 class ContrastiveModule(nn.Module):
     """``forward(pixel_values, input_ids, attention_mask | text, [pixel_mask])`` -> ``image_embeds``,
     ``text_embeds`` (L2-normalised; BridgeTower also ``cross_embeds``) and ``logit_scale`` (``exp`` of
-    the model's learned temperature)."""
+    the model's learned temperature).
+
+    BLIP: ``logit_scale`` is ``1 / blip_temp``, where ``blip_temp`` is a learnable ``nn.Parameter`` of this
+    module (not of the HF model: ``BlipForImageTextRetrieval`` has no temperature), initialised to 0.07
+    and clamped in place to [0.001, 0.5] at every forward, as BLIP's code does with ``self.temp``. It is
+    training-only state: the Trainer's intermediate checkpoints (this module's state dict) keep it, the
+    final checkpoint (:meth:`ContrastiveAdapter.save`, the HF model alone) drops it, so the folder loads as
+    a plain ``BlipForImageTextRetrieval``. The forward also returns ``itm_loss`` (:func:`blip_itm_loss`),
+    which :func:`contrastive_loss` adds to the ITC loss."""
 
     def __init__(self, model: nn.Module, library: str):
         super().__init__()
         self.model = model
         self.library = library
         self.kind = model_kind(model, library)
+        if self.kind == "blip":
+            self.blip_temp = nn.Parameter(torch.tensor(BLIP_TEMP_INIT))
         # the Trainer's checkpoints leave tied weights out (see ContrastiveTrainer._save); reloading the best
         # one then re-ties them instead of warning about missing keys
         self._keys_to_ignore_on_save = aliases(self.state_dict())
@@ -89,6 +115,8 @@ class ContrastiveModule(nn.Module):
             out = self.model(pixel_values=pixel_values, input_ids=input_ids, attention_mask=attention_mask, **extra)
             return {"image_embeds": out.image_embeds, "text_embeds": out.text_embeds,
                     "cross_embeds": out.cross_embeds, "logit_scale": self.model.logit_scale.exp()}
+        if self.kind == "blip":
+            return self._blip(pixel_values, input_ids, attention_mask)
         flava = getattr(self.model, "flava", self.model)  # FlavaForPreTraining wraps a FlavaModel
         img = _features(flava.get_image_features(pixel_values=pixel_values))[:, 0, :]
         text_kw = {"input_ids": input_ids, "attention_mask": attention_mask}
@@ -97,6 +125,81 @@ class ContrastiveModule(nn.Module):
         txt = _features(flava.get_text_features(**text_kw))[:, 0, :]
         return {"image_embeds": F.normalize(img, dim=-1), "text_embeds": F.normalize(txt, dim=-1),
                 "logit_scale": flava.logit_scale.exp()}
+
+
+    def _blip(self, pixel_values, input_ids, attention_mask) -> dict[str, torch.Tensor]:
+        if pixel_values.shape[0] != input_ids.shape[0]:
+            raise ConfigError(
+                f"training: BLIP's ITM loss needs one caption per image, got {pixel_values.shape[0]} images and "
+                f"{input_ids.shape[0]} captions (hard negatives?). Fix: drop the manifest's hard_negative_* "
+                "columns for BLIP, or train a two-tower model (CLIP, open_clip, FLAVA) for the single-negative "
+                "variants")
+        with torch.no_grad():
+            self.blip_temp.clamp_(*BLIP_TEMP_RANGE)
+        model = self.model
+        image_feats = model.vision_model(pixel_values=pixel_values)[0]
+        text_hidden = model.text_encoder(input_ids=input_ids, attention_mask=attention_mask)[0]
+        img = F.normalize(model.vision_proj(image_feats[:, 0, :]), dim=-1)
+        txt = F.normalize(model.text_proj(text_hidden[:, 0, :]), dim=-1)
+        logit_scale = 1.0 / self.blip_temp
+        if self.training:  # the draw's seed comes from torch's global RNG, which the Trainer seeds
+            seed = int(torch.randint(0, 2**62, (1,)).item())
+        else:
+            seed = BLIP_EVAL_SEED
+        generator = torch.Generator(device="cpu").manual_seed(seed)
+        itm = blip_itm_loss(model, image_feats, input_ids, attention_mask, logit_scale * img @ txt.T, generator)
+        return {"image_embeds": img, "text_embeds": txt, "logit_scale": logit_scale, "itm_loss": itm}
+
+
+def blip_negatives(logits_per_image: torch.Tensor, generator: torch.Generator | None = None
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+    """BLIP's hard-negative draw for ITM: ``(negative text per image, negative image per text)``, indices
+    sampled with ``torch.multinomial`` from the row-wise softmax of the image x text (and text x image)
+    logits with the diagonal (the pair itself) set to 0. Sampled on the CPU with ``generator`` (the same
+    draw on any device). A row whose off-diagonal weights underflow to 0 draws uniformly among the others.
+    Needs at least two rows."""
+    with torch.no_grad():
+        logits = logits_per_image.detach().float().cpu()
+        n = logits.shape[0]
+        eye = torch.eye(n, dtype=torch.bool)
+        picks = []
+        for sim in (logits, logits.T):
+            weights = F.softmax(sim, dim=1).masked_fill(eye, 0.0)
+            dead = weights.sum(dim=1) <= 0
+            if dead.any():
+                weights[dead] = (~eye[dead]).float()
+            picks.append(torch.multinomial(weights, 1, generator=generator).squeeze(1))
+    device = logits_per_image.device
+    return picks[0].to(device), picks[1].to(device)
+
+
+def blip_itm_logits(model: nn.Module, image_feats: torch.Tensor, input_ids: torch.Tensor,
+                    attention_mask: torch.Tensor) -> torch.Tensor:
+    """``itm_head`` of the text encoder's [CLS] state with cross-attention to ``image_feats`` (the vision
+    model's last hidden states), as ``BlipForImageTextRetrieval(use_itm_head=True)``: ``(N, 2)`` logits."""
+    image_atts = torch.ones(image_feats.shape[:-1], dtype=torch.long, device=image_feats.device)
+    hidden = model.text_encoder(input_ids=input_ids, attention_mask=attention_mask,
+                                encoder_hidden_states=image_feats, encoder_attention_mask=image_atts)[0]
+    return model.itm_head(hidden[:, 0, :])
+
+
+def blip_itm_loss(model: nn.Module, image_feats: torch.Tensor, input_ids: torch.Tensor,
+                  attention_mask: torch.Tensor, logits_per_image: torch.Tensor,
+                  generator: torch.Generator | None = None) -> torch.Tensor:
+    """BLIP's ITM loss on one batch of ``B`` pairs: cross-entropy of ``itm_head`` over the ``B`` pairs
+    (label 1), each image with a negative caption and each caption with a negative image (``2B``, label 0),
+    negatives from :func:`blip_negatives`. A batch of one pair has no negative: the loss is 0 (with a
+    graph, so the Trainer's backward still runs)."""
+    n = image_feats.shape[0]
+    if n < 2:
+        return image_feats.sum() * 0.0
+    neg_text, neg_image = blip_negatives(logits_per_image, generator)
+    feats = torch.cat([image_feats, image_feats, image_feats[neg_image]])
+    ids = torch.cat([input_ids, input_ids[neg_text], input_ids])
+    mask = torch.cat([attention_mask, attention_mask[neg_text], attention_mask])
+    logits = blip_itm_logits(model, feats, ids, mask)
+    labels = torch.cat([torch.ones(n, dtype=torch.long), torch.zeros(2 * n, dtype=torch.long)]).to(logits.device)
+    return F.cross_entropy(logits, labels)
 
 
 def aliases(state_dict: dict[str, torch.Tensor]) -> list[str]:
@@ -139,7 +242,14 @@ def logits_of(out: dict[str, torch.Tensor]) -> torch.Tensor:
 
 def contrastive_loss(out: dict[str, torch.Tensor], n_pairs: int | None = None) -> torch.Tensor:
     """The model's own contrastive objective on one batch (see the module docstring); ``n_pairs`` as in
-    :func:`clip_loss` (hard negatives after the pairs)."""
+    :func:`clip_loss` (hard negatives after the pairs). BLIP: ITC + ``out["itm_loss"]`` (the mean over
+    data-parallel replicas when gathered)."""
+    if "itm_loss" in out:
+        if n_pairs is not None and not (out["image_embeds"].shape[0] == out["text_embeds"].shape[0] == int(n_pairs)):
+            raise ConfigError("training: BLIP's ITM loss scores (image, caption) pairs and cannot take unpaired "
+                              "hard negatives. Fix: drop the manifest's hard_negative_* columns for BLIP, or train "
+                              "a two-tower model (CLIP, open_clip, FLAVA) for the single-negative variants")
+        return clip_loss(logits_of(out), n_pairs) + out["itm_loss"].mean()
     if "cross_embeds" not in out:
         return clip_loss(logits_of(out), n_pairs)
     if n_pairs is not None and not (out["image_embeds"].shape[0] == out["text_embeds"].shape[0] == int(n_pairs)):

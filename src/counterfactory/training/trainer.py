@@ -8,7 +8,9 @@ per-step history. On Intel Gaudi the Trainer runs on Habana's PyTorch bridge (fo
 :mod:`counterfactory.device`); optimum-habana's ``GaudiTrainer`` is used instead when it is importable.
 
 Defaults (:class:`TrainSettings`) are COCO-Counterfactuals appendix B.3.2 / the Hugging Face CLIP
-example script the authors fine-tuned with.
+example script the authors fine-tuned with. One schedule is ours rather than the Trainer's:
+``lr_scheduler: step`` (step decay by ``lr_step_gamma`` every ``lr_step_epochs`` epochs of the batch plan,
+Kim et al. 2023 §4.1), a ``LambdaLR`` made in ``create_scheduler``.
 """
 
 from __future__ import annotations
@@ -56,7 +58,7 @@ class TrainSettings:
     adam_beta2: float = 0.999
     adam_epsilon: float = 1e-8
     no_decay: tuple[str, ...] = ("bias", "LayerNorm")
-    lr_scheduler: str = "linear"
+    lr_scheduler: str = "linear"  # a transformers scheduler name, or "step" (see lr_step_epochs)
     warmup_steps: int = 0
     max_grad_norm: float = 1.0
     max_length: int | None = 77
@@ -64,17 +66,39 @@ class TrainSettings:
     deterministic: bool = True
     cpu_threads: int | None = 1
     precision: str = "fp32"
+    #: ``lr_scheduler: step``: the rate is ``lr * lr_step_gamma ** floor(step / step_size)`` with
+    #: ``step_size = max(1, round(lr_step_epochs * steps_per_epoch))`` (Kim et al. 2023 §4.1: CLIP halved
+    #: every 2 epochs, BLIP every half epoch); see :func:`step_size_of`
+    lr_step_epochs: float | None = None
+    lr_step_gamma: float = 0.5
 
     # the config keys of the training section that map onto fields (seeds come from the run)
     SECTION_KEYS = ("lr", "weight_decay", "batch_size", "eval_batch_size", "epochs", "eval_every", "recipe",
                     "cvld_lambda", "max_steps", "optimizer", "adam_beta1", "adam_beta2", "adam_epsilon",
                     "no_decay", "lr_scheduler", "warmup_steps", "max_grad_norm", "max_length",
                     "dataloader_workers", "deterministic", "cpu_threads")
+    # keys read when the section has them (configs and job views written before they existed lack them)
+    OPTIONAL_KEYS = ("lr_step_epochs", "lr_step_gamma")
+
+    def __post_init__(self):
+        if self.lr_scheduler != "step":
+            return
+        from ..errors import ConfigError
+
+        epochs, gamma = self.lr_step_epochs, self.lr_step_gamma
+        if epochs is None or not _is_number(epochs) or not epochs > 0:
+            raise ConfigError(f"training: lr_scheduler 'step' needs lr_step_epochs > 0, got {epochs!r}. Fix: set "
+                              "training.lr_step_epochs to the epochs between decays (e.g. 2, or 0.5 for every "
+                              "half epoch)")
+        if not _is_number(gamma) or not 0 < gamma <= 1:
+            raise ConfigError(f"training: lr_step_gamma must be in (0, 1], got {gamma!r}. Fix: set "
+                              "training.lr_step_gamma to the factor applied at each decay (0.5 halves the rate)")
 
     @classmethod
     def from_section(cls, section: dict, seed: int, data_seed: int, precision: str = "fp32") -> "TrainSettings":
         """Settings from a config's ``training`` section; every key of :attr:`SECTION_KEYS` must be there
-        (the schema fills defaults; a job view holds exactly the keys its rule declares)."""
+        (the schema fills defaults; a job view holds exactly the keys its rule declares); the keys of
+        :attr:`OPTIONAL_KEYS` are used when present and otherwise keep their defaults."""
         from ..errors import ConfigError
 
         missing = [k for k in cls.SECTION_KEYS if k not in section]
@@ -82,10 +106,38 @@ class TrainSettings:
             raise ConfigError(f"training: missing keys {missing}. Fix: add them to the config (the schema has "
                               "defaults) or to the keys the train_run rule passes (rules/training.smk)")
         values = {k: section[k] for k in cls.SECTION_KEYS}
+        values.update({k: section[k] for k in cls.OPTIONAL_KEYS if k in section and section[k] is not None})
         values["no_decay"] = tuple(values["no_decay"] or ())
         batch = values["eval_batch_size"]
         values["eval_batch_size"] = values["batch_size"] if batch is None else batch
         return cls(**values, seed=seed, data_seed=data_seed, precision=precision)
+
+
+def _is_number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def steps_per_epoch(train_frame: pd.DataFrame, settings: TrainSettings) -> float:
+    """Optimisation steps in one epoch of the batch plan: the whole plan's length (every epoch, no
+    ``max_steps`` cut) over the epochs (plain and CVLD epochs all have the same count; grouping's may
+    differ by a batch, hence the mean)."""
+    plan = step_plan(train_frame, settings.batch_size, settings.epochs, settings.data_seed, settings.recipe)
+    return len(plan) / max(1, settings.epochs)
+
+
+def step_size_of(settings: TrainSettings, per_epoch: float) -> int:
+    """Steps between two decays of ``lr_scheduler: step``: ``max(1, round(lr_step_epochs * per_epoch))``."""
+    return max(1, int(round(float(settings.lr_step_epochs) * per_epoch)))
+
+
+def step_lr_factor(step: int, step_size: int, gamma: float, warmup_steps: int = 0) -> float:
+    """The multiplier of ``lr`` at optimiser step ``step`` (0-based) under ``lr_scheduler: step``:
+    ``gamma ** (step // step_size)``, times the Trainer's linear warm-up ``step / warmup_steps`` while
+    ``step < warmup_steps`` (none by default; the decays count from step 0 either way)."""
+    factor = float(gamma) ** (step // step_size)
+    if step < warmup_steps:
+        factor *= step / max(1, warmup_steps)
+    return factor
 
 
 @dataclass
@@ -126,6 +178,7 @@ class _ContrastiveMixin:
         self.eval_collator = eval_collator
         self.settings = settings
         self.history: list[dict] = []
+        self.lr_step_size: int | None = None  # lr_scheduler "step": steps between decays (build_trainer sets it)
 
     def _loader(self, batches: Sequence[Sequence[int]], collator) -> torch.utils.data.DataLoader:
         n = 1 + max((r for b in batches for r in b), default=0)
@@ -139,6 +192,18 @@ class _ContrastiveMixin:
 
     def get_eval_dataloader(self, eval_dataset=None):
         return self._loader(self.eval_plan, self.eval_collator)
+
+    def create_scheduler(self, num_training_steps: int, optimizer=None):
+        """``lr_scheduler: step`` (see :func:`step_lr_factor`) as a ``LambdaLR``; other names: the Trainer's."""
+        if self.settings.lr_scheduler != "step":
+            return super().create_scheduler(num_training_steps, optimizer)
+        if self.lr_scheduler is None:
+            optimizer = self.optimizer if optimizer is None else optimizer
+            size, gamma, warmup = self.lr_step_size, self.settings.lr_step_gamma, self.settings.warmup_steps
+            self.lr_scheduler = torch.optim.lr_scheduler.LambdaLR(
+                optimizer, lambda step: step_lr_factor(step, size, gamma, warmup))
+            self._created_lr_scheduler = True
+        return self.lr_scheduler
 
     def get_decay_parameter_names(self, model: nn.Module) -> list[str]:
         exempt = no_decay_parameter_names(model, self.settings.no_decay)
@@ -268,7 +333,8 @@ def build_trainer(adapter: ContrastiveAdapter, train_frame: pd.DataFrame, val_fr
         adam_beta2=settings.adam_beta2,
         adam_epsilon=settings.adam_epsilon,
         optim=settings.optimizer,
-        lr_scheduler_type=settings.lr_scheduler,
+        # "step" is ours (create_scheduler); the Trainer only validates the name it is given
+        lr_scheduler_type="constant" if settings.lr_scheduler == "step" else settings.lr_scheduler,
         warmup_steps=settings.warmup_steps,
         max_grad_norm=settings.max_grad_norm,
         max_steps=len(plan),  # the plan already holds every epoch (and max_steps)
@@ -300,6 +366,10 @@ def build_trainer(adapter: ContrastiveAdapter, train_frame: pd.DataFrame, val_fr
     trainer.setup_contrastive(plan, Collator(train_frame, adapter, image_root, partners),
                               eval_batches(len(val_frame), settings.eval_batch_size),
                               Collator(val_frame, adapter, image_root, hard_negatives=False), settings)
+    if settings.lr_scheduler == "step":
+        trainer.lr_step_size = step_size_of(settings, steps_per_epoch(train_frame, settings))
+        log.info("lr_scheduler step: lr x %g every %d steps (%g epochs)", settings.lr_step_gamma,
+                 trainer.lr_step_size, settings.lr_step_epochs)
     if not progress:
         from transformers.trainer_callback import PrinterCallback
 
