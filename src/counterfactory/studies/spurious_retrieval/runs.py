@@ -47,7 +47,7 @@ def run(cfg, dataset: str, role: str, mixture: str, seed: int, data_seed: int, m
     from ...training.runs import run_one
 
     s = settings(cfg)
-    if role not in s["training"]["models"]:
+    if mixture != ZEROSHOT and role not in s["training"]["models"]:
         raise ConfigError(f"spurious_retrieval.training.models has no role {role!r}. Fix: add it (role: clip|blip)")
     if role not in (cfg.get("models") or {}):
         raise ConfigError(f"models.{role}: not configured. Fix: add the role under models")
