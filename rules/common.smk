@@ -483,5 +483,6 @@ def sr_runs(wildcards):
     from counterfactory.studies.spurious_retrieval.runs import runs
 
     return [
-        f"{RESULTS}/{wildcards.study}/{d}/runs/{role}/{m}/seed{seed}/metrics.csv" for d, role, m, seed in runs(sr(wildcards))
+        f"{RESULTS}/{wildcards.study}/{d}/runs/{role}/{m}/seed{seed}/metrics.csv"
+        for d, role, m, seed in runs(sr(wildcards))
     ]

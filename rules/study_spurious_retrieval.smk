@@ -2,6 +2,7 @@
 # noun-phrase captions, ODmAP@k, fine-tuning on D + D'. Settings: the `spurious_retrieval:` config section (defaults
 # in counterfactory.studies.spurious_retrieval.settings); results under results/<run>/spurious_retrieval/<dataset>/.
 import shlex
+
 SR = "spurious_retrieval"
 SR_DIR = f"{RESULTS}/{SR}"
 SD = f"{S}/{{dataset}}"

@@ -174,6 +174,39 @@ def test_demo_countercurate_end_to_end(demo_run):
     assert "+ CounterCurate" in (out / "finetune/tables/positions_vlm.md").read_text()
 
 
+def test_demo_spurious_retrieval_end_to_end(demo_run):
+    """Kim et al. 2023 on the demo COCO photos: every selection branch occurs (single, multi, skipped for area and
+    for overlap), the removal requests are inpainted by LaMa's stand-in and zero padding, D' captions come from
+    noun-phrase removal, prompts and the captioner, and Tables 1-3 / Figure 4 hold every configured row."""
+    work, _, _ = demo_run
+    out = work / "results/demo/spurious_retrieval"
+    summary = dict(pd.read_csv(out / "coco/selection/summary.csv").itertuples(index=False))
+    assert summary == {"images": 7, "candidates": 13, "selected": 8, "single": 7, "multi": 1, "skipped: area": 2,
+                       "skipped: overlap": 2, "skipped: single_class_image": 1}
+    requests = pd.read_parquet(out / "coco/selection/requests.parquet")
+    for method in ("lama", "zero"):
+        shard = pd.read_parquet(out / f"coco/images/{method}/00000/shard.parquet")
+        assert set(shard["item_id"]) == set(requests["item_id"])
+        assert all((out / f"coco/images/{method}/00000" / name).is_file() for name in shard["output_path"])
+    manifests = pd.read_csv(out / "coco/manifests/summary.csv").set_index("mixture")
+    real = manifests.at["finetune", "real_rows"]
+    assert manifests.at["finetune", "synthetic_rows"] == 0
+    assert manifests.at["ratio_0.2", "synthetic_rows"] == math.floor(0.2 * real + 0.5)
+    for variant in ("ours", "np_zero", "prompts", "captioner"):  # one synthetic caption per train image
+        assert 0 < manifests.at[variant, "synthetic_rows"] <= (requests["split"] == "train").sum()
+    runs = pd.read_csv(out / "runs.csv")
+    per_model = runs.groupby("experiment")["mixture"].unique().map(set).to_dict()
+    assert per_model["coco_itm_blip"] == {"zeroshot", "finetune", "ours"}
+    assert per_model["coco_clip_train"] == {"zeroshot", "finetune", "ours", "np_zero", "prompts", "captioner",
+                                            "ratio_0.2"}
+    assert {"ODmAP@1", "ODmAP@5", "ODmAP@10", "TR@1", "IR@10"} <= set(runs["metric"])
+    tables = (out / "tables.md").read_text()
+    for text in ("Table 1", "Table 2", "Table 3", "Figure 4", "CLIP (zeroshot)", "CLIP + Ours", "BLIP (finetune)",
+                 "NP removal, zero pad.", "prompts, inpaint", "capt. model, inpaint"):
+        assert text in tables, text
+    assert (out / "figure4.png").stat().st_size > 0
+
+
 def test_unchanged_config_reruns_nothing(repo, demo_run):
     work, cfgfile, _ = demo_run
     proc = snakemake(repo, work, "-n", "all", "--configfile", str(cfgfile), timeout=300)
@@ -304,6 +337,14 @@ def test_paper_config_dry_run_at_paper_scale(repo, tmp_path):
     seeds = cc["training"]["seeds"]["count"]
     assert counts["cc_train_run"] == (5 + 3 + 2) * seeds + 3 == 53
     assert counts["cc_vlm_run"] == 3 * seeds + 3 and counts["cc_vlm_table"] == 3
+    # Spurious-correlation retrieval (Kim et al. 2023): selection and captions per dataset; inpainting sharded per
+    # method (MS-COCO: LaMa + Table 3's three paddings; Flickr30k: LaMa only, Table 3 is MS-COCO); runs: per dataset
+    # and model zero-shot once + mixtures x seeds, CLIP on MS-COCO also Table 3's five variants and Figure 4's ratios
+    sr = yaml.safe_load((repo / "config" / "config.yaml").read_text())["spurious_retrieval"]
+    shards, n = sr["inpaint"]["shards"], sr["training"]["seeds"]["count"]
+    assert counts["sr_select"] == counts["sr_captions"] == counts["sr_manifests"] == 2
+    assert counts["sr_inpaint"] == (4 + 1) * shards == 320 and counts["sr_captioner"] == 1
+    assert counts["sr_run"] == (1 + (2 + 5 + 5) * n) + 3 * (1 + 2 * n) == 58 and counts["sr_tables"] == 1
     # what the image jobs will run with (their job config files): §3.2 / B.1.2
     jobs = [load_config([f]) for f in (tmp_path / ".snakemake/counterfactory/jobs").glob("*.yaml")]
     images = [j for j in jobs if "images" in j and "candidates_per_pair" in j["images"]]

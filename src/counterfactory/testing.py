@@ -62,7 +62,33 @@ def fake_evaluation_data(workdir: Path, config_path: Path, study: str = "coco_co
     for spec in [retrieval] if isinstance(retrieval, dict) else retrieval:
         touch(spec["image_root"], True)
         touch(spec["karpathy_json"], False)
-    return made + fake_countercurate_data(workdir, config_path)
+    return made + fake_countercurate_data(workdir, config_path) + fake_spurious_data(workdir, config_path)
+
+
+def fake_spurious_data(workdir: Path, config_path: Path) -> list[Path]:
+    """Stand-ins under ``workdir`` for the spurious-correlation study's relative paths: empty Karpathy split and
+    instances files, the image roots, and the demo's Flickr30k Entities (official layout) copied there."""
+    import shutil
+
+    data = (yaml.safe_load(Path(config_path).read_text()).get("spurious_retrieval") or {}).get("data") or {}
+    demo = Path(__file__).resolve().parents[2] / "resources" / "demo"
+    made = []
+    for name in ("coco", "flickr30k"):
+        src = data.get(name) or {}
+        for rel, kind in [(src.get("karpathy_json"), "file"), (src.get("image_root"), "dir"),
+                          (src.get("entities_root"), "entities"), *[(p, "file") for p in src.get("instances") or []]]:
+            if not rel or Path(rel).is_absolute() or (workdir / rel).exists():
+                continue
+            target = workdir / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if kind == "dir":
+                target.mkdir()
+            elif kind == "entities":
+                shutil.copytree(demo / "flickr30k_entities", target)
+            else:
+                target.write_text("{}")
+            made.append(target)
+    return made
 
 
 def fake_countercurate_data(workdir: Path, config_path: Path) -> list[Path]:
@@ -126,6 +152,12 @@ def demo_config(repo: Path, workdir: Path, edit=None, name: str | None = None, *
             for key in ("dataset", "images", "root", "examples", "imgs_list"):
                 if section.get(key):
                     section[key] = str(repo / section[key])
+    sr = ((cfg.get("spurious_retrieval") or {}).get("data") or {}).get("coco") or {}
+    for key in ("karpathy_json", "image_root"):
+        if sr.get(key):
+            sr[key] = str(demo / Path(sr[key]).relative_to("resources/demo"))
+    if sr.get("instances"):
+        sr["instances"] = [str(demo / Path(p).relative_to("resources/demo")) for p in sr["instances"]]
     if edit:
         edit(study)
     cfg.update(top)
