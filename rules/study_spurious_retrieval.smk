@@ -28,7 +28,7 @@ rule sr_select:
         mem_mb=scaled(8000),
         runtime=minutes(60),
     params:
-        config=job_config("data", "selection", "inpaint"),
+        config=job_config("data", "selection", "inpaint.shards"),
     shell:
         "counterfactory odmap select {params.config} --dataset {wildcards.dataset} --out {output.selection:q}"
         " --requests-out {output.requests:q} --summary-out {output.summary:q} > {log:q} 2>&1"
@@ -138,7 +138,7 @@ rule sr_manifests:
     conda:
         CONDA_ENV
     params:
-        config=job_config("captions", "mixtures", "training", "inpaint"),
+        config=job_config("captions", "mixtures", "training"),
         inpainted=sr_inpainted_args,
     shell:
         "counterfactory odmap manifests {params.config} --dataset {wildcards.dataset} --requests {input.requests:q}"
