@@ -47,3 +47,25 @@ def nltk_dir(tmp_path_factory) -> Path:
     else:
         os.environ["NLTK_DATA"] = saved_env
     nd._clear_nltk_caches()
+
+
+@pytest.fixture(scope="session")
+def tiny_clip(tmp_path_factory) -> Path:
+    """The tiny CLIPModel (role clip_eval) built once per session; tests load it, never write into it."""
+    from counterfactory.models import tiny
+
+    out = tmp_path_factory.mktemp("clip")
+    tiny.build("clip_eval", out)
+    return out / "clip_eval"
+
+
+@pytest.fixture
+def one_thread():
+    """Tiny models on a shared 2-core machine: one torch thread avoids OpenMP contention
+    (``pytestmark = pytest.mark.usefixtures("one_thread")``)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

@@ -16,15 +16,7 @@ def tiny_captioner(tmp_path_factory):
     return tiny.build("captioner", tmp_path_factory.mktemp("tiny_captioner"))
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny models on a shared 2-core machine: one thread avoids OpenMP contention."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _cfg(path):

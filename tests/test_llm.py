@@ -19,15 +19,7 @@ def tiny_llm(tmp_path_factory):
     return tiny.build("llm", tmp_path_factory.mktemp("tiny_llm"))
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny models on a shared 2-core machine: one thread avoids OpenMP contention."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _cfg(path, **section):

@@ -141,15 +141,6 @@ def test_settings_defaults_and_learning_rates():
 
 
 # ------------------------------------------------------------------ one run on a tiny CLIP
-@pytest.fixture(scope="module")
-def tiny_clip(tmp_path_factory):
-    from counterfactory.models import tiny
-
-    out = tmp_path_factory.mktemp("clip")
-    tiny.build("clip_eval", out)
-    return out / "clip_eval"
-
-
 def test_debias_run_end_to_end(tiny_clip, images_table, manifests, split, tmp_path):
     out, _ = manifests
     cfg = {"device": "cpu", "models": {"clip_train": {"source": str(tiny_clip)}},

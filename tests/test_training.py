@@ -17,15 +17,6 @@ from counterfactory.models import registry
 
 
 @pytest.fixture(scope="module")
-def tiny_clip(tmp_path_factory):
-    from counterfactory.models import tiny
-
-    out = tmp_path_factory.mktemp("clip")
-    tiny.build("clip_eval", out)
-    return out / "clip_eval"
-
-
-@pytest.fixture(scope="module")
 def dataset(tmp_path_factory):
     """8 pairs: original + counterfactual, distinct noisy-colour images and captions."""
     root = tmp_path_factory.mktemp("imgs")

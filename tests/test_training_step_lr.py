@@ -16,15 +16,6 @@ from counterfactory.training import trainer as trainer_mod
 
 
 @pytest.fixture(scope="module")
-def tiny_clip(tmp_path_factory):
-    from counterfactory.models import tiny
-
-    out = tmp_path_factory.mktemp("clip")
-    tiny.build("clip_eval", out)
-    return out / "clip_eval"
-
-
-@pytest.fixture(scope="module")
 def dataset(tmp_path_factory):
     """12 rows (6 pairs) of small noisy images."""
     root = tmp_path_factory.mktemp("imgs")
