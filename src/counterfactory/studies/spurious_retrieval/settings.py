@@ -111,7 +111,8 @@ DEFAULTS: dict[str, Any] = {
     "evaluation": {"ks": [1, 5, 10], "batch_size": 256},
 }
 RECIPES = ("clip", "blip")
-_NESTED = {"data": ("coco", "flickr30k", "splits"), "captions": ("captioner",), "training": RECIPES + ("common",),
+_NESTED = {"data": ("coco", "flickr30k", "splits"), "captions": ("captioner",),
+           "training": RECIPES + ("common", "seeds"),
            "mixtures": ()}
 
 
