@@ -32,18 +32,10 @@ def tiny_blip(tmp_path_factory):
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory):
     """6 pairs: original + counterfactual, distinct noisy-colour images and captions."""
+    from counterfactory.testing import pair_images
+
     root = tmp_path_factory.mktemp("imgs")
-    rng = np.random.default_rng(0)
-    rows = []
-    colours = ["red", "green", "blue", "yellow", "purple", "orange"]
-    for i, c in enumerate(colours):
-        for cf in (0, 1):
-            arr = (rng.random((32, 32, 3)) * 60 + (i * 30 + cf * 100) % 255).astype(np.uint8)
-            name = f"{i}_{cf}.png"
-            Image.fromarray(arr).save(root / name)
-            rows.append({"image_path": name, "caption": f"a {c} {'dog' if cf == 0 else 'cat'}",
-                         "is_counterfactual": bool(cf), "pair_id": f"p{i}"})
-    return root, pd.DataFrame(rows)
+    return root, pair_images(root, ["red", "green", "blue", "yellow", "purple", "orange"], step=30)
 
 
 def cfg_of(path):

@@ -18,17 +18,10 @@ from counterfactory.training import trainer as trainer_mod
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory):
     """12 rows (6 pairs) of small noisy images."""
+    from counterfactory.testing import pair_images
+
     root = tmp_path_factory.mktemp("imgs")
-    rng = np.random.default_rng(0)
-    rows = []
-    for i in range(6):
-        for cf in (0, 1):
-            arr = (rng.random((32, 32, 3)) * 60 + (i * 30 + cf * 100) % 255).astype(np.uint8)
-            name = f"{i}_{cf}.png"
-            Image.fromarray(arr).save(root / name)
-            rows.append({"image_path": name, "caption": f"a photo number {i} {'dog' if cf == 0 else 'cat'}",
-                         "is_counterfactual": bool(cf), "pair_id": f"p{i}"})
-    return root, pd.DataFrame(rows)
+    return root, pair_images(root, [f"number {i}" for i in range(6)], step=30)
 
 
 def adapter(path):

@@ -164,3 +164,22 @@ def demo_config(repo: Path, workdir: Path, edit=None, name: str | None = None, *
     path = workdir / (name or "demo-test.yaml")
     path.write_text(yaml.safe_dump(cfg))
     return path
+
+
+def pair_images(root: Path, words, step: int = 30):
+    """Two small noisy 32x32 images per word under ``root`` (original ``<i>_0.png`` and counterfactual ``<i>_1.png``,
+    distinct colours) as a trainer manifest frame: captions ``a <word> dog`` / ``a <word> cat``, pair ids ``p<i>``."""
+    import numpy as np
+    import pandas as pd
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    rows = []
+    for i, word in enumerate(words):
+        for cf in (0, 1):
+            arr = (rng.random((32, 32, 3)) * 60 + (i * step + cf * 100) % 255).astype(np.uint8)
+            name = f"{i}_{cf}.png"
+            Image.fromarray(arr).save(Path(root) / name)
+            rows.append({"image_path": name, "caption": f"a {word} {'dog' if cf == 0 else 'cat'}",
+                         "is_counterfactual": bool(cf), "pair_id": f"p{i}"})
+    return pd.DataFrame(rows)
