@@ -666,3 +666,43 @@ def test_cli_select_writes_selection_requests_and_summary(repo, tmp_path, monkey
     requests = dt.read_requests(req)
     assert len(requests) == 8 and len(pd.read_parquet(out)) == 13
     assert all(isinstance(b, list) and len(b) == 4 for boxes in requests["boxes"] for b in boxes)
+
+
+def test_flickr30k_path_on_the_demo_entities(tmp_path, monkeypatch, repo):
+    """Flickr30k: captions and boxes from Flickr30k Entities (the demo's 8 images in the official layout), splits
+    from a Karpathy file; the people type is removed by its annotated phrases, prompts name singular nouns."""
+    import json
+
+    from counterfactory.studies.spurious_retrieval import captions, data, regions
+    from counterfactory.studies.spurious_retrieval import settings as S
+
+    monkeypatch.chdir(repo)
+    root = repo / "resources/demo/flickr30k_entities"
+    ids = sorted(p.stem for p in (root / "Annotations").glob("*.xml"))
+    splits = ["train"] * (len(ids) - 3) + ["val", "test", "test"]
+    doc = {"dataset": "flickr30k", "images": [
+        {"filename": f"{i}.jpg", "imgid": k, "split": s, "sentids": [k],
+         "sentences": [{"raw": "x", "tokens": ["x"], "imgid": k, "sentid": k}]}
+        for k, (i, s) in enumerate(zip(ids, splits))]}
+    (tmp_path / "flickr.json").write_text(json.dumps(doc))
+    s = S.settings({"data": {"datasets": ["flickr30k"], "flickr30k": {
+        "karpathy_json": str(tmp_path / "flickr.json"), "image_root": str(root / "flickr30k-images"),
+        "entities_root": str(root)}}})
+    caps = data.load_captions(s, "flickr30k")
+    assert caps.groupby("split")["image_id"].nunique().to_dict() == {"train": 5, "val": 1, "test": 2}
+    assert (caps.groupby("image_id").size() >= 2).all()          # the Entities sentences, not the Karpathy stubs
+    table, requests = data.select(s, regions.settings(None), "flickr30k")
+    assert set(table["category"]) <= set(regions.FLICKR_CLASSES)
+    assert len(requests) == int(table["selected"].sum()) >= 1
+    row = requests.iloc[0]
+    assert row["removed_categories"] == ["people"] and row["present_categories"] == ["animals"]
+    classes = list(regions.FLICKR_CLASSES)
+    gallery = captions.gallery(s, "flickr30k", caps, classes)
+    woman = gallery[gallery["caption"].str.startswith("A woman")]
+    assert woman["mentions"].map(list).tolist() == [["people"]]
+    syn = captions.synthetic(s, "flickr30k", requests, caps, ("np_removal", "prompt"), classes)
+    mine = syn[syn["item_id"] == row["item_id"]]
+    removed = mine[(mine["method"] == "np_removal") & mine["matched"]]
+    assert len(removed) >= 1 and not removed["caption"].str.contains("people|men|women", case=False).any()
+    prompt = mine.loc[mine["method"] == "prompt", "caption"].item()
+    assert "animal" in prompt and "animals" not in prompt and "people" not in prompt

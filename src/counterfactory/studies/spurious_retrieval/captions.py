@@ -25,6 +25,9 @@ log = logging.getLogger(__name__)
 
 GALLERY_COLUMNS = ["image_id", "split", "caption_index", "caption", "image_path", "mentions"]
 SYNTHETIC_COLUMNS = ["item_id", "image_id", "split", "method", "caption_index", "caption", "matched"]
+#: how a prompt names a Flickr30k Entities type (the types are plural category names)
+FLICKR_PROMPT_NOUNS = {"people": "person", "animals": "animal", "vehicles": "vehicle", "instruments": "instrument",
+                       "clothing": "clothing", "bodyparts": "body part", "scene": "scene", "other": "object"}
 
 
 def item_seed(item_id: str, salt: int = 0) -> int:
@@ -105,6 +108,8 @@ def synthetic(s: dict, dataset: str, requests: pd.DataFrame, captions: pd.DataFr
         pool = templates(cs["prompt_templates"])
         for r in requests.itertuples(index=False):
             present = list(r.present_categories)
+            if _flickr(dataset):
+                present = [FLICKR_PROMPT_NOUNS.get(c, c) for c in present]
             if not present:
                 continue
             rng = random.Random(item_seed(r.item_id))
