@@ -129,8 +129,7 @@ def _merge(default: dict, own: Mapping, where: str, nested: tuple[str, ...]) -> 
         if key in nested:
             if not isinstance(value, Mapping):
                 raise _fail(f"{where}.{key}", f"expected a mapping, got {type(value).__name__}", "write key: value pairs")
-            extra = () if key != "common" else ()
-            allowed = set(out[key]) | (set(DEFAULTS["training"]["common"]) if key in RECIPES else set()) | set(extra)
+            allowed = set(out[key]) | (set(DEFAULTS["training"]["common"]) if key in RECIPES else set())
             if key in RECIPES:
                 allowed |= {"lr_step_epochs", "lr_step_gamma", "optimizer", "weight_decay", "lr_scheduler"}
             bad = sorted(set(value) - allowed) if key != "splits" else sorted(set(value) - set(SPLITS))
