@@ -27,6 +27,21 @@ def positive_int(text: str) -> int:
     return value
 
 
+def key_values(items, option: str, form: str) -> list[tuple[str, str]]:
+    """``KEY=VALUE`` command-line items (a repeatable option) as ``(key, value)`` pairs, in order; an item without
+    a key, an ``=`` or a value is a :class:`~counterfactory.errors.ConfigError` naming the option and the ``form``
+    expected (e.g. ``BENCHMARK=PATH``)."""
+    from ..errors import ConfigError
+
+    out = []
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key or not value:
+            raise ConfigError(f"{option} {item!r}: expected {form}")
+        out.append((key, value))
+    return out
+
+
 def add_shard_job_options(parser: argparse.ArgumentParser, input_flag: str, input_metavar: str,
                           input_help: str) -> None:
     """The options every sharded generation job shares, in this order: ``--config`` (repeatable), its input

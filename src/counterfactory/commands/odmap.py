@@ -282,11 +282,10 @@ def _manifests(args) -> int:
     from ..studies.spurious_retrieval import data, manifests, settings
 
     s = settings.settings(_load(args.config))
+    from . import key_values
+
     dirs: dict[str, list[str]] = {}
-    for item in args.inpainted:
-        method, sep, folder = item.partition("=")
-        if not sep:
-            raise SystemExit(f"--inpainted {item!r}: expected METHOD=DIR")
+    for method, folder in key_values(args.inpainted, "--inpainted", "METHOD=DIR"):
         dirs.setdefault(method, []).append(folder)
     files = {method: manifests.inpainted_files(folders) for method, folders in dirs.items()}
     synthetic = pd.concat([pd.read_parquet(p) for p in args.synthetic], ignore_index=True)

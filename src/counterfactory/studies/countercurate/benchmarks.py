@@ -583,13 +583,9 @@ def build_tables(results: pd.DataFrame, benchmarks: Sequence[str] | None = None,
 # CLI
 # ----------------------------------------------------------------------------------------------------------------
 def _pairs(items: Sequence[str], option: str) -> dict[str, str]:
-    out = {}
-    for item in items or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key or not value:
-            raise ConfigError(f"{option} {item!r}: expected NAME=VALUE (e.g. clip_cc=+ CounterCurate)")
-        out[key] = value
-    return out
+    from ...commands import key_values
+
+    return dict(key_values(items, option, "NAME=VALUE (e.g. clip_cc=+ CounterCurate)"))
 
 
 def add_cli(sub) -> None:

@@ -597,13 +597,9 @@ def vlm_train_run(cfg: Mapping, dataset: str, manifests: str | Path | None, seed
 # CLI
 # ----------------------------------------------------------------------------------------------------------------
 def _pairs_option(items, option: str) -> dict[str, str]:
-    out = {}
-    for item in items or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key or not value:
-            raise ConfigError(f"{option} {item!r}: expected BENCHMARK=PATH (e.g. positions=datasets/positions.parquet)")
-        out[key] = value
-    return out
+    from ...commands import key_values
+
+    return dict(key_values(items, option, "BENCHMARK=PATH (e.g. positions=datasets/positions.parquet)"))
 
 
 def add_cli(sub) -> None:

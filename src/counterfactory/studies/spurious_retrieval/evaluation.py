@@ -75,7 +75,7 @@ def odmap(query_emb: np.ndarray, gallery_emb: np.ndarray, removed: np.ndarray, p
 
 def read_gallery(path) -> pd.DataFrame:
     frame = pd.read_parquet(path)
-    for col in ("caption", "mentions", "split"):
+    for col in ("caption", "mentions", "split", "image_path"):
         if col not in frame.columns:
             raise input_error(path, None, f"missing column {col!r}", "rebuild it with `counterfactory odmap captions`")
     return frame
@@ -103,9 +103,7 @@ def evaluate(cfg, role: str, gallery_path, queries_path, ks=(1, 5, 10), progress
         log.warning("%s: no ODmAP queries (no selected test image)", queries_path)
     test = gallery[gallery["split"] == "test"].reset_index()
     if len(test):
-        paths = [str(p) for p in test["image_path"]] if "image_path" in test else None
-        if paths is None:
-            raise input_error(gallery_path, None, "no image_path column", "rebuild it with `counterfactory odmap captions`")
+        paths = [str(p) for p in test["image_path"]]
         images = list(dict.fromkeys(paths))
         index = {p: i for i, p in enumerate(images)}
         img_emb = scorer.encode_images(images)
