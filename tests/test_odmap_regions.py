@@ -171,7 +171,7 @@ def test_settings_defaults_and_section():
     ({"alpha1": 1.5}, "alpha1"), ({"alpha2": 0}, "alpha2"), ({"alpha3": "high"}, "alpha3"),
     ({"alpha1": 0.9, "alpha2": 0.8}, "above alpha2"), ({"rule": "paper"}, "rule"), ({"colour": 1}, "colour"),
     ({"classes": "dog"}, "classes"), ({"classes": ["dog", "dog"]}, "twice"),
-    ({"mask_mode": "segmentation"}, "pycocotools"), ({"mask_mode": "polygon"}, "mask_mode"),
+    ({"mask_mode": "polygon"}, "mask_mode"),
 ])
 def test_settings_errors(section, words):
     with pytest.raises(ConfigError, match=words):
@@ -380,3 +380,137 @@ def test_summary_counts():
     counts = rg.summary(table)
     assert counts == {"candidates": 3, "images": 1, "selected": 3, "single": 2, "multi": 1, "skipped": {}}
     assert "3 of 3 candidates of 1 images selected (single 2, multi 1); skipped: none" == rg.format_summary(counts)
+
+
+# ------------------------------------------------------------------ segmentation masks (mask_mode: segmentation)
+from counterfactory.data.coco import segmentation_mask  # noqa: E402
+
+
+@pytest.mark.parametrize("box", [(0, 0, 10, 10), (2, 3, 5, 4), (7, 1, 3, 9), (0, 9, 10, 1)])
+def test_polygon_of_an_integer_box_is_the_box_mask(box):
+    x, y, w, h = box
+    polygon = [[x, y, x + w, y, x + w, y + h, x, y + h]]
+    np.testing.assert_array_equal(segmentation_mask(polygon, 10, 10), rg.union_mask([box], 10, 10))
+
+
+def test_polygon_triangle_and_union_of_parts_by_hand():
+    # a right triangle with legs of 6 px: the pixels whose centre (c + 0.5, r + 0.5) lies inside, c + r < 5
+    tri = segmentation_mask([[0, 0, 6, 0, 0, 6]], 8, 8)
+    rows_, cols_ = np.indices((8, 8))
+    np.testing.assert_array_equal(tri, rows_ + cols_ < 5)
+    assert tri.sum() == 5 + 4 + 3 + 2 + 1
+    # two polygons of one annotation are one mask (their union)
+    two = segmentation_mask([[0, 0, 2, 0, 2, 2, 0, 2], [5, 5, 8, 5, 8, 8, 5, 8]], 8, 8)
+    assert two.sum() == 4 + 9 and two[1, 1] and two[7, 7] and not two[3, 3]
+
+
+def test_uncompressed_and_compressed_rle_by_hand():
+    # 3 x 4 (h x w), column-major runs starting with background: 1 off, 2 on, 5 off, 4 on
+    rle = {"size": [3, 4], "counts": [1, 2, 5, 4]}
+    expected = np.zeros((3, 4), dtype=bool)
+    flat = expected.reshape(-1, order="F")
+    flat[1:3] = True
+    flat[8:12] = True
+    expected = flat.reshape(3, 4, order="F")
+    got = segmentation_mask(rle, 3, 4)
+    np.testing.assert_array_equal(got, expected)
+    # column 0: rows 1-2; column 1: none; column 2: row 2; column 3: every row
+    assert got[1:, 0].all() and not got[:, 1].any() and got[2, 2] and got[:, 3].all() and got.sum() == 6
+    from pycocotools import mask as mask_utils
+
+    compressed = mask_utils.encode(np.asfortranarray(expected.astype(np.uint8)))
+    np.testing.assert_array_equal(segmentation_mask({"size": [3, 4], "counts": compressed["counts"].decode()}, 3, 4),
+                                  expected)
+
+
+@pytest.mark.parametrize("segmentation, words", [
+    ({"size": [4, 4], "counts": [16]}, "4x4 .* but its image is 10x10"),   # a mask of the wrong size
+    ({"size": [10, 10], "counts": [3, 4]}, "sum to 7"),
+    ([[0, 0, 5, 0]], "at least three"),
+    ([[0, 0, 15, 0, 15, 5]], "outside"),
+    ("person", "list of polygons or an RLE"),
+])
+def test_bad_segmentations_raise(segmentation, words):
+    with pytest.raises(ValueError, match=words):
+        segmentation_mask(segmentation, 10, 10)
+
+
+def seg_doc():
+    """One 10 x 20 (h x w) image: an L-shaped person whose bounding box covers a dog that its mask does not touch,
+    and a frisbee inside the L."""
+    doc = coco_doc([(7, 1, [0, 0, 10, 10]), (7, 2, [6, 0, 4, 4]), (7, 3, [0, 8, 2, 2])],
+                   images=[{"id": 7, "width": 20, "height": 10, "file_name": "000000000007.jpg"}])
+    person, dog, frisbee = doc["annotations"]
+    person["segmentation"] = [[0, 0, 5, 0, 5, 5, 10, 5, 10, 10, 0, 10]]         # L: the top-right quarter is empty
+    # rows 0-3 of columns 6-9 as an uncompressed RLE (column-major: 60 off, then 4 on / 6 off per column)
+    dog["segmentation"] = {"size": [10, 20], "counts": [60, 4, 6, 4, 6, 4, 6, 4, 106]}
+    frisbee["segmentation"] = [[0, 8, 2, 8, 2, 10, 0, 10]]
+    return doc
+
+
+def test_segmentation_mode_uses_masks_not_boxes(tmp_path):
+    images, objects, _ = rg.coco_objects(write(tmp_path, seg_doc()))
+    boxes = {r.category: r for r in rg.select_regions(images, objects).itertuples(index=False)}
+    masks = {r.category: r for r in rg.select_regions(images, objects, dict(rg.DEFAULTS, mask_mode="segmentation"))
+             .itertuples(index=False)}
+    # boxes: the person's box (half the image) covers the dog and the frisbee, so all three go
+    assert json.loads(boxes["person"].overlaps) == {"dog": 1.0, "frisbee": 1.0}
+    assert (boxes["person"].mode, list(boxes["person"].removed_categories)) == ("multi", ["person", "dog", "frisbee"])
+    assert boxes["person"].removed_area_ratio == pytest.approx(0.5)
+    # masks: the L (75 px) contains the frisbee but not the dog, which stays in the image
+    assert json.loads(masks["person"].overlaps) == {"dog": 0.0, "frisbee": 1.0}
+    assert (masks["person"].mode, list(masks["person"].removed_categories)) == ("multi", ["person", "frisbee"])
+    assert masks["person"].candidate_area_ratio == pytest.approx(75 / 200)
+    assert json.loads(masks["frisbee"].overlaps) == {"person": pytest.approx(4 / 75), "dog": 0.0}
+    assert (masks["dog"].mode, masks["dog"].candidate_area_ratio) == ("single", pytest.approx(16 / 200))
+
+
+def test_segmentation_requests_erase_the_mask_pixels(tmp_path):
+    """The inpainting step rasterises a request's segmentation: zero filling blackens exactly the L's pixels."""
+    from PIL import Image
+
+    from counterfactory.generation.inpaint import inpaint_shard
+
+    doc = seg_doc()
+    image = np.full((10, 20, 3), 200, dtype=np.uint8)
+    Image.fromarray(image).save(tmp_path / "im.png")
+    spec = {"size": [10, 20], "objects": [doc["annotations"][0]["segmentation"], doc["annotations"][2]["segmentation"]]}
+    items = pd.DataFrame({"item_id": ["coco_7_1"], "image_path": [str(tmp_path / "im.png")],
+                          "boxes": [[[0, 0, 10, 10]]], "segmentation": [json.dumps(spec)]})
+    inpaint_shard(items, "zero", tmp_path / "out", progress=False)
+    out = np.asarray(Image.open(tmp_path / "out" / "coco_7_1.png"))
+    erased = (out == 0).all(axis=2)
+    expected = segmentation_mask(spec["objects"][0], 10, 20) | segmentation_mask(spec["objects"][1], 10, 20)
+    np.testing.assert_array_equal(erased, expected)
+    assert erased.sum() == 75 and not erased[0, 7]                  # not the box: the dog's pixels are kept
+    spec["size"] = [10, 10]
+    items["segmentation"] = json.dumps(spec)
+    items["item_id"] = "coco_7_9"
+    with pytest.raises(InputError, match=r"coco_7_9.*mask is 10x10 \(HxW\) but its image is 10x20"):
+        inpaint_shard(items, "zero", tmp_path / "out", progress=False)
+
+
+def test_segmentation_mode_errors_name_the_record(tmp_path):
+    doc = seg_doc()
+    doc["annotations"][1]["segmentation"] = {"size": [4, 4], "counts": [16]}
+    images, objects, _ = rg.coco_objects(write(tmp_path, doc))
+    with pytest.raises(InputError) as err:
+        rg.select_regions(images, objects, dict(rg.DEFAULTS, mask_mode="segmentation"))
+    assert "annotations[1] (id 11)" in str(err.value) and "4x4" in str(err.value) and "Fix:" in str(err.value)
+    doc["annotations"][1]["segmentation"] = []
+    images, objects, _ = rg.coco_objects(write(tmp_path, doc, "b.json"))
+    with pytest.raises(InputError, match=r"annotations\[1\] \(id 11\).*no segmentation"):
+        rg.select_regions(images, objects, dict(rg.DEFAULTS, mask_mode="segmentation"))
+    rg.select_regions(images, objects)                               # box mode does not need the masks
+    with pytest.raises(ConfigError, match="boxes only"):
+        rg.select_regions(*frames([(1, 0, 0, 4, 10), (2, 5, 5, 2, 2)]), dict(rg.DEFAULTS, mask_mode="segmentation"))
+
+
+def test_cli_select_with_segmentation_masks(tmp_path, capsys):
+    path = write(tmp_path, seg_doc())
+    out = tmp_path / "seg.parquet"
+    assert cli.main(["odmap", "select", "--instances", str(path), "--out", str(out), "--mask-mode",
+                     "segmentation"]) == 0
+    table = pd.read_parquet(out).set_index("category")
+    assert table.loc["dog", "selected"] and table.loc["person", "candidate_area_ratio"] == pytest.approx(0.375)
+    assert list(table.loc["person", "removed_categories"]) == ["person", "frisbee"]

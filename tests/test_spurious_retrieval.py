@@ -706,3 +706,29 @@ def test_flickr30k_path_on_the_demo_entities(tmp_path, monkeypatch, repo):
     assert len(removed) >= 1 and not removed["caption"].str.contains("people|men|women", case=False).any()
     prompt = mine.loc[mine["method"] == "prompt", "caption"].item()
     assert "animal" in prompt and "animals" not in prompt and "people" not in prompt
+
+
+def test_select_with_segmentation_masks_on_the_demo(repo, demo_view, demo_selection):
+    """``mask_mode: segmentation``: the demo's polygons trace its boxes, so the decisions are the box mode's and each
+    request's segmentation rasterises to the pixels of its boxes, up to the one-pixel edge where a half-pixel
+    coordinate falls on a pixel centre (pycocotools includes that pixel, the box rule is half-open)."""
+    from counterfactory.generation.inpaint import _segmentation_mask, boxes_to_mask
+
+    _, boxes_table, _ = demo_selection
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(repo)
+        s = st.settings(demo_view)
+        table, requests = dt.select(s, rg.settings({"selection": {"mask_mode": "segmentation"}}), "coco")
+    decisions = ["image_id", "category_id", "selected", "reason", "mode"]
+    pd.testing.assert_frame_equal(table[decisions], boxes_table[decisions])
+    assert [list(v) for v in table["removed_categories"]] == [list(v) for v in boxes_table["removed_categories"]]
+    np.testing.assert_allclose(table["removed_area_ratio"], boxes_table["removed_area_ratio"], atol=0.005)
+    assert (requests["segmentation"] != "").all()
+    for r in requests.itertuples(index=False):
+        h, w = json.loads(r.segmentation)["size"]
+        mask = _segmentation_mask(r.segmentation, "<requests>", r.item_id)
+        box = boxes_to_mask(r.boxes, h, w)
+        differ = np.argwhere(mask ^ box)
+        assert len(differ) < 0.01 * h * w
+        # every differing pixel is next to a pixel where the two agree on the mask (an edge, not an area)
+        assert all(box[max(y - 1, 0):y + 2, max(x - 1, 0):x + 2].any() for y, x in differ)

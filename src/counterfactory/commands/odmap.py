@@ -63,7 +63,7 @@ def register(subparsers) -> None:
     p.add_argument("--rule", choices=("pseudocode", "text"),
                    help="pseudocode: appendix listing (default); text: Eq. 1-3 as written (see the module docs)")
     p.add_argument("--mask-mode", choices=("box", "segmentation"),
-                   help="box (default); segmentation needs pycocotools")
+                   help="box (default, the paper: union of boxes) or segmentation (COCO masks, via pycocotools)")
     p.add_argument("--classes", type=_csv_list, metavar="A,B,...",
                    help="only these classes (default: every COCO class; Flickr30k: people, animals, vehicles, "
                         "instruments)")

@@ -270,3 +270,47 @@ def load_coco_instances(path: str | Path) -> tuple[pd.DataFrame, pd.DataFrame, p
     anns["iscrowd"] = anns["iscrowd"].fillna(0).astype("int64")
     anns["area"] = anns["area"].astype("float64") if "area" in anns else np.nan
     return images, anns, cats
+
+
+def segmentation_mask(segmentation, height: int, width: int) -> np.ndarray:
+    """Boolean ``(height, width)`` mask of one COCO ``segmentation``, rasterised by pycocotools (the official
+    COCO API, so the pixels match its ``annToMask``): a list of polygons (flat ``[x1, y1, x2, y2, ...]`` lists
+    of at least three points; their union), an uncompressed RLE (``{"size": [h, w], "counts": [ints]}``,
+    column-major runs starting with background, as crowd annotations use) or a compressed RLE (``counts`` a
+    string). A malformed value or an RLE whose ``size`` is not ``[height, width]`` raises :class:`ValueError`
+    with the reason; callers name the file and record."""
+    from pycocotools import mask as mask_utils
+
+    height, width = int(height), int(width)
+    if isinstance(segmentation, dict):
+        size, counts = segmentation.get("size"), segmentation.get("counts")
+        if not (isinstance(size, (list, tuple)) and len(size) == 2) or counts is None:
+            raise ValueError(f"an RLE needs 'size' [height, width] and 'counts', got keys {sorted(segmentation)}")
+        if [int(size[0]), int(size[1])] != [height, width]:
+            raise ValueError(f"the RLE is {int(size[0])}x{int(size[1])} (HxW) but its image is {height}x{width}")
+        if isinstance(counts, str):
+            rle = {"size": [height, width], "counts": counts.encode("ascii")}
+        elif isinstance(counts, bytes):
+            rle = {"size": [height, width], "counts": counts}
+        else:
+            counts = [int(c) for c in counts]
+            if any(c < 0 for c in counts) or sum(counts) != height * width:
+                raise ValueError(f"the RLE counts sum to {sum(counts)} (or are negative); a {height}x{width} mask "
+                                 f"needs non-negative runs summing to {height * width}")
+            rle = mask_utils.frPyObjects({"size": [height, width], "counts": counts}, height, width)
+        return mask_utils.decode(rle).astype(bool)
+    if not isinstance(segmentation, (list, tuple)) or not segmentation:
+        raise ValueError(f"segmentation must be a list of polygons or an RLE dict, got {segmentation!r:.80}")
+    polygons = []
+    for k, poly in enumerate(segmentation):
+        values = np.asarray(poly, dtype="float64").ravel() if isinstance(poly, (list, tuple, np.ndarray)) else None
+        if values is None or values.size < 6 or values.size % 2 or not np.isfinite(values).all():
+            raise ValueError(f"polygon {k} is not a flat list of at least three finite (x, y) points")
+        xs, ys = values[0::2], values[1::2]
+        if xs.min() < -BOX_TOLERANCE_PX or ys.min() < -BOX_TOLERANCE_PX or xs.max() > width + BOX_TOLERANCE_PX \
+                or ys.max() > height + BOX_TOLERANCE_PX:
+            raise ValueError(f"polygon {k} reaches ({xs.min():g}..{xs.max():g}, {ys.min():g}..{ys.max():g}), "
+                             f"outside its {width}x{height} (WxH) image")
+        polygons.append(values.tolist())
+    rles = mask_utils.frPyObjects(polygons, height, width)
+    return mask_utils.decode(mask_utils.merge(rles)).astype(bool)

@@ -55,8 +55,10 @@ its settings, the model's content fingerprint and the source image and mask. A r
 PNG verifies (complete chunks, CRCs) and carries the expected key, and redoes it otherwise. Nothing is
 random: outputs depend only on the inputs, the settings and the model.
 
-Masks come from a ``mask`` column (a path to a mask image, nonzero = remove, or a boolean array) or a
-``boxes`` column (pixel ``[x1, y1, x2, y2]`` boxes, :func:`boxes_to_mask`).
+Masks come from a ``mask`` column (a path to a mask image, nonzero = remove, or a boolean array), a
+``segmentation`` column (JSON ``{"size": [height, width], "objects": [COCO segmentation, ...]}``: the union of
+COCO polygons / RLEs, rasterised by pycocotools; an empty string falls through to the boxes) or a ``boxes``
+column (pixel ``[x1, y1, x2, y2]`` boxes, :func:`boxes_to_mask`).
 """
 
 from __future__ import annotations
@@ -524,9 +526,14 @@ def _item_mask(row: dict, shape: tuple[int, int], settings: InpaintSettings, roo
 
     item_id = row["item_id"]
     h, w = shape
-    if "mask" in row and row["mask"] is not None and not (isinstance(row["mask"], float) and math.isnan(row["mask"])):
-        value = row["mask"]
-        if isinstance(value, (str, os.PathLike)):
+    segmentation = row.get("segmentation")
+    has_mask = "mask" in row and row["mask"] is not None \
+        and not (isinstance(row["mask"], float) and math.isnan(row["mask"]))
+    if has_mask or (isinstance(segmentation, str) and segmentation):
+        value = row["mask"] if has_mask else None
+        if value is None:
+            mask = _segmentation_mask(segmentation, source, item_id)
+        elif isinstance(value, (str, os.PathLike)):
             path = _resolve(value, root)
             try:
                 with Image.open(path) as im:
@@ -557,6 +564,28 @@ def _item_mask(row: dict, shape: tuple[int, int], settings: InpaintSettings, roo
         raise input_error(source, item_id, f"bad boxes ({exc})", "give pixel [x1, y1, x2, y2] boxes") from None
 
 
+def _segmentation_mask(text: str, source: str, item_id) -> np.ndarray:
+    """The union of the COCO segmentations of a ``segmentation`` cell (module docstring)."""
+    from ..data.coco import segmentation_mask
+
+    try:
+        spec = json.loads(text)
+        height, width = (int(v) for v in spec["size"])
+        objects = spec["objects"]
+        if not isinstance(objects, list) or not objects:
+            raise ValueError("'objects' must be a non-empty list of COCO segmentations")
+        mask = np.zeros((height, width), dtype=bool)
+        for k, seg in enumerate(objects):
+            try:
+                mask |= segmentation_mask(seg, height, width)
+            except ValueError as exc:
+                raise ValueError(f"object {k}: {exc}") from None
+    except (ValueError, KeyError, TypeError) as exc:
+        raise input_error(source, item_id, f"bad segmentation ({exc})",
+                          'give JSON {"size": [height, width], "objects": [COCO polygons or RLEs]}') from None
+    return mask
+
+
 def _model_id(method: str, model) -> str | None:
     if method != "lama":
         return None
@@ -572,8 +601,8 @@ def inpaint_shard(items, method: str, out_dir: str | os.PathLike, batch_size: in
                   settings: InpaintSettings | None = None, model=None, cfg: dict | None = None,
                   image_root: str | os.PathLike | None = None, source: str = "<items>", progress: bool = True,
                   hook: Callable[[int, str], None] | None = None) -> dict:
-    """Inpaint every row of ``items`` (a DataFrame with ``item_id``, ``image_path`` and ``mask`` or
-    ``boxes``) with ``method`` into ``OUT_DIR/<item_id>.png`` and write ``OUT_DIR/shard.parquet``
+    """Inpaint every row of ``items`` (a DataFrame with ``item_id``, ``image_path`` and ``mask``,
+    ``segmentation`` or ``boxes``) with ``method`` into ``OUT_DIR/<item_id>.png`` and write ``OUT_DIR/shard.parquet``
     (:data:`MANIFEST_SCHEMA`: item, source and output paths, method, size, masked pixels and the key).
 
     ``lama`` uses ``model`` or loads role ``inpaint`` through the registry from ``cfg`` on ``device``.
@@ -593,9 +622,10 @@ def inpaint_shard(items, method: str, out_dir: str | os.PathLike, batch_size: in
     if batch_size < 1:
         raise ConfigError(f"inpaint batch_size {batch_size}. Fix: use 1 or more")
     missing = [c for c in ("item_id", "image_path") if c not in items.columns]
-    if missing or not ({"mask", "boxes"} & set(items.columns)):
-        raise input_error(source, None, f"missing columns {missing or ['mask or boxes']}",
-                          "give item_id, image_path and a mask (path or array) or boxes ([x1, y1, x2, y2]) column")
+    if missing or not ({"mask", "segmentation", "boxes"} & set(items.columns)):
+        raise input_error(source, None, f"missing columns {missing or ['mask, segmentation or boxes']}",
+                          "give item_id, image_path and a mask (path or array), segmentation (COCO JSON) or boxes "
+                          "([x1, y1, x2, y2]) column")
     rows = items.to_dict("records")
     seen: set[str] = set()
     for i, row in enumerate(rows):

@@ -6,12 +6,15 @@
 * :func:`select`: region selection (:mod:`.regions`) on the images of the Karpathy file, then one removal request
   per selected (image, class): the removed classes, the classes left in the image, and the boxes to erase as
   integer pixel boxes ``[x1, y1, x2, y2]`` covering exactly the pixels of the selection's masks (pixel-centre
-  rule), the image file, the split and the shard.
+  rule), the image file, the split and the shard. With ``selection.mask_mode: segmentation`` the request also carries
+  the removed objects' COCO segmentations (``segmentation``: JSON ``{"size": [h, w], "objects": [...]}``, empty in
+  box mode), which the inpainting step rasterises instead of the boxes.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 from pathlib import Path
 
@@ -25,7 +28,8 @@ log = logging.getLogger(__name__)
 
 CAPTION_COLUMNS = ["image_id", "split", "caption_index", "caption", "image_path"]
 REQUEST_COLUMNS = ["item_id", "dataset", "image_id", "split", "image_path", "category", "mode",
-                   "removed_categories", "present_categories", "boxes", "removed_area_ratio", "shard"]
+                   "removed_categories", "present_categories", "boxes", "removed_area_ratio", "shard",
+                   "segmentation"]
 
 
 def _source(s: dict, dataset: str) -> dict:
@@ -143,19 +147,34 @@ def select(s: dict, params: dict, dataset: str) -> tuple[pd.DataFrame, pd.DataFr
         objs = groups.get_group(r.image_id)
         removed = list(r.removed_categories)
         present = [c for c in dict.fromkeys(objs["category"]) if c not in removed]
-        boxes = pixel_boxes(objs[objs["category"].isin(removed)], r.image_width, r.image_height)
+        gone = objs[objs["category"].isin(removed)]
+        boxes = pixel_boxes(gone, r.image_width, r.image_height)
+        segmentation = json.dumps({"size": [int(r.image_height), int(r.image_width)],
+                                   "objects": list(gone["segmentation"])}, default=_plain) \
+            if params["mask_mode"] == "segmentation" else ""
         item_id = f"{dataset}_{r.image_id}_{r.category_id}"
         rows.append({"item_id": item_id, "dataset": dataset, "image_id": r.image_id, "split": r.split,
                      "image_path": first.at[r.image_id, "image_path"], "category": r.category, "mode": r.mode,
                      "removed_categories": removed, "present_categories": sorted(present),
                      "boxes": boxes, "removed_area_ratio": float(r.removed_area_ratio),
-                     "shard": shard_of(item_id, shards)})
+                     "shard": shard_of(item_id, shards), "segmentation": segmentation})
     requests = pd.DataFrame(rows, columns=REQUEST_COLUMNS)
     return table, requests
 
 
+def _plain(value):
+    """JSON for the NumPy values pandas leaves in parsed annotations."""
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+
+
 def read_requests(path) -> pd.DataFrame:
     frame = pd.read_parquet(path)
+    if "segmentation" not in frame.columns:                        # requests written before the mask option
+        frame["segmentation"] = ""
     missing = [c for c in REQUEST_COLUMNS if c not in frame.columns]
     if missing:
         raise input_error(path, None, f"missing columns {missing}", "rebuild it with `counterfactory odmap select`")

@@ -47,8 +47,11 @@ Masks and pixels
 ``mask_mode: box`` (the paper: "union all the bboxes"). A box ``[x, y, w, h]`` in pixel coordinates covers the
 pixels whose centre lies inside it: columns ``ceil(x - 0.5) <= j < ceil(x + w - 0.5)`` (so an integer box covers
 exactly ``w x h`` pixels). Masks are built with NumPy (one matrix product per class), overlaps for all class pairs
-with one matrix product per image; no Python loop runs over pixels. ``mask_mode: segmentation`` (COCO polygons /
-RLE) needs pycocotools, which this environment does not install; it is a :class:`ConfigError` for now.
+with one matrix product per image; no Python loop runs over pixels. ``mask_mode: segmentation`` (COCO only; the
+paper uses boxes) makes a class's region the union of its instances' COCO masks -- polygons, uncompressed RLE (crowd)
+or compressed RLE -- rasterised by pycocotools (:func:`counterfactory.data.coco.segmentation_mask`), and the removal
+requests carry those masks to the inpainting step instead of boxes. An annotation without a usable segmentation, or
+an RLE of the wrong size, is an error naming the file and annotation.
 
 Datasets
 --------
@@ -152,7 +155,7 @@ def settings(cfg: dict | None = None) -> dict:
     """Validated selection settings: :data:`DEFAULTS` updated with the ``spurious_retrieval.selection`` section of
     ``cfg`` (a full configuration, a study view with a ``selection`` key, or ``None``). Unknown keys, thresholds
     outside (0, 1], ``alpha1 > alpha2``, an unknown rule / mask mode or a malformed class list are a
-    :class:`ConfigError`; ``mask_mode: segmentation`` is one too (needs pycocotools, not implemented)."""
+    :class:`ConfigError`."""
     section = config_section(cfg)
     unknown = sorted(set(section) - set(DEFAULTS))
     if unknown:
@@ -168,10 +171,6 @@ def settings(cfg: dict | None = None) -> dict:
     out["rule"] = _check_choice("rule", out["rule"], RULES)
     out["mask_mode"] = _check_choice("mask_mode", out["mask_mode"], MASK_MODES)
     out["classes"] = _check_classes(out["classes"])
-    if out["mask_mode"] == "segmentation":
-        raise ConfigError(f"{'.'.join(SECTION)}.mask_mode: 'segmentation' (COCO polygons / RLE) needs pycocotools, "
-                          "which is not installed here, and is not implemented. Fix: use mask_mode: box (the paper's "
-                          "union of boxes)")
     return out
 
 
@@ -194,7 +193,8 @@ def _check_image_sizes(images: pd.DataFrame) -> None:
 def coco_objects(path: str | Path) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
     """``(images, objects, class names)`` of a COCO ``instances_*.json``: ``images`` has :data:`IMAGE_COLUMNS`,
     ``objects`` one row per box with :data:`OBJECT_COLUMNS` (``x, y, w, h`` in pixels; ``record`` names the
-    annotation), the class names are those of ``categories`` (with or without boxes)."""
+    annotation) plus the annotation's ``segmentation`` (``None`` when absent), the class names are those of
+    ``categories`` (with or without boxes)."""
     from ...data.coco import load_coco_instances
 
     images, anns, cats = load_coco_instances(path)
@@ -207,7 +207,8 @@ def coco_objects(path: str | Path) -> tuple[pd.DataFrame, pd.DataFrame, list[str
         "image_id": anns["image_id"].astype("int64"), "category_id": anns["category_id"].astype("int64"),
         "category": anns["name"].astype(object), "x": anns["x"], "y": anns["y"], "w": anns["w"], "h": anns["h"],
         "source": source, "record": [f"annotations[{i}] (id {v})" for i, v in enumerate(anns["id"])]})
-    return imgs, objects[OBJECT_COLUMNS], [str(n) for n in cats["name"]]
+    objects["segmentation"] = anns["segmentation"].to_numpy(dtype=object) if "segmentation" in anns else None
+    return imgs, objects[OBJECT_COLUMNS + ["segmentation"]], [str(n) for n in cats["name"]]
 
 
 def flickr_objects(root: str | Path, classes: list[str] | tuple[str, ...] | None = None,
@@ -406,23 +407,54 @@ def select_regions(images: pd.DataFrame, objects: pd.DataFrame, params: dict | N
     objects = restrict_classes(objects, params["classes"], source, known_classes)
     sizes = images.drop_duplicates("image_id").set_index("image_id")[["width", "height"]]
     _check_boxes(objects, sizes)
+    segmented = params["mask_mode"] == "segmentation"
+    if segmented and "segmentation" not in objects:
+        raise ConfigError(f"{'.'.join(SECTION)}.mask_mode: segmentation, but {source} has no segmentation masks "
+                          "(Flickr30k Entities has boxes only). Fix: use mask_mode: box")
     groups = objects.groupby("image_id", sort=False).indices
     arrays = (objects["category_id"].to_numpy(dtype="int64"), objects["category"].to_numpy(dtype=object),
-              objects[["x", "y", "w", "h"]].to_numpy(dtype="float64"))
+              objects[["x", "y", "w", "h"]].to_numpy(dtype="float64"),
+              objects["segmentation"].to_numpy(dtype=object) if segmented else None,
+              objects[["source", "record"]].to_numpy(dtype=object))
     rows = []
     for image_id, width, height in _image_order(images)[["image_id", "width", "height"]].itertuples(index=False):
         positions = groups.get(image_id)
         if positions is None or len(positions) == 0:
             continue
-        rows.extend(_image_rows(image_id, *(a[positions] for a in arrays), int(width), int(height), params))
+        rows.extend(_image_rows(image_id, *(None if a is None else a[positions] for a in arrays), int(width),
+                                int(height), params))
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
-def _image_rows(image_id, category_ids: np.ndarray, categories: np.ndarray, boxes: np.ndarray, width: int,
-                height: int, params: dict) -> list[dict]:
-    """Class masks of one image (its objects as arrays), then :func:`select_image`."""
+def object_masks(segmentations, where, height: int, width: int) -> np.ndarray:
+    """``(n, height, width)`` bool masks of ``n`` COCO segmentations; ``where`` holds each one's ``(source,
+    record)`` for the error that names a missing or malformed segmentation."""
+    from ...data.coco import segmentation_mask
+
+    out = np.zeros((len(segmentations), height, width), dtype=bool)
+    for k, (seg, (src, record)) in enumerate(zip(segmentations, where)):
+        if seg is None or (isinstance(seg, float) and math.isnan(seg)) or (isinstance(seg, (list, tuple))
+                                                                           and not seg):
+            raise input_error(src, record, "the annotation has no segmentation, but selection.mask_mode is "
+                              "segmentation", "use mask_mode: box, or an instances file with segmentation masks")
+        try:
+            out[k] = segmentation_mask(seg, height, width)
+        except ValueError as exc:
+            raise input_error(src, record, f"bad segmentation: {exc}",
+                              "fix the annotation (or use mask_mode: box)") from None
+    return out
+
+
+def _image_rows(image_id, category_ids: np.ndarray, categories: np.ndarray, boxes: np.ndarray, segmentations,
+                where, width: int, height: int, params: dict) -> list[dict]:
+    """Class masks of one image (its objects as arrays: union of boxes, or of segmentation masks when
+    ``segmentations`` is given), then :func:`select_image`."""
     ids, first = np.unique(category_ids, return_index=True)
-    masks = np.stack([union_mask(boxes[category_ids == cid], height, width) for cid in ids])
+    if segmentations is None:
+        masks = np.stack([union_mask(boxes[category_ids == cid], height, width) for cid in ids])
+    else:
+        per_object = object_masks(segmentations, where, height, width)
+        masks = np.stack([per_object[category_ids == cid].any(axis=0) for cid in ids])
     rows = select_image(masks, ids, categories[first], params)
     for row in rows:
         row["image_id"] = image_id
