@@ -1,0 +1,102 @@
+"""The study's data: COCO / Flickr30K captions (Karpathy splits), the nested COCO subsets of Tables 2 and 4, and the
+editing requests (one per example to intervene on).
+
+* :func:`captions`: one row per caption with its image file and split (``restval`` trains, as in BLIP).
+* :func:`subset_of`: COCO "10%" / "1%" are drawn by a hash of (image id, ``data.subset_seed``), so a smaller subset
+  is always inside a larger one and membership does not depend on the file's order.
+* :func:`coco_requests`: the accepted interventions of the largest subset's training images (appendix B's majority
+  vote), with the edit prompt (InstructPix2Pix) and the source / target captions (null-text + Prompt-to-Prompt) of
+  the first caption that voted for the winning edit.
+* :func:`celeba_requests`: every CelebA training image some K-shot episode uses, with §3.3's manual prompts chosen by
+  its ``Male`` label.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ...errors import ConfigError
+
+CAPTION_COLUMNS = ["caption_id", "image_id", "split", "caption", "image_path"]
+REQUEST_COLUMNS = ["item_id", "dataset", "image_id", "image_path", "edit_prompt", "source_prompt", "target_prompt",
+                   "shard"]
+
+
+def _paths(s: dict, dataset: str, keys: tuple[str, ...]) -> dict:
+    src = s["data"][dataset]
+    missing = [k for k in keys if not src.get(k)]
+    if missing:
+        raise ConfigError(f"cvld.data.{dataset}: no {', '.join(missing)}. Fix: point it at the official files "
+                          "(README, 'CVLD')")
+    return src
+
+
+def captions(s: dict, dataset: str = "coco") -> pd.DataFrame:
+    """:data:`CAPTION_COLUMNS` of the Karpathy file's train (train + restval) and test images."""
+    from ...data.karpathy import load_karpathy
+
+    src = _paths(s, dataset, ("karpathy_json", "image_root"))
+    table = load_karpathy(src["karpathy_json"])
+    mapping = {name: ours for ours, theirs in s["data"]["splits"].items() for name in theirs}
+    table = table[table["split"].isin(mapping)].copy()
+    table["split"] = table["split"].map(mapping)
+    root = Path(src["image_root"])
+    table["image_path"] = [str(root / fp / fn) if fp else str(root / fn)
+                           for fp, fn in zip(table["filepath"], table["filename"])]
+    table["caption_id"] = table["image_id"].astype(str) + "_" + \
+        table.groupby("image_id", sort=False).cumcount().astype(str)
+    limit = s["data"]["limit_test"]
+    if limit is not None:
+        test_ids = table.loc[table["split"] == "test", "image_id"].drop_duplicates().iloc[:int(limit)]
+        table = table[(table["split"] != "test") | table["image_id"].isin(test_ids)]
+    return table[CAPTION_COLUMNS].reset_index(drop=True)
+
+
+def unit_hash(key: str) -> float:
+    """A stable number in [0, 1) from ``key`` (sha1; the same in every process)."""
+    return int.from_bytes(hashlib.sha1(key.encode()).digest()[:8], "big") / 2.0 ** 64
+
+
+def subset_of(image_ids, fraction: float, seed: int = 0) -> np.ndarray:
+    """Boolean membership of COCO's ``fraction`` subset (nested across fractions, see the module docstring)."""
+    return np.array([unit_hash(f"{seed}:{i}") < float(fraction) for i in image_ids], dtype=bool)
+
+
+def shard_of(item_id: str, shards: int) -> int:
+    return int(unit_hash(f"shard:{item_id}") * int(shards))
+
+
+def coco_requests(s: dict, interventions: pd.DataFrame, votes: pd.DataFrame) -> pd.DataFrame:
+    """One editing request per accepted training image of the largest subset. ``interventions``: one row per
+    caption (``caption_id, image_id, caption, intervened, edit_prompt``); ``votes``: the per-image majority vote
+    (``image_id, edit_prompt, accepted``)."""
+    accepted = votes[votes["accepted"]].set_index("image_id")["edit_prompt"]
+    rows = interventions[interventions["image_id"].isin(accepted.index)]
+    rows = rows[rows["edit_prompt"].to_numpy() == accepted.reindex(rows["image_id"]).to_numpy()]
+    first = rows.drop_duplicates("image_id")
+    shards = s["editing"]["shards"]
+    out = pd.DataFrame({
+        "item_id": [f"coco_{i}" for i in first["image_id"]], "dataset": "coco", "image_id": first["image_id"],
+        "image_path": first["image_path"], "edit_prompt": first["edit_prompt"], "source_prompt": first["caption"],
+        "target_prompt": first["intervened"]})
+    out["shard"] = [shard_of(i, shards) for i in out["item_id"]]
+    return out[REQUEST_COLUMNS].reset_index(drop=True)
+
+
+def celeba_requests(s: dict, images: pd.DataFrame) -> pd.DataFrame:
+    """Requests for CelebA training images (``image_id, image_path, Male``) with the manual prompts of
+    ``intervention.celeba_prompts`` (§3.3): men are edited into women and women into men."""
+    prompts = s["intervention"]["celeba_prompts"]
+    shards = s["editing"]["shards"]
+    rows = []
+    for r in images.itertuples(index=False):
+        p = prompts["Male" if int(r.Male) == 1 else "Female"]
+        item_id = f"celeba_{Path(str(r.image_id)).stem}"
+        rows.append({"item_id": item_id, "dataset": "celeba", "image_id": r.image_id, "image_path": r.image_path,
+                     "edit_prompt": p["edit"], "source_prompt": p["source"], "target_prompt": p["target"],
+                     "shard": shard_of(item_id, shards)})
+    return pd.DataFrame(rows, columns=REQUEST_COLUMNS)
