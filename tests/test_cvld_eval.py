@@ -1,0 +1,328 @@
+"""CVLD evaluation: CelebA / FairFace readers, Table 1–4 metrics and the BLIP scoring functions."""
+
+from __future__ import annotations
+
+import math
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from counterfactory.data.celeba import ATTRIBUTES, GENDER_INDEPENDENT, load_celeba
+from counterfactory.data.fairface import load_fairface
+from counterfactory.errors import InputError
+from counterfactory.evaluation import cvld
+from counterfactory.metrics import captioning as cap
+
+REPO = Path(__file__).resolve().parents[1]
+CELEBA = REPO / "resources" / "demo" / "celeba"
+FAIRFACE = REPO / "resources" / "demo" / "fairface"
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+# --------------------------------------------------------------------------------------------
+# readers
+# --------------------------------------------------------------------------------------------
+def test_celeba_fixture_reads_and_covers_every_group():
+    test = load_celeba(CELEBA, "test")
+    assert list(test.columns[:3]) == ["image_id", "image_path", "split"]
+    assert list(test.columns[3:]) == list(ATTRIBUTES)
+    assert len(test) == 8 and set(test["split"]) == {"test"}
+    assert len(load_celeba(CELEBA, "val")) == 8 and len(load_celeba(CELEBA, None)) == 24
+    # first test image (line 19 of the attribute file) compared with the raw ±1 tokens
+    raw = (CELEBA / "list_attr_celeba.txt").read_text().splitlines()[18].split()
+    assert raw[0] == test.loc[0, "image_id"] == "000017.jpg"
+    assert [int(v) for v in test.loc[0, list(ATTRIBUTES)]] == [(int(v) + 1) // 2 for v in raw[1:]]
+    assert test.loc[0, "Male"] == 1 and Path(test.loc[0, "image_path"]).is_file()
+    for split in ("train", "test"):
+        frame = load_celeba(CELEBA, split)
+        for a in GENDER_INDEPENDENT:
+            assert len(frame.groupby([a, "Male"])) == 4, (split, a)
+
+
+def _celeba_copy(tmp_path: Path) -> Path:
+    root = tmp_path / "celeba"
+    root.mkdir()
+    for name in ("list_attr_celeba.txt", "list_eval_partition.txt"):
+        shutil.copy(CELEBA / name, root / name)
+    return root
+
+
+def _edit_line(path: Path, lineno: int, fn) -> None:
+    lines = path.read_text().splitlines()
+    lines[lineno - 1] = fn(lines[lineno - 1])
+    path.write_text("\n".join(lines) + "\n")
+
+
+@pytest.mark.parametrize("edit, file, where, words", [
+    (lambda r: _edit_line(r / "list_attr_celeba.txt", 1, lambda s: "25"), "list_attr_celeba.txt", "line 1",
+     "announces 25 images but 24"),
+    (lambda r: _edit_line(r / "list_attr_celeba.txt", 2, lambda s: s.replace("Smiling", "Smile")),
+     "list_attr_celeba.txt", "line 2", "missing attribute column(s) ['Smiling']"),
+    (lambda r: _edit_line(r / "list_attr_celeba.txt", 5, lambda s: s[:11] + " 0" + s[13:]),
+     "list_attr_celeba.txt", "line 5", "not 1 or -1"),
+    (lambda r: _edit_line(r / "list_attr_celeba.txt", 7, lambda s: s.rsplit(" ", 1)[0]),
+     "list_attr_celeba.txt", "line 7", "39 values for 40 attributes"),
+    (lambda r: _edit_line(r / "list_eval_partition.txt", 4, lambda s: s[:-1] + "3"),
+     "list_eval_partition.txt", "line 4", "unknown partition '3'"),
+])
+def test_celeba_errors_name_file_and_line(tmp_path, edit, file, where, words):
+    root = _celeba_copy(tmp_path)
+    edit(root)
+    with pytest.raises(InputError) as err:
+        load_celeba(root, "test", check_images=False)
+    msg = str(err.value)
+    assert file in msg and where in msg and words in msg and "Fix:" in msg
+
+
+def test_celeba_missing_image_is_named(tmp_path):
+    root = _celeba_copy(tmp_path)
+    with pytest.raises(InputError, match=r"000017\.jpg.*CelebA image not found"):
+        load_celeba(root, "test")
+
+
+def test_fairface_fixture():
+    frame = load_fairface(FAIRFACE, "val")
+    assert list(frame.columns) == ["image_id", "image_path", "age", "gender", "race", "service_test"]
+    assert len(frame) == 20 and (frame["gender"] == "Male").sum() == 10
+    assert frame.loc[0, "image_id"] == "val/1.jpg" and frame.loc[0, "race"] == "White"
+    assert frame["race"].nunique() == 7 and frame["service_test"].dtype == bool
+
+
+@pytest.mark.parametrize("old, new, where, words", [
+    ("val/2.jpg,30-39,Female", "val/2.jpg,30-39,Other", "line 3", "gender 'Other' is not one of ['Male', 'Female']"),
+    ("Male,White", "Male,Martian", "line 2", "race 'Martian' is not one of"),
+    ("val/3.jpg,40-49", "val/3.jpg,41-49", "line 4", "age '41-49' is not one of"),
+    ("file,age,gender,race,service_test", "file,age,sex,race,service_test", "line 1", "missing column(s) ['gender']"),
+])
+def test_fairface_errors_name_file_line_and_allowed_set(tmp_path, old, new, where, words):
+    root = tmp_path / "ff"
+    root.mkdir()
+    text = (FAIRFACE / "fairface_label_val.csv").read_text()
+    assert old in text
+    (root / "fairface_label_val.csv").write_text(text.replace(old, new, 1))
+    with pytest.raises(InputError) as err:
+        load_fairface(root, "val", check_images=False)
+    msg = str(err.value)
+    assert "fairface_label_val.csv" in msg and where in msg and words in msg
+
+
+# --------------------------------------------------------------------------------------------
+# Table 1 metrics (hand-computed)
+# --------------------------------------------------------------------------------------------
+def test_classification_metrics_hand_example():
+    gender = [1, 1, 1, 1, 0, 0, 0, 0]
+    labels = pd.DataFrame({"A": [1, 1, 0, 0, 1, 1, 0, 0], "B": [1, 0, 1, 0, 1, 0, 1, 0]})
+    scores = pd.DataFrame({"A": [0.9, 0.2, 0.1, 0.6, 0.8, 0.7, 0.3, 0.1], "B": [1.0, 0, 1, 0, 1, 0, 1, 0]})
+    table = cvld.classification_metrics(scores, labels, gender, threshold=0.5).set_index("attribute")
+    # A: predictions 1 0 0 1 | 1 1 0 0. TPR male 1/2, female 2/2 -> DEO 50.
+    # Y×A accuracies: (1,m) 1/2, (0,m) 1/2, (1,f) 1, (0,f) 1 -> mAcc 75; overall 6/8 -> ΔAcc 75 − 50 = 25.
+    # AP: positives at ranks 1, 2, 3, 6 -> (1 + 1 + 1 + 4/6) / 4.
+    a = table.loc["A"]
+    assert a["DEO"] == pytest.approx(50) and a["mAcc"] == pytest.approx(75) and a["ΔAcc"] == pytest.approx(25)
+    assert a["AP"] == pytest.approx(100 * (3 + 4 / 6) / 4)
+    b = table.loc["B"]
+    assert (b["AP"], b["mAcc"], b["DEO"], b["ΔAcc"]) == pytest.approx((100, 100, 0, 0))
+    mean = table.loc["mean"]
+    assert mean["AP"] == pytest.approx((a["AP"] + 100) / 2) and mean["DEO"] == pytest.approx(25)
+    assert mean["mAcc"] == pytest.approx(87.5) and mean["ΔAcc"] == pytest.approx(12.5)
+    # threshold calibrated on validation: cp = 2 positives -> the 2nd largest validation score, 0.4
+    val_l = pd.DataFrame({"A": [1, 0, 1, 0], "B": [1, 0, 1, 0]})
+    val_s = pd.DataFrame({"A": [0.4, 0.3, 0.9, 0.1], "B": [0.2, 0.1, 0.3, 0.0]})
+    cal = cvld.classification_metrics(scores, labels, gender, val_scores=val_s, val_labels=val_l)
+    cal = cal.set_index("attribute")
+    assert cal.loc["A", "threshold"] == pytest.approx(0.4) and cal.loc["B", "threshold"] == pytest.approx(0.2)
+    assert cal.loc["A", "DEO"] == pytest.approx(50)           # same predictions as at 0.5
+    assert cal.loc["B", "mAcc"] == pytest.approx(100)          # 1 > 0.2 > 0
+
+
+# --------------------------------------------------------------------------------------------
+# Bias@K / MaxSkew@K on a hand-made ranking
+# --------------------------------------------------------------------------------------------
+def test_fairface_bias_table_hand_ranking():
+    genders = ["Male", "Female", "Male", "Male", "Female", "Female"]
+    sim = np.array([[0.9, 0.8, 0.7, 0.6, 0.5, 0.4],     # m f m m | f f
+                    [0.1, 0.9, 0.2, 0.3, 0.8, 0.7]])    # f f f m | m m
+    table = cvld.fairface_bias_table(sim, genders, ["q0", "q1"], ks=(4, 10))
+    row = table.set_index(["query", "k"])
+    assert row.loc[("q0", 4), "bias"] == pytest.approx(0.5)                 # (3 − 1) / 4
+    assert row.loc[("q0", 4), "max_skew"] == pytest.approx(math.log(1.5))   # ln((3/4) / (1/2))
+    assert row.loc[("q1", 4), "bias"] == pytest.approx(-0.5)
+    assert row.loc[("mean", 4), "bias"] == pytest.approx(0.0)               # signed values cancel
+    assert row.loc[("mean", 4), "abs_bias"] == pytest.approx(0.5)
+    assert row.loc[("mean", 4), "max_skew"] == pytest.approx(math.log(1.5))
+    assert row.loc[("mean", 10), "k_used"] == 6                             # capped at the 6 images
+    assert row.loc[("mean", 10), "bias"] == 0 and row.loc[("mean", 10), "max_skew"] == pytest.approx(0)
+    curve = cvld.maxskew_curve(sim, genders, ks=[1, 2])
+    assert curve["max_skew"].tolist() == pytest.approx([math.log(2), math.log(2) / 2])
+
+
+# --------------------------------------------------------------------------------------------
+# BLEU-4 / CIDEr / SPICE
+# --------------------------------------------------------------------------------------------
+REFS = {1: ["A man is riding a brown horse.", "A person rides a horse on the beach."],
+        2: ["Two cats sleep on a red bed.", "Cats sleeping on a bed."],
+        3: ["A plate of food with broccoli.", "Some broccoli and rice on a plate."]}
+CANDS = {1: "a man riding a horse on a beach", 2: "two cats sleeping on a bed", 3: "a plate with rice"}
+
+
+def test_bleu_cider_match_pycocoevalcap():
+    from pycocoevalcap.bleu.bleu import Bleu
+    from pycocoevalcap.cider.cider import Cider
+    from pycocoevalcap.tokenizer.ptbtokenizer import PTBTokenizer
+
+    got = cap.coco_caption_scores(REFS, CANDS, spice=False, percent=False)
+    tok = PTBTokenizer()
+    gts = tok.tokenize({k: [{"caption": c} for c in v] for k, v in REFS.items()})
+    res = tok.tokenize({k: [{"caption": v}] for k, v in CANDS.items()})
+    assert got["BLEU-4"] == pytest.approx(Bleu(4).compute_score(gts, res, verbose=0)[0][3])
+    assert got["CIDEr"] == pytest.approx(Cider().compute_score(gts, res)[0])
+    assert got["SPICE"] is None and got["SPICE_note"] == "SPICE not computed: not requested"
+    assert 0 < got["BLEU-4"] < 1
+
+
+def test_identical_captions_by_hand():
+    refs = {1: ["A man riding a brown horse."], 2: ["Two cats sleeping on a red bed."]}
+    cands = {1: "a man riding a brown horse", 2: "two cats sleeping on a red bed"}
+    got = cap.coco_caption_scores(refs, cands, spice=False)
+    assert got["BLEU-4"] == pytest.approx(100.0, abs=1e-4)     # every n-gram matches, no brevity penalty
+    # CIDEr-D: cosine 1 for every n, no length penalty, ×10 -> 10 (×100 in percent); shared n-grams ("a")
+    # have idf log(2/2) = 0 and drop out of both vectors
+    assert got["CIDEr"] == pytest.approx(1000.0, abs=1e-3)
+    with pytest.raises(ValueError, match="image ids differ"):
+        cap.coco_caption_scores(refs, {1: "a man"}, spice=False)
+
+
+def test_spice_is_none_without_java_or_jars(monkeypatch):
+    reason = cap.spice_available()
+    if reason is not None:   # this environment: the Stanford CoreNLP 3.6.0 jars are not installed
+        assert "stanford-corenlp-3.6.0" in reason or "Java" in reason
+        got = cap.coco_caption_scores(REFS, CANDS, spice=True)
+        assert got["SPICE"] is None and reason in got["SPICE_note"]
+    monkeypatch.setattr(cap.shutil, "which", lambda name: None)
+    assert cap.spice_available() == "no Java runtime on PATH"
+    from counterfactory.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="needs Java"):
+        cap.coco_caption_scores(REFS, CANDS, spice=True)
+
+
+# --------------------------------------------------------------------------------------------
+# gender words, error, BiasAmp, LIC
+# --------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("caption, gender", [
+    ("A woman's dog runs on the beach", "female"),
+    ("a man and a woman at a table", "neutral"),
+    ("the human stands near a manhole", "neutral"),
+    ("a shepherd herds sheep", "neutral"),
+    ("Her bike leans on a wall", "female"),
+    ("Two POLICEMEN on horses", "male"),
+    ("a person holding his umbrella", "male"),
+    ("a group of people", "neutral"),
+    ("a pregnant person", "female"),
+])
+def test_gender_of_caption(caption, gender):
+    assert cap.gender_of_caption(caption) == gender
+
+
+def test_gender_error_and_bias_amplification_by_hand():
+    refs = [["a man with a dog"], ["A man walking a dog", "a guy and his dog"], ["a woman with a dog"],
+            ["a woman in a kitchen", "a lady cooking"]]
+    preds = ["a man with a dog", "a man with a dog", "a man with a dog", "a woman in a kitchen"]
+    gt = [cap.gender_from_references(r) for r in refs]
+    assert gt == ["male", "male", "female", "female"]
+    assert cap.gender_from_references(["a man", "a woman"]) == "neutral"
+    assert cap.gender_error(preds, gt) == pytest.approx(25.0)                    # 1 wrong of 4 gendered
+    assert cap.gender_error(preds[:3] + ["a person cooking"], gt) == pytest.approx(100 / 3)
+    assert cap.gender_error(preds[:3] + ["a person cooking"], gt, denominator="all") == pytest.approx(25.0)
+    # b*(dog, male) = 2/3, b*(kitchen, female) = 1; model: b~(dog, male) = 3/3, b~(kitchen, female) = 1
+    # BA = ((1 − 2/3) + (1 − 1)) / |O| with O = {dog, kitchen}
+    ba = cap.caption_bias_amplification(refs, preds, vocabulary=["dog", "kitchen"], percent=False)
+    assert ba == pytest.approx((1 / 3) / 2)
+    # the default vocabulary (COCO categories) has "dog" and no "kitchen": O = {dog}
+    assert cap.caption_bias_amplification(refs, preds, percent=False) == pytest.approx(1 / 3)
+
+
+def test_mask_and_lic():
+    assert cap.mask_gender_words("A man and his dog.") == "a genderword and genderword dog"
+    n = 40
+    genders = ["male", "female"] * (n // 2)
+    # the non-gender words alone give the gender away
+    leaking = ["a man riding a skateboard" if g == "male" else "a woman in a kitchen" for g in genders]
+    high = cap.lic(leaking, genders, seeds=(0, 1, 2), test_size=0.25)
+    assert high["lic"] > 55 and high["n_test"] == 10 and len(high["per_seed"]) == 3
+    # only the gender word differs: after masking the classifier sees identical captions -> chance level
+    masked_only = ["a man with a dog" if g == "male" else "a woman with a dog" for g in genders]
+    low = cap.lic(masked_only, genders, seeds=(0, 1, 2), test_size=0.25)
+    assert low["lic"] == pytest.approx(25.0, abs=3)       # half right at confidence ~0.5
+    # labels unrelated to the content: near chance as well
+    genders200 = ["male", "female"] * 100
+    leaking200 = ["a man riding a skateboard" if g == "male" else "a woman in a kitchen" for g in genders200]
+    shuffled = list(np.random.default_rng(0).permutation(genders200))
+    mid = cap.lic(leaking200, shuffled, seeds=(0, 1, 2), test_size=0.25)
+    assert mid["lic"] == pytest.approx(25.0, abs=5) and mid["n_test"] == 50
+    assert cap.lic(leaking200, genders200, seeds=(0,), test_size=0.25)["lic"] > 90
+
+
+# --------------------------------------------------------------------------------------------
+# scoring with the tiny BLIP models
+# --------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def blip(tmp_path_factory):
+    from transformers import BlipForImageTextRetrieval, BlipProcessor
+
+    from counterfactory.models.tiny_eval import build_blip
+
+    out = tmp_path_factory.mktemp("blip") / "blip"
+    build_blip(out)
+    return BlipForImageTextRetrieval.from_pretrained(out), BlipProcessor.from_pretrained(out)
+
+
+def test_scoring_runs_and_is_batch_size_invariant(blip):
+    model, proc = blip
+    test = load_celeba(CELEBA, "test")
+    ff = load_fairface(FAIRFACE, "val")
+    a = cvld.classify_attributes(model, proc, test, batch_size=3)
+    b = cvld.classify_attributes(model, proc, test, batch_size=32)
+    assert list(a.columns) == ["image_id", *GENDER_INDEPENDENT] and len(a) == 8
+    np.testing.assert_allclose(a[list(GENDER_INDEPENDENT)], b[list(GENDER_INDEPENDENT)], atol=1e-6)
+    itm = cvld.classify_attributes(model, proc, test.head(3), ["Smiling"], head="itm")
+    assert itm.shape == (3, 2) and np.all(np.abs(itm["Smiling"]) < 1)
+    table = cvld.classification_metrics(a, test, test["Male"])
+    assert table["attribute"].iloc[-1] == "mean" and table[["AP", "mAcc", "ΔAcc"]].notna().all().all()
+    texts = ["a photo of a man", "a photo of a woman", "a dog", "a photo of a person"]
+    s1 = cvld.itm_match_scores(model, proc, list(ff["image_path"][:4]), texts, batch_size=1)
+    s4 = cvld.itm_match_scores(model, proc, list(ff["image_path"][:4]), texts, batch_size=4)
+    assert np.all((s1 > 0) & (s1 < 1)) and np.allclose(s1, s4, atol=1e-6)
+    sim2 = cvld.fairface_similarity(model, proc, ff, batch_size=2)
+    sim = cvld.fairface_similarity(model, proc, ff)
+    assert sim.shape == (10, 20) and np.allclose(sim, sim2, atol=1e-6)
+    ret = cvld.fairface_retrieval(model, proc, ff, ks=(1000, 8))
+    assert set(ret.loc[ret["k"] == 1000, "k_used"]) == {20} and len(ret) == 22
+    assert ret["max_skew"].between(0, math.log(2) + 1e-9).all()
+    images = list(ff["image_path"][:6])
+    captions = [[f"a photo of person {i}", "a face"] for i in range(6)]
+    r_small = cvld.retrieval_recall(model, proc, images, captions, rerank_k=10, batch_size=2)
+    r_big = cvld.retrieval_recall(model, proc, images, captions, rerank_k=10, batch_size=32)
+    assert r_small == pytest.approx(r_big) and r_small["rerank_k"] == 6
+    assert r_small["mrec"] == pytest.approx(np.mean([r_small[f"text_to_image@{k}"] for k in (1, 5, 10)]))
+    itc_only = cvld.retrieval_recall(model, proc, images, captions, rerank_k=None)
+    assert itc_only["rerank_k"] is None and itc_only["text_to_image@10"] == 100.0
+
+
+def test_generate_captions_batch_invariant(tmp_path):
+    from transformers import BlipForConditionalGeneration, BlipProcessor
+
+    from counterfactory.models.tiny_eval import build_blip_captioner
+
+    build_blip_captioner(tmp_path / "cap")
+    model = BlipForConditionalGeneration.from_pretrained(tmp_path / "cap")
+    proc = BlipProcessor.from_pretrained(tmp_path / "cap")
+    images = list(load_fairface(FAIRFACE)["image_path"][:3])
+    one = cvld.generate_captions(model, proc, images, max_length=12, num_beams=2, batch_size=1)
+    three = cvld.generate_captions(model, proc, images, max_length=12, num_beams=2, batch_size=3)
+    assert one == three and len(one) == 3 and all(isinstance(c, str) and c for c in one)
+    assert not any(c.startswith("a picture of") for c in one)
