@@ -295,6 +295,9 @@ def test_itm_loss_without_counterfactuals_is_blip_itm(tiny_blips):
         l0 = cvld.cvld_itm_loss(model, pool_feats, ids, mask, sim4, has_cf, 0.0, torch.Generator().manual_seed(9))
         l1 = cvld.cvld_itm_loss(model, pool_feats, ids, mask, sim4, has_cf, 1.0, torch.Generator().manual_seed(9))
         assert l1 > l0
+        one = cvld.cvld_itm_loss(model, feats[:1], tokens["input_ids"][:1], tokens["attention_mask"][:1],
+                                 sim[:1, :1], torch.zeros(1, dtype=torch.bool), 0.3)
+        assert one.item() == 0.0
 
 
 def test_variants_table3():

@@ -233,7 +233,7 @@ def cvld_itm_loss(model: nn.Module, image_feats: torch.Tensor, input_ids: torch.
     pair is a positive; each image gets a negative text and each text a negative image from
     :func:`itm_negatives` (an example's own counterfactual never drawn). Loss: the mean cross-entropy of
     the originals' positive and negative pairs plus ``lam`` times that of the counterfactual pairs (Eq. 3).
-    With no counterfactuals this is :func:`..model.blip_itm_loss`."""
+    With no counterfactuals this is :func:`..model.blip_itm_loss` (0 when no negative can be drawn)."""
     has_cf = has_cf.to(torch.bool)
     n, p = has_cf.shape[0], image_feats.shape[0]
     if p != n + int(has_cf.sum()):
@@ -242,6 +242,8 @@ def cvld_itm_loss(model: nn.Module, image_feats: torch.Tensor, input_ids: torch.
     neg_text, neg_image = itm_negatives(sim_i2t, has_cf, generator, exclude_counterfactuals)
     rows = torch.arange(p, device=image_feats.device)
     ok_t, ok_i = neg_text >= 0, neg_image >= 0
+    if not (ok_t.any() or ok_i.any()):  # e.g. a batch of one: no negative, loss 0 as blip_itm_loss
+        return image_feats.sum() * 0.0
     img_idx = torch.cat([rows, rows[ok_t], neg_image[ok_i]])
     txt_idx = torch.cat([rows, neg_text[ok_t], rows[ok_i]])
     anchor = torch.cat([rows, rows[ok_t], rows[ok_i]])  # the pair each entry belongs to
