@@ -326,3 +326,21 @@ def test_generate_captions_batch_invariant(tmp_path):
     three = cvld.generate_captions(model, proc, images, max_length=12, num_beams=2, batch_size=3)
     assert one == three and len(one) == 3 and all(isinstance(c, str) and c for c in one)
     assert not any(c.startswith("a picture of") for c in one)
+
+
+def test_retrieval_rerank_fuses_itm_logit_and_itc(blip):
+    """With rerank_k >= every set size, BLIP's procedure scores every pair by ITM logit + ITC cosine."""
+    from counterfactory.metrics.retrieval import recall_at_k
+    from counterfactory.scorers import BlipItcScorer, BlipItmScorer
+
+    model, proc = blip
+    images = list(load_fairface(FAIRFACE)["image_path"][:5])
+    texts = ["a man", "a woman", "a smiling person", "a face with glasses", "a photo"]
+    full = (BlipItmScorer(model, proc, progress=False).score_matrix(images, texts)
+            + BlipItcScorer(model, proc, progress=False).score_matrix(images, texts))
+    expected = recall_at_k(full, np.arange(5), (1, 5, 10))
+    got = cvld.retrieval_recall(model, proc, images, texts, text_image=range(5), rerank_k=16)
+    for key, value in expected.items():
+        assert got[key] == pytest.approx(value), key
+    with pytest.raises(Exception, match="rerank_k"):
+        cvld.retrieval_recall(model, proc, images, texts, text_image=range(5), rerank_k=2)
