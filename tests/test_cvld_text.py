@@ -33,6 +33,10 @@ CASES = {
     "A man looks at her.": ("A woman looks at him.", "turn the man into a woman"),      # PRP: end of caption
     "He gives her a ball.": ("She gives him a ball.", "turn the man into a woman"),     # PRP: before "a"
     "Her dog runs to her.": ("His dog runs to him.", "turn the woman into a man"),
+    "A man helps her up.": ("A woman helps him up.", "turn the man into a woman"),          # object_followers
+    "a boy next to her on a bench": ("a girl next to him on a bench", "turn the boy into a girl"),  # before IN
+    "A woman lying on her back": ("A man lying on his back", "turn the woman into a man"),
+    "A girl with her 3 dogs": ("A boy with his 3 dogs", "turn the girl into a boy"),       # a number is owned
     "She cuts her hair herself.": ("He cuts his hair himself.", "turn the woman into a man"),
     "The hat is his.": ("The hat is hers.", "turn the man into a woman"),
     "Hers is the red one.": ("His is the red one.", "turn the woman into a man"),
@@ -85,6 +89,14 @@ def test_her_follows_the_tagger_and_the_tagger_is_called_only_when_needed():
     swap_gender("a woman and a cat", tagger=tagger)
     swap_gender("he sees him", tagger=tagger)  # "him" has one counterpart: no tagging needed
     assert len(calls) == 1
+    prp_det = lambda tags: (lambda toks: list(zip(toks, tags)))  # noqa: E731 - a fixed tag sequence
+    assert swap_gender("see her very big hat", tagger=prp_det(["VB", "PRP$", "RB", "JJ", "NN"])).intervened == \
+        "see his very big hat"                      # adverb before an adjective: still a determiner
+    assert swap_gender("see her very well", tagger=prp_det(["VB", "PRP$", "RB", "RB"])).intervened == \
+        "see him very well"                         # adverb not before an adjective or noun: object
+    assert swap_gender("give her the cup", tagger=prp_det(["VB", "PRP$", "DT", "NN"])).intervened == \
+        "give him the cup"                          # a determiner follows: object
+    assert swap_gender("her cup", tagger=prp_det(["NN", "NN"])).intervened == "his cup"  # any other tag: by follower
     with pytest.raises(ValueError, match="2 tags for 3 tokens"):
         swap_gender("her red hat", tagger=lambda toks: [("her", "PRP$"), ("red", "JJ")])
 

@@ -56,7 +56,6 @@ _LETTERS = r"[^\W\d_]"
 #: a clitic after a word ("'s", "'re", ...), a word (letters joined by hyphens) or any other non-space character
 _TOKEN = re.compile(rf"(?<={_LETTERS})['’](?:s|re|ll|ve|d|m|t)(?!{_LETTERS})|{_LETTERS}+(?:-{_LETTERS}+)*|\S",
                     re.IGNORECASE)
-_WORD = re.compile(rf"{_LETTERS}+(?:-{_LETTERS}+)*")
 
 Tagger = Callable[[list[str]], Sequence[tuple[str, str]]]
 
@@ -73,6 +72,7 @@ class GenderWords:
     gender: dict[str, str]                # word -> "male" | "female"
     nouns: frozenset[str]                 # person nouns (named in edit prompts)
     plurals: frozenset[str] = field(default_factory=frozenset)
+    object_followers: frozenset[str] = field(default_factory=frozenset)  # words that end a "her" object
 
 
 def _pairs(rows, where: str, sizes: tuple[int, ...]) -> list[list[str]]:
@@ -124,7 +124,8 @@ def _load(path: str) -> GenderWords:
             raise ConfigError(f"{path}: {word!r} is listed twice. Fix: keep one entry per word")
         gender[word] = spec["gender"]
         by_pos[word] = {str(k): str(v).lower() for k, v in spec.items() if k != "gender"}
-    return GenderWords(swap, by_pos, gender, frozenset(nouns), frozenset(plurals))
+    followers = frozenset(str(w).lower() for w in doc.get("object_followers") or [])
+    return GenderWords(swap, by_pos, gender, frozenset(nouns), frozenset(plurals), followers)
 
 
 def default_words_path() -> Path:
@@ -167,15 +168,26 @@ def _match_case(source: str, target: str) -> str:
 
 
 def _pos_target(lex: GenderWords, word: str, i: int, tokens: list[str], tags: list[str] | None) -> str:
+    """The counterpart of a ``by_pos`` word: PRP when the tagger says so or when nothing follows that the
+    word could own (see :func:`_owns_nothing`), else PRP$."""
     choices = lex.by_pos[word]
     if tags is None:
         return choices["default"]
-    tag = tags[i]
-    if tag == "PRP$":
-        follower = tokens[i + 1] if i + 1 < len(tokens) else None
-        if follower is None or not _WORD.fullmatch(follower) or tags[i + 1] in NOT_NP_START:
-            tag = "PRP"  # nothing for the determiner to own: an object / standalone pronoun
+    tag = "PRP" if tags[i] == "PRP" or _owns_nothing(lex, i + 1, tokens, tags) else "PRP$"
     return choices.get(tag, choices["default"])
+
+
+def _owns_nothing(lex: GenderWords, j: int, tokens: list[str], tags: list[str]) -> bool:
+    """Whether token ``j`` cannot begin the noun phrase of a possessive determiner before it: the caption ends,
+    punctuation, a word of ``object_followers`` ("up", "away"), a tag of :data:`NOT_NP_START`, or an adverb /
+    particle not followed by an adjective, noun or number ("her very long hair" keeps "very")."""
+    if j >= len(tokens) or not tokens[j][:1].isalnum() or tokens[j] in lex.object_followers:
+        return True
+    if tags[j] in NOT_NP_START:
+        return True
+    if tags[j] in ("RB", "RBR", "RP"):
+        return j + 1 >= len(tokens) or not tags[j + 1].startswith(("JJ", "NN", "CD", "VBN"))
+    return False
 
 
 def swap_gender(caption: str, words: GenderWords | str | Path | None = None, tagger: Tagger | None = None) -> Swap:
@@ -255,7 +267,8 @@ def normalize_prompt(prompt) -> str:
 def _check_frame(frame: pd.DataFrame, caption_col: str, id_col: str, source: str) -> None:
     missing = [c for c in (id_col, caption_col) if c not in frame.columns]
     if missing:
-        raise input_error(source, None, f"missing column(s) {', '.join(missing)} (has: {', '.join(map(str, frame.columns))})",
+        has = ", ".join(map(str, frame.columns))
+        raise input_error(source, None, f"missing column(s) {', '.join(missing)} (has: {has})",
                           f"give every caption an {id_col} and a {caption_col}")
     seen: dict = {}
     for row, (ident, caption) in enumerate(zip(frame[id_col], frame[caption_col])):
@@ -408,7 +421,8 @@ def parse_llm_answers(answers: pd.DataFrame, frame: pd.DataFrame | None = None, 
     out["intervened"] = pd.Series([r["intervened"] if r is not None and r["asked_intervene"] else
                                    (o if isinstance(o, str) else None) for r, o in zip(found, own)],
                                   index=out.index, dtype=object)
-    out["changed"] = [isinstance(t, str) and t.strip() != c.strip() for t, c in zip(out["intervened"], out[caption_col])]
+    out["changed"] = [isinstance(t, str) and t.strip() != c.strip()
+                      for t, c in zip(out["intervened"], out[caption_col])]
     out["edit_prompt"] = [r["edit_prompt"] if r is not None else "" for r in found]
     out["llm_valid"] = [r is not None and r["llm_valid"] for r in found]
     out["llm_error"] = pd.Series([r["llm_error"] if r is not None else "no llm answer" for r in found],
