@@ -45,6 +45,7 @@ include: "rules/study_coco_counterfactuals.smk"
 include: "rules/study_social_counterfactuals.smk"
 include: "rules/study_countercurate.smk"
 include: "rules/study_spurious_retrieval.smk"
+include: "rules/study_cvld.smk"
 
 
 rule all:

@@ -194,3 +194,19 @@ localrules:
     sr_runs_table,
     sr_stats,
     sr_tables,
+    cvld_requests,
+    cvld_runs_table,
+    cvld_tables,
+
+
+def cvld_run_threads(wildcards):
+    """accel_threads of the BLIP role a CVLD run trains."""
+    from counterfactory.studies.cvld.runs import ROLES
+
+    return accel_threads(ROLES[wildcards.task])
+
+
+def cvld_run_mem(wildcards, attempt):
+    from counterfactory.studies.cvld.runs import ROLES
+
+    return model_mem(48000, ROLES[wildcards.task], tiny_mb=3000)(wildcards, attempt)

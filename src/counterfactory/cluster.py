@@ -44,7 +44,7 @@ ACCELERATOR_RULES = ("caption_shard", "images_shard", "eval_itr", "eval_itm", "e
                      "in_domain_run", "social_generate", "social_filter_clip", "social_filter_nsfw",
                      "social_filter_detect", "social_probe", "social_debias_run", "cc_positions_rewrite",
                      "cc_attributes", "cc_generate", "cc_evaluate", "cc_train_run", "cc_vlm_run",
-                     "sr_inpaint", "sr_captioner", "sr_run")
+                     "sr_inpaint", "sr_captioner", "sr_run", "cvld_intervene", "cvld_edit", "cvld_run")
 
 
 class ClusterConfigError(ConfigError):

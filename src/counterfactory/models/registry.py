@@ -724,3 +724,4 @@ from . import loaders_eval  # noqa: E402,F401
 from . import loaders_nsfw  # noqa: E402,F401  (the nsfw role: SocialCounterfactuals §3.4)
 from . import loaders_vlm  # noqa: E402,F401  (the vlm role: CounterCurate §3.5, LLaVA-1.5)
 from . import loaders_llm  # noqa: E402,F401  (the llm role: CounterCurate §3.4 / app. A-B, GPT-4(V) stand-in)
+from . import loaders_editing  # noqa: E402,F401  (CVLD: editor = InstructPix2Pix, image_encoder = Swin)

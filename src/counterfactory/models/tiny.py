@@ -195,11 +195,11 @@ def build_vae(out: Path, seed: int = 0) -> None:
 
 def builders() -> dict[str, Callable[[Path, int], None]]:
     """Every role that has a tiny builder (text roles and ``vae`` here, image and evaluation roles beside)."""
-    from . import tiny_eval, tiny_gligen, tiny_lama, tiny_llm, tiny_nsfw, tiny_vision, tiny_vlm
+    from . import tiny_editing, tiny_eval, tiny_gligen, tiny_lama, tiny_llm, tiny_nsfw, tiny_vision, tiny_vlm
 
     return {"mlm": build_mlm, "lm": build_lm, "sentence": build_sentence, "vae": build_vae,
             **tiny_vision.BUILDERS, **tiny_eval.BUILDERS, **tiny_nsfw.BUILDERS, **tiny_gligen.BUILDERS,
-            **tiny_vlm.BUILDERS, **tiny_llm.BUILDERS, **tiny_lama.BUILDERS}
+            **tiny_vlm.BUILDERS, **tiny_llm.BUILDERS, **tiny_lama.BUILDERS, **tiny_editing.BUILDERS}
 
 
 def build(role: str, out_dir: str | Path, seed: int = 0, force: bool = False) -> Path:

@@ -91,6 +91,7 @@ DEFAULTS: dict[str, Any] = {
         "eval_batch_size": 64,
     },
     "seeds": {"first": 0, "count": 3},      # ours: the paper reports single runs (classification: episodes)
+    "llm": {FREE: True},                    # the llm role's decoding (counterfactory.text.llm.DEFAULTS)
 }
 
 

@@ -1,0 +1,91 @@
+"""The CVLD steps before training: interventions on COCO captions with the per-image vote (§3.3, appendix B), the
+CelebA editing requests (§3.3 "Image-only intervention"), and one shard of image edits (§3.3, §5.1)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pandas as pd
+
+from . import data
+from .settings import settings
+
+log = logging.getLogger(__name__)
+
+
+def _nltk(cfg) -> None:
+    from ...text.nltk_data import ensure_nltk_data
+
+    section = cfg.get("nltk") or {}
+    ensure_nltk_data(section.get("data_dir", "resources/nltk_data"), section.get("source"))
+
+
+def intervene(cfg, out_captions, out_votes, out_requests, summary_out, llm_cache=None) -> dict:
+    """Intervene every training caption of the largest COCO subset (``intervention.text_method``: ``rule`` or
+    ``llm``), vote per image, and write the captions (train + test; test captions are not intervened), the votes,
+    one editing request per accepted image and the funnel; returns the funnel's counts."""
+    from ...io import write_csv, write_parquet
+    from ...text import gender
+
+    s = settings(cfg)
+    caps = data.captions(s, "coco")
+    train = caps[caps["split"] == "train"]
+    train = train[data.subset_of(train["image_id"], max(s["data"]["subsets"]), s["data"]["subset_seed"])]
+    source = f"{s['data']['coco']['karpathy_json']} (train captions)"
+    if s["intervention"]["text_method"] == "llm":
+        swapped = gender.run_llm(cfg, train, source=source, cache_path=llm_cache)
+    else:
+        _nltk(cfg)
+        swapped = gender.swap_table(train, source=source)
+    votes = gender.majority_vote(swapped, min_agree=s["intervention"]["min_agree"])
+    requests = data.coco_requests(s, swapped, votes)
+    test = caps[caps["split"] == "test"].assign(intervened=lambda f: f["caption"], changed=False, edit_prompt="")
+    keep = ["caption_id", "image_id", "split", "caption", "image_path", "intervened", "changed", "edit_prompt"]
+    write_parquet(out_captions, pd.concat([swapped[keep], test[keep]], ignore_index=True))
+    write_parquet(out_votes, votes)
+    write_parquet(out_requests, requests)
+    counts = {"train captions": len(swapped), "changed": int(swapped["changed"].sum()),
+              "train images": int(votes["image_id"].nunique()), "accepted images": int(votes["accepted"].sum())}
+    counts["acceptance rate"] = round(counts["accepted images"] / max(counts["train images"], 1), 4)
+    write_csv(summary_out, pd.DataFrame(list(counts.items()), columns=["count", "value"]))
+    return counts
+
+
+def episode_images(s: dict, train: pd.DataFrame) -> pd.DataFrame:
+    """The CelebA training images some K-shot episode of some attribute uses (the only ones worth editing)."""
+    from ...training.cvld import sample_episode
+
+    cl = s["classification"]
+    shots = set(cl["shots"]) | ({cl["figure4_shots"]} if cl["lambdas"] else set())
+    ids = set()
+    for a in cl["attributes"]:
+        for k in sorted(shots):
+            for e in range(int(cl["episodes"])):
+                ids |= set(sample_episode(train, a, int(k), episode=e, id_col="image_id")["image_id"])
+    return train[train["image_id"].isin(ids)]
+
+
+def celeba_requests(cfg, out) -> int:
+    from ...data.celeba import load_celeba
+    from ...io import write_parquet
+
+    s = settings(cfg)
+    train = load_celeba(s["data"]["celeba"]["root"], "train")
+    requests = data.celeba_requests(s, episode_images(s, train))
+    write_parquet(out, requests)
+    return len(requests)
+
+
+def edit(cfg, requests_path, method: str, shard: int, out_dir, cache_dir=None, progress: bool = True) -> dict:
+    """One shard of :func:`counterfactory.generation.editing.edit_shard` with the study's settings."""
+    from ...generation.editing import EditSettings, edit_shard
+
+    s = settings(cfg)
+    ed = s["editing"]
+    requests = pd.read_parquet(requests_path)
+    part = requests[requests["shard"] == int(shard)]
+    knobs = EditSettings.from_config({**ed["settings"], "m": ed["m"], "k": ed["k"]})
+    cache = cache_dir or Path(out_dir).parent.parent / "inversions"
+    return edit_shard(part, method, out_dir, cfg=cfg, settings=knobs, batch_size=int(ed["batch_size"]),
+                      device=cfg.get("device", "auto"), cache_dir=cache, progress=progress, source=str(requests_path))

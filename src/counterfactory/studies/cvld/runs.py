@@ -1,0 +1,269 @@
+"""One CVLD run (a task, a setting, a variant and a seed) trained and evaluated; its ``metrics.csv`` is a runs table
+(``experiment, mixture, seed, data_seed, metric, value``) for ``counterfactory stats summarize``.
+
+* **classification** (§4.2, §5.2, Table 1): per CelebA attribute, a K-shot episode (``seed`` = episode) of the
+  training split, deep prompts trained on Eq. 3 with the counterfactual of each image that has one (``cvld``,
+  λ = 1) or without (``base``), then AP, mAcc, DEO and ΔAcc on the test split with the threshold calibrated on the
+  validation split (appendix A). ``pretrained`` scores the class prompts with BLIP as it is (BLIP^PT).
+* **retrieval** (§4.3, §5.3, Tables 2-3): BLIP fine-tuned on a COCO subset (``coco10`` = 10 %) with the Table 3
+  variant's losses; Bias@K and MaxSkew@K on FairFace, Rec@1 and mRec on the COCO and Flickr30K test splits.
+* **captioning** (§4.4, §5.4, Table 4): BLIP's captioner fine-tuned on Eq. 9; BLEU-4, CIDEr (SPICE where its Java
+  jars are installed), gender error, BiasAmp and LIC on the COCO test split.
+
+``balanced`` (BLIP^Bal) downsamples the training images so both genders are equally frequent
+(:func:`counterfactory.training.cvld.balanced_subset`; images whose captions name no gender stay).
+
+A training example's counterfactual is one of its k kept edits (``editing.train_method``), drawn by a hash of
+(seed, item id): the m→k filter keeps 3 edits and the paper does not say which one a batch uses.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ...errors import ConfigError
+from .data import unit_hash
+from .settings import lambda_of, settings
+
+log = logging.getLogger(__name__)
+
+RUN_COLUMNS = ["experiment", "mixture", "seed", "data_seed", "metric", "value"]
+ROLES = {"classification": "itm_blip", "retrieval": "itm_blip", "captioning": "captioner"}
+#: ours: a stratified train/test split of the leakage classifier needs a few captions of each gender
+MIN_LIC_PER_GENDER = 10
+
+
+def counterfactual_files(manifests) -> dict[str, list[str]]:
+    """item id -> the paths of its kept edits, best first, from edit shard manifests (``shard.parquet``)."""
+    out: dict[str, list[str]] = {}
+    for path in manifests:
+        frame = pd.read_parquet(path)
+        kept = frame[frame["kept"]].sort_values(["item_id", "rank"], kind="stable")
+        base = Path(path).parent
+        for item, part in kept.groupby("item_id", sort=False):
+            out[str(item)] = [p if Path(p).is_absolute() else str(base / Path(p).name) for p in part["path"]]
+    return out
+
+
+def pick(files: dict[str, list[str]], item_id: str, seed: int) -> str:
+    """The counterfactual of ``item_id`` a run with ``seed`` trains on ("" when it has none)."""
+    options = files.get(item_id) or []
+    return options[int(unit_hash(f"{seed}:{item_id}") * len(options))] if options else ""
+
+
+def _train_settings(s: dict, task: str, variant: str, seed: int, progress: bool):
+    from ...training.cvld import CVLDSettings
+
+    section = dict(s[task]["train"])
+    section["lam"] = lambda_of(s, task, variant)
+    section["variant"] = variant if task == "retrieval" and variant not in ("balanced",) else "base"
+    if task == "retrieval" and variant == "cvld":
+        section["variant"] = "cvld"
+    return CVLDSettings.for_task(task, **section, seed=int(seed), progress=progress)
+
+
+def _with_source(cfg, role: str, source) -> dict:
+    out = copy.deepcopy(dict(cfg))
+    out["models"] = dict(out["models"])
+    out["models"][role] = {**out["models"][role], "source": str(source)}
+    return out
+
+
+def _rows(experiment: str, variant: str, seed: int, metrics: dict) -> pd.DataFrame:
+    return pd.DataFrame([{"experiment": experiment, "mixture": variant, "seed": int(seed), "data_seed": int(seed),
+                          "metric": k, "value": float(v)} for k, v in metrics.items()
+                         if v is not None and np.isfinite(float(v))], columns=RUN_COLUMNS)
+
+
+def run(cfg, task: str, setting: str, variant: str, seed: int, edits, out_dir, interventions=None,
+        progress: bool = False) -> pd.DataFrame:
+    """Train (unless ``pretrained``) and evaluate one run; writes ``out_dir/metrics.csv`` (and the task's detail
+    tables) and returns the runs-table rows. ``edits``: the training edit manifests; ``interventions``: the
+    caption interventions table (retrieval and captioning)."""
+    from ...io import write_csv
+
+    s = settings(cfg)
+    role = ROLES[task]
+    if role not in (cfg.get("models") or {}):
+        raise ConfigError(f"models.{role}: not configured. Fix: add the role under models (README, 'CVLD')")
+    out_dir = Path(out_dir)
+    files = counterfactual_files(edits) if variant not in ("pretrained", "base", "balanced") else {}
+    if interventions is not None and not isinstance(interventions, pd.DataFrame):
+        interventions = pd.read_parquet(interventions)
+    if task != "classification" and interventions is None:
+        raise ConfigError(f"cvld run --task {task}: no --interventions table. Fix: pass `cvld intervene --out-captions`")
+    runner = {"classification": _classification, "retrieval": _retrieval, "captioning": _captioning}[task]
+    metrics = runner(cfg, s, setting, variant, int(seed), files, out_dir, interventions, progress)
+    rows = _rows(f"{task}_{setting}" if setting != "pt" else task, variant, seed, metrics)
+    write_csv(out_dir / "metrics.csv", rows)
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------- classification
+def _classification(cfg, s, setting, variant, seed, files, out_dir, interventions, progress) -> dict:
+    from ...data.celeba import PROTECTED, load_celeba
+    from ...evaluation.cvld import classification_metrics, classify_attributes
+    from ...io import write_csv
+    from ...models import registry
+    from ...training.cvld import class_prompts, sample_episode, train_classification
+    from ...training.prompt_tuning import remove_prompts
+
+    root = s["data"]["celeba"]["root"]
+    if not root:
+        raise ConfigError("cvld.data.celeba.root: not set. Fix: point it at the CelebA folder (README, 'CVLD')")
+    split = {name: load_celeba(root, name) for name in ("train", "valid", "test")}
+    attributes = list(s["classification"]["attributes"])
+    prompts = {a: tuple(reversed(class_prompts(a))) for a in attributes}      # (positive, negative)
+    batch = int(s["classification"]["eval_batch_size"])
+    model, processor = registry.load(cfg, "itm_blip")
+    scores = {"valid": [], "test": []}
+    history = []
+    for a in attributes:
+        if variant != "pretrained":
+            k = int(setting.lstrip("k"))
+            episode = sample_episode(split["train"], a, k, episode=seed, id_col="image_id")
+            episode = episode.assign(cf_image_path=[pick(files, f"celeba_{Path(str(i)).stem}", seed)
+                                                    for i in episode["image_id"]], caption="", cf_caption="")
+            episode.attrs["source"] = f"{root} (train split, {a}, {k}-shot episode {seed})"
+            result = train_classification(model, processor, episode, a,
+                                          _train_settings(s, "classification", variant, seed, progress))
+            history += [{"attribute": a, **h} for h in result.history]
+        for name in scores:
+            scores[name].append(classify_attributes(model, processor, split[name], [a], {a: prompts[a]}, head="itm",
+                                                    batch_size=batch).set_index("image_id"))
+        if variant != "pretrained":
+            remove_prompts(model)
+    table = classification_metrics(
+        pd.concat(scores["test"], axis=1), split["test"].set_index("image_id")[attributes],
+        split["test"][PROTECTED].to_numpy(), val_scores=pd.concat(scores["valid"], axis=1),
+        val_labels=split["valid"].set_index("image_id")[attributes], attributes=attributes)
+    write_csv(out_dir / "attributes.csv", table)
+    if history:
+        write_csv(out_dir / "history.csv", pd.DataFrame(history))
+    mean = table[table["attribute"] == "mean"].iloc[0]
+    out = {m: mean[m] for m in ("DEO", "ΔAcc", "AP", "mAcc")}
+    out.update({f"DEO:{r.attribute}": r.DEO for r in table[table["attribute"] != "mean"].itertuples(index=False)})
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- COCO tasks
+def coco_training_table(s: dict, interventions: pd.DataFrame, setting: str, variant: str, seed: int,
+                        files: dict) -> pd.DataFrame:
+    """Training rows of a COCO subset: one per caption, with its image's counterfactual (the chosen edit and
+    the caption's own intervention, the caption itself when it names no gender) where the image has one."""
+    from ...metrics.captioning import gender_from_references
+    from ...training.cvld import balanced_subset
+    from .data import subset_of
+    from .settings import subset_name
+
+    fractions = {subset_name(f): f for f in s["data"]["subsets"]}
+    if setting not in fractions:
+        raise ConfigError(f"cvld: unknown COCO subset {setting!r}. Fix: use one of {', '.join(fractions)}")
+    train = interventions[interventions["split"] == "train"]
+    train = train[subset_of(train["image_id"], fractions[setting], s["data"]["subset_seed"])].copy()
+    gender = train.groupby("image_id", sort=False)["caption"].agg(lambda c: gender_from_references(list(c)))
+    train["gender"] = train["image_id"].map(gender).replace({"neutral": None})
+    if variant == "balanced":
+        images = train.drop_duplicates("image_id")[["image_id", "gender"]]
+        keep = balanced_subset(images, "gender", seed=seed, id_col="image_id")["image_id"]
+        train = train[train["image_id"].isin(set(keep))]
+    cf = [pick(files, f"coco_{i}", seed) for i in train["image_id"]]
+    out = pd.DataFrame({"id": train["caption_id"].astype(str).to_numpy(), "image_path": train["image_path"],
+                        "caption": train["caption"], "cf_image_path": cf,
+                        "cf_caption": np.where(np.array(cf) != "", train["intervened"], ""),
+                        "gender": train["gender"]})
+    return out.reset_index(drop=True)
+
+
+def _test(interventions: pd.DataFrame) -> tuple[list[str], list[list[str]], list]:
+    test = interventions[interventions["split"] == "test"]
+    groups = test.groupby("image_id", sort=False)
+    return [g["image_path"].iloc[0] for _, g in groups], [list(g["caption"]) for _, g in groups], list(groups.groups)
+
+
+def _train_coco(cfg, s, task, setting, variant, seed, files, out_dir, interventions, progress):
+    """(model, processor) of the run: trained on the subset, or BLIP as it is for ``pretrained``."""
+    from ...models import registry
+    from ...training.cvld import train_captioning, train_retrieval
+
+    role = ROLES[task]
+    model, processor = registry.load(cfg, role)
+    if variant == "pretrained":
+        return model, processor
+    table = coco_training_table(s, interventions, setting, variant, seed, files)
+    table.attrs["source"] = f"COCO {setting} training captions"
+    trainer = train_retrieval if task == "retrieval" else train_captioning
+    trainer(model, processor, table, _train_settings(s, task, variant, seed, progress), out_dir / "checkpoint")
+    return registry.load(_with_source(cfg, role, out_dir / "checkpoint"), role)
+
+
+def _retrieval(cfg, s, setting, variant, seed, files, out_dir, interventions, progress) -> dict:
+    from ...data.fairface import load_fairface
+    from ...evaluation.cvld import (FAIRFACE_QUERIES, fairface_bias_table, fairface_similarity, maxskew_curve,
+                                    retrieval_recall)
+    from ...io import write_csv
+    from .data import captions as load_captions
+
+    model, processor = _train_coco(cfg, s, "retrieval", setting, variant, seed, files, out_dir, interventions,
+                                   progress)
+    rv = s["retrieval"]
+    batch = int(rv["eval_batch_size"])
+    out: dict = {}
+    ff = s["data"]["fairface"]
+    if ff["root"]:
+        faces = load_fairface(ff["root"], ff["split"])
+        sim = fairface_similarity(model, processor, faces, batch_size=batch)
+        table = fairface_bias_table(sim, faces["gender"], FAIRFACE_QUERIES, ks=rv["fairface_ks"])
+        write_csv(out_dir / "fairface.csv", table)
+        for r in table[table["query"] == "mean"].itertuples(index=False):
+            out[f"Bias@{r.k}"] = r.abs_bias
+            out[f"MaxSkew@{r.k}"] = r.max_skew
+        curve = maxskew_curve(sim, faces["gender"], [k for k in rv["curve_ks"] if k <= len(faces)])
+        write_csv(out_dir / "maxskew_curve.csv", curve)
+        out.update({f"MaxSkewCurve@{int(r.k)}": r.max_skew for r in curve.itertuples(index=False)})
+    for name, frame in (("COCO", interventions), ("Flickr30K", None)):
+        if frame is None:
+            if not s["data"]["flickr30k"]["karpathy_json"]:
+                continue
+            frame = load_captions(s, "flickr30k")
+        images, caps, _ = _test(frame)
+        rec = retrieval_recall(model, processor, images, caps, rerank_k=rv["rerank_k"], batch_size=batch)
+        out[f"{name}:Rec@1"], out[f"{name}:mRec"] = rec["rec@1"], rec["mrec"]
+    return out
+
+
+def _captioning(cfg, s, setting, variant, seed, files, out_dir, interventions, progress) -> dict:
+    from ...evaluation.cvld import generate_captions
+    from ...io import write_csv
+    from ...metrics.captioning import (caption_bias_amplification, coco_caption_scores, gender_error,
+                                       gender_from_references, lic)
+
+    model, processor = _train_coco(cfg, s, "captioning", setting, variant, seed, files, out_dir, interventions,
+                                   progress)
+    cp = s["captioning"]
+    images, refs, ids = _test(interventions)
+    preds = generate_captions(model, processor, images, batch_size=int(cp["eval_batch_size"]), **cp["generate"])
+    write_csv(out_dir / "captions.csv", pd.DataFrame({"image_id": ids, "caption": preds}))
+    scores = coco_caption_scores(dict(zip(ids, refs)), dict(zip(ids, preds)))
+    truth = [gender_from_references(r) for r in refs]
+    out = {"BLEU-4": scores["BLEU-4"], "CIDEr": scores["CIDEr"], "SPICE": scores.get("SPICE")}
+    out["Error"] = gender_error(preds, truth)
+    try:
+        out["BiasAmp"] = caption_bias_amplification(refs, preds)
+    except ValueError as exc:       # no object word both in gendered references and in gendered model captions
+        log.warning("BiasAmp not defined on these captions (%s); left out of the run's metrics", exc)
+    gendered = [i for i, g in enumerate(truth) if g != "neutral"]
+    per_gender = pd.Series([truth[i] for i in gendered]).value_counts()
+    if len(per_gender) < 2 or per_gender.min() < MIN_LIC_PER_GENDER:
+        log.warning("LIC not computed: the leakage classifier needs at least %d test images of each gender whose "
+                    "references name it (have %s)", MIN_LIC_PER_GENDER, per_gender.to_dict())
+    else:
+        model_lic = lic([preds[i] for i in gendered], [truth[i] for i in gendered],
+                        seeds=range(int(cp["lic_seeds"])))
+        out["LIC"] = model_lic["lic"]
+    return out

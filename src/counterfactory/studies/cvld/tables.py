@@ -1,0 +1,239 @@
+"""CVLD's tables and figures in the paper's layouts, from the runs table (mean ± std over seeds or episodes,
+one-tailed Welch t-tests against plain fine-tuning, ``base``; lower is better for the fairness metrics).
+
+* Table 1: CelebA classification, DEO, ΔAcc, AP, mAcc (BLIP^PT, then per K: BLIP, CVLD).
+* Table 2: retrieval, FairFace Bias@K / MaxSkew@K (K = 1000, 128), COCO and Flickr30K Rec@1 / mRec, per COCO subset.
+* Table 3: retrieval ablations on one subset: MaxSkew@128, COCO mRec.
+* Table 4: captioning, Error, BiasAmp, LIC, BLEU-4, CIDEr (SPICE where computed); nocaps needs its evaluation
+  server and is not run.
+* Figure 4: DEO and AP against λ (classification); Figure 5 (left): MaxSkew@K against K; Figure 9: per-attribute
+  DEO change of CVLD over fine-tuning; Figure 10: the share of men among the top K per FairFace query.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pandas as pd
+
+from .settings import settings, subset_name
+
+log = logging.getLogger(__name__)
+
+BASELINE = "base"
+LABELS = {"pretrained": "BLIP^PT", "base": "BLIP", "balanced": "BLIP^Bal", "cvld": "CVLD", "hard_label": "Hard label",
+          "neg_only": "Neg only", "itc": "ITC", "itm": "ITM"}
+LOWER_PREFIXES = ("DEO", "ΔAcc", "Bias@", "MaxSkew", "Error", "BiasAmp", "LIC")
+
+
+def lower_is_better(metric: str) -> bool:
+    return str(metric).startswith(LOWER_PREFIXES)
+
+
+def summarize(runs: pd.DataFrame, test: str = "welch", alpha: float = 0.05) -> pd.DataFrame:
+    """``stats.summarize`` against ``base``: fairness metrics tested with ``alternative='less'``, the rest with
+    ``'greater'`` (experiments without a ``base`` run, such as the pre-trained model's, get no test)."""
+    from ...stats import summarize as summarize_runs
+
+    parts = []
+    for lower, part in runs.groupby(runs["metric"].map(lower_is_better), sort=False):
+        with_base = part[part["experiment"].isin(part.loc[part["mixture"] == BASELINE, "experiment"])]
+        alone = part[~part.index.isin(with_base.index)]
+        alt = "less" if lower else "greater"
+        if len(with_base):
+            parts.append(summarize_runs(with_base, BASELINE, test=test, alpha=alpha, alternative=alt))
+        if len(alone):
+            stats = alone.groupby(["experiment", "metric", "mixture"], sort=False)["value"]
+            parts.append(pd.DataFrame({"n": stats.size(), "mean": stats.mean(), "std": stats.std(ddof=1)})
+                         .reset_index().assign(baseline="", delta=float("nan"), p_value=float("nan"),
+                                               significant=False, alternative=alt, test=test, note="no baseline"))
+    out = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+    return out
+
+
+def _rekey(summary: pd.DataFrame, rows: list[tuple[str, str, str]]) -> tuple[pd.DataFrame, list[str], pd.DataFrame]:
+    """Rows ``(experiment, mixture, label)`` of the summary as one table: mixture = ``experiment/mixture``."""
+    frames, order, info = [], [], []
+    for experiment, mixture, label in rows:
+        part = summary[(summary["experiment"] == experiment) & (summary["mixture"] == mixture)].copy()
+        if part.empty:
+            continue
+        key = f"{experiment}/{mixture}"
+        part["experiment"], part["mixture"] = "all", key
+        part["baseline"] = part["baseline"].map(lambda b: f"{experiment}/{b}" if b else "")
+        frames.append(part)
+        order.append(key)
+        info.append({"mixture": key, "label": label})
+    frame = pd.concat(frames, ignore_index=True) if frames else summary.iloc[0:0]
+    return frame, order, pd.DataFrame(info, columns=["mixture", "label"])
+
+
+def _table(summary, rows, metrics, row_header="Model"):
+    from ...tables import build_table
+
+    frame, order, info = _rekey(summary, rows)
+    metrics = [m for m in metrics if (frame["metric"] == m).any()]
+    if not order or not metrics:
+        return None
+    return build_table(frame, metrics=metrics, mixture_order=order, mixture_info=info, row_header=row_header,
+                       decimals=3 if any(m.startswith(("Bias@", "MaxSkew")) for m in metrics) else 1)
+
+
+def paper_tables(summary: pd.DataFrame, s: dict) -> list[tuple[str, object]]:
+    out = []
+    cl = s["classification"]
+    rows = [("classification", "pretrained", LABELS["pretrained"])]
+    for k in sorted(cl["shots"], reverse=True):
+        rows += [(f"classification_k{k}", v, f"{k}-shot {LABELS.get(v, v)}") for v in cl["variants"] if v != "pretrained"]
+    out.append(("Table 1: image classification on CelebA (14 gender-independent attributes)",
+                _table(summary, rows, ["DEO", "ΔAcc", "AP", "mAcc"])))
+    ks = [int(k) for k in s["retrieval"]["fairface_ks"]]
+    fair = [m for k in ks for m in (f"Bias@{k}", f"MaxSkew@{k}")]
+    subsets = [subset_name(f) for f in s["data"]["subsets"]]
+    for task, title, metrics in (
+            ("retrieval", "Table 2: image-text retrieval (fairness on FairFace, Rec@1 / mRec on COCO and Flickr30K)",
+             fair + ["COCO:Rec@1", "COCO:mRec", "Flickr30K:Rec@1", "Flickr30K:mRec"]),
+            ("captioning", "Table 4: image captioning on COCO (nocaps: not run, it needs the evaluation server)",
+             ["Error", "BiasAmp", "LIC", "BLEU-4", "CIDEr", "SPICE"])):
+        rows = [(task, "pretrained", LABELS["pretrained"])]
+        for name in subsets:
+            rows += [(f"{task}_{name}", v, f"{name.replace('coco', 'COCO ')}% {LABELS.get(v, v)}")
+                     for v in s[task]["variants"] if v != "pretrained"]
+        out.append((title, _table(summary, rows, metrics)))
+    rv = s["retrieval"]
+    t3 = f"retrieval_{subset_name(rv['table3_subset'])}"
+    rows = [(t3, v, LABELS.get(v, v)) for v in ["base"] + list(rv["table3"]) + ["cvld"]]
+    out.insert(2, (f"Table 3: CVLD variants for retrieval ({t3.split('_')[1].replace('coco', 'COCO ')}%)",
+                   _table(summary, rows, [f"MaxSkew@{min(ks)}", "COCO:mRec"], row_header="Method")))
+    return [(title, table) for title, table in out if table is not None]
+
+
+# --------------------------------------------------------------------------------------------------------- figures
+def _savefig(fig, path) -> Path:
+    from ...io import save_figure
+    from ...plots import pyplot
+
+    out = save_figure(path, fig)
+    pyplot().close(fig)
+    return out
+
+
+def figure4(summary: pd.DataFrame, s: dict, out) -> Path:
+    """DEO and AP against λ at ``classification.figure4_shots`` (λ = 0: fine-tuning, λ = 1: CVLD)."""
+    from ...plots import pyplot
+
+    cl = s["classification"]
+    exp = f"classification_k{cl['figure4_shots']}"
+    part = summary[(summary["experiment"] == exp) & summary["metric"].isin(["DEO", "AP"])]
+    lam = part["mixture"].map(lambda m: 0.0 if m == "base" else float(s["classification"]["train"]["lam"])
+                              if m == "cvld" else float(m[len("cvld_lam"):]) if str(m).startswith("cvld_lam")
+                              else None)
+    part = part.assign(lam=lam).dropna(subset=["lam"]).sort_values("lam")
+    fig, ax = pyplot().subplots(figsize=(4.2, 3.2))
+    for metric, style in (("DEO", "o-"), ("AP", "s--")):
+        g = part[part["metric"] == metric]
+        ax.errorbar(g["lam"], g["mean"], yerr=g["std"].fillna(0.0), fmt=style, capsize=3, label=metric)
+    ax.set_xlabel("λ")
+    ax.set_title(f"Figure 4: {cl['figure4_shots']}-shot CelebA", fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return _savefig(fig, out)
+
+
+def figure5(summary: pd.DataFrame, s: dict, out) -> Path:
+    """MaxSkew@K averaged over the FairFace queries, against K, fine-tuning vs CVLD per subset."""
+    from ...plots import pyplot
+
+    part = summary[summary["metric"].str.startswith("MaxSkewCurve@") & summary["mixture"].isin(["base", "cvld",
+                                                                                               "pretrained"])]
+    part = part.assign(k=part["metric"].str.split("@").str[1].astype(int)).sort_values("k")
+    fig, ax = pyplot().subplots(figsize=(4.2, 3.2))
+    for (exp, mix), g in part.groupby(["experiment", "mixture"], sort=False):
+        ax.errorbar(g["k"], g["mean"], yerr=g["std"].fillna(0.0), capsize=2, marker="o", ms=3,
+                    label=f"{exp.replace('retrieval_', '')} {LABELS.get(mix, mix)}")
+    ax.set_xscale("log")
+    ax.set_xlabel("K")
+    ax.set_ylabel("MaxSkew@K")
+    ax.set_title("Figure 5 (left): FairFace", fontsize=9)
+    ax.grid(alpha=0.3)
+    if len(part):
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    return _savefig(fig, out)
+
+
+def figure9(summary: pd.DataFrame, s: dict, out) -> Path:
+    """Per-attribute DEO of CVLD minus fine-tuning at the largest K (negative: CVLD is fairer)."""
+    from ...plots import pyplot
+
+    exp = f"classification_k{max(s['classification']['shots'])}"
+    part = summary[(summary["experiment"] == exp) & summary["metric"].str.startswith("DEO:")]
+    wide = part.pivot_table(index="metric", columns="mixture", values="mean")
+    fig, ax = pyplot().subplots(figsize=(5.0, 3.4))
+    if {"base", "cvld"} <= set(wide.columns):
+        change = (wide["cvld"] - wide["base"]).sort_values()
+        ax.barh([m.split(":", 1)[1].replace("_", " ") for m in change.index], change.to_numpy())
+    ax.set_xlabel("DEO (CVLD − BLIP)")
+    ax.set_title(f"Figure 9: per-attribute change, {exp.split('_')[1]}", fontsize=9)
+    ax.grid(alpha=0.3, axis="x")
+    fig.tight_layout()
+    return _savefig(fig, out)
+
+
+def figure10(run_dirs, s: dict, out) -> Path:
+    """Share of men among the top K (K = the smaller FairFace K) per query, averaged over seeds, per variant."""
+    from ...plots import pyplot
+
+    rows = []
+    for d in run_dirs:
+        path = Path(d) / "fairface.csv"
+        if not path.exists():
+            continue
+        parts = Path(d).parts
+        table = pd.read_csv(path)
+        k = min(table["k"])
+        for r in table[(table["k"] == k) & (table["query"] != "mean")].itertuples(index=False):
+            rows.append({"variant": f"{parts[-3]} {LABELS.get(parts[-2], parts[-2])}", "query": r.query,
+                         "male_share": (1 + float(r.bias)) / 2})
+    frame = pd.DataFrame(rows, columns=["variant", "query", "male_share"])
+    fig, ax = pyplot().subplots(figsize=(6.0, 3.4))
+    if len(frame):
+        wide = frame.groupby(["query", "variant"])["male_share"].mean().unstack()
+        wide.index = [q.replace("a photo of a ", "").replace(" person", "") for q in wide.index]
+        wide.plot.bar(ax=ax, width=0.8)
+        ax.axhline(0.5, color="grey", lw=0.8, ls="--")
+        ax.legend(fontsize=6)
+    ax.set_ylabel("share of men in the top K")
+    ax.set_title("Figure 10: gender ratio per FairFace query", fontsize=9)
+    fig.tight_layout()
+    return _savefig(fig, out)
+
+
+def write_tables(runs_path, cfg, run_dirs, out_md, out_tex, out_csv, out_figures) -> None:
+    """The summary (``out_figures/summary.csv``), Tables 1-4 (Markdown, LaTeX, CSV) and Figures 4, 5, 9, 10."""
+    from ...io import write_csv, write_text
+    from ...stats import read_runs
+    from ...tables import render_latex, render_markdown, to_frame
+
+    s = settings(cfg)
+    summary = summarize(read_runs(runs_path))
+    figures = Path(out_figures)
+    write_csv(figures / "summary.csv", summary)
+    md = ["# CVLD: debiasing BLIP with counterfactuals", "",
+          "Mean ± std over seeds (classification: few-shot episodes); underlined = significantly better than "
+          "BLIP (fine-tuned) by a one-tailed Welch t-test, α = 0.05; fairness metrics: lower is better.", ""]
+    tex, frames = [], []
+    for title, table in paper_tables(summary, s):
+        md.append(render_markdown(table, title))
+        tex.append(render_latex(table, title))
+        frames.append(to_frame(table).assign(table=title))
+    for name, make in (("figure4.png", lambda p: figure4(summary, s, p)), ("figure5.png", lambda p: figure5(summary, s, p)),
+                       ("figure9.png", lambda p: figure9(summary, s, p)),
+                       ("figure10.png", lambda p: figure10(run_dirs, s, p))):
+        make(figures / name)
+        md.append(f"![{name}]({figures.name}/{name})")
+    write_text(out_md, "\n".join(md) + "\n")
+    write_text(out_tex, "\n".join(tex) + "\n")
+    write_csv(out_csv, pd.concat(frames, ignore_index=True) if frames else pd.DataFrame())
