@@ -345,6 +345,13 @@ def test_paper_config_dry_run_at_paper_scale(repo, tmp_path):
     assert counts["sr_select"] == counts["sr_captions"] == counts["sr_manifests"] == 2
     assert counts["sr_inpaint"] == (4 + 1) * shards == 320 and counts["sr_captioner"] == 1
     assert counts["sr_run"] == (1 + (2 + 5 + 5) * n) + 3 * (1 + 2 * n) == 58 and counts["sr_tables"] == 1
+    # CVLD: one intervention step (COCO) and CelebA's requests; edits sharded per dataset and method; runs: Table 1
+    # (2 K-shots x 10 episodes x {BLIP, CVLD} + BLIP^PT), Tables 2 / 4 (2 subsets x {BLIP, BLIP^Bal, CVLD} x seeds +
+    # BLIP^PT), Table 3 (4 ablations x seeds on COCO 1%)
+    cv = yaml.safe_load((repo / "config" / "config.yaml").read_text())["cvld"]
+    assert counts["cvld_intervene"] == counts["cvld_requests"] == counts["cvld_tables"] == 1
+    assert counts["cvld_edit"] == 2 * len(cv["editing"]["methods"]) * cv["editing"]["shards"] == 1024
+    assert counts["cvld_run"] == (2 * 10 * 2 + 1) + 2 * (2 * 3 * 3 + 1) + 4 * 3 == 91
     # what the image jobs will run with (their job config files): §3.2 / B.1.2
     jobs = [load_config([f]) for f in (tmp_path / ".snakemake/counterfactory/jobs").glob("*.yaml")]
     images = [j for j in jobs if "images" in j and "candidates_per_pair" in j["images"]]

@@ -62,7 +62,8 @@ def fake_evaluation_data(workdir: Path, config_path: Path, study: str = "coco_co
     for spec in [retrieval] if isinstance(retrieval, dict) else retrieval:
         touch(spec["image_root"], True)
         touch(spec["karpathy_json"], False)
-    return made + fake_countercurate_data(workdir, config_path) + fake_spurious_data(workdir, config_path)
+    return made + fake_countercurate_data(workdir, config_path) + fake_spurious_data(workdir, config_path) \
+        + fake_cvld_data(workdir, config_path)
 
 
 def fake_spurious_data(workdir: Path, config_path: Path) -> list[Path]:
@@ -88,6 +89,32 @@ def fake_spurious_data(workdir: Path, config_path: Path) -> list[Path]:
             else:
                 target.write_text("{}")
             made.append(target)
+    return made
+
+
+def fake_cvld_data(workdir: Path, config_path: Path) -> list[Path]:
+    """Stand-ins under ``workdir`` for the CVLD data ``config_path`` names with relative paths: empty Karpathy files
+    and image roots, and the demo CelebA and FairFace fixtures (official layouts) copied there."""
+    import shutil
+
+    data = (yaml.safe_load(Path(config_path).read_text()).get("cvld") or {}).get("data") or {}
+    demo = Path(__file__).resolve().parents[2] / "resources" / "demo"
+    made = []
+    wanted = [((data.get(n) or {}).get("karpathy_json"), "file") for n in ("coco", "flickr30k")]
+    wanted += [((data.get(n) or {}).get("image_root"), "dir") for n in ("coco", "flickr30k")]
+    wanted += [((data.get(n) or {}).get("root"), n) for n in ("celeba", "fairface")]
+    for rel, kind in wanted:
+        if not rel or Path(rel).is_absolute() or (workdir / rel).exists():
+            continue
+        target = workdir / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if kind == "dir":
+            target.mkdir()
+        elif kind == "file":
+            target.write_text("{}")
+        else:
+            shutil.copytree(demo / kind, target)
+        made.append(target)
     return made
 
 

@@ -1,0 +1,206 @@
+"""CVLD study: settings (appendix A-C, §5.1), the runs of Tables 1-4, nested COCO subsets, editing requests from the
+vote, the counterfactual an example trains on, the COCO training table, the mixed-direction t-tests, the CLI."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from counterfactory import cli
+from counterfactory.config import load_config
+from counterfactory.errors import ConfigError, InputError
+from counterfactory.studies.cvld import data as dt
+from counterfactory.studies.cvld import runs as rn
+from counterfactory.studies.cvld import settings as st
+from counterfactory.studies.cvld import tables as tb
+
+
+def test_defaults_follow_the_paper():
+    s = st.settings(None)
+    assert (s["editing"]["m"], s["editing"]["k"]) == (10, 3)                        # §5.1
+    cl = s["classification"]
+    assert cl["shots"] == [16, 256] and cl["episodes"] == 10 and len(cl["attributes"]) == 14   # Table 1, app. A
+    assert (cl["train"]["batch_size"], cl["train"]["lr"], cl["train"]["lam"]) == (32, 1e-2, 1.0)   # app. C
+    rt = s["retrieval"]["train"]
+    assert (rt["epochs"], rt["lr"], rt["batch_size"], rt["lam"]) == (6, 1e-5, 128, 0.3)
+    ct = s["captioning"]["train"]
+    assert (ct["epochs"], ct["lr"], ct["lam"]) == (5, 1e-5, 0.3)
+    assert s["data"]["subsets"] == [0.1, 0.01] and s["retrieval"]["fairface_ks"] == [1000, 128]
+    from counterfactory.data.celeba import GENDER_INDEPENDENT
+
+    assert list(cl["attributes"]) == list(GENDER_INDEPENDENT)      # one list of the 14 attributes, two modules agree
+
+
+@pytest.mark.parametrize("section, words", [
+    ({"editing": {"mm": 3}}, r"cvld.editing: unknown key\(s\) mm"),
+    ({"editing": {"k": 11}}, "k = 11 is above m = 10"),
+    ({"editing": {"methods": ["dalle"]}}, "editing.methods"),
+    ({"editing": {"train_method": "null_text", "methods": ["ip2p"]}}, "not in editing.methods"),
+    ({"intervention": {"text_method": "gpt"}}, "text_method"),
+    ({"classification": {"attributes": ["Male"]}}, "classification.attributes"),
+    ({"retrieval": {"variants": ["cvld", "debias"]}}, "unknown variant"),
+    ({"data": {"subsets": [0.1, 2]}}, "data.subsets"),
+    ({"data": {"celeba": {"rooot": "x"}}}, r"cvld.data.celeba: unknown key\(s\) rooot"),
+])
+def test_bad_settings_name_the_key(section, words):
+    with pytest.raises(ConfigError, match=words):
+        st.settings({"cvld": section})
+
+
+def test_free_sections_take_any_key_and_a_partial_view_refuses_missing_sections(repo):
+    s = st.settings({"cvld": {"editing": {"settings": {"steps": 5}}, "retrieval": {"train": {"max_steps": 2}}}})
+    assert s["editing"]["settings"] == {"steps": 5} and s["retrieval"]["train"]["max_steps"] == 2
+    assert s["retrieval"]["train"]["lr"] == 1e-5                       # merged, not replaced
+
+    class Partial(dict):
+        partial = True
+
+    view = st.settings(Partial(retrieval={}))
+    assert "retrieval" in view
+    with pytest.raises(ConfigError, match="not given the config section cvld.editing"):
+        view["editing"]
+
+
+def test_runs_of_the_paper_config(repo):
+    s = st.settings(load_config([repo / "config" / "config.yaml"], study="cvld"))
+    runs = pd.DataFrame(st.runs(s))
+    count = runs.groupby(["task", "setting", "variant"]).size()
+    assert count[("classification", "k16", "cvld")] == count[("classification", "k256", "base")] == 10
+    assert count[("retrieval", "coco1", "neg_only")] == 3 and ("retrieval", "coco10", "neg_only") not in count
+    assert count[("captioning", "coco10", "balanced")] == 3 and count[("captioning", "pt", "pretrained")] == 1
+    assert len(runs) == 91
+    assert st.lambda_of(s, "retrieval", "cvld") == 0.3 and st.lambda_of(s, "retrieval", "neg_only") == 0.0
+    assert st.lambda_of(s, "classification", "cvld_lam0.25") == 0.25 and st.lambda_of(s, "captioning", "base") == 0
+
+
+def test_subsets_are_nested_and_stable():
+    ids = list(range(5000))
+    ten, one = dt.subset_of(ids, 0.1), dt.subset_of(ids, 0.01)
+    assert not (one & ~ten).any()                                      # COCO 1% inside COCO 10%
+    assert abs(ten.mean() - 0.1) < 0.02 and abs(one.mean() - 0.01) < 0.006
+    shuffled = list(reversed(ids))
+    np.testing.assert_array_equal(dt.subset_of(shuffled, 0.1)[::-1], ten)   # order does not matter
+    assert not (dt.subset_of(ids, 0.1, seed=1) == ten).all()
+    assert st.subset_name(0.1) == "coco10" and st.subset_name(0.01) == "coco1"
+
+
+def swapped_captions():
+    rows = [(1, "A man rides a horse.", "A woman rides a horse.", "turn the man into a woman"),
+            (1, "A horse in a field.", "A horse in a field.", "no change"),
+            (1, "The man holds his hat.", "The woman holds her hat.", "turn the man into a woman"),
+            (2, "A girl and a dog.", "A boy and a dog.", "turn the girl into a boy"),
+            (2, "A dog runs.", "A dog runs.", "no change"),
+            (2, "A dog barks.", "A dog barks.", "no change")]
+    frame = pd.DataFrame(rows, columns=["image_id", "caption", "intervened", "edit_prompt"])
+    frame["caption_id"] = [f"{i}_{k}" for k, i in enumerate(frame["image_id"])]
+    frame["image_path"] = frame["image_id"].map(lambda i: f"img/{i}.jpg")
+    frame["split"] = "train"
+    return frame
+
+
+def test_coco_requests_come_from_the_winning_edit():
+    from counterfactory.text.gender import majority_vote
+
+    caps = swapped_captions()
+    votes = majority_vote(caps)
+    assert votes.set_index("image_id")["accepted"].to_dict() == {1: True, 2: False}   # 2 of 3 vs 1 of 3
+    s = st.settings({"cvld": {"editing": {"shards": 4}}})
+    req = dt.coco_requests(s, caps, votes)
+    assert list(req.columns) == dt.REQUEST_COLUMNS and len(req) == 1
+    r = req.iloc[0]
+    assert (r.item_id, r.edit_prompt, r.source_prompt, r.target_prompt) == \
+        ("coco_1", "turn the man into a woman", "A man rides a horse.", "A woman rides a horse.")
+    assert 0 <= r.shard < 4 and r.shard == dt.shard_of("coco_1", 4)
+
+
+def test_celeba_requests_use_the_manual_prompts():
+    s = st.settings(None)
+    images = pd.DataFrame({"image_id": ["000001.jpg", "000002.jpg"], "image_path": ["a", "b"], "Male": [1, 0]})
+    req = dt.celeba_requests(s, images)
+    assert list(req["item_id"]) == ["celeba_000001", "celeba_000002"]
+    assert list(req["edit_prompt"]) == ["turn the man into a woman", "turn the woman into a man"]
+    assert list(req["target_prompt"]) == ["a photo of a woman", "a photo of a man"]
+
+
+def test_counterfactual_choice_is_deterministic_and_spread(tmp_path):
+    manifest = pd.DataFrame({"item_id": ["coco_1"] * 3 + ["coco_2"] * 3, "candidate": [0, 1, 2] * 2,
+                             "kept": [True, False, True, True, True, False], "rank": [1, -1, 0, 0, 1, -1],
+                             "path": ["coco_1_1.png", "", "coco_1_0.png", "coco_2_0.png", "coco_2_1.png", ""]})
+    manifest.to_parquet(tmp_path / "shard.parquet")
+    files = rn.counterfactual_files([tmp_path / "shard.parquet"])
+    assert files["coco_1"] == [str(tmp_path / "coco_1_0.png"), str(tmp_path / "coco_1_1.png")]   # best first
+    picks = {rn.pick(files, "coco_1", seed) for seed in range(20)}
+    assert picks == set(files["coco_1"])                               # seeds spread over the k kept edits
+    assert rn.pick(files, "coco_1", 3) == rn.pick(files, "coco_1", 3) and rn.pick(files, "coco_9", 0) == ""
+
+
+def test_coco_training_table_pairs_captions_with_their_intervention():
+    s = st.settings({"cvld": {"data": {"subsets": [1.0]}}})
+    caps = swapped_captions()
+    files = {"coco_1": ["cf1.png"]}
+    table = rn.coco_training_table(s, caps, "coco100", "cvld", 0, files)
+    assert list(table["cf_image_path"]) == ["cf1.png"] * 3 + [""] * 3
+    assert list(table["cf_caption"][:3]) == ["A woman rides a horse.", "A horse in a field.",
+                                             "The woman holds her hat."]   # a neutral caption stays itself
+    assert list(table["gender"][:3]) == ["male"] * 3 and list(table["gender"][3:]) == ["female"] * 3
+    with pytest.raises(ConfigError, match="unknown COCO subset"):
+        rn.coco_training_table(s, caps, "coco10", "cvld", 0, files)
+
+
+def test_balanced_training_table_equalises_genders():
+    s = st.settings({"cvld": {"data": {"subsets": [1.0]}}})
+    caps = swapped_captions()
+    extra = caps[caps["image_id"] == 1].assign(image_id=3, caption_id=lambda f: f["caption_id"] + "b")
+    caps = pd.concat([caps, extra], ignore_index=True)            # two "male" images, one "female"
+    table = rn.coco_training_table(s, caps, "coco100", "balanced", 0, {})
+    genders = table.drop_duplicates("gender")["gender"]
+    per_image = table.groupby("gender")["image_path"].nunique()
+    assert set(genders) == {"male", "female"} and per_image["male"] == per_image["female"] == 1
+
+
+def test_summary_tests_fairness_metrics_for_lower_values():
+    rows = []
+    for seed in range(4):
+        for mix, deo, ap in (("base", 20 + seed, 80 + seed), ("cvld", 10 + seed, 90 + seed)):
+            rows += [{"experiment": "classification_k16", "mixture": mix, "seed": seed, "data_seed": seed,
+                      "metric": "DEO", "value": float(deo)},
+                     {"experiment": "classification_k16", "mixture": mix, "seed": seed, "data_seed": seed,
+                      "metric": "AP", "value": float(ap)}]
+    rows.append({"experiment": "classification", "mixture": "pretrained", "seed": 0, "data_seed": 0,
+                 "metric": "DEO", "value": 5.0})
+    summary = tb.summarize(pd.DataFrame(rows)).set_index(["experiment", "metric", "mixture"])
+    deo, ap = summary.loc[("classification_k16", "DEO", "cvld")], summary.loc[("classification_k16", "AP", "cvld")]
+    assert deo["alternative"] == "less" and bool(deo["significant"]) and deo["delta"] == -10
+    assert ap["alternative"] == "greater" and bool(ap["significant"])
+    pt = summary.loc[("classification", "DEO", "pretrained")]
+    assert pt["n"] == 1 and pt["mean"] == 5.0 and not bool(pt["significant"])
+    assert tb.lower_is_better("MaxSkew@128") and tb.lower_is_better("DEO:Bangs") and not tb.lower_is_better("mRec")
+
+
+def test_cli_swap_gender_on_a_csv(tmp_path, capsys, repo, monkeypatch):
+    from counterfactory.text.nltk_data import ensure_nltk_data
+
+    monkeypatch.chdir(repo)
+    ensure_nltk_data("resources/nltk_data", "offline")
+    src = tmp_path / "caps.csv"
+    src.write_text("caption_id,caption\na,A man and his dog.\nb,A red bus.\n", encoding="utf-8")
+    out = tmp_path / "out.parquet"
+    assert cli.main(["cvld", "swap-gender", "--captions", str(src), "--out", str(out)]) == 0
+    table = pd.read_parquet(out)
+    assert list(table["intervened"]) == ["A woman and her dog.", "A red bus."]
+    assert list(table["changed"]) == [True, False] and json.loads(table["edits"][0]) == [["man", "woman"],
+                                                                                         ["his", "her"]]
+    assert "1 of 2 captions changed" in capsys.readouterr().out
+    bad = tmp_path / "bad.csv"
+    bad.write_text("id,text\na,A man.\n", encoding="utf-8")
+    assert cli.main(["cvld", "swap-gender", "--captions", str(bad), "--out", str(tmp_path / "x.parquet")]) != 0
+    assert not (tmp_path / "x.parquet").exists()
+    err = capsys.readouterr().err
+    assert str(bad) in err and "caption" in err
+    with pytest.raises(InputError):
+        from counterfactory.commands.cvld import _read_table
+
+        _read_table(tmp_path / "missing.csv")
