@@ -185,6 +185,12 @@ def demo_config(repo: Path, workdir: Path, edit=None, name: str | None = None, *
             sr[key] = str(demo / Path(sr[key]).relative_to("resources/demo"))
     if sr.get("instances"):
         sr["instances"] = [str(demo / Path(p).relative_to("resources/demo")) for p in sr["instances"]]
+    cv = (cfg.get("cvld") or {}).get("data") or {}
+    for spec, keys in [(cv.get("coco") or {}, ("karpathy_json", "image_root")), (cv.get("celeba") or {}, ("root",)),
+                       (cv.get("fairface") or {}, ("root",))]:
+        for key in keys:
+            if spec.get(key):
+                spec[key] = str(demo / Path(spec[key]).relative_to("resources/demo"))
     if edit:
         edit(study)
     cfg.update(top)
