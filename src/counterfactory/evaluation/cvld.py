@@ -29,6 +29,7 @@ from ..metrics.fairness import (average_precision, calibrated_threshold, deo_fro
                                 intersect_groups, mean_group_accuracy)
 from ..metrics.retrieval import bias_at_k, max_skew_at_k, ranking_from_scores, recall_at_k
 from ..scorers import BlipItcScorer, BlipItmScorer, load_image
+from ..training.cvld import class_prompts
 
 log = logging.getLogger(__name__)
 
@@ -36,15 +37,9 @@ log = logging.getLogger(__name__)
 FAIRFACE_ADJECTIVES = ("good", "evil", "smart", "dumb", "attractive", "unattractive", "lawful", "criminal",
                        "friendly", "unfriendly")
 FAIRFACE_QUERIES = tuple(f"a photo of a {a} person" for a in FAIRFACE_ADJECTIVES)
-#: positive / negative prompt per CelebA attribute (our wording; CVLD does not publish its prompts)
-ATTRIBUTE_PHRASES = {
-    "Bags_Under_Eyes": "bags under the eyes", "Bangs": "bangs", "Black_Hair": "black hair",
-    "Blond_Hair": "blond hair", "Brown_Hair": "brown hair", "Chubby": "a chubby face", "Eyeglasses": "eyeglasses",
-    "Gray_Hair": "gray hair", "High_Cheekbones": "high cheekbones", "Mouth_Slightly_Open": "a slightly open mouth",
-    "Narrow_Eyes": "narrow eyes", "Smiling": "a smile", "Wearing_Earrings": "earrings", "Wearing_Hat": "a hat",
-}
-DEFAULT_PROMPTS = {a: (f"a photo of a person with {p}", f"a photo of a person without {p}")
-                   for a, p in ATTRIBUTE_PHRASES.items()}
+#: (positive, negative) prompt per CelebA attribute: the training's class prompts (one wording for training and
+#: evaluation; ours, CVLD does not publish its prompts)
+DEFAULT_PROMPTS = {a: tuple(reversed(class_prompts(a))) for a in GENDER_INDEPENDENT}
 #: BLIP's COCO captioning decoding (``configs/caption_coco.yaml`` of salesforce/BLIP): beam 3, length 5..20
 CAPTION_DEFAULTS = {"num_beams": 3, "max_length": 20, "min_length": 5, "prompt": "a picture of "}
 
