@@ -232,20 +232,10 @@ def select_top_k(encoder, processor, original: np.ndarray, candidates: Sequence[
 
 
 def _read_image(path: Path, source: str, item_id: str) -> tuple[np.ndarray, bytes]:
-    import io
+    """RGB pixels and file bytes of an item's image; errors name the table and item (the inpainting step's reader)."""
+    from .inpaint import _read_image as read
 
-    from PIL import Image, UnidentifiedImageError
-
-    try:
-        data = path.read_bytes()
-        with Image.open(io.BytesIO(data)) as im:
-            return np.asarray(im.convert("RGB")), data
-    except FileNotFoundError:
-        raise input_error(source, item_id, f"image {path} not found",
-                          "check image_path (relative paths are relative to image_root)") from None
-    except (UnidentifiedImageError, OSError) as exc:
-        raise input_error(source, item_id, f"image {path} is not a readable image ({exc})",
-                          "replace or re-download the image") from None
+    return read(path, source, item_id)
 
 
 def _check_items(items, method: str, source: str) -> list[dict]:
