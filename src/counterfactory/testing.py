@@ -69,34 +69,20 @@ def fake_evaluation_data(workdir: Path, config_path: Path, study: str = "coco_co
 def fake_spurious_data(workdir: Path, config_path: Path) -> list[Path]:
     """Stand-ins under ``workdir`` for the spurious-correlation study's relative paths: empty Karpathy split and
     instances files, the image roots, and the demo's Flickr30k Entities (official layout) copied there."""
-    import shutil
-
     data = (yaml.safe_load(Path(config_path).read_text()).get("spurious_retrieval") or {}).get("data") or {}
     demo = Path(__file__).resolve().parents[2] / "resources" / "demo"
     made = []
     for name in ("coco", "flickr30k"):
         src = data.get(name) or {}
         for rel, kind in [(src.get("karpathy_json"), "file"), (src.get("image_root"), "dir"),
-                          (src.get("entities_root"), "entities"), *[(p, "file") for p in src.get("instances") or []]]:
-            if not rel or Path(rel).is_absolute() or (workdir / rel).exists():
-                continue
-            target = workdir / rel
-            target.parent.mkdir(parents=True, exist_ok=True)
-            if kind == "dir":
-                target.mkdir()
-            elif kind == "entities":
-                shutil.copytree(demo / "flickr30k_entities", target)
-            else:
-                target.write_text("{}")
-            made.append(target)
+                          (src.get("entities_root"), "flickr30k_entities"), *[(p, "file") for p in src.get("instances") or []]]:
+            made += _stand_in(workdir, rel, kind, demo)
     return made
 
 
 def fake_cvld_data(workdir: Path, config_path: Path) -> list[Path]:
     """Stand-ins under ``workdir`` for the CVLD data ``config_path`` names with relative paths: empty Karpathy files
     and image roots, and the demo CelebA and FairFace fixtures (official layouts) copied there."""
-    import shutil
-
     data = (yaml.safe_load(Path(config_path).read_text()).get("cvld") or {}).get("data") or {}
     demo = Path(__file__).resolve().parents[2] / "resources" / "demo"
     made = []
@@ -104,18 +90,26 @@ def fake_cvld_data(workdir: Path, config_path: Path) -> list[Path]:
     wanted += [((data.get(n) or {}).get("image_root"), "dir") for n in ("coco", "flickr30k")]
     wanted += [((data.get(n) or {}).get("root"), n) for n in ("celeba", "fairface")]
     for rel, kind in wanted:
-        if not rel or Path(rel).is_absolute() or (workdir / rel).exists():
-            continue
-        target = workdir / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if kind == "dir":
-            target.mkdir()
-        elif kind == "file":
-            target.write_text("{}")
-        else:
-            shutil.copytree(demo / kind, target)
-        made.append(target)
+        made += _stand_in(workdir, rel, kind, demo)
     return made
+
+
+def _stand_in(workdir: Path, rel, kind: str, demo: Path) -> list[Path]:
+    """``workdir/rel`` made as an empty folder (``dir``), a ``{}`` file (``file``) or a copy of the demo folder
+    ``kind``; nothing for an empty, absolute or existing path."""
+    import shutil
+
+    if not rel or Path(rel).is_absolute() or (workdir / rel).exists():
+        return []
+    target = workdir / rel
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if kind == "dir":
+        target.mkdir()
+    elif kind == "file":
+        target.write_text("{}")
+    else:
+        shutil.copytree(demo / kind, target)
+    return [target]
 
 
 def fake_countercurate_data(workdir: Path, config_path: Path) -> list[Path]:
