@@ -14,6 +14,7 @@ rule cvld_intervene:
     input:
         data=cvld_coco_inputs,
         models=cvld_text_models,
+        nltk=config["nltk"]["data_dir"],
     output:
         captions=f"{S}/coco/text/captions.parquet",
         votes=f"{S}/coco/text/votes.parquet",

@@ -180,11 +180,7 @@ def test_summary_tests_fairness_metrics_for_lower_values():
     assert tb.lower_is_better("MaxSkew@128") and tb.lower_is_better("DEO:Bangs") and not tb.lower_is_better("mRec")
 
 
-def test_cli_swap_gender_on_a_csv(tmp_path, capsys, repo, monkeypatch):
-    from counterfactory.text.nltk_data import ensure_nltk_data
-
-    monkeypatch.chdir(repo)
-    ensure_nltk_data("resources/nltk_data", "offline")
+def test_cli_swap_gender_on_a_csv(tmp_path, capsys, nltk_dir):
     src = tmp_path / "caps.csv"
     src.write_text("caption_id,caption\na,A man and his dog.\nb,A red bus.\n", encoding="utf-8")
     out = tmp_path / "out.parquet"
