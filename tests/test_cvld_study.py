@@ -64,6 +64,29 @@ def test_free_sections_take_any_key_and_a_partial_view_refuses_missing_sections(
         view["editing"]
 
 
+def test_no_internal_marker_reaches_the_settings(repo):
+    """The marker of free-form sections never leaks into merged settings, at any depth, with or without a user
+    section (a leak made every run of the paper config fail to build its trainer settings)."""
+    from counterfactory.studies.sections import FREE
+
+    def keys(value):
+        if isinstance(value, dict):
+            for k, v in value.items():
+                yield k
+                yield from keys(v)
+
+    for cfg in (None, {"cvld": {"retrieval": {"train": {"max_steps": 2}}}},
+                load_config([repo / "config" / "config.yaml"], study="cvld")):
+        assert FREE not in set(keys(dict(st.settings(cfg))))
+    s = st.settings(None)
+    for task in ("classification", "retrieval", "captioning"):
+        settings = rn._train_settings(s, task, "cvld", 0, False)
+        assert settings.lr == s[task]["train"]["lr"] and settings.lam == s[task]["train"]["lam"]
+    with pytest.raises(ConfigError, match=r"cvld.retrieval.train: .*bogus.*Fix: use only"):
+        rn._train_settings(st.settings({"cvld": {"retrieval": {"train": {"bogus": 1}}}}), "retrieval", "cvld", 0,
+                           False)
+
+
 def test_runs_of_the_paper_config(repo):
     s = st.settings(load_config([repo / "config" / "config.yaml"], study="cvld"))
     runs = pd.DataFrame(st.runs(s))

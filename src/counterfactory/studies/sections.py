@@ -32,7 +32,8 @@ def merge(default: Any, own: Any, where: str) -> Any:
     unknown = sorted(set(own) - set(known))
     if unknown and not free:
         raise ConfigError(f"{where}: unknown key(s) {', '.join(map(str, unknown))}. Fix: use {', '.join(known)}")
-    out = {k: copy.deepcopy(v) for k, v in default.items() if k != FREE}
+    out = {k: merge(v, None, f"{where}.{k}") if isinstance(v, Mapping) else copy.deepcopy(v)
+           for k, v in default.items() if k != FREE}
     for key, value in own.items():
         out[key] = merge(default[key], value, f"{where}.{key}") if key in default else copy.deepcopy(value)
     return out

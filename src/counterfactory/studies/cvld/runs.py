@@ -61,10 +61,13 @@ def _train_settings(s: dict, task: str, variant: str, seed: int, progress: bool)
 
     section = dict(s[task]["train"])
     section["lam"] = lambda_of(s, task, variant)
-    section["variant"] = variant if task == "retrieval" and variant not in ("balanced",) else "base"
-    if task == "retrieval" and variant == "cvld":
-        section["variant"] = "cvld"
-    return CVLDSettings.for_task(task, **section, seed=int(seed), progress=progress)
+    # Table 3's loss variants are retrieval's; BLIP^Bal changes the data, not the loss
+    section["variant"] = variant if task == "retrieval" and variant != "balanced" else "base"
+    try:
+        return CVLDSettings.for_task(task, **section, seed=int(seed), progress=progress)
+    except TypeError as exc:          # a key of cvld.<task>.train that the trainer does not know
+        known = ", ".join(f for f in CVLDSettings.__dataclass_fields__ if f not in ("task", "seed", "progress"))
+        raise ConfigError(f"cvld.{task}.train: {exc}. Fix: use only {known}") from None
 
 
 def _with_source(cfg, role: str, source) -> dict:
