@@ -38,7 +38,6 @@ import hashlib
 import json
 import logging
 import os
-import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -56,7 +55,6 @@ METHODS = ("ip2p", "null_text")
 ALIASES = {"p2p": "null_text", "instructpix2pix": "ip2p"}
 KEY_FIELD = "counterfactory-edit"
 ROWS_FIELD = "counterfactory-edit-rows"
-_ID_PATTERN = re.compile(r"^[A-Za-z0-9_.-]+$")
 MANIFEST_SCHEMA = {"item_id": "object", "candidate": "int64", "seed": "int64", "params": "object",
                    "similarity": "float64", "kept": "bool", "rank": "int64", "path": "object"}
 
@@ -244,20 +242,14 @@ def _check_items(items, method: str, source: str) -> list[dict]:
     if missing:
         raise input_error(source, None, f"missing columns {missing} for method {method}",
                           f"give item_id, image_path and {' and '.join(prompts)}")
-    rows, seen = items.to_dict("records"), set()
+    from .inpaint import item_rows
+
+    rows = item_rows(items, source)
     for i, row in enumerate(rows):
-        item_id = str(row["item_id"])
-        if not _ID_PATTERN.match(item_id):
-            raise input_error(source, i, f"item_id {item_id!r} is not a safe file name",
-                              "use letters, digits, '_', '-' and '.' only")
-        if item_id in seen:
-            raise input_error(source, i, f"item_id {item_id!r} occurs twice", "make item ids unique")
-        seen.add(item_id)
         for col in prompts:
             if not isinstance(row[col], str) or not row[col].strip():
-                raise input_error(source, f"{i} (item {item_id})", f"{col} is empty ({row[col]!r})",
+                raise input_error(source, f"{i} (item {row['item_id']})", f"{col} is empty ({row[col]!r})",
                                   f"give a non-empty {col}, or drop the item")
-        row["item_id"] = item_id
     return rows
 
 

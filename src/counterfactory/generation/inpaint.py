@@ -597,6 +597,23 @@ def _model_id(method: str, model) -> str | None:
     return fingerprint(file)
 
 
+def item_rows(items, source: str) -> list[dict]:
+    """``items`` as row dicts whose ``item_id`` (a string) is a safe, unique file name; the first bad row is an
+    :class:`InputError` naming ``source`` and the row (shared by the sharded image steps)."""
+    rows = items.to_dict("records")
+    seen: set[str] = set()
+    for i, row in enumerate(rows):
+        item_id = str(row["item_id"])
+        if not _ID_PATTERN.match(item_id):
+            raise input_error(source, i, f"item_id {item_id!r} is not a safe file name",
+                              "use letters, digits, '_', '-' and '.' only")
+        if item_id in seen:
+            raise input_error(source, i, f"item_id {item_id!r} occurs twice", "make item ids unique")
+        seen.add(item_id)
+        row["item_id"] = item_id
+    return rows
+
+
 def inpaint_shard(items, method: str, out_dir: str | os.PathLike, batch_size: int = 8, device: Any = "auto", *,
                   settings: InpaintSettings | None = None, model=None, cfg: dict | None = None,
                   image_root: str | os.PathLike | None = None, source: str = "<items>", progress: bool = True,
@@ -626,17 +643,7 @@ def inpaint_shard(items, method: str, out_dir: str | os.PathLike, batch_size: in
         raise input_error(source, None, f"missing columns {missing or ['mask, segmentation or boxes']}",
                           "give item_id, image_path and a mask (path or array), segmentation (COCO JSON) or boxes "
                           "([x1, y1, x2, y2]) column")
-    rows = items.to_dict("records")
-    seen: set[str] = set()
-    for i, row in enumerate(rows):
-        item_id = str(row["item_id"])
-        if not _ID_PATTERN.match(item_id):
-            raise input_error(source, i, f"item_id {item_id!r} is not a safe file name",
-                              "use letters, digits, '_', '-' and '.' only")
-        if item_id in seen:
-            raise input_error(source, i, f"item_id {item_id!r} occurs twice", "make item ids unique")
-        seen.add(item_id)
-        row["item_id"] = item_id
+    rows = item_rows(items, source)
     root = Path(image_root) if image_root is not None else None
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
