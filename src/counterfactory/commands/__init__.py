@@ -42,12 +42,17 @@ def key_values(items, option: str, form: str) -> list[tuple[str, str]]:
     return out
 
 
+def add_config_option(parser: argparse.ArgumentParser) -> None:
+    """``--config YAML`` (required, repeatable; later files win): how a study step gets its configuration."""
+    parser.add_argument("--config", action="append", required=True, metavar="YAML",
+                        help="configuration file (repeatable; later files win)")
+
+
 def add_shard_job_options(parser: argparse.ArgumentParser, input_flag: str, input_metavar: str,
                           input_help: str) -> None:
     """The options every sharded generation job shares, in this order: ``--config`` (repeatable), its input
     table ``input_flag``, ``--shard``, ``--out-dir``, ``--threads`` and ``--no-progress``."""
-    parser.add_argument("--config", action="append", required=True, metavar="YAML",
-                        help="configuration file (repeatable; later files win)")
+    add_config_option(parser)
     parser.add_argument(input_flag, required=True, metavar=input_metavar, help=input_help)
     parser.add_argument("--shard", required=True, type=shard_id, metavar="N", help="shard number, e.g. 00003")
     parser.add_argument("--out-dir", required=True, metavar="DIR", help="the shard's output folder")

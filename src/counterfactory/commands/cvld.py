@@ -10,11 +10,6 @@ import logging
 log = logging.getLogger(__name__)
 
 
-def _config(parser) -> None:
-    parser.add_argument("--config", action="append", required=True, metavar="YAML",
-                        help="configuration file (repeatable; later files win)")
-
-
 def _load(paths):
     from ..config import load_config
 
@@ -22,6 +17,7 @@ def _load(paths):
 
 
 def register(subparsers) -> None:
+    from . import add_config_option as _config
     from . import add_shard_job_options
 
     parser = subparsers.add_parser("cvld", help="CVLD study: gender interventions by image editing, debiased BLIP",

@@ -141,11 +141,8 @@ def _select(args) -> int:
 # the study's other steps (rules/study_spurious_retrieval.smk)
 # --------------------------------------------------------------------------------------------------------------
 def _register_steps(sub) -> None:
+    from . import add_config_option as config
     from . import add_shard_job_options
-
-    def config(parser):
-        parser.add_argument("--config", action="append", required=True, metavar="YAML",
-                            help="configuration file (repeatable; later files win)")
 
     c = sub.add_parser("captions", help="§3.2-3.3: the ODmAP gallery (train+val+test captions with the classes they "
                        "mention) and the synthetic captions (noun-phrase removal, prompts)")
