@@ -18,6 +18,10 @@ min_version("9.0")
 configfile: "config/config.yaml"
 
 
+# front page of `snakemake --report`: which studies ran; every result listed with the rule that made it
+report: "report/workflow.rst"
+
+
 # The package's validator checks the schema, fills in its defaults and checks what a schema cannot
 # (bound orders); a mistake stops the run with one message naming each key at fault.
 try:
@@ -53,3 +57,4 @@ rule all:
     input:
         [target for study in STUDIES for target in STUDY_TARGETS[study]()],
         f"{RESULTS}/provenance.json",
+        f"{RESULTS}/report/overview.html",

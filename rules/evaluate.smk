@@ -54,13 +54,13 @@ rule eval_itr_table:
         csv=report(
             f"{S}/evaluation/itr_table.csv",
             caption="../report/evaluation_itr.rst",
-            category="Evaluation",
+            category=study_title,
             subcategory="Zero-shot image-text retrieval",
         ),
         md=report(
             f"{S}/evaluation/itr_table.md",
             caption="../report/evaluation_itr.rst",
-            category="Evaluation",
+            category=study_title,
             subcategory="Zero-shot image-text retrieval",
         ),
     log:
@@ -117,19 +117,19 @@ rule eval_itm_summary:
         csv=report(
             f"{S}/evaluation/itm_differences.csv",
             caption="../report/evaluation_itm.rst",
-            category="Evaluation",
+            category=study_title,
             subcategory="ITM score differences",
         ),
         md=report(
             f"{S}/evaluation/itm_differences.md",
             caption="../report/evaluation_itm.rst",
-            category="Evaluation",
+            category=study_title,
             subcategory="ITM score differences",
         ),
         png=report(
             f"{S}/evaluation/itm_differences.png",
             caption="../report/evaluation_itm.rst",
-            category="Evaluation",
+            category=study_title,
             subcategory="ITM score differences",
         ),
     log:
@@ -189,19 +189,19 @@ rule eval_classify_table:
         csv=report(
             f"{S}/evaluation/classification.csv",
             caption="../report/evaluation_classification.rst",
-            category="Evaluation",
+            category=study_title,
             subcategory="Zero-shot classification",
         ),
         md=report(
             f"{S}/evaluation/classification.md",
             caption="../report/evaluation_classification.rst",
-            category="Evaluation",
+            category=study_title,
             subcategory="Zero-shot classification",
         ),
         png=report(
             f"{S}/evaluation/classification.png",
             caption="../report/evaluation_classification.rst",
-            category="Evaluation",
+            category=study_title,
             subcategory="Zero-shot classification",
         ),
     log:

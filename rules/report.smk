@@ -7,7 +7,12 @@ rule report_pair_grid:
     input:
         f"{S}/images/selected_pairs.parquet",
     output:
-        report(f"{S}/report/pair_grid.png", category="Counterfactuals", caption="../report/pair_grid.rst"),
+        report(
+            f"{S}/report/pair_grid.png",
+            category=study_title,
+            subcategory="Counterfactuals",
+            caption="../report/pair_grid.rst",
+        ),
     log:
         f"{S}/logs/report/pair_grid.log",
     conda:
@@ -23,7 +28,12 @@ rule report_caption_examples:
     input:
         f"{S}/captions/counterfactual_captions.parquet",
     output:
-        report(f"{S}/report/caption_examples.csv", category="Counterfactuals", caption="../report/caption_examples.rst"),
+        report(
+            f"{S}/report/caption_examples.csv",
+            category=study_title,
+            subcategory="Counterfactuals",
+            caption="../report/caption_examples.rst",
+        ),
     log:
         f"{S}/logs/report/caption_examples.log",
     conda:
@@ -32,3 +42,17 @@ rule report_caption_examples:
         n=20,
     shell:
         "counterfactory report caption-examples --captions {input:q} --out {output:q} --n {params.n} > {log:q} 2>&1"
+
+
+rule report_overview:
+    """The report's front page: which studies ran, on which data (config keys) and with which models."""
+    input:
+        rules.provenance.output,
+    output:
+        report(f"{RESULTS}/report/overview.html", category="Run overview", caption="../report/overview.rst"),
+    log:
+        f"{RESULTS}/logs/report/overview.log",
+    conda:
+        CONDA_ENV
+    shell:
+        "counterfactory report overview --provenance {input:q} --out {output:q} > {log:q} 2>&1"

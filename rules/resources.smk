@@ -160,6 +160,7 @@ localrules:
     tiny_models,
     nltk_data,
     provenance,
+    report_overview,
     label_frequency,
     in_domain_split,
     in_domain_runs_table,

@@ -64,7 +64,12 @@ rule label_frequency:
         pretrained=f"{S}/evaluation/classification.csv",
         datasets=classification_inputs,
     output:
-        table=report(f"{S}/training/label_frequency.csv", category="Training", caption="../report/label_frequency.rst"),
+        table=report(
+            f"{S}/training/label_frequency.csv",
+            category=study_title,
+            subcategory="Training",
+            caption="../report/label_frequency.rst",
+        ),
         correlation=f"{S}/training/label_frequency_correlation.json",
     log:
         f"{S}/logs/training/label_frequency.log",
@@ -175,7 +180,9 @@ rule in_domain_table:
     input:
         rules.in_domain_stats.output,
     output:
-        md=report(f"{S}/in_domain/table.md", category="Training", caption="../report/in_domain.rst"),
+        md=report(
+            f"{S}/in_domain/table.md", category=study_title, subcategory="Training", caption="../report/in_domain.rst"
+        ),
         tex=f"{S}/in_domain/table.tex",
         csv=f"{S}/in_domain/table.csv",
     log:

@@ -222,7 +222,12 @@ rule cc_datasets:
         positions=f"{S}/datasets/positions.parquet",
         counting=f"{S}/datasets/counting.parquet",
         attributes=f"{S}/datasets/attributes.parquet",
-        summary=report(f"{S}/datasets/summary.csv", category="CounterCurate", caption="../report/cc_datasets.rst"),
+        summary=report(
+            f"{S}/datasets/summary.csv",
+            category=study_title,
+            subcategory="Datasets",
+            caption="../report/cc_datasets.rst",
+        ),
     log:
         f"{S}/logs/datasets.log",
     wildcard_constraints:
@@ -271,7 +276,12 @@ rule cc_tables:
     input:
         cc_evaluations,
     output:
-        md=report(f"{S}/evaluation/tables.md", category="CounterCurate", caption="../report/cc_tables.rst"),
+        md=report(
+            f"{S}/evaluation/tables.md",
+            category=study_title,
+            subcategory="Evaluation",
+            caption="../report/cc_tables.rst",
+        ),
         tex=f"{S}/evaluation/tables.tex",
         csv=f"{S}/evaluation/tables.csv",
     log:
@@ -376,7 +386,12 @@ rule cc_train_table:
         summary=rules.cc_train_stats.output[0],
         manifests=rules.cc_train_manifests.output[0],
     output:
-        md=report(f"{S}/finetune/tables/{{dataset}}.md", category="CounterCurate", caption="../report/cc_training.rst"),
+        md=report(
+            f"{S}/finetune/tables/{{dataset}}.md",
+            category=study_title,
+            subcategory="Fine-tuning",
+            caption="../report/cc_training.rst",
+        ),
         tex=f"{S}/finetune/tables/{{dataset}}.tex",
         csv=f"{S}/finetune/tables/{{dataset}}.csv",
     log:
@@ -461,7 +476,10 @@ use rule cc_train_table as cc_vlm_table with:
         manifests=rules.cc_train_manifests.output[0],
     output:
         md=report(
-            f"{S}/finetune/tables/{{dataset}}_vlm.md", category="CounterCurate", caption="../report/cc_training.rst"
+            f"{S}/finetune/tables/{{dataset}}_vlm.md",
+            category=study_title,
+            subcategory="Fine-tuning",
+            caption="../report/cc_training.rst",
         ),
         tex=f"{S}/finetune/tables/{{dataset}}_vlm.tex",
         csv=f"{S}/finetune/tables/{{dataset}}_vlm.csv",

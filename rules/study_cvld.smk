@@ -19,7 +19,12 @@ rule cvld_intervene:
         captions=f"{S}/coco/text/captions.parquet",
         votes=f"{S}/coco/text/votes.parquet",
         requests=f"{S}/coco/edits/requests.parquet",
-        summary=report(f"{S}/coco/text/summary.csv", category="CVLD", caption="../report/cvld_intervene.rst"),
+        summary=report(
+            f"{S}/coco/text/summary.csv",
+            category=study_title,
+            subcategory="Interventions",
+            caption="../report/cvld_intervene.rst",
+        ),
     log:
         f"{S}/logs/coco/intervene.log",
     wildcard_constraints:
@@ -139,7 +144,7 @@ rule cvld_tables:
         runs=rules.cvld_runs_table.output,
         metrics=cvld_runs,
     output:
-        md=report(f"{S}/tables.md", category="CVLD", caption="../report/cvld_tables.rst"),
+        md=report(f"{S}/tables.md", category=study_title, subcategory="Tables", caption="../report/cvld_tables.rst"),
         tex=f"{S}/tables.tex",
         csv=f"{S}/tables.csv",
         summary=f"{S}/figures/summary.csv",

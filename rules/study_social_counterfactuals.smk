@@ -215,7 +215,12 @@ rule social_filter_table:
         captions=rules.social_captions.output,
     output:
         csv=f"{S}/filter/table11.csv",
-        md=report(f"{S}/filter/table11.md", category="SocialCounterfactuals", caption="../report/social_filter.rst"),
+        md=report(
+            f"{S}/filter/table11.md",
+            category=study_title,
+            subcategory="Filtering",
+            caption="../report/social_filter.rst",
+        ),
     log:
         f"{S}/logs/filter/table11.log",
     wildcard_constraints:
@@ -270,7 +275,10 @@ rule social_probe_tables:
         ),
     output:
         md=report(
-            f"{S}/probing/{{stage}}/tables.md", category="SocialCounterfactuals", caption="../report/social_probe.rst"
+            f"{S}/probing/{{stage}}/tables.md",
+            category=study_title,
+            subcategory="Bias probing",
+            caption="../report/social_probe.rst",
         ),
         tex=f"{S}/probing/{{stage}}/tables.tex",
         csv=f"{S}/probing/{{stage}}/tables.csv",
@@ -402,7 +410,12 @@ rule social_debias_table:
     input:
         rules.social_debias_runs_table.output,
     output:
-        md=report(f"{S}/debias/tables.md", category="SocialCounterfactuals", caption="../report/social_debias.rst"),
+        md=report(
+            f"{S}/debias/tables.md",
+            category=study_title,
+            subcategory="Debiasing",
+            caption="../report/social_debias.rst",
+        ),
         tex=f"{S}/debias/tables.tex",
         csv=f"{S}/debias/tables.csv",
     log:

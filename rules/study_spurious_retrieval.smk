@@ -16,7 +16,12 @@ rule sr_select:
     output:
         selection=f"{SD}/selection/selection.parquet",
         requests=f"{SD}/selection/requests.parquet",
-        summary=report(f"{SD}/selection/summary.csv", category="Spurious retrieval", caption="../report/sr_select.rst"),
+        summary=report(
+            f"{SD}/selection/summary.csv",
+            category=study_title,
+            subcategory="Object removal",
+            caption="../report/sr_select.rst",
+        ),
     log:
         f"{S}/logs/{{dataset}}/select.log",
     wildcard_constraints:
@@ -211,10 +216,10 @@ rule sr_tables:
     input:
         rules.sr_stats.output,
     output:
-        md=report(f"{S}/tables.md", category="Spurious retrieval", caption="../report/sr_tables.rst"),
+        md=report(f"{S}/tables.md", category=study_title, subcategory="Tables", caption="../report/sr_tables.rst"),
         tex=f"{S}/tables.tex",
         csv=f"{S}/tables.csv",
-        figure=report(f"{S}/figure4.png", category="Spurious retrieval", caption="../report/sr_tables.rst"),
+        figure=report(f"{S}/figure4.png", category=study_title, subcategory="Tables", caption="../report/sr_tables.rst"),
     log:
         f"{S}/logs/tables.log",
     wildcard_constraints:

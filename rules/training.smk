@@ -79,7 +79,7 @@ rule runs_table:
     input:
         runs_of("metrics.csv"),
     output:
-        report(f"{S}/training/runs.csv", category="Training", caption="../report/runs.rst"),
+        report(f"{S}/training/runs.csv", category=study_title, subcategory="Training", caption="../report/runs.rst"),
     log:
         f"{S}/logs/training/runs_table.log",
     conda:
@@ -113,7 +113,12 @@ rule train_tables:
         summary=rules.train_stats.output,
         info=rules.train_mixtures.output.summary,
     output:
-        md=report(f"{S}/training/tables/{{table}}.md", category="Training", caption="../report/tables.rst"),
+        md=report(
+            f"{S}/training/tables/{{table}}.md",
+            category=study_title,
+            subcategory="Training",
+            caption="../report/tables.rst",
+        ),
         tex=f"{S}/training/tables/{{table}}.tex",
         csv=f"{S}/training/tables/{{table}}.csv",
     log:
@@ -134,7 +139,7 @@ rule train_curves:
     input:
         runs_of("history.csv"),
     output:
-        report(f"{S}/training/curves.png", category="Training", caption="../report/curves.rst"),
+        report(f"{S}/training/curves.png", category=study_title, subcategory="Training", caption="../report/curves.rst"),
     log:
         f"{S}/logs/training/curves.log",
     conda:

@@ -17,6 +17,15 @@ def _captions(args) -> int:
     return 0
 
 
+def _overview(args) -> int:
+    from ..overview import write_overview
+
+    page = write_overview(args.provenance, args.out)
+    print(f"overview of run {page['run_name']}: {len(page['studies'])} studies, {len(page['models'])} model roles "
+          f"-> {args.out}")
+    return 0
+
+
 def register(sub) -> None:
     p = sub.add_parser("report", help="figures and tables for the Snakemake report", description=__doc__)
     s = p.add_subparsers(dest="report_command", metavar="<figure>")
@@ -31,3 +40,7 @@ def register(sub) -> None:
     c.add_argument("--out", required=True, help="output CSV")
     c.add_argument("--n", type=int, default=20)
     c.set_defaults(func=_captions)
+    o = s.add_parser("overview", help="the report's front page: studies that ran, their data and models (HTML)")
+    o.add_argument("--provenance", required=True, help="results/<run>/provenance.json")
+    o.add_argument("--out", required=True, help="output HTML")
+    o.set_defaults(func=_overview)

@@ -1,0 +1,152 @@
+"""The front page of a run's report: which studies ran, on which data and with which models.
+
+:func:`write_overview` reads the run's ``provenance.json`` (written last, from the files it describes: the
+resolved config, each model role's source and content fingerprint, package versions, the git commit and every
+output) and writes one self-contained HTML page. ``snakemake --report`` shows it first (category "Run
+overview"); the report's front text (``report/workflow.rst``) links every other result to the rule that made it.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import html
+import json
+import re
+from pathlib import Path
+from typing import Any, Iterator
+
+from . import studies
+from .config import STUDY_ROLES
+from .errors import input_error
+from .io import atomic_path
+
+#: config keys that name source data (a path, a root folder, an annotation file)
+_DATA_KEY = re.compile(r"(^|_)(root|json|path|dir|instances|file|files|images|image_root|tsv|csv)$")
+
+
+def _leaves(node: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
+    if isinstance(node, dict):
+        for key, value in node.items():
+            yield from _leaves(value, f"{prefix}.{key}" if prefix else str(key))
+    elif isinstance(node, list) and any(isinstance(v, (dict, list)) for v in node):
+        for i, value in enumerate(node):
+            yield from _leaves(value, f"{prefix}[{i}]")
+    else:
+        yield prefix, node
+
+
+def data_sources(section: dict) -> list[tuple[str, str]]:
+    """``(config key, value)`` for every source-data path a study section names (null entries skipped)."""
+    out = []
+    for key, value in _leaves(section):
+        last = re.sub(r"\[\d+\]$", "", key.rsplit(".", 1)[-1])
+        if value in (None, "", []) or not _DATA_KEY.search(last):
+            continue
+        if isinstance(value, (str, list)) and not isinstance(value, bool):
+            out.append((key, ", ".join(map(str, value)) if isinstance(value, list) else value))
+    return out
+
+
+def study_roles(study: str, section: dict, roles: set[str]) -> list[str]:
+    """Model roles a study needs (:data:`counterfactory.config.STUDY_ROLES`) or names anywhere in its section."""
+    named = set(STUDY_ROLES.get(study, ()))
+    for _, value in _leaves(section):
+        for v in value if isinstance(value, list) else [value]:
+            if isinstance(v, str) and v in roles:
+                named.add(v)
+    return sorted(named & roles)
+
+
+def _table(header: list[str], rows: list[list[Any]]) -> str:
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _code(text: Any) -> str:
+    return f"<code>{html.escape(str(text))}</code>"
+
+
+def overview(provenance: dict) -> dict:
+    """The page's content as data: run facts, one row per study, one per model role."""
+    cfg = provenance.get("config") or {}
+    run = cfg.get("run_name", "?")
+    models = provenance.get("models") or {}
+    outputs = provenance.get("outputs") or []
+    rows = []
+    users: dict[str, list[str]] = {}
+    for study in cfg.get("studies") or []:
+        section = cfg.get(study) or {}
+        roles = study_roles(study, section, set(models))
+        for role in roles:
+            users.setdefault(role, []).append(studies.title(study))
+        prefix = f"results/{run}/{study}/"
+        rows.append({
+            "study": study, "title": studies.title(study), "paper": studies.STUDIES.get(study, ("", ""))[1],
+            "data": data_sources(section), "roles": roles,
+            "outputs": sum(1 for o in outputs if str(o.get("path", "")).startswith(prefix)),
+        })
+    model_rows = [{"role": role, "source": m.get("source"), "library": m.get("library"),
+                   "fingerprint": m.get("fingerprint"), "revision": m.get("revision"),
+                   "studies": users.get(role, [])} for role, m in sorted(models.items())]
+    created = provenance.get("created_unix")
+    return {
+        "run_name": run, "studies": rows, "models": model_rows,
+        "created": _dt.datetime.fromtimestamp(created, _dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC") if created else "?",
+        "git": provenance.get("git") or {}, "packages": provenance.get("packages") or {},
+        "device": cfg.get("device"), "precision": cfg.get("precision"), "seed": cfg.get("seed"),
+        "nltk": (provenance.get("nltk_data") or {}).get("mode"),
+    }
+
+
+def render(page: dict) -> str:
+    """The overview as one HTML page (no external resources)."""
+    git = page["git"]
+    commit = git.get("commit") or "not a git checkout"
+    facts = [
+        ["run", _code(page["run_name"])], ["made", html.escape(page["created"])],
+        ["code", _code(commit) + (" (uncommitted changes)" if git.get("dirty") else "")],
+        ["device / precision / seed", html.escape(f"{page['device']} / {page['precision']} / {page['seed']}")],
+        ["NLTK data", html.escape(str(page["nltk"]))],
+    ]
+    study_rows = []
+    for s in page["studies"]:
+        data = "<br>".join(f"{_code(k)}: {_code(v)}" for k, v in s["data"]) or "generated from the study's templates"
+        study_rows.append([f"<b>{html.escape(s['title'])}</b><br><small>{html.escape(s['paper'])}</small>", data,
+                           ", ".join(_code(r) for r in s["roles"]), str(s["outputs"])])
+    model_rows = [[_code(m["role"]), _code(m["source"]), html.escape(str(m["library"] or "")),
+                   _code((m["fingerprint"] or "")[:16]), html.escape(str(m["revision"] or "—")),
+                   html.escape(", ".join(m["studies"]))] for m in page["models"]]
+    packages = [[html.escape(k), _code(v)] for k, v in sorted(page["packages"].items())]
+    style = ("body{font-family:sans-serif;margin:1em;}table{border-collapse:collapse;margin:0.5em 0 1.5em;}"
+             "td,th{border:1px solid #ccc;padding:4px 8px;vertical-align:top;text-align:left;}th{background:#f3f3f3;}")
+    return "\n".join([
+        "<!doctype html>", "<html><head><meta charset='utf-8'>",
+        f"<title>CounterFactory run {html.escape(page['run_name'])}</title><style>{style}</style></head><body>",
+        f"<h1>CounterFactory run {_code(page['run_name'])}</h1>", _table(["", ""], facts),
+        "<h2>Studies that ran</h2>",
+        _table(["study (paper)", "source data (config key: value)", "model roles", "outputs recorded"], study_rows),
+        "<h2>Models</h2>",
+        "<p>Every role as configured, with the content fingerprint of the files that were loaded "
+        "(sha256 over the folder's files; see <code>counterfactory models verify</code>).</p>",
+        _table(["role", "source", "library", "fingerprint", "hub revision", "used by"], model_rows),
+        "<h2>Software</h2>", _table(["package", "version"], packages),
+        "</body></html>",
+    ])
+
+
+def write_overview(provenance_json: str | Path, out: str | Path) -> dict:
+    """Read ``provenance.json`` and write the overview page to ``out``; returns the page's content."""
+    path = Path(provenance_json)
+    try:
+        provenance = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise input_error(path, None, f"cannot be read as JSON ({exc})",
+                          "rebuild it with the `provenance` rule (snakemake results/<run>/provenance.json)") from None
+    if not isinstance(provenance, dict) or "config" not in provenance:
+        raise input_error(path, None, "has no 'config' entry: it is not a CounterFactory provenance file",
+                          "point --provenance at results/<run>/provenance.json")
+    page = overview(provenance)
+    with atomic_path(out) as tmp:
+        Path(tmp).write_text(render(page), encoding="utf-8")
+    return page

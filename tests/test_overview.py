@@ -1,0 +1,69 @@
+"""The report's front page: studies, their source data and model roles, read from provenance.json."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from counterfactory.errors import CounterFactoryError
+from counterfactory.overview import data_sources, study_roles, write_overview
+
+
+def _provenance(tmp_path):
+    cfg = {
+        "run_name": "r1", "device": "cpu", "precision": "fp32", "seed": 3,
+        "studies": ["coco_counterfactuals", "cvld"],
+        "coco_counterfactuals": {"data": {"coco_root": "data/coco", "split": "val2017", "limit_images": None},
+                                 "evaluation": {"itm": {"models": ["itm_flava", "not_a_role"]}}},
+        "cvld": {"data": {"celeba": {"root": "data/celeba"}, "flickr30k": {"karpathy_json": None}},
+                 "editing": {"editor_role": "editor"}},
+    }
+    models = {r: {"source": f"hub/{r}", "library": "transformers", "fingerprint": f"{r:0<64}"[:64], "revision": None}
+              for r in ("mlm", "lm", "sentence", "sd", "clip_filter", "itm_flava", "editor", "vlm")}
+    prov = {"config": cfg, "models": models, "git": {"commit": "abc123", "dirty": False},
+            "packages": {"torch": "2.x"}, "created_unix": 0, "nltk_data": {"mode": "offline"},
+            "outputs": [{"path": "results/r1/cvld/tables.md"}, {"path": "results/r1/cvld/runs.csv"},
+                        {"path": "results/r1/coco_counterfactuals/x.md"}, {"path": "results/r1b/cvld/other.md"}]}
+    path = tmp_path / "provenance.json"
+    path.write_text(json.dumps(prov))
+    return path
+
+
+def test_data_sources_name_every_path_key_and_skip_nulls():
+    section = {"data": {"coco_root": "a", "split": "val2017", "limit_images": None},
+               "retrieval": [{"karpathy_json": "k.json", "image_root": "img"}], "instances": ["i1.json", "i2.json"]}
+    assert data_sources(section) == [("data.coco_root", "a"), ("retrieval[0].karpathy_json", "k.json"),
+                                     ("retrieval[0].image_root", "img"), ("instances", "i1.json, i2.json")]
+
+
+def test_study_roles_are_required_roles_plus_roles_the_section_names():
+    roles = {"mlm", "lm", "sentence", "sd", "clip_filter", "itm_flava", "editor", "vlm"}
+    section = {"evaluation": {"itm": {"models": ["itm_flava", "not_a_role"]}}}
+    assert study_roles("coco_counterfactuals", section, roles) == ["clip_filter", "itm_flava", "lm", "mlm", "sd",
+                                                                   "sentence"]
+    assert study_roles("cvld", {"editing": {"editor_role": "editor"}}, roles) == ["editor"]
+
+
+def test_overview_page_lists_studies_data_models_and_counts(tmp_path):
+    out = tmp_path / "report" / "overview.html"
+    page = write_overview(_provenance(tmp_path), out)
+    assert [s["study"] for s in page["studies"]] == ["coco_counterfactuals", "cvld"]
+    cvld = page["studies"][1]
+    assert cvld["outputs"] == 2                 # results/r1b/... belongs to another run
+    assert cvld["data"] == [("data.celeba.root", "data/celeba")]
+    vlm = next(m for m in page["models"] if m["role"] == "vlm")
+    assert vlm["studies"] == []                 # configured but used by no enabled study
+    text = out.read_text()
+    for needle in ("CounterFactory run <code>r1</code>", "COCO-Counterfactuals", "data.coco_root", "abc123",
+                   "<code>editor</code>", "Debias Your VLM"):
+        assert needle in text
+
+
+def test_not_a_provenance_file_names_the_file_and_writes_nothing(tmp_path):
+    bad = tmp_path / "p.json"
+    bad.write_text(json.dumps({"models": {}}))
+    out = tmp_path / "o.html"
+    with pytest.raises(CounterFactoryError, match="p.json.*no 'config' entry"):
+        write_overview(bad, out)
+    assert not out.exists()
