@@ -1,0 +1,81 @@
+"""``counterfactory export {release,imagefolder,card}``: a study's data in the published release layout, in the
+generic Hugging Face imagefolder + parquet layouts, and its dataset card (``README.md``) from provenance."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..export.studies import STUDIES
+
+
+def _release(args) -> int:
+    from ..errors import ConfigError
+    from ..export import formats, studies
+
+    spec = studies.study_export(args.study)
+    d = Path(args.study_dir)
+    if spec.release is None:
+        raise ConfigError(f"study {args.study!r} has no published release format. Fix: export it with "
+                          "`counterfactory export imagefolder`")
+    if spec.release == "coco_counterfactuals":
+        m = formats.write_coco_counterfactuals(d / spec.release_inputs[0], d / spec.release_inputs[1], args.out_dir)
+    elif spec.release == "countercurate":
+        m = formats.write_countercurate(d / "datasets", args.out_dir)
+    else:
+        m = formats.write_social_counterfactuals(d / spec.release_inputs[0], args.out_dir)
+    _print(m, args.out_dir)
+    return 0
+
+
+def _imagefolder(args) -> int:
+    from ..export import formats, studies
+
+    tables = studies.study_export(args.study).tables(Path(args.study_dir))
+    m = formats.write_imagefolder(tables, args.out_dir, source=str(args.study_dir))
+    _print(m, args.out_dir)
+    if args.parquet_dir:
+        _print(formats.write_parquet(tables, args.parquet_dir, source=str(args.study_dir)), args.parquet_dir)
+    return 0
+
+
+def _card(args) -> int:
+    from ..export.cards import write_card
+
+    out = write_card(args.study, args.study_dir, args.provenance, args.export_dir, out=args.out)
+    print(f"dataset card -> {out}")
+    return 0
+
+
+def _print(manifest: dict, out) -> None:
+    for config, c in manifest["configs"].items():
+        counts = ", ".join(f"{s}: {v['rows']}" for s, v in c["splits"].items())
+        print(f"{manifest['format']} {config} ({counts}) -> {out}")
+
+
+def register(sub) -> None:
+    p = sub.add_parser("export", help="export a study's data (release / imagefolder / parquet) and its dataset card",
+                       description=__doc__)
+    ps = p.add_subparsers(dest="export_command", metavar="<step>")
+    ps.required = True
+    studies = sorted(STUDIES)
+
+    def common(q, out=True):
+        q.add_argument("--study", required=True, choices=studies, help="study whose results are exported")
+        q.add_argument("--study-dir", required=True, metavar="DIR", help="the study's results (results/<run>/<study>)")
+        if out:
+            q.add_argument("--out-dir", required=True, metavar="DIR", help="output folder (replaced as a whole)")
+
+    r = ps.add_parser("release", help="the published layout (COCO-Counterfactuals, SocialCounterfactuals, "
+                                      "CounterCurate TSVs)")
+    common(r)
+    r.set_defaults(func=_release)
+    i = ps.add_parser("imagefolder", help="generic datasets imagefolder layout (metadata.jsonl + images)")
+    common(i)
+    i.add_argument("--parquet-dir", metavar="DIR", help="also write the parquet layout (images embedded) here")
+    i.set_defaults(func=_imagefolder)
+    c = ps.add_parser("card", help="dataset card README.md from provenance, manifests and the study's summaries")
+    common(c, out=False)
+    c.add_argument("--provenance", required=True, metavar="FILE.json", help="the run's provenance.json")
+    c.add_argument("--export-dir", required=True, metavar="DIR", help="folder holding release/ imagefolder/ parquet/")
+    c.add_argument("--out", metavar="FILE.md", help="card path (default: <export-dir>/README.md)")
+    c.set_defaults(func=_card)

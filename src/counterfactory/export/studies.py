@@ -1,0 +1,221 @@
+"""What each study exports, declared in one place: its published format (if any) and the files it is made from,
+the rows of the generic layout (index table, image columns, fields), the filter-funnel files of the card, the
+model roles that made the data and the source datasets whose licences apply.
+
+All paths are relative to the study's results folder (``results/<run>/<study>``) and follow the layouts the
+study steps write (see ``results/demo/<study>/``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import pandas as pd
+
+from ..errors import ConfigError, input_error
+from .formats import ExportTable
+
+
+@dataclass(frozen=True)
+class StudyExport:
+    release: str | None                      # published format written by `export release` (None: none exists)
+    release_inputs: tuple[str, ...]          # files it reads
+    tables: Callable[[Path], list[ExportTable]]   # rows of the generic imagefolder / parquet layouts
+    funnel: tuple[str, ...]                  # summary files (glob patterns) shown as the card's filter funnel
+    roles: tuple[str, ...]                   # model roles that made or filtered the data
+    sources: tuple[str, ...]                 # keys of :data:`SOURCE_LICENCES`
+    pretty_name: str
+    summary: str
+    task_categories: tuple[str, ...] = ("image-to-text", "text-to-image", "zero-shot-image-classification")
+
+
+def _read(path: Path, what: str) -> pd.DataFrame:
+    if not path.is_file():
+        raise input_error(path, None, f"{what} not found", "run the study's steps first (make demo / snakemake)")
+    return pd.read_parquet(path)
+
+
+def _shards(folder: Path, pattern: str, what: str) -> list[Path]:
+    files = sorted(folder.glob(pattern))
+    if not files:
+        raise input_error(folder, None, f"no {what} ({pattern})", "run the study's image steps first")
+    return files
+
+
+# ------------------------------------------------------------------------------------------------ tables
+def coco_tables(d: Path) -> list[ExportTable]:
+    """§3.2 / B11: one row per selected pair (P2P image pair, original and counterfactual caption)."""
+    path = d / "images" / "selected_pairs.parquet"
+    rows = _read(path, "selected pairs")
+    return [ExportTable("default", rows, ("image_0", "image_1"), "id", base=path.parent, default_split="test",
+                        description={"caption_0": "original MS-COCO caption", "caption_1": "counterfactual caption "
+                                     "(one noun replaced, §3.1)", "image_0": "image generated for caption_0",
+                                     "image_1": "image generated for caption_1 (Prompt-to-Prompt, same seed)"})]
+
+
+def social_tables(d: Path) -> list[ExportTable]:
+    """§3.4: the images kept by the three filters, one row per set member."""
+    path = d / "filter" / "kept.parquet"
+    rows = _read(path, "kept images").copy()
+    rows.insert(0, "item_id", [f"{s}-c{int(c):03d}-m{int(m):02d}" for s, c, m in
+                               zip(rows["set_id"], rows["candidate_index"], rows["member_index"])])
+    return [ExportTable("default", rows.rename(columns={"image_path": "image"}), ("image",), "item_id",
+                        base=path.parent, description={"set_id": "counterfactual caption set",
+                                                       "member_index": "0 = base member of the set"})]
+
+
+def countercurate_tables(d: Path) -> list[ExportTable]:
+    """§3.2-3.4: Flickr30k-Positions / -Counting / -Attributes, source image and negative image per item."""
+    out = []
+    for name in ("positions", "counting", "attributes"):
+        path = d / "datasets" / f"{name}.parquet"
+        rows = _read(path, f"CounterCurate {name} table")
+        if rows.empty:
+            continue
+        rows = rows.rename(columns={"image_path": "image"})
+        out.append(ExportTable(name, rows, ("image", "negative_image"), "item_id", base=path.parent,
+                               split_column="split" if "split" in rows.columns else None,
+                               description={"image": "Flickr30k image", "negative_image": "negative image (flip, "
+                                            "GLIGEN generation or inpainting)", "negative_caption": "hard negative"}))
+    return out
+
+
+def spurious_tables(d: Path) -> list[ExportTable]:
+    """§3.1: images with the requested classes removed, one config per dataset and method."""
+    out = []
+    for requests in sorted(d.glob("*/selection/requests.parquet")):
+        dataset = requests.parent.parent.name
+        req = _read(requests, "inpainting requests").set_index("item_id")
+        for method_dir in sorted(p for p in (requests.parent.parent / "images").glob("*") if p.is_dir()):
+            frames = []
+            for shard in _shards(method_dir, "*/shard.parquet", f"{method_dir.name} image shards"):
+                f = pd.read_parquet(shard)
+                f["image"] = [str(shard.parent / p) for p in f["output_path"]]
+                frames.append(f)
+            rows = pd.concat(frames, ignore_index=True).drop(columns=["output_path", "key"], errors="ignore")
+            extra = req.reindex(rows["item_id"])
+            for col in ("image_id", "split", "category", "removed_categories", "present_categories"):
+                if col in extra.columns:
+                    rows[col] = extra[col].to_numpy()
+            rows["original_image"] = rows.pop("image_path")     # as the requests give it (relative: to the cwd)
+            out.append(ExportTable(f"{dataset}_{method_dir.name}", rows, ("image", "original_image"), "item_id",
+                                   description={"image": "image with the removed categories inpainted",
+                                                "original_image": "source image"}))
+    if not out:
+        raise input_error(d, None, "no inpainted images (<dataset>/images/<method>/<shard>/shard.parquet)",
+                          "run the spurious_retrieval inpainting steps first")
+    return out
+
+
+def cvld_tables(d: Path) -> list[ExportTable]:
+    """§3.3 / §5.1: the kept edits (top-k by similarity) with their original image and edit prompt."""
+    out = []
+    for requests in sorted(d.glob("*/edits/requests.parquet")):
+        dataset = requests.parent.parent.name
+        req = _read(requests, "edit requests").set_index("item_id")
+        for method_dir in sorted(p for p in requests.parent.glob("*") if p.is_dir() and p.name != "inversions"):
+            shards = sorted(method_dir.glob("*/shard.parquet"))
+            if not shards:
+                continue
+            frames = []
+            for shard in shards:
+                f = pd.read_parquet(shard)
+                f = f[f["kept"].astype(bool)].copy()
+                f["image"] = [str(shard.parent / p) for p in f["path"]]
+                frames.append(f)
+            rows = pd.concat(frames, ignore_index=True).drop(columns=["kept", "path"])
+            rows.insert(0, "edit_id", [f"{i}_{int(c)}" for i, c in zip(rows["item_id"], rows["candidate"])])
+            extra = req.reindex(rows["item_id"])
+            for col in ("image_id", "edit_prompt", "source_prompt", "target_prompt"):
+                rows[col] = extra[col].astype(str).to_numpy()
+            rows["original_image"] = extra["image_path"].to_numpy()   # relative paths: to the working directory
+            out.append(ExportTable(f"{dataset}_{method_dir.name}", rows, ("image", "original_image"), "edit_id",
+                                   description={"image": "edited image (kept: among the k most similar)",
+                                                "original_image": "source image", "edit_prompt": "instruction"}))
+    if not out:
+        raise input_error(d, None, "no edits (<dataset>/edits/<method>/<shard>/shard.parquet)",
+                          "run the CVLD editing steps first")
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ licences
+SOURCE_LICENCES = {
+    "coco": "MS-COCO: annotations (captions, instances) CC BY 4.0; images remain under the Flickr terms of use of "
+            "their owners (see cocodataset.org/#termsofuse).",
+    "flickr30k": "Flickr30k / Flickr30k Entities: images under the Flickr terms of use, for non-commercial research; "
+                 "Flickr30k Entities annotations as distributed by their authors.",
+    "celeba": "CelebA: non-commercial research purposes only (CelebA agreement).",
+    "stable_diffusion": "Generated images: made with Stable Diffusion-family weights under the CreativeML "
+                        "OpenRAIL-M licence, whose use restrictions carry over to the outputs' use.",
+    "demo": "Offline demo: the images are scikit-image sample photographs (public domain / CC0) and synthetic "
+            "stand-ins; captions, boxes and rows were written for CounterFactory (resources/demo/LICENSES.md).",
+}
+
+STUDIES: dict[str, StudyExport] = {
+    "coco_counterfactuals": StudyExport(
+        "coco_counterfactuals", ("images/selected_pairs.parquet", "captions/coco_counterfactuals_captions.jsonl"),
+        coco_tables, ("captions/summary/*.json", "images/summary.json"),
+        ("mlm", "lm", "sentence", "sd", "vae", "clip_filter"), ("coco", "stable_diffusion"),
+        "COCO-Counterfactuals (reproduction)",
+        "Pairs of synthetic images and captions that differ in one noun (Le et al., 2023): MS-COCO captions "
+        "edited by a masked language model, image pairs generated with Prompt-to-Prompt and filtered by CLIP."),
+    "social_counterfactuals": StudyExport(
+        "social_counterfactuals", ("filter/kept.parquet",), social_tables,
+        ("generation/summary.json", "filter/table11.csv"), ("sd", "clip_filter", "nsfw"), ("stable_diffusion",),
+        "SocialCounterfactuals (reproduction)",
+        "Sets of synthetic images of people that differ only in race, gender or physical characteristics "
+        "(Howard et al., 2024), generated with Prompt-to-Prompt and filtered by CLIP similarity, NSFW and "
+        "attribute detectability."),
+    "countercurate": StudyExport(
+        "countercurate", ("datasets/positions.parquet", "datasets/counting.parquet", "datasets/attributes.parquet"),
+        countercurate_tables, ("datasets/summary.csv", "generation/summary.json"),
+        ("llm", "gligen", "gligen_inpaint", "t2i"), ("flickr30k", "stable_diffusion"),
+        "CounterCurate (reproduction)",
+        "Flickr30k-Positions, -Counting and -Attributes (Zhang et al., 2024): captions with hard negatives and "
+        "negative images made by flipping, GLIGEN generation or inpainting."),
+    "spurious_retrieval": StudyExport(
+        None, (), spurious_tables, ("*/selection/summary.csv", "*/manifests/summary.csv"),
+        ("inpaint", "captioner"), ("coco", "flickr30k"),
+        "Object-decorrelated retrieval data (reproduction)",
+        "Images with object classes removed by inpainting and their noun-phrase-edited captions (Kim et al., "
+        "2023), to decorrelate co-occurring objects in image-text retrieval."),
+    "cvld": StudyExport(
+        None, (), cvld_tables, ("*/text/summary.csv",), ("llm", "editor", "sd", "image_encoder"),
+        ("coco", "celeba", "stable_diffusion"), "CVLD counterfactual edits (reproduction)",
+        "Gender-counterfactual captions and images edited with InstructPix2Pix / null-text inversion, the k "
+        "edits most similar to the original kept (CVLD)."),
+}
+
+
+def study_export(study: str) -> StudyExport:
+    if study not in STUDIES:
+        raise ConfigError(f"no export is declared for study {study!r}. Fix: use one of {', '.join(STUDIES)}")
+    return STUDIES[study]
+
+
+def release_inputs(study: str, study_dir: str | Path) -> list[str]:
+    return [str(Path(study_dir) / p) for p in study_export(study).release_inputs]
+
+
+def funnel_files(study: str, study_dir: str | Path) -> list[Path]:
+    d = Path(study_dir)
+    return [f for pattern in study_export(study).funnel for f in sorted(d.glob(pattern))]
+
+
+def is_demo(provenance: dict) -> bool:
+    """True when the models are this package's tiny random stand-ins (``resources/models/tiny``)."""
+    models = provenance.get("models") or {}
+    return bool(models) and all("models/tiny" in str(m.get("source", "")) for m in models.values())
+
+
+def load_json(path: str | Path) -> dict:
+    path = Path(path)
+    if not path.is_file():
+        raise input_error(path, None, "not found", "run `counterfactory provenance` (rule provenance) first")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise input_error(path, f"line {exc.lineno}", f"not JSON ({exc.msg})", "rewrite the file") from None
