@@ -1,0 +1,136 @@
+"""The paper-scale plan (counterfactory.planning, `counterfactory plan`): UNet-evaluation formulas against hand counts
+from config/demo.yaml's numbers, GPU-hours and disk arithmetic, throughput choice, Job-stats parsing, the CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from counterfactory import planning
+from counterfactory.cli import main
+from counterfactory.config import load_full_config
+
+REPO = Path(__file__).resolve().parents[1]
+DEMO = REPO / "config" / "demo.yaml"
+#: demo items that only earlier outputs know (the demo run had 47 caption pairs, 7 GLIGEN generations, 4 inpaintings,
+#: 4 COCO and 8 CelebA edit requests, 8 COCO inpainting requests)
+DEMO_ITEMS = {"coco_counterfactuals.p2p_pairs": 47, "countercurate.gligen_generate": 7,
+              "countercurate.gligen_inpaint": 4, "countercurate.t2i": 0, "spurious_retrieval.coco": 8,
+              "cvld.ip2p_coco": 4, "cvld.null_text_coco": 4, "cvld.ip2p_celeba": 8, "cvld.null_text_celeba": 8}
+TP = {"path": "test.json", "device": "Test GPU", "placeholder": False,
+      "rows": [{"stage": "p2p_pairs", "device": "Test GPU", "precision": "fp32", "batch_size": 8, "unet_evals_per_s": 160},
+               {"stage": "p2p-pairs", "device": "Test GPU", "precision": "fp32", "batch_size": 1,
+                "unet_evals_per_s": 999, "mode": "one-item loop"},
+               {"stage": "P2P sets", "precision": "fp32", "unet_evals_per_s": 52},
+               {"stage": "lama_inpaint", "precision": "fp32", "images_per_s": 4}]}
+
+
+@pytest.fixture(scope="module")
+def demo_plan(tmp_path_factory):
+    cfg = load_full_config([DEMO])
+    import os
+
+    cwd = os.getcwd()
+    os.chdir(REPO)   # the demo config's data paths are relative to the checkout
+    try:
+        return planning.plan(cfg, TP, items=DEMO_ITEMS, results_root=tmp_path_factory.mktemp("empty")).set_index(
+            ["study", "stage"])
+    finally:
+        os.chdir(cwd)
+
+
+def test_unet_evals_match_hand_counts_from_demo_config(demo_plan):
+    p = demo_plan
+    # COCO-CF: 2 CFG rows x 2 prompts x 8 candidates x 5 steps = 160 per pair; 47 pairs (the demo summary: 7,520)
+    coco = p.loc[("coco_counterfactuals", "p2p_pairs")]
+    assert coco["unet_evals_per_item"] == 160 and coco["unet_evals"] == 7520
+    assert coco["images"] == 94 and coco["jobs"] == 3      # top-1 pair kept; 3 image jobs of 20 captions
+    # Social: 2 prefixes x 2 subjects x 3 segments = 12 sets; 2 x 2 x (12 + 10 + 30) = 208 captions;
+    # 2 CFG x 208 captions x 2 candidates x 3 steps = 2,496 (the demo summary's unet_evals); 416 images; 12 / 4 = 3 jobs
+    social = p.loc[("social_counterfactuals", "p2p_sets")]
+    assert (social["items"], social["unet_evals"], social["images"], social["jobs"]) == (12, 2496, 416, 3)
+    # CounterCurate: 3 steps x 2 (guidance 7.5 > 1) per request
+    assert p.loc[("countercurate", "gligen_generate"), "unet_evals"] == 7 * 6
+    assert p.loc[("countercurate", "gligen_inpaint"), "unet_evals"] == 4 * 6
+    # CVLD: ip2p 3 rows x m 3 x 2 steps = 18; null-text 3 inversion steps x (1 + 2 + 2 inner + 4 x 3) = 51; k = 2 kept
+    assert p.loc[("cvld", "ip2p_coco"), "unet_evals_per_item"] == 18
+    assert p.loc[("cvld", "null_text_celeba"), "unet_evals"] == 8 * 51
+    assert p.loc[("cvld", "ip2p_celeba"), "images"] == 16
+    # spurious: LaMa has no UNet; one image per item per method, the padding on the CPU
+    lama = p.loc[("spurious_retrieval", "lama_coco")]
+    assert pd.isna(lama["unet_evals"]) and lama["images"] == 8
+    assert p.loc[("spurious_retrieval", "padding_coco"), "gpu_hours"] == 0.0
+
+
+def test_gpu_hours_and_throughput_choice(demo_plan):
+    coco = demo_plan.loc[("coco_counterfactuals", "p2p_pairs")]
+    # the batched fp32 row (160/s), not the faster one-item loop row
+    assert coco["rate"] == 160 and coco["gpu_hours"] == pytest.approx(7520 / 160 / 3600)
+    assert demo_plan.loc[("social_counterfactuals", "p2p_sets"), "rate"] == 52   # "P2P sets" matches p2p_sets
+    assert demo_plan.loc[("spurious_retrieval", "lama_coco"), "gpu_hours"] == pytest.approx(8 / 4 / 3600)
+    assert pd.isna(demo_plan.loc[("cvld", "ip2p_coco"), "gpu_hours"])    # no rate for it: unknown, not zero
+    assert planning.gpu_hours(720_000, 100) == 2.0 and planning.gpu_hours(None, 100) is None
+    rows = [{"stage": "x", "precision": "fp16", "unet_evals_per_s": 300}, {"stage": "x", "precision": "fp32",
+                                                                          "unet_evals_per_s": 100}]
+    assert planning.pick_rate(rows, "x", "unet_evals_per_s", "fp32")[0] == 100
+    assert planning.pick_rate(rows, "x", "unet_evals_per_s", "auto")[0] == 300
+
+
+def test_disk_arithmetic(demo_plan):
+    assert planning.disk_bytes(10, 512, 512) == round(10 * 512 * 512 * 1.45) == 3_801_088
+    assert demo_plan.loc[("coco_counterfactuals", "p2p_pairs"), "disk_bytes"] == round(94 * 64 * 64 * 1.45)
+
+
+def test_paper_config_counts_and_items_from_earlier_outputs(tmp_path):
+    cfg = load_full_config([REPO / "config" / "config.yaml"])
+    p = planning.plan(cfg, TP, results_root=tmp_path).set_index(["study", "stage"])
+    coco = p.loc[("coco_counterfactuals", "p2p_pairs")]
+    # §3.3: 24,508 pairs x (2 x 2 x 100 candidates x 100 steps); 25,014 captions in jobs of 50 -> 501
+    assert coco["unet_evals"] == 24508 * 40000 and coco["jobs"] == 501
+    # Table 18's 156 occupations x 4 prefixes x 3 segments = 1,872 sets of 52 / 3 captions on average
+    assert p.loc[("social_counterfactuals", "p2p_sets"), "unet_evals"] == 2 * 156 * 4 * 52 * 100 * 100
+    assert pd.isna(p.loc[("countercurate", "t2i"), "items"])
+    # an earlier run's input table gives the exact count
+    table = tmp_path / "results" / "paper" / "coco_counterfactuals" / "captions" / "counterfactual_captions.parquet"
+    table.parent.mkdir(parents=True)
+    pd.DataFrame({"caption_id": ["a", "b", "c"]}).to_parquet(table)
+    p = planning.plan(cfg, TP, results_root=tmp_path).set_index(["study", "stage"])
+    assert p.loc[("coco_counterfactuals", "p2p_pairs"), "items"] == 3
+    assert p.loc[("coco_counterfactuals", "p2p_pairs"), "items_source"] == str(table)
+
+
+def test_job_stats_parsing():
+    out = "Building DAG of jobs...\nJob stats:\njob              count\n-------------  -------\nall  1\n" \
+          "images_shard  501\ncc_generate  12\nsocial_generate  188\ntiny_model  3\ntotal  705\n\nThis was a dry-run."
+    counts = planning.job_counts(out)
+    assert counts["images_shard"] == 501 and counts["total"] == 705
+    assert planning.jobs_by_study(counts) == {"shared": 4, "coco_counterfactuals": 501, "countercurate": 12,
+                                              "social_counterfactuals": 188}
+
+
+def test_cli_prints_tables_and_writes_csv(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(REPO)
+    tp = tmp_path / "tp.json"
+    tp.write_text(json.dumps(TP["rows"]))
+    out_csv, out_md = tmp_path / "plan.csv", tmp_path / "plan.md"
+    args = ["plan", "--config", str(DEMO), "--throughput", str(tp), "--results-root", str(tmp_path),
+            "--out-csv", str(out_csv), "--out-md", str(out_md)]
+    for key, n in DEMO_ITEMS.items():
+        args += ["--items", f"{key}={n}"]
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    assert f"Throughput: {tp} — device Test GPU" in text and "PLACEHOLDER" not in text
+    for study in ("coco_counterfactuals", "social_counterfactuals", "countercurate", "spurious_retrieval", "cvld"):
+        assert f"### {study}" in text
+    assert "| p2p_pairs | 47 | 160 | 7,520 | 94 |" in text and "**Total**" in text
+    assert out_md.read_text() == text
+    assert len(pd.read_csv(out_csv)) == 12   # demo: spurious_retrieval on MS-COCO only (lama, zero, captioner)
+    # the packaged default says it is a placeholder
+    assert main(["plan", "--config", str(DEMO), "--results-root", str(tmp_path)]) == 0
+    assert "PLACEHOLDER" in capsys.readouterr().out
+    # a stage that does not exist is refused with the list of stages
+    assert main(["plan", "--config", str(DEMO), "--items", "cvld.nope=3"]) == 2
+    assert "cvld.ip2p_coco" in capsys.readouterr().err
