@@ -4,7 +4,8 @@ Every writer replaces its output folder as a whole (:func:`counterfactory.io.ato
 manifest (files, rows per config and split) that is also written as ``manifest.json`` in the folder; the
 dataset card (:mod:`.cards`) reads those manifests. Field names follow ``metrics-and-formats.md``:
 
-* :func:`write_imagefolder` -- ``datasets`` ``imagefolder`` layout: ``<config>/<split>/metadata.jsonl`` with
+* :func:`write_imagefolder` -- ``datasets`` ``imagefolder`` layout: ``<config>/<split>/metadata.jsonl`` (or
+  ``metadata.parquet`` where JSON cannot keep the splits' types equal) with
   ``file_name`` (one image column) or ``<column>_file_name`` (several) and the other fields, the images
   beside it under ``<column>/``;
 * :func:`write_parquet` -- the same rows as parquet with the images embedded (``{"bytes", "path"}`` structs,
@@ -153,7 +154,7 @@ def write_imagefolder(tables: Iterable[ExportTable], out_dir: str | Path, *, sou
     with atomic_dir(out_dir) as tmp:
         for table in tables:
             _check(table, source or out_dir)
-            splits = {}
+            splits, per_split = {}, {}
             for split, frame in table.splits():
                 folder = tmp / table.config / split
                 folder.mkdir(parents=True)
@@ -171,15 +172,34 @@ def write_imagefolder(tables: Iterable[ExportTable], out_dir: str | Path, *, sou
                         _copy(src, folder / rel)
                         names["file_name" if single else f"{col}_file_name"] = rel
                     records[i] = {**names, **{k: v for k, v in records[i].items() if k not in names}}
-                with open(folder / "metadata.jsonl", "w", encoding="utf-8") as fh:
-                    for rec in records:
-                        fh.write(json.dumps(rec, ensure_ascii=False, sort_keys=False) + "\n")
+                per_split[split] = records
                 splits[split] = {"rows": len(frame), "path": f"{table.config}/{split}"}
+            _write_metadata(tmp / table.config, per_split)
             manifest["configs"][table.config] = {"splits": splits, "images": list(table.images),
                                                  "fields": [c for c in table.rows.columns if c not in table.images],
                                                  "description": table.description}
         _finish(tmp, manifest)
     return manifest
+
+
+def _write_metadata(config_dir: Path, per_split: dict[str, list[dict]]) -> None:
+    """``metadata.jsonl`` per split; ``metadata.parquet`` (one schema for all splits) instead when a field is
+    null throughout one split but not in another: ``datasets`` infers each JSONL file's types on its own and
+    refuses splits whose types differ."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    everything = [r for recs in per_split.values() for r in recs]
+    keys = list(everything[0]) if everything else []
+    has_value = {k for r in everything for k, v in r.items() if v is not None}
+    uneven = any(k in has_value and all(r[k] is None for r in recs) for recs in per_split.values() for k in keys)
+    for split, recs in per_split.items():
+        if not uneven:
+            with open(config_dir / split / "metadata.jsonl", "w", encoding="utf-8") as fh:
+                fh.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in recs)
+        else:
+            schema = pa.Table.from_pylist(everything).schema
+            pq.write_table(pa.Table.from_pylist(recs, schema=schema), config_dir / split / "metadata.parquet")
 
 
 # ---------------------------------------------------------------------------------------------- parquet

@@ -1,0 +1,225 @@
+"""Exports round-trip through `datasets.load_dataset`; the dataset card states the run's numbers."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from PIL import Image
+
+datasets = pytest.importorskip("datasets")
+
+from counterfactory.cli import main  # noqa: E402
+from counterfactory.errors import InputError  # noqa: E402
+from counterfactory.export import cards, formats  # noqa: E402
+
+BIG_SEED = 2**63 + 5          # a generation seed beyond int64
+
+
+def png(path, colour, size=(8, 6)):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.new("RGB", size, colour).save(path)
+    return path
+
+
+def pixels(image):
+    return np.asarray(image.convert("RGB"))
+
+
+def load(builder, tmp_path, **kw):
+    return datasets.load_dataset(builder, cache_dir=str(tmp_path / "hf-cache"), **kw)
+
+
+@pytest.fixture
+def table(tmp_path):
+    src = tmp_path / "src"
+    rows = pd.DataFrame({
+        "item_id": ["a/1", "b 2", "c3"],
+        "caption": ["a dog", "a cat", "two cats"],
+        "count": [1, 2, 3],
+        "boxes": [np.array([[0, 1, 2, 3]]), np.array([[4, 5, 6, 7], [1, 1, 2, 2]]), np.array([[0, 0, 1, 1]])],
+        "score": [0.5, float("nan"), 1.25],
+        "seed": np.array([1, BIG_SEED, 3], dtype="uint64"),
+        "split": ["train", "test", "train"],
+        "image": ["i0.png", "i1.png", "i2.png"],
+        "negative": [str(png(src / f"n{k}.png", (0, 10 * k, 200))) for k in range(3)],   # absolute paths
+    })
+    for k in range(3):
+        png(src / f"i{k}.png", (50 * k, 0, 0))
+    return formats.ExportTable("toy", rows, ("image", "negative"), "item_id", split_column="split", base=src)
+
+
+def test_imagefolder_round_trip(tmp_path, table):
+    m = formats.write_imagefolder([table], tmp_path / "if")
+    assert {s: v["rows"] for s, v in m["configs"]["toy"]["splits"].items()} == {"test": 1, "train": 2}
+    ds = load("imagefolder", tmp_path, data_dir=str(tmp_path / "if" / "toy"))
+    assert sorted(ds) == ["test", "train"] and ds["train"].num_rows == 2 and ds["test"].num_rows == 1
+    train = ds["train"].sort("item_id")
+    assert train["item_id"] == ["a/1", "c3"] and train["caption"] == ["a dog", "two cats"]
+    assert train["boxes"] == [[[0, 1, 2, 3]], [[0, 0, 1, 1]]] and train["count"] == [1, 3]
+    test = ds["test"][0]
+    assert test["seed"] == str(BIG_SEED) and test["score"] is None     # uint64 as text in JSON, NaN -> null
+    assert pixels(test["image"])[0, 0].tolist() == [50, 0, 0]
+    assert pixels(test["negative"])[0, 0].tolist() == [0, 10, 200]
+    assert (tmp_path / "if" / "toy" / "train" / "image" / "a_1.png").is_file()     # id made file-name safe
+    # 'score' is null throughout the test split: JSONL would give that split another type, so parquet metadata
+    assert (tmp_path / "if/toy/test/metadata.parquet").is_file() and not (tmp_path / "if/toy/test/metadata.jsonl").exists()
+    even = formats.ExportTable("even", table.rows.drop(columns=["split", "score"]), table.images, "item_id",
+                               base=table.base)
+    formats.write_imagefolder([even], tmp_path / "if2")
+    lines = (tmp_path / "if2/even/train/metadata.jsonl").read_text().splitlines()
+    assert json.loads(lines[0])["image_file_name"] == "image/a_1.png" and len(lines) == 3
+    assert load("imagefolder", tmp_path, data_dir=str(tmp_path / "if2/even"), split="train").num_rows == 3
+
+
+def test_parquet_round_trip_keeps_bytes_and_types(tmp_path, table):
+    m = formats.write_parquet([table], tmp_path / "pq")
+    path = tmp_path / "pq" / m["configs"]["toy"]["splits"]["train"]["path"]
+    ds = load("parquet", tmp_path, data_files={"train": str(path)}, split="train")
+    assert isinstance(ds.features["image"], datasets.Image) and isinstance(ds.features["negative"], datasets.Image)
+    assert ds["item_id"] == ["a/1", "c3"] and ds.features["seed"].dtype == "uint64"
+    assert pixels(ds[1]["image"])[0, 0].tolist() == [100, 0, 0]
+    raw = ds.cast_column("image", datasets.Image(decode=False))[0]["image"]
+    assert raw["bytes"] == (table.base / "i0.png").read_bytes()
+    test = load("parquet", tmp_path, data_files={"test": str(tmp_path / "pq/toy/test-00000-of-00001.parquet")},
+                split="test")
+    assert test[0]["seed"] == BIG_SEED and test[0]["boxes"] == [[4, 5, 6, 7], [1, 1, 2, 2]]
+
+
+def test_missing_image_and_duplicate_ids_are_named(tmp_path, table):
+    table.rows.loc[1, "image"] = "gone.png"
+    with pytest.raises(InputError, match=r"item_id 'b 2'.*gone\.png not found"):
+        formats.write_imagefolder([table], tmp_path / "if")
+    assert not (tmp_path / "if").exists()                               # nothing half-written
+    table.rows.loc[1, "image"], table.rows.loc[1, "item_id"] = "i1.png", "a/1"
+    with pytest.raises(InputError, match="'a/1'.*twice"):
+        formats.write_parquet([table], tmp_path / "pq")
+
+
+def coco_study(tmp_path):
+    d = tmp_path / "results" / "coco_counterfactuals"
+    img = d / "images" / "shards" / "00000" / "images"
+    pairs = pd.DataFrame({"id": ["101_0", "102_3"], "caption_0": ["a red bus", "a dog on grass"],
+                          "caption_1": ["a red car", "a cat on grass"],
+                          "image_0": [f"shards/00000/images/{i}_img_0.png" for i in ("101_0", "102_3")],
+                          "image_1": [f"shards/00000/images/{i}_img_1.png" for i in ("101_0", "102_3")],
+                          "seed": np.array([7, BIG_SEED], dtype="uint64")})
+    for k, i in enumerate(("101_0", "102_3")):
+        png(img / f"{i}_img_0.png", (k, 1, 2))
+        png(img / f"{i}_img_1.png", (k, 3, 4))
+    pairs.to_parquet(d / "images" / "selected_pairs.parquet")
+    (d / "captions" / "summary").mkdir(parents=True)
+    lines = [{"coco-counterfactual-index": i, "original_caption": a, "counterfactual_caption": b}
+             for i, a, b in zip(pairs["id"], pairs["caption_0"], pairs["caption_1"])]
+    (d / "captions" / "coco_counterfactuals_captions.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    for shard, (acc, rej) in enumerate([(3, 11), (4, 20)]):
+        (d / "captions" / "summary" / f"{shard:05d}.json").write_text(json.dumps(
+            {"counts": {"accepted": acc, "rejected_by_reason": {"not_whole_word": rej}}, "config_digest": "x",
+             "provenance": {"models": {"x": 1}}, "seconds": {"edit": 9.5}}))
+    (d / "images" / "summary.json").write_text(json.dumps({"candidates_generated": 376, "pairs_selected": 2}))
+    return d
+
+
+def test_coco_counterfactuals_release_round_trip(tmp_path):
+    d = coco_study(tmp_path)
+    out = tmp_path / "release"
+    formats.write_coco_counterfactuals(d / "images/selected_pairs.parquet",
+                                       d / "captions/coco_counterfactuals_captions.jsonl", out)
+    ex = load("json", tmp_path, data_files={"test": str(out / "data/examples.jsonl")}, split="test")
+    assert ex.column_names == ["id", "image_0", "image_1", "caption_0", "caption_1"]
+    assert ex.features["id"].dtype == "string" and ex["image_0"] == ["101_0_img_0", "102_3_img_0"]
+    assert ex["caption_1"] == ["a red car", "a cat on grass"]
+    for row in ex:
+        for col in ("image_0", "image_1"):
+            src = d / "images/shards/00000/images" / f"{row[col]}.png"
+            assert (out / "data/images" / f"{row[col]}.png").read_bytes() == src.read_bytes()
+    cap = load("json", tmp_path, data_files=str(out / "coco_counterfactuals_captions.jsonl"), split="train")
+    assert cap.column_names == ["coco-counterfactual-index", "original_caption", "counterfactual_caption"]
+    assert cap["coco-counterfactual-index"] == ["101_0", "102_3"]
+
+
+def test_countercurate_tsv_round_trip(tmp_path):
+    d = tmp_path / "datasets"
+    flickr = png(tmp_path / "flickr30k-images" / "1.jpg", (9, 9, 9))
+    neg = [png(tmp_path / "gen" / f"{k}.png", (k, 0, 0)) for k in range(3)]
+    d.mkdir()
+    pd.DataFrame({"item_id": ["1_1_2_lr", "1_1_2_ab"], "image_path": [str(flickr)] * 2,
+                  "caption": ["a is to the left of b", "a is above b"],
+                  "negative_caption": ["a is to the right of b", "a is below b"],
+                  "negative_image": [str(neg[0]), str(neg[1])], "subset": ["LR", "AB"], "split": ["test", "train"]}
+                 ).to_parquet(d / "positions.parquet")
+    pd.DataFrame({"item_id": ["1_1_2"], "image_path": [str(flickr)], "caption": ["there are two dogs"],
+                  "negative_caption": ["there are three dogs"], "negative_image": [str(neg[2])]}
+                 ).to_parquet(d / "counting.parquet")
+    pd.DataFrame({"item_id": pd.Series([], dtype=str), "negative": pd.Series([], dtype=str)}
+                 ).to_parquet(d / "attributes.parquet")
+    out = tmp_path / "cc"
+    m = formats.write_countercurate(d, out)
+    assert m["configs"]["attributes"]["splits"]["train"]["rows"] == 0 and not (out / "attributes.tsv").exists()
+    lr = load("csv", tmp_path, data_files=str(out / "positions_LR_test.tsv"), delimiter="\t", split="train")
+    assert lr.column_names == ["captions", "images", "neg_captions", "neg_images"]
+    assert lr[0]["neg_captions"] == "a is to the right of b"
+    assert (out / lr[0]["neg_images"]).read_bytes() == neg[0].read_bytes()
+    assert (out / lr[0]["images"]).read_bytes() == flickr.read_bytes()
+    counting = load("csv", tmp_path, data_files=str(out / "counting.tsv"), delimiter="\t", split="train")
+    assert counting["captions"] == ["there are two dogs"] and counting.num_rows == 1
+    assert len(list((out / "images/source").iterdir())) == 1          # the shared source image is copied once
+
+
+def test_social_release_reuses_the_study_writer(tmp_path):
+    img = [png(tmp_path / "imgs" / f"{k}.png", (0, 0, 40 * k)) for k in range(2)]
+    pd.DataFrame({"set_id": ["s1", "s1"], "member_index": [0, 1],
+                  "caption": ["A photo of a Black female plumber", "A photo of a White female plumber"],
+                  "a1_type": ["race"] * 2, "a1": ["Black", "White"], "a2_type": ["gender"] * 2,
+                  "a2": ["female"] * 2, "image_path": [f"imgs/{k}.png" for k in range(2)]}
+                 ).to_parquet(tmp_path / "kept.parquet")
+    m = formats.write_social_counterfactuals(tmp_path / "kept.parquet", tmp_path / "rel")
+    assert m["configs"]["default"]["splits"]["train"]["rows"] == 2 and m["sets"] == 1
+    files = sorted(str(p) for p in (tmp_path / "rel" / "data").glob("train-*.parquet"))
+    ds = load("parquet", tmp_path, data_files={"train": files}, split="train")
+    assert ds["a1a2"] == ["Black female", "White female"] and ds["subject"] == ["plumber", "plumber"]
+    assert pixels(ds[1]["image"])[0, 0].tolist() == [0, 0, 40]
+    assert formats.read_manifest(tmp_path / "rel")["format"] == "social_counterfactuals"
+
+
+def test_card_lists_the_run_numbers(tmp_path):
+    d = coco_study(tmp_path)
+    export = d / "export"
+    tables = [formats.ExportTable("default", pd.read_parquet(d / "images/selected_pairs.parquet"),
+                                  ("image_0", "image_1"), "id", base=d / "images", default_split="test")]
+    formats.write_parquet(tables, export / "parquet")
+    formats.write_coco_counterfactuals(d / "images/selected_pairs.parquet",
+                                       d / "captions/coco_counterfactuals_captions.jsonl", export / "release")
+    prov = {"counterfactory": "0.1.0", "git": {"commit": "abc123", "dirty": False},
+            "models": {"mlm": {"source": "resources/models/tiny/mlm", "library": "transformers", "revision": None,
+                               "fingerprint": "979d60282801e6f000b6"}},
+            "config": {"coco_counterfactuals": {"captions": {"similarity_low": 0.8, "mlm_top_k": 10}}}}
+    (tmp_path / "provenance.json").write_text(json.dumps(prov))
+    path = cards.write_card("coco_counterfactuals", d, tmp_path / "provenance.json", export)
+    text = path.read_text()
+    front = cards.card_numbers(text)
+    assert front["license"] == "other" and front["size_categories"] == ["n<1K"]
+    assert front["configs"] == [{"config_name": "default", "data_files": [
+        {"split": "test", "path": "parquet/default/test-00000-of-00001.parquet"}]}]
+    assert "| counts.accepted | 7 |" in text                              # 3 + 4 over the two caption shards
+    assert "| counts.rejected_by_reason.not_whole_word | 31 |" in text
+    assert "| candidates_generated | 376 |" in text and "| pairs_selected | 2 |" in text
+    assert "seconds" not in text and "config_digest" not in text        # bookkeeping is not a count
+    assert "| release | default | test | 2 |" in text and "| parquet | default | test | 2 |" in text
+    assert "| mlm | `resources/models/tiny/mlm` | transformers | - | `979d60282801e6f0` |" in text
+    assert "Not recorded in this run's provenance (not used by it): lm, sentence, sd, vae, clip_filter" in text
+    assert "similarity_low: 0.8" in text and "CC BY 4.0" in text and "random" in text   # demo limitation
+    for heading in ("## Dataset Summary", "### Data Fields", "## Dataset Creation", "### Filter funnel",
+                    "## Licensing Information", "### Known Limitations"):
+        assert heading in text
+
+
+def test_cli_release_for_a_study_without_published_format(tmp_path, capsys):
+    rc = main(["export", "release", "--study", "cvld", "--study-dir", str(tmp_path), "--out-dir", str(tmp_path / "o")])
+    assert rc == 2 and "no published release format" in capsys.readouterr().err
+
+
+def test_size_categories():
+    assert [cards.size_category(n) for n in (0, 999, 1000, 170_832)] == ["n<1K", "n<1K", "1K<n<10K", "100K<n<1M"]
