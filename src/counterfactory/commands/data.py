@@ -1,4 +1,5 @@
-"""``counterfactory data``: check and read source datasets (MS-COCO 2017, Karpathy splits)."""
+"""``counterfactory data``: check and read source datasets (MS-COCO 2017, Karpathy splits, your own
+image-caption collection: ``own-check``, ``own-captions``, ``own-to-coco``)."""
 
 from __future__ import annotations
 
@@ -86,6 +87,69 @@ def _flickr30k_captions(args) -> int:
     return 0
 
 
+def _own_data(args):
+    """The own-data source of ``--path`` and the other source options, else of the config's
+    ``data.source`` (options given on the command line override its keys); validated and loaded."""
+    from ..data.own import CONFIG_KEY, load_own_data
+    from ..errors import ConfigError
+
+    spec = {}
+    if args.config:
+        from ..config import load_config
+
+        spec = dict(load_config(args.config)["data"].get("source") or {})
+    given = {key: getattr(args, key) for key in ("kind", "path", "image_column", "caption_column", "id_column",
+                                                  "image_root", "boxes_json") if getattr(args, key) is not None}
+    spec.update(given)
+    if not spec.get("path"):
+        raise ConfigError(f"no own-data source. Fix: pass --path (a caption table or an image folder) or "
+                          f"--config with {CONFIG_KEY} set")
+    spec.setdefault("kind", "folder" if Path(spec["path"]).is_dir() else "table")
+    return load_own_data(spec)
+
+
+def _own_check(args) -> int:
+    from ..data.own import check_report
+    from ..io import write_json
+
+    report = check_report(_own_data(args))
+    if args.out:
+        write_json(args.out, report)
+    print(f"own data OK: {report['images']} images, {report['captions']} captions, {report['boxes']} boxes")
+    return 0
+
+
+def _own_captions(args) -> int:
+    from ..data.own import limit_images
+    from ..io import write_parquet
+
+    table = limit_images(_own_data(args).captions, args.limit_images)
+    write_parquet(args.out, table)
+    print(f"{len(table)} captions of {table['image_id'].nunique()} images -> {args.out}")
+    return 0
+
+
+def _own_to_coco(args) -> int:
+    from ..data.own import write_coco_view
+
+    report = write_coco_view(_own_data(args), args.out_root, split=args.split)
+    print(f"COCO view of {report['images']} images, {report['captions']} captions, {report['boxes']} boxes -> "
+          f"{args.out_root} (set <study>.data.coco_root / the study's COCO paths to it)")
+    return 0
+
+
+def _own_source_options(p) -> None:
+    p.add_argument("--config", action="append", help="config YAML: takes data.source (repeatable; later files win)")
+    p.add_argument("--path", help="caption table (.csv, .tsv, .jsonl, .parquet) or folder of images with <stem>.txt "
+                                  "captions (overrides data.source.path)")
+    p.add_argument("--kind", choices=["table", "folder"], help="default: folder if --path is a folder, else table")
+    p.add_argument("--image-column", help="table column with the image path (default: image)")
+    p.add_argument("--caption-column", help="table column with the caption (default: caption)")
+    p.add_argument("--id-column", help="table column with your unique caption id (optional)")
+    p.add_argument("--image-root", help="folder relative image paths start from (default: the table's folder)")
+    p.add_argument("--boxes-json", help="COCO instances-style JSON of boxes; images matched by file_name")
+
+
 def register(sub) -> None:
     p = sub.add_parser("data", help="check and read source datasets (MS-COCO 2017, Karpathy splits)",
                        description=__doc__)
@@ -118,3 +182,19 @@ def register(sub) -> None:
     f.add_argument("--images", help="Flickr30k images (<id>.jpg); default <entities-root>/flickr30k-images")
     f.add_argument("--out", required=True, help="output parquet: image_id, sentence_index, markup, caption, image_path")
     f.set_defaults(func=_flickr30k_captions)
+    o = s.add_parser("own-check", help="validate your own image-caption source; lists every problem at once")
+    _own_source_options(o)
+    o.add_argument("--out", help="report JSON (counts and resolved paths)")
+    o.set_defaults(func=_own_check)
+    o = s.add_parser("own-captions", help="your own source as the caption table (same columns as `data captions`, "
+                                          "plus own_id and source_image)")
+    _own_source_options(o)
+    o.add_argument("--out", required=True, help="output parquet")
+    o.add_argument("--limit-images", type=_positive, help="keep the captions of the first N image ids")
+    o.set_defaults(func=_own_captions)
+    o = s.add_parser("own-to-coco", help="a COCO-layout view of your own source (annotation JSONs, image links) "
+                                         "for the steps that read a COCO root")
+    _own_source_options(o)
+    o.add_argument("--out-root", required=True, help="folder to write (replaced only if an earlier view)")
+    o.add_argument("--split", default="val2017", help="split name of the view's files (default: val2017)")
+    o.set_defaults(func=_own_to_coco)
