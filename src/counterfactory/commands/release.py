@@ -1,0 +1,79 @@
+"""``counterfactory release {coco,coco-captions,social}``: read a downloaded published release into the tables
+our evaluations read (:mod:`counterfactory.data.releases`; formats: metrics-and-formats.md B11, B12).
+
+* ``coco``: Intel/COCO-Counterfactuals -> ``selected_pairs.parquet`` (what ``evaluate itr`` / ``itm``, ``train
+  mixtures``, ``train in-domain-split`` and ``report pair-grid`` read) and its images;
+* ``coco-captions``: the caption-only release -> the caption stage's ``counterfactual_captions.parquet`` (what
+  ``images generate`` reads);
+* ``social``: Intel/SocialCounterfactuals -> the kept-images table (what ``social probe``, ``social debias-split``
+  and ``social debias-run`` read) and its images.
+"""
+
+from __future__ import annotations
+
+
+def register(sub) -> None:
+    p = sub.add_parser("release", help="read a downloaded published release (COCO-Counterfactuals, "
+                                       "SocialCounterfactuals) into the tables the evaluations read",
+                       description=__doc__)
+    s = p.add_subparsers(dest="release_command", metavar="<release>")
+    s.required = True
+
+    c = s.add_parser("coco", help="Intel/COCO-Counterfactuals -> selected_pairs.parquet and its images",
+                     description="Read RELEASE/data/examples.jsonl and the images (data/images.zip, either path "
+                                 "convention of the loading script, or an extracted data/images/). Writes OUT "
+                                 "(the image stage's selected_pairs.parquet schema; scores the release does not "
+                                 "carry are NaN) and copies the pairs' images to --images (replaced as a whole).")
+    c.add_argument("--root", required=True, metavar="RELEASE", help="release folder (holding data/)")
+    c.add_argument("--out", required=True, metavar="selected_pairs.parquet")
+    c.add_argument("--images", metavar="DIR", help="image folder (default: OUT's folder/release)")
+    c.add_argument("--in-place", action="store_true",
+                   help="read an extracted data/images/ where it is instead of copying (absolute paths in OUT)")
+    c.set_defaults(func=_coco)
+
+    k = s.add_parser("coco-captions", help="caption-only COCO-Counterfactuals release -> counterfactual_captions.parquet",
+                     description="Read coco_counterfactuals_captions.jsonl (coco-counterfactual-index, "
+                                 "original_caption, counterfactual_caption) into the caption stage's table.")
+    k.add_argument("--jsonl", required=True, metavar="FILE.jsonl")
+    k.add_argument("--out", required=True, metavar="counterfactual_captions.parquet")
+    k.set_defaults(func=_captions)
+
+    so = s.add_parser("social", help="Intel/SocialCounterfactuals -> kept-images table and its images",
+                      description="Read RELEASE/data/train-NNNNN-of-MMMMM*.parquet (datasets Image feature) shard by "
+                                  "shard; writes the images to --images (replaced as a whole) and OUT (the filter "
+                                  "stage's kept-images schema).")
+    so.add_argument("--root", required=True, metavar="RELEASE", help="release folder (holding data/)")
+    so.add_argument("--out", required=True, metavar="kept.parquet")
+    so.add_argument("--images", metavar="DIR", help="image folder (default: OUT's folder/release_images)")
+    so.add_argument("--partial", action="store_true", help="read the shards present even if some are missing")
+    so.set_defaults(func=_social)
+
+
+def _coco(args) -> int:
+    from ..data.releases import write_coco_release_pairs
+
+    s = write_coco_release_pairs(args.root, args.out, args.images, in_place=args.in_place)
+    print(f"{s['pairs']} pairs ({s['with_changed_word']} with one changed word) -> {args.out}; images in "
+          f"{s['images_dir']}")
+    return 0
+
+
+def _captions(args) -> int:
+    from ..data.releases import read_coco_counterfactual_captions
+    from ..io import write_parquet
+
+    frame = read_coco_counterfactual_captions(args.jsonl)
+    write_parquet(args.out, frame)
+    print(f"{len(frame)} caption pairs -> {args.out}")
+    return 0
+
+
+def _social(args) -> int:
+    from ..data.releases import write_social_release_images
+
+    s = write_social_release_images(args.root, args.out, args.images, partial=args.partial)
+    print(f"{s['images']} images in {s['sets']} sets ({s['subjects']} subjects) -> {args.out}; images in "
+          f"{s['images_dir']}")
+    for seg, n in s["segments"].items():
+        print(f"  {seg}: {n} sets")
+    return 0
