@@ -50,6 +50,7 @@ include: "rules/study_social_counterfactuals.smk"
 include: "rules/study_countercurate.smk"
 include: "rules/study_spurious_retrieval.smk"
 include: "rules/study_cvld.smk"
+include: "rules/export.smk"
 
 
 rule all:
@@ -58,3 +59,4 @@ rule all:
         [target for study in STUDIES for target in STUDY_TARGETS[study]()],
         f"{RESULTS}/provenance.json",
         f"{RESULTS}/report/overview.html",
+        [target for study in STUDIES for target in export_targets(study)],

@@ -2,7 +2,9 @@
 import shlex
 from pathlib import Path
 
+from counterfactory import studies
 from counterfactory.data.classification import dataset_input_files
+from counterfactory.export import studies as export_studies
 from counterfactory.studies import social_counterfactuals as social
 from counterfactory.studies.countercurate import training as cc_training
 from counterfactory.studies.spurious_retrieval import settings as sr_settings
@@ -26,6 +28,11 @@ wildcard_constraints:
 def view(study):
     """The study's view of the config: shared sections + the study's own sections at top level."""
     return wf.view(config, study)
+
+
+def study_title(wildcards):
+    """Report category of a result: its study's title (the combined report groups results by study)."""
+    return studies.title(wildcards.study)
 
 
 def job_config(*keys, study=True):
@@ -73,7 +80,7 @@ def per_shard(pattern, stage):
 
 
 # Settings that change what a model computes on a device.
-DEVICE_KEYS = ("device", "precision")
+DEVICE_KEYS = ("device", "precision", "performance")
 
 
 def source_data(path, key, fix="see README 'What a paper-scale run needs'"):
@@ -585,3 +592,29 @@ def cvld_runs(wildcards):
         f"{RESULTS}/{wildcards.study}/runs/{r['task']}/{r['setting']}/{r['variant']}/seed{r['seed']}/metrics.csv"
         for r in cvld_settings.runs(cvld(wildcards))
     ]
+
+
+# ---- exports (rules/export.smk)
+EXPORT_RELEASE_STUDIES = [s for s in STUDIES if export_studies.STUDIES[s].release]
+
+
+def export_targets(study):
+    """The study's export outputs (for `all`): the card, and through it every layout."""
+    return [f"{RESULTS}/{study}/export/README.md"]
+
+
+def study_finished(wildcards):
+    """The study's final files: an export is made from a finished study (its image shards included)."""
+    return STUDY_TARGETS[wildcards.study]()
+
+
+def export_card_inputs(wildcards):
+    out = {
+        "imagefolder": f"{RESULTS}/{wildcards.study}/export/imagefolder",
+        "parquet": f"{RESULTS}/{wildcards.study}/export/parquet",
+        "provenance": f"{RESULTS}/provenance.json",
+        "funnel": [str(f) for f in export_studies.funnel_files(wildcards.study, f"{RESULTS}/{wildcards.study}")],
+    }
+    if wildcards.study in EXPORT_RELEASE_STUDIES:
+        out["release"] = f"{RESULTS}/{wildcards.study}/export/release"
+    return out

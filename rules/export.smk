@@ -2,21 +2,6 @@
 # dataset has one), the generic Hugging Face imagefolder + parquet layouts, and the dataset card made from the
 # run's provenance. Outputs: results/<run>/<study>/export/{release,imagefolder,parquet}/ and export/README.md.
 # What each study exports is declared in counterfactory.export.studies.
-from counterfactory.export import studies as export_studies
-
-EXPORT_RELEASE_STUDIES = [s for s in STUDIES if export_studies.STUDIES[s].release]
-
-
-def export_targets(study):
-    """The study's export outputs (for `all`): the card, and through it every layout."""
-    return [f"{RESULTS}/{study}/export/README.md"]
-
-
-def study_finished(wildcards):
-    """The study's final files: an export is made from a finished study (its image shards included)."""
-    return STUDY_TARGETS[wildcards.study]()
-
-
 rule export_release:
     """The published layout: COCO-Counterfactuals examples.jsonl + images + caption JSONL (B11),
     SocialCounterfactuals parquet (B12), CounterCurate TSVs (A8)."""
@@ -33,6 +18,9 @@ rule export_release:
         study="|".join(EXPORT_RELEASE_STUDIES) or "^$",
     conda:
         CONDA_ENV
+    resources:
+        mem_mb=8000,
+        runtime=120,
     params:
         study_dir=lambda wildcards: f"{RESULTS}/{wildcards.study}",
     shell:
@@ -53,23 +41,14 @@ rule export_imagefolder:
         f"{S}/benchmarks/export/imagefolder.tsv"
     conda:
         CONDA_ENV
+    resources:
+        mem_mb=8000,
+        runtime=120,
     params:
         study_dir=lambda wildcards: f"{RESULTS}/{wildcards.study}",
     shell:
         "counterfactory export imagefolder --study {wildcards.study} --study-dir {params.study_dir:q}"
         " --out-dir {output.imagefolder:q} --parquet-dir {output.parquet:q} > {log:q} 2>&1"
-
-
-def export_card_inputs(wildcards):
-    out = {
-        "imagefolder": f"{RESULTS}/{wildcards.study}/export/imagefolder",
-        "parquet": f"{RESULTS}/{wildcards.study}/export/parquet",
-        "provenance": f"{RESULTS}/provenance.json",
-        "funnel": [str(f) for f in export_studies.funnel_files(wildcards.study, f"{RESULTS}/{wildcards.study}")],
-    }
-    if wildcards.study in EXPORT_RELEASE_STUDIES:
-        out["release"] = f"{RESULTS}/{wildcards.study}/export/release"
-    return out
 
 
 rule export_card:

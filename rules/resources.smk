@@ -161,6 +161,7 @@ localrules:
     nltk_data,
     provenance,
     report_overview,
+    export_card,
     label_frequency,
     in_domain_split,
     in_domain_runs_table,

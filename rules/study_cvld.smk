@@ -148,7 +148,15 @@ rule cvld_tables:
         tex=f"{S}/tables.tex",
         csv=f"{S}/tables.csv",
         summary=f"{S}/figures/summary.csv",
-        figures=expand(f"{S}/figures/figure{{n}}.png", n=(4, 5, 9, 10), allow_missing=True),
+        figures=[
+            report(
+                f"{S}/figures/figure{n}.png",
+                category=study_title,
+                subcategory="Figures",
+                caption="../report/cvld_tables.rst",
+            )
+            for n in (4, 5, 9, 10)
+        ],
     log:
         f"{S}/logs/tables.log",
     wildcard_constraints:

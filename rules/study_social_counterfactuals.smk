@@ -299,7 +299,13 @@ rule social_probe_plots:
     input:
         rules.social_probe_tables.input,
     output:
-        directory(f"{S}/probing/{{stage}}/figures"),
+        report(
+            directory(f"{S}/probing/{{stage}}/figures"),
+            patterns=["{name}.png"],
+            category=study_title,
+            subcategory="Bias probing",
+            caption="../report/social_probe.rst",
+        ),
     log:
         f"{S}/logs/probing/{{stage}}_figures.log",
     wildcard_constraints:

@@ -74,8 +74,8 @@ DEFAULTS = {
 }
 #: defaults of the ``positions_rewrite:`` config section (app. B)
 REWRITE_DEFAULTS = {"max_chars": 200, "require_relation_word": True}
-NEGATIVE_COLUMNS = ["item_id", "image_id", "sentence_index", "kind", "caption", "markup", "negative", "entity_ids",
-                    "changed_from", "changed_to", "status", "reason", "prompt_sha256", "answer"]
+NEGATIVE_COLUMNS = ["item_id", "image_id", "image_path", "sentence_index", "kind", "caption", "markup", "negative",
+                    "entity_ids", "changed_from", "changed_to", "status", "reason", "prompt_sha256", "answer"]
 T2I_COLUMNS = ["item_id", "kind", "prompt", "image_id", "source_kind", "caption"]
 ARTICLES = {"an": "a"}
 RELATION_WORDS = {
@@ -524,7 +524,8 @@ def collect(items: list[CaptionItem], requests: pd.DataFrame, answers: pd.DataFr
         kind = KIND_OF_TASK[req["task"]]
         it = by_id[item_id.rsplit("/", 1)[0]]
         a = ans.loc[item_id]
-        base = {"item_id": item_id, "image_id": it.image_id, "sentence_index": it.sentence_index, "kind": kind,
+        base = {"item_id": item_id, "image_id": it.image_id, "image_path": it.image_path,
+                "sentence_index": it.sentence_index, "kind": kind,
                 "caption": it.caption, "markup": it.markup, "prompt_sha256": a["prompt_sha256"], "answer": a["answer"]}
         if not a["valid"]:
             rows.append({**base, "negative": None, "entity_ids": [], "changed_from": None, "changed_to": None,
@@ -535,7 +536,8 @@ def collect(items: list[CaptionItem], requests: pd.DataFrame, answers: pd.DataFr
         rows.append({**base, **rec, "status": status, "reason": reason})
     for item_id, kind, reason in skipped:
         it = by_id[item_id.rsplit("/", 1)[0]]
-        rows.append({"item_id": item_id, "image_id": it.image_id, "sentence_index": it.sentence_index, "kind": kind,
+        rows.append({"item_id": item_id, "image_id": it.image_id, "image_path": it.image_path,
+                     "sentence_index": it.sentence_index, "kind": kind,
                      "caption": it.caption, "markup": it.markup, "negative": None, "entity_ids": [],
                      "changed_from": None, "changed_to": None, "status": "none", "reason": reason,
                      "prompt_sha256": None, "answer": None})
