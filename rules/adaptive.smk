@@ -17,7 +17,7 @@ rule images_adaptive_curve:
     conda:
         CONDA_ENV
     params:
-        config=job_config("images", "seed"),
+        config=job_config("images", "seed", "adaptive_curve"),
     shell:
         "counterfactory images adaptive-curve {params.config} --scores {input.scores:q} --summary {input.summary:q}"
         " --out-csv {output.csv:q} --out-png {output.png:q} > {log:q} 2>&1"
@@ -39,7 +39,7 @@ rule social_adaptive_curve:
     conda:
         CONDA_ENV
     params:
-        config=job_config("images", "seed"),
+        config=job_config("images", "seed", "adaptive_curve"),
     shell:
         "counterfactory images adaptive-curve {params.config} --scores {input.scores:q} --summary {input.summary:q}"
         " --out-csv {output.csv:q} --out-png {output.png:q} > {log:q} 2>&1"

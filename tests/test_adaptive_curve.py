@@ -38,8 +38,8 @@ def _pair_table(seed=0, n=4):
 
 
 def _pair_cfg(**curve):
-    return {"seed": 0, "images": {"candidates_per_pair": 4, "batch_size": 2, "filter": {"top_k": 1},
-                                  "adaptive": {"enabled": False, "curve": curve}}}
+    return {"seed": 0, "adaptive_curve": curve,
+            "images": {"candidates_per_pair": 4, "batch_size": 2, "filter": {"top_k": 1}, "adaptive": {"enabled": False}}}
 
 
 def _write(tmp_path, table, summary, name="candidate_scores.parquet"):

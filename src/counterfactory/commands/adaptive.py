@@ -22,7 +22,7 @@ def add_curve_parser(images_sub) -> None:
         description="Adaptive over-generation (ours; images.adaptive) generates a prefix of the fixed mode's batches "
                     "with the same seeds, so its cost and selection follow exactly from a fixed-mode run's "
                     "per-candidate scores. For the fixed paper mode, 'stop once >= t candidates passed' (t in "
-                    "images.adaptive.curve.targets, default 1 2 4) and optional 'stop once the best passed score "
+                    "adaptive_curve.targets, default 1 2 4) and optional 'stop once the best passed score "
                     ">= the q-quantile' rules, writes one CSV row per rule (items, items with a selection, UNet "
                     "evaluations per accepted candidate, median and quartiles of the selected scores, fraction of "
                     "items whose selection changed vs the fixed mode) and a plot. Pairs: COCO-CF "
@@ -41,9 +41,9 @@ def add_curve_parser(images_sub) -> None:
                                    "for pairs, social_counterfactuals for sets; a job config names its own)")
     p.add_argument("--score-column", metavar="COL", help="score to summarise (pairs: sim_direction; sets: "
                                                          "min_image_caption)")
-    p.add_argument("--targets", type=int, nargs="+", metavar="T", help="override images.adaptive.curve.targets")
+    p.add_argument("--targets", type=int, nargs="+", metavar="T", help="override adaptive_curve.targets")
     p.add_argument("--best-quantiles", type=float, nargs="+", metavar="Q",
-                   help="override images.adaptive.curve.best_quantiles")
+                   help="override adaptive_curve.best_quantiles")
     p.add_argument("--batch-size", type=int, metavar="B",
                    help="replay with this batch layout instead of the run's (candidates do not depend on it)")
     p.set_defaults(func=_curve)
@@ -68,7 +68,7 @@ def _curve(args) -> int:
     kind = ad.SETS if "set_id" in names and "caption_id" not in names else ad.PAIRS
     study = args.study or ("social_counterfactuals" if kind == ad.SETS else "coco_counterfactuals")
     cfg = load_config(args.config, study=study)
-    base = ad.CurveSettings.from_config(cfg.get("images") or {})
+    base = ad.CurveSettings.from_config(cfg)
     settings = ad.CurveSettings(
         targets=tuple(args.targets) if args.targets else base.targets,
         best_quantiles=tuple(args.best_quantiles) if args.best_quantiles else base.best_quantiles,

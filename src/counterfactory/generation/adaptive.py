@@ -11,7 +11,7 @@ from a fixed-mode run's per-candidate scores, for any rule, without generating a
 
 Rules (one curve point each): ``fixed`` (all candidates, the paper), ``passed>=t`` (stop once ``t``
 candidates passed the filter; what the stages' adaptive modes do, for ``t`` in
-``images.adaptive.curve.targets``, default 1, 2, 4) and, optionally, ``best>=q<quantile>`` (stop once the
+``adaptive_curve.targets``, default 1, 2, 4) and, optionally, ``best>=q<quantile>`` (stop once the
 best passed score reaches the given quantile of all passed candidates' scores in this run; ours, *not*
 implemented by the stages, and in-sample: the threshold is taken from the run it is evaluated on).
 
@@ -56,8 +56,9 @@ CURVE_COLUMNS = ("rule", "in_stage", "items", "items_with_selection", "stopped_e
 
 @dataclass(frozen=True)
 class CurveSettings:
-    """``images.adaptive.curve`` (ours): the ``passed>=t`` targets, optional ``best>=q`` quantiles, and the
-    batch size of the replayed layout (None = ``images.batch_size``, the run's own)."""
+    """The study's ``adaptive_curve`` section (ours; a section of its own, outside ``images``, so editing it
+    reruns only the curve): the ``passed>=t`` targets, optional ``best>=q`` quantiles, and the batch size of the
+    replayed layout (None = the run's own)."""
 
     targets: tuple[int, ...] = (1, 2, 4)
     best_quantiles: tuple[float, ...] = ()
@@ -65,17 +66,17 @@ class CurveSettings:
 
     def __post_init__(self):
         if any(isinstance(t, bool) or not isinstance(t, int) or t < 1 for t in self.targets):
-            raise ConfigError(f"images.adaptive.curve.targets must be integers >= 1, got {list(self.targets)}. "
+            raise ConfigError(f"adaptive_curve.targets must be integers >= 1, got {list(self.targets)}. "
                               "Fix: e.g. [1, 2, 4]")
         if any(not 0.0 <= q <= 1.0 for q in self.best_quantiles):
-            raise ConfigError(f"images.adaptive.curve.best_quantiles must lie in [0, 1], got "
+            raise ConfigError(f"adaptive_curve.best_quantiles must lie in [0, 1], got "
                               f"{list(self.best_quantiles)}. Fix: e.g. [0.5, 0.75]")
         if self.batch_size is not None and self.batch_size < 1:
-            raise ConfigError(f"images.adaptive.curve.batch_size must be >= 1 or null, got {self.batch_size}")
+            raise ConfigError(f"adaptive_curve.batch_size must be >= 1 or null, got {self.batch_size}")
 
     @classmethod
-    def from_config(cls, images: dict) -> "CurveSettings":
-        sec = ((images.get("adaptive") or {}).get("curve")) or {}
+    def from_config(cls, cfg: dict) -> "CurveSettings":
+        sec = cfg.get("adaptive_curve") or {}
         bs = sec.get("batch_size")
         return cls(targets=tuple(sec.get("targets", (1, 2, 4))),
                    best_quantiles=tuple(float(q) for q in sec.get("best_quantiles", ())),
@@ -340,7 +341,7 @@ def curve_from_files(scores_path, cfg: dict, summary_path=None, *, kind: str | N
         except ValueError:
             raise input_error(scores_path, None, "has neither a caption_id nor a set_id column",
                               "pass candidate_scores.parquet (pairs) or filter/clip_sets.parquet (sets)") from None
-    settings = settings or CurveSettings.from_config(cfg.get("images") or {})
+    settings = settings or CurveSettings.from_config(cfg)
     score_column = score_column or DEFAULT_SCORE[kind]
     if summary_path is None:
         if kind == SETS:
