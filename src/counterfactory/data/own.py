@@ -25,7 +25,9 @@ are read from the image. Captions are stripped and whitespace runs collapsed, as
 
 Validation collects every problem (unreadable or non-UTF-8 file, missing column, missing or unreadable image,
 empty caption, duplicate id, a sidecar without image, boxes for an unknown image or of another image size)
-and raises one :class:`InputError` listing each with file, record and fix, then a count per kind of problem.
+and raises one :class:`InputError` listing each with file, record (``row <n>``: the n-th data row of a CSV /
+parquet table, header not counted; ``line <n>`` of a JSON Lines file or sidecar) and fix, after a count per
+kind of problem.
 Nothing is written when a source has problems.
 """
 
@@ -34,8 +36,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import shutil
-import tempfile
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +43,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..errors import ConfigError, InputError, describe_path, input_error
+from ..io import atomic_dir, write_json
 from .coco import CAPTION_COLUMNS
 
 OWN_COLUMNS = [*CAPTION_COLUMNS, "own_id", "source_image"]
@@ -365,7 +366,8 @@ def _caption_frame(rows: list[dict], images: dict[str, dict]) -> pd.DataFrame:
 
 
 def _boxes(src: OwnSource, captions: pd.DataFrame, problems: Problems) -> dict | None:
-    """The boxes JSON with its images renumbered to the own image ids (every own image listed)."""
+    """The boxes JSON's ``annotations`` (image ids renumbered to the own ones) and ``categories``; an image of
+    the JSON is matched by its path relative to the image root, else by its file name when that is unique."""
     from .coco import load_coco_instances, read_json
 
     path = src.boxes_json
@@ -392,14 +394,14 @@ def _boxes(src: OwnSource, captions: pd.DataFrame, problems: Problems) -> dict |
                              "add the image to the source, or remove its boxes")
             continue
         image = own.loc[row]
-        if (rec["width"], rec["height"]) != (image["width"], image["height"]):
+        if image["width"] and (rec["width"], rec["height"]) != (image["width"], image["height"]):
             problems.add("box image size mismatch", path, where,
                          f"size {rec['width']}x{rec['height']} differs from the image's "
                          f"{image['width']}x{image['height']} ({image['source_image']})",
                          "give the image's real width and height (boxes are in its pixels)")
         remap[rec["id"]] = int(image["image_id"])
     annotations = [{**a, "image_id": remap[a["image_id"]]} for a in doc["annotations"] if a["image_id"] in remap]
-    return {"images": [], "annotations": annotations, "categories": doc["categories"]}
+    return {"annotations": annotations, "categories": doc["categories"]}
 
 
 def load_own_data(spec: dict | OwnSource, base_dir: str | Path = ".", check_images: bool = True) -> OwnData:
@@ -419,7 +421,7 @@ def load_own_data(spec: dict | OwnSource, base_dir: str | Path = ".", check_imag
         problems.add("empty caption", src.path, None, "no captions", "add at least one image with a caption")
     good = [r for r in rows if r["caption"] is not None and r.get("key") in images]
     captions = _caption_frame(good, images) if good else pd.DataFrame(columns=OWN_COLUMNS)
-    instances = _boxes(src, captions, problems) if src_boxes and check_images and not problems else None
+    instances = _boxes(src, captions, problems) if src_boxes and check_images and len(captions) else None
     problems.raise_if_any()
     return OwnData(src, captions, instances)
 
@@ -465,8 +467,9 @@ def coco_file_names(captions: pd.DataFrame) -> dict[int, str]:
 def write_coco_view(data: OwnData, out_root: str | Path, split: str = "val2017") -> dict:
     """Write a COCO-layout folder for the source: ``annotations/captions_<split>.json``,
     ``annotations/instances_<split>.json`` (the boxes, or none: COCO readers need the file) and ``<split>/``
-    with a symbolic link per image. Built in a temporary sibling folder and moved into place; an existing
-    ``out_root`` is replaced only if it is an earlier view (it holds :data:`VIEW_MARKER`)."""
+    with a symbolic link per image. Built in a temporary sibling folder that replaces ``out_root`` only when
+    complete (:func:`counterfactory.io.atomic_dir`); an existing ``out_root`` is replaced only if it is an
+    earlier view (it holds :data:`VIEW_MARKER`)."""
     out_root = Path(out_root)
     if out_root.exists() and not (out_root / VIEW_MARKER).is_file():
         raise input_error(describe_path(out_root), None, "exists and is not a view written by own-to-coco",
@@ -481,21 +484,13 @@ def write_coco_view(data: OwnData, out_root: str | Path, split: str = "val2017")
                                     for r in caps.itertuples()]}
     instances = data.instances or {"annotations": [], "categories": []}
     instances_doc = {**captions_doc, "annotations": instances["annotations"], "categories": instances["categories"]}
-    out_root.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_root.name}.tmp-", dir=out_root.parent))
-    try:
+    report = {**check_report(data), "split": split, "out_root": str(out_root)}
+    with atomic_dir(out_root) as tmp:
         (tmp / "annotations").mkdir()
         (tmp / split).mkdir()
         for name, doc in ((f"captions_{split}.json", captions_doc), (f"instances_{split}.json", instances_doc)):
-            (tmp / "annotations" / name).write_text(json.dumps(doc), encoding="utf-8")
+            write_json(tmp / "annotations" / name, doc, indent=None)
         for r in first.itertuples():
             os.symlink(r.file_name, tmp / split / names[int(r.image_id)])
-        report = {**check_report(data), "split": split, "out_root": str(out_root)}
-        (tmp / VIEW_MARKER).write_text(json.dumps(report, indent=1), encoding="utf-8")
-        if out_root.exists():
-            shutil.rmtree(out_root)
-        os.replace(tmp, out_root)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        write_json(tmp / VIEW_MARKER, report)
     return report
