@@ -10,8 +10,18 @@ rule images_adaptive_curve:
         scores=f"{S}/images/candidate_scores.parquet",
         summary=f"{S}/images/summary.json",
     output:
-        csv=report(f"{S}/images/adaptive_curve.csv", category="Over-generation", caption="../report/adaptive.rst"),
-        png=report(f"{S}/images/adaptive_curve.png", category="Over-generation", caption="../report/adaptive.rst"),
+        csv=report(
+            f"{S}/images/adaptive_curve.csv",
+            category=study_title,
+            subcategory="Over-generation",
+            caption="../report/adaptive.rst",
+        ),
+        png=report(
+            f"{S}/images/adaptive_curve.png",
+            category=study_title,
+            subcategory="Over-generation",
+            caption="../report/adaptive.rst",
+        ),
     log:
         f"{S}/logs/images/adaptive_curve.log",
     conda:
@@ -30,8 +40,18 @@ rule social_adaptive_curve:
         scores=f"{S}/filter/clip_sets.parquet",
         summary=f"{S}/generation/summary.json",
     output:
-        csv=report(f"{S}/generation/adaptive_curve.csv", category="Over-generation", caption="../report/adaptive.rst"),
-        png=report(f"{S}/generation/adaptive_curve.png", category="Over-generation", caption="../report/adaptive.rst"),
+        csv=report(
+            f"{S}/generation/adaptive_curve.csv",
+            category=study_title,
+            subcategory="Over-generation",
+            caption="../report/adaptive.rst",
+        ),
+        png=report(
+            f"{S}/generation/adaptive_curve.png",
+            category=study_title,
+            subcategory="Over-generation",
+            caption="../report/adaptive.rst",
+        ),
     log:
         f"{S}/logs/generation/adaptive_curve.log",
     wildcard_constraints:

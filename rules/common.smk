@@ -600,7 +600,7 @@ EXPORT_RELEASE_STUDIES = [s for s in STUDIES if export_studies.STUDIES[s].releas
 
 def export_targets(study):
     """The study's export outputs (for `all`): the card, and through it every layout."""
-    return [f"{RESULTS}/{study}/export/README.md"]
+    return [f"{RESULTS}/{study}/export/README.md", f"{RESULTS}/{study}/report/examples.png"]
 
 
 def study_finished(wildcards):

@@ -56,3 +56,21 @@ rule report_overview:
         CONDA_ENV
     shell:
         "counterfactory report overview --provenance {input:q} --out {output:q} > {log:q} 2>&1"
+
+
+rule report_examples:
+    """Examples of every study from its exported imagefolder: pairs, sets, original vs edited / inpainted images."""
+    input:
+        f"{S}/export/imagefolder",
+    output:
+        report(
+            f"{S}/report/examples.png", category=study_title, subcategory="Examples", caption="../report/examples.rst"
+        ),
+    log:
+        f"{S}/logs/report/examples.log",
+    conda:
+        CONDA_ENV
+    params:
+        n=3,
+    shell:
+        "counterfactory report examples --imagefolder {input:q} --out {output:q} --n {params.n} > {log:q} 2>&1"

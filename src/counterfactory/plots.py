@@ -3,6 +3,7 @@ headless matplotlib entry point shared by every figure (:func:`pyplot`)."""
 
 from __future__ import annotations
 
+import json
 import textwrap
 from pathlib import Path
 
@@ -61,3 +62,75 @@ def caption_examples(captions_path: str | Path, out: str | Path, n: int = 20) ->
     frame = pd.read_parquet(captions_path)
     cols = ["caption_id", "original", "counterfactual", "original_word", "new_word", "similarity", "perplexity"]
     return write_csv(out, frame[cols].head(n).round({"similarity": 3, "perplexity": 1}))
+
+
+#: text shown under an image that has no caption of its own: the first of these fields present
+_GRID_TEXT = ("caption", "target_prompt", "edit_prompt", "category")
+
+
+def _export_rows(folder: Path) -> pd.DataFrame:
+    jsonl, parquet = folder / "metadata.jsonl", folder / "metadata.parquet"
+    if jsonl.is_file():
+        return pd.read_json(jsonl, lines=True, dtype=False)
+    return pd.read_parquet(parquet)
+
+
+def _grid_groups(rows: pd.DataFrame, images: list[str], n: int) -> list[list[tuple[str, str]]]:
+    """Up to ``n`` examples, each a list of (image file, text) panels: a set's members side by side (rows sharing a
+    ``set_id``), or one row's image columns (original | counterfactual, image | negative image, ...)."""
+    cols = {c: ("file_name" if c == images[0] and "file_name" in rows.columns else f"{c}_file_name") for c in images}
+    groups = []
+    if "set_id" in rows.columns and len(images) == 1:
+        for _, members in list(rows.groupby("set_id", sort=False))[:n]:
+            groups.append([(m[cols[images[0]]], str(m.get("caption", ""))) for _, m in members.iterrows()])
+        return groups
+    for _, r in rows.head(n).iterrows():
+        panels = []
+        for k, c in enumerate(images):
+            if f"caption_{k}" in r.index:
+                text = r[f"caption_{k}"]
+            elif c.startswith("negative") and "negative_caption" in r.index:
+                text = r["negative_caption"]
+            elif c.startswith("original"):
+                text = "original"
+            else:
+                text = next((r[f] for f in _GRID_TEXT if f in r.index and isinstance(r[f], str)), "")
+            panels.append((r[cols[c]], f"[{c}] {text}"))
+        groups.append(panels)
+    return groups
+
+
+def export_grid(imagefolder: str | Path, out: str | Path, n: int = 3, wrap: int = 30, max_panels: int = 12) -> Path:
+    """A study's examples from its exported imagefolder (``counterfactory export imagefolder``): for each dataset
+    config, the first ``n`` examples of its first split — pairs, sets, original vs edited or inpainted images — with
+    their captions or prompts. One grid serves every study because every study exports the same layout."""
+    from PIL import Image
+
+    root = Path(imagefolder)
+    manifest = json.loads((root / "manifest.json").read_text(encoding="utf-8"))
+    blocks = []
+    for name, conf in manifest["configs"].items():
+        split = next(iter(conf["splits"].values()), None)
+        if not split or not split.get("rows"):
+            continue
+        folder = root / split["path"]
+        groups = _grid_groups(_export_rows(folder), list(conf["images"]), n)
+        blocks.append((name, folder, [g[:max_panels] for g in groups]))
+    lines = [(name, folder, g) for name, folder, gs in blocks for g in gs]
+    if not lines:
+        raise ValueError(f"{root}: no exported examples to draw (every config is empty)")
+    width = max(len(g) for _, _, g in lines)
+    plt = pyplot()
+    fig, axes = plt.subplots(len(lines), width, figsize=(2.3 * width, 2.6 * len(lines)), squeeze=False)
+    for ax_row, (name, folder, panels) in zip(axes, lines):
+        for ax in ax_row:
+            ax.axis("off")
+        for ax, (path, text) in zip(ax_row, panels):
+            with Image.open(folder / path) as im:
+                ax.imshow(im.convert("RGB"))
+            ax.set_title("\n".join(textwrap.wrap(text, wrap)[:4]), fontsize=6)
+        ax_row[0].text(-0.08, 0.5, name, transform=ax_row[0].transAxes, rotation=90, ha="right", va="center",
+                       fontsize=7)
+    fig.suptitle(f"{manifest.get('source') or root.parent.name}: exported examples", fontsize=9)
+    fig.tight_layout()
+    return save_figure(out, fig)

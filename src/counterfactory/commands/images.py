@@ -55,6 +55,10 @@ def register(subparsers) -> None:
     m.add_argument("--out-dir", required=True, metavar="DIR", help="folder for the merged tables")
     m.set_defaults(func=_merge)
 
+    from .adaptive import add_curve_parser
+
+    add_curve_parser(sub)
+
 
 def _generate(args) -> int:
     import torch

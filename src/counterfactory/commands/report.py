@@ -17,6 +17,13 @@ def _captions(args) -> int:
     return 0
 
 
+def _examples(args) -> int:
+    from ..plots import export_grid
+
+    export_grid(args.imagefolder, args.out, n=args.n)
+    return 0
+
+
 def _overview(args) -> int:
     from ..overview import write_overview
 
@@ -40,6 +47,11 @@ def register(sub) -> None:
     c.add_argument("--out", required=True, help="output CSV")
     c.add_argument("--n", type=int, default=20)
     c.set_defaults(func=_captions)
+    e = s.add_parser("examples", help="grid of a study's exported examples (pairs, sets, edits) with their captions")
+    e.add_argument("--imagefolder", required=True, help="the study's export/imagefolder folder")
+    e.add_argument("--out", required=True, help="output PNG")
+    e.add_argument("--n", type=int, default=3, help="examples per dataset config")
+    e.set_defaults(func=_examples)
     o = s.add_parser("overview", help="the report's front page: studies that ran, their data and models (HTML)")
     o.add_argument("--provenance", required=True, help="results/<run>/provenance.json")
     o.add_argument("--out", required=True, help="output HTML")

@@ -39,7 +39,8 @@ def targets(view: dict, results: str) -> list[str]:
     image pairs, the evaluations the config enables, training tables and curves, A.2, report figures."""
     ev, tr = view["evaluation"], view["training"]
     out = [f"{results}/captions/counterfactual_captions.parquet", f"{results}/images/selected_pairs.parquet",
-           f"{results}/report/pair_grid.png", f"{results}/report/caption_examples.csv"]
+           f"{results}/report/pair_grid.png", f"{results}/report/caption_examples.csv",
+           f"{results}/images/adaptive_curve.csv"]   # the over-generation trade-off (ours, issue 16)
     if ev["itr"]["models"]:
         out.append(f"{results}/evaluation/itr_table.md")
     if ev["itm"]["models"]:

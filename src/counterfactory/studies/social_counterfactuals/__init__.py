@@ -30,7 +30,8 @@ def n_sets(view) -> int:
 
 def targets(view, results: str) -> list[str]:
     """Every final file of the study under ``results`` (``results/<run>/social_counterfactuals``)."""
-    out = [f"{results}/filter/table11.md", f"{results}/release/summary.json"]
+    out = [f"{results}/filter/table11.md", f"{results}/release/summary.json",
+           f"{results}/generation/adaptive_curve.csv"]   # the over-generation trade-off (ours, issue 16)
     if view.get("probing", {}).get("roles"):
         out += [f"{results}/probing/{stage}/tables.md" for stage in PROBE_STAGES]
         out += [f"{results}/probing/{stage}/figures" for stage in PROBE_STAGES]
