@@ -100,6 +100,43 @@ def test_demo_outputs_are_consistent(demo_run):
     assert prov["models"]["sd"]["fingerprint"]  # made after the models were built
 
 
+def test_demo_exports_cards_and_combined_report(demo_run):
+    """Issue 15: every study's exports load with `datasets` and hold what the run made; each dataset card states
+    the run's counts; the one report has a front page naming every study, the run overview and an examples grid
+    per study."""
+    import datasets
+
+    from counterfactory import studies
+
+    work, _, _ = demo_run
+    run = work / "results/demo"
+    cache = str(work / "hf-cache")
+    pairs = pd.read_parquet(run / "coco_counterfactuals/images/selected_pairs.parquet")
+    release = datasets.load_dataset("json", data_files=str(run / "coco_counterfactuals/export/release/data/examples.jsonl"),
+                                    split="train", cache_dir=cache)
+    assert sorted(release["id"]) == sorted(pairs["id"].astype(str))
+    captions = pd.read_parquet(run / "coco_counterfactuals/captions/counterfactual_captions.parquet")
+    card = (run / "coco_counterfactuals/export/README.md").read_text()
+    assert f"| counts.accepted | {len(captions)} |" in card and f"| {len(pairs)} |" in card
+    for study in studies.STUDIES:
+        export = run / study / "export"
+        manifest = json.loads((export / "parquet/manifest.json").read_text())
+        card = (export / "README.md").read_text()
+        for config, conf in manifest["configs"].items():
+            for split, info in conf["splits"].items():
+                assert f"| parquet | {config} | {split} | {info['rows']} |" in card
+                if not info["rows"]:
+                    continue
+                ds = datasets.load_dataset("parquet", data_files=str(export / "parquet" / info["path"]), split="train",
+                                           cache_dir=cache)
+                assert len(ds) == info["rows"], (study, config, split)
+        assert (run / study / "report/examples.png").stat().st_size > 10_000
+    html = (work / "report.html").read_text(errors="replace")
+    assert "CounterFactory run" in html and "overview.html" in html and "examples.png" in html
+    for study in studies.STUDIES:
+        assert studies.title(study) in html
+
+
 def test_demo_social_counterfactuals_end_to_end(demo_run):
     """The SocialCounterfactuals slice: 2 prefixes x 2 occupations x 3 segments = 12 caption sets (208 captions), 2
     candidates each; each filter stage keeps a subset of the previous one and Table 11 counts them; probing before
