@@ -1,40 +1,16 @@
 # Published releases as inputs (metrics-and-formats B11, B12): with `<study>.release.root` set, a downloaded
 # Intel/COCO-Counterfactuals or Intel/SocialCounterfactuals is read into the very table the evaluations read
 # (images/selected_pairs.parquet; filter/kept.parquet), so eval_itr / eval_itm / train_mixtures / in_domain_split /
-# report_pair_grid and social_probe / social_debias_* run on it unchanged. These rules exist only when a release is
-# configured, and a ruleorder then prefers them to the generation stages' merge rules; with the keys null (the
-# default) the DAG is exactly as before. Include after rules/study_*.smk (it uses CCF and SCF).
+# report_pair_grid and social_probe / social_debias_* run on it unchanged; `coco_counterfactuals.release.captions`
+# does the same for the caption stage's table. These rules exist only when a release is configured, and a ruleorder
+# then prefers them to the generation stages' merge rules; with the keys null (the default) the DAG is as before.
+# Include after rules/study_*.smk (it uses CCF and SCF).
+from counterfactory.data.releases import release_inputs
 
-
-def release_setting(study, key):
-    """``<study>.release.<key>`` of a study this run builds, else None."""
-    return view(study).get("release", {}).get(key) if study in STUDIES else None
-
-
-CCF_RELEASE = release_setting(CCF, "root")
-CCF_RELEASE_CAPTIONS = release_setting(CCF, "captions")
-SCF_RELEASE = release_setting(SCF, "root")
+CCF_RELEASE = view(CCF)["release"]["root"] if CCF in STUDIES else None
+CCF_RELEASE_CAPTIONS = view(CCF)["release"]["captions"] if CCF in STUDIES else None
+SCF_RELEASE = view(SCF)["release"]["root"] if SCF in STUDIES else None
 RELEASE_FIX = "README 'Published releases'"
-
-
-def coco_release_inputs(wildcards):
-    """examples.jsonl and the images (data/images.zip, else the extracted data/images/)."""
-    data = Path(CCF_RELEASE) / "data"
-    key = f"{CCF}.release.root"
-    images = data / "images.zip" if (data / "images.zip").exists() else data / "images"
-    return [source_data(data / "examples.jsonl", key, RELEASE_FIX), source_data(images, key, RELEASE_FIX)]
-
-
-def social_release_inputs(wildcards):
-    """Every parquet shard of the release (all of them must be there)."""
-    from counterfactory.data.releases import social_shards
-    from counterfactory.errors import CounterFactoryError
-
-    source_data(Path(SCF_RELEASE) / "data", f"{SCF}.release.root", RELEASE_FIX)
-    try:
-        return [str(p) for p in social_shards(SCF_RELEASE)]
-    except CounterFactoryError as exc:
-        raise WorkflowError(f"{exc} (config key {SCF}.release.root)") from None
 
 
 if CCF_RELEASE:
@@ -44,7 +20,9 @@ if CCF_RELEASE:
     rule release_coco_pairs:
         """B11: Intel/COCO-Counterfactuals as the image stage's selected pairs (scores it lacks are NaN)."""
         input:
-            coco_release_inputs,
+            lambda wildcards: [
+                source_data(p, f"{CCF}.release.root", RELEASE_FIX) for p in release_inputs("coco", CCF_RELEASE)
+            ],
         output:
             selected=f"{S}/images/selected_pairs.parquet",
             images=directory(f"{S}/images/release"),
@@ -88,7 +66,9 @@ if SCF_RELEASE:
     rule release_social_images:
         """B12: Intel/SocialCounterfactuals as the filter stage's kept images (what probing and debiasing read)."""
         input:
-            social_release_inputs,
+            lambda wildcards: [
+                source_data(p, f"{SCF}.release.root", RELEASE_FIX) for p in release_inputs("social", SCF_RELEASE)
+            ],
         output:
             kept=f"{S}/filter/kept.parquet",
             images=directory(f"{S}/filter/release_images"),

@@ -258,3 +258,11 @@ def test_cli(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "examples.jsonl: COCO-Counterfactuals examples not found" in err and "Fix:" in err
     assert not (tmp_path / "p.parquet").exists() and not (tmp_path / "release").exists()   # nothing half-written
+
+
+def test_release_inputs(tmp_path):
+    """What the release rules declare as inputs (a missing path comes back for the rule to name its config key)."""
+    assert rel.release_inputs("coco", COCO) == [COCO / "data" / "examples.jsonl", COCO / "data" / "images.zip"]
+    assert rel.release_inputs("coco", tmp_path) == [tmp_path / "data" / "examples.jsonl", tmp_path / "data" / "images"]
+    assert rel.release_inputs("social", SOCIAL) == list((SOCIAL / "data").glob("train-*.parquet"))
+    assert rel.release_inputs("social", tmp_path) == [tmp_path / "data"]

@@ -481,3 +481,17 @@ def write_social_release_images(root: str | os.PathLike, out: str | os.PathLike,
             "segments": {str(k): int(v) for k, v in frame.groupby("segment")["set_id"].nunique().items()},
             "subjects": int(frame["subject"].nunique()), "images_dir": str(final)}
 
+
+# --------------------------------------------------------------------------------------------
+# workflow
+# --------------------------------------------------------------------------------------------
+def release_inputs(kind: str, root: str | os.PathLike) -> list[Path]:
+    """The files a release-reading job depends on (its rule inputs): ``coco`` -- ``data/examples.jsonl`` and
+    ``data/images.zip`` (else the extracted ``data/images/``); ``social`` -- every shard (an InputError when
+    shards are missing). A path that does not exist is returned as it is, for the rule to name its config key."""
+    data = Path(root) / "data"
+    if kind == "coco":
+        return [data / "examples.jsonl", data / "images.zip" if (data / "images.zip").exists() else data / "images"]
+    if kind == "social":
+        return social_shards(root) if data.is_dir() else [data]
+    raise ValueError(f"release_inputs: unknown kind {kind!r} (coco or social)")
