@@ -191,7 +191,10 @@ class ClipScorer:
     """Embeds uint8 images and texts with the ``clip_filter`` role (transformers or open_clip)."""
 
     def __init__(self, loaded: Any, library: str, device: torch.device, dtype: torch.dtype = torch.float32,
-                 batch_size: int = 32, direction_rel_tol: float = DIRECTION_REL_TOL):
+                 batch_size: int = 32, direction_rel_tol: float = DIRECTION_REL_TOL, performance=None):
+        """``performance``: a :class:`counterfactory.device.Performance` (fast path), None = plain placement."""
+        from .device import place
+
         self.library = library
         self.direction_rel_tol = float(direction_rel_tol)
         self.device = device
@@ -199,14 +202,14 @@ class ClipScorer:
         self.batch_size = int(batch_size)
         if library == "open_clip":
             model, _, tokenizer = loaded
-            self.model = model.to(device=device, dtype=dtype).eval()
+            self.model = place(model, device, dtype, performance)
             self.tokenizer = tokenizer
             size = getattr(model.visual, "image_size", 224)
             cfg = getattr(model.visual, "preprocess_cfg", {}) or {}
             mean, std = cfg.get("mean", CLIP_MEAN), cfg.get("std", CLIP_STD)
         else:
             model, processor = loaded
-            self.model = model.to(device=device, dtype=dtype).eval()
+            self.model = place(model, device, dtype, performance)
             self.tokenizer = processor.tokenizer
             size = model.config.vision_config.image_size
             ip = processor.image_processor
@@ -217,14 +220,16 @@ class ClipScorer:
 
     @classmethod
     def from_config(cls, cfg: dict, role: str = "clip_filter", batch_size: int = 32) -> "ClipScorer":
-        from .device import from_config
+        from .device import Performance, from_config, resolve_batch_size
         from .models import registry
 
         device, dtype = from_config(cfg)
         spec = registry.model_spec(cfg, role)
         filt = ((cfg["images"] if "images" in cfg else None) or {}).get("filter") or {}   # optional section
-        return cls(registry.load(cfg, role), spec.library, device, dtype, batch_size=batch_size,
-                   direction_rel_tol=FilterThresholds.from_config(filt).direction_rel_tol)
+        return cls(registry.load(cfg, role), spec.library, device, dtype,
+                   batch_size=resolve_batch_size(batch_size, cfg, "clip_image"),
+                   direction_rel_tol=FilterThresholds.from_config(filt).direction_rel_tol,
+                   performance=Performance.from_config(cfg))
 
     def _pixels(self, images: np.ndarray) -> torch.Tensor:
         x = torch.from_numpy(np.ascontiguousarray(images)).permute(0, 3, 1, 2).float() / 255.0

@@ -101,11 +101,16 @@ class Scorer:
     dual = False
 
     def __init__(self, model, *, name: str = "", device: torch.device | str = "cpu",
-                 dtype: torch.dtype = torch.float32, batch_size: int = 32, progress: bool = True):
+                 dtype: torch.dtype = torch.float32, batch_size: int = 32, progress: bool = True,
+                 performance=None):
+        from .device import place
+
         if batch_size < 1:
             raise ConfigError(f"scorer {name}: batch_size must be >= 1, got {batch_size}")
         self.device = torch.device(device)
         self.dtype = dtype
+        if isinstance(model, torch.nn.Module):   # ``performance``: the fast path (counterfactory.device.place)
+            model = place(model, self.device, dtype, performance)
         self.model = model.to(self.device, dtype=dtype) if hasattr(model, "to") else model
         if hasattr(self.model, "eval"):
             self.model.eval()
@@ -544,7 +549,8 @@ def scorer_from_config(cfg: dict, role: str, *, head: str = "itm", progress: boo
     loaded = registry.load(cfg, role, head=head)
     scorer = wrap_model(loaded, name=role, head=head, itm_score=opts["itm_score"],
                         max_exhaustive_pairs=opts["max_exhaustive_pairs"], device=dev, dtype=dtype,
-                        batch_size=int(opts["batch_size"]), progress=progress)
+                        batch_size=int(opts["batch_size"]), progress=progress,
+                        performance=device_mod.Performance.from_config(cfg))
     log.info("scorer %s: %s (%s) on %s/%s", role, type(scorer).__name__, registry.model_spec(cfg, role).source,
              dev, dtype)
     return scorer

@@ -369,10 +369,9 @@ def _to_uint8(images) -> np.ndarray:
 
 
 def _place(pipe, cfg: dict):
-    from ..device import from_config
+    from ..device import place_pipeline
 
-    device, dtype = from_config(cfg)
-    pipe.to(device, dtype)
+    place_pipeline(pipe, cfg)
     pipe.set_progress_bar_config(disable=True)
     return pipe
 

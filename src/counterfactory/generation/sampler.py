@@ -68,7 +68,10 @@ class GenerationSettings:
             raise ConfigError("images.steps and images.batch_size must be >= 1")
 
     @classmethod
-    def from_config(cls, images: dict) -> "GenerationSettings":
+    def from_config(cls, images: dict, cfg: dict | None = None) -> "GenerationSettings":
+        """``batch_size: auto`` is resolved on ``cfg``'s device (:func:`counterfactory.device.resolve_batch_size`)."""
+        from ..device import resolve_batch_size
+
         return cls(
             steps=int(images.get("steps", 100)),
             height=int(images.get("height", 512)),
@@ -79,7 +82,7 @@ class GenerationSettings:
             guidance_range=tuple(float(x) for x in images.get("guidance_range", (7.5, 15.0))),
             hertz_self_fraction=float(images.get("hertz_self_fraction", 0.0)),
             negative_prompt=str(images.get("negative_prompt", "")),
-            batch_size=int(images.get("batch_size", 4)),
+            batch_size=resolve_batch_size(images.get("batch_size", 4), cfg, "sd_candidate"),
         )
 
 
@@ -99,16 +102,18 @@ class P2PEngine:
     """Batched Prompt-to-Prompt sampler around a diffusers ``StableDiffusionPipeline``."""
 
     def __init__(self, pipe, settings: GenerationSettings, device: torch.device | str = "cpu",
-                 dtype: torch.dtype = torch.float32, vae=None):
+                 dtype: torch.dtype = torch.float32, vae=None, performance=None):
         """``vae``: an ``AutoencoderKL`` that replaces the pipeline's own for decoding (the ``vae``
         model role; the InstructPix2Pix generator decoded with SD's fine-tuned MSE VAE); None = the
-        pipeline's VAE."""
+        pipeline's VAE. ``performance``: the fast path (:class:`counterfactory.device.Performance`)."""
         import diffusers
+
+        from ..device import place
 
         self.settings = settings
         self.device = torch.device(device)
         self.dtype = dtype
-        self.unet = _place(pipe.unet, self.device, dtype)
+        self.unet = place(pipe.unet, self.device, dtype, performance, compile=True)
         if vae is not None:
             latent = getattr(vae.config, "latent_channels", None)
             if latent != pipe.unet.config.in_channels:
@@ -117,8 +122,8 @@ class P2PEngine:
                     f"{pipe.unet.config.in_channels}. Fix: use a VAE made for this Stable Diffusion model"
                 )
         #: the decoder: the ``vae`` role when given, else the pipeline's own
-        self.vae = _place(vae if vae is not None else pipe.vae, self.device, dtype)
-        self.text_encoder = _place(pipe.text_encoder, self.device, dtype)
+        self.vae = place(vae if vae is not None else pipe.vae, self.device, dtype, performance)
+        self.text_encoder = place(pipe.text_encoder, self.device, dtype, performance)
         self.tokenizer = pipe.tokenizer
         self.scheduler_cls = getattr(diffusers, SCHEDULERS[settings.scheduler])
         self.scheduler_config = pipe.scheduler.config
@@ -235,20 +240,14 @@ class P2PEngine:
         return np.concatenate(out)
 
 
-def _place(module, device: torch.device, dtype: torch.dtype):
-    module = module.to(device)
-    if getattr(module, "dtype", dtype) != dtype:
-        module = module.to(dtype)
-    return module.eval()
-
-
 def build_engine(cfg: dict) -> P2PEngine:
     """Load the ``sd`` role (and the optional ``vae`` role, which then decodes instead of the
     pipeline's own VAE) and wrap it (device/precision from :func:`counterfactory.device.from_config`)."""
-    from ..device import from_config
+    from ..device import Performance, from_config
     from ..models import registry
 
     device, dtype = from_config(cfg)
     pipe = registry.load(cfg, "sd")
     vae = registry.load(cfg, "vae") if (cfg.get("models") or {}).get("vae") else None
-    return P2PEngine(pipe, GenerationSettings.from_config(cfg.get("images", {})), device, dtype, vae=vae)
+    return P2PEngine(pipe, GenerationSettings.from_config(cfg.get("images", {}), cfg), device, dtype, vae=vae,
+                     performance=Performance.from_config(cfg))

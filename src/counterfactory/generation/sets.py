@@ -296,7 +296,7 @@ def _context(cfg: dict) -> SetContext:
     images = cfg.get("images") or {}
     adaptive = AdaptiveSettings.from_config(images)
     role, thresholds = adaptive_clip(cfg) if adaptive.enabled else (None, None)
-    return SetContext(cfg=cfg, settings=GenerationSettings.from_config(images),
+    return SetContext(cfg=cfg, settings=GenerationSettings.from_config(images, cfg),
                       sets=SetGenerationSettings.from_config(images), global_seed=int(cfg.get("seed", 0)),
                       # identifying the models (content fingerprints) must succeed: the resume cache depends on it
                       models=registry.configured_models(cfg, roles=model_roles(cfg)),

@@ -137,7 +137,7 @@ def _shard_context(cfg: dict) -> ShardContext:
     images = cfg.get("images", {})
     filt = images.get("filter", {})
     adaptive = images.get("adaptive", {})
-    settings = GenerationSettings.from_config(images)
+    settings = GenerationSettings.from_config(images, cfg)
     selection = SelectionSettings(
         top_k=int(filt.get("top_k", 1)),
         adaptive=bool(adaptive.get("enabled", False)),
@@ -251,7 +251,7 @@ def run_shard(cfg: dict, pairs_path: str | os.PathLike, shard: int | str, out_di
         if scorer is None:
             from ..filters import ClipScorer
 
-            scorer = ClipScorer.from_config(cfg, batch_size=int(cfg.get("images", {}).get("filter", {}).get("batch_size", 32)))
+            scorer = ClipScorer.from_config(cfg, batch_size=cfg.get("images", {}).get("filter", {}).get("batch_size", 32))
         outcome = overgenerate_caption(engine, scorer, ctx.thresholds, cid, r["original"], r["counterfactual"],
                                        ctx.n_candidates, ctx.global_seed, ctx.selection)
         for s in outcome.scores:
