@@ -28,9 +28,15 @@ $(STAMP): requirements.lock pyproject.toml
 	$(BIN)/python -m pip install --quiet --no-deps -e .
 	touch $@
 
+# the "own data" demo: four photos with a caption CSV through COCO-Counterfactuals' caption and image stages
+OWN_DATA_TARGETS := results/demo_own_data/coco_counterfactuals/images/selected_pairs.parquet \
+	results/demo_own_data/coco_counterfactuals/report/pair_grid.png
+
 demo: $(STAMP)
 	$(BIN)/snakemake all --profile profiles/local --cores $(CORES) --configfile config/demo.yaml
 	$(BIN)/snakemake all --report results/demo/report.html --configfile config/demo.yaml
+	$(BIN)/snakemake $(OWN_DATA_TARGETS) --profile profiles/local --cores $(CORES) \
+		--configfile config/demo.yaml config/demo_own_data.yaml
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q

@@ -51,6 +51,7 @@ include: "rules/adaptive.smk"
 include: "rules/study_countercurate.smk"
 include: "rules/study_spurious_retrieval.smk"
 include: "rules/study_cvld.smk"
+include: "rules/release.smk"
 include: "rules/export.smk"
 
 

@@ -74,6 +74,8 @@ def main(argv=None) -> int:
                     help="config override, dotted key: COCO-CF's own (images.shard_size=5), another study's with "
                          "its name first (cvld.editing.shards=64), or a shared one (repeatable)")
     ap.add_argument("--json", default=None, help="also write the numbers to this JSON file")
+    ap.add_argument("--no-goals", action="store_true",
+                    help="exit 0 even when the time / memory goals are missed (the counts are still checked)")
     args = ap.parse_args(argv)
     overrides: dict = {}
     for item in args.set:
@@ -127,7 +129,9 @@ def main(argv=None) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps({"jobs": total, "per_study": per_study, "per_rule": counts,
                                                "seconds": seconds, "cpu_seconds": cpu_s, "peak_mb": peak_mb}, indent=2))
-    return 0 if seconds <= GOAL_SECONDS and peak_mb <= GOAL_MB and not missing else 1
+    if missing:
+        return 1
+    return 0 if args.no_goals or (seconds <= GOAL_SECONDS and peak_mb <= GOAL_MB) else 1
 
 
 if __name__ == "__main__":

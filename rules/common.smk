@@ -4,6 +4,7 @@ from pathlib import Path
 
 from counterfactory import studies
 from counterfactory.data.classification import dataset_input_files
+from counterfactory.data.own import OwnSource
 from counterfactory.export import studies as export_studies
 from counterfactory.studies import social_counterfactuals as social
 from counterfactory.studies.countercurate import training as cc_training
@@ -98,9 +99,45 @@ def coco_captions_json(wildcards):
 
 
 def coco_images(wildcards):
+    spec = view(wildcards.study)["data"].get("source")
+    if spec:  # own data: the caption table's file_name is each image's absolute path
+        return source_data(
+            OwnSource.from_spec(spec).image_root, f"{wildcards.study}.data.source.path", "README 'Your own data'"
+        )
     return source_data(
         wf.image_dir(view(wildcards.study)), f"{wildcards.study}.data.coco_root", "README 'Getting MS-COCO'"
     )
+
+
+def own_source(wildcards):
+    """The study's own-data source (absolute paths), or None for MS-COCO."""
+    spec = view(wildcards.study)["data"].get("source")
+    return OwnSource.from_spec(spec) if spec else None
+
+
+def source_inputs(wildcards):
+    """MS-COCO: the captions JSON and the image folder. Own data: the table or folder, the image root and
+    the boxes JSON; a missing one stops the dry run naming its config key."""
+    src = own_source(wildcards)
+    if src is None:
+        return {"captions": coco_captions_json(wildcards), "images": coco_images(wildcards)}
+    key = f"{wildcards.study}.data.source"
+    return {k: source_data(path, f"{key}.{k}", "README 'Your own data'") for k, path in src.input_files().items()}
+
+
+def check_args(wildcards):
+    """The check step and its options: check-coco of the COCO root, or own-check of data.source."""
+    if own_source(wildcards):
+        return "own-check"
+    data = view(wildcards.study)["data"]
+    return f"check-coco --root {shlex.quote(data['coco_root'])} --split {shlex.quote(data['split'])}"
+
+
+def caption_table_args(wildcards, input):
+    """The table step and its input: captions of the COCO captions JSON, or own-captions of data.source."""
+    if own_source(wildcards):
+        return f"own-captions {job_config('data')(wildcards)}"
+    return f"captions --captions-json {shlex.quote(input.captions)}"
 
 
 def eval_section(wildcards, part):

@@ -137,6 +137,27 @@ def test_demo_exports_cards_and_combined_report(demo_run):
         assert studies.title(study) in html
 
 
+def test_demo_own_data_through_caption_and_image_stages(repo, demo_run):
+    """Issue 15: the demo's "own data" run — a folder of four photos with a caption CSV (config/demo_own_data.yaml)
+    — goes through COCO-Counterfactuals' caption and image stages in place of MS-COCO (the tiny models of the demo
+    run are reused)."""
+    from counterfactory.testing import demo_config
+
+    work, _, _ = demo_run
+    cfgfile = demo_config(repo, work, name="demo-own.yaml", overlays=("demo_own_data.yaml",))
+    out = "results/demo_own_data/coco_counterfactuals"
+    proc = snakemake(repo, work, f"{out}/images/selected_pairs.parquet", f"{out}/report/pair_grid.png",
+                     "--configfile", str(cfgfile), timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    table = pd.read_parquet(work / out / "data/captions.parquet")
+    source = pd.read_csv(repo / "resources/demo/own_data/captions.csv")
+    assert len(table) == len(source) and table["image_id"].nunique() == source["image"].nunique()
+    assert sorted(table["caption"]) == sorted(source["caption"])
+    pairs = pd.read_parquet(work / out / "images/selected_pairs.parquet")
+    assert len(pairs) > 0 and set(pairs["caption_0"]) <= set(source["caption"])
+    assert not (work / "results/demo_own_data/spurious_retrieval").exists()   # only the study it names ran
+
+
 def test_demo_social_counterfactuals_end_to_end(demo_run):
     """The SocialCounterfactuals slice: 2 prefixes x 2 occupations x 3 segments = 12 caption sets (208 captions), 2
     candidates each; each filter stage keeps a subset of the previous one and Table 11 counts them; probing before

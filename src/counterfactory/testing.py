@@ -140,18 +140,27 @@ def fake_countercurate_data(workdir: Path, config_path: Path) -> list[Path]:
     return made
 
 
-def demo_config(repo: Path, workdir: Path, edit=None, name: str | None = None, **top) -> Path:
-    """``config/demo.yaml`` of the checkout ``repo`` with every data path made absolute (the demo data is
-    reached through ``workdir/demo data``, a link with a space in its name, so shell commands must quote
-    paths), so Snakemake can run it with ``--directory workdir``. ``edit(section)`` changes the
-    coco_counterfactuals section, ``top`` shared keys; the file goes to ``workdir/<name>``."""
+def demo_config(repo: Path, workdir: Path, edit=None, name: str | None = None, overlays=(), **top) -> Path:
+    """``config/demo.yaml`` of the checkout ``repo`` (merged with the ``overlays``, file names under ``config/``
+    such as ``demo_own_data.yaml``) with every data path made absolute (the demo data is reached through
+    ``workdir/demo data``, a link with a space in its name, so shell commands must quote paths), so Snakemake
+    can run it with ``--directory workdir``. ``edit(section)`` changes the coco_counterfactuals section, ``top``
+    shared keys; the file goes to ``workdir/<name>``."""
+    from .config import deep_merge
+
     repo, workdir = Path(repo), Path(workdir)
     cfg = yaml.safe_load((repo / "config" / "demo.yaml").read_text())
+    for overlay in overlays:
+        cfg = deep_merge(cfg, yaml.safe_load((repo / "config" / overlay).read_text()))
     study = cfg["coco_counterfactuals"]
     demo = workdir / "demo data"
     if not demo.exists():
         demo.symlink_to(repo / "resources" / "demo", target_is_directory=True)
     study["data"]["coco_root"] = str(demo)
+    source = study["data"].get("source") or {}
+    for key in ("path", "image_root", "boxes_json"):
+        if source.get(key) and not Path(source[key]).is_absolute():
+            source[key] = str(demo / Path(source[key]).relative_to("resources/demo"))
     study["data"]["karpathy_json"] = str(demo / "karpathy" / "dataset_coco.json")
     retrieval = study["training"]["eval"]["retrieval"] or []
     for spec in [retrieval] if isinstance(retrieval, dict) else retrieval:

@@ -47,9 +47,28 @@ def _count(path: str, limit: int | None) -> int:
     return int(count_captions(path, limit_images=limit))
 
 
+@functools.lru_cache(maxsize=16)
+def _own_count(source: str, limit: int | None, cwd: str) -> int:
+    from .data.own import count_own_captions
+
+    return count_own_captions(json.loads(source), cwd, limit)
+
+
 def caption_count(study_cfg: dict) -> int:
-    """Number of input captions (after ``data.limit_images``); 0 with a warning if COCO is missing,
-    so the DAG still builds and the ``coco_check`` rule can explain how to get the data."""
+    """Number of input captions (after ``data.limit_images``): of ``data.source`` when set (own data), else of
+    the COCO captions file; 0 with a warning if the data is missing or invalid, so the DAG still builds and the
+    ``coco_check`` rule can explain the problem."""
+    source = study_cfg["data"].get("source")
+    if source:
+        from .errors import CounterFactoryError
+
+        try:
+            return _own_count(json.dumps(dict(source), sort_keys=True), study_cfg["data"].get("limit_images"),
+                              str(Path.cwd()))
+        except CounterFactoryError as exc:
+            print(f"CounterFactory: {study_cfg.get('study', '?')}.data.source cannot be read yet "
+                  f"({str(exc).splitlines()[0]}); the coco_check rule lists every problem.", file=sys.stderr)
+            return 0
     path = caption_json(study_cfg)
     if not path.exists():
         print(

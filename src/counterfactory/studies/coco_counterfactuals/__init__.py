@@ -38,9 +38,14 @@ def targets(view: dict, results: str) -> list[str]:
     """Every final file of the study under ``results`` (``results/<run>/coco_counterfactuals``): captions,
     image pairs, the evaluations the config enables, training tables and curves, A.2, report figures."""
     ev, tr = view["evaluation"], view["training"]
-    out = [f"{results}/captions/counterfactual_captions.parquet", f"{results}/images/selected_pairs.parquet",
-           f"{results}/report/pair_grid.png", f"{results}/report/caption_examples.csv",
-           f"{results}/images/adaptive_curve.csv"]   # the over-generation trade-off (ours, issue 16)
+    # a downloaded release (`release.root`) replaces the image stage; its captions come with `release.captions`
+    release = view.get("release") or {}
+    has_captions = not release.get("root") or release.get("captions")
+    out = [f"{results}/images/selected_pairs.parquet", f"{results}/report/pair_grid.png"]
+    if has_captions:
+        out += [f"{results}/captions/counterfactual_captions.parquet", f"{results}/report/caption_examples.csv"]
+    if not release.get("root"):
+        out.append(f"{results}/images/adaptive_curve.csv")   # the over-generation trade-off (ours, issue 16)
     if ev["itr"]["models"]:
         out.append(f"{results}/evaluation/itr_table.md")
     if ev["itm"]["models"]:
@@ -49,7 +54,7 @@ def targets(view: dict, results: str) -> list[str]:
         out.append(f"{results}/evaluation/classification.md")
     out += [f"{results}/training/summary.csv", f"{results}/training/curves.png"]
     out += [f"{results}/training/tables/{t}.md" for t in training_tables(tr)]
-    if tr["eval"].get("classification"):
+    if tr["eval"].get("classification") and has_captions:
         out.append(f"{results}/training/label_frequency.csv")
     if view.get("in_domain", {}).get("enabled"):
         out.append(f"{results}/in_domain/table.md")  # A.1, Table 5 (pre-trained rows: the ITR table's subset)

@@ -30,11 +30,14 @@ def n_sets(view) -> int:
 
 def targets(view, results: str) -> list[str]:
     """Every final file of the study under ``results`` (``results/<run>/social_counterfactuals``)."""
-    out = [f"{results}/filter/table11.md", f"{results}/release/summary.json",
-           f"{results}/generation/adaptive_curve.csv"]   # the over-generation trade-off (ours, issue 16)
+    # a downloaded release (`release.root`) holds the filtered sets only (§3.4): no Table 11, no "before" probe
+    release = (view.get("release") or {}).get("root")
+    out = [] if release else [f"{results}/filter/table11.md", f"{results}/release/summary.json",
+                              f"{results}/generation/adaptive_curve.csv"]   # over-generation trade-off (issue 16)
+    stages = ("after",) if release else PROBE_STAGES
     if view.get("probing", {}).get("roles"):
-        out += [f"{results}/probing/{stage}/tables.md" for stage in PROBE_STAGES]
-        out += [f"{results}/probing/{stage}/figures" for stage in PROBE_STAGES]
+        out += [f"{results}/probing/{stage}/tables.md" for stage in stages]
+        out += [f"{results}/probing/{stage}/figures" for stage in stages]
     if view.get("debias", {}).get("roles"):
         out.append(f"{results}/debias/tables.md")
     return out
