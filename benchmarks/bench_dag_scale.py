@@ -118,7 +118,7 @@ def main(argv=None) -> int:
             if jobs_by_study({rule: n}).get(study):
                 print(f"  {rule:<28}{n:>7,}")
     print(f"jobs: {total:,}")
-    enabled = (yaml.safe_load((REPO / "config" / "config.yaml").read_text()).get("studies") or [])
+    enabled = overrides.get("studies") or yaml.safe_load((REPO / "config" / "config.yaml").read_text()).get("studies") or []
     missing = [s for s in enabled if not per_study.get(s)]
     if missing:
         print(f"no jobs for enabled stud{'y' if len(missing) == 1 else 'ies'}: {', '.join(missing)}")

@@ -646,11 +646,12 @@ def study_finished(wildcards):
 
 
 def export_card_inputs(wildcards):
+    """provenance.json and the export layouts; the funnel summaries the card reads are made before the study's
+    final files (its layouts' inputs), and are not listed: which exist is only known after the run."""
     out = {
         "imagefolder": f"{RESULTS}/{wildcards.study}/export/imagefolder",
         "parquet": f"{RESULTS}/{wildcards.study}/export/parquet",
         "provenance": f"{RESULTS}/provenance.json",
-        "funnel": [str(f) for f in export_studies.funnel_files(wildcards.study, f"{RESULTS}/{wildcards.study}")],
     }
     if wildcards.study in EXPORT_RELEASE_STUDIES:
         out["release"] = f"{RESULTS}/{wildcards.study}/export/release"

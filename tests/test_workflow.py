@@ -273,25 +273,29 @@ def test_unchanged_config_reruns_nothing(repo, demo_run):
 
 
 IN_DOMAIN_RUNS = {"in_domain_run", "in_domain_runs_table", "in_domain_stats", "in_domain_table"}
+# a changed COCO-CF result changes the run's provenance (hence every study's card and the overview) and the study's
+# exports (made from its finished results)
+FINAL = {"provenance", "report_overview", "export_card", "export_release", "export_imagefolder", "report_examples",
+         "all"}
 DOWNSTREAM_OF_IMAGES = {"images_shard", "images_merge", "eval_itr", "eval_itr_table", "eval_itm", "eval_itm_summary",
                         "report_pair_grid", "train_mixtures", "train_run", "runs_table", "train_stats",
-                        "train_tables", "train_curves", "label_frequency", "in_domain_split", "provenance",
-                        "all"} | IN_DOMAIN_RUNS
-AFTER_TRAINING = {"runs_table", "train_stats", "train_tables", "train_curves", "label_frequency", "provenance", "all"}
+                        "train_tables", "train_curves", "label_frequency", "in_domain_split",
+                        "images_adaptive_curve"} | IN_DOMAIN_RUNS | FINAL
+AFTER_TRAINING = {"runs_table", "train_stats", "train_tables", "train_curves", "label_frequency"} | FINAL
 
 
 @pytest.mark.parametrize("edit, expected", [
     (lambda s: s["captions"].update(similarity_low=0.81),
      DOWNSTREAM_OF_IMAGES | {"caption_shard", "caption_merge", "report_caption_examples"}),
     (lambda s: s["images"]["filter"].update(direction_min=0.01), DOWNSTREAM_OF_IMAGES),
-    (lambda s: s["evaluation"]["itm"].update(bins=21), {"eval_itm_summary", "provenance", "all"}),
+    (lambda s: s["evaluation"]["itm"].update(bins=21), {"eval_itm_summary"} | FINAL),
     (lambda s: s["evaluation"]["classification"].update(templates=["a picture of a {c}."]),
      {"eval_classify", "eval_classify_table", "train_run"} | AFTER_TRAINING),
     (lambda s: s["training"]["stats"].update(alpha=0.01),
-     {"train_stats", "train_tables", "in_domain_stats", "in_domain_table", "provenance", "all"}),
+     {"train_stats", "train_tables", "in_domain_stats", "in_domain_table"} | FINAL),
     (lambda s: s["training"].update(lr=2e-4), {"train_run"} | AFTER_TRAINING | IN_DOMAIN_RUNS),
     (lambda s: s["in_domain"].update(test_fraction=0.4),
-     {"in_domain_split", "eval_itr", "eval_itr_table", "provenance", "all"} | IN_DOMAIN_RUNS),
+     {"in_domain_split", "eval_itr", "eval_itr_table"} | FINAL | IN_DOMAIN_RUNS),
 ])
 def test_config_edit_reruns_exactly_the_affected_jobs(repo, demo_run, edit, expected):
     work, _, _ = demo_run
