@@ -56,7 +56,7 @@ def _fill_defaults(validator_class):
 
 
 #: sections shared by every study; every other top-level key of a view comes from the study's section
-SHARED_SECTIONS = ("run_name", "device", "precision", "seed", "models", "tiny_models", "nltk")
+SHARED_SECTIONS = ("run_name", "device", "precision", "performance", "seed", "models", "tiny_models", "nltk")
 #: model roles each study cannot run without (checked at start-up)
 STUDY_ROLES = {"coco_counterfactuals": ("mlm", "lm", "sentence", "sd", "clip_filter"),
                "social_counterfactuals": ("sd", "clip_filter", "nsfw")}

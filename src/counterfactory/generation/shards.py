@@ -335,6 +335,7 @@ def _assemble_shard(ctx: ShardContext, shard_idx: int, bounds: tuple[int, int], 
         "unet_evals_per_selected_pair": (totals["unet_evals"] / len(selected_df)) if len(selected_df) else None,
         "adaptive": ctx.selection.adaptive, "top_k": top_k, "candidates_per_pair": ctx.n_candidates,
         "attention_control": ctx.settings.control, "steps": ctx.settings.steps,
+        "batch_size": ctx.settings.batch_size,   # resolved (`auto` -> the device's): the adaptive replay's layout
         "config_digest": images_config_digest(ctx.cfg),
     }
     write_json(out_dir / "summary.json", summary)
@@ -385,6 +386,8 @@ def merge_shards(shard_dirs: Sequence[str | os.PathLike], out_dir: str | os.Path
             "candidates_generated", "candidates_passed", "unet_evals", "stopped_early")
     summary = {k: int(sum(s.get(k, 0) for s in summaries)) for k in keys}
     summary["shards"] = len(summaries)
+    batch_sizes = {s.get("batch_size") for s in summaries}
+    summary["batch_size"] = batch_sizes.pop() if len(batch_sizes) == 1 else None   # None: shards differ
     summary["config_digest"] = digest
     summary["rejected_captions"] = [r for s in summaries for r in s.get("rejected_captions", [])]
     summary["unet_evals_per_selected_pair"] = (summary["unet_evals"] / summary["pairs_selected"]
