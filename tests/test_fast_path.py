@@ -18,7 +18,17 @@ from counterfactory.errors import ConfigError
 from counterfactory.filters import ClipScorer, FilterThresholds, apply_thresholds
 
 ROOT = Path(__file__).resolve().parents[1]
-TINY = ROOT / "resources" / "models" / "tiny"
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> Path:
+    """The tiny sd and clip_filter roles, built for this module (a fresh clone has no resources/models)."""
+    from counterfactory.models import tiny as builders
+
+    out = tmp_path_factory.mktemp("tiny_fast_path")
+    for role in ("sd", "clip_filter"):
+        builders.build(role, out)
+    return out
 GIB = 2**30
 CPU, CUDA, HPU = torch.device("cpu"), torch.device("cuda"), torch.device("hpu")
 
@@ -112,8 +122,8 @@ def test_generation_settings_accept_auto():
 # --------------------------------------------------------------------------- fp32 vs bf16 on the CLIP filter
 
 @pytest.fixture(scope="module")
-def clip_pair():
-    cfg = {"device": "cpu", "models": {"clip_filter": {"source": str(TINY / "clip_filter")}}}
+def clip_pair(tiny):
+    cfg = {"device": "cpu", "models": {"clip_filter": {"source": str(tiny / "clip_filter")}}}
     return (ClipScorer.from_config({**cfg, "precision": "fp32"}),
             ClipScorer.from_config({**cfg, "precision": "bf16"}))
 
@@ -180,10 +190,10 @@ def test_channels_last_gives_the_same_outputs(clip_pair):
     torch.testing.assert_close(out, ref, rtol=dev.LAYOUT_ATOL, atol=dev.LAYOUT_ATOL)
 
 
-def test_channels_last_vae_matches_contiguous():
+def test_channels_last_vae_matches_contiguous(tiny):
     from diffusers import AutoencoderKL
 
-    vae = AutoencoderKL.from_pretrained(TINY / "sd" / "vae").eval()
+    vae = AutoencoderKL.from_pretrained(tiny / "sd" / "vae").eval()
     z = torch.randn(2, vae.config.latent_channels, 4, 4, generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         ref = vae.decode(z).sample
@@ -248,14 +258,14 @@ def _count_sdpa(monkeypatch):
     return calls
 
 
-def test_every_attention_processor_uses_sdpa(monkeypatch):
+def test_every_attention_processor_uses_sdpa(monkeypatch, tiny):
     from diffusers.models.attention_processor import AttnProcessor2_0
 
     from counterfactory.generation.p2p import P2PAttnProcessor
     from counterfactory.generation.sampler import GenerationSettings, P2PEngine
     from counterfactory.models import registry
 
-    cfg = {"device": "cpu", "precision": "fp32", "models": {"sd": {"source": str(TINY / "sd")}}}
+    cfg = {"device": "cpu", "precision": "fp32", "models": {"sd": {"source": str(tiny / "sd")}}}
     pipe = registry.load(cfg, "sd")
     engine = P2PEngine(pipe, GenerationSettings(steps=1, height=32, width=32, batch_size=1), CPU, torch.float32,
                        performance=dev.Performance.from_config(cfg))
@@ -279,10 +289,10 @@ def test_every_attention_processor_uses_sdpa(monkeypatch):
     assert len(calls) == len(procs)
 
 
-def test_place_pipeline_moves_every_component():
+def test_place_pipeline_moves_every_component(tiny):
     from counterfactory.models import registry
 
-    cfg = {"device": "cpu", "precision": "bf16", "models": {"sd": {"source": str(TINY / "sd")}}}
+    cfg = {"device": "cpu", "precision": "bf16", "models": {"sd": {"source": str(tiny / "sd")}}}
     pipe = dev.place_pipeline(registry.load(cfg, "sd"), cfg)
     for name in ("unet", "vae", "text_encoder"):
         module = getattr(pipe, name)

@@ -22,7 +22,6 @@ REPO = Path(__file__).resolve().parents[1]
 FIX = REPO / "resources" / "demo" / "releases"
 COCO = FIX / "coco_counterfactuals"
 SOCIAL = FIX / "social_counterfactuals"
-CLIP = REPO / "resources" / "models" / "tiny" / "clip_eval"
 WORDS = {"101_0": ("flag", "banner"), "102_1": ("field", "forest"), "103_0": ("cat", "dog")}
 
 
@@ -42,10 +41,11 @@ def social_kept(tmp_path_factory) -> Path:
     return out
 
 
-def _cfg(study: str, **overrides):
+def _cfg(study: str, clip: Path, **overrides):
+    """The demo config with ``clip_eval`` at ``clip`` (conftest's session-built tiny CLIP)."""
     from counterfactory.config import load_config
 
-    models = {"models": {"clip_eval": {"source": str(CLIP)}}}
+    models = {"models": {"clip_eval": {"source": str(clip)}}}
     return load_config([REPO / "config" / "demo.yaml"], overrides={**models, **overrides}, study=study)
 
 
@@ -91,7 +91,7 @@ def test_changed_word():
     assert rel.changed_word("A dog on a mat.", "A big cat on a mat.") == (None, None, -1)  # two words for one
 
 
-def test_coco_release_evaluations(coco_pairs, tmp_path):
+def test_coco_release_evaluations(coco_pairs, tmp_path, tiny_clip):
     """The release's pairs through run_itr / run_itm with the tiny CLIP, as generated pairs go."""
     from counterfactory.data.coco import load_coco_captions
     from counterfactory.evaluation.itm import run_itm
@@ -99,7 +99,7 @@ def test_coco_release_evaluations(coco_pairs, tmp_path):
 
     captions = tmp_path / "captions.parquet"
     load_coco_captions(REPO / "resources" / "demo" / "annotations" / "captions_val2017.json").to_parquet(captions)
-    cfg = _cfg("coco_counterfactuals", data={"coco_root": str(REPO / "resources" / "demo")})
+    cfg = _cfg("coco_counterfactuals", tiny_clip, data={"coco_root": str(REPO / "resources" / "demo")})
     itr = run_itr(cfg, "clip_eval", coco_pairs, captions, progress=False)
     cf = itr[itr["dataset"] == "COCO-CFs"]
     assert (cf["n_pairs"].iloc[0], cf["n_images"].iloc[0], cf["n_texts"].iloc[0]) == (3, 6, 6)
@@ -195,10 +195,10 @@ def test_social_release_rows(social_kept):
                                                              "gender": ["male", "female"]}}
 
 
-def test_social_release_probe_and_debias_split(social_kept, tmp_path):
+def test_social_release_probe_and_debias_split(social_kept, tmp_path, tiny_clip):
     from counterfactory.studies.social_counterfactuals import debias, probing
 
-    cfg = _cfg("social_counterfactuals")
+    cfg = _cfg("social_counterfactuals", tiny_clip)
     out = probing.probe(cfg, ["clip_eval"], social_kept)
     assert sorted(out["subject"].unique()) == ["doctor", "nurse", "plumber"]
     k = out[(out["metric"] == "maxskew") & (out["attribute"] == probing.INTERSECTIONAL)]
