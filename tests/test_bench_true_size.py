@@ -1,0 +1,87 @@
+"""benchmarks/true_size.py: the published architectures have the published sizes, and the FLOP counting
+the true-size benchmark relies on gives hand-computed numbers. Models are built on the meta device (no memory,
+no compute), so the file runs in seconds."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import true_size as T  # noqa: E402
+
+
+def _meta_params(build) -> int:
+    with torch.device("meta"):
+        return T.n_params(build())
+
+
+@functools.cache
+def _unet_params(variant: str) -> int:
+    return _meta_params(lambda: T.unet(variant))
+
+
+@pytest.mark.parametrize("part, expected", [
+    ("unet", 859_520_964),          # SD v1.5 UNet: 859.52 M
+    ("vae", 83_653_863),            # SD v1.5 AutoencoderKL: 83.65 M
+    ("text_encoder", 123_060_480),  # CLIP ViT-L/14 text tower: 123.06 M
+])
+def test_published_parameter_counts(part, expected):
+    count = _unet_params("sd") if part == "unet" else _meta_params(getattr(T, part))
+    assert count == expected
+
+
+def test_variants_change_only_what_they_should():
+    base = _unet_params("sd")
+    # extra input channels add 320 * 3 * 3 conv_in weights per channel
+    assert _unet_params("ip2p") - base == 4 * 320 * 9
+    assert _unet_params("sd_inpaint") - base == 5 * 320 * 9
+    gligen = _unet_params("gligen")
+    assert _unet_params("gligen_inpaint") - gligen == 5 * 320 * 9
+    assert 1.0e9 < gligen < 1.1e9     # gated fusers in all 16 transformer blocks + position net
+    assert 50.5e6 < _meta_params(T.big_lama) < 51.5e6   # Big LaMa: 51 M (Suvorov et al. 2022)
+
+
+def test_flop_counter_matches_a_hand_count_for_a_linear_layer():
+    layer = nn.Linear(7, 5)
+    x = torch.zeros(3, 7)
+    assert T.count_flops(lambda: layer(x)) == 2 * 3 * 7 * 5      # one multiply-add = 2 FLOPs
+    conv = nn.Conv2d(2, 4, 3, padding=1)
+    img = torch.zeros(1, 2, 6, 6)
+    assert T.count_flops(lambda: conv(img)) == 2 * (6 * 6) * 4 * (2 * 3 * 3)
+
+
+def test_unet_flops_scale_with_pixels_and_variants():
+    f512, f256 = T.unet_flops("sd", 512, 512), T.unet_flops("sd", 256, 256)
+    assert 7.9e11 < f512 < 8.1e11              # about 0.80 TFLOP per 512x512 evaluation
+    assert 4 * f256 < f512 < 4.6 * f256         # convolutions scale with pixels, self-attention faster
+    # ip2p: only conv_in is wider: 4 more input channels x 320 outputs x 9 taps x 64x64 latent positions x 2
+    assert T.unet_flops("ip2p", 512, 512) - f512 == 2 * 64 * 64 * 320 * 4 * 9
+
+
+def test_counting_rows_counts_batch_entries():
+    layer = nn.Linear(2, 2)
+    with T.counting_rows(layer) as rows:
+        layer(torch.zeros(3, 2))
+        layer(torch.zeros(1, 2))
+    layer(torch.zeros(5, 2))                     # after the block: not counted
+    assert rows[0] == 4
+
+
+def test_big_lama_keeps_unmasked_pixels_and_shapes():
+    torch.manual_seed(0)
+    net = T.BigLaMa(ngf=8, n_blocks=1)           # the architecture, small
+    net.eval()
+    image = torch.rand(2, 3, 32, 40)
+    mask = torch.zeros(2, 1, 32, 40)
+    mask[:, :, 8:16, 8:24] = 1
+    with torch.no_grad():
+        out = net(image, mask.long())
+    assert out.shape == image.shape
+    assert torch.equal(out[mask.expand_as(out) == 0], image[mask.expand_as(image) == 0])
+    assert not torch.allclose(out[:, :, 8:16, 8:24], image[:, :, 8:16, 8:24])
