@@ -207,9 +207,11 @@ def _select(view: dict, keys: Iterable[str]) -> dict:
 
 
 def job_config(cfg: dict, study: str | None, keys: Iterable[str]) -> dict:
-    """The part of ``study``'s view a job depends on: ``keys`` are dotted section names."""
+    """The part of ``study``'s view a job depends on: ``keys`` are dotted section names. A study's job also carries
+    ``run_name``; a shared job (``study`` None: tiny models, NLTK data) does not, so runs with other run names
+    (the own-data demo) reuse its outputs instead of rebuilding them."""
     view = study_view(cfg, study) if study else {k: cfg[k] for k in SHARED_SECTIONS if k in cfg}
-    keys = sorted(set(keys) | {"run_name"})
+    keys = sorted(set(keys) | ({"run_name"} if study else set()))
     data = _select(view, keys)
     if study:
         data["study"] = study
