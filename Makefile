@@ -26,6 +26,9 @@ $(STAMP): requirements.lock pyproject.toml
 	$(BIN)/python -m pip install --quiet -r requirements.lock
 	$(BIN)/python -m pip install --quiet --no-deps lama-cleaner==1.2.5
 	$(BIN)/python -m pip install --quiet --no-deps -e .
+	# byte-compile the package once: a demo starts ~230 processes, and with PYTHONDONTWRITEBYTECODE set each
+	# would compile it again
+	$(BIN)/python -m compileall -q src
 	touch $@
 
 # the "own data" demo: four photos with a caption CSV through COCO-Counterfactuals' caption and image stages
@@ -39,7 +42,7 @@ demo: $(STAMP)
 		--configfile config/demo.yaml config/demo_own_data.yaml
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=15
 
 rulegraph: $(STAMP)
 	$(BIN)/snakemake --configfile config/demo.yaml --rulegraph > results/rulegraph.dot

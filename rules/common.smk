@@ -300,15 +300,23 @@ def probe_roles(wildcards):
 
 
 def debias_runs(wildcards):
+    """Debiased runs for every seed; the pre-trained model once (first seed): it is not trained and the test split is
+    fixed, so every seed would evaluate it identically (debias.summarize lets that one run stand for each seed)."""
     v = view(wildcards.study)
-    return expand(
-        f"{S}/debias/runs/{{role}}/{{segment}}/{{mixture}}/seed{{seed}}/metrics.csv",
-        study=wildcards.study,
-        role=v["debias"]["roles"],
-        segment=social.debias_segments(v),
-        mixture=["pretrained", "debiased"],
-        seed=list(social.debias_seeds(v)),
-    )
+    pattern = f"{S}/debias/runs/{{role}}/{{segment}}/{{mixture}}/seed{{seed}}/metrics.csv"
+    seeds = list(social.debias_seeds(v))
+    return [
+        path
+        for mixture, mixture_seeds in (("pretrained", seeds[:1]), ("debiased", seeds))
+        for path in expand(
+            pattern,
+            study=wildcards.study,
+            role=v["debias"]["roles"],
+            segment=social.debias_segments(v),
+            mixture=mixture,
+            seed=mixture_seeds,
+        )
+    ]
 
 
 # --- CounterCurate (rules/study_countercurate.smk) ------------------------------------------------------------

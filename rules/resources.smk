@@ -22,7 +22,7 @@ MAX_RUNTIME = 7 * 24 * 60  # minutes; lower site limits: shrink the shard sizes 
 
 
 def tiny_roles(*roles):
-    """True when every role is a tiny stand-in built by the `tiny_model` rule (the offline demo)."""
+    """True when every role is a tiny stand-in built by the `tiny_models` rule (the offline demo)."""
     return len(wf.tiny_model_inputs(config, *roles)) == len(roles)
 
 
@@ -157,7 +157,6 @@ localrules:
     train_curves,
     report_pair_grid,
     report_caption_examples,
-    tiny_models,
     nltk_data,
     provenance,
     report_overview,
@@ -176,7 +175,6 @@ localrules:
     social_filter_merge,
     social_probe_tables,
     social_probe_plots,
-    social_release,
     social_debias_split,
     social_debias_runs_table,
     social_debias_table,

@@ -321,25 +321,6 @@ rule social_probe_plots:
         "counterfactory social probe-plots --probe {input:q} --out-dir {output:q} {params.subjects} > {log:q} 2>&1"
 
 
-rule social_release:
-    """The filtered dataset in the Intel/SocialCounterfactuals layout, read back with `datasets`."""
-    input:
-        rules.social_filter_merge.output.kept,
-    output:
-        folder=directory(f"{S}/release/dataset"),
-        summary=f"{S}/release/summary.json",
-    log:
-        f"{S}/logs/release.log",
-    wildcard_constraints:
-        study=SCF,
-    conda:
-        CONDA_ENV
-    shell:
-        "(counterfactory social release --images {input:q} --out-dir {output.folder:q}"
-        " && counterfactory social release-check --dir {output.folder:q} --require-datasets --json {output.summary:q})"
-        " > {log:q} 2>&1"
-
-
 STUDY_TARGETS[SCF] = lambda: social.targets(view(SCF), SCF_DIR)
 
 

@@ -180,6 +180,45 @@ def test_coco_view_is_read_by_the_coco_readers(photos, tmp_path):
         write_coco_view(data, tmp_path / "other")
 
 
+def test_coco_view_has_a_karpathy_split_file_the_retrieval_and_cvld_readers_take(photos, tmp_path):
+    """own-to-coco also writes annotations/dataset_own.json (Karpathy layout) with the view as image root, so the
+    studies that read a Karpathy split file (spurious-correlation retrieval, CVLD) run on your own data too."""
+    from counterfactory.data.karpathy import load_karpathy
+    from counterfactory.studies.cvld import data as cvld_data
+    from counterfactory.studies.cvld import settings as cvld_settings
+    from counterfactory.studies.spurious_retrieval import data as sr_data
+    from counterfactory.studies.spurious_retrieval import settings as sr_settings
+
+    table = _csv(photos, "image,caption\nb.png,A dog on grass\na.png,A bird\nsub/c.png,A cat\n"
+                         "b.png,\"Dog, running\"\n")
+    data = load_own_data({"kind": "table", "path": str(table)})
+    root = tmp_path / "view"
+    report = write_coco_view(data, root, test_fraction=0.34, val_fraction=0.0)
+    assert report["karpathy_splits"] == {"test": 1, "train": 2}
+    kp = load_karpathy(root / report["karpathy_json"])
+    assert sorted(kp["caption"]) == sorted(data.captions["caption"]) and set(kp["split"]) == {"train", "test"}
+    assert kp.groupby("image_id")["split"].nunique().eq(1).all()       # a split per image, not per caption
+    for row in kp.itertuples():                                         # image_root / filepath / filename
+        assert (root / row.filepath / row.filename).resolve() == Path(
+            data.captions.loc[data.captions["image_id"] == row.image_id, "file_name"].iloc[0]).resolve()
+    coco = {"karpathy_json": str(root / report["karpathy_json"]), "image_root": str(root)}
+    instances = [str(root / "annotations" / "instances_val2017.json")]
+    sr = sr_settings.settings({"data": {"coco": {**coco, "instances": instances}}})
+    sr_caps = sr_data.load_captions(sr, "coco")
+    assert len(sr_caps) == 4 and all(Path(p).is_file() for p in sr_caps["image_path"])
+    cv_caps = cvld_data.captions(cvld_settings.settings({"data": {"coco": coco}}), "coco")
+    assert len(cv_caps) == 4 and set(cv_caps["split"]) == {"train", "test"}
+    # the split follows the ids, not the row order; fractions out of range are refused with the fix
+    shuffled = _csv(photos, "image,caption\nsub/c.png,A cat\na.png,A bird\nb.png,\"Dog, running\"\n"
+                            "b.png,A dog on grass\n")
+    again = write_coco_view(load_own_data({"kind": "table", "path": str(shuffled)}), tmp_path / "v2",
+                            test_fraction=0.34, val_fraction=0.0)
+    again_kp = load_karpathy(tmp_path / "v2" / again["karpathy_json"])
+    assert dict(zip(again_kp["filename"], again_kp["split"])) == dict(zip(kp["filename"], kp["split"]))
+    with pytest.raises(ConfigError, match="leaves no training images"):
+        write_coco_view(data, tmp_path / "v3", test_fraction=0.5, val_fraction=0.5)
+
+
 def test_box_problems_are_listed_with_the_rest(photos):
     table = _csv(photos, "image,caption\nb.png,A dog\na.png,\n")
     boxes = _boxes(photos / "boxes.json", [{"id": 5, "file_name": "b.png", "width": 80, "height": 60},

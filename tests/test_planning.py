@@ -47,11 +47,11 @@ def test_unet_evals_match_hand_counts_from_demo_config(demo_plan):
     # COCO-CF: 2 CFG rows x 2 prompts x 8 candidates x 5 steps = 160 per pair; 47 pairs (the demo summary: 7,520)
     coco = p.loc[("coco_counterfactuals", "p2p_pairs")]
     assert coco["unet_evals_per_item"] == 160 and coco["unet_evals"] == 7520
-    assert coco["images"] == 94 and coco["jobs"] == 3      # top-1 pair kept; 3 image jobs of 20 captions
+    assert coco["images"] == 94 and coco["jobs"] == 2      # top-1 pair kept; 2 image jobs of 30 captions
     # Social: 2 prefixes x 2 subjects x 3 segments = 12 sets; 2 x 2 x (12 + 10 + 30) = 208 captions;
-    # 2 CFG x 208 captions x 2 candidates x 3 steps = 2,496 (the demo summary's unet_evals); 416 images; 12 / 4 = 3 jobs
+    # 2 CFG x 208 captions x 2 candidates x 3 steps = 2,496 (the demo summary's unet_evals); 416 images; 12 / 6 = 2 jobs
     social = p.loc[("social_counterfactuals", "p2p_sets")]
-    assert (social["items"], social["unet_evals"], social["images"], social["jobs"]) == (12, 2496, 416, 3)
+    assert (social["items"], social["unet_evals"], social["images"], social["jobs"]) == (12, 2496, 416, 2)
     # CounterCurate: 3 steps x 2 (guidance 7.5 > 1) per request
     assert p.loc[("countercurate", "gligen_generate"), "unet_evals"] == 7 * 6
     assert p.loc[("countercurate", "gligen_inpaint"), "unet_evals"] == 4 * 6
@@ -104,10 +104,10 @@ def test_paper_config_counts_and_items_from_earlier_outputs(tmp_path):
 
 def test_job_stats_parsing():
     out = "Building DAG of jobs...\nJob stats:\njob              count\n-------------  -------\nall  1\n" \
-          "images_shard  501\ncc_generate  12\nsocial_generate  188\ntiny_model  3\ntotal  705\n\nThis was a dry-run."
+          "images_shard  501\ncc_generate  12\nsocial_generate  188\ntiny_models  1\ntotal  705\n\nThis was a dry-run."
     counts = planning.job_counts(out)
     assert counts["images_shard"] == 501 and counts["total"] == 705
-    assert planning.jobs_by_study(counts) == {"shared": 4, "coco_counterfactuals": 501, "countercurate": 12,
+    assert planning.jobs_by_study(counts) == {"shared": 2, "coco_counterfactuals": 501, "countercurate": 12,
                                               "social_counterfactuals": 188}
 
 

@@ -69,7 +69,7 @@ def test_accelerator_rules_match_the_rule_files():
     assert "caption_shard" in rules and "all" in rules
     declared = sorted(r for r, info in rules.items() if info["accelerator"])
     assert declared == sorted(cluster.ACCELERATOR_RULES)
-    assert rules["tiny_model"]["group"] == "setup"
+    assert not rules["tiny_models"]["accelerator"]  # every tiny stand-in in one CPU job
 
 
 def test_profiles_carry_no_site_values():
@@ -143,8 +143,7 @@ def test_resources_through_the_slurm_profile(tmp_path):
         assert res["gpu"] == "1" and res["hpu"] == "0" and res["slurm_partition"] == "gpu", (rule, res)
         assert res["constraint"] == "a100", (rule, res)
         assert int(res["runtime"]) > 0 and int(res["mem_mb"]) >= 2500, (rule, res)
-    assert jobs["tiny_model"]["resources"]["slurm_partition"] == "cpu"
-    assert "Group job setup" in proc.stdout + proc.stderr  # tiny models bundled into one submission
+    assert jobs["tiny_models"]["resources"]["slurm_partition"] == "cpu"  # one job builds every tiny model
 
 
 def _localrules() -> set[str]:

@@ -5,7 +5,7 @@ cluster with two fake GPUs (GRES) and two partitions, cpu (default) and gpu; the
 way a user does it (`counterfactory cluster install-profiles`, what `make profiles` runs, into a
 private $XDG_CONFIG_HOME) and pointed at the local partitions through CF_SLURM_* variables.
 
-The slice: tiny stand-in models (one group job), the NLTK data, COCO check and caption table (local
+The slice: tiny stand-in models (one job), the NLTK data, COCO check and caption table (local
 rules), one caption shard declared on a GPU (`device: auto`), and `flaky_probe` -- a test-only rule in
 a test-only Snakefile that includes the real workflow: declared gpu=1, its first attempt exits 1 and
 the profile's `retries` resubmits it through sbatch. Needs root and apt (CI has both); skipped, with
@@ -157,8 +157,8 @@ def test_demo_slice_runs_through_sbatch_with_a_retry(slurm_profile, tmp_path):
     submitted = {}
     for jobid, kind in re.findall(r"has been submitted with SLURM jobid (\d+) \(log: \S*/slurm_logs/(\w+)", out):
         submitted.setdefault(kind, []).append(jobid)
-    # tiny models: one group job; the caption shard and the probe (twice): own jobs; bookkeeping: local
-    assert len(submitted.get("group_setup_tiny_model", [])) == 1, submitted
+    # tiny models: one job; the caption shard and the probe (twice): own jobs; bookkeeping: local
+    assert len(submitted.get("rule_tiny_models", [])) == 1, submitted
     assert len(submitted.get("rule_caption_shard", [])) == 1, submitted
     assert len(submitted.get("rule_flaky_probe", [])) == 2, submitted
     for rule in ("coco_check", "caption_table", "nltk_data"):

@@ -185,6 +185,29 @@ def test_debias_run_end_to_end(tiny_clip, images_table, manifests, split, tmp_pa
     assert set(tables) == {"table2", "table16", "table17"}
 
 
+def test_one_pretrained_evaluation_stands_for_every_seed():
+    """The workflow evaluates the (deterministic) pre-trained model once; the test against it is then scipy's
+    one-sample t-test of the debiased seeds against that value, the same as evaluating it for every seed."""
+    from scipy import stats as sps
+
+    debiased = [0.61, 0.55, 0.58]
+    rows = [{"experiment": e, "mixture": "pretrained", "seed": 0, "data_seed": 1, "metric": "maxskew_mean",
+             "value": 0.69} for e in ("clip:race_gender", "flava:race_gender")]
+    rows += [{"experiment": e, "mixture": "debiased", "seed": s, "data_seed": s + 1, "metric": "maxskew_mean",
+              "value": v + (0.01 if e.startswith("flava") else 0.0)}
+             for e in ("clip:race_gender", "flava:race_gender") for s, v in enumerate(debiased)]
+    once = pd.DataFrame(rows)
+    every_seed = pd.concat([once[once.mixture == "debiased"]] + [
+        once[once.mixture == "pretrained"].assign(seed=s) for s in range(3)], ignore_index=True)
+    summary = db.summarize(once)
+    pd.testing.assert_frame_equal(summary, db.summarize(every_seed))
+    clip = summary[(summary.experiment == "clip:race_gender") & (summary.mixture == "debiased")].iloc[0]
+    expected = sps.ttest_1samp(debiased, 0.69, alternative="less")
+    assert clip["p_value"] == pytest.approx(expected.pvalue) and clip["df"] == pytest.approx(2)
+    base = summary[(summary.experiment == "clip:race_gender") & (summary.mixture == "pretrained")].iloc[0]
+    assert base["n"] == 3 and base["mean"] == pytest.approx(0.69) and base["std"] == 0.0
+
+
 def test_debias_run_evaluates_pata_and_visogender_when_configured(tiny_clip, images_table, repo, tmp_path):
     """§5.3, Table 3: with probing.pata / probing.visogender set, every run also reports the mean MaxSkew@K on
     them, through the same model (the checkpoint for a trained run); Table 3's layouts follow."""

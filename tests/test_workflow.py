@@ -75,14 +75,18 @@ def test_demo_dag_runs_every_rule(repo, demo_run):
     ran = job_counts(out)
     listing = snakemake(repo, work, "--list-rules", "--configfile", str(cfgfile), timeout=300).stdout
     listed = [line.split()[0] for line in listing.splitlines() if line.strip() and not line[0].isspace()]
-    # every rule of the workflow ran at least once (tiny_models is an alias target of tiny_model jobs)
+    # every rule of the workflow ran at least once
     # cc_generate's jobs are made after the cc_request_shards checkpoint, so the first "Job stats" table cannot
     # count them; test_demo_countercurate_end_to_end checks their images
-    assert set(listed) - {"tiny_models", "cc_generate"} <= set(ran), set(listed) - set(ran)
-    assert ran["caption_shard"] == 3 and ran["images_shard"] == 3  # demo shard sizes: 50 captions / 20
+    assert set(listed) - {"cc_generate"} <= set(ran), set(listed) - set(ran)
+    assert ran["caption_shard"] == 2 and ran["images_shard"] == 2  # 50 captions / 25, ~47 counterfactuals / 30
     assert ran["train_run"] == 4 * 2  # 4 mixtures x 2 demo seeds
-    # A.1: CLIP, BridgeTower, FLAVA x (pre-trained + MS-COCO and COCO-CFs x 2 demo seeds)
-    assert ran["in_domain_run"] == 3 * (1 + 2 * 2)
+    # A.1 (demo: CLIP and FLAVA) x (pre-trained + MS-COCO and COCO-CFs x 2 demo seeds)
+    assert ran["in_domain_run"] == 2 * (1 + 2 * 2)
+    # SocialCF: 3 segments x (pre-trained once + debiased x 2 seeds); CounterCurate: Table 4's demo rows on positions
+    # (pre-trained + 3) and counting (pre-trained + 2), 1 seed; retrieval: CLIP 6 columns and BLIP 3, 1 seed
+    assert ran["social_debias_run"] == 3 * (1 + 2)
+    assert ran["cc_train_run"] == (1 + 3) + (1 + 2) and ran["sr_run"] == 6 + 3
     html = (work / "report.html").read_text(errors="replace")
     assert "pair_grid.png" in html and "curves.png" in html
 
@@ -188,7 +192,13 @@ def test_demo_social_counterfactuals_end_to_end(demo_run):
         assert (out / f"probing/{stage}/tables.md").stat().st_size > 0
     runs = pd.read_csv(out / "debias/runs.csv")
     assert set(runs["mixture"]) == {"pretrained", "debiased"} and runs["seed"].nunique() == 2
-    release = json.loads((out / "release/summary.json").read_text())
+    assert set(runs.loc[runs["mixture"] == "pretrained", "seed"]) == {0}   # evaluated once, stands for each seed
+    table = pd.read_csv(out / "debias/tables.csv")
+    assert set(table.loc[table["mixture"] == "pretrained", "n"]) == {2}
+    # the release layout (export_release) reads back with `datasets` and holds exactly the kept images
+    from counterfactory.studies.social_counterfactuals.release import check_release
+
+    release = check_release(out / "export/release", use_datasets=True)
     assert release["rows"] == len(stages[2]) and release["reader"].startswith("datasets")
 
 
@@ -215,18 +225,18 @@ def test_demo_countercurate_end_to_end(demo_run):
         assert title in tables
     for role in ("clip_open_clip", "vlm"):
         assert role in tables
-    # Table 4 layout: the five training variants in the paper's order with their negative / grouping marks
+    # Table 4 layout: the demo's three training variants in the paper's order with their negative / grouping marks
     table4 = (out / "finetune/tables/positions.md").read_text().splitlines()
     rows = [[c.strip() for c in line.strip("|").split("|")] for line in table4 if line.startswith("| ")][1:]
     marks = [tuple(r[1:4]) for r in rows]
     assert [r[0] for r in rows][0] == "Pre-trained (no fine-tuning)"
-    assert marks[1:] == [("×", "×", "×"), ("×", "✓", "×"), ("✓", "×", "×"), ("✓", "✓", "×"), ("✓", "✓", "✓")]
+    assert marks[1:] == [("×", "×", "×"), ("✓", "✓", "×"), ("✓", "✓", "✓")]
     runs = pd.read_csv(out / "finetune/runs.csv")
     assert set(runs.loc[runs["experiment"] == "positions", "mixture"]) == {
-        "pretrained", "no_negatives", "no_negative_images", "no_negative_captions", "no_grouping", "grouping"}
-    # the generative family: the tiny LLaVA-class model fine-tuned on positions (2 seeds) beside its pre-trained score
+        "pretrained", "no_negatives", "no_grouping", "grouping"}
+    # the generative family: the tiny LLaVA-class model fine-tuned on positions (1 seed) beside its pre-trained score
     vlm_runs = pd.read_csv(out / "finetune/vlm_runs.csv")
-    assert vlm_runs.groupby("mixture")["seed"].nunique().to_dict() == {"conversation": 2, "pretrained": 1}
+    assert vlm_runs.groupby("mixture")["seed"].nunique().to_dict() == {"conversation": 1, "pretrained": 1}
     assert set(vlm_runs["metric"]) >= {"positions/LR/accuracy", "positions/AB/accuracy", "positions/both/accuracy"}
     assert (out / "finetune/vlm/positions/conversation/seed0/vlm/model/config.json").is_file()
     assert "+ CounterCurate" in (out / "finetune/tables/positions_vlm.md").read_text()
@@ -235,7 +245,7 @@ def test_demo_countercurate_end_to_end(demo_run):
 def test_demo_spurious_retrieval_end_to_end(demo_run):
     """Kim et al. 2023 on the demo COCO photos: every selection branch occurs (single, multi, skipped for area and
     for overlap), the removal requests are inpainted by LaMa's stand-in and zero padding, D' captions come from
-    noun-phrase removal, prompts and the captioner, and Tables 1-3 / Figure 4 hold every configured row."""
+    noun-phrase removal and the captioner, and Tables 1-3 / Figure 4 hold every configured row."""
     work, _, _ = demo_run
     out = work / "results/demo/spurious_retrieval"
     summary = dict(pd.read_csv(out / "coco/selection/summary.csv").itertuples(index=False))
@@ -250,17 +260,16 @@ def test_demo_spurious_retrieval_end_to_end(demo_run):
     real = manifests.at["finetune", "real_rows"]
     assert manifests.at["finetune", "synthetic_rows"] == 0
     assert manifests.at["ratio_0.2", "synthetic_rows"] == math.floor(0.2 * real + 0.5)
-    for variant in ("ours", "np_zero", "prompts", "captioner"):  # one synthetic caption per train image
+    for variant in ("ours", "np_zero", "captioner"):  # one synthetic caption per train image
         assert 0 < manifests.at[variant, "synthetic_rows"] <= (requests["split"] == "train").sum()
     runs = pd.read_csv(out / "runs.csv")
     per_model = runs.groupby("experiment")["mixture"].unique().map(set).to_dict()
     assert per_model["coco_itm_blip"] == {"zeroshot", "finetune", "ours"}
-    assert per_model["coco_clip_train"] == {"zeroshot", "finetune", "ours", "np_zero", "prompts", "captioner",
-                                            "ratio_0.2"}
+    assert per_model["coco_clip_train"] == {"zeroshot", "finetune", "ours", "np_zero", "captioner", "ratio_0.2"}
     assert {"ODmAP@1", "ODmAP@5", "ODmAP@10", "TR@1", "IR@10"} <= set(runs["metric"])
     tables = (out / "tables.md").read_text()
     for text in ("Table 1", "Table 2", "Table 3", "Figure 4", "CLIP (zeroshot)", "CLIP + Ours", "BLIP (finetune)",
-                 "NP removal, zero pad.", "prompts, inpaint", "capt. model, inpaint"):
+                 "NP removal, zero pad.", "capt. model, inpaint"):
         assert text in tables, text
     assert (out / "figure4.png").stat().st_size > 0
 
@@ -305,7 +314,7 @@ def test_config_edit_reruns_exactly_the_affected_jobs(repo, demo_run, edit, expe
     counts = job_counts(proc.stdout + proc.stderr)
     assert set(counts) == expected, (sorted(set(counts) - expected), sorted(expected - set(counts)))
     if "caption_shard" in expected:
-        assert counts["caption_shard"] == 3  # every shard was made under the old band
+        assert counts["caption_shard"] == 2  # every shard was made under the old band
 
 
 def test_demo_caption_stage_end_to_end(demo_run):
@@ -382,12 +391,12 @@ def test_paper_config_dry_run_at_paper_scale(repo, tmp_path):
     assert counts["in_domain_run"] == 3 * (1 + 2 * 25) and counts["in_domain_table"] == 1
     # SocialCounterfactuals: Table 18's 156 occupations x 4 prefixes x 3 segments = 1,872 caption sets (§3.2; 3,120
     # with the paper's 260), 10 per image job; probing before / after the filters per model; debiasing per model,
-    # segment and seed, pre-trained and fine-tuned
+    # segment and seed fine-tuned, plus the (deterministic) pre-trained model once per model and segment
     social = yaml.safe_load((repo / "config" / "config.yaml").read_text())["social_counterfactuals"]
     assert counts["social_captions"] == 1
     assert counts["social_generate"] == math.ceil(156 * 4 * 3 / social["images"]["set_shard_size"]) == 188
     assert counts["social_probe"] == 2 * len(social["probing"]["roles"])
-    assert counts["social_debias_run"] == len(social["debias"]["roles"]) * 3 * social["debias"]["seeds"]["count"] * 2
+    assert counts["social_debias_run"] == len(social["debias"]["roles"]) * 3 * (social["debias"]["seeds"]["count"] + 1)
     for rule in ("social_filter_clip", "social_filter_nsfw", "social_filter_detect"):
         assert counts[rule] == 188   # the filters run per generation shard (5.4 M images at 260 occupations)
     assert counts["social_filter_merge"] == counts["social_filter_table"] == 1
@@ -432,7 +441,7 @@ def test_rulegraph_renders(repo, tmp_path):
     proc = snakemake(repo, tmp_path, "--rulegraph", "--configfile", str(demo_override(repo, tmp_path)), timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.lstrip().startswith("digraph")
-    for rule in ("caption_shard", "caption_merge", "caption_table", "coco_check", "nltk_data", "tiny_model"):
+    for rule in ("caption_shard", "caption_merge", "caption_table", "coco_check", "nltk_data", "tiny_models"):
         assert rule in proc.stdout
 
 

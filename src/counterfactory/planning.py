@@ -332,7 +332,7 @@ def gpu_hours(work: float | None, rate: float | None) -> float | None:
 #: rule-name prefixes of each study's rules (the rest of the per-study rules are COCO-Counterfactuals')
 RULE_PREFIXES = {"social_": "social_counterfactuals", "cc_": "countercurate", "sr_": "spurious_retrieval",
                  "cvld_": "cvld"}
-SHARED_RULES = {"all", "tiny_model", "tiny_models", "nltk_data", "provenance", "report_overview"}
+SHARED_RULES = {"all", "tiny_models", "nltk_data", "provenance", "report_overview"}
 
 
 def job_counts(output: str) -> dict[str, int]:

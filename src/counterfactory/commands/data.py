@@ -132,9 +132,12 @@ def _own_captions(args) -> int:
 def _own_to_coco(args) -> int:
     from ..data.own import write_coco_view
 
-    report = write_coco_view(_own_data(args), args.out_root, split=args.split)
+    report = write_coco_view(_own_data(args), args.out_root, split=args.split, test_fraction=args.test_fraction,
+                             val_fraction=args.val_fraction)
+    splits = ", ".join(f"{k} {v}" for k, v in report["karpathy_splits"].items())
     print(f"COCO view of {report['images']} images, {report['captions']} captions, {report['boxes']} boxes -> "
-          f"{args.out_root} (set <study>.data.coco_root / the study's COCO paths to it)")
+          f"{args.out_root} (set <study>.data.coco_root / the study's COCO paths to it); Karpathy split file "
+          f"{report['karpathy_json']} ({splits}) with image_root {args.out_root} for the retrieval and CVLD studies")
     return 0
 
 
@@ -197,4 +200,8 @@ def register(sub) -> None:
     _own_source_options(o)
     o.add_argument("--out-root", required=True, help="folder to write (replaced only if an earlier view)")
     o.add_argument("--split", default="val2017", help="split name of the view's files (default: val2017)")
+    o.add_argument("--test-fraction", type=float, default=0.2,
+                   help="images in the Karpathy split file's test split (default: 0.2, ours)")
+    o.add_argument("--val-fraction", type=float, default=0.1,
+                   help="images in its val split (default: 0.1, ours); the rest is train")
     o.set_defaults(func=_own_to_coco)

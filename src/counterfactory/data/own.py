@@ -464,12 +464,58 @@ def coco_file_names(captions: pd.DataFrame) -> dict[int, str]:
     return {int(i): n if unique else f"{int(i)}_{n}" for i, n in zip(first["image_id"], names)}
 
 
-def write_coco_view(data: OwnData, out_root: str | Path, split: str = "val2017") -> dict:
+#: the Karpathy-layout split file of a view (``annotations/``), for the studies that read one
+KARPATHY_NAME = "dataset_own.json"
+
+
+def karpathy_splits(image_ids, test_fraction: float, val_fraction: float) -> dict[int, str]:
+    """image_id -> ``train`` / ``val`` / ``test``: the images ordered by a hash of their id, the first
+    ``round_half_up(test_fraction × n)`` to test, the next ``round_half_up(val_fraction × n)`` to val, the rest
+    to train. Deterministic, independent of row order, and an image keeps its split when others are added unless
+    the counts move past it."""
+    import zlib
+
+    from ..training.mixtures import round_half_up
+
+    for name, value in (("test_fraction", test_fraction), ("val_fraction", val_fraction)):
+        if not 0.0 <= value < 1.0:
+            raise ConfigError(f"{name} {value} is outside [0, 1). Fix: pass a fraction such as 0.1")
+    if test_fraction + val_fraction >= 1.0:
+        raise ConfigError(f"test_fraction + val_fraction = {test_fraction + val_fraction} leaves no training "
+                          "images. Fix: lower one of them")
+    ids = sorted({int(i) for i in image_ids}, key=lambda i: (zlib.crc32(f"own-image-{i}".encode()), i))
+    n_test, n_val = round_half_up(test_fraction * len(ids)), round_half_up(val_fraction * len(ids))
+    return {i: "test" if k < n_test else "val" if k < n_test + n_val else "train" for k, i in enumerate(ids)}
+
+
+def karpathy_doc(captions: pd.DataFrame, names: dict[int, str], folder: str, splits: dict[int, str]) -> dict:
+    """A Karpathy split file (``dataset_coco.json`` layout: ``filepath`` / ``filename`` under the image root,
+    ``cocoid`` = the own ``image_id``, ``sentences`` with ``raw`` and lower-case ``tokens``) of the captions."""
+    import re
+
+    images = []
+    sentid = 0
+    for imgid, (image_id, group) in enumerate(captions.groupby("image_id", sort=True)):
+        sentences = []
+        for caption in group["caption"]:
+            sentences.append({"raw": caption, "tokens": re.findall(r"[a-z0-9]+", caption.lower()), "imgid": imgid,
+                              "sentid": sentid})
+            sentid += 1
+        images.append({"filepath": folder, "filename": names[int(image_id)], "imgid": imgid,
+                       "split": splits[int(image_id)], "sentids": [s["sentid"] for s in sentences],
+                       "sentences": sentences, "cocoid": int(image_id)})
+    return {"images": images, "dataset": "own"}
+
+
+def write_coco_view(data: OwnData, out_root: str | Path, split: str = "val2017", test_fraction: float = 0.2,
+                    val_fraction: float = 0.1) -> dict:
     """Write a COCO-layout folder for the source: ``annotations/captions_<split>.json``,
-    ``annotations/instances_<split>.json`` (the boxes, or none: COCO readers need the file) and ``<split>/``
-    with a symbolic link per image. Built in a temporary sibling folder that replaces ``out_root`` only when
-    complete (:func:`counterfactory.io.atomic_dir`); an existing ``out_root`` is replaced only if it is an
-    earlier view (it holds :data:`VIEW_MARKER`)."""
+    ``annotations/instances_<split>.json`` (the boxes, or none: COCO readers need the file),
+    ``annotations/dataset_own.json`` (Karpathy layout, images split by :func:`karpathy_splits`, for the studies that
+    read a Karpathy split file with an image root: spurious-correlation retrieval, CVLD) and ``<split>/`` with a
+    symbolic link per image. Built in a temporary sibling folder that replaces ``out_root`` only when complete
+    (:func:`counterfactory.io.atomic_dir`); an existing ``out_root`` is replaced only if it is an earlier view (it
+    holds :data:`VIEW_MARKER`)."""
     out_root = Path(out_root)
     if out_root.exists() and not (out_root / VIEW_MARKER).is_file():
         raise input_error(describe_path(out_root), None, "exists and is not a view written by own-to-coco",
@@ -484,11 +530,16 @@ def write_coco_view(data: OwnData, out_root: str | Path, split: str = "val2017")
                                     for r in caps.itertuples()]}
     instances = data.instances or {"annotations": [], "categories": []}
     instances_doc = {**captions_doc, "annotations": instances["annotations"], "categories": instances["categories"]}
-    report = {**check_report(data), "split": split, "out_root": str(out_root)}
+    splits = karpathy_splits(first["image_id"], test_fraction, val_fraction)
+    karpathy = karpathy_doc(caps, names, split, splits)
+    report = {**check_report(data), "split": split, "out_root": str(out_root),
+              "karpathy_json": f"annotations/{KARPATHY_NAME}",
+              "karpathy_splits": dict(sorted(Counter(splits.values()).items()))}
     with atomic_dir(out_root) as tmp:
         (tmp / "annotations").mkdir()
         (tmp / split).mkdir()
-        for name, doc in ((f"captions_{split}.json", captions_doc), (f"instances_{split}.json", instances_doc)):
+        for name, doc in ((f"captions_{split}.json", captions_doc), (f"instances_{split}.json", instances_doc),
+                          (KARPATHY_NAME, karpathy)):
             write_json(tmp / "annotations" / name, doc, indent=None)
         for r in first.itertuples():
             os.symlink(r.file_name, tmp / split / names[int(r.image_id)])

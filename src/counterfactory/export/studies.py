@@ -45,6 +45,20 @@ def _shards(folder: Path, pattern: str, what: str) -> list[Path]:
     return files
 
 
+def _method_rows(method_dir: Path, path_column: str, kept_only: bool = False) -> pd.DataFrame:
+    """Every shard of one image method (``<method>/<shard>/shard.parquet``) in one frame, with ``image`` the
+    shard's ``path_column`` resolved against the shard folder (that column dropped); ``kept_only``: the rows whose
+    ``kept`` is true (that column dropped too)."""
+    frames = []
+    for shard in _shards(method_dir, "*/shard.parquet", f"{method_dir.name} image shards"):
+        f = pd.read_parquet(shard)
+        if kept_only:
+            f = f[f.pop("kept").astype(bool)].copy()
+        f["image"] = [str(shard.parent / p) for p in f.pop(path_column)]
+        frames.append(f)
+    return pd.concat(frames, ignore_index=True)
+
+
 # ------------------------------------------------------------------------------------------------ tables
 def coco_tables(d: Path) -> list[ExportTable]:
     """§3.2 / B11: one row per selected pair (P2P image pair, original and counterfactual caption)."""
@@ -90,12 +104,7 @@ def spurious_tables(d: Path) -> list[ExportTable]:
         dataset = requests.parent.parent.name
         req = _read(requests, "inpainting requests").set_index("item_id")
         for method_dir in sorted(p for p in (requests.parent.parent / "images").glob("*") if p.is_dir()):
-            frames = []
-            for shard in _shards(method_dir, "*/shard.parquet", f"{method_dir.name} image shards"):
-                f = pd.read_parquet(shard)
-                f["image"] = [str(shard.parent / p) for p in f["output_path"]]
-                frames.append(f)
-            rows = pd.concat(frames, ignore_index=True).drop(columns=["output_path", "key"], errors="ignore")
+            rows = _method_rows(method_dir, "output_path").drop(columns=["key"], errors="ignore")
             extra = req.reindex(rows["item_id"])
             for col in ("image_id", "split", "category", "removed_categories", "present_categories"):
                 if col in extra.columns:
@@ -117,16 +126,9 @@ def cvld_tables(d: Path) -> list[ExportTable]:
         dataset = requests.parent.parent.name
         req = _read(requests, "edit requests").set_index("item_id")
         for method_dir in sorted(p for p in requests.parent.glob("*") if p.is_dir() and p.name != "inversions"):
-            shards = sorted(method_dir.glob("*/shard.parquet"))
-            if not shards:
+            if not any(method_dir.glob("*/shard.parquet")):
                 continue
-            frames = []
-            for shard in shards:
-                f = pd.read_parquet(shard)
-                f = f[f["kept"].astype(bool)].copy()
-                f["image"] = [str(shard.parent / p) for p in f["path"]]
-                frames.append(f)
-            rows = pd.concat(frames, ignore_index=True).drop(columns=["kept", "path"])
+            rows = _method_rows(method_dir, "path", kept_only=True)
             rows.insert(0, "edit_id", [f"{i}_{int(c)}" for i, c in zip(rows["item_id"], rows["candidate"])])
             extra = req.reindex(rows["item_id"])
             for col in ("image_id", "edit_prompt", "source_prompt", "target_prompt"):

@@ -32,7 +32,8 @@ def targets(view, results: str) -> list[str]:
     """Every final file of the study under ``results`` (``results/<run>/social_counterfactuals``)."""
     # a downloaded release (`release.root`) holds the filtered sets only (§3.4): no Table 11, no "before" probe
     release = (view.get("release") or {}).get("root")
-    out = [] if release else [f"{results}/filter/table11.md", f"{results}/release/summary.json",
+    # (the Intel/SocialCounterfactuals parquet layout of the kept images is written by the shared export_release)
+    out = [] if release else [f"{results}/filter/table11.md",
                               f"{results}/generation/adaptive_curve.csv"]   # over-generation trade-off (issue 16)
     stages = ("after",) if release else PROBE_STAGES
     if view.get("probing", {}).get("roles"):

@@ -26,8 +26,9 @@ Protocol
 * **Runs table.** ``metrics.csv`` has the runs-table columns ``experiment, mixture, seed, data_seed, metric, value``
   with ``experiment = "<role>:<segment>"``, ``mixture`` = ``pretrained`` / ``debiased`` and the metrics of
   :data:`RUN_METRICS`; :func:`summarize` tests debiased < pre-trained (one-tailed, over seeds). The pre-trained model
-  is deterministic: evaluate it for each seed (identical values), then Welch's test reduces to a one-sample test of the
-  debiased runs against the pre-trained value; with a single pre-trained row no p-value is possible (stats' n=1 note).
+  is deterministic (no training, fixed withheld subjects), so the workflow evaluates it once and
+  :func:`pretrained_for_every_seed` lets that value stand for each seed: Welch's test then is the one-sample test of
+  the debiased runs against the pre-trained value.
 """
 
 from __future__ import annotations
@@ -412,12 +413,32 @@ def debias_run(cfg: Mapping, role: str, segment: str, manifest: str | Path | Non
     return rows
 
 
+def pretrained_for_every_seed(runs: pd.DataFrame) -> pd.DataFrame:
+    """Let an experiment's single pre-trained evaluation stand for each seed of its debiased runs.
+
+    The pre-trained model is not trained and the withheld subjects are fixed, so every seed would evaluate it
+    identically; the workflow evaluates it once. Repeating that value per seed gives the baseline zero variance, and
+    Welch's test then is the one-sample t-test of the debiased runs against the pre-trained value (df = n - 1), as if
+    it had been evaluated for every seed. Experiments with several pre-trained rows are left as they are."""
+    pre = runs[runs["mixture"] == PRETRAINED]
+    rest = runs[runs["mixture"] != PRETRAINED]
+    parts = [rest]
+    for experiment, group in pre.groupby("experiment", sort=False):
+        seeds = sorted(rest.loc[rest["experiment"] == experiment, "seed"].unique())
+        if group["seed"].nunique() == 1 and len(seeds) > 1:
+            group = group.drop(columns="seed").merge(pd.DataFrame({"seed": seeds}), how="cross")[runs.columns]
+        parts.insert(-1, group)
+    return pd.concat(parts, ignore_index=True)
+
+
 def summarize(runs: pd.DataFrame, alpha: float = 0.05, test: str = "welch", source: str | Path = "runs table"):
     """Mean ± std over seeds per (experiment, metric, mixture) and the one-tailed test debiased < pre-trained
-    (:func:`counterfactory.stats.summarize` with ``alternative="less"``: lower skew is better)."""
+    (:func:`counterfactory.stats.summarize` with ``alternative="less"``: lower skew is better); a single pre-trained
+    evaluation stands for every seed (:func:`pretrained_for_every_seed`)."""
     from ...stats import summarize as stats_summarize
 
-    return stats_summarize(runs, PRETRAINED, test=test, alpha=alpha, alternative="less", source=source)
+    return stats_summarize(pretrained_for_every_seed(runs), PRETRAINED, test=test, alpha=alpha, alternative="less",
+                           source=source)
 
 
 # --------------------------------------------------------------------------------------------
