@@ -422,13 +422,13 @@ def pretrained_for_every_seed(runs: pd.DataFrame) -> pd.DataFrame:
     it had been evaluated for every seed. Experiments with several pre-trained rows are left as they are."""
     pre = runs[runs["mixture"] == PRETRAINED]
     rest = runs[runs["mixture"] != PRETRAINED]
-    parts = [rest]
+    baselines = []
     for experiment, group in pre.groupby("experiment", sort=False):
         seeds = sorted(rest.loc[rest["experiment"] == experiment, "seed"].unique())
         if group["seed"].nunique() == 1 and len(seeds) > 1:
             group = group.drop(columns="seed").merge(pd.DataFrame({"seed": seeds}), how="cross")[runs.columns]
-        parts.insert(-1, group)
-    return pd.concat(parts, ignore_index=True)
+        baselines.append(group)
+    return pd.concat([*baselines, rest], ignore_index=True)
 
 
 def summarize(runs: pd.DataFrame, alpha: float = 0.05, test: str = "welch", source: str | Path = "runs table"):
