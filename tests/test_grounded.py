@@ -30,7 +30,7 @@ def models_dir(tmp_path_factory) -> Path:
 
 def _cfg(models_dir: Path, **grounded) -> dict:
     section = {"steps": STEPS, "guidance": 7.5, "height": SIZE, "width": SIZE, "scheduled_sampling_beta": 1.0,
-               "batch_size": 4, "shard_size": 10, **grounded}
+               "t2i_height": SIZE, "t2i_width": SIZE, "batch_size": 4, "shard_size": 10, **grounded}
     return {"seed": 0, "device": "cpu", "precision": "fp32", "grounded": section,
             "models": {r: {"source": str(models_dir / r)} for r in ("gligen", "gligen_inpaint", "t2i")}}
 
@@ -80,14 +80,14 @@ def _images(out: Path) -> dict[str, np.ndarray]:
 
 
 def test_tiny_models_load_through_the_registry_by_path(models_dir, pipes):
-    from diffusers import StableDiffusionGLIGENPipeline, StableDiffusionPipeline
+    from diffusers import StableDiffusionGLIGENPipeline, StableDiffusionXLPipeline
     from diffusers.models.attention import GatedSelfAttentionDense
 
     from counterfactory.models import registry
 
     assert type(pipes["gligen"]) is StableDiffusionGLIGENPipeline
     assert type(pipes["gligen_inpaint"]) is StableDiffusionGLIGENPipeline
-    assert type(pipes["t2i"]) is StableDiffusionPipeline
+    assert type(pipes["t2i"]) is StableDiffusionXLPipeline    # the paper config's SDXL base (§3.4)
     assert pipes["gligen"].unet.config.attention_type == "gated" and hasattr(pipes["gligen"].unet, "position_net")
     assert pipes["gligen"].unet.config.in_channels == 4
     assert pipes["gligen_inpaint"].unet.config.in_channels == 9     # latents + masked source latents + mask
@@ -199,6 +199,28 @@ def test_resume_after_a_kill_gives_identical_files(models_dir, pipes, tmp_path):
     again = G.run_grounded_shard(_cfg(models_dir, batch_size=2, keep_work=True, guidance=3.0), small, 0,
                                  tmp_path / "k", pipes=pipes, progress=False)
     assert again["items_generated_this_run"] == 2
+
+
+def test_t2i_role_loads_the_class_its_folder_names_and_draws_at_the_t2i_size(tmp_path, pipes):
+    """The t2i role takes whatever text-to-image class the folder's model_index.json names (SDXL in the paper
+    config, an SD 1.x folder works too, without a safety checker), and draws t2i_width x t2i_height images,
+    independent of GLIGEN's height/width; the default is DALLE-3's hd size."""
+    from diffusers import StableDiffusionPipeline
+
+    from counterfactory.models import registry, tiny
+
+    assert (G.GroundedSettings().t2i_height, G.GroundedSettings().t2i_width) == (1024, 1024)
+    assert (G.GroundedSettings.from_config({}).t2i_height, G.GroundedSettings.from_config({}).t2i_width) == (1024,
+                                                                                                          1024)
+    with pytest.raises(ConfigError, match="t2i_width"):
+        G.GroundedSettings.from_config({"t2i_width": 100})
+    q = G.GroundedRequest("t", "t2i", "a red car")
+    s = G.GroundedSettings(steps=STEPS, height=SIZE, width=SIZE, t2i_height=48, t2i_width=24)
+    assert G.t2i_batch(pipes["t2i"], s, [q], [5]).shape == (1, 48, 24, 3)
+    tiny.build("sd", tmp_path)
+    sd = registry.load({"models": {"t2i": {"source": str(tmp_path / "sd")}}}, "t2i")
+    assert type(sd) is StableDiffusionPipeline and sd.safety_checker is None
+    assert G.t2i_batch(sd, s, [q], [5]).shape == (1, 48, 24, 3)
 
 
 def test_inpainting_keeps_the_known_region(pipes):

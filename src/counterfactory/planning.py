@@ -156,8 +156,9 @@ def _countercurate(view, res: Path, items: Mapping[str, int]) -> list[Stage]:
             n, src = int(kinds.get(kind, 0)), str(table)
         else:
             n, src = None, "unknown before cc_requests (Flickr30k Entities); --items countercurate.%s=N" % stage
-        out.append(Stage("countercurate", stage, n, src, s.steps * (2 if s.guidance > 1.0 else 1), 1, s.height,
-                         s.width, stage, math.ceil(n / s.shard_size) if n else None))
+        h, w = (s.t2i_height, s.t2i_width) if kind == "t2i" else (s.height, s.width)
+        out.append(Stage("countercurate", stage, n, src, s.steps * (2 if s.guidance > 1.0 else 1), 1, h, w, stage,
+                         math.ceil(n / s.shard_size) if n else None))
     return out
 
 

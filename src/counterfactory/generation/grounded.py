@@ -6,8 +6,9 @@ Requests (one parquet row per item): ``item_id``, ``kind`` (``generate`` | ``inp
 phrase), ``image_path`` (``inpaint``: the source image; a relative path is relative to the requests
 file's folder) and ``mask_box`` (``inpaint``, optional: a normalised box regenerated besides the
 phrase boxes). Roles: ``generate`` -> ``gligen`` (gligen/gligen-generation-text-box), ``inpaint`` ->
-``gligen_inpaint`` (gligen/gligen-inpainting-text-box), ``t2i`` -> ``t2i`` (a
-``StableDiffusionPipeline`` standing in for DALLE-3).
+``gligen_inpaint`` (gligen/gligen-inpainting-text-box), ``t2i`` -> ``t2i`` (the open text-to-image
+pipeline standing in for DALLE-3; paper config: SDXL base, ``StableDiffusionXLPipeline``). ``t2i`` images
+are ``t2i_width x t2i_height`` (default 1024 x 1024: DALLE-3's "hd" images, §4.1, and SDXL's native size).
 
 Sampling follows diffusers' ``StableDiffusionGLIGENPipeline.__call__`` step by step (prompt and
 negative-prompt embeddings, per-phrase CLIP pooled embeddings and boxes padded to 30 objects for the
@@ -98,6 +99,9 @@ class GroundedSettings:
     batch_size: int = 4
     shard_size: int = 100
     inpaint_paste_back: bool = False
+    #: t2i image size: DALLE-3 "hd" quality (§4.1) is 1024 x 1024, also SDXL base's native size
+    t2i_height: int = 1024
+    t2i_width: int = 1024
 
     @classmethod
     def from_config(cls, section: dict | None) -> "GroundedSettings":
@@ -115,15 +119,20 @@ class GroundedSettings:
                 negative_prompt=neg if isinstance(neg, str) and neg.strip() else None,
                 batch_size=int(section.get("batch_size", 4)), shard_size=int(section.get("shard_size", 100)),
                 inpaint_paste_back=bool(section.get("inpaint_paste_back", False)),
+                t2i_height=int(section.get("t2i_height", cls.t2i_height)),
+                t2i_width=int(section.get("t2i_width", cls.t2i_width)),
             )
         except (TypeError, ValueError) as exc:
-            raise ConfigError(f"grounded: {exc}. Fix: steps, height, width, batch_size, shard_size are integers; "
+            raise ConfigError(f"grounded: {exc}. Fix: steps, height, width, t2i_height, t2i_width, batch_size, "
+                              "shard_size are integers; "
                               "guidance and scheduled_sampling_beta numbers") from exc
         checks = [
             ("steps", out.steps >= 1, "an integer >= 1 (paper: 50)"),
             ("guidance", out.guidance >= 0, "a number >= 0 (paper: 7.5)"),
             ("height", out.height >= 8 and out.height % 8 == 0, "a positive multiple of 8 (paper: 512)"),
             ("width", out.width >= 8 and out.width % 8 == 0, "a positive multiple of 8 (paper: 512)"),
+            ("t2i_height", out.t2i_height >= 8 and out.t2i_height % 8 == 0, "a positive multiple of 8 (hd: 1024)"),
+            ("t2i_width", out.t2i_width >= 8 and out.t2i_width % 8 == 0, "a positive multiple of 8 (hd: 1024)"),
             ("scheduled_sampling_beta", 0.0 <= out.scheduled_sampling_beta <= 1.0, "a number in [0, 1]"),
             ("batch_size", out.batch_size >= 1, "an integer >= 1"),
             ("shard_size", out.shard_size >= 1, "an integer >= 1"),
@@ -478,12 +487,13 @@ source latents and the 0/1 latent mask of the known region).
 
 
 def t2i_batch(pipe, settings: GroundedSettings, items: Sequence[GroundedRequest], seeds: Sequence[int]) -> np.ndarray:
-    """One batched ``StableDiffusionPipeline`` call (one generator per row); uint8 ``(B, H, W, 3)``.
+    """One batched call of the t2i pipeline (SD or SDXL; one generator per row), ``t2i_width x t2i_height``;
+    uint8 ``(B, H, W, 3)``.
     No negative prompt: DALLE-3, whose role this plays (§3.4), takes none."""
     import torch
 
     gens = [torch.Generator().manual_seed(int(s)) for s in seeds]
-    out = pipe(prompt=[q.prompt for q in items], height=settings.height, width=settings.width,
+    out = pipe(prompt=[q.prompt for q in items], height=settings.t2i_height, width=settings.t2i_width,
                num_inference_steps=settings.steps, guidance_scale=settings.guidance, generator=gens,
                output_type="np")
     return (np.asarray(out.images) * 255).round().astype(np.uint8)

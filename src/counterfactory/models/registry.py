@@ -696,12 +696,15 @@ def _load_gligen(spec: ModelSpec, kw: dict):
 
 @register_loader("t2i")
 def _load_t2i(spec: ModelSpec, kw: dict):
-    """``StableDiffusionPipeline``: the open text-to-image model in DALLE-3's role (CounterCurate §3.4)."""
-    from diffusers import StableDiffusionPipeline
+    """The open text-to-image model in DALLE-3's role (CounterCurate §3.4), through diffusers'
+    ``AutoPipelineForText2Image``, which picks the class the folder's ``model_index.json`` names (the paper
+    config's SDXL base: ``StableDiffusionXLPipeline``; SD 1.x/2.x: ``StableDiffusionPipeline``, loaded without
+    its safety checker like every other SD role)."""
+    from diffusers import AutoPipelineForText2Image, DiffusionPipeline
 
-    return StableDiffusionPipeline.from_pretrained(
-        _src(spec), safety_checker=None, requires_safety_checker=False, **_hf_kwargs(spec)
-    )
+    index = DiffusionPipeline.load_config(_src(spec), **_hf_kwargs(spec))
+    extra = {"safety_checker": None, "requires_safety_checker": False} if "safety_checker" in index else {}
+    return AutoPipelineForText2Image.from_pretrained(_src(spec), **extra, **_hf_kwargs(spec))
 
 
 @register_loader("inpaint:lama_cleaner")

@@ -14,10 +14,13 @@ diffusers' ``save_pretrained`` (safetensors), so the registry's loaders read the
   + 1 mask), the layout of gligen/gligen-inpainting-text-box (§3.3): diffusers'
   ``StableDiffusionGLIGENPipeline`` concatenates ``(masked latent, mask)`` to the UNet input whenever
   ``gligen_inpaint_image`` is given.
-* ``t2i``: a :class:`~diffusers.StableDiffusionPipeline` (the open model standing in for DALLE-3, §3.4),
-  the tiny ``sd`` architecture with its own seed.
+* ``t2i``: a :class:`~diffusers.StableDiffusionXLPipeline`, the class of the paper config's open model standing
+  in for DALLE-3 (§3.4, ``stabilityai/stable-diffusion-xl-base-1.0``): a UNet with SDXL's ``text_time`` added
+  conditioning (pooled text embedding + size/crop micro-conditioning) cross-attending to the concatenated hidden
+  states of two CLIP text encoders (the second with a projection), the SDXL VAE scaling factor and an Euler
+  scheduler.
 
-All three share the tiny ``sd``'s VAE / text-encoder architecture and the exact CLIP tokenizer
+All three share the tiny ``sd``'s VAE / text-encoder widths and the exact CLIP tokenizer
 (:mod:`counterfactory.models.tiny_vision`); the GLIGEN folders use diffusers' ``PNDMScheduler`` with
 SD v1's noise schedule (the PLMS sampler GLIGEN's own inference script uses). Images made with these
 models show that the pipeline runs; they carry no meaning.
@@ -27,7 +30,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .tiny_vision import TINY_IMAGE_SIZE, TINY_TEXT_WIDTH, _text_config_kwargs, build_sd
+from .tiny_vision import TINY_IMAGE_SIZE, TINY_TEXT_WIDTH, _text_config_kwargs
 
 #: value the stand-in gives the GLIGEN fuser gates (diffusers initialises them to 0 = no grounding)
 GATE_VALUE = 1.0
@@ -84,8 +87,44 @@ def build_gligen_inpaint(out: Path, seed: int = 0) -> None:
 
 
 def build_t2i(out: Path, seed: int = 0) -> None:
-    """Tiny ``StableDiffusionPipeline`` in DALLE-3's role (the tiny ``sd`` architecture, other weights)."""
-    build_sd(out, seed + 200)
+    """Tiny ``StableDiffusionXLPipeline`` in DALLE-3's role (module docstring)."""
+    import torch
+    from diffusers import AutoencoderKL, EulerDiscreteScheduler, StableDiffusionXLPipeline, UNet2DConditionModel
+    from transformers import CLIPTextConfig, CLIPTextModel, CLIPTextModelWithProjection
+
+    from .tiny import clip_tokenizer
+
+    seed += 200
+    time_dim = 8   # SDXL: 256 per micro-conditioning number, 6 numbers (original size, crop, target size)
+    torch.manual_seed(seed)
+    unet = UNet2DConditionModel(
+        sample_size=TINY_IMAGE_SIZE // 8, in_channels=4, out_channels=4,
+        down_block_types=("DownBlock2D", "CrossAttnDownBlock2D"), up_block_types=("CrossAttnUpBlock2D", "UpBlock2D"),
+        block_out_channels=(32, 64), layers_per_block=1, cross_attention_dim=2 * TINY_TEXT_WIDTH,
+        attention_head_dim=2, norm_num_groups=32, use_linear_projection=True, addition_embed_type="text_time",
+        addition_time_embed_dim=time_dim, projection_class_embeddings_input_dim=6 * time_dim + TINY_TEXT_WIDTH,
+    )
+    torch.manual_seed(seed + 1)
+    vae = AutoencoderKL(
+        in_channels=3, out_channels=3, latent_channels=4, block_out_channels=(8, 16, 32, 32),
+        down_block_types=("DownEncoderBlock2D",) * 4, up_block_types=("UpDecoderBlock2D",) * 4,
+        layers_per_block=1, norm_num_groups=8, sample_size=TINY_IMAGE_SIZE, scaling_factor=0.13025,
+    )
+    torch.manual_seed(seed + 2)
+    text_encoder = CLIPTextModel(CLIPTextConfig(**_text_config_kwargs()))
+    torch.manual_seed(seed + 3)
+    text_encoder_2 = CLIPTextModelWithProjection(CLIPTextConfig(**_text_config_kwargs(),
+                                                                projection_dim=TINY_TEXT_WIDTH))
+    # SDXL base's scheduler settings (scaled-linear betas 0.00085..0.012, leading timesteps)
+    scheduler = EulerDiscreteScheduler(
+        num_train_timesteps=1000, beta_start=0.00085, beta_end=0.012, beta_schedule="scaled_linear",
+        steps_offset=1, timestep_spacing="leading",
+    )
+    pipe = StableDiffusionXLPipeline(
+        vae=vae, text_encoder=text_encoder, text_encoder_2=text_encoder_2, tokenizer=clip_tokenizer(),
+        tokenizer_2=clip_tokenizer(), unet=unet, scheduler=scheduler,
+    )
+    pipe.save_pretrained(out, safe_serialization=True)
 
 
 BUILDERS = {"gligen": build_gligen, "gligen_inpaint": build_gligen_inpaint, "t2i": build_t2i}
