@@ -77,6 +77,27 @@ def test_gpu_hours_and_throughput_choice(demo_plan):
                                                                           "unet_evals_per_s": 100}]
     assert planning.pick_rate(rows, "x", "unet_evals_per_s", "fp32")[0] == 100
     assert planning.pick_rate(rows, "x", "unet_evals_per_s", "auto")[0] == 300
+    # a measured row wins over a (faster) estimated one; an estimate alone is used and says so
+    est = {"stage": "x", "precision": "fp32", "unet_evals_per_s": 900, "estimate": "derived from y"}
+    assert planning.pick_rate(rows + [est], "x", "unet_evals_per_s", "fp32")[0] == 100
+    assert planning.pick_rate([est], "x", "unet_evals_per_s", "fp32") == (900, est)
+
+
+def test_estimated_rates_are_marked_and_counted_apart(tmp_path):
+    """The packaged H100 file's t2i and null-text rows are estimates: the plan uses them, marks rate and
+    GPU-hours with ≈, prints how each was derived and totals them apart; measured rows carry no mark."""
+    tp = planning.load_throughput(None)
+    assert {r["stage"] for r in tp["rows"] if r.get("estimate")} == {"t2i", "null_text_edit"}
+    cfg = load_full_config([REPO / "config" / "config.yaml"])
+    frame = planning.plan(cfg, tp, items={"countercurate.t2i": 360}, results_root=tmp_path)
+    p = frame.set_index(["study", "stage"])
+    t2i = p.loc[("countercurate", "t2i")]
+    assert t2i["rate_estimate"] and t2i["gpu_hours"] == pytest.approx(360 * 100 / t2i["rate"] / 3600)
+    assert p.loc[("cvld", "null_text_coco"), "rate_estimate"] and not p.loc[("cvld", "ip2p_coco"), "rate_estimate"]
+    text = planning.to_markdown(frame, tp)
+    assert "| t2i | 360 | 100 | 36,000 |" in text and "≈ t2i: rate estimated, not measured: " in text
+    assert "≈ 35.6 evals/s" in text and "at estimated rates)" in text
+    assert "| p2p_pairs |" in text and "≈ 299.4" not in text
 
 
 def test_disk_arithmetic(demo_plan):

@@ -27,7 +27,9 @@ Definitions
   flat images better). Only images the stage keeps are counted (candidates are not written unless configured).
 * **GPU-hours** = UNet evaluations / (UNet evaluations per second of that stage) / 3600, or images / images per
   second for stages without a UNet. Rates come from a throughput JSON (``benchmarks/bench_true_size.py --json``);
-  the packaged default (:data:`DEFAULT_THROUGHPUT`) holds PLACEHOLDER values until measured ones replace it.
+  the packaged default (:data:`DEFAULT_THROUGHPUT`) holds the H100 measurements, plus rows with an ``estimate``
+  key for stages not measured there (derived from measured rows as the key says; shown with "≈" and counted
+  apart in the total). A measured row of a stage always wins over an estimated one.
 * **Jobs** per stage: the Snakemake jobs of its shards, from the config's shard settings.
 """
 
@@ -44,7 +46,7 @@ import pandas as pd
 
 from .errors import ConfigError, input_error
 
-#: packaged throughput file (placeholder numbers until the true-size benchmark's measured file replaces it)
+#: packaged throughput file: the H100 measurements of benchmarks/bench_true_size.py plus estimated rows (module docstring)
 DEFAULT_THROUGHPUT = Path(__file__).resolve().parent / "resources" / "throughput" / "h100.json"
 #: estimated PNG bytes per pixel of a photographic RGB image (module docstring)
 BYTES_PER_PIXEL = {"png": 1.45}
@@ -60,7 +62,8 @@ COCO_VAL2017_CAPTIONS = 25014
 CELEBA_TRAIN, KARPATHY_COCO_TRAIN = 162770, 113287
 
 COLUMNS = ["study", "stage", "items", "items_source", "unet_evals_per_item", "unet_evals", "images", "resolution",
-           "disk_bytes", "throughput_stage", "rate", "rate_unit", "gpu_hours", "jobs", "throughput_row"]
+           "disk_bytes", "throughput_stage", "rate", "rate_unit", "gpu_hours", "jobs", "throughput_row",
+           "rate_estimate"]
 
 
 @dataclass
@@ -250,9 +253,11 @@ def load_throughput(path: str | Path | None = None) -> dict:
 
 def pick_rate(rows: list[dict], stage: str, unit: str, precision: str | None = None) -> tuple[float | None, dict | None]:
     """The rate (``unit``: ``unet_evals_per_s`` or ``images_per_s``) of ``stage`` (names compared without case and
-    punctuation): rows of the batched mode when any (a row whose ``mode`` names a loop is the one-item baseline),
-    of ``precision`` when any, then the fastest."""
+    punctuation): measured rows before estimated ones (a row with an ``estimate`` key says how it was derived,
+    not measured), rows of the batched mode when any (a row whose ``mode`` names a loop is the one-item
+    baseline), of ``precision`` when any, then the fastest."""
     mine = [r for r in rows if _norm(r["stage"]) == _norm(stage) and r.get(unit)]
+    mine = [r for r in mine if not r.get("estimate")] or mine
     batched = [r for r in mine if not re.search(r"loop|single|one", str(r.get("mode", "")), re.I)]
     mine = batched or mine
     same = [r for r in mine if precision and str(r.get("precision")) == precision]
@@ -300,6 +305,7 @@ def plan(cfg: Mapping[str, Any], throughput: dict | str | Path | None = None, it
             "jobs": st.jobs,
             "throughput_row": "" if row is None else
             f"{row.get('device', '?')} {row.get('precision', '?')} batch {row.get('batch_size', '?')}",
+            "rate_estimate": "" if row is None else str(row.get("estimate") or ""),
         })
     frame = pd.DataFrame(rows, columns=COLUMNS)
     for col in ("items", "unet_evals", "images", "disk_bytes", "jobs"):
@@ -392,16 +398,24 @@ def to_markdown(frame: pd.DataFrame, throughput: dict, study_jobs: Mapping[str, 
         lines += [f"### {study}" + (f" — {jobs:,} Snakemake jobs (dry run)" if jobs is not None else ""), "",
                   head, "|" + "---|" * 9]
         for r in part.itertuples(index=False):
+            est = "≈ " if r.rate_estimate else ""      # an estimated rate, not a measured one
             rate = "cpu" if r.throughput_stage == "(cpu)" else (
-                f"{_fmt(r.rate, 'rate')} {'evals' if r.rate_unit.startswith('unet') else 'img'}/s" if r.rate else "—")
+                f"{est}{_fmt(r.rate, 'rate')} {'evals' if r.rate_unit.startswith('unet') else 'img'}/s" if r.rate
+                else "—")
+            hours = _fmt(r.gpu_hours, 'hours')
             lines.append(f"| {r.stage} | {_fmt(r.items)} | {_fmt(r.unet_evals_per_item)} | {_fmt(r.unet_evals)} | "
-                         f"{_fmt(r.images)} | {_fmt(r.disk_bytes, 'bytes')} | {rate} | {_fmt(r.gpu_hours, 'hours')} | "
-                         f"{_fmt(r.jobs)} |")
-        lines += ["", "items: " + "; ".join(f"{r.stage}: {r.items_source}" for r in part.itertuples(index=False)), ""]
+                         f"{_fmt(r.images)} | {_fmt(r.disk_bytes, 'bytes')} | {rate} | "
+                         f"{est if hours != '—' else ''}{hours} | {_fmt(r.jobs)} |")
+        lines += ["", "items: " + "; ".join(f"{r.stage}: {r.items_source}" for r in part.itertuples(index=False))]
+        lines += [f"≈ {r.stage}: rate estimated, not measured: {r.rate_estimate}"
+                  for r in part.itertuples(index=False) if r.rate_estimate and r.rate]
+        lines.append("")
     known = frame["gpu_hours"].dropna()
     blank = int(frame["gpu_hours"].isna().sum())
+    estimated = frame.loc[frame["rate_estimate"].astype(bool), "gpu_hours"].dropna()
     lines.append(f"**Total**: {_fmt(frame['unet_evals'].sum())} UNet evaluations, {_fmt(frame['images'].sum())} "
                  f"images, {_fmt(frame['disk_bytes'].sum(), 'bytes')}, {_fmt(known.sum(), 'hours')} GPU-hours"
+                 + (f" (of which {_fmt(estimated.sum(), 'hours')} at estimated rates)" if len(estimated) else "")
                  + (f" ({blank} stage(s) unknown, not counted)" if blank else "")
                  + (f", {sum(study_jobs.values()):,} Snakemake jobs (dry run)" if study_jobs else ""))
     return "\n".join(lines) + "\n"
