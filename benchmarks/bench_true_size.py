@@ -12,8 +12,18 @@ p2p_sets        the same with a 12-member set (SocialCF §3.3)                on
 gligen          ``generation.grounded.gligen_batch`` (CounterCurate §3.2)    one request (1)            4
 gligen_inpaint  the same with source images (CounterCurate §3.3)             one request (1)            4
 editing         ``generation.editing.ip2p_edit`` (CVLD §3.3)                 one edit candidate (1)    10
+null_text_inv   ``generation.inversion.null_text_invert`` (CVLD §3.3)        one image (0)              1
+null_text_edit  ``generation.inversion.p2p_edit`` of an inverted image       one edit candidate (1)    10
+t2i             ``generation.grounded.t2i_batch`` on SDXL (CounterCurate     one request (1)            4
+                §3.4, DALLE-3's role; 1024x1024 by default)
 inpainting      ``generation.inpaint.fill_batch`` with Big LaMa (§3.1)       one image (1)              8
 ==============  ==========================================================  ======================  =====
+
+Null-text inversion optimises one image's null embeddings (no batched form: one mode is timed); its evaluations
+include the ``inner_steps`` optimisation forwards (at most 10 per step; Mokady et al.'s early stop can end them
+sooner), each followed by a backward pass to the embedding that the FLOP figure does not count (so its TFLOP/s
+is a lower bound by up to about 2x). ``null_text_edit`` samples the m = 10 Prompt-to-Prompt candidates of one
+inverted image (an inversion without optimisation is made before the timing).
 
 Batches are the paper config's (``images.batch_size``, ``grounded``, ``editing`` m, ``inpaint.batch_size``);
 ``--batch-size`` overrides them all. Measured per mode: images/s; UNet evaluations/s, where **one UNet
@@ -60,8 +70,13 @@ STAGES = {
     "gligen": ("gligen", 4, 50, 1),        # CounterCurate: GLIGEN inference, 50 steps
     "gligen_inpaint": ("gligen_inpaint", 4, 50, 1),
     "editing": ("ip2p", 10, 100, 1),       # CVLD §5.1 m = 10; InstructPix2Pix default 100 steps
+    "null_text_inv": ("sd", 1, 50, 0),     # CVLD §3.3: null-text inversion, 50 DDIM steps x <= 10 iterations
+    "null_text_edit": ("sd", 10, 50, 1),   # CVLD §3.3/§5.1: m = 10 P2P edits of one inverted image
+    "t2i": ("sdxl", 4, 50, 1),             # CounterCurate §3.4: SDXL base in DALLE-3's role, grounded settings
     "inpainting": ("lama", 8, 1, 1),       # spurious retrieval §3.1; one forward per image
 }
+#: paper image side of a stage when --resolution is not given (t2i: DALLE-3 "hd", CounterCurate §4.1)
+PAPER_RESOLUTION = {"t2i": 1024}
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 #: dense peak TFLOP/s from NVIDIA's data sheets: (name substring, {dtype: peak}); H200 = H100 SXM compute
 GPU_PEAKS = [
@@ -119,7 +134,8 @@ def p2p_stage(stage: str, pipe, args, device, dtype, steps: int):
     from counterfactory.generation.sampler import GenerationSettings, P2PEngine
     from counterfactory.generation.selection import make_candidate
 
-    settings = GenerationSettings(steps=steps, height=args.resolution, width=args.resolution)
+    r = stage_resolution(stage, args)
+    settings = GenerationSettings(steps=steps, height=r, width=r)
     engine = P2PEngine(pipe, settings, device, dtype)
     if stage == "p2p_pairs":
         prompts = ["A man riding a horse on the beach.", "A man riding a cow on the beach."]
@@ -138,9 +154,10 @@ def gligen_stage(stage: str, pipe, args, device, dtype, steps: int):
     from counterfactory.generation import grounded as G
 
     inpaint = stage == "gligen_inpaint"
-    s = G.GroundedSettings(steps=steps, height=args.resolution, width=args.resolution)
+    r = stage_resolution(stage, args)
+    s = G.GroundedSettings(steps=steps, height=r, width=r)
     rng = np.random.default_rng(0)
-    source = rng.integers(0, 256, (args.resolution, args.resolution, 3), dtype=np.uint8)
+    source = rng.integers(0, 256, (r, r, 3), dtype=np.uint8)
 
     def request(i):
         n = 1 + i % 3
@@ -162,8 +179,9 @@ def gligen_stage(stage: str, pipe, args, device, dtype, steps: int):
 def editing_stage(stage: str, pipe, args, device, dtype, steps: int):
     from counterfactory.generation import editing as ed
 
-    s = ed.EditSettings(size=args.resolution, steps=steps)
-    image = np.random.default_rng(0).integers(0, 256, (args.resolution, args.resolution, 3), dtype=np.uint8)
+    r = stage_resolution(stage, args)
+    s = ed.EditSettings(size=r, steps=steps)
+    image = np.random.default_rng(0).integers(0, 256, (r, r, 3), dtype=np.uint8)
 
     def run(items, n_steps):
         params = [ed.edit_params("bench", j, s, "ip2p") for j in items]
@@ -174,11 +192,59 @@ def editing_stage(stage: str, pipe, args, device, dtype, steps: int):
     return run, pipe.unet, None
 
 
+def null_text_stage(stage: str, pipe, args, device, dtype, steps: int):
+    from counterfactory.generation import editing as ed
+    from counterfactory.generation import inversion as inv
+
+    r = stage_resolution(stage, args)
+    rng = np.random.default_rng(0)
+    images = [rng.integers(0, 256, (r, r, 3), dtype=np.uint8) for _ in range(4)]
+    prompts = ("a photo of a man riding a bicycle", "a photo of a woman riding a bicycle")
+
+    def settings(n_steps, inner):
+        return inv.InversionSettings(steps=n_steps, inner_steps=inner, size=r)
+
+    if stage == "null_text_inv":
+        def run(items, n_steps):
+            with torch.enable_grad():     # the optimisation differentiates through the UNet
+                for i in items:
+                    inv.null_text_invert(pipe, images[i % len(images)], prompts[0], settings(n_steps, 10))
+            return 0                      # no image is written: the inversion is an intermediate
+        return run, pipe.unet, None
+
+    inverted = {steps: inv.null_text_invert(pipe, images[0], prompts[0], settings(steps, 0))}
+    es = ed.EditSettings(size=r, inversion_steps=steps)
+
+    def run(items, n_steps):
+        if n_steps not in inverted:
+            inverted[n_steps] = inv.null_text_invert(pipe, images[0], prompts[0], settings(n_steps, 0))
+        params = [ed.edit_params("bench", j, es, "null_text") for j in items]
+        return len(inv.p2p_edit(pipe, inverted[n_steps], *prompts, params))
+
+    return run, pipe.unet, None
+
+
+def t2i_stage(stage: str, pipe, args, device, dtype, steps: int):
+    from counterfactory.generation import grounded as G
+
+    r = stage_resolution(stage, args)
+    s = G.GroundedSettings(steps=steps, t2i_height=r, t2i_width=r)
+
+    def run(items, n_steps):
+        reqs = [G.GroundedRequest(f"t{i:03d}", "t2i", f"a red car parked next to blue house number {i}")
+                for i in items]
+        out = G.t2i_batch(pipe, dataclasses.replace(s, steps=n_steps), reqs,
+                          [G.item_seed(0, q.item_id) for q in reqs])
+        return len(out)
+
+    return run, pipe.unet, None
+
+
 def inpainting_stage(stage: str, net, args, device, dtype, steps: int):
     from counterfactory.generation import inpaint as I
 
     rng = np.random.default_rng(0)
-    r = args.resolution
+    r = stage_resolution(stage, args)
     images = [rng.integers(0, 256, (r, r, 3), dtype=np.uint8) for _ in range(64)]
     masks = [I.boxes_to_mask([[r // 8 + i % 8, r // 4, r // 2 + i % 8, 3 * r // 4]], r, r) for i in range(64)]
 
@@ -192,7 +258,13 @@ def inpainting_stage(stage: str, net, args, device, dtype, steps: int):
 
 
 RUNNERS = {"p2p_pairs": p2p_stage, "p2p_sets": p2p_stage, "gligen": gligen_stage, "gligen_inpaint": gligen_stage,
-           "editing": editing_stage, "inpainting": inpainting_stage}
+           "editing": editing_stage, "null_text_inv": null_text_stage, "null_text_edit": null_text_stage,
+           "t2i": t2i_stage, "inpainting": inpainting_stage}
+
+
+def stage_resolution(stage: str, args) -> int:
+    """``--resolution`` when given, else the stage's paper resolution (512; t2i 1024)."""
+    return args.resolution or PAPER_RESOLUTION.get(stage, 512)
 
 
 def build_model(kind: str, device, dtype, args):
@@ -219,7 +291,7 @@ def measure(run, counted, items: list[int], per_call: int, steps: int, device) -
         images = sum(run(items[lo:lo + per_call], steps) for lo in range(0, len(items), per_call))
         sync(device)
         wall = time.perf_counter() - t
-    return {"wall_s": wall, "images": images, "unet_evals": rows[0]}
+    return {"wall_s": wall, "images": images, "unet_evals": rows[0], "items": len(items)}
 
 
 def bench_stage(stage: str, model, args, device, dtype, peak: tuple[float | None, str]) -> list[dict]:
@@ -230,10 +302,8 @@ def bench_stage(stage: str, model, args, device, dtype, peak: tuple[float | None
     n_items = args.items or (8 * batch if stage == "inpainting" and device.type == "cuda" else batch)
     items = list(range(n_items))
     run, counted, close = RUNNERS[stage](stage, model, args, device, dtype, steps)
-    if stage == "inpainting":
-        flops = T.lama_flops(args.resolution, args.resolution)
-    else:
-        flops = T.unet_flops(kind, args.resolution, args.resolution)
+    res = stage_resolution(stage, args)
+    flops = T.lama_flops(res, res) if stage == "inpainting" else T.unet_flops(kind, res, res)
     warm = args.warmup_steps if args.warmup_steps is not None else (2 if device.type == "cuda" else 1)
     log(f"{stage}: {n_items} items x {per_item} images, {steps} steps, batch {batch} vs 1; "
         f"{flops / 1e9:.1f} GFLOP per evaluation; warm-up ({warm} steps)")
@@ -243,26 +313,29 @@ def bench_stage(stage: str, model, args, device, dtype, peak: tuple[float | None
             if device.type == "cuda" or args.compile:      # every batch shape the timing uses
                 run(items[:batch], warm)
         modes = {}
-        for name, per_call in ((f"batch {batch}", batch), ("one item per call", 1)):
+        # a stage with no batched form (null-text inversion) is timed once, one item per call
+        for name, per_call in ((f"batch {batch}", batch), ("one item per call", 1))[1 if batch == 1 else 0:]:
             log(f"{stage}: timing {name}")
             modes[name] = measure(run, counted, items, per_call, steps, device)
     if close:
         close()
     rows = []
-    loop_rate = modes["one item per call"]["images"] / modes["one item per call"]["wall_s"]
+    loop_rate = modes["one item per call"]["items"] / modes["one item per call"]["wall_s"]
     for name, m in modes.items():
         tflops = flops * m["unet_evals"] / m["wall_s"] / 1e12
         rows.append({
             "stage": stage, "mode": name, "batch": batch if name.startswith("batch") else 1, "items": n_items,
-            "images": m["images"], "steps": steps, "resolution": args.resolution, "precision": args.precision,
+            "images": m["images"], "steps": steps, "resolution": res, "precision": args.precision,
             "tf32": bool(args.tf32), "channels_last": bool(args.channels_last), "compile": bool(args.compile),
             "device": device_name(device), "wall_s": m["wall_s"], "images_per_s": m["images"] / m["wall_s"],
+            "items_per_s": m["items"] / m["wall_s"],
             "unet_evals": m["unet_evals"], "unet_evals_per_s": m["unet_evals"] / m["wall_s"],
             "gflop_per_eval": flops / 1e9, "tflops": tflops, "peak_tflops": peak[0], "peak_label": peak[1],
             "peak_fraction": tflops / peak[0] if peak[0] else None,
-            "speedup_vs_one_per_call": (m["images"] / m["wall_s"]) / loop_rate,
+            "speedup_vs_one_per_call": (m["items"] / m["wall_s"]) / loop_rate,
         })
-        log(f"{stage} {name}: {rows[-1]['images_per_s']:.3f} images/s, {rows[-1]['unet_evals_per_s']:.2f} evals/s, "
+        log(f"{stage} {name}: {rows[-1]['images_per_s']:.3f} images/s ({rows[-1]['items_per_s']:.4f} items/s), "
+            f"{rows[-1]['unet_evals_per_s']:.2f} evals/s, "
             f"{tflops:.3f} TFLOP/s")
     return rows
 
@@ -272,15 +345,15 @@ def device_name(device: torch.device) -> str:
 
 
 def markdown(rows: list[dict]) -> str:
-    head = ("| stage | mode | images | steps | res | dtype | ch-last | compile | wall s | images/s | UNet evals/s "
-            "| GFLOP/eval | TFLOP/s | % of peak | vs one/call |")
-    lines = [head, "|" + "---|" * 2 + "---:|" * 13]
+    head = ("| stage | mode | images | steps | res | dtype | ch-last | compile | wall s | images/s | items/s "
+            "| UNet evals/s | GFLOP/eval | TFLOP/s | % of peak | vs one/call |")
+    lines = [head, "|" + "---|" * 2 + "---:|" * 14]
     for r in rows:
         pct = f"{100 * r['peak_fraction']:.1f}" if r["peak_fraction"] is not None else "-"
         lines.append(
             f"| {r['stage']} | {r['mode']} | {r['images']} | {r['steps']} | {r['resolution']} | {r['precision']}"
             f"{'+tf32' if r['tf32'] else ''} | {'yes' if r['channels_last'] else 'no'} | "
-            f"{'yes' if r['compile'] else 'no'} | {r['wall_s']:.2f} | {r['images_per_s']:.3f} | "
+            f"{'yes' if r['compile'] else 'no'} | {r['wall_s']:.2f} | {r['images_per_s']:.3f} | {r['items_per_s']:.4f} | "
             f"{r['unet_evals_per_s']:.2f} | {r['gflop_per_eval']:.1f} | {r['tflops']:.3f} | {pct} | "
             f"{r['speedup_vs_one_per_call']:.2f}x |")
     return "\n".join(lines)
@@ -299,12 +372,13 @@ def main(argv=None) -> int:
     ap.add_argument("--items", type=int, default=None, help="items per mode (default: the batch size)")
     ap.add_argument("--steps", type=int, default=None, help="denoising steps (default: paper on CUDA, 2 on CPU)")
     ap.add_argument("--warmup-steps", type=int, default=None, help="steps of the warm-up calls (0: none)")
-    ap.add_argument("--resolution", type=int, default=512, help="image side (paper: 512)")
+    ap.add_argument("--resolution", type=int, default=None,
+                    help="image side of every stage (default: the paper's, 512; t2i 1024)")
     ap.add_argument("--stages", nargs="+", choices=list(STAGES), default=list(STAGES))
     ap.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
     ap.add_argument("--json", type=Path, default=None, help="write all rows here as JSON")
     args = ap.parse_args(argv)
-    if args.resolution % 64:
+    if args.resolution is not None and args.resolution % 64:
         ap.error("--resolution must be a multiple of 64 (VAE x UNet down-sampling)")
     if args.threads:
         torch.set_num_threads(args.threads)

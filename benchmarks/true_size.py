@@ -16,6 +16,11 @@ their published configurations written out below (no download, no weights), for 
   (noisy latent 4 + masked source latent 4 + mask 1). Scheduler: PNDM (GLIGEN's PLMS sampler).
 * InstructPix2Pix (CVLD §3.3, ``timbrooks/instruct-pix2pix``): the SD v1.5 UNet with 8 input channels
   (noisy latent 4 + image latent 4) and the Euler-ancestral scheduler.
+* SDXL base 1.0 (CounterCurate §3.4's t2i role in the paper config, DALLE-3's stand-in;
+  ``stabilityai/stable-diffusion-xl-base-1.0``): ``unet/config.json`` (2,567.5 M parameters: three levels,
+  1/2/10 transformer layers, ``text_time`` added conditioning), ``text_encoder`` (CLIP ViT-L/14 text, as SD v1.5)
+  and ``text_encoder_2`` (OpenCLIP ViT-bigG/14 text with projection, 694.7 M), the SD VAE with SDXL's scaling
+  factor, Euler scheduler.
 * SD inpainting (``runwayml/stable-diffusion-inpainting``, registry role ``sd_inpaint``; no stage uses it):
   9 input channels.
 * Big LaMa (spurious-correlation retrieval §3.1 object removal, through lama-cleaner's ``big-lama.pt``):
@@ -72,6 +77,32 @@ UNET_VARIANTS: dict[str, dict[str, Any]] = {
     "ip2p": {"in_channels": 8},                                  # timbrooks/instruct-pix2pix
     "sd_inpaint": {"in_channels": 9},                            # runwayml/stable-diffusion-inpainting
 }
+#: stabilityai/stable-diffusion-xl-base-1.0, unet/config.json (architecture keys)
+SDXL_UNET: dict[str, Any] = {
+    "sample_size": 128, "in_channels": 4, "out_channels": 4, "center_input_sample": False,
+    "flip_sin_to_cos": True, "freq_shift": 0,
+    "down_block_types": ("DownBlock2D", "CrossAttnDownBlock2D", "CrossAttnDownBlock2D"),
+    "up_block_types": ("CrossAttnUpBlock2D", "CrossAttnUpBlock2D", "UpBlock2D"),
+    "block_out_channels": (320, 640, 1280), "layers_per_block": 2, "downsample_padding": 1,
+    "mid_block_scale_factor": 1, "act_fn": "silu", "norm_num_groups": 32, "norm_eps": 1e-5,
+    "cross_attention_dim": 2048, "attention_head_dim": (5, 10, 20), "transformer_layers_per_block": (1, 2, 10),
+    "use_linear_projection": True, "addition_embed_type": "text_time", "addition_time_embed_dim": 256,
+    "projection_class_embeddings_input_dim": 2816,
+}
+#: stabilityai/stable-diffusion-xl-base-1.0, text_encoder_2/config.json (OpenCLIP ViT-bigG/14 text tower)
+SDXL_TEXT_2: dict[str, Any] = {
+    "vocab_size": 49408, "hidden_size": 1280, "intermediate_size": 5120, "num_hidden_layers": 32,
+    "num_attention_heads": 20, "max_position_embeddings": 77, "hidden_act": "gelu", "layer_norm_eps": 1e-5,
+    "projection_dim": 1280, "bos_token_id": 0, "eos_token_id": 2, "pad_token_id": 1,
+}
+#: stabilityai/stable-diffusion-xl-base-1.0: vae/config.json differs from SD v1.5's in these keys only;
+#: scheduler/scheduler_config.json (EulerDiscreteScheduler)
+SDXL_VAE_CHANGES: dict[str, Any] = {"sample_size": 1024, "scaling_factor": 0.13025, "force_upcast": True}
+SDXL_SCHEDULER: dict[str, Any] = {
+    "num_train_timesteps": 1000, "beta_start": 0.00085, "beta_end": 0.012, "beta_schedule": "scaled_linear",
+    "steps_offset": 1, "timestep_spacing": "leading", "interpolation_type": "linear",
+    "prediction_type": "epsilon",
+}
 #: LaMa configs/training/big-lama.yaml, generator section
 BIG_LAMA: dict[str, Any] = {"input_nc": 4, "output_nc": 3, "ngf": 64, "n_downsampling": 3, "n_blocks": 18,
                             "max_features": 1024, "ratio_g": 0.75}
@@ -80,18 +111,28 @@ BIG_LAMA: dict[str, Any] = {"input_nc": 4, "output_nc": 3, "ngf": 64, "n_downsam
 # --------------------------------------------------------------------------- Stable Diffusion parts
 
 def unet(variant: str = "sd"):
-    """``UNet2DConditionModel`` of SD v1.5, changed as :data:`UNET_VARIANTS` says; random weights (built on
-    the current default device: wrap in ``with torch.device("meta")`` to count parameters for free)."""
+    """``UNet2DConditionModel`` of SD v1.5, changed as :data:`UNET_VARIANTS` says, or SDXL's (``sdxl``); random
+    weights (built on the current default device: wrap in ``with torch.device("meta")`` to count parameters for
+    free)."""
     from diffusers import UNet2DConditionModel
 
+    if variant == "sdxl":
+        return UNet2DConditionModel(**SDXL_UNET)
     return UNet2DConditionModel(**{**SD15_UNET, **UNET_VARIANTS[variant]})
 
 
-def vae():
-    """SD v1.5's ``AutoencoderKL`` (83.65 M parameters)."""
+def vae(variant: str = "sd"):
+    """SD v1.5's ``AutoencoderKL`` (83.65 M parameters); ``sdxl``: the same architecture, SDXL's scaling."""
     from diffusers import AutoencoderKL
 
-    return AutoencoderKL(**SD15_VAE)
+    return AutoencoderKL(**{**SD15_VAE, **(SDXL_VAE_CHANGES if variant == "sdxl" else {})})
+
+
+def text_encoder_2():
+    """SDXL's second text encoder: ``CLIPTextModelWithProjection``, OpenCLIP ViT-bigG/14 text (694.66 M)."""
+    from transformers import CLIPTextConfig, CLIPTextModelWithProjection
+
+    return CLIPTextModelWithProjection(CLIPTextConfig(**SDXL_TEXT_2))
 
 
 def text_encoder():
@@ -127,9 +168,20 @@ def pipeline(kind: str, device: str | torch.device = "cpu", dtype: torch.dtype =
     ``sd`` (``StableDiffusionPipeline``, Euler-ancestral is built from its betas by the P2P engine),
     ``gligen`` / ``gligen_inpaint`` (``StableDiffusionGLIGENPipeline``, PNDM; fuser gates set to 1 as in
     trained checkpoints, diffusers starts them at 0), ``ip2p`` (``StableDiffusionInstructPix2PixPipeline``,
-    Euler-ancestral). Modules are built directly on ``device`` (fast on a GPU)."""
+    Euler-ancestral), ``sdxl`` (``StableDiffusionXLPipeline``, Euler; the t2i role). Modules are built directly
+    on ``device`` (fast on a GPU)."""
     import diffusers
 
+    if kind == "sdxl":
+        with torch.device(device):
+            parts = {"unet": unet(kind), "vae": vae(kind), "text_encoder": text_encoder(),
+                     "text_encoder_2": text_encoder_2()}
+        pipe = diffusers.StableDiffusionXLPipeline(
+            **parts, tokenizer=tokenizer(), tokenizer_2=tokenizer(),
+            scheduler=diffusers.EulerDiscreteScheduler.from_config(SDXL_SCHEDULER))
+        pipe.to(device, dtype)
+        pipe.set_progress_bar_config(disable=True)
+        return pipe
     with torch.device(device):
         parts = {"unet": unet(kind), "vae": vae(), "text_encoder": text_encoder()}
     if kind.startswith("gligen"):
@@ -147,7 +199,7 @@ def pipeline(kind: str, device: str | torch.device = "cpu", dtype: torch.dtype =
     elif kind == "sd":
         cls, sched = diffusers.StableDiffusionPipeline, diffusers.PNDMScheduler.from_config(SD15_SCHEDULER)
     else:
-        raise ValueError(f"no pipeline kind {kind!r}: use sd, gligen, gligen_inpaint or ip2p")
+        raise ValueError(f"no pipeline kind {kind!r}: use sd, sdxl, gligen, gligen_inpaint or ip2p")
     pipe = cls(**parts, tokenizer=tokenizer(), scheduler=sched, safety_checker=None, feature_extractor=None,
                requires_safety_checker=False)
     pipe.to(device, dtype)
@@ -280,7 +332,8 @@ def unet_flops(variant: str, height: int, width: int, text_tokens: int = 77, obj
     """FLOPs of one UNet evaluation of one item (batch 1) at ``height x width`` pixels (latent / 8),
     counted on the meta device (no memory, no compute) with diffusers' explicit attention processor
     (``AttnProcessor``: Q·K and A·V as batched matmuls, whatever kernel the run itself uses). GLIGEN
-    variants run with the grounding tokens of ``objects`` boxes (the pipeline pads to 30) and the fusers on."""
+    variants run with the grounding tokens of ``objects`` boxes (the pipeline pads to 30) and the fusers on; SDXL
+    with its added text/time conditioning."""
     from diffusers.models.attention_processor import AttnProcessor
 
     with torch.device("meta"):
@@ -291,6 +344,8 @@ def unet_flops(variant: str, height: int, width: int, text_tokens: int = 77, obj
         text = torch.zeros(1, text_tokens, c.cross_attention_dim)
         t = torch.tensor([999])
         kwargs = {}
+        if variant == "sdxl":      # pooled bigG text embedding (1280) + 6 size/crop numbers
+            kwargs["added_cond_kwargs"] = {"text_embeds": torch.zeros(1, 1280), "time_ids": torch.zeros(1, 6)}
         if variant.startswith("gligen"):
             kwargs["cross_attention_kwargs"] = {"gligen": {
                 "boxes": torch.zeros(1, objects, 4), "positive_embeddings": torch.zeros(1, objects, 768),

@@ -36,6 +36,14 @@ def test_published_parameter_counts(part, expected):
     assert count == expected
 
 
+def test_sdxl_parts_have_the_published_sizes():
+    """SDXL base 1.0 (the t2i role): UNet 2,567.46 M, second text encoder (OpenCLIP bigG/14 text) 694.66 M; its
+    VAE is SD's architecture."""
+    assert _unet_params("sdxl") == 2_567_463_684
+    assert _meta_params(T.text_encoder_2) == 694_659_840
+    assert _meta_params(lambda: T.vae("sdxl")) == 83_653_863
+
+
 def test_variants_change_only_what_they_should():
     base = _unet_params("sd")
     # extra input channels add 320 * 3 * 3 conv_in weights per channel
@@ -62,6 +70,14 @@ def test_unet_flops_scale_with_pixels_and_variants():
     assert 4 * f256 < f512 < 4.6 * f256         # convolutions scale with pixels, self-attention faster
     # ip2p: only conv_in is wider: 4 more input channels x 320 outputs x 9 taps x 64x64 latent positions x 2
     assert T.unet_flops("ip2p", 512, 512) - f512 == 2 * 64 * 64 * 320 * 4 * 9
+
+
+def test_sdxl_flops_exceed_sd_as_its_size_says():
+    """At the same 512x512 an SDXL evaluation costs several SD ones (3x the parameters, 2048-wide text); at its
+    native 1024x1024 about 4x its 512x512 cost or more (convolutions scale with pixels, attention faster)."""
+    sd, xl, xl_hd = T.unet_flops("sd", 512, 512), T.unet_flops("sdxl", 512, 512), T.unet_flops("sdxl", 1024, 1024)
+    assert 1.5 * sd < xl < 3 * sd
+    assert 4 * xl <= xl_hd < 5 * xl
 
 
 def test_counting_rows_counts_batch_entries():

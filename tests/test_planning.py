@@ -95,7 +95,7 @@ def test_estimated_rates_are_marked_and_counted_apart(tmp_path):
     assert t2i["rate_estimate"] and t2i["gpu_hours"] == pytest.approx(360 * 100 / t2i["rate"] / 3600)
     assert p.loc[("cvld", "null_text_coco"), "rate_estimate"] and not p.loc[("cvld", "ip2p_coco"), "rate_estimate"]
     text = planning.to_markdown(frame, tp)
-    assert "| t2i | 360 | 100 | 36,000 |" in text and "≈ t2i: rate estimated, not measured: " in text
+    assert "| t2i | 360 | 100 | 36,000 |" in text and "≈ t2i: estimated rate, not measured on the H100: " in text
     assert "≈ 35.6 evals/s" in text and "at estimated rates)" in text
     assert "| p2p_pairs |" in text and "≈ 299.4" not in text
 

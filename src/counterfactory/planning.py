@@ -407,7 +407,7 @@ def to_markdown(frame: pd.DataFrame, throughput: dict, study_jobs: Mapping[str, 
                          f"{_fmt(r.images)} | {_fmt(r.disk_bytes, 'bytes')} | {rate} | "
                          f"{est if hours != '—' else ''}{hours} | {_fmt(r.jobs)} |")
         lines += ["", "items: " + "; ".join(f"{r.stage}: {r.items_source}" for r in part.itertuples(index=False))]
-        lines += [f"≈ {r.stage}: rate estimated, not measured: {r.rate_estimate}"
+        lines += [f"≈ {r.stage}: estimated rate, {r.rate_estimate}"
                   for r in part.itertuples(index=False) if r.rate_estimate and r.rate]
         lines.append("")
     known = frame["gpu_hours"].dropna()
