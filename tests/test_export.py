@@ -223,3 +223,19 @@ def test_cli_release_for_a_study_without_published_format(tmp_path, capsys):
 
 def test_size_categories():
     assert [cards.size_category(n) for n in (0, 999, 1000, 170_832)] == ["n<1K", "n<1K", "1K<n<10K", "100K<n<1M"]
+
+
+def test_examples_grid_draws_an_export_and_says_so_when_it_is_empty(tmp_path, table, caplog):
+    """`report examples` draws the exported rows; an export that kept nothing (own data no selection rule
+    accepted) gets a figure saying so and a warning, not a failed job at the end of a finished run."""
+    from counterfactory.plots import export_grid
+
+    formats.write_imagefolder([table], tmp_path / "if")
+    full = export_grid(tmp_path / "if", tmp_path / "full.png")
+    empty = formats.ExportTable("none", table.rows.iloc[:0], table.images, "item_id", base=table.base)
+    formats.write_imagefolder([empty], tmp_path / "if0")
+    with caplog.at_level("WARNING"):
+        blank = export_grid(tmp_path / "if0", tmp_path / "empty.png")
+    assert "no exported examples" in caplog.text and "none" in caplog.text
+    with Image.open(full) as a, Image.open(blank) as b:
+        assert a.size[1] > b.size[1]           # one row of panels per example vs a one-line note

@@ -117,10 +117,19 @@ def export_grid(imagefolder: str | Path, out: str | Path, n: int = 3, wrap: int 
         groups = _grid_groups(_export_rows(folder), list(conf["images"]), n)
         blocks.append((name, folder, [g[:max_panels] for g in groups]))
     lines = [(name, folder, g) for name, folder, gs in blocks for g in gs]
-    if not lines:
-        raise ValueError(f"{root}: no exported examples to draw (every config is empty)")
-    width = max(len(g) for _, _, g in lines)
     plt = pyplot()
+    if not lines:   # a run that kept nothing (e.g. own data whose images no selection rule accepts): say so
+        import logging
+
+        msg = (f"no exported examples: every config's first split is empty ({', '.join(manifest['configs'])}); "
+               "the study kept no item (see its filter / selection summaries)")
+        logging.getLogger(__name__).warning("%s: %s", root, msg)
+        fig, ax = plt.subplots(figsize=(6, 1.2))
+        ax.axis("off")
+        ax.text(0.5, 0.5, "\n".join(textwrap.wrap(msg, 80)), ha="center", va="center", fontsize=8)
+        fig.suptitle(f"{manifest.get('source') or root.parent.name}: exported examples", fontsize=9)
+        return save_figure(out, fig)
+    width = max(len(g) for _, _, g in lines)
     fig, axes = plt.subplots(len(lines), width, figsize=(2.3 * width, 2.6 * len(lines)), squeeze=False)
     for ax_row, (name, folder, panels) in zip(axes, lines):
         for ax in ax_row:
