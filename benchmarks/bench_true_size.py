@@ -353,8 +353,8 @@ def markdown(rows: list[dict]) -> str:
         lines.append(
             f"| {r['stage']} | {r['mode']} | {r['images']} | {r['steps']} | {r['resolution']} | {r['precision']}"
             f"{'+tf32' if r['tf32'] else ''} | {'yes' if r['channels_last'] else 'no'} | "
-            f"{'yes' if r['compile'] else 'no'} | {r['wall_s']:.2f} | {r['images_per_s']:.3f} | {r['items_per_s']:.4f} | "
-            f"{r['unet_evals_per_s']:.2f} | {r['gflop_per_eval']:.1f} | {r['tflops']:.3f} | {pct} | "
+            f"{'yes' if r['compile'] else 'no'} | {r['wall_s']:.2f} | {r['images_per_s']:.3f} | "
+            f"{r['items_per_s']:.4f} | {r['unet_evals_per_s']:.2f} | {r['gflop_per_eval']:.1f} | {r['tflops']:.3f} | {pct} | "
             f"{r['speedup_vs_one_per_call']:.2f}x |")
     return "\n".join(lines)
 

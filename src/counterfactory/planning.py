@@ -46,7 +46,7 @@ import pandas as pd
 
 from .errors import ConfigError, input_error
 
-#: packaged throughput file: the H100 measurements of benchmarks/bench_true_size.py plus estimated rows (module docstring)
+#: packaged throughput file: bench_true_size.py's H100 measurements plus estimated rows (module docstring)
 DEFAULT_THROUGHPUT = Path(__file__).resolve().parent / "resources" / "throughput" / "h100.json"
 #: estimated PNG bytes per pixel of a photographic RGB image (module docstring)
 BYTES_PER_PIXEL = {"png": 1.45}
