@@ -113,7 +113,10 @@ def test_paper_config_counts_and_items_from_earlier_outputs(tmp_path):
     assert coco["unet_evals"] == 24508 * 40000 and coco["jobs"] == 501
     # Table 18's 156 occupations x 4 prefixes x 3 segments = 1,872 sets of 52 / 3 captions on average
     assert p.loc[("social_counterfactuals", "p2p_sets"), "unet_evals"] == 2 * 156 * 4 * 52 * 100 * 100
-    assert pd.isna(p.loc[("countercurate", "t2i"), "items"])
+    # CounterCurate t2i before the LLM ran: 3 kinds x the first caption of 31,783 Flickr30k Entities images
+    assert p.loc[("countercurate", "t2i"), "items"] == 3 * 31783
+    assert p.loc[("countercurate", "t2i"), "items_source"].startswith("upper bound")
+    assert pd.isna(p.loc[("countercurate", "gligen_generate"), "items"])
     # an earlier run's input table gives the exact count
     table = tmp_path / "results" / "paper" / "coco_counterfactuals" / "captions" / "counterfactual_captions.parquet"
     table.parent.mkdir(parents=True)

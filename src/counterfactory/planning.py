@@ -60,6 +60,8 @@ PAPER_ITEMS = {
 COCO_VAL2017_CAPTIONS = 25014
 #: CelebA training images (official split) and Karpathy COCO training images (train + restval)
 CELEBA_TRAIN, KARPATHY_COCO_TRAIN = 162770, 113287
+#: Flickr30k (Entities) images and captions per image (Young et al. 2014; Plummer et al. 2016)
+FLICKR30K_IMAGES, FLICKR30K_CAPTIONS_PER_IMAGE = 31783, 5
 
 COLUMNS = ["study", "stage", "items", "items_source", "unet_evals_per_item", "unet_evals", "images", "resolution",
            "disk_bytes", "throughput_stage", "rate", "rate_unit", "gpu_hours", "jobs", "throughput_row",
@@ -144,6 +146,19 @@ def _social(view, res: Path, items: Mapping[str, int]) -> list[Stage]:
                   math.ceil(n_sets / sets.set_shard_size) if n_sets else None)]
 
 
+def _attributes_upper_bound(view) -> tuple[int, str]:
+    """CounterCurate's t2i images before the LLM has answered: every negative kind accepted for the selected caption
+    of every Flickr30k Entities image (an upper bound: the paper got only about 2.5k swaps, §4.4)."""
+    from .studies.countercurate.attributes import DEFAULTS
+
+    at = {**DEFAULTS, **(view.get("attributes") or {})}
+    n_images = min(int(at["limit_images"] or FLICKR30K_IMAGES), FLICKR30K_IMAGES)
+    per_image = len(at["kinds"]) * (FLICKR30K_CAPTIONS_PER_IMAGE if at["caption"] == "all" else 1)
+    return n_images * per_image, (f"upper bound: {len(at['kinds'])} negative kinds x {at['caption']} caption(s) of "
+                                  f"{n_images:,} Flickr30k Entities images, all accepted (§3.4; the paper's swaps "
+                                  "were about 2.5k, §4.4); --items countercurate.t2i=N")
+
+
 def _countercurate(view, res: Path, items: Mapping[str, int]) -> list[Stage]:
     from .generation.grounded import GroundedSettings
 
@@ -157,6 +172,8 @@ def _countercurate(view, res: Path, items: Mapping[str, int]) -> list[Stage]:
             n, src = int(items[name]), "--items"
         elif kinds is not None:
             n, src = int(kinds.get(kind, 0)), str(table)
+        elif kind == "t2i":     # Flickr30k-Attributes: one image per accepted negative caption (§3.4)
+            n, src = _attributes_upper_bound(view)
         else:
             n, src = None, "unknown before cc_requests (Flickr30k Entities); --items countercurate.%s=N" % stage
         h, w = (s.t2i_height, s.t2i_width) if kind == "t2i" else (s.height, s.width)
