@@ -149,9 +149,9 @@ def _social(view, res: Path, items: Mapping[str, int]) -> list[Stage]:
 def _attributes_upper_bound(view) -> tuple[int, str]:
     """CounterCurate's t2i images before the LLM has answered: every negative kind accepted for the selected caption
     of every Flickr30k Entities image (an upper bound: the paper got only about 2.5k swaps, §4.4)."""
-    from .studies.countercurate.attributes import DEFAULTS
+    from .studies.countercurate.attributes import section_of
 
-    at = {**DEFAULTS, **(view.get("attributes") or {})}
+    at = section_of(view)
     n_images = min(int(at["limit_images"] or FLICKR30K_IMAGES), FLICKR30K_IMAGES)
     per_image = len(at["kinds"]) * (FLICKR30K_CAPTIONS_PER_IMAGE if at["caption"] == "all" else 1)
     return n_images * per_image, (f"upper bound: {len(at['kinds'])} negative kinds x {at['caption']} caption(s) of "

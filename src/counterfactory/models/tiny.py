@@ -180,16 +180,11 @@ def build_vae(out: Path, seed: int = 0) -> None:
     (4 latent channels, 4 levels, so it decodes the tiny UNet's latents) with different random
     weights (seed + 7), so decoding with it visibly differs from decoding with the pipeline's VAE."""
     import torch
-    from diffusers import AutoencoderKL
 
-    from .tiny_vision import TINY_IMAGE_SIZE
+    from .tiny_vision import tiny_vae
 
     torch.manual_seed(seed + 7)
-    vae = AutoencoderKL(
-        in_channels=3, out_channels=3, latent_channels=4, block_out_channels=(8, 16, 32, 32),
-        down_block_types=("DownEncoderBlock2D",) * 4, up_block_types=("UpDecoderBlock2D",) * 4,
-        layers_per_block=1, norm_num_groups=8, sample_size=TINY_IMAGE_SIZE,
-    )
+    vae = tiny_vae()
     vae.save_pretrained(out, safe_serialization=True)
 
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .tiny_vision import TINY_IMAGE_SIZE, TINY_TEXT_WIDTH, _text_config_kwargs
+from .tiny_vision import TINY_IMAGE_SIZE, TINY_TEXT_WIDTH, _text_config_kwargs, tiny_vae
 
 #: value the stand-in gives the GLIGEN fuser gates (diffusers initialises them to 0 = no grounding)
 GATE_VALUE = 1.0
@@ -38,7 +38,7 @@ GATE_VALUE = 1.0
 
 def _gligen_pipeline(out: Path, seed: int, in_channels: int) -> None:
     import torch
-    from diffusers import AutoencoderKL, PNDMScheduler, StableDiffusionGLIGENPipeline, UNet2DConditionModel
+    from diffusers import PNDMScheduler, StableDiffusionGLIGENPipeline, UNet2DConditionModel
     from diffusers.models.attention import GatedSelfAttentionDense
     from transformers import CLIPTextConfig, CLIPTextModel
 
@@ -58,11 +58,7 @@ def _gligen_pipeline(out: Path, seed: int, in_channels: int) -> None:
                 module.alpha_attn.fill_(GATE_VALUE)
                 module.alpha_dense.fill_(GATE_VALUE)
     torch.manual_seed(seed + 1)
-    vae = AutoencoderKL(
-        in_channels=3, out_channels=3, latent_channels=4, block_out_channels=(8, 16, 32, 32),
-        down_block_types=("DownEncoderBlock2D",) * 4, up_block_types=("UpDecoderBlock2D",) * 4,
-        layers_per_block=1, norm_num_groups=8, sample_size=TINY_IMAGE_SIZE,
-    )
+    vae = tiny_vae()
     torch.manual_seed(seed + 2)
     text_encoder = CLIPTextModel(CLIPTextConfig(**_text_config_kwargs()))
     scheduler = PNDMScheduler(
@@ -89,7 +85,7 @@ def build_gligen_inpaint(out: Path, seed: int = 0) -> None:
 def build_t2i(out: Path, seed: int = 0) -> None:
     """Tiny ``StableDiffusionXLPipeline`` in DALLE-3's role (module docstring)."""
     import torch
-    from diffusers import AutoencoderKL, EulerDiscreteScheduler, StableDiffusionXLPipeline, UNet2DConditionModel
+    from diffusers import EulerDiscreteScheduler, StableDiffusionXLPipeline, UNet2DConditionModel
     from transformers import CLIPTextConfig, CLIPTextModel, CLIPTextModelWithProjection
 
     from .tiny import clip_tokenizer
@@ -105,11 +101,7 @@ def build_t2i(out: Path, seed: int = 0) -> None:
         addition_time_embed_dim=time_dim, projection_class_embeddings_input_dim=6 * time_dim + TINY_TEXT_WIDTH,
     )
     torch.manual_seed(seed + 1)
-    vae = AutoencoderKL(
-        in_channels=3, out_channels=3, latent_channels=4, block_out_channels=(8, 16, 32, 32),
-        down_block_types=("DownEncoderBlock2D",) * 4, up_block_types=("UpDecoderBlock2D",) * 4,
-        layers_per_block=1, norm_num_groups=8, sample_size=TINY_IMAGE_SIZE, scaling_factor=0.13025,
-    )
+    vae = tiny_vae(scaling_factor=0.13025)   # SDXL's latent scaling
     torch.manual_seed(seed + 2)
     text_encoder = CLIPTextModel(CLIPTextConfig(**_text_config_kwargs()))
     torch.manual_seed(seed + 3)

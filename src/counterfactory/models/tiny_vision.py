@@ -39,11 +39,22 @@ def _text_config_kwargs() -> dict:
     )
 
 
+def tiny_vae(**changes):
+    """The tiny ``AutoencoderKL`` every tiny diffusion stand-in uses (4 latent channels, 4 levels, so it decodes
+    the tiny UNets' latents); ``changes`` override config keys (SDXL: ``scaling_factor``). Random weights from
+    torch's current seed."""
+    from diffusers import AutoencoderKL
+
+    return AutoencoderKL(**{
+        "in_channels": 3, "out_channels": 3, "latent_channels": 4, "block_out_channels": (8, 16, 32, 32),
+        "down_block_types": ("DownEncoderBlock2D",) * 4, "up_block_types": ("UpDecoderBlock2D",) * 4,
+        "layers_per_block": 1, "norm_num_groups": 8, "sample_size": TINY_IMAGE_SIZE, **changes})
+
+
 def build_sd(out: Path, seed: int = 0) -> None:
     """Tiny ``StableDiffusionPipeline`` saved as a diffusers folder."""
     import torch
-    from diffusers import (AutoencoderKL, EulerAncestralDiscreteScheduler, StableDiffusionPipeline,
-                           UNet2DConditionModel)
+    from diffusers import EulerAncestralDiscreteScheduler, StableDiffusionPipeline, UNet2DConditionModel
     from transformers import CLIPTextConfig, CLIPTextModel
 
     from .tiny import clip_tokenizer
@@ -57,11 +68,7 @@ def build_sd(out: Path, seed: int = 0) -> None:
         attention_head_dim=2, norm_num_groups=32,
     )
     torch.manual_seed(seed + 1)
-    vae = AutoencoderKL(
-        in_channels=3, out_channels=3, latent_channels=4, block_out_channels=(8, 16, 32, 32),
-        down_block_types=("DownEncoderBlock2D",) * 4, up_block_types=("UpDecoderBlock2D",) * 4,
-        layers_per_block=1, norm_num_groups=8, sample_size=TINY_IMAGE_SIZE,
-    )
+    vae = tiny_vae()
     torch.manual_seed(seed + 2)
     text_encoder = CLIPTextModel(CLIPTextConfig(**_text_config_kwargs()))
     # SD v1.5's scheduler settings (scaled-linear betas 0.00085..0.012 over 1000 training steps)
