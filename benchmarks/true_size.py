@@ -172,18 +172,11 @@ def pipeline(kind: str, device: str | torch.device = "cpu", dtype: torch.dtype =
     on ``device`` (fast on a GPU)."""
     import diffusers
 
-    if kind == "sdxl":
-        with torch.device(device):
-            parts = {"unet": unet(kind), "vae": vae(kind), "text_encoder": text_encoder(),
-                     "text_encoder_2": text_encoder_2()}
-        pipe = diffusers.StableDiffusionXLPipeline(
-            **parts, tokenizer=tokenizer(), tokenizer_2=tokenizer(),
-            scheduler=diffusers.EulerDiscreteScheduler.from_config(SDXL_SCHEDULER))
-        pipe.to(device, dtype)
-        pipe.set_progress_bar_config(disable=True)
-        return pipe
     with torch.device(device):
-        parts = {"unet": unet(kind), "vae": vae(), "text_encoder": text_encoder()}
+        parts = {"unet": unet(kind), "vae": vae(kind), "text_encoder": text_encoder()}
+        if kind == "sdxl":
+            parts["text_encoder_2"] = text_encoder_2()
+    extras = {"safety_checker": None, "feature_extractor": None, "requires_safety_checker": False}
     if kind.startswith("gligen"):
         from diffusers.models.attention import GatedSelfAttentionDense
 
@@ -198,10 +191,12 @@ def pipeline(kind: str, device: str | torch.device = "cpu", dtype: torch.dtype =
         sched = diffusers.EulerAncestralDiscreteScheduler.from_config(SD15_SCHEDULER)
     elif kind == "sd":
         cls, sched = diffusers.StableDiffusionPipeline, diffusers.PNDMScheduler.from_config(SD15_SCHEDULER)
+    elif kind == "sdxl":     # no safety checker in SDXL's pipeline; a second tokenizer for its second encoder
+        cls, sched = diffusers.StableDiffusionXLPipeline, diffusers.EulerDiscreteScheduler.from_config(SDXL_SCHEDULER)
+        extras = {"tokenizer_2": tokenizer()}
     else:
         raise ValueError(f"no pipeline kind {kind!r}: use sd, sdxl, gligen, gligen_inpaint or ip2p")
-    pipe = cls(**parts, tokenizer=tokenizer(), scheduler=sched, safety_checker=None, feature_extractor=None,
-               requires_safety_checker=False)
+    pipe = cls(**parts, tokenizer=tokenizer(), scheduler=sched, **extras)
     pipe.to(device, dtype)
     pipe.set_progress_bar_config(disable=True)
     return pipe
