@@ -21,6 +21,9 @@ venv: $(STAMP)
 # --no-deps: its own pins (diffusers 0.16, transformers 4.27) conflict with the rest, and the LaMa /
 # OpenCV models we use import with the light dependencies already in requirements.lock.
 $(STAMP): requirements.lock pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' || { \
+		echo "CounterFactory needs Python 3.11 or newer (the pinned numpy, pandas, snakemake and transformers do);" \
+		"$(PYTHON) is $$($(PYTHON) -V 2>&1). Run: make $(MAKECMDGOALS) PYTHON=python3.11"; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -r requirements.lock
@@ -40,6 +43,9 @@ demo: $(STAMP)
 	$(BIN)/snakemake all --report results/demo/report.html --configfile config/demo.yaml
 	$(BIN)/snakemake $(OWN_DATA_TARGETS) --profile profiles/local --cores $(CORES) \
 		--configfile config/demo.yaml config/demo_own_data.yaml
+	@echo
+	@echo "Demo done. Open results/demo/report.html (every study's tables and figures) or"
+	@echo "results/demo/report/overview.html; datasets: results/demo/<study>/export/ (Hugging Face layouts)."
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q --durations=15

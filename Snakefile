@@ -4,6 +4,10 @@
 #   snakemake all --profile profiles/local --configfile config/demo.yaml   # offline demo
 #
 # Rules are thin: each calls one `counterfactory` CLI subcommand; the logic lives in the package.
+# One name per step: rule `<group>_<step>` runs `counterfactory <group> <step>` (dashes as underscores), defined in
+# src/counterfactory/commands/<group>.py; a second rule running the same subcommand for one study or experiment adds
+# `_<study>` (e.g. train_collect_spurious). A study's own group is its short name: social, countercurate, spurious
+# (spurious_retrieval), cvld. tests/test_names.py keeps it so.
 # Stage rules (rules/<stage>.smk) are written once for every study: their paths carry a {study}
 # wildcard and their settings come from that study's config section. A study's own steps and its
 # targets are in rules/study_<study>.smk. Results: results/<run_name>/<study>/...

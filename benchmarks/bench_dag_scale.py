@@ -18,7 +18,8 @@ Prints the jobs per rule grouped by study, the jobs per study, the total job cou
 dry run (parse + DAG) and the peak resident memory of the Snakemake process. Goal on the 2-core development
 machine: <= 30 s and <= 1 GB (Snakemake costs about 1 ms and 14 KB per job, so the shard sizes keep the job
 count near 10^4 or below). Exit status 1 when a goal is missed or an enabled study has no jobs. CounterCurate's
-generation jobs follow a checkpoint (``cc_request_shards``), so a dry run before its requests exist cannot list them.
+generation jobs follow a checkpoint (``countercurate_request_shards``), so a dry run before its requests exist
+cannot list them.
 """
 
 from __future__ import annotations

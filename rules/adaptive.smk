@@ -9,6 +9,7 @@ rule images_adaptive_curve:
     input:
         scores=f"{S}/images/candidate_scores.parquet",
         summary=f"{S}/images/summary.json",
+        config=job_config("images", "seed", "adaptive_curve"),
     output:
         csv=report(
             f"{S}/images/adaptive_curve.csv",
@@ -26,19 +27,18 @@ rule images_adaptive_curve:
         f"{S}/logs/images/adaptive_curve.log",
     conda:
         CONDA_ENV
-    params:
-        config=job_config("images", "seed", "adaptive_curve"),
     shell:
-        "counterfactory images adaptive-curve {params.config} --scores {input.scores:q} --summary {input.summary:q}"
+        "counterfactory images adaptive-curve --config {input.config:q} --scores {input.scores:q} --summary {input.summary:q}"
         " --out-csv {output.csv:q} --out-png {output.png:q} > {log:q} 2>&1"
 
 
-rule social_adaptive_curve:
+rule images_adaptive_curve_social:
     """SocialCounterfactuals candidate sets: the same rules on the CLIP stage's per-set verdicts; score = the
     set's min image-caption cosine, every passing set kept (§3.4)."""
     input:
         scores=f"{S}/filter/clip_sets.parquet",
         summary=f"{S}/generation/summary.json",
+        config=job_config("images", "seed", "adaptive_curve"),
     output:
         csv=report(
             f"{S}/generation/adaptive_curve.csv",
@@ -58,8 +58,6 @@ rule social_adaptive_curve:
         study=SCF,
     conda:
         CONDA_ENV
-    params:
-        config=job_config("images", "seed", "adaptive_curve"),
     shell:
-        "counterfactory images adaptive-curve {params.config} --scores {input.scores:q} --summary {input.summary:q}"
+        "counterfactory images adaptive-curve --config {input.config:q} --scores {input.scores:q} --summary {input.summary:q}"
         " --out-csv {output.csv:q} --out-png {output.png:q} > {log:q} 2>&1"

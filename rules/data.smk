@@ -1,10 +1,11 @@
 # Source data, shared by every study: check the study's MS-COCO root, or its own image-caption collection
 # (`<study>.data.source`, README 'Your own data'), and normalise its captions into one table.
-rule coco_check:
+rule data_check:
     """Check the COCO root (files, image folder, optional checksums; explains how to get COCO), or the own
     data source (every missing image, empty caption, duplicate id ... listed at once)."""
     input:
         unpack(source_inputs),
+        config=job_config("data"),
     output:
         f"{S}/data/coco_check.json",
     log:
@@ -12,17 +13,17 @@ rule coco_check:
     conda:
         CONDA_ENV
     params:
-        config=job_config("data"),
         step=check_args,
     shell:
-        "counterfactory data {params.step} {params.config} --out {output:q} > {log:q} 2>&1"
+        "counterfactory data {params.step} --config {input.config:q} --out {output:q} > {log:q} 2>&1"
 
 
-rule caption_table:
+rule data_captions:
     """Every caption of the split (or of the own source) as one table (caption_id = {image_id}_{caption_index})."""
     input:
         unpack(source_inputs),
-        check=rules.coco_check.output,
+        check=rules.data_check.output,
+        config=lambda wildcards: job_config("data")(wildcards) if own_source(wildcards) else [],
     output:
         f"{S}/data/captions.parquet",
     log:

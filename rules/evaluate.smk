@@ -7,7 +7,7 @@
 EVAL_COMMON_KEYS = ("evaluation.batch_size", "evaluation.scorers", *DEVICE_KEYS)
 
 
-rule eval_itr:
+rule evaluate_itr:
     """Zero-shot retrieval R@1/5/10 of one model on the matched MS-COCO subset, COCO-CFs and subsets."""
     input:
         pairs=f"{S}/images/selected_pairs.parquet",
@@ -16,6 +16,13 @@ rule eval_itr:
         subsets=lambda wildcards: list(eval_section(wildcards, "itr").get("subsets", {}).values()),
         study_subsets=lambda wildcards: list(itr_subsets(wildcards).values()),
         models=lambda wildcards: wf.local_model_inputs(config, wildcards.role, *shortlist_roles(wildcards)),
+        config=job_config(
+            "evaluation.itr",
+            "data",
+            "models.{role}",
+            *EVAL_COMMON_KEYS,
+            lambda wildcards: [f"models.{r}" for r in shortlist_roles(wildcards)],
+        ),
     output:
         f"{S}/evaluation/itr/{{role}}.csv",
     log:
@@ -31,20 +38,13 @@ rule eval_itr:
         gpu=GPU,
         hpu=HPU,
     params:
-        config=job_config(
-            "evaluation.itr",
-            "data",
-            "models.{role}",
-            *EVAL_COMMON_KEYS,
-            lambda wildcards: [f"models.{r}" for r in shortlist_roles(wildcards)],
-        ),
         subsets=itr_subset_args,
     shell:
-        "counterfactory evaluate itr {params.config} --role {wildcards.role} --pairs {input.pairs:q}"
+        "counterfactory evaluate itr --config {input.config:q} --role {wildcards.role} --pairs {input.pairs:q}"
         " --captions {input.captions:q} {params.subsets} --out {output:q} > {log:q} 2>&1"
 
 
-rule eval_itr_table:
+rule evaluate_itr_table:
     """Table 2 / 13 layout: R@K per model and dataset with the relative change vs MS-COCO."""
     input:
         lambda wildcards: expand(
@@ -72,13 +72,21 @@ rule eval_itr_table:
         " > {log:q} 2>&1"
 
 
-rule eval_itm:
+rule evaluate_itm:
     """Per-pair ITM score differences IR_r, IR_c, TR_r, TR_c of one model."""
     input:
         pairs=f"{S}/images/selected_pairs.parquet",
         captions=f"{S}/data/captions.parquet",
         images=coco_images,
         models=model_inputs("{role}"),
+        config=job_config(
+            "evaluation.itm.head",
+            "evaluation.itm.random_pool",
+            "evaluation.itm.seed",
+            "data",
+            "models.{role}",
+            *EVAL_COMMON_KEYS,
+        ),
     output:
         f"{S}/evaluation/itm/{{role}}.parquet",
     log:
@@ -93,21 +101,12 @@ rule eval_itm:
         runtime=per_study(lambda study: 30 + 0.004 * CPU_SLOWDOWN * n_captions(study)),
         gpu=GPU,
         hpu=HPU,
-    params:
-        config=job_config(
-            "evaluation.itm.head",
-            "evaluation.itm.random_pool",
-            "evaluation.itm.seed",
-            "data",
-            "models.{role}",
-            *EVAL_COMMON_KEYS,
-        ),
     shell:
-        "counterfactory evaluate itm {params.config} --role {wildcards.role} --pairs {input.pairs:q}"
+        "counterfactory evaluate itm --config {input.config:q} --role {wildcards.role} --pairs {input.pairs:q}"
         " --captions {input.captions:q} --out {output:q} > {log:q} 2>&1"
 
 
-rule eval_itm_summary:
+rule evaluate_itm_summary:
     """Figure 3: distributions of the ITM score differences, one panel per model, plus a summary table."""
     input:
         lambda wildcards: expand(
@@ -143,11 +142,19 @@ rule eval_itm_summary:
         " --out-md {output.md:q} --out-png {output.png:q} > {log:q} 2>&1"
 
 
-rule eval_classify:
+rule evaluate_classify:
     """Zero-shot top-1/top-5 accuracy of one model on one classification dataset."""
     input:
         data=classification_dataset_files,
         models=model_inputs("{role}"),
+        config=job_config(
+            "evaluation.classification.templates",
+            "evaluation.classification.topk",
+            "evaluation.classification.max_per_class",
+            "evaluation.classification.datasets.{dataset}",
+            "models.{role}",
+            *EVAL_COMMON_KEYS,
+        ),
     output:
         f"{S}/evaluation/classification/{{role}}/{{dataset}}.json",
     log:
@@ -162,21 +169,12 @@ rule eval_classify:
         runtime=minutes(20, 2 * CPU_SLOWDOWN, 1),
         gpu=GPU,
         hpu=HPU,
-    params:
-        config=job_config(
-            "evaluation.classification.templates",
-            "evaluation.classification.topk",
-            "evaluation.classification.max_per_class",
-            "evaluation.classification.datasets.{dataset}",
-            "models.{role}",
-            *EVAL_COMMON_KEYS,
-        ),
     shell:
-        "counterfactory evaluate classify {params.config} --role {wildcards.role} --dataset {wildcards.dataset}"
+        "counterfactory evaluate classify --config {input.config:q} --role {wildcards.role} --dataset {wildcards.dataset}"
         " --out {output:q} > {log:q} 2>&1"
 
 
-rule eval_classify_table:
+rule evaluate_classify_table:
     """Table 4 layout: zero-shot accuracy per model and dataset, with the mean over datasets."""
     input:
         lambda wildcards: expand(

@@ -4,11 +4,12 @@
 # work cache if killed.
 
 
-rule images_shard:
+rule images_generate:
     """Over-generate candidate pairs, CLIP-filter them and keep the best by CLIP_dir, for one shard."""
     input:
         pairs=f"{S}/captions/counterfactual_captions.parquet",
         models=model_inputs("sd", "clip_filter", "vae"),
+        config=job_config("images", "seed", "models.sd", "models.clip_filter", "models.vae", *DEVICE_KEYS),
     output:
         selected=f"{S}/images/shards/{{shard}}/selected_pairs.parquet",
         scores=f"{S}/images/shards/{{shard}}/candidate_scores.parquet",
@@ -27,10 +28,9 @@ rule images_shard:
         gpu=GPU,
         hpu=HPU,
     params:
-        config=job_config("images", "seed", "models.sd", "models.clip_filter", "models.vae", *DEVICE_KEYS),
         out_dir=lambda wildcards, output: Path(output.selected).parent,
     shell:
-        "counterfactory images generate {params.config} --pairs {input.pairs:q} --shard {wildcards.shard}"
+        "counterfactory images generate --config {input.config:q} --pairs {input.pairs:q} --shard {wildcards.shard}"
         " --out-dir {params.out_dir:q} --threads {threads} > {log:q} 2>&1"
 
 

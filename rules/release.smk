@@ -1,9 +1,10 @@
 # Published releases as inputs (metrics-and-formats B11, B12): with `<study>.release.root` set, a downloaded
 # Intel/COCO-Counterfactuals or Intel/SocialCounterfactuals is read into the very table the evaluations read
-# (images/selected_pairs.parquet; filter/kept.parquet), so eval_itr / eval_itm / train_mixtures / in_domain_split /
-# report_pair_grid and social_probe / social_debias_* run on it unchanged; `coco_counterfactuals.release.captions`
-# does the same for the caption stage's table. These rules exist only when a release is configured, and a ruleorder
-# then prefers them to the generation stages' merge rules; with the keys null (the default) the DAG is as before.
+# (images/selected_pairs.parquet; filter/kept.parquet), so evaluate_itr / evaluate_itm / train_mixtures /
+# train_in_domain_split / report_pair_grid and social_probe / social_debias_* run on it unchanged;
+# `coco_counterfactuals.release.captions` does the same for the caption stage's table. These rules exist only when a
+# release is configured, and a ruleorder then prefers them to the generation stages' merge rules; with the keys null
+# (the default) the DAG is as before.
 # Include after rules/study_*.smk (it uses CCF and SCF).
 from counterfactory.data.releases import release_inputs
 
@@ -15,9 +16,9 @@ RELEASE_FIX = "README 'Published releases'"
 
 if CCF_RELEASE:
 
-    ruleorder: release_coco_pairs > images_merge
+    ruleorder: release_coco > images_merge
 
-    rule release_coco_pairs:
+    rule release_coco:
         """B11: Intel/COCO-Counterfactuals as the image stage's selected pairs (scores it lacks are NaN)."""
         input:
             lambda wildcards: [
@@ -41,7 +42,7 @@ if CCF_RELEASE:
 
 if CCF_RELEASE_CAPTIONS:
 
-    ruleorder: release_coco_captions > caption_merge
+    ruleorder: release_coco_captions > captions_merge
 
     rule release_coco_captions:
         """B11: the caption-only release as the caption stage's counterfactual captions (no similarity/perplexity)."""
@@ -61,9 +62,9 @@ if CCF_RELEASE_CAPTIONS:
 
 if SCF_RELEASE:
 
-    ruleorder: release_social_images > social_filter_merge
+    ruleorder: release_social > social_filter_merge
 
-    rule release_social_images:
+    rule release_social:
         """B12: Intel/SocialCounterfactuals as the filter stage's kept images (what probing and debiasing read)."""
         input:
             lambda wildcards: [

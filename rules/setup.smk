@@ -5,9 +5,11 @@ TINY_DIR = config.get("tiny_models", {}).get("out_dir", "resources/models/tiny")
 TINY_MODELS = sorted(set(wf.tiny_model_inputs(config, *config["models"])))
 
 
-rule tiny_models:
+rule models_build_tiny:
     """Build every small randomly initialised model (of the role's real class) the config points at, for the
     offline demo: one job, since each model builds in about a second and starting a process costs more."""
+    input:
+        config=job_config("tiny_models", study=False),
     output:
         [directory(path) for path in TINY_MODELS],
     log:
@@ -18,26 +20,25 @@ rule tiny_models:
         mem_mb=scaled(2000),
         runtime=minutes(30),
     params:
-        config=job_config("tiny_models", study=False),
         roles=" ".join(f"--role {Path(path).name}" for path in TINY_MODELS),
         out_dir=lambda wildcards, output: Path(output[0]).parent,
     shell:
-        "counterfactory models build-tiny {params.config} {params.roles} --out-dir {params.out_dir:q}"
+        "counterfactory models build-tiny --config {input.config:q} {params.roles} --out-dir {params.out_dir:q}"
         " --force > {log:q} 2>&1"
 
 
-rule nltk_data:
+rule nltk_prepare:
     """NLTK_DATA folder (punkt + POS tagger) that works offline; see README 'NLTK offline'."""
+    input:
+        config=job_config("nltk", study=False),
     output:
         directory(config["nltk"]["data_dir"]),
     log:
         "resources/logs/nltk_data.log",
     conda:
         CONDA_ENV
-    params:
-        config=job_config("nltk", study=False),
     shell:
-        "counterfactory nltk prepare {params.config} --out {output:q} > {log:q} 2>&1"
+        "counterfactory nltk prepare --config {input.config:q} --out {output:q} > {log:q} 2>&1"
 
 
 rule provenance:
@@ -46,13 +47,33 @@ rule provenance:
     input:
         outputs=lambda wildcards: [target for study in STUDIES for target in STUDY_TARGETS[study]()],
         models=wf.local_model_inputs(config, *config["models"]),
+        config=run_config(),
     output:
         f"{RESULTS}/provenance.json",
     log:
         f"{RESULTS}/logs/provenance.log",
     conda:
         CONDA_ENV
-    params:
-        config=wf.run_config_arg(config),
     shell:
-        "counterfactory provenance {params.config} --outputs {input.outputs:q} --out {output:q} > {log:q} 2>&1"
+        "counterfactory provenance --config {input.config:q} --outputs {input.outputs:q} --out {output:q} > {log:q} 2>&1"
+
+
+localrules:
+    config_write_job,
+
+
+rule config_write_job:
+    """One job's configuration (the sections its rule declares), written when a job first needs it."""
+    output:
+        ".snakemake/counterfactory/{kind}/{digest}.yaml",
+    log:
+        ".snakemake/counterfactory/logs/{kind}/{digest}.log",
+    wildcard_constraints:
+        kind="jobs|runs",
+        digest="[0-9a-f]{20}",
+    conda:
+        CONDA_ENV
+    params:
+        text=job_config_text,
+    shell:
+        "counterfactory config write-job --text {params.text:q} --out {output:q} > {log:q} 2>&1"

@@ -9,12 +9,13 @@ CCF = "coco_counterfactuals"
 CCF_DIR = f"{RESULTS}/{CCF}"
 
 
-rule caption_shard:
+rule captions_edit:
     """§3.1 / B.1.1: mask nouns, MLM fills, POS / similarity-band / perplexity filters for one shard."""
     input:
         table=f"{S}/data/captions.parquet",
         nltk=config["nltk"]["data_dir"],
         models=model_inputs("mlm", "lm", "sentence"),
+        config=job_config("captions", "nltk", "models.mlm", "models.lm", "models.sentence", *DEVICE_KEYS),
     output:
         accepted=f"{S}/captions/shards/{{shard}}.parquet",
         rejected=f"{S}/captions/rejected/{{shard}}.parquet",
@@ -31,14 +32,12 @@ rule caption_shard:
         runtime=per_study(lambda study: 10 + 0.05 * CPU_SLOWDOWN * shard_items(study, "captions")),
         gpu=GPU,
         hpu=HPU,
-    params:
-        config=job_config("captions", "nltk", "models.mlm", "models.lm", "models.sentence", *DEVICE_KEYS),
     shell:
-        "counterfactory captions edit {params.config} --captions {input.table:q} --shard {wildcards.shard}"
+        "counterfactory captions edit --config {input.config:q} --captions {input.table:q} --shard {wildcards.shard}"
         " --out {output.accepted:q} --rejected {output.rejected:q} --summary {output.summary:q} > {log:q} 2>&1"
 
 
-rule caption_merge:
+rule captions_merge:
     """All accepted counterfactual captions (shards made under one config), plus the release JSONL."""
     input:
         shards=per_shard(f"{S}/captions/shards/{{shard}}.parquet", "captions"),
@@ -55,7 +54,7 @@ rule caption_merge:
         " --jsonl {output.jsonl:q} > {log:q} 2>&1"
 
 
-rule label_frequency:
+rule analysis_label_frequency:
     """Appendix A.2: Table 6 (long form) and the correlation of label frequency and accuracy change."""
     input:
         pairs=f"{S}/images/selected_pairs.parquet",
@@ -63,6 +62,7 @@ rule label_frequency:
         runs=f"{S}/training/runs.csv",
         pretrained=f"{S}/evaluation/classification.csv",
         datasets=classification_inputs,
+        config=job_config("training.eval", "training.baseline", "evaluation.classification.datasets"),
     output:
         table=report(
             f"{S}/training/label_frequency.csv",
@@ -78,10 +78,9 @@ rule label_frequency:
     conda:
         CONDA_ENV
     params:
-        config=job_config("training.eval", "training.baseline", "evaluation.classification.datasets"),
         role=lambda wildcards: view(wildcards.study)["evaluation"]["classification"]["models"][0],
     shell:
-        "counterfactory analysis label-frequency {params.config} --pairs {input.pairs:q} --captions {input.captions:q}"
+        "counterfactory analysis label-frequency --config {input.config:q} --pairs {input.pairs:q} --captions {input.captions:q}"
         " --runs {input.runs:q}"
         " --pretrained {input.pretrained:q} --pretrained-role {params.role} --out {output.table:q}"
         " --correlation {output.correlation:q} > {log:q} 2>&1"
@@ -96,12 +95,13 @@ IN_DOMAIN_RUN_KEYS = (
 )
 
 
-rule in_domain_split:
+rule train_in_domain_split:
     """A.1: pairs split 56 / 14 / 30 % train / dev / test by pair; MS-COCO and COCO-CFs manifests of train+dev."""
     input:
         pairs=f"{S}/images/selected_pairs.parquet",
         captions=f"{S}/data/captions.parquet",
         images=coco_images,
+        config=job_config("in_domain", "data"),
     output:
         split=f"{S}/in_domain/split.parquet",
         test=f"{S}/in_domain/test_pairs.parquet",
@@ -114,18 +114,18 @@ rule in_domain_split:
     conda:
         CONDA_ENV
     params:
-        config=job_config("in_domain", "data"),
         out_dir=lambda wildcards, output: Path(output.split).parent,
     shell:
-        "counterfactory train in-domain-split {params.config} --pairs {input.pairs:q} --captions {input.captions:q}"
+        "counterfactory train in-domain-split --config {input.config:q} --pairs {input.pairs:q} --captions {input.captions:q}"
         " --out-dir {params.out_dir:q} > {log:q} 2>&1"
 
 
-use rule train_run as in_domain_run with:
+use rule train_run as train_run_in_domain with:
     input:
-        manifests=rules.in_domain_split.output.manifests,
-        test=rules.in_domain_split.output.test,
+        manifests=rules.train_in_domain_split.output.manifests,
+        test=rules.train_in_domain_split.output.test,
         models=model_inputs("{model}"),
+        config=job_config(*IN_DOMAIN_RUN_KEYS),
     output:
         metrics=f"{S}/in_domain/runs/{{model}}/{{mixture}}/seed{{seed}}/metrics.csv",
         history=f"{S}/in_domain/runs/{{model}}/{{mixture}}/seed{{seed}}/history.csv",
@@ -143,13 +143,12 @@ use rule train_run as in_domain_run with:
         gpu=GPU,
         hpu=HPU,
     params:
-        config=job_config(*IN_DOMAIN_RUN_KEYS),
         data_seed=lambda wildcards: seeds(wildcards)[int(wildcards.seed)],
         out_dir=lambda wildcards, output: Path(output.metrics).parent,
         extra=in_domain_run_args,
 
 
-use rule runs_table as in_domain_runs_table with:
+use rule train_collect as train_collect_in_domain with:
     input:
         in_domain_runs,
     output:
@@ -160,9 +159,9 @@ use rule runs_table as in_domain_runs_table with:
         study=CCF,
 
 
-use rule train_stats as in_domain_stats with:
+use rule stats_summarize as stats_summarize_in_domain with:
     input:
-        rules.in_domain_runs_table.output,
+        rules.train_collect_in_domain.output,
     output:
         f"{S}/in_domain/stats.csv",
     log:
@@ -175,10 +174,10 @@ use rule train_stats as in_domain_stats with:
         alpha=lambda wildcards: training(wildcards)["stats"]["alpha"],
 
 
-rule in_domain_table:
+rule train_in_domain_table:
     """Table 5 layout: per model, the pre-trained row and the MS-COCO / COCO-CFs fine-tuned rows (mean ± std)."""
     input:
-        rules.in_domain_stats.output,
+        rules.stats_summarize_in_domain.output,
     output:
         md=report(
             f"{S}/in_domain/table.md", category=study_title, subcategory="Training", caption="../report/in_domain.rst"

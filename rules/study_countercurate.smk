@@ -9,7 +9,10 @@ CC = "countercurate"
 CC_DIR = f"{RESULTS}/{CC}"
 
 
-rule cc_captions:
+include: "study_countercurate_inputs.smk"
+
+
+rule data_flickr30k_captions:
     """Flickr30k Entities captions with their phrase markup (the input of Flickr30k-Attributes, §3.4)."""
     input:
         entities=cc_entities_root,
@@ -25,10 +28,11 @@ rule cc_captions:
         "counterfactory data flickr30k-captions --entities-root {input.entities:q} --out {output:q} > {log:q} 2>&1"
 
 
-rule cc_positions:
+rule countercurate_positions:
     """§3.2, app. B, D: object pairs, left/right/above/below captions, flipped LR negatives, 4:1 split, requests."""
     input:
         entities=cc_entities_root,
+        config=job_config("positions", "positions_rewrite", "data"),
     output:
         table=f"{S}/positions/items.parquet",
         llm=f"{S}/positions/requests/positions_llm_requests.parquet",
@@ -41,17 +45,17 @@ rule cc_positions:
     conda:
         CONDA_ENV
     params:
-        config=job_config("positions", "positions_rewrite", "data"),
         requests=lambda wildcards, output: Path(output.llm).parent,
     shell:
-        "counterfactory countercurate positions {params.config} --entities-root {input.entities:q}"
+        "counterfactory countercurate positions --config {input.config:q} --entities-root {input.entities:q}"
         " --out {output.table:q} --requests-out {params.requests:q} --flipped-dir {output.flipped:q} > {log:q} 2>&1"
 
 
-rule cc_counting:
+rule countercurate_counting:
     """§3.3, app. C: category pairs with 2-8 boxes, count captions, GLIGEN inpainting requests."""
     input:
         entities=cc_entities_root,
+        config=job_config("counting", "data"),
     output:
         table=f"{S}/counting/items.parquet",
         requests=f"{S}/counting/requests/counting_inpaint_requests.parquet",
@@ -62,18 +66,18 @@ rule cc_counting:
     conda:
         CONDA_ENV
     params:
-        config=job_config("counting", "data"),
         requests=lambda wildcards, output: Path(output.requests).parent,
     shell:
-        "counterfactory countercurate counting {params.config} --entities-root {input.entities:q}"
+        "counterfactory countercurate counting --config {input.config:q} --entities-root {input.entities:q}"
         " --out {output.table:q} --requests-out {params.requests:q} > {log:q} 2>&1"
 
 
-rule cc_positions_rewrite:
+rule countercurate_positions_rewrite:
     """App. B: the llm role rewrites each above/below negative into a natural caption (JSON-constrained, greedy)."""
     input:
-        requests=rules.cc_positions.output.llm,
+        requests=rules.countercurate_positions.output.llm,
         models=model_inputs("llm"),
+        config=job_config("llm", "positions_rewrite", "models.llm", *DEVICE_KEYS),
     output:
         f"{S}/positions/rewrites.parquet",
     log:
@@ -88,17 +92,16 @@ rule cc_positions_rewrite:
         runtime=60,
         gpu=GPU,
         hpu=HPU,
-    params:
-        config=job_config("llm", "positions_rewrite", "models.llm", *DEVICE_KEYS),
     shell:
-        "counterfactory countercurate llm {params.config} --requests {input.requests:q} --out {output:q} > {log:q} 2>&1"
+        "counterfactory countercurate positions-rewrite --config {input.config:q} --requests {input.requests:q} --out {output:q} > {log:q} 2>&1"
 
 
-rule cc_attributes:
+rule countercurate_attributes:
     """§3.4, app. A: noun / adjective / swap negatives from the llm role, checked; t2i requests for accepted ones."""
     input:
-        captions=rules.cc_captions.output,
+        captions=rules.data_flickr30k_captions.output,
         models=model_inputs("llm"),
+        config=job_config("llm", "attributes", "models.llm", *DEVICE_KEYS),
     output:
         negatives=f"{S}/attributes/negatives.parquet",
         requests=f"{S}/attributes/t2i_requests.parquet",
@@ -114,20 +117,18 @@ rule cc_attributes:
         runtime=120,
         gpu=GPU,
         hpu=HPU,
-    params:
-        config=job_config("llm", "attributes", "models.llm", *DEVICE_KEYS),
     shell:
-        "counterfactory countercurate attributes {params.config} --captions {input.captions:q}"
+        "counterfactory countercurate attributes --config {input.config:q} --captions {input.captions:q}"
         " --out {output.negatives:q} --requests-out {output.requests:q} > {log:q} 2>&1"
 
 
-rule cc_requests:
+rule countercurate_requests:
     """One grounded-generation requests table: positions (rewritten), counting inpainting, attributes t2i."""
     input:
-        positions=rules.cc_positions.output.generation,
-        rewrites=rules.cc_positions_rewrite.output,
-        counting=rules.cc_counting.output.requests,
-        attributes=rules.cc_attributes.output.requests,
+        positions=rules.countercurate_positions.output.generation,
+        rewrites=rules.countercurate_positions_rewrite.output,
+        counting=rules.countercurate_counting.output.requests,
+        attributes=rules.countercurate_attributes.output.requests,
     output:
         f"{S}/generation/requests.parquet",
     log:
@@ -141,10 +142,11 @@ rule cc_requests:
         " --counting {input.counting:q} --attributes {input.attributes:q} --out {output:q} > {log:q} 2>&1"
 
 
-checkpoint cc_request_shards:
+checkpoint countercurate_request_shards:
     """Shard ids of the requests (their number is known once the requests exist)."""
     input:
-        rules.cc_requests.output,
+        rules.countercurate_requests.output,
+        config=job_config("grounded"),
     output:
         f"{S}/generation/shards.txt",
     log:
@@ -153,18 +155,17 @@ checkpoint cc_request_shards:
         study=CC,
     conda:
         CONDA_ENV
-    params:
-        config=job_config("grounded"),
     shell:
-        "counterfactory countercurate generate-shards {params.config} --requests {input:q} --out {output:q}"
+        "counterfactory countercurate request-shards --config {input.config:q} --requests {input:q} --out {output:q}"
         " > {log:q} 2>&1"
 
 
-rule cc_generate:
+rule countercurate_generate:
     """§3.2-3.4: GLIGEN generation / inpainting and t2i for one shard of requests (batched, resumable)."""
     input:
-        requests=rules.cc_requests.output,
+        requests=rules.countercurate_requests.output,
         models=model_inputs("gligen", "gligen_inpaint", "t2i"),
+        config=job_config("grounded", "seed", "models.gligen", "models.gligen_inpaint", "models.t2i", *DEVICE_KEYS),
     output:
         table=f"{S}/generation/shards/{{shard}}/generated.parquet",
         summary=f"{S}/generation/shards/{{shard}}/summary.json",
@@ -183,14 +184,13 @@ rule cc_generate:
         gpu=GPU,
         hpu=HPU,
     params:
-        config=job_config("grounded", "seed", "models.gligen", "models.gligen_inpaint", "models.t2i", *DEVICE_KEYS),
         out_dir=lambda wildcards, output: Path(output.table).parent,
     shell:
-        "counterfactory countercurate generate {params.config} --requests {input.requests:q} --shard {wildcards.shard}"
+        "counterfactory countercurate generate --config {input.config:q} --requests {input.requests:q} --shard {wildcards.shard}"
         " --out-dir {params.out_dir:q} --threads {threads} --no-progress > {log:q} 2>&1"
 
 
-rule cc_generate_merge:
+rule countercurate_generate_merge:
     """Every generated negative image (shards made under one config)."""
     input:
         cc_generated_shards,
@@ -211,13 +211,13 @@ rule cc_generate_merge:
         " > {log:q} 2>&1"
 
 
-rule cc_datasets:
+rule countercurate_datasets:
     """Flickr30k-Positions, -Counting and -Attributes with their negative images; counts per subset and split."""
     input:
-        positions=rules.cc_positions.output.table,
-        counting=rules.cc_counting.output.table,
-        attributes=rules.cc_attributes.output.negatives,
-        generated=rules.cc_generate_merge.output.table,
+        positions=rules.countercurate_positions.output.table,
+        counting=rules.countercurate_counting.output.table,
+        attributes=rules.countercurate_attributes.output.negatives,
+        generated=rules.countercurate_generate_merge.output.table,
     output:
         positions=f"{S}/datasets/positions.parquet",
         counting=f"{S}/datasets/counting.parquet",
@@ -241,11 +241,12 @@ rule cc_datasets:
         " --attributes {input.attributes:q} --generated {input.generated:q} --out-dir {params.out_dir:q} > {log:q} 2>&1"
 
 
-rule cc_evaluate:
+rule countercurate_evaluate:
     """§4: one model role on one benchmark (Flickr30k-Positions test, PointQA-LookTwice, SugarCrepe, Winoground)."""
     input:
         data=cc_benchmark_inputs,
         models=model_inputs("{role}"),
+        config=job_config("benchmarks", "vlm", "models.{role}", "evaluation.batch_size", *DEVICE_KEYS),
     output:
         f"{S}/evaluation/{{benchmark}}/{{role}}.csv",
     log:
@@ -264,14 +265,13 @@ rule cc_evaluate:
         gpu=GPU,
         hpu=HPU,
     params:
-        config=job_config("benchmarks", "vlm", "models.{role}", "evaluation.batch_size", *DEVICE_KEYS),
         data=cc_benchmark_data_arg,
     shell:
-        "counterfactory countercurate evaluate {params.config} --role {wildcards.role} --benchmark {wildcards.benchmark}"
+        "counterfactory countercurate evaluate --config {input.config:q} --role {wildcards.role} --benchmark {wildcards.benchmark}"
         " {params.data} --out {output:q} --no-progress > {log:q} 2>&1"
 
 
-rule cc_tables:
+rule countercurate_tables:
     """Tables 1-4, 6, 8 layouts from every evaluation (Markdown, LaTeX, CSV)."""
     input:
         cc_evaluations,
@@ -295,12 +295,13 @@ rule cc_tables:
         " --out-csv {output.csv:q} > {log:q} 2>&1"
 
 
-rule cc_train_manifests:
+rule countercurate_train_manifests:
     """§3.5, §4.1: per dataset and variant the fine-tuning manifest (positive + negative pairs, train split)."""
     input:
-        positions=rules.cc_datasets.output.positions,
-        counting=rules.cc_datasets.output.counting,
-        attributes=rules.cc_datasets.output.attributes,
+        positions=rules.countercurate_datasets.output.positions,
+        counting=rules.countercurate_datasets.output.counting,
+        attributes=rules.countercurate_datasets.output.attributes,
+        config=job_config("training", "data"),
     output:
         directory(f"{S}/finetune/manifests"),
     log:
@@ -310,21 +311,21 @@ rule cc_train_manifests:
     conda:
         CONDA_ENV
     params:
-        config=job_config("training", "data"),
         datasets=lambda wildcards, input: Path(input.positions).parent,
     shell:
-        "counterfactory countercurate train-manifests {params.config} --datasets {params.datasets:q}"
+        "counterfactory countercurate train-manifests --config {input.config:q} --datasets {params.datasets:q}"
         " --out-dir {output:q} > {log:q} 2>&1"
 
 
-rule cc_train_run:
+rule countercurate_train_run:
     """One fine-tuning run of the training role on one dataset and variant (or its pre-trained evaluation), scored on
     the dataset's benchmark."""
     input:
-        manifests=rules.cc_train_manifests.output,
-        positions=rules.cc_datasets.output.positions,
+        manifests=rules.countercurate_train_manifests.output,
+        positions=rules.countercurate_datasets.output.positions,
         data=cc_train_benchmark_inputs,
         models=cc_train_model_inputs,
+        config=job_config("training", "benchmarks", cc_train_model_key, "evaluation.batch_size", *DEVICE_KEYS),
     output:
         f"{S}/finetune/runs/{{dataset}}/{{variant}}/seed{{seed}}/metrics.csv",
     log:
@@ -344,16 +345,15 @@ rule cc_train_run:
         gpu=GPU,
         hpu=HPU,
     params:
-        config=job_config("training", "benchmarks", cc_train_model_key, "evaluation.batch_size", *DEVICE_KEYS),
         data_seed=lambda wildcards: dict(cc_training.seed_pairs(view(wildcards.study)))[int(wildcards.seed)],
         out_dir=lambda wildcards, output: Path(output[0]).parent,
         run=cc_train_run_args,
     shell:
-        "counterfactory countercurate train-run {params.config} --dataset {wildcards.dataset} {params.run}"
+        "counterfactory countercurate train-run --config {input.config:q} --dataset {wildcards.dataset} {params.run}"
         " --seed {wildcards.seed} --data-seed {params.data_seed} --out-dir {params.out_dir:q} > {log:q} 2>&1"
 
 
-use rule runs_table as cc_train_runs_table with:
+use rule train_collect as train_collect_countercurate with:
     input:
         cc_train_runs,
     output:
@@ -364,9 +364,9 @@ use rule runs_table as cc_train_runs_table with:
         study=CC,
 
 
-use rule train_stats as cc_train_stats with:
+use rule stats_summarize as stats_summarize_countercurate with:
     input:
-        rules.cc_train_runs_table.output,
+        rules.train_collect_countercurate.output,
     output:
         f"{S}/finetune/summary.csv",
     log:
@@ -379,12 +379,12 @@ use rule train_stats as cc_train_stats with:
         alpha=0.05,
 
 
-rule cc_train_table:
+rule stats_table_countercurate:
     """Tables 1-4 / 8 style: pre-trained vs fine-tuned variants per dataset (mean ± std over seeds, t-test vs no
     grouping)."""
     input:
-        summary=rules.cc_train_stats.output[0],
-        manifests=rules.cc_train_manifests.output[0],
+        summary=rules.stats_summarize_countercurate.output[0],
+        manifests=rules.countercurate_train_manifests.output[0],
     output:
         md=report(
             f"{S}/finetune/tables/{{dataset}}.md",
@@ -409,14 +409,15 @@ rule cc_train_table:
         " --mixture-order {params.order} --mixture-info {params.info:q} --row-header Training --out-md {output.md:q} --out-tex {output.tex:q} --out-csv {output.csv:q} > {log:q} 2>&1"
 
 
-rule cc_vlm_run:
+rule countercurate_vlm_run:
     """The generative family (§3.5 Figure 3b): the vlm role fine-tuned on one dataset's pairs as conversations (one
     seed), or its pre-trained evaluation, scored on the dataset's benchmark by two-option choice."""
     input:
-        manifests=rules.cc_train_manifests.output,
-        positions=rules.cc_datasets.output.positions,
+        manifests=rules.countercurate_train_manifests.output,
+        positions=rules.countercurate_datasets.output.positions,
         data=cc_train_benchmark_inputs,
         models=cc_vlm_model_inputs,
+        config=job_config("training", "benchmarks", "vlm", cc_vlm_model_key, "evaluation.batch_size", *DEVICE_KEYS),
     output:
         f"{S}/finetune/vlm/{{dataset}}/{{mixture}}/seed{{seed}}/metrics.csv",
     log:
@@ -436,15 +437,14 @@ rule cc_vlm_run:
         gpu=GPU,
         hpu=HPU,
     params:
-        config=job_config("training", "benchmarks", "vlm", cc_vlm_model_key, "evaluation.batch_size", *DEVICE_KEYS),
         out_dir=lambda wildcards, output: Path(output[0]).parent,
         run=cc_vlm_run_args,
     shell:
-        "counterfactory countercurate vlm-run {params.config} --dataset {wildcards.dataset} {params.run}"
+        "counterfactory countercurate vlm-run --config {input.config:q} --dataset {wildcards.dataset} {params.run}"
         " --seed {wildcards.seed} --out-dir {params.out_dir:q} > {log:q} 2>&1"
 
 
-use rule runs_table as cc_vlm_runs_table with:
+use rule train_collect as train_collect_countercurate_vlm with:
     input:
         cc_vlm_runs,
     output:
@@ -455,9 +455,9 @@ use rule runs_table as cc_vlm_runs_table with:
         study=CC,
 
 
-use rule train_stats as cc_vlm_stats with:
+use rule stats_summarize as stats_summarize_countercurate_vlm with:
     input:
-        rules.cc_vlm_runs_table.output,
+        rules.train_collect_countercurate_vlm.output,
     output:
         f"{S}/finetune/vlm_summary.csv",
     log:
@@ -470,10 +470,10 @@ use rule train_stats as cc_vlm_stats with:
         alpha=0.05,
 
 
-use rule cc_train_table as cc_vlm_table with:
+use rule stats_table_countercurate as stats_table_countercurate_vlm with:
     input:
-        summary=rules.cc_vlm_stats.output[0],
-        manifests=rules.cc_train_manifests.output[0],
+        summary=rules.stats_summarize_countercurate_vlm.output[0],
+        manifests=rules.countercurate_train_manifests.output[0],
     output:
         md=report(
             f"{S}/finetune/tables/{{dataset}}_vlm.md",

@@ -8,6 +8,9 @@ CV = "cvld"
 CV_DIR = f"{RESULTS}/{CV}"
 
 
+include: "study_cvld_inputs.smk"
+
+
 rule cvld_intervene:
     """§3.3, appendix B: every training caption of the largest COCO subset intervened (gender flipped), an edit
     prompt per caption, the majority vote per image, one editing request per accepted image."""
@@ -15,6 +18,7 @@ rule cvld_intervene:
         data=cvld_coco_inputs,
         models=cvld_text_models,
         nltk=config["nltk"]["data_dir"],
+        config=job_config(cvld_intervene_keys),
     output:
         captions=f"{S}/coco/text/captions.parquet",
         votes=f"{S}/coco/text/votes.parquet",
@@ -36,10 +40,8 @@ rule cvld_intervene:
         runtime=minutes(720),
         gpu=GPU,
         hpu=HPU,
-    params:
-        config=job_config(cvld_intervene_keys),
     shell:
-        "counterfactory cvld intervene {params.config} --out-captions {output.captions:q} --out-votes {output.votes:q}"
+        "counterfactory cvld intervene --config {input.config:q} --out-captions {output.captions:q} --out-votes {output.votes:q}"
         " --out-requests {output.requests:q} --summary-out {output.summary:q} > {log:q} 2>&1"
 
 
@@ -47,6 +49,7 @@ rule cvld_requests:
     """§3.3 "Image-only intervention": the CelebA training images of every K-shot episode, with the manual prompts."""
     input:
         cvld_celeba_inputs,
+        config=job_config("data.celeba", "intervention", "classification", "editing.shards"),
     output:
         f"{S}/celeba/edits/requests.parquet",
     log:
@@ -55,10 +58,8 @@ rule cvld_requests:
         study=CV,
     conda:
         CONDA_ENV
-    params:
-        config=job_config("data.celeba", "intervention", "classification", "editing.shards"),
     shell:
-        "counterfactory cvld requests {params.config} --out {output:q} > {log:q} 2>&1"
+        "counterfactory cvld requests --config {input.config:q} --out {output:q} > {log:q} 2>&1"
 
 
 rule cvld_edit:
@@ -67,6 +68,7 @@ rule cvld_edit:
     input:
         requests=f"{S}/{{dataset}}/edits/requests.parquet",
         models=cvld_edit_models,
+        config=job_config(cvld_edit_keys),
     output:
         f"{S}/{{dataset}}/edits/{{method}}/{{shard}}/shard.parquet",
     log:
@@ -86,10 +88,9 @@ rule cvld_edit:
         gpu=GPU,
         hpu=HPU,
     params:
-        config=job_config(cvld_edit_keys),
         out_dir=lambda wildcards, output: Path(output[0]).parent,
     shell:
-        "counterfactory cvld edit {params.config} --requests {input.requests:q} --method {wildcards.method}"
+        "counterfactory cvld edit --config {input.config:q} --requests {input.requests:q} --method {wildcards.method}"
         " --shard {wildcards.shard} --out-dir {params.out_dir:q} --threads {threads} --no-progress > {log:q} 2>&1"
 
 
@@ -97,6 +98,7 @@ rule cvld_run:
     """§4-5: one task / setting / variant / seed (classification: episode) trained (unless pretrained) and scored."""
     input:
         unpack(cvld_run_inputs),
+        config=job_config(cvld_run_keys),
     output:
         f"{S}/runs/{{task}}/{{setting}}/{{variant}}/seed{{seed}}/metrics.csv",
     log:
@@ -117,17 +119,16 @@ rule cvld_run:
         gpu=GPU,
         hpu=HPU,
     params:
-        config=job_config(cvld_run_keys),
         edits=lambda wildcards, input: " ".join(shlex.quote(p) for p in input.get("edits", [])),
         interventions=cvld_interventions_arg,
         out_dir=lambda wildcards, output: Path(output[0]).parent,
     shell:
-        "counterfactory cvld run {params.config} --task {wildcards.task} --setting {wildcards.setting}"
+        "counterfactory cvld run --config {input.config:q} --task {wildcards.task} --setting {wildcards.setting}"
         " --variant {wildcards.variant} --seed {wildcards.seed} --edits {params.edits} {params.interventions}"
         " --out-dir {params.out_dir:q} --no-progress > {log:q} 2>&1"
 
 
-use rule runs_table as cvld_runs_table with:
+use rule train_collect as train_collect_cvld with:
     input:
         cvld_runs,
     output:
@@ -141,8 +142,9 @@ use rule runs_table as cvld_runs_table with:
 rule cvld_tables:
     """Tables 1-4 and Figures 4, 5, 9, 10 in the paper's layouts (mean ± std; t-tests against fine-tuning)."""
     input:
-        runs=rules.cvld_runs_table.output,
+        runs=rules.train_collect_cvld.output,
         metrics=cvld_runs,
+        config=job_config("data", "classification", "retrieval", "captioning", "seeds"),
     output:
         md=report(f"{S}/tables.md", category=study_title, subcategory="Tables", caption="../report/cvld_tables.rst"),
         tex=f"{S}/tables.tex",
@@ -164,11 +166,10 @@ rule cvld_tables:
     conda:
         CONDA_ENV
     params:
-        config=job_config("data", "classification", "retrieval", "captioning", "seeds"),
         runs=lambda wildcards, input: " ".join(shlex.quote(str(Path(p).parent)) for p in input.metrics),
         figures=lambda wildcards, output: Path(output.summary).parent,
     shell:
-        "counterfactory cvld tables {params.config} --runs-table {input.runs:q} --runs {params.runs}"
+        "counterfactory cvld tables --config {input.config:q} --runs-table {input.runs:q} --runs {params.runs}"
         " --out-md {output.md:q} --out-tex {output.tex:q} --out-csv {output.csv:q} --out-figures {params.figures:q}"
         " > {log:q} 2>&1"
 

@@ -7,8 +7,13 @@ SCF = "social_counterfactuals"
 SCF_DIR = f"{RESULTS}/{SCF}"
 
 
+include: "study_social_counterfactuals_inputs.smk"
+
+
 rule social_captions:
     """§3.2, 8.4: one caption set per (segment, prefix, subject) from the configured lists (a/an agreement)."""
+    input:
+        config=job_config("captions"),
     output:
         f"{S}/captions/caption_sets.parquet",
     log:
@@ -17,10 +22,8 @@ rule social_captions:
         study=SCF,
     conda:
         CONDA_ENV
-    params:
-        config=job_config("captions"),
     shell:
-        "counterfactory social captions {params.config} --out {output:q} > {log:q} 2>&1"
+        "counterfactory social captions --config {input.config:q} --out {output:q} > {log:q} 2>&1"
 
 
 rule social_generate:
@@ -37,6 +40,15 @@ rule social_generate:
                 else []
             ),
         )(wildcards),
+        config=job_config(
+            "images",
+            "seed",
+            "models.sd",
+            "models.vae",
+            # adaptive mode: the CLIP stage's settings and model decide which candidates are made
+            social_adaptive_keys,
+            *DEVICE_KEYS,
+        ),
     output:
         table=f"{S}/generation/shards/{{shard}}/candidates.parquet",
         summary=f"{S}/generation/shards/{{shard}}/summary.json",
@@ -55,18 +67,9 @@ rule social_generate:
         gpu=GPU,
         hpu=HPU,
     params:
-        config=job_config(
-            "images",
-            "seed",
-            "models.sd",
-            "models.vae",
-            # adaptive mode: the CLIP stage's settings and model decide which candidates are made
-            social_adaptive_keys,
-            *DEVICE_KEYS,
-        ),
         out_dir=lambda wildcards, output: Path(output.table).parent,
     shell:
-        "counterfactory social generate {params.config} --sets {input.sets:q} --shard {wildcards.shard}"
+        "counterfactory social generate --config {input.config:q} --sets {input.sets:q} --shard {wildcards.shard}"
         " --out-dir {params.out_dir:q} --threads {threads} --no-progress > {log:q} 2>&1"
 
 
@@ -97,6 +100,7 @@ rule social_filter_clip:
     input:
         images=f"{S}/generation/shards/{{shard}}/candidates.parquet",
         models=model_inputs("clip_filter"),
+        config=job_config("filter.clip", "filter.batch_size", "filter.chunk_images", "models.clip_filter", *DEVICE_KEYS),
     output:
         kept=f"{S}/filter/shards/{{shard}}/clip.parquet",
         sets=f"{S}/filter/shards/{{shard}}/clip_sets.parquet",
@@ -112,10 +116,8 @@ rule social_filter_clip:
         runtime=per_study(social_filter_minutes),
         gpu=GPU,
         hpu=HPU,
-    params:
-        config=job_config("filter.clip", "filter.batch_size", "filter.chunk_images", "models.clip_filter", *DEVICE_KEYS),
     shell:
-        "counterfactory social filter-clip {params.config} --images {input.images:q} --out {output.kept:q}"
+        "counterfactory social filter-clip --config {input.config:q} --images {input.images:q} --out {output.kept:q}"
         " --sets {output.sets:q} --no-progress > {log:q} 2>&1"
 
 
@@ -124,6 +126,7 @@ rule social_filter_nsfw:
     input:
         images=rules.social_filter_clip.output.kept,
         models=model_inputs("nsfw"),
+        config=job_config("filter.nsfw", "filter.batch_size", "filter.chunk_images", "models.nsfw", *DEVICE_KEYS),
     output:
         kept=f"{S}/filter/shards/{{shard}}/nsfw.parquet",
         sets=f"{S}/filter/shards/{{shard}}/nsfw_sets.parquet",
@@ -139,10 +142,8 @@ rule social_filter_nsfw:
         runtime=per_study(social_filter_minutes),
         gpu=GPU,
         hpu=HPU,
-    params:
-        config=job_config("filter.nsfw", "filter.batch_size", "filter.chunk_images", "models.nsfw", *DEVICE_KEYS),
     shell:
-        "counterfactory social filter-nsfw {params.config} --images {input.images:q} --out {output.kept:q}"
+        "counterfactory social filter-nsfw --config {input.config:q} --images {input.images:q} --out {output.kept:q}"
         " --sets {output.sets:q} --no-progress > {log:q} 2>&1"
 
 
@@ -152,6 +153,14 @@ rule social_filter_detect:
         images=rules.social_filter_nsfw.output.kept,
         captions=rules.social_captions.output,
         models=model_inputs("clip_filter"),
+        config=job_config(
+            "filter.detectability",
+            "filter.batch_size",
+            "filter.chunk_images",
+            "captions",
+            "models.clip_filter",
+            *DEVICE_KEYS,
+        ),
     output:
         kept=f"{S}/filter/shards/{{shard}}/kept.parquet",
         sets=f"{S}/filter/shards/{{shard}}/detect_sets.parquet",
@@ -167,17 +176,8 @@ rule social_filter_detect:
         runtime=per_study(social_filter_minutes),
         gpu=GPU,
         hpu=HPU,
-    params:
-        config=job_config(
-            "filter.detectability",
-            "filter.batch_size",
-            "filter.chunk_images",
-            "captions",
-            "models.clip_filter",
-            *DEVICE_KEYS,
-        ),
     shell:
-        "counterfactory social filter-detect {params.config} --images {input.images:q} --captions {input.captions:q}"
+        "counterfactory social filter-detect --config {input.config:q} --images {input.images:q} --captions {input.captions:q}"
         " --out {output.kept:q} --sets {output.sets:q} --no-progress > {log:q} 2>&1"
 
 
@@ -213,6 +213,7 @@ rule social_filter_table:
         nsfw=rules.social_filter_merge.output.nsfw_sets,
         detect=rules.social_filter_merge.output.detect_sets,
         captions=rules.social_captions.output,
+        config=job_config("filter"),
     output:
         csv=f"{S}/filter/table11.csv",
         md=report(
@@ -227,10 +228,8 @@ rule social_filter_table:
         study=SCF,
     conda:
         CONDA_ENV
-    params:
-        config=job_config("filter"),
     shell:
-        "counterfactory social filter-table {params.config} --candidates {input.candidates:q} --clip {input.clip:q}"
+        "counterfactory social filter-table --config {input.config:q} --candidates {input.candidates:q} --clip {input.clip:q}"
         " --nsfw {input.nsfw:q} --detect {input.detect:q} --captions {input.captions:q} --out {output.csv:q}"
         " --markdown {output.md:q} > {log:q} 2>&1"
 
@@ -240,6 +239,7 @@ rule social_probe:
     input:
         images=probe_images,
         models=model_inputs("{role}"),
+        config=job_config("probing", "captions", "models.{role}", "evaluation.batch_size", *DEVICE_KEYS),
     output:
         f"{S}/probing/{{stage}}/{{role}}.csv",
     log:
@@ -257,10 +257,8 @@ rule social_probe:
         runtime=per_study(social_scoring_minutes),
         gpu=GPU,
         hpu=HPU,
-    params:
-        config=job_config("probing", "captions", "models.{role}", "evaluation.batch_size", *DEVICE_KEYS),
     shell:
-        "counterfactory social probe {params.config} --images {input.images:q} --role {wildcards.role}"
+        "counterfactory social probe --config {input.config:q} --images {input.images:q} --role {wildcards.role}"
         " --out {output:q} > {log:q} 2>&1"
 
 
@@ -330,6 +328,7 @@ rule social_debias_split:
     """§5.1: withhold 20 % of the occupations (reproducible); a training manifest per segment of the rest."""
     input:
         rules.social_filter_merge.output.kept,
+        config=job_config("debias", "captions"),
     output:
         manifests=directory(f"{S}/debias/manifests"),
     log:
@@ -338,10 +337,8 @@ rule social_debias_split:
         study=SCF,
     conda:
         CONDA_ENV
-    params:
-        config=job_config("debias", "captions"),
     shell:
-        "counterfactory social debias-split {params.config} --images {input:q} --out-dir {output.manifests:q}"
+        "counterfactory social debias-split --config {input.config:q} --images {input:q} --out-dir {output.manifests:q}"
         " > {log:q} 2>&1"
 
 
@@ -352,6 +349,7 @@ rule social_debias_run:
         images=rules.social_filter_merge.output.kept,
         external=external_data,
         models=model_inputs("{role}"),
+        config=job_config("debias", "probing", "captions", "models.{role}", "evaluation.batch_size", *DEVICE_KEYS),
     output:
         f"{S}/debias/runs/{{role}}/{{segment}}/{{mixture}}/seed{{seed}}/metrics.csv",
     log:
@@ -370,18 +368,17 @@ rule social_debias_run:
         gpu=GPU,
         hpu=HPU,
     params:
-        config=job_config("debias", "probing", "captions", "models.{role}", "evaluation.batch_size", *DEVICE_KEYS),
         data_seed=lambda wildcards: social.debias_seeds(view(wildcards.study))[int(wildcards.seed)],
         out_dir=lambda wildcards, output: Path(output[0]).parent,
         train=lambda wildcards: "--no-train" if wildcards.mixture == "pretrained" else "",
     shell:
-        "counterfactory social debias-run {params.config} --role {wildcards.role} --segment {wildcards.segment}"
+        "counterfactory social debias-run --config {input.config:q} --role {wildcards.role} --segment {wildcards.segment}"
         " --manifest {input.manifests:q}/{wildcards.segment}.parquet --test-subjects {input.manifests:q}/subjects.csv"
         " --images {input.images:q} --seed {wildcards.seed} --data-seed {params.data_seed} {params.train}"
         " --out-dir {params.out_dir:q} --no-progress > {log:q} 2>&1"
 
 
-use rule runs_table as social_debias_runs_table with:
+use rule train_collect as train_collect_social with:
     input:
         debias_runs,
     output:
@@ -395,7 +392,7 @@ use rule runs_table as social_debias_runs_table with:
 rule social_debias_table:
     """Tables 2, 16, 17 layouts: MaxSkew, NDKL, Bias@K before / after debiasing (mean ± std, one-tailed t-test)."""
     input:
-        rules.social_debias_runs_table.output,
+        rules.train_collect_social.output,
     output:
         md=report(
             f"{S}/debias/tables.md",

@@ -1,6 +1,7 @@
 # Spurious correlations in cross-modal retrieval (Kim, Koepke, Schmid & Akata 2023): object removal by inpainting,
 # noun-phrase captions, ODmAP@k, fine-tuning on D + D'. Settings: the `spurious_retrieval:` config section (defaults
 # in counterfactory.studies.spurious_retrieval.settings); results under results/<run>/spurious_retrieval/<dataset>/.
+# The study's short name is `spurious`: rules spurious_<step> run `counterfactory spurious <step>`.
 import shlex
 
 SR = "spurious_retrieval"
@@ -8,11 +9,15 @@ SR_DIR = f"{RESULTS}/{SR}"
 SD = f"{S}/{{dataset}}"
 
 
-rule sr_select:
+include: "study_spurious_retrieval_inputs.smk"
+
+
+rule spurious_select:
     """§3.1 Eq. 1-3 / appendix C: one row per (image, class): removed alone, with the classes it covers, or skipped;
     one removal request per selected row."""
     input:
         sr_source_inputs,
+        config=job_config("data", "selection", "inpaint.shards"),
     output:
         selection=f"{SD}/selection/selection.parquet",
         requests=f"{SD}/selection/requests.parquet",
@@ -32,20 +37,19 @@ rule sr_select:
     resources:
         mem_mb=scaled(8000),
         runtime=minutes(60),
-    params:
-        config=job_config("data", "selection", "inpaint.shards"),
     shell:
-        "counterfactory odmap select {params.config} --dataset {wildcards.dataset} --out {output.selection:q}"
+        "counterfactory spurious select --config {input.config:q} --dataset {wildcards.dataset} --out {output.selection:q}"
         " --requests-out {output.requests:q} --summary-out {output.summary:q} > {log:q} 2>&1"
 
 
-rule sr_captions:
+rule spurious_captions:
     """§3.2-3.3: the ODmAP gallery (train + val + test captions and the classes they mention) and the synthetic
     captions (noun-phrase removal, prompts)."""
     input:
-        requests=rules.sr_select.output.requests,
+        requests=rules.spurious_select.output.requests,
         data=sr_source_inputs,
         nltk=config["nltk"]["data_dir"],
+        config=job_config("data", "captions", "nltk"),
     output:
         gallery=f"{SD}/captions/gallery.parquet",
         synthetic=f"{SD}/captions/synthetic.parquet",
@@ -59,18 +63,17 @@ rule sr_captions:
     resources:
         mem_mb=scaled(8000),
         runtime=minutes(240),
-    params:
-        config=job_config("data", "captions", "nltk"),
     shell:
-        "counterfactory odmap captions {params.config} --dataset {wildcards.dataset} --requests {input.requests:q}"
+        "counterfactory spurious captions --config {input.config:q} --dataset {wildcards.dataset} --requests {input.requests:q}"
         " --out-gallery {output.gallery:q} --out-synthetic {output.synthetic:q} > {log:q} 2>&1"
 
 
-rule sr_inpaint:
+rule spurious_inpaint:
     """§3.1, Table 3: one shard of images with the requested classes removed by one method (batched, resumable)."""
     input:
-        requests=rules.sr_select.output.requests,
+        requests=rules.spurious_select.output.requests,
         models=sr_inpaint_models,
+        config=job_config(sr_inpaint_keys),
     output:
         f"{SD}/images/{{method}}/{{shard}}/shard.parquet",
     log:
@@ -90,19 +93,19 @@ rule sr_inpaint:
         gpu=GPU,
         hpu=HPU,
     params:
-        config=job_config(sr_inpaint_keys),
         out_dir=lambda wildcards, output: Path(output[0]).parent,
     shell:
-        "counterfactory odmap inpaint {params.config} --requests {input.requests:q} --method {wildcards.method}"
+        "counterfactory spurious inpaint --config {input.config:q} --requests {input.requests:q} --method {wildcards.method}"
         " --shard {wildcards.shard} --out-dir {params.out_dir:q} --threads {threads} --no-progress > {log:q} 2>&1"
 
 
-rule sr_captioner:
+rule spurious_captioner:
     """Table 3 "capt. model": the captioner role's caption of every inpainted train image."""
     input:
-        requests=rules.sr_select.output.requests,
+        requests=rules.spurious_select.output.requests,
         images=sr_captioner_images,
         models=model_inputs("captioner"),
+        config=job_config("captions", "models.captioner", *DEVICE_KEYS),
     output:
         f"{SD}/captions/captioner.parquet",
     log:
@@ -119,20 +122,20 @@ rule sr_captioner:
         gpu=GPU,
         hpu=HPU,
     params:
-        config=job_config("captions", "models.captioner", *DEVICE_KEYS),
         dirs=lambda wildcards, input: " ".join(shlex.quote(str(Path(p).parent)) for p in input.images),
     shell:
-        "counterfactory odmap captioner {params.config} --requests {input.requests:q} --inpainted {params.dirs}"
+        "counterfactory spurious captioner --config {input.config:q} --requests {input.requests:q} --inpainted {params.dirs}"
         " --out {output:q} --no-progress > {log:q} 2>&1"
 
 
-rule sr_manifests:
+rule spurious_manifests:
     """§4.1, Table 3, Figure 4: D, D + D' per variant and ratio (train split, val for checkpoints), ODmAP queries."""
     input:
-        requests=rules.sr_select.output.requests,
-        gallery=rules.sr_captions.output.gallery,
+        requests=rules.spurious_select.output.requests,
+        gallery=rules.spurious_captions.output.gallery,
         synthetic=sr_synthetic_inputs,
         images=sr_manifest_images,
+        config=job_config("captions", "mixtures", "training"),
     output:
         directory(f"{SD}/manifests"),
     log:
@@ -143,20 +146,20 @@ rule sr_manifests:
     conda:
         CONDA_ENV
     params:
-        config=job_config("captions", "mixtures", "training"),
         inpainted=sr_inpainted_args,
     shell:
-        "counterfactory odmap manifests {params.config} --dataset {wildcards.dataset} --requests {input.requests:q}"
+        "counterfactory spurious manifests --config {input.config:q} --dataset {wildcards.dataset} --requests {input.requests:q}"
         " --gallery {input.gallery:q} --synthetic {input.synthetic:q} {params.inpainted} --out-dir {output:q}"
         " > {log:q} 2>&1"
 
 
-rule sr_run:
+rule spurious_run:
     """§4: one model role fine-tuned on one mixture (one seed) with its §4.1 recipe, or zero-shot; ODmAP@k, R@K."""
     input:
-        manifests=rules.sr_manifests.output,
-        gallery=rules.sr_captions.output.gallery,
+        manifests=rules.spurious_manifests.output,
+        gallery=rules.spurious_captions.output.gallery,
         models=model_inputs("{role}"),
+        config=job_config(sr_run_keys),
     output:
         f"{SD}/runs/{{role}}/{{mixture}}/seed{{seed}}/metrics.csv",
     log:
@@ -176,16 +179,15 @@ rule sr_run:
         gpu=GPU,
         hpu=HPU,
     params:
-        config=job_config(sr_run_keys),
         data_seed=sr_data_seed,
         out_dir=lambda wildcards, output: Path(output[0]).parent,
     shell:
-        "counterfactory odmap run {params.config} --dataset {wildcards.dataset} --role {wildcards.role}"
+        "counterfactory spurious run --config {input.config:q} --dataset {wildcards.dataset} --role {wildcards.role}"
         " --mixture {wildcards.mixture} --seed {wildcards.seed} --data-seed {params.data_seed}"
         " --manifests {input.manifests:q} --gallery {input.gallery:q} --out-dir {params.out_dir:q} > {log:q} 2>&1"
 
 
-use rule runs_table as sr_runs_table with:
+use rule train_collect as train_collect_spurious with:
     input:
         sr_runs,
     output:
@@ -196,9 +198,9 @@ use rule runs_table as sr_runs_table with:
         study=SR,
 
 
-use rule train_stats as sr_stats with:
+use rule stats_summarize as stats_summarize_spurious with:
     input:
-        rules.sr_runs_table.output,
+        rules.train_collect_spurious.output,
     output:
         f"{S}/summary.csv",
     log:
@@ -211,10 +213,11 @@ use rule train_stats as sr_stats with:
         alpha=0.05,
 
 
-rule sr_tables:
+rule spurious_tables:
     """Tables 1-3 and Figure 4 in the paper's layouts (mean ± std over seeds, t-tests against finetune)."""
     input:
-        rules.sr_stats.output,
+        rules.stats_summarize_spurious.output,
+        config=job_config("data", "training", "mixtures", "evaluation"),
     output:
         md=report(f"{S}/tables.md", category=study_title, subcategory="Tables", caption="../report/sr_tables.rst"),
         tex=f"{S}/tables.tex",
@@ -226,10 +229,8 @@ rule sr_tables:
         study=SR,
     conda:
         CONDA_ENV
-    params:
-        config=job_config("data", "training", "mixtures", "evaluation"),
     shell:
-        "counterfactory odmap tables {params.config} --summary {input:q} --out-md {output.md:q} --out-tex {output.tex:q}"
+        "counterfactory spurious tables --config {input.config:q} --summary {input:q} --out-md {output.md:q} --out-tex {output.tex:q}"
         " --out-csv {output.csv:q} --out-figure {output.figure:q} > {log:q} 2>&1"
 
 

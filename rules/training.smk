@@ -26,6 +26,9 @@ rule train_mixtures:
         pairs=f"{S}/images/selected_pairs.parquet",
         captions=f"{S}/data/captions.parquet",
         images=coco_images,
+        config=job_config(
+            "training.random_state", "training.val_fraction", "training.split_by", "training.mixtures", "data"
+        ),
     output:
         summary=f"{S}/training/mixtures/summary.csv",
         manifests=directory(f"{S}/training/mixtures/manifests"),
@@ -33,12 +36,8 @@ rule train_mixtures:
         f"{S}/logs/training/mixtures.log",
     conda:
         CONDA_ENV
-    params:
-        config=job_config(
-            "training.random_state", "training.val_fraction", "training.split_by", "training.mixtures", "data"
-        ),
     shell:
-        "counterfactory train mixtures {params.config} --pairs {input.pairs:q} --captions {input.captions:q}"
+        "counterfactory train mixtures --config {input.config:q} --pairs {input.pairs:q} --captions {input.captions:q}"
         " --out-dir {output.manifests:q} --summary {output.summary:q} > {log:q} 2>&1"
 
 
@@ -48,6 +47,7 @@ rule train_run:
         manifests=rules.train_mixtures.output.manifests,
         eval_data=train_eval_inputs,
         models=model_inputs("clip_train"),
+        config=job_config(*TRAIN_RUN_KEYS),
     output:
         metrics=f"{S}/training/runs/{{mixture}}/seed{{seed}}/metrics.csv",
         history=f"{S}/training/runs/{{mixture}}/seed{{seed}}/history.csv",
@@ -64,17 +64,16 @@ rule train_run:
         gpu=GPU,
         hpu=HPU,
     params:
-        config=job_config(*TRAIN_RUN_KEYS),
         data_seed=lambda wildcards: seeds(wildcards)[int(wildcards.seed)],
         out_dir=lambda wildcards, output: Path(output.metrics).parent,
         extra="",  # variants (`use rule train_run as ...`) add options: --role, --eval-pairs, --no-train
     shell:
-        "counterfactory train run {params.config} --manifest {input.manifests:q}/{wildcards.mixture}.parquet"
+        "counterfactory train run --config {input.config:q} --manifest {input.manifests:q}/{wildcards.mixture}.parquet"
         " --mixture {wildcards.mixture} --seed {wildcards.seed} --data-seed {params.data_seed}"
         " {params.extra} --out-dir {params.out_dir:q} --no-progress > {log:q} 2>&1"
 
 
-rule runs_table:
+rule train_collect:
     """Tidy runs table: experiment, mixture, seed, data_seed, metric, value."""
     input:
         runs_of("metrics.csv"),
@@ -88,10 +87,10 @@ rule runs_table:
         "counterfactory train collect {input:q} --out {output:q} > {log:q} 2>&1"
 
 
-rule train_stats:
+rule stats_summarize:
     """Mean, std, n and the one-tailed p-value of every mixture against the baseline, per metric."""
     input:
-        rules.runs_table.output,
+        rules.train_collect.output,
     output:
         f"{S}/training/summary.csv",
     log:
@@ -107,10 +106,10 @@ rule train_stats:
         " --alpha {params.alpha} --out {output:q} > {log:q} 2>&1"
 
 
-rule train_tables:
+rule stats_table:
     """Paper table layouts (COCO-CF Table 3 retrieval, Table 4 classification): Markdown, LaTeX, CSV."""
     input:
-        summary=rules.train_stats.output,
+        summary=rules.stats_summarize.output,
         info=rules.train_mixtures.output.summary,
     output:
         md=report(
@@ -134,7 +133,7 @@ rule train_tables:
         " --out-csv {output.csv:q} > {log:q} 2>&1"
 
 
-rule train_curves:
+rule train_plot_curves:
     """Training and validation loss of every run."""
     input:
         runs_of("history.csv"),

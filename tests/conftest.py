@@ -35,7 +35,7 @@ def nltk_dir(tmp_path_factory) -> Path:
     """One offline NLTK_DATA folder per test session (about 2 s), NLTK pointed at it meanwhile."""
     import nltk
 
-    from counterfactory.text import nltk_data as nd
+    from counterfactory.data import nltk_data as nd
 
     saved_path, saved_env = list(nltk.data.path), os.environ.get("NLTK_DATA")
     out = nd.prepare_nltk_data(tmp_path_factory.mktemp("nltk") / "nltk_data")

@@ -105,3 +105,113 @@ def test_job_config_cannot_be_merged(repo, tmp_path):
     path = write_job_config(full, STUDY, ["captions"], folder=tmp_path)
     with pytest.raises(ConfigError, match="cannot be merged"):
         load_config([path, repo / "config" / "demo.yaml"])
+
+
+# ----------------------------------------------------------------------------- issue 26: one configuration source
+def _demo(repo):
+    return yaml.safe_load((repo / "config" / "demo.yaml").read_text())
+
+
+@pytest.mark.parametrize("study", ["coco_counterfactuals", "social_counterfactuals", "countercurate",
+                                   "spurious_retrieval", "cvld"])
+def test_every_study_declares_its_model_roles_and_a_missing_one_fails_at_start_up(repo, tmp_path, study):
+    from counterfactory.config import STUDY_ROLES
+
+    assert STUDY_ROLES[study], f"{study} declares no required model role"
+    for role in STUDY_ROLES[study]:
+        cfg = _demo(repo)
+        cfg["studies"] = [study]
+        cfg["models"].pop(role)
+        with pytest.raises(ConfigError) as err:
+            load_full_config([_write(tmp_path, cfg)])
+        assert f"models.{role}" in str(err.value) and study in str(err.value) and "Fix:" in str(err.value)
+
+
+@pytest.mark.parametrize("path", [
+    "cvld.editing.shardz", "countercurate.grounded.stepz", "spurious_retrieval.inpaint.methodz",
+    "coco_counterfactuals.images.filter.top_kk", "social_counterfactuals.probing.pata.image_dirr",
+    "countercurate.training.common.lr_schedulr", "cvld.classification.train.epochz",
+    "spurious_retrieval.training.clip.lrr", "countercurate.vlm.lora_rank",
+])
+def test_a_typo_at_any_depth_fails_at_start_up_naming_the_key(repo, tmp_path, path):
+    cfg = _demo(repo)
+    *parents, leaf = path.split(".")
+    node = cfg
+    for part in parents:
+        node = node.setdefault(part, {})
+    node[leaf] = 1
+    with pytest.raises(ConfigError) as err:
+        load_full_config([_write(tmp_path, cfg)])
+    message = str(err.value)
+    assert path in message and "unknown key" in message and "Fix:" in message
+
+
+def test_config_reference_page_is_generated_from_the_schema(repo):
+    """docs/config-reference.md cannot go stale: regenerate it with `python scripts/config_reference.py`."""
+    from counterfactory.config import reference_markdown
+
+    page = (repo / "docs" / "config-reference.md").read_text(encoding="utf-8")
+    assert page == reference_markdown(), "docs/config-reference.md is stale: run python scripts/config_reference.py"
+    for key in ("cvld.editing.m", "spurious_retrieval.selection.alpha1", "social_counterfactuals.probing.roles"):
+        assert f"| `{key}` |" in page
+
+
+def test_shared_definitions_are_filled_like_sections():
+    from counterfactory.config import fill_definition, fill_section
+
+    assert fill_definition("llm_decoding", {"batch_size": 2}) == {"batch_size": 2, "max_new_tokens": 512,
+                                                                  "cache": None, "image_max_side": 768}
+    assert fill_section("cvld.llm") == fill_section("countercurate.llm") == fill_definition("llm_decoding")
+    with pytest.raises(ConfigError, match=r"cvld\.llm: unknown key\(s\) beams"):
+        fill_section("cvld.llm", {"beams": 2})
+
+
+def test_library_defaults_agree_with_the_schema():
+    """Library kernels keep keyword defaults for direct use; where the schema describes the same keys the values
+    must agree (the schema's are what a run uses)."""
+    import dataclasses
+
+    from counterfactory.config import fill_section
+    from counterfactory.generation.editing import EditSettings
+    from counterfactory.generation.inpaint import InpaintSettings
+    from counterfactory.training.cvld import CVLDSettings
+
+    for cls, section, skip in ((InpaintSettings, fill_section("spurious_retrieval.inpaint"), ()),
+                               (EditSettings, fill_section("cvld.editing.settings"), ("m", "k"))):
+        for f in dataclasses.fields(cls):
+            if f.name in skip:
+                continue
+            value = section[f.name]
+            assert (tuple(value) if isinstance(value, list) else value) == f.default, (cls.__name__, f.name)
+    train = fill_section("cvld.retrieval.train")
+    for name in ("weight_decay", "max_steps", "n_prompts", "n_prompt_layers"):
+        assert train[name] == CVLDSettings.__dataclass_fields__[name].default, name
+
+
+#: module-level default tables that remain, and why they are not configuration defaults the schema holds
+_ALLOWED_DEFAULT_TABLES = {
+    "generation/adaptive.py:DEFAULT_SCORE": "which score column a replayed curve ranks by (not a config key)",
+    "evaluation/cvld.py:DEFAULT_PROMPTS": "library default of classify_attributes (class prompts, not a config key)",
+    "evaluation/cvld.py:CAPTION_DEFAULTS": "keyword defaults of the generate_captions kernel (the config's are "
+                                           "cvld.captioning.generate)",
+    "scorers.py:DEFAULT_OPTIONS": "scorer-library defaults shared by every study; evaluation.scorers overrides them",
+    "models/registry.py:DEFAULT_LIBRARY": "loader library of each model role (models.<role>.library overrides it)",
+}
+
+
+def test_no_module_restates_schema_defaults_in_a_defaults_table(repo):
+    """Defaults are written once, in the schema (issue 26): no DEFAULTS / *_DEFAULTS / DEFAULT_* mapping in the package
+    beyond the few library tables above, and none at all under studies/ (single keyword defaults of library kernels,
+    e.g. DEFAULT_IMAGE_NAME, are not tables)."""
+    import re
+
+    pattern = re.compile(r"^((?:[A-Z_]*_)?DEFAULTS?(?:_[A-Z_]+)?)\s*(?::[^=\n]*)?=\s*(?:\{|dict\(|copy\.)", re.M)
+    root = repo / "src" / "counterfactory"
+    found = {}
+    for path in sorted(root.rglob("*.py")):
+        for name in pattern.findall(path.read_text(encoding="utf-8")):
+            found[f"{path.relative_to(root).as_posix()}:{name}"] = path
+    studies = [key for key in found if key.startswith("studies/")]
+    assert not studies, f"defaults tables in study modules (move them to the schema): {studies}"
+    extra = sorted(set(found) - set(_ALLOWED_DEFAULT_TABLES))
+    assert not extra, f"defaults tables outside the schema: {extra} (move them to config_schema.yaml)"

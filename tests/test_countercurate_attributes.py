@@ -7,6 +7,7 @@ import json
 import pandas as pd
 import pytest
 
+from counterfactory.config import fill_section
 from counterfactory.errors import ConfigError, InputError
 from counterfactory.studies.countercurate import attributes as at
 from counterfactory.text import llm
@@ -118,7 +119,8 @@ def test_rewrite_task_app_b():
                                             "object": ["a man"]}))
     prepared = llm.prepare(req)[0]
     assert "a dog is below a man" in prepared.user and "$" not in prepared.user
-    assert prepared.schema["properties"]["rewrite"]["maxLength"] == at.REWRITE_DEFAULTS["max_chars"]
+    rewrite_max = fill_section("countercurate.positions_rewrite")["max_chars"]     # the schema's default (app. B)
+    assert prepared.schema["properties"]["rewrite"]["maxLength"] == rewrite_max == 200
     with pytest.raises(InputError, match="not above or below"):
         at.rewrite_requests(pd.DataFrame({"item_id": ["p"], "subject": ["a"], "relation": ["left"], "object": ["b"]}))
 
@@ -200,11 +202,14 @@ def test_stage_runs_end_to_end_with_the_tiny_llm(tmp_path):
 def test_cli_is_registered():
     import argparse
 
+    from counterfactory.commands import countercurate as cmd
+
     parser = argparse.ArgumentParser()
     sub = parser.add_subparsers()
-    at.add_cli(sub)
+    cmd.add_attributes(sub)
     args = parser.parse_args(["attributes", "--config", "c.yaml", "--captions", "c.parquet", "--out", "o.parquet",
                               "--requests-out", "t.parquet"])
-    assert args.func is at._cli_attributes and args.requests_out == "t.parquet"
-    args = parser.parse_args(["llm", "--config", "c.yaml", "--requests", "r.parquet", "--out", "o.parquet"])
-    assert args.func is at._cli_llm
+    assert args.func is cmd._cmd_attributes and args.requests_out == "t.parquet"
+    for name in ("positions-rewrite", "llm"):  # llm: the old name, kept as an alias
+        args = parser.parse_args([name, "--config", "c.yaml", "--requests", "r.parquet", "--out", "o.parquet"])
+        assert args.func is cmd._cmd_llm

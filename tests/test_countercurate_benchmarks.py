@@ -303,7 +303,7 @@ def test_pair_scores_dedupes_and_rejects_nan():
 
 def test_settings_and_scorer_factory(tmp_path):
     with pytest.raises(ConfigError, match=r"benchmarks\.sugarcrepe: unknown key\(s\) rot"):
-        bm.benchmark_settings({"benchmarks": {"sugarcrepe": {"rot": "x"}}}, "sugarcrepe")
+        bm.benchmark_settings({"benchmarks": {"sugarcrepe": {"rot": "x"}}}, "sugarcrepe")   # unknown key
     opts = bm.benchmark_settings({"benchmarks": {"looktwice": {"dataset": "a.json"}}}, "looktwice", images="imgs")
     assert opts["dataset"] == "a.json" and opts["images"] == "imgs" and opts["image_name"] == "{id}.jpg"
     path, scorer = positions_fixture(tmp_path)

@@ -101,15 +101,15 @@ def test_variants_per_dataset_baseline_and_table_rows():
     assert tr.settings(one)["variants"] == {d: ["grouping", "no_negatives"] for d in tr.DATASETS}
     assert tr.stats_baseline(one) == "grouping"  # no no_grouping anywhere: the first shared variant
     some = {"training": {"variants": {"counting": ["grouping"]}}}
-    assert tr.settings(some)["variants"]["positions"] == tr.DEFAULT_VARIANTS["positions"]
+    assert tr.settings(some)["variants"]["positions"] == s["variants"]["positions"]      # the schema's default
     assert tr.stats_baseline(some) == "grouping"
     disjoint = {"training": {"datasets": ["positions", "counting"],
                              "variants": {"positions": ["no_grouping"], "counting": ["grouping"]}}}
     with pytest.raises(ConfigError, match="share no variant"):
         tr.stats_baseline(disjoint)
-    with pytest.raises(ConfigError, match=r"variants\.counting: unknown variant 'neg'"):
+    with pytest.raises(ConfigError, match=r"variants\.counting\.0: 'neg' is not one of"):
         tr.settings({"training": {"variants": {"counting": ["neg"]}}})
-    with pytest.raises(ConfigError, match="unknown dataset"):
+    with pytest.raises(ConfigError, match=r"training\.variants: unknown key\(s\) flowers"):
         tr.settings({"training": {"variants": {"flowers": ["grouping"]}}})
     # rows in Table 4's order, whatever the config's order
     assert tr.table_order({}, "positions") == ["pretrained", "no_negatives", "no_negative_images",
@@ -247,6 +247,8 @@ def test_cli_registers_the_steps(tmp_path):
     assert args.no_train and args.variant is None and args.data == ["positions=x.parquet"]
     args = parser.parse_args(["countercurate", "train-manifests", "--config", "c.yaml", "--datasets", "d",
                               "--out-dir", "o"])
-    assert args.func.__name__ == "_cmd_manifests"
+    assert args.func.__name__ == "_cmd_train_manifests"
+    from counterfactory.commands.countercurate import _pairs_option
+
     with pytest.raises(ConfigError, match="BENCHMARK=PATH"):
-        tr._pairs_option(["positions"], "--data")
+        _pairs_option(["positions"], "--data")

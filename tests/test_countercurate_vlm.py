@@ -113,7 +113,7 @@ def test_letter_logprobs_fast_path_matches_full_sequences(tiny_vlm, pairs):
 
 def test_conversations_follow_the_authors_format(pairs):
     frame = vlm.read_pairs(pairs)
-    settings = vlm.VlmSettings()
+    settings = vlm.VlmSettings.defaults()
     convs = vlm.conversations(frame, settings, seed=3, source=pairs)
     assert len(convs) == 5 + 2  # rows 0 and 2 also train on their negative image
     coins = np.random.default_rng(3).integers(0, 2, 5)
@@ -132,8 +132,8 @@ def test_conversations_follow_the_authors_format(pairs):
 def test_loss_masks_the_prompt_tokens(tiny_vlm, pairs):
     model, processor = registry.load(_cfg(tiny_vlm), "vlm")
     frame = vlm.read_pairs(pairs)
-    conv = vlm.conversations(frame, vlm.VlmSettings(), seed=0, source=pairs)[0]
-    batch = vlm.ConversationCollator(processor, vlm.VlmSettings())([conv])
+    conv = vlm.conversations(frame, vlm.VlmSettings.defaults(), seed=0, source=pairs)[0]
+    batch = vlm.ConversationCollator(processor, vlm.VlmSettings.defaults())([conv])
     ids, labels = batch["input_ids"][0], batch["labels"][0]
     tok = processor.tokenizer
     prompt = vlm.render_prompt(processor, conv.question, vlm.VICUNA_SYSTEM)
@@ -150,7 +150,7 @@ def test_loss_masks_the_prompt_tokens(tiny_vlm, pairs):
         hand = -(logp[n_prompt - 1, ids[n_prompt]] + logp[n_prompt, ids[n_prompt + 1]]) / 2
     torch.testing.assert_close(out.loss, hand, rtol=1e-5, atol=1e-5)
     # a padded batch keeps the same per-example labels, padding ignored
-    two = vlm.ConversationCollator(processor, vlm.VlmSettings())([conv, vlm.conversations(frame, vlm.VlmSettings(),
+    two = vlm.ConversationCollator(processor, vlm.VlmSettings.defaults())([conv, vlm.conversations(frame, vlm.VlmSettings.defaults(),
                                                                                           0, pairs)[3]])
     assert (two["labels"] != vlm.IGNORE).sum() == 4
 
@@ -238,9 +238,9 @@ def test_settings_defaults_and_errors():
     s = vlm.VlmSettings.from_config({})
     assert (s.lr, s.batch_size, s.epochs, s.lora, s.freeze_vision) == (2e-6, 16, 1, None, True)
     assert vlm.VlmSettings.from_config({"vlm": {"lora": {"r": 8}}}).lora == {"r": 8, "alpha": 256, "dropout": 0.05}
-    with pytest.raises(ConfigError, match=r"unknown key\(s\) \['learning_rate'\]"):
+    with pytest.raises(ConfigError, match=r"countercurate\.vlm: unknown key\(s\) learning_rate"):
         vlm.VlmSettings.from_config({"vlm": {"learning_rate": 1e-5}})
-    with pytest.raises(ConfigError, match="choice_order must be"):
+    with pytest.raises(ConfigError, match=r"countercurate\.vlm\.choice_order: 'sometimes' is not one of"):
         vlm.VlmSettings.from_config({"vlm": {"choice_order": "sometimes"}})
     with pytest.raises(ConfigError, match="lora"):
         vlm.VlmSettings.from_config({"vlm": {"lora": {"rank": 8}}})
@@ -249,11 +249,17 @@ def test_settings_defaults_and_errors():
 def test_cli_train_and_score(tiny_vlm, pairs, tmp_path):
     import yaml
 
-    cfg = {"run_name": "t", "device": "cpu", "models": {"vlm": {"source": str(tiny_vlm)}}, "studies": ["countercurate"],
+    from counterfactory.config import STUDY_ROLES
+
+    unused = {role: {"source": "not-loaded"} for role in STUDY_ROLES["countercurate"]}   # the study's required roles
+    cfg = {"run_name": "t", "device": "cpu", "models": {**unused, "vlm": {"source": str(tiny_vlm)}},
+           "studies": ["countercurate"],
            "countercurate": {"vlm": {"max_steps": 1, "batch_size": 2, "warmup_ratio": 0.0}}}
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
+    from counterfactory.commands.countercurate import add_vlm
+
     parser = argparse.ArgumentParser()
-    vlm.add_cli(parser.add_subparsers())
+    add_vlm(parser.add_subparsers())
     args = parser.parse_args(["vlm-train", "--config", str(tmp_path / "c.yaml"), "--data", str(pairs),
                               "--out-dir", str(tmp_path / "run"), "--seed", "0", "--no-progress"])
     assert args.func(args) == 0 and (tmp_path / "run" / "model" / "config.json").exists()

@@ -178,7 +178,7 @@ def _items(tmp_path, n=2, method="ip2p"):
     return pd.DataFrame(rows)
 
 
-def test_edit_shard_ip2p_writes_resumes_and_redoes_a_damaged_item(models, tmp_path):
+def test_edit_shard_ip2p_writes_and_redoes_a_damaged_item(models, tmp_path):
     items, out = _items(tmp_path), tmp_path / "out"
     kw = dict(settings=SMALL, batch_size=3, editor=models["editor"], encoder=models["encoder"], progress=False)
     res = ed.edit_shard(items, "ip2p", out, **kw)
@@ -191,14 +191,7 @@ def test_edit_shard_ip2p_writes_resumes_and_redoes_a_damaged_item(models, tmp_pa
         kept = g[g.kept].sort_values("rank")
         assert list(kept["rank"]) == [0, 1] and (g[~g.kept]["path"] == "").all()
         assert kept.similarity.iloc[0] >= kept.similarity.iloc[1] >= g[~g.kept].similarity.max()
-    # candidate images are deterministic from (item id, j): a fresh run elsewhere gives the same pixels
-    ed.edit_shard(items, "ip2p", tmp_path / "again", **{**kw, "batch_size": 8})
-    for name in pngs:
-        assert np.abs(np.asarray(Image.open(out / name), dtype=int) - np.asarray(Image.open(tmp_path / "again" / name))
-                      ).max() <= 1
-    # rerun: everything skipped, same manifest
-    assert ed.edit_shard(items, "ip2p", out, **kw)["skipped"] == 2
-    pd.testing.assert_frame_equal(pd.read_parquet(out / "shard.parquet"), man)
+    # (batch-size invariance, kill-and-rerun and cache hits: tests/test_shard_contract.py)
     # a truncated PNG (killed write) redoes that item only
     data = (out / "it1_1.png").read_bytes()
     (out / "it1_1.png").write_bytes(data[: len(data) // 2])

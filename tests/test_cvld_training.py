@@ -13,6 +13,7 @@ import torch.nn.functional as F
 
 from counterfactory.errors import ConfigError, InputError
 from counterfactory.training import cvld
+from counterfactory.training import cvld_losses as losses
 from counterfactory.training.model import blip_itm_loss, clip_loss
 from counterfactory.training.prompt_tuning import (add_prompts, load_prompts, prompt_parameters, remove_prompts,
                                                    save_prompts)
@@ -69,8 +70,8 @@ def test_prompt_step_updates_only_prompts_and_changes_output(tiny_blips):
     before = {k: v.clone() for k, v in model.state_dict().items()}
     # an optimiser over every parameter: the frozen ones get no gradient, so weight decay skips them too
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.05)
-    prompt_tokens = proc.tokenizer(list(cvld.class_prompts("Bangs")), padding=True, return_tensors="pt")
-    loss = cvld.classification_loss(model, prompt_tokens, pixels, torch.tensor([0, 1]), _pixels(2, 1),
+    prompt_tokens = proc.tokenizer(list(losses.class_prompts("Bangs")), padding=True, return_tensors="pt")
+    loss = losses.classification_loss(model, prompt_tokens, pixels, torch.tensor([0, 1]), _pixels(2, 1),
                                     torch.tensor([0, 1]), lam=1.0)
     loss.backward()
     opt.step()
@@ -140,10 +141,10 @@ def test_save_and_load_prompts(tiny_blips, tmp_path):
 
 def test_classification_logits_are_itm_log_odds_per_class(tiny_blips):
     model, proc = _retrieval(tiny_blips)
-    prompts = proc.tokenizer(list(cvld.class_prompts("Smiling")), padding=True, return_tensors="pt")
+    prompts = proc.tokenizer(list(losses.class_prompts("Smiling")), padding=True, return_tensors="pt")
     pixels = _pixels(3)
     with torch.no_grad():
-        logits = cvld.classification_logits(model, pixels, prompts)
+        logits = losses.classification_logits(model, pixels, prompts)
         assert logits.shape == (3, 2)
         for c in range(2):
             ids = {k: v[c:c + 1].repeat(3, 1) for k, v in prompts.items()}
@@ -154,19 +155,19 @@ def test_classification_logits_are_itm_log_odds_per_class(tiny_blips):
 def test_classification_loss_eq3(tiny_blips):
     model, proc = _retrieval(tiny_blips)
     add_prompts(model, n_layers=2, init_std=0.5)
-    prompts = proc.tokenizer(list(cvld.class_prompts("Bangs")), padding=True, return_tensors="pt")
+    prompts = proc.tokenizer(list(losses.class_prompts("Bangs")), padding=True, return_tensors="pt")
     pixels, cf_pixels, labels = _pixels(3), _pixels(2, 5), torch.tensor([1, 0, 1])
     with torch.no_grad():
-        plain = F.cross_entropy(cvld.classification_logits(model, pixels, prompts), labels)
-        cf = F.cross_entropy(cvld.classification_logits(model, cf_pixels, prompts), labels[:2])
+        plain = F.cross_entropy(losses.classification_logits(model, pixels, prompts), labels)
+        cf = F.cross_entropy(losses.classification_logits(model, cf_pixels, prompts), labels[:2])
         # lambda = 0, or no counterfactuals: plain cross-entropy
-        torch.testing.assert_close(cvld.classification_loss(model, prompts, pixels, labels, cf_pixels, labels[:2], 0.0), plain)
-        torch.testing.assert_close(cvld.classification_loss(model, prompts, pixels, labels), plain)
-        torch.testing.assert_close(cvld.classification_loss(model, prompts, pixels, labels, cf_pixels, labels[:2], 1.0),
+        torch.testing.assert_close(losses.classification_loss(model, prompts, pixels, labels, cf_pixels, labels[:2], 0.0), plain)
+        torch.testing.assert_close(losses.classification_loss(model, prompts, pixels, labels), plain)
+        torch.testing.assert_close(losses.classification_loss(model, prompts, pixels, labels, cf_pixels, labels[:2], 1.0),
                                    plain + cf, rtol=1e-5, atol=1e-6)
-    assert cvld.class_prompts("Bangs") == ("a photo of a person without bangs", "a photo of a person with bangs")
-    assert cvld.class_prompts("Rosy_Cheeks")[1] == "a photo of a person with rosy cheeks"
-    assert len(cvld.CELEBA_PROMPTS) == 14
+    assert losses.class_prompts("Bangs") == ("a photo of a person without bangs", "a photo of a person with bangs")
+    assert losses.class_prompts("Rosy_Cheeks")[1] == "a photo of a person with rosy cheeks"
+    assert len(losses.CELEBA_PROMPTS) == 14
 
 
 # --------------------------------------------------------------------------- ITC
@@ -183,22 +184,22 @@ def test_itc_soft_labels_hand_computed_2x3():
     img, txt, cf_img, cf_txt, has_cf = _hand_example()
     e = math.e
     # targets of query 0: weight 1 on I_0 and 0.6 on I~_0, normalised -> (0.625, 0, 0.375)
-    targets = cvld.itc_targets(txt, cf_txt, has_cf)
+    targets = losses.itc_targets(txt, cf_txt, has_cf)
     torch.testing.assert_close(targets, torch.tensor([[0.625, 0.0, 0.375], [0.0, 1.0, 0.0], [0.375, 0.0, 0.625]]))
     # text -> image: logits [1, 0, 0] and [0, 1, 1]
     t2i = ((math.log(e + 2) - 0.625) + (math.log(1 + 2 * e) - 1.0)) / 2
     # image -> text over (T_0, T_1, T~_0): logits [1, 0, 0.6] and [0, 1, 0.8]
     i2t = ((math.log(e + 1 + e ** 0.6) - (0.625 + 0.375 * 0.6)) + (math.log(1 + e + e ** 0.8) - 1.0)) / 2
-    got = cvld.cvld_itc_loss(img, txt, cf_img, cf_txt, has_cf, 1.0, lam=0.3, query_extension=False)
+    got = losses.cvld_itc_loss(img, txt, cf_img, cf_txt, has_cf, 1.0, lam=0.3, query_extension=False)
     assert got.item() == pytest.approx(0.5 * (t2i + i2t), abs=1e-6)
     # query extension: T~_0 against (I_0, I_1, I~_0): logits [0.6, 0.8, 0.8], targets (0.375, 0, 0.625);
     # I~_0 against (T_0, T_1, T~_0): logits [0, 1, 0.8], same targets
     t2i_cf = math.log(e ** 0.6 + 2 * e ** 0.8) - (0.375 * 0.6 + 0.625 * 0.8)
     i2t_cf = math.log(1 + e + e ** 0.8) - 0.625 * 0.8
-    got = cvld.cvld_itc_loss(img, txt, cf_img, cf_txt, has_cf, 1.0, lam=0.3)
+    got = losses.cvld_itc_loss(img, txt, cf_img, cf_txt, has_cf, 1.0, lam=0.3)
     assert got.item() == pytest.approx(0.5 * (t2i + 0.3 * t2i_cf + i2t + 0.3 * i2t_cf), abs=1e-6)
     # a negative text similarity is clipped at 0: the counterfactual is then a plain negative
-    assert cvld.itc_targets(txt, torch.tensor([[-0.6, 0.8]]), has_cf)[0].tolist() == [1.0, 0.0, 0.0]
+    assert losses.itc_targets(txt, torch.tensor([[-0.6, 0.8]]), has_cf)[0].tolist() == [1.0, 0.0, 0.0]
 
 
 def _random_batch(n=5, d=8, seed=0):
@@ -213,13 +214,13 @@ def test_itc_hard_label_is_infonce_over_extended_candidates():
     images, texts = torch.cat([img, cf_img[has_cf]]), torch.cat([txt, cf_txt[has_cf]])
     target = torch.arange(5)
     expected = 0.5 * (F.cross_entropy(txt @ images.T / temp, target) + F.cross_entropy(img @ texts.T / temp, target))
-    got = cvld.cvld_itc_loss(img, txt, cf_img, cf_txt, has_cf, temp, lam=0.3, labels="hard", query_extension=False)
+    got = losses.cvld_itc_loss(img, txt, cf_img, cf_txt, has_cf, temp, lam=0.3, labels="hard", query_extension=False)
     torch.testing.assert_close(got, expected)
     # compact counterfactual rows (one per counterfactual) give the same loss
-    torch.testing.assert_close(cvld.cvld_itc_loss(img, txt, cf_img[has_cf], cf_txt[has_cf], has_cf, temp, 0.3,
+    torch.testing.assert_close(losses.cvld_itc_loss(img, txt, cf_img[has_cf], cf_txt[has_cf], has_cf, temp, 0.3,
                                                   "hard", False), expected)
     # soft labels differ from hard ones
-    soft = cvld.cvld_itc_loss(img, txt, cf_img, cf_txt, has_cf, temp, lam=0.3, query_extension=False)
+    soft = losses.cvld_itc_loss(img, txt, cf_img, cf_txt, has_cf, temp, lam=0.3, query_extension=False)
     assert not torch.allclose(soft, got)
 
 
@@ -227,7 +228,7 @@ def test_itc_without_counterfactuals_is_blip_itc():
     (img, txt, cf_img, cf_txt), _ = _random_batch()
     none = torch.zeros(5, dtype=torch.bool)
     expected = clip_loss(img @ txt.T / 0.07)
-    torch.testing.assert_close(cvld.cvld_itc_loss(img, txt, cf_img, cf_txt, none, 0.07, lam=0.3), expected)
+    torch.testing.assert_close(losses.cvld_itc_loss(img, txt, cf_img, cf_txt, none, 0.07, lam=0.3), expected)
 
 
 def test_query_extension_adds_lambda_times_counterfactual_query_term():
@@ -244,8 +245,8 @@ def test_query_extension_adds_lambda_times_counterfactual_query_term():
             logp = (queries[i] @ cands.T / temp).log_softmax(-1)
             total += -(logp[n + k] + s * logp[i]) / (1 + s)
         terms.append(total / len(idx))
-    with_ext = cvld.cvld_itc_loss(img, txt, cf_img, cf_txt, has_cf, temp, lam)
-    without = cvld.cvld_itc_loss(img, txt, cf_img, cf_txt, has_cf, temp, lam, query_extension=False)
+    with_ext = losses.cvld_itc_loss(img, txt, cf_img, cf_txt, has_cf, temp, lam)
+    without = losses.cvld_itc_loss(img, txt, cf_img, cf_txt, has_cf, temp, lam, query_extension=False)
     assert (with_ext - without).item() == pytest.approx(lam * 0.5 * float(terms[0] + terms[1]), rel=1e-5)
 
 
@@ -263,15 +264,15 @@ def test_itm_never_draws_own_counterfactual():
     for seed in range(200):
         g = torch.Generator().manual_seed(seed)
         noise = torch.randn(pool, pool, generator=g)
-        neg_text, neg_image = cvld.itm_negatives(sim + noise, has_cf, g)
+        neg_text, neg_image = losses.itm_negatives(sim + noise, has_cf, g)
         for j in range(pool):
             for pick in (int(neg_text[j]), int(neg_image[j])):
                 assert pick != j and pick != counterpart.get(j)
-        nt, _ = cvld.itm_negatives(sim + noise, has_cf, torch.Generator().manual_seed(seed),
+        nt, _ = losses.itm_negatives(sim + noise, has_cf, torch.Generator().manual_seed(seed),
                                    exclude_counterfactuals=False)
         drawn_counterpart += sum(int(nt[j]) == counterpart.get(j) for j in range(pool))
     assert drawn_counterpart > 100  # without the exclusion they dominate the draw
-    assert cvld.counterpart_mask(has_cf).sum().item() == pool + 6
+    assert losses.counterpart_mask(has_cf).sum().item() == pool + 6
     assert n + int(has_cf.sum()) == pool
 
 
@@ -283,7 +284,7 @@ def test_itm_loss_without_counterfactuals_is_blip_itm(tiny_blips):
         sim = torch.randn(3, 3, generator=torch.Generator().manual_seed(1))
         expected = blip_itm_loss(model, feats, tokens["input_ids"], tokens["attention_mask"], sim,
                                  torch.Generator().manual_seed(5))
-        got = cvld.cvld_itm_loss(model, feats, tokens["input_ids"], tokens["attention_mask"], sim,
+        got = losses.cvld_itm_loss(model, feats, tokens["input_ids"], tokens["attention_mask"], sim,
                                  torch.zeros(3, dtype=torch.bool), 0.3, torch.Generator().manual_seed(5))
         torch.testing.assert_close(got, expected)
         # one counterfactual (of example 1) appended to the pool: its three entries weigh lambda
@@ -292,19 +293,19 @@ def test_itm_loss_without_counterfactuals_is_blip_itm(tiny_blips):
         mask = torch.cat([tokens["attention_mask"], tokens["attention_mask"][1:2]])
         has_cf = torch.tensor([False, True, False])
         sim4 = torch.randn(4, 4, generator=torch.Generator().manual_seed(2))
-        l0 = cvld.cvld_itm_loss(model, pool_feats, ids, mask, sim4, has_cf, 0.0, torch.Generator().manual_seed(9))
-        l1 = cvld.cvld_itm_loss(model, pool_feats, ids, mask, sim4, has_cf, 1.0, torch.Generator().manual_seed(9))
+        l0 = losses.cvld_itm_loss(model, pool_feats, ids, mask, sim4, has_cf, 0.0, torch.Generator().manual_seed(9))
+        l1 = losses.cvld_itm_loss(model, pool_feats, ids, mask, sim4, has_cf, 1.0, torch.Generator().manual_seed(9))
         assert l1 > l0
-        one = cvld.cvld_itm_loss(model, feats[:1], tokens["input_ids"][:1], tokens["attention_mask"][:1],
+        one = losses.cvld_itm_loss(model, feats[:1], tokens["input_ids"][:1], tokens["attention_mask"][:1],
                                  sim[:1, :1], torch.zeros(1, dtype=torch.bool), 0.3)
         assert one.item() == 0.0
 
 
 def test_variants_table3():
-    assert set(cvld.VARIANTS) == {"base", "hard_label", "neg_only", "itc", "itm", "cvld"}
-    assert cvld.VARIANTS["cvld"] == cvld.RetrievalVariant(True, "soft", True, True, True)
-    assert not cvld.VARIANTS["base"].candidates and not cvld.VARIANTS["base"].itm_counterfactuals
-    assert cvld.VARIANTS["neg_only"].labels == "hard" and not cvld.VARIANTS["neg_only"].query_extension
+    assert set(losses.VARIANTS) == {"base", "hard_label", "neg_only", "itc", "itm", "cvld"}
+    assert losses.VARIANTS["cvld"] == losses.RetrievalVariant(True, "soft", True, True, True)
+    assert not losses.VARIANTS["base"].candidates and not losses.VARIANTS["base"].itm_counterfactuals
+    assert losses.VARIANTS["neg_only"].labels == "hard" and not losses.VARIANTS["neg_only"].query_extension
     with pytest.raises(ConfigError, match="unknown retrieval variant"):
         cvld.CVLDSettings.for_task("retrieval", variant="soft")
 
@@ -321,12 +322,12 @@ def test_captioning_loss_eq9(tiny_blips):
     labels = ids.masked_fill(tok["attention_mask"] == 0, -100)
     with torch.no_grad():
         plain = model(pixel_values=pixels, input_ids=ids, attention_mask=tok["attention_mask"], labels=labels).loss
-        got0 = cvld.captioning_loss(model, pixels, tok["input_ids"], tok["attention_mask"], cf_pixels,
+        got0 = losses.captioning_loss(model, pixels, tok["input_ids"], tok["attention_mask"], cf_pixels,
                                     cf["input_ids"], cf["attention_mask"], lam=0.0)
         torch.testing.assert_close(got0, plain)
-        torch.testing.assert_close(cvld.captioning_loss(model, pixels, tok["input_ids"], tok["attention_mask"]), plain)
-        cf_loss = cvld.caption_lm_loss(model, cf_pixels, cf["input_ids"], cf["attention_mask"])
-        got = cvld.captioning_loss(model, pixels, tok["input_ids"], tok["attention_mask"], cf_pixels,
+        torch.testing.assert_close(losses.captioning_loss(model, pixels, tok["input_ids"], tok["attention_mask"]), plain)
+        cf_loss = losses.caption_lm_loss(model, cf_pixels, cf["input_ids"], cf["attention_mask"])
+        got = losses.captioning_loss(model, pixels, tok["input_ids"], tok["attention_mask"], cf_pixels,
                                    cf["input_ids"], cf["attention_mask"], lam=0.3)
         torch.testing.assert_close(got, plain + 0.3 * cf_loss)
     assert plain.item() > 0

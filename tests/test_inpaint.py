@@ -289,12 +289,6 @@ def test_inpaint_shard_writes_and_resumes(tmp_path, lama, cfg):
         assert np.array_equal(got[~mask], src_im[~mask])
         assert np.array_equal(got, I.fill(src_im, mask, "lama", model=lama))   # == lama-cleaner's own call
 
-    # second run: everything skipped, files untouched
-    mtimes = {p.name: p.stat().st_mtime_ns for p in out.glob("it*.png")}
-    again = I.inpaint_shard(items, "lama", out, batch_size=4, model=lama, image_root=src, progress=False)
-    assert again["written"] == 0 and again["skipped"] == 6
-    assert {p.name: p.stat().st_mtime_ns for p in out.glob("it*.png")} == mtimes
-
     # a half-written temporary file of a killed write is ignored (and cleaned), a truncated output redone
     stale = out / ".it1.png.tmp-abcd1234.png"
     stale.write_bytes(first[1][:40])
@@ -309,37 +303,17 @@ def test_inpaint_shard_writes_and_resumes(tmp_path, lama, cfg):
         _close(np.asarray(Image.open(out / f"it{i}.png")), _decode(first[i]))
     assert pd.read_parquet(out / "shard.parquet").equals(manifest)
 
-    # batch size 1 gives the same pixels
-    one = tmp_path / "one"
-    I.inpaint_shard(items, "lama", one, batch_size=1, model=lama, image_root=src, progress=False)
-    for i in range(6):
-        _close(np.asarray(Image.open(one / f"it{i}.png")), _decode(first[i]))
 
-
-def test_inpaint_shard_kill_and_rerun(tmp_path, lama):
+def test_inpaint_shard_key_covers_the_method(tmp_path):
+    """Kill-and-rerun, cache hits and batch sizes: tests/test_shard_contract.py. Another method into the same
+    folder: the keys differ, so every item is redone."""
     src = tmp_path / "src"
     src.mkdir()
-    items = _items(src)
-    full = tmp_path / "full"
-    I.inpaint_shard(items, "blur", full, batch_size=2, image_root=src, progress=False)
-
-    class Killed(Exception):
-        pass
-
-    def hook(k, item_id):
-        if k == 2:
-            raise Killed(item_id)
-
+    items = _items(src, n=2)
     part = tmp_path / "part"
-    with pytest.raises(Killed):
-        I.inpaint_shard(items, "blur", part, batch_size=2, image_root=src, progress=False, hook=hook)
-    assert len(list(part.glob("it*.png"))) == 3 and not (part / "shard.parquet").exists()
-    rest = I.inpaint_shard(items, "blur", part, batch_size=2, image_root=src, progress=False)
-    assert rest["skipped"] == 3 and rest["written"] == 3
-    assert _outputs(part) == _outputs(full)
-    # another method into the same folder: the keys differ, so every item is redone
-    other = I.inpaint_shard(items, "zero", part, batch_size=2, image_root=src, progress=False)
-    assert other["written"] == 6
+    assert I.inpaint_shard(items, "blur", part, batch_size=2, image_root=src, progress=False)["written"] == 2
+    assert I.inpaint_shard(items, "blur", part, batch_size=2, image_root=src, progress=False)["skipped"] == 2
+    assert I.inpaint_shard(items, "zero", part, batch_size=2, image_root=src, progress=False)["written"] == 2
 
 
 def test_inpaint_shard_masks_and_errors(tmp_path):

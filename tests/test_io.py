@@ -98,3 +98,25 @@ def test_killed_write_leftover_is_removed_by_the_next_write(tmp_path):
     with atomic_path(target) as tmp:
         tmp.write_bytes(b"full")
     assert not leftover.exists() and target.read_bytes() == b"full"
+
+
+def test_read_table_is_the_one_checked_reader(tmp_path):
+    import pandas as pd
+
+    from counterfactory.errors import InputError
+    from counterfactory.io import read_table, write_parquet
+
+    write_parquet(tmp_path / "t.parquet", pd.DataFrame({"id": ["007"], "x": [1.5]}))
+    (tmp_path / "t.csv").write_text("id,x\n007,\n", encoding="utf-8")
+    (tmp_path / "bad.parquet").write_bytes(b"not parquet")
+    assert read_table(tmp_path / "t.parquet", "pairs table", "rerun it", ("id", "x"))["x"].tolist() == [1.5]
+    as_text = read_table(tmp_path / "t.csv", "pairs table", "rerun it", ("id",), csv_dtype=str)
+    assert as_text.to_dict("records") == [{"id": "007", "x": ""}]  # as written: no number parsing, no NaN
+    with pytest.raises(InputError, match=r"t\.parquet: missing column\(s\) \['y'\]\. Fix: the pairs table needs"):
+        read_table(tmp_path / "t.parquet", "pairs table", "rerun it", ("id", "y"))
+    with pytest.raises(InputError, match=r"nope\.parquet.*pairs table not found\. Fix: rerun it"):
+        read_table(tmp_path / "nope.parquet", "pairs table", "rerun it")
+    with pytest.raises(InputError, match=r"bad\.parquet: not a readable parquet file .*Fix: rerun it"):
+        read_table(tmp_path / "bad.parquet", "pairs table", "rerun it")
+    with pytest.raises(InputError, match=r"a csv file where the pairs table must be parquet"):
+        read_table(tmp_path / "t.csv", "pairs table", "rerun it", formats=("parquet",))

@@ -1,4 +1,4 @@
-"""Offline NLTK data (counterfactory.text.nltk_data): unmodified nltk.word_tokenize / nltk.pos_tag
+"""Offline NLTK data (counterfactory.data.nltk_data): unmodified nltk.word_tokenize / nltk.pos_tag
 work from the prepared folder; prepare is idempotent, deterministic and atomic; the tagger's
 evaluation numbers; the packaged corpus, lexicon and gold files are consistent."""
 
@@ -15,7 +15,7 @@ import pytest
 
 from counterfactory.cli import main
 from counterfactory.errors import CounterFactoryError, InputError
-from counterfactory.text import nltk_data as nd
+from counterfactory.data import nltk_data as nd
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO_CAPTIONS = REPO / "resources/demo/annotations/captions_val2017.json"

@@ -25,7 +25,7 @@ def frames(boxes, width=10, height=10):
 
 
 def rows(boxes, width=10, height=10, **params):
-    table = rg.select_regions(*frames(boxes, width, height), dict(rg.DEFAULTS, **params))
+    table = rg.select_regions(*frames(boxes, width, height), dict(rg.defaults(), **params))
     return {r.category: r for r in table.itertuples(index=False)}
 
 
@@ -161,8 +161,8 @@ def test_rule_area_before_versus_after_union():
 
 # ------------------------------------------------------------------ settings
 def test_settings_defaults_and_section():
-    assert rg.settings(None) == rg.DEFAULTS
-    assert rg.DEFAULTS["alpha1"] == 0.4 and rg.DEFAULTS["alpha2"] == 0.8 and rg.DEFAULTS["alpha3"] == 0.7
+    assert rg.settings(None) == rg.defaults()
+    assert rg.defaults()["alpha1"] == 0.4 and rg.defaults()["alpha2"] == 0.8 and rg.defaults()["alpha3"] == 0.7
     got = rg.settings({"spurious_retrieval": {"selection": {"alpha3": 0.5, "rule": "text", "classes": ["dog"]}}})
     assert got["alpha3"] == 0.5 and got["rule"] == "text" and got["classes"] == ["dog"] and got["alpha1"] == 0.4
 
@@ -170,7 +170,7 @@ def test_settings_defaults_and_section():
 @pytest.mark.parametrize("section, words", [
     ({"alpha1": 1.5}, "alpha1"), ({"alpha2": 0}, "alpha2"), ({"alpha3": "high"}, "alpha3"),
     ({"alpha1": 0.9, "alpha2": 0.8}, "above alpha2"), ({"rule": "paper"}, "rule"), ({"colour": 1}, "colour"),
-    ({"classes": "dog"}, "classes"), ({"classes": ["dog", "dog"]}, "twice"),
+    ({"classes": "dog"}, "classes"), ({"classes": ["dog", "dog"]}, r"selection\.classes: .*non-unique"),
     ({"mask_mode": "polygon"}, "mask_mode"),
 ])
 def test_settings_errors(section, words):
@@ -236,7 +236,7 @@ def test_zero_size_image_names_file_and_record(tmp_path):
 def test_cli_round_trip(tmp_path, capsys):
     path = write(tmp_path, coco_doc(ANNOTATIONS))
     out = tmp_path / "sel" / "selection.parquet"
-    assert cli.main(["odmap", "select", "--instances", str(path), "--out", str(out)]) == 0
+    assert cli.main(["spurious", "select", "--instances", str(path), "--out", str(out)]) == 0
     table = pd.read_parquet(out)
     assert list(table.columns) == rg.COLUMNS
     assert list(zip(table["image_id"], table["category_id"])) == [(3, 1), (3, 3), (3, 4), (7, 1), (7, 2), (7, 3)]
@@ -260,18 +260,18 @@ def test_cli_options_and_config(tmp_path, capsys):
     cfg = tmp_path / "cfg.yaml"
     cfg.write_text("spurious_retrieval:\n  selection:\n    alpha3: 0.8\n    classes: [car, frisbee]\n")
     out = tmp_path / "o.parquet"
-    assert cli.main(["odmap", "select", "--instances", str(path), "--out", str(out), "--config", str(cfg)]) == 0
+    assert cli.main(["spurious", "select", "--instances", str(path), "--out", str(out), "--config", str(cfg)]) == 0
     table = pd.read_parquet(out)
     assert set(table["category"]) == {"car", "frisbee"}
     assert table.set_index(["image_id", "category"]).loc[(3, "car"), "selected"]       # 0.75 <= 0.8
-    assert cli.main(["odmap", "select", "--instances", str(path), "--out", str(out), "--config", str(cfg),
+    assert cli.main(["spurious", "select", "--instances", str(path), "--out", str(out), "--config", str(cfg),
                      "--alpha3", "0.7", "--rule", "text"]) == 0
     assert not pd.read_parquet(out).set_index(["image_id", "category"]).loc[(3, "car"), "selected"]
     capsys.readouterr()
-    assert cli.main(["odmap", "select", "--instances", str(path), "--out", str(out), "--classes", "cat"]) == 2
+    assert cli.main(["spurious", "select", "--instances", str(path), "--out", str(out), "--classes", "cat"]) == 2
     assert "'cat' is not a class" in capsys.readouterr().err
     bad = write(tmp_path, coco_doc([(7, 2, [6, 0, 9, 2])]), "bad.json")
-    assert cli.main(["odmap", "select", "--instances", str(bad), "--out", str(tmp_path / "x.parquet")]) == 2
+    assert cli.main(["spurious", "select", "--instances", str(bad), "--out", str(tmp_path / "x.parquet")]) == 2
     err = capsys.readouterr().err
     assert "bad.json" in err and "annotations[0] (id 10)" in err and not (tmp_path / "x.parquet").exists()
 
@@ -297,7 +297,7 @@ def test_flickr_entities(tmp_path):
     person = objects[objects["category"] == "people"].iloc[0]
     assert (person["x"], person["y"], person["w"], person["h"]) == (0.0, 0.0, 40.0, 100.0)
     out = tmp_path / "f.parquet"
-    assert cli.main(["odmap", "select", "--entities-root", str(root), "--out", str(out)]) == 0
+    assert cli.main(["spurious", "select", "--entities-root", str(root), "--out", str(out)]) == 0
     table = pd.read_parquet(out)
     assert list(table["category"]) == ["people", "animals", "vehicles"] and set(table["image_id"]) == {"1001"}
     got = table.set_index("category")
@@ -350,7 +350,7 @@ def check_row(row, pixels, total, params):
 @pytest.mark.parametrize("rule", ["pseudocode", "text"])
 def test_property_random_boxes(rule):
     rng = np.random.default_rng(13)
-    params = dict(rg.DEFAULTS, rule=rule)
+    params = dict(rg.defaults(), rule=rule)
     image_rows, object_rows, truth = [], [], {}
     for image_id in range(50):
         width, height = int(rng.integers(4, 17)), int(rng.integers(4, 17))
@@ -451,7 +451,7 @@ def seg_doc():
 def test_segmentation_mode_uses_masks_not_boxes(tmp_path):
     images, objects, _ = rg.coco_objects(write(tmp_path, seg_doc()))
     boxes = {r.category: r for r in rg.select_regions(images, objects).itertuples(index=False)}
-    masks = {r.category: r for r in rg.select_regions(images, objects, dict(rg.DEFAULTS, mask_mode="segmentation"))
+    masks = {r.category: r for r in rg.select_regions(images, objects, dict(rg.defaults(), mask_mode="segmentation"))
              .itertuples(index=False)}
     # boxes: the person's box (half the image) covers the dog and the frisbee, so all three go
     assert json.loads(boxes["person"].overlaps) == {"dog": 1.0, "frisbee": 1.0}
@@ -495,21 +495,21 @@ def test_segmentation_mode_errors_name_the_record(tmp_path):
     doc["annotations"][1]["segmentation"] = {"size": [4, 4], "counts": [16]}
     images, objects, _ = rg.coco_objects(write(tmp_path, doc))
     with pytest.raises(InputError) as err:
-        rg.select_regions(images, objects, dict(rg.DEFAULTS, mask_mode="segmentation"))
+        rg.select_regions(images, objects, dict(rg.defaults(), mask_mode="segmentation"))
     assert "annotations[1] (id 11)" in str(err.value) and "4x4" in str(err.value) and "Fix:" in str(err.value)
     doc["annotations"][1]["segmentation"] = []
     images, objects, _ = rg.coco_objects(write(tmp_path, doc, "b.json"))
     with pytest.raises(InputError, match=r"annotations\[1\] \(id 11\).*no segmentation"):
-        rg.select_regions(images, objects, dict(rg.DEFAULTS, mask_mode="segmentation"))
+        rg.select_regions(images, objects, dict(rg.defaults(), mask_mode="segmentation"))
     rg.select_regions(images, objects)                               # box mode does not need the masks
     with pytest.raises(ConfigError, match="boxes only"):
-        rg.select_regions(*frames([(1, 0, 0, 4, 10), (2, 5, 5, 2, 2)]), dict(rg.DEFAULTS, mask_mode="segmentation"))
+        rg.select_regions(*frames([(1, 0, 0, 4, 10), (2, 5, 5, 2, 2)]), dict(rg.defaults(), mask_mode="segmentation"))
 
 
 def test_cli_select_with_segmentation_masks(tmp_path, capsys):
     path = write(tmp_path, seg_doc())
     out = tmp_path / "seg.parquet"
-    assert cli.main(["odmap", "select", "--instances", str(path), "--out", str(out), "--mask-mode",
+    assert cli.main(["spurious", "select", "--instances", str(path), "--out", str(out), "--mask-mode",
                      "segmentation"]) == 0
     table = pd.read_parquet(out).set_index("category")
     assert table.loc["dog", "selected"] and table.loc["person", "candidate_area_ratio"] == pytest.approx(0.375)

@@ -128,11 +128,24 @@ def test_paper_config_counts_and_items_from_earlier_outputs(tmp_path):
 
 def test_job_stats_parsing():
     out = "Building DAG of jobs...\nJob stats:\njob              count\n-------------  -------\nall  1\n" \
-          "images_shard  501\ncc_generate  12\nsocial_generate  188\ntiny_models  1\ntotal  705\n\nThis was a dry-run."
+          "images_generate  501\ncountercurate_generate  12\nsocial_generate  188\nmodels_build_tiny  1\n" \
+          "total  705\n\nThis was a dry-run."
     counts = planning.job_counts(out)
-    assert counts["images_shard"] == 501 and counts["total"] == 705
+    assert counts["images_generate"] == 501 and counts["total"] == 705
     assert planning.jobs_by_study(counts) == {"shared": 2, "coco_counterfactuals": 501, "countercurate": 12,
                                               "social_counterfactuals": 188}
+
+
+def test_rule_study_reads_the_study_short_name():
+    """Own rules start with the study's short name; a shared stage's rule run for one study ends with it."""
+    assert planning.rule_study("spurious_run") == planning.rule_study("train_collect_spurious") == "spurious_retrieval"
+    assert planning.rule_study("stats_table_countercurate_vlm") == planning.rule_study("data_flickr30k_captions") \
+        == "countercurate"
+    assert planning.rule_study("images_adaptive_curve_social") == "social_counterfactuals"
+    assert planning.rule_study("train_collect_cvld") == planning.rule_study("cvld_run") == "cvld"
+    assert planning.rule_study("train_run_in_domain") == planning.rule_study("images_generate") \
+        == "coco_counterfactuals"
+    assert planning.rule_study("nltk_prepare") == "shared"
 
 
 def test_cli_prints_tables_and_writes_csv(tmp_path, capsys, monkeypatch):

@@ -66,10 +66,10 @@ def test_repo_profiles_pass_the_checker(name, monkeypatch, tmp_path):
 
 def test_accelerator_rules_match_the_rule_files():
     rules = cluster.workflow_rules(REPO / "Snakefile")
-    assert "caption_shard" in rules and "all" in rules
+    assert "captions_edit" in rules and "all" in rules
     declared = sorted(r for r, info in rules.items() if info["accelerator"])
     assert declared == sorted(cluster.ACCELERATOR_RULES)
-    assert not rules["tiny_models"]["accelerator"]  # every tiny stand-in in one CPU job
+    assert not rules["models_build_tiny"]["accelerator"]  # every tiny stand-in in one CPU job
 
 
 def test_profiles_carry_no_site_values():
@@ -125,7 +125,7 @@ def test_install_profiles_is_idempotent_and_leaves_foreign_profiles_alone(tmp_pa
 
 #: accelerator rules whose jobs a dry run cannot list yet: their number comes from a checkpoint's output
 #: (CounterCurate's generation shards, known once the requests exist)
-AFTER_CHECKPOINT = {"cc_generate"}
+AFTER_CHECKPOINT = {"countercurate_generate"}
 
 
 def test_resources_through_the_slurm_profile(tmp_path):
@@ -143,12 +143,16 @@ def test_resources_through_the_slurm_profile(tmp_path):
         assert res["gpu"] == "1" and res["hpu"] == "0" and res["slurm_partition"] == "gpu", (rule, res)
         assert res["constraint"] == "a100", (rule, res)
         assert int(res["runtime"]) > 0 and int(res["mem_mb"]) >= 2500, (rule, res)
-    assert jobs["tiny_models"]["resources"]["slurm_partition"] == "cpu"  # one job builds every tiny model
+    assert jobs["models_build_tiny"]["resources"]["slurm_partition"] == "cpu"  # one job builds every tiny model
 
 
 def _localrules() -> set[str]:
-    text = (REPO / "rules" / "resources.smk").read_text().split("\nlocalrules:")[1]
-    return set(re.findall(r"^\s+(\w+),", text, re.MULTILINE))
+    """Every rule named in a ``localrules:`` block (rules/resources.smk; rules/setup.smk's config_write_job)."""
+    out: set[str] = set()
+    for path in (REPO / "rules").glob("*.smk"):
+        for block in re.findall(r"^localrules:\n((?:[ \t]+\w+,\n)+)", path.read_text(), re.MULTILINE):
+            out |= set(re.findall(r"^\s+(\w+),", block, re.MULTILINE))
+    return out
 
 
 def test_every_rule_is_local_or_sized():
@@ -156,8 +160,8 @@ def test_every_rule_is_local_or_sized():
     local = _localrules()
     rules = cluster.workflow_rules(REPO / "Snakefile")
     assert local <= set(rules)
-    assert {"caption_merge", "images_merge", "eval_itr_table", "runs_table", "train_stats", "provenance",
-            "coco_check", "caption_table", "report_pair_grid", "label_frequency"} <= local
+    assert {"captions_merge", "images_merge", "evaluate_itr_table", "train_collect", "stats_summarize", "provenance",
+            "data_check", "data_captions", "report_pair_grid", "analysis_label_frequency"} <= local
     assert not local & set(cluster.ACCELERATOR_RULES)
     texts = "\n".join(p.read_text() for p in (REPO / "rules").glob("*.smk"))
     base_of = {name: base for base, name in re.findall(r"^use rule (\w+) as (\w+)", texts, re.MULTILINE)}
@@ -239,9 +243,9 @@ default-resources:
   mem_gb: 4
   slurm_extra: "'--gres=gpu:1 --exclusive'"
 set-resources:
-  caption_shrad:
+  captions_edti:
     runtime: 10
-  images_shard:
+  images_generate:
     gres: "'gpu:HL-225:1'"
 group-components:
   setpu: 4
@@ -252,7 +256,7 @@ group-components:
     assert "unknown key 'latency-wiat' (did you mean 'latency-wait'?)" in text
     assert "unknown resource 'mem_gb' (did you mean 'mem_mb'?)" in text
     assert "slurm_extra sets the generic resources (GRES) itself" in text
-    assert "unknown rule 'caption_shrad' (did you mean 'caption_shard'?)" in text
+    assert "unknown rule 'captions_edti' (did you mean 'captions_edit'?)" in text
     assert "GRES \"'gpu:HL-225:1'\" is not name" in text or "GRES 'gpu:HL-225:1'" in text
     assert "unknown group 'setpu'" in text
 
@@ -285,8 +289,8 @@ def test_site_settings_precedence(tmp_path):
     assert slurm.jobs == 7 and slurm.sources["jobs"] == "CF_SLURM_JOBS"
     assert slurm.gres_name == "gpu" and slurm.status_command == "squeue"
     assert slurm.default_resources() == {"slurm_partition": "'batch'"}
-    acc = slurm.accelerator_resources(["images_shard"])
-    assert acc == {"images_shard": {"slurm_partition": "'batch'"}}
+    acc = slurm.accelerator_resources(["images_generate"])
+    assert acc == {"images_generate": {"slurm_partition": "'batch'"}}
     gaudi = cluster.site_settings("gaudi", env={**env, "CF_SLURM_GPU_PARTITION": "hl"}, check=False)
     assert gaudi.accelerator_resources(["train_run"]) == {
         "train_run": {"slurm_partition": "'hl'", "gres": "'hpu:1'"}}
@@ -342,20 +346,20 @@ def test_cluster_checks_accept_a_fitting_setup():
 def test_cluster_checks_name_every_problem():
     placements = [
         Placement("*", "batch", origin={"partition": "CF_SLURM_PARTITION"}),
-        Placement("images_shard", "cpu", accelerator=True),
+        Placement("images_generate", "cpu", accelerator=True),
         Placement("train_run", "gpu", "h100", accelerator=True, gpu_model="h100"),
-        Placement("eval_itr", "gpu", accelerator=True, gres="hpu:1"),
-        Placement("eval_itm", "gpu", accelerator=True, threads=48, origin={"threads": "CF_SLURM_MAX_THREADS"}),
+        Placement("evaluate_itr", "gpu", accelerator=True, gres="hpu:1"),
+        Placement("evaluate_itm", "gpu", accelerator=True, threads=48, origin={"threads": "CF_SLURM_MAX_THREADS"}),
     ]
     problems = cluster.cluster_problems(placements, "squeue", 200, run=fake_cluster(min_job_age=300))
     text = "\n".join(problems)
     assert "partition 'batch' (from CF_SLURM_PARTITION) does not exist here; partitions: cpu, gpu" in text
-    assert "images_shard: partition 'cpu' offers no GRES 'gpu' (no GRES)" in text
+    assert "images_generate: partition 'cpu' offers no GRES 'gpu' (no GRES)" in text
     assert "no gpu of type 'h100' (types: a100, v100)" in text
     assert "features h100" in text
     assert "offers no GRES 'hpu'" in text
     assert "MinJobAge=300 s" in text and "lower the delay to 100" in text
-    assert "eval_itm: jobs may ask for 48 CPUs (from CF_SLURM_MAX_THREADS)" in text and "at most 32" in text
+    assert "evaluate_itm: jobs may ask for 48 CPUs (from CF_SLURM_MAX_THREADS)" in text and "at most 32" in text
     sacct = cluster.cluster_problems([Placement("*", None)], "sacct", 40, run=fake_cluster())
     assert sacct and "CF_SLURM_STATUS_COMMAND=squeue" in sacct[0]
 
@@ -387,7 +391,7 @@ def test_dag_scale_benchmark_counts_jobs(tmp_path):
     import json
 
     numbers = json.loads(out.read_text())
-    assert numbers["per_rule"]["caption_shard"] == 3          # 2,500 captions / 1,000 per shard
-    assert numbers["per_rule"]["images_shard"] == 50          # 2,500 / 50
+    assert numbers["per_rule"]["captions_edit"] == 3          # 2,500 captions / 1,000 per shard
+    assert numbers["per_rule"]["images_generate"] == 50        # 2,500 / 50
     assert numbers["per_rule"]["train_run"] == 100            # 4 mixtures x 25 seeds
     assert numbers["jobs"] == sum(numbers["per_rule"].values())

@@ -14,7 +14,7 @@ from counterfactory import provenance
 from counterfactory.cli import main
 from counterfactory.commands import provenance as provenance_cmd
 from counterfactory.models import registry
-from counterfactory.text import nltk_data as nd
+from counterfactory.data import nltk_data as nd
 
 
 @pytest.fixture(autouse=True)

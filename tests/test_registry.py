@@ -33,7 +33,7 @@ def test_missing_local_folder_says_how_to_build(tmp_path):
     with pytest.raises(ModelLoadError) as err:
         registry.load(cfg, "mlm")
     msg = str(err.value)
-    assert "role 'mlm'" in msg and "absent" in msg and "tiny_models" in msg
+    assert "role 'mlm'" in msg and "absent" in msg and "models_build_tiny" in msg
 
 
 def test_unloadable_folder_names_role_and_path(tmp_path):

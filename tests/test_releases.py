@@ -213,7 +213,7 @@ def test_social_release_probe_and_debias_split(social_kept, tmp_path, tiny_clip)
 
 def test_social_release_round_trip_through_our_export(social_kept, tmp_path):
     """Our own export (extra fields a3_type, a3, segment, subject, member_index) reads back to the same rows."""
-    from counterfactory.studies.social_counterfactuals.release import export_release
+    from counterfactory.export.social_release import export_release
 
     export_release(social_kept, tmp_path / "export", shard_size=5)
     back = rel.read_social_counterfactuals(tmp_path / "export", tmp_path / "images")

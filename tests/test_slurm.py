@@ -158,14 +158,14 @@ def test_demo_slice_runs_through_sbatch_with_a_retry(slurm_profile, tmp_path):
     for jobid, kind in re.findall(r"has been submitted with SLURM jobid (\d+) \(log: \S*/slurm_logs/(\w+)", out):
         submitted.setdefault(kind, []).append(jobid)
     # tiny models: one job; the caption shard and the probe (twice): own jobs; bookkeeping: local
-    assert len(submitted.get("rule_tiny_models", [])) == 1, submitted
-    assert len(submitted.get("rule_caption_shard", [])) == 1, submitted
+    assert len(submitted.get("rule_models_build_tiny", [])) == 1, submitted
+    assert len(submitted.get("rule_captions_edit", [])) == 1, submitted
     assert len(submitted.get("rule_flaky_probe", [])) == 2, submitted
-    for rule in ("coco_check", "caption_table", "nltk_data"):
+    for rule in ("data_check", "data_captions", "nltk_prepare"):
         assert f"localrule {rule}:" in out
 
     # the GPU-declared caption shard went to the gpu partition with one GPU
-    shard_job = submitted["rule_caption_shard"][0]
+    shard_job = submitted["rule_captions_edit"][0]
     info = _run(["scontrol", "show", "job", shard_job], env, work).stdout
     assert "Partition=gpu" in info and re.search(r"gres[:/]gpu[:=]1", info), info
     assert "JobState=COMPLETED" in info, info

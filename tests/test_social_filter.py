@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 
 from counterfactory.errors import ConfigError, InputError
+from counterfactory.filters import sets as S
 from counterfactory.studies.social_counterfactuals import filtering as F
 
 # unit vectors whose cosine is exactly 0.2 / 0.6 in float64 (checked below)
@@ -25,32 +26,32 @@ TABLE10 = {"race_gender": {"gender": 12, "race": 9}, "physical_gender": {"gender
 # ------------------------------------------------------------------------------------------- stage (a)
 
 def test_paper_defaults_and_exact_cosines():
-    assert F.ClipThresholds() == F.ClipThresholds(0.2, 0.2)
-    assert F.settings({}).clip == F.ClipThresholds(0.2, 0.2)
-    out = F.clip_stage([E0, E0], [E02, E06], ["s", "t"])
+    assert S.ClipThresholds() == S.ClipThresholds(0.2, 0.2)
+    assert F.settings({}).clip == S.ClipThresholds(0.2, 0.2)
+    out = S.clip_stage([E0, E0], [E02, E06], ["s", "t"])
     assert out["min_image_caption"].tolist() == [0.2, 0.6]
 
 
 def test_image_caption_inclusive_at_paper_threshold():
     # two identical images (image-image cosine 1) whose captions sit exactly at / just below / above 0.2
     img = [E0, E0]
-    at = F.clip_stage(img, [E02, E0], [0, 0])
+    at = S.clip_stage(img, [E02, E0], [0, 0])
     assert at["passed"].item() and at["reason"].item() == ""
-    th = F.ClipThresholds(np.nextafter(0.2, 1.0), 0.2)
-    above = F.clip_stage(img, [E02, E0], [0, 0], th)
+    th = S.ClipThresholds(np.nextafter(0.2, 1.0), 0.2)
+    above = S.clip_stage(img, [E02, E0], [0, 0], th)
     assert not above["passed"].item() and "image_caption<" in above["reason"].item()
-    assert F.clip_stage(img, [E02, E0], [0, 0], F.ClipThresholds(np.nextafter(0.2, 0.0), 0.2))["passed"].item()
+    assert S.clip_stage(img, [E02, E0], [0, 0], S.ClipThresholds(np.nextafter(0.2, 0.0), 0.2))["passed"].item()
 
 
 def test_image_image_strict_at_threshold():
     # captions equal to their images (cosine 1); the two images' cosine is exactly 0.2, then 0.6
-    at = F.clip_stage([E0, E02], [E0, E02], [0, 0])
+    at = S.clip_stage([E0, E02], [E0, E02], [0, 0])
     assert at["min_image_image"].item() == 0.2
     assert not at["passed"].item() and at["reason"].item() == "image_image<=0.2"
-    just_below = F.ClipThresholds(0.2, np.nextafter(0.2, 0.0))
-    assert F.clip_stage([E0, E02], [E0, E02], [0, 0], just_below)["passed"].item()
-    assert not F.clip_stage([E0, E06], [E0, E06], [0, 0], F.ClipThresholds(0.2, 0.6))["passed"].item()
-    assert F.clip_stage([E0, E06], [E0, E06], [0, 0], F.ClipThresholds(0.2, np.nextafter(0.6, 0)))["passed"].item()
+    just_below = S.ClipThresholds(0.2, np.nextafter(0.2, 0.0))
+    assert S.clip_stage([E0, E02], [E0, E02], [0, 0], just_below)["passed"].item()
+    assert not S.clip_stage([E0, E06], [E0, E06], [0, 0], S.ClipThresholds(0.2, 0.6))["passed"].item()
+    assert S.clip_stage([E0, E06], [E0, E06], [0, 0], S.ClipThresholds(0.2, np.nextafter(0.6, 0)))["passed"].item()
 
 
 def test_clip_stage_vectorised_matches_brute_force():
@@ -61,7 +62,7 @@ def test_clip_stage_vectorised_matches_brute_force():
     labels = labels[perm]
     img = rng.normal(size=(len(labels), 8))
     txt = img + rng.normal(scale=1.5, size=img.shape)
-    out = F.clip_stage(img, txt, labels, F.ClipThresholds(0.3, 0.0)).set_index("set_index")
+    out = S.clip_stage(img, txt, labels, S.ClipThresholds(0.3, 0.0)).set_index("set_index")
     for lab in np.unique(labels):
         rows = np.flatnonzero(labels == lab)
         a = img[rows] / np.linalg.norm(img[rows], axis=1, keepdims=True)
@@ -75,19 +76,19 @@ def test_clip_stage_vectorised_matches_brute_force():
         assert (np.isnan(ii) and np.isnan(r["min_image_image"])) or np.isclose(r["min_image_image"], ii)
         assert r["passed"] == (ic.min() >= 0.3 and (np.isnan(ii) or ii > 0.0))
     # chunked Gram matrices give the same minima
-    order, starts, counts = F._blocks(pd.factorize(labels)[0])
+    order, starts, counts = S._blocks(pd.factorize(labels)[0])
     unit = img / np.linalg.norm(img, axis=1, keepdims=True)
-    full = F._min_pairwise(unit, order, starts, counts)
-    tiny = F._min_pairwise(unit, order, starts, counts, budget=1)
+    full = S._min_pairwise(unit, order, starts, counts)
+    tiny = S._min_pairwise(unit, order, starts, counts, budget=1)
     np.testing.assert_array_equal(np.isnan(full), np.isnan(tiny))
     np.testing.assert_allclose(full[~np.isnan(full)], tiny[~np.isnan(tiny)])
 
 
 def test_clip_stage_rejects_bad_embeddings():
     with pytest.raises(ValueError, match="NaN"):
-        F.clip_stage([[np.nan, 0.0]], [E0], [0])
+        S.clip_stage([[np.nan, 0.0]], [E0], [0])
     with pytest.raises(ValueError, match="all-zero"):
-        F.clip_stage([[0.0, 0.0]], [E0], [0])
+        S.clip_stage([[0.0, 0.0]], [E0], [0])
 
 
 # ------------------------------------------------------------------------------------------- stage (b)
@@ -95,13 +96,13 @@ def test_clip_stage_rejects_bad_embeddings():
 def test_nsfw_flags_argmax_and_threshold_edges():
     labels = ["normal", "nsfw"]
     probs = np.array([[0.7, 0.3], [0.3, 0.7], [0.5, 0.5]])
-    assert F.nsfw_flags(probs, labels).tolist() == [False, True, False]          # tie: not flagged
-    assert F.nsfw_flags(probs, labels, threshold=0.3).tolist() == [True, True, True]    # inclusive
-    assert F.nsfw_flags(probs, labels, threshold=np.nextafter(0.3, 1)).tolist() == [False, True, True]
-    assert F.nsfw_flags(probs, ["NORMAL", "NSFW"]).tolist() == [False, True, False]
+    assert S.nsfw_flags(probs, labels).tolist() == [False, True, False]          # tie: not flagged
+    assert S.nsfw_flags(probs, labels, threshold=0.3).tolist() == [True, True, True]    # inclusive
+    assert S.nsfw_flags(probs, labels, threshold=np.nextafter(0.3, 1)).tolist() == [False, True, True]
+    assert S.nsfw_flags(probs, ["NORMAL", "NSFW"]).tolist() == [False, True, False]
     with pytest.raises(ValueError, match="exactly once"):
-        F.nsfw_flags(probs, ["a", "b"])
-    sets = F.nsfw_stage(probs, labels, ["x", "x", "y"])
+        S.nsfw_flags(probs, ["a", "b"])
+    sets = S.nsfw_stage(probs, labels, ["x", "x", "y"])
     assert sets["passed"].tolist() == [False, True]
     assert sets["n_flagged"].tolist() == [1, 0] and sets["max_nsfw_probability"].tolist() == [0.7, 0.5]
 
@@ -386,12 +387,14 @@ def test_detect_threshold_for_an_unknown_type_is_config_error(tmp_path):
 
 
 def test_cli_registers_subcommands():
+    from counterfactory.commands import social
+
     parser = argparse.ArgumentParser()
     sub = parser.add_subparsers(dest="cmd")
-    F.add_cli(sub)
+    social.add_filtering(sub)
     args = parser.parse_args(["filter-detect", "--config", "c.yaml", "--images", "i.parquet", "--out", "o.parquet",
                               "--sets", "s.parquet", "--captions", "c.parquet"])
-    assert args.func is F._cmd_detect
+    assert args.func is social._cmd_filter_detect
     for cmd in ("filter-clip", "filter-nsfw", "calibrate", "filter-table"):
         assert cmd in sub.choices
 
@@ -420,7 +423,7 @@ def test_tiny_nsfw_builds_loads_and_flags_deterministically(tmp_path):
     b = F.NsfwClassifier.from_config(cfg, batch_size=2).probabilities(paths)
     np.testing.assert_allclose(a, b, atol=1e-6)
     assert a.shape == (6, 2) and np.allclose(a.sum(axis=1), 1)
-    assert not F.nsfw_flags(a, ["normal", "nsfw"]).any()          # the tiny model leans to "normal"
+    assert not S.nsfw_flags(a, ["normal", "nsfw"]).any()          # the tiny model leans to "normal"
     cut = float(np.median(a[:, 1]))
     frame = pd.DataFrame({"set_id": ["s0", "s0", "s1", "s1", "s2", "s2"], "candidate_index": 0,
                           "member_index": [0, 1] * 3, "caption": "x", "image_path": paths})
@@ -458,10 +461,11 @@ def test_stages_a_and_c_run_with_the_tiny_clip_scorer(tmp_path):
 
 def test_cli_runs_the_stages_and_the_table(tmp_path, monkeypatch, capsys):
     from counterfactory import cli
+    from counterfactory.commands import social
 
     captions, candidates = _toy_tables(tmp_path)
     cfg = {"filter": {"detectability": {"thresholds": {"race_gender": {"gender": 4, "race": 3}}}}}
-    monkeypatch.setattr(F, "_config", lambda args: cfg)     # the study's schema section is added elsewhere
+    monkeypatch.setattr(social, "_load_config", lambda paths: cfg)   # the study's schema section is added elsewhere
     monkeypatch.setattr(F, "_dual_scorer", lambda *a, **k: FakeScorer())
     monkeypatch.setattr(F.NsfwClassifier, "from_config", classmethod(lambda cls, *a, **k: FakeClassifier()))
     o = tmp_path / "o"

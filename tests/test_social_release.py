@@ -12,7 +12,7 @@ from PIL import Image
 
 from counterfactory.errors import InputError
 from counterfactory.studies.social_counterfactuals import captions as C
-from counterfactory.studies.social_counterfactuals import release as R
+from counterfactory.export import social_release as R
 
 SHARD = re.compile(r"^data/train-(\d{5})-of-(\d{5})-[0-9a-f]{16}\.parquet$")
 

@@ -76,17 +76,17 @@ def test_demo_dag_runs_every_rule(repo, demo_run):
     listing = snakemake(repo, work, "--list-rules", "--configfile", str(cfgfile), timeout=300).stdout
     listed = [line.split()[0] for line in listing.splitlines() if line.strip() and not line[0].isspace()]
     # every rule of the workflow ran at least once
-    # cc_generate's jobs are made after the cc_request_shards checkpoint, so the first "Job stats" table cannot
-    # count them; test_demo_countercurate_end_to_end checks their images
-    assert set(listed) - {"cc_generate"} <= set(ran), set(listed) - set(ran)
-    assert ran["caption_shard"] == 2 and ran["images_shard"] == 2  # 50 captions / 25, ~47 counterfactuals / 30
+    # countercurate_generate's jobs are made after the countercurate_request_shards checkpoint, so the first "Job stats"
+    # table cannot count them; test_demo_countercurate_end_to_end checks their images
+    assert set(listed) - {"countercurate_generate"} <= set(ran), set(listed) - set(ran)
+    assert ran["captions_edit"] == 2 and ran["images_generate"] == 2  # 50 captions / 25, ~47 counterfactuals / 30
     assert ran["train_run"] == 4 * 2  # 4 mixtures x 2 demo seeds
     # A.1 (demo: CLIP and FLAVA) x (pre-trained + MS-COCO and COCO-CFs x 2 demo seeds)
-    assert ran["in_domain_run"] == 2 * (1 + 2 * 2)
+    assert ran["train_run_in_domain"] == 2 * (1 + 2 * 2)
     # SocialCF: 3 segments x (pre-trained once + debiased x 2 seeds); CounterCurate: Table 4's demo rows on positions
     # (pre-trained + 3) and counting (pre-trained + 2), 1 seed; retrieval: CLIP 6 columns and BLIP 3, 1 seed
     assert ran["social_debias_run"] == 3 * (1 + 2)
-    assert ran["cc_train_run"] == (1 + 3) + (1 + 2) and ran["sr_run"] == 6 + 3
+    assert ran["countercurate_train_run"] == (1 + 3) + (1 + 2) and ran["spurious_run"] == 6 + 3
     html = (work / "report.html").read_text(errors="replace")
     assert "pair_grid.png" in html and "curves.png" in html
 
@@ -196,7 +196,7 @@ def test_demo_social_counterfactuals_end_to_end(demo_run):
     table = pd.read_csv(out / "debias/tables.csv")
     assert set(table.loc[table["mixture"] == "pretrained", "n"]) == {2}
     # the release layout (export_release) reads back with `datasets` and holds exactly the kept images
-    from counterfactory.studies.social_counterfactuals.release import check_release
+    from counterfactory.export.social_release import check_release
 
     release = check_release(out / "export/release", use_datasets=True)
     assert release["rows"] == len(stages[2]) and release["reader"].startswith("datasets")
@@ -281,30 +281,32 @@ def test_unchanged_config_reruns_nothing(repo, demo_run):
     assert job_counts(proc.stdout + proc.stderr) == {}, proc.stdout[-3000:]
 
 
-IN_DOMAIN_RUNS = {"in_domain_run", "in_domain_runs_table", "in_domain_stats", "in_domain_table"}
+IN_DOMAIN_RUNS = {"train_run_in_domain", "train_collect_in_domain", "stats_summarize_in_domain",
+                  "train_in_domain_table"}
 # a changed COCO-CF result changes the run's provenance (hence every study's card and the overview) and the study's
 # exports (made from its finished results)
 FINAL = {"provenance", "report_overview", "export_card", "export_release", "export_imagefolder", "report_examples",
          "all"}
-DOWNSTREAM_OF_IMAGES = {"images_shard", "images_merge", "eval_itr", "eval_itr_table", "eval_itm", "eval_itm_summary",
-                        "report_pair_grid", "train_mixtures", "train_run", "runs_table", "train_stats",
-                        "train_tables", "train_curves", "label_frequency", "in_domain_split",
-                        "images_adaptive_curve"} | IN_DOMAIN_RUNS | FINAL
-AFTER_TRAINING = {"runs_table", "train_stats", "train_tables", "train_curves", "label_frequency"} | FINAL
+DOWNSTREAM_OF_IMAGES = {"images_generate", "images_merge", "evaluate_itr", "evaluate_itr_table", "evaluate_itm",
+                        "evaluate_itm_summary", "report_pair_grid", "train_mixtures", "train_run", "train_collect",
+                        "stats_summarize", "stats_table", "train_plot_curves", "analysis_label_frequency",
+                        "train_in_domain_split", "images_adaptive_curve"} | IN_DOMAIN_RUNS | FINAL
+AFTER_TRAINING = {"train_collect", "stats_summarize", "stats_table", "train_plot_curves",
+                  "analysis_label_frequency"} | FINAL
 
 
 @pytest.mark.parametrize("edit, expected", [
     (lambda s: s["captions"].update(similarity_low=0.81),
-     DOWNSTREAM_OF_IMAGES | {"caption_shard", "caption_merge", "report_caption_examples"}),
+     DOWNSTREAM_OF_IMAGES | {"captions_edit", "captions_merge", "report_caption_examples"}),
     (lambda s: s["images"]["filter"].update(direction_min=0.01), DOWNSTREAM_OF_IMAGES),
-    (lambda s: s["evaluation"]["itm"].update(bins=21), {"eval_itm_summary"} | FINAL),
+    (lambda s: s["evaluation"]["itm"].update(bins=21), {"evaluate_itm_summary"} | FINAL),
     (lambda s: s["evaluation"]["classification"].update(templates=["a picture of a {c}."]),
-     {"eval_classify", "eval_classify_table", "train_run"} | AFTER_TRAINING),
+     {"evaluate_classify", "evaluate_classify_table", "train_run"} | AFTER_TRAINING),
     (lambda s: s["training"]["stats"].update(alpha=0.01),
-     {"train_stats", "train_tables", "in_domain_stats", "in_domain_table"} | FINAL),
+     {"stats_summarize", "stats_table", "stats_summarize_in_domain", "train_in_domain_table"} | FINAL),
     (lambda s: s["training"].update(lr=2e-4), {"train_run"} | AFTER_TRAINING | IN_DOMAIN_RUNS),
     (lambda s: s["in_domain"].update(test_fraction=0.4),
-     {"in_domain_split", "eval_itr", "eval_itr_table"} | FINAL | IN_DOMAIN_RUNS),
+     {"train_in_domain_split", "evaluate_itr", "evaluate_itr_table"} | FINAL | IN_DOMAIN_RUNS),
 ])
 def test_config_edit_reruns_exactly_the_affected_jobs(repo, demo_run, edit, expected):
     work, _, _ = demo_run
@@ -312,15 +314,16 @@ def test_config_edit_reruns_exactly_the_affected_jobs(repo, demo_run, edit, expe
     proc = snakemake(repo, work, "-n", "all", "--configfile", str(edited), timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     counts = job_counts(proc.stdout + proc.stderr)
+    assert counts.pop("config_write_job", 0) >= 1  # the edited sections make new job configurations
     assert set(counts) == expected, (sorted(set(counts) - expected), sorted(expected - set(counts)))
-    if "caption_shard" in expected:
-        assert counts["caption_shard"] == 2  # every shard was made under the old band
+    if "captions_edit" in expected:
+        assert counts["captions_edit"] == 2  # every shard was made under the old band
 
 
 def test_demo_caption_stage_end_to_end(demo_run):
     import nltk
 
-    from counterfactory.text.nltk_data import ensure_nltk_data
+    from counterfactory.data.nltk_data import ensure_nltk_data
 
     work, _, _ = demo_run
     merged = pd.read_parquet(work / RESULTS / "captions/counterfactual_captions.parquet")
@@ -379,18 +382,18 @@ def test_paper_config_dry_run_at_paper_scale(repo, tmp_path):
     counts = job_counts(proc.stdout + proc.stderr)
     paper = yaml.safe_load((repo / "config" / "config.yaml").read_text())["coco_counterfactuals"]
     # §3.1: 25,014 captions, sharded (1,000 per caption job, 50 per image job), never one job per caption
-    assert counts["caption_shard"] == math.ceil(25014 / paper["captions"]["shard_size"]) == 26
-    assert counts["images_shard"] == math.ceil(25014 / paper["images"]["shard_size"]) == 501
+    assert counts["captions_edit"] == math.ceil(25014 / paper["captions"]["shard_size"]) == 26
+    assert counts["images_generate"] == math.ceil(25014 / paper["images"]["shard_size"]) == 501
     # B.3.2: 4 mixtures x 25 seeds; §4.2 / §5.2: every evaluation model and dataset
     assert counts["train_run"] == 4 * 25
     ev = paper["evaluation"]
-    assert counts["eval_itr"] == len(ev["itr"]["models"]) and counts["eval_itm"] == len(ev["itm"]["models"])
-    assert counts["eval_classify"] == len(ev["classification"]["models"]) * 6  # Table 4: six datasets
+    assert counts["evaluate_itr"] == len(ev["itr"]["models"]) and counts["evaluate_itm"] == len(ev["itm"]["models"])
+    assert counts["evaluate_classify"] == len(ev["classification"]["models"]) * 6  # Table 4: six datasets
     assert set(paper["training"]["eval"]["classification"]) == set(ev["classification"]["datasets"])
     # Table 3 (Flickr30k), Table 12 (MS-COCO test, A.5), Table 4 (classification); A.2
-    assert counts["train_tables"] == 3 and counts["label_frequency"] == 1
+    assert counts["stats_table"] == 3 and counts["analysis_label_frequency"] == 1
     # A.1 / Table 5: CLIP, BridgeTower and FLAVA, each pre-trained (1) and fine-tuned on 2 mixtures x 25 seeds
-    assert counts["in_domain_run"] == 3 * (1 + 2 * 25) and counts["in_domain_table"] == 1
+    assert counts["train_run_in_domain"] == 3 * (1 + 2 * 25) and counts["train_in_domain_table"] == 1
     # SocialCounterfactuals: Table 18's 156 occupations x 4 prefixes x 3 segments = 1,872 caption sets (§3.2; 3,120
     # with the paper's 260), 10 per image job; probing before / after the filters per model; debiasing per model,
     # segment and seed fine-tuned, plus the (deterministic) pre-trained model once per model and segment
@@ -404,20 +407,21 @@ def test_paper_config_dry_run_at_paper_scale(repo, tmp_path):
     assert counts["social_filter_merge"] == counts["social_filter_table"] == 1
     # CounterCurate: every evaluated model on the four benchmarks (§4); the datasets are built once
     cc = yaml.safe_load((repo / "config" / "config.yaml").read_text())["countercurate"]
-    assert counts["cc_evaluate"] == len(cc["evaluation"]["roles"]) * 4 and counts["cc_datasets"] == 1
+    assert counts["countercurate_evaluate"] == len(cc["evaluation"]["roles"]) * 4
+    assert counts["countercurate_datasets"] == 1
     # fine-tuning (5 seeds, ours): Table 4's five positions variants, Table 8's three counting variants, attributes
     # with / without grouping, each dataset also pre-trained once; LLaVA on the three datasets (+ pre-trained)
     seeds = cc["training"]["seeds"]["count"]
-    assert counts["cc_train_run"] == (5 + 3 + 2) * seeds + 3 == 53
-    assert counts["cc_vlm_run"] == 3 * seeds + 3 and counts["cc_vlm_table"] == 3
+    assert counts["countercurate_train_run"] == (5 + 3 + 2) * seeds + 3 == 53
+    assert counts["countercurate_vlm_run"] == 3 * seeds + 3 and counts["stats_table_countercurate_vlm"] == 3
     # Spurious-correlation retrieval (Kim et al. 2023): selection and captions per dataset; inpainting sharded per
     # method (MS-COCO: LaMa + Table 3's three paddings; Flickr30k: LaMa only, Table 3 is MS-COCO); runs: per dataset
     # and model zero-shot once + mixtures x seeds, CLIP on MS-COCO also Table 3's five variants and Figure 4's ratios
     sr = yaml.safe_load((repo / "config" / "config.yaml").read_text())["spurious_retrieval"]
     shards, n = sr["inpaint"]["shards"], sr["training"]["seeds"]["count"]
-    assert counts["sr_select"] == counts["sr_captions"] == counts["sr_manifests"] == 2
-    assert counts["sr_inpaint"] == (4 + 1) * shards == 320 and counts["sr_captioner"] == 1
-    assert counts["sr_run"] == (1 + (2 + 5 + 5) * n) + 3 * (1 + 2 * n) == 58 and counts["sr_tables"] == 1
+    assert counts["spurious_select"] == counts["spurious_captions"] == counts["spurious_manifests"] == 2
+    assert counts["spurious_inpaint"] == (4 + 1) * shards == 320 and counts["spurious_captioner"] == 1
+    assert counts["spurious_run"] == (1 + (2 + 5 + 5) * n) + 3 * (1 + 2 * n) == 58 and counts["spurious_tables"] == 1
     # CVLD: one intervention step (COCO) and CelebA's requests; edits sharded per dataset and method; runs: Table 1
     # (2 K-shots x 10 episodes x {BLIP, CVLD} + BLIP^PT), Tables 2 / 4 (2 subsets x {BLIP, BLIP^Bal, CVLD} x seeds +
     # BLIP^PT), Table 3 (4 ablations x seeds on COCO 1%)
@@ -443,13 +447,21 @@ def test_rulegraph_renders(repo, tmp_path):
     proc = snakemake(repo, tmp_path, "--rulegraph", "--configfile", str(demo_override(repo, tmp_path)), timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.lstrip().startswith("digraph")
-    for rule in ("caption_shard", "caption_merge", "caption_table", "coco_check", "nltk_data", "tiny_models"):
+    for rule in ("captions_edit", "captions_merge", "data_captions", "data_check", "nltk_prepare", "models_build_tiny"):
         assert rule in proc.stdout
 
 
-def test_lint_is_clean(repo, tmp_path):
-    proc = snakemake(repo, tmp_path, "--lint", "--configfile", str(demo_override(repo, tmp_path)), timeout=300)
+def test_lint_is_clean_and_parsing_writes_nothing(repo, tmp_path):
+    """Neither --lint nor a dry run writes a file: job configurations are outputs of the config_write_job rule."""
+    cfgfile = demo_override(repo, tmp_path)
+    before = {p for p in tmp_path.rglob("*") if ".snakemake" not in p.parts}
+    proc = snakemake(repo, tmp_path, "--lint", "--configfile", str(cfgfile), timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    dry = snakemake(repo, tmp_path, "-n", "all", "--configfile", str(cfgfile), timeout=300)
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    assert job_counts(dry.stdout + dry.stderr)["config_write_job"] >= 10
+    assert not (tmp_path / ".snakemake" / "counterfactory").exists()
+    assert {p for p in tmp_path.rglob("*") if ".snakemake" not in p.parts} == before
 
 
 def test_snakefmt_is_clean(repo):

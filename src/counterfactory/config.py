@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import json
 import os
 from pathlib import Path
 from typing import Any, Iterable
@@ -26,9 +27,68 @@ def schema_path() -> Path:
     return _SCHEMA
 
 
-def load_schema() -> dict:
+@functools.lru_cache(maxsize=1)
+def _schema_cached(mtime: float) -> dict:
     with open(schema_path(), encoding="utf-8") as fh:
         return yaml.safe_load(fh)
+
+
+def load_schema() -> dict:
+    """The schema (a fresh copy; the parsed file is cached until it changes)."""
+    return copy.deepcopy(_schema_cached(schema_path().stat().st_mtime))
+
+
+def section_schema(dotted: str, schema: dict | None = None) -> dict:
+    """The sub-schema of a dotted section (``spurious_retrieval.inpaint``), ``$ref``s resolvable (definitions kept)."""
+    schema = schema or load_schema()
+    node = schema
+    for part in dotted.split("."):
+        try:
+            node = node["properties"][part]
+        except KeyError:
+            raise KeyError(f"the schema has no section {dotted!r}") from None
+    return {**node, "definitions": schema.get("definitions", {})}
+
+
+def fill_definition(name: str, value: Any = None, where: str | None = None, source: str = "<config>") -> dict:
+    """Like :func:`fill_section` for a schema definition shared by several sections (``llm_decoding``)."""
+    instance = copy.deepcopy(dict(value)) if isinstance(value, dict) else ({} if value is None else copy.deepcopy(value))
+    validator = _definition_validator(name, schema_path().stat().st_mtime)
+    errors = sorted(validator.iter_errors(instance), key=lambda e: list(e.absolute_path))
+    if errors:
+        raise _errors_to_config_error(errors, source, prefix=where or name)
+    return instance
+
+
+@functools.lru_cache(maxsize=None)
+def _definition_validator(name: str, mtime: float):
+    schema = _schema_cached(mtime)
+    return _filling_validator()({**schema["definitions"][name], "definitions": schema["definitions"]})
+
+
+def section_names(study: str) -> list[str]:
+    """The sections of a study (the keys of its schema section, schema order)."""
+    return list(_schema_cached(schema_path().stat().st_mtime)["properties"][study]["properties"])
+
+
+def fill_section(dotted: str, value: Any = None, source: str = "<config>") -> dict:
+    """``value`` (a section of a configuration, e.g. ``spurious_retrieval.inpaint``; ``None`` = empty) validated
+    against its sub-schema with the schema defaults filled in: what the section of a validated view holds. Library
+    code and tests that start from a partial section use this instead of restating defaults. A mistake is a
+    :class:`ConfigError` naming the full dotted key."""
+    instance = copy.deepcopy(dict(value)) if isinstance(value, dict) else ({} if value is None else copy.deepcopy(value))
+    validator = _section_validator(dotted, schema_path().stat().st_mtime)
+    errors = sorted(validator.iter_errors(instance), key=lambda e: list(e.absolute_path))
+    if errors:
+        raise _errors_to_config_error(errors, source, prefix=dotted)
+    return instance
+
+
+@functools.lru_cache(maxsize=None)
+def _section_validator(dotted: str, mtime: float):
+    """A default-filling validator of one section (cached: settings are read by many Snakemake input functions).
+    Validation fills a deep copy of each default, so the cached schema is never changed."""
+    return _filling_validator()(section_schema(dotted, _schema_cached(mtime)))
 
 
 def deep_merge(base: dict, override: dict) -> dict:
@@ -55,11 +115,26 @@ def _fill_defaults(validator_class):
     return jsonschema.validators.extend(validator_class, {"properties": set_defaults})
 
 
+@functools.lru_cache(maxsize=1)
+def _filling_validator():
+    """Draft 2020-12 validator class that fills ``default``s while validating."""
+    return _fill_defaults(jsonschema.Draft202012Validator)
+
+
 #: sections shared by every study; every other top-level key of a view comes from the study's section
 SHARED_SECTIONS = ("run_name", "device", "precision", "performance", "seed", "models", "tiny_models", "nltk")
-#: model roles each study cannot run without (checked at start-up)
+#: model roles each study cannot run without with its default settings (checked at start-up; the roles a study's
+#: settings name, e.g. ``spurious_retrieval.training.models`` or ``countercurate.evaluation.roles``, come on top):
+#: COCO-CF §3.1-3.2 (MLM, LM, sentence similarity, Stable Diffusion, CLIP filter); SocialCF §3.3-3.4 (Stable
+#: Diffusion, CLIP filter, NSFW classifier); CounterCurate §3.2-3.4 and app. A/B (the llm in GPT-4V's role, GLIGEN
+#: generation and inpainting, t2i in DALLE-3's role); spurious retrieval §3.1 and Table 3 (the LaMa inpainter, the
+#: captioner); CVLD §3.3, §4 (BLIP ITM for classification and retrieval, BLIP captioner, InstructPix2Pix editor,
+#: Stable Diffusion for null-text inversion, the Swin image encoder ranking the edits)
 STUDY_ROLES = {"coco_counterfactuals": ("mlm", "lm", "sentence", "sd", "clip_filter"),
-               "social_counterfactuals": ("sd", "clip_filter", "nsfw")}
+               "social_counterfactuals": ("sd", "clip_filter", "nsfw"),
+               "countercurate": ("llm", "gligen", "gligen_inpaint", "t2i"),
+               "spurious_retrieval": ("inpaint", "captioner"),
+               "cvld": ("itm_blip", "captioner", "editor", "sd", "image_encoder")}
 #: marks a job configuration file written by the Snakefile (see :func:`write_job_config`)
 JOB_KEY = "counterfactory_job"
 
@@ -70,15 +145,32 @@ def studies(schema: dict | None = None) -> list[str]:
     return list(schema["properties"]["studies"]["items"]["enum"])
 
 
-def _errors_to_config_error(errors, source: str) -> ConfigError:
+def _error_line(err, prefix: str = "") -> str:
+    """One line naming the dotted key at fault; an unknown key is named in full (``cvld.editing.shardz``)."""
+    if err.validator in ("oneOf", "anyOf") and err.context:
+        # name the mistake inside the alternative whose type matched (e.g. a bad item of a list), if there is one
+        relevant = [e for e in err.context if not (e.validator in ("type", "const") and not e.relative_path)]
+        if relevant:
+            return _error_line(jsonschema.exceptions.best_match(relevant), prefix)
+    path = [prefix] if prefix else []
+    where = ".".join(path + [str(p) for p in err.absolute_path]) or "<top level>"
+    if err.validator == "additionalProperties" and isinstance(err.instance, dict) \
+            and isinstance(err.schema, dict) and err.validator_value is False:
+        known = list(err.schema.get("properties", {}))
+        extra = [str(k) for k in err.instance if k not in known]
+        full = ", ".join(f"{where}.{k}" if where != "<top level>" else k for k in extra)
+        return f"{where}: unknown key(s) {', '.join(extra)} ({full}); known: {', '.join(known) or 'none'}"
+    return f"{where}: {err.message}"
+
+
+def _errors_to_config_error(errors, source: str, prefix: str = "") -> ConfigError:
     lines = []
     for err in errors[:10]:
-        where = ".".join(str(p) for p in err.absolute_path) or "<top level>"
-        lines.append(f"  {where}: {err.message}")
+        lines.append("  " + _error_line(err, prefix))
     more = f"\n  ... and {len(errors) - 10} more" if len(errors) > 10 else ""
     return ConfigError(
         f"{source}: configuration does not match {schema_path()}:\n" + "\n".join(lines) + more
-        + "\nFix: correct the keys above (see config/config.yaml for every key with its default)."
+        + "\nFix: correct the keys above (docs/config-reference.md lists every key with its type and default)."
     )
 
 
@@ -100,7 +192,8 @@ def _check_semantics(cfg: dict, source: str) -> None:
     for study in cfg.get("studies", []) or []:
         missing = [r for r in STUDY_ROLES.get(study, ()) if r not in (cfg.get("models") or {})]
         if missing:
-            problems.append(f"  models: study '{study}' needs the roles {', '.join(missing)}")
+            problems.append(f"  models: study '{study}' needs the roles {', '.join(missing)} "
+                            f"({', '.join('models.' + r for r in missing)} missing)")
         if study not in cfg:
             problems.append(f"  studies: '{study}' is listed but the config has no '{study}:' section")
         in_domain = (cfg.get(study) or {}).get("in_domain") or {}
@@ -116,7 +209,7 @@ def _check_semantics(cfg: dict, source: str) -> None:
 def validate_config(cfg: dict, source: str = "<config>") -> dict:
     """Validate a full configuration in place (filling schema defaults) and return it; raise :class:`ConfigError`."""
     schema = load_schema()
-    validator = _fill_defaults(jsonschema.Draft202012Validator)(schema)
+    validator = _filling_validator()(schema)
     errors = sorted(validator.iter_errors(cfg), key=lambda e: list(e.absolute_path))
     if errors:
         raise _errors_to_config_error(errors, source)
@@ -235,13 +328,20 @@ def write_job_config(cfg: dict, study: str | None, keys: Iterable[str],
     changes exactly when those settings change, so Snakemake reruns exactly the affected jobs."""
     from .io import write_text
 
+    path, text = job_config_file(cfg, study, keys, folder)
+    if not Path(path).exists():
+        write_text(path, text)
+    return path
+
+
+def job_config_file(cfg: dict, study: str | None, keys: Iterable[str],
+                    folder: str | os.PathLike = ".snakemake/counterfactory/jobs") -> tuple[str, str]:
+    """``(path, YAML text)`` of the job configuration :func:`write_job_config` writes, without writing it
+    (the Snakefile plans with the path and a local rule writes the text, so parsing writes nothing)."""
     data = job_config(cfg, study, keys)
     key = digest(data)
     data[JOB_KEY] = {"digest": key, "sections": sorted(set(keys))}
-    path = Path(folder) / f"{key[:20]}.yaml"
-    if not path.exists():
-        write_text(path, yaml.safe_dump(data, sort_keys=True))
-    return str(path)
+    return str(Path(folder) / f"{key[:20]}.yaml"), yaml.safe_dump(data, sort_keys=True)
 
 
 def read_yaml(path: Path) -> dict:
@@ -289,7 +389,7 @@ def load_config(paths: Iterable[str | os.PathLike], overrides: dict | None = Non
     view = study_view(cfg, study, source=source)
     if overrides:
         view = deep_merge(dict(view), overrides)
-        validator = _fill_defaults(jsonschema.Draft202012Validator)(_view_schema(view["study"]))
+        validator = _filling_validator()(_view_schema(view["study"]))
         errors = sorted(validator.iter_errors(view), key=lambda e: list(e.absolute_path))
         if errors:
             raise _errors_to_config_error(errors, source)
@@ -310,3 +410,101 @@ def results_dir(cfg: dict) -> Path:
     base = Path("results") / cfg["run_name"]
     study = dict.get(cfg, "study") if isinstance(cfg, dict) else None
     return base / study if study else base
+
+
+# ----------------------------------------------------------------------------------- reference page of the schema
+def _resolve(node: dict, schema: dict) -> dict:
+    """``node`` with a ``$ref`` to ``#/definitions/<name>`` merged under its own keys (properties merged)."""
+    ref = node.get("$ref")
+    if not ref:
+        return node
+    target = _resolve(schema["definitions"][ref.rsplit("/", 1)[-1]], schema)
+    out = {**target, **{k: v for k, v in node.items() if k != "$ref"}}
+    if "properties" in target and "properties" in node:
+        props = copy.deepcopy(target["properties"])
+        for key, value in node["properties"].items():
+            props[key] = {**props.get(key, {}), **value}
+        out["properties"] = props
+    return out
+
+
+def _type_text(node: dict, schema: dict) -> str:
+    node = _resolve(node, schema)
+    if "const" in node:
+        return f"`{json.dumps(node['const'])}`"
+    if "enum" in node:
+        return "one of " + ", ".join(f"`{v}`" for v in node["enum"])
+    for key in ("oneOf", "anyOf"):
+        if key in node:
+            return " or ".join(_type_text(branch, schema) for branch in node[key])
+    types = node.get("type", "any")
+    types = types if isinstance(types, list) else [types]
+    parts = []
+    for t in types:
+        if t == "array" and isinstance(node.get("items"), dict):
+            parts.append(f"list of {_type_text(node['items'], schema)}")
+        elif t == "object" and isinstance(node.get("additionalProperties"), dict) and not node.get("properties"):
+            parts.append(f"mapping of {_type_text(node['additionalProperties'], schema)}")
+        else:
+            parts.append(str(t))
+    text = " or ".join(parts)
+    bounds = [f"{sym} {node[key]}" for key, sym in (("minimum", ">="), ("exclusiveMinimum", ">"),
+                                                     ("maximum", "<="), ("exclusiveMaximum", "<"))
+              if key in node and not isinstance(node[key], bool)]
+    return text + (f" ({', '.join(bounds)})" if bounds else "")
+
+
+def _cell(text: str) -> str:
+    return " ".join(str(text).split()).replace("|", "\\|")
+
+
+def _reference_rows(node: dict, path: str, schema: dict, rows: list) -> None:
+    node = _resolve(node, schema)
+    for branch in node.get("oneOf", []):
+        branch = _resolve(branch, schema)
+        if branch.get("properties"):
+            node = {**branch, **{k: v for k, v in node.items() if k != "oneOf"}}
+    if path:
+        default = f"`{json.dumps(node['default'], ensure_ascii=False)}`" if "default" in node else ""
+        rows.append((path, _type_text(node, schema), default, _cell(node.get("description", ""))))
+    for key, sub in (node.get("properties") or {}).items():
+        _reference_rows(sub, f"{path}.{key}" if path else key, schema, rows)
+    extra = node.get("additionalProperties")
+    if isinstance(extra, dict) and (_resolve(extra, schema).get("properties")):
+        _reference_rows(extra, f"{path}.<name>", schema, rows)
+    items = node.get("items")
+    if isinstance(items, dict) and _resolve(items, schema).get("properties"):
+        _reference_rows(items, f"{path}[]", schema, rows)
+
+
+def reference_markdown(schema: dict | None = None) -> str:
+    """The configuration reference (docs/config-reference.md): every key of the schema as a dotted path with its
+    type, default and description (the paper section it comes from). Written by ``scripts/config_reference.py``;
+    a test checks that the committed page equals this text."""
+    schema = schema or load_schema()
+    out = ["# Configuration reference", "",
+           "<!-- generated from src/counterfactory/resources/config_schema.yaml by scripts/config_reference.py; "
+           "do not edit -->", "",
+           "Every key of a configuration file (`config/config.yaml`, `config/demo.yaml`), generated from the schema "
+           "(`config/schema.yaml`), the one place defaults are written. A key left out takes its default; an "
+           "unknown key, at any depth, fails at start-up naming it. `<name>` stands for a name you choose, `[]` for "
+           "an item of a list.", ""]
+    for top, sub in schema["properties"].items():
+        rows: list = []
+        _reference_rows({"properties": {top: sub}}, "", schema, rows)
+        out += [f"## `{top}`", ""]
+        description = _resolve(sub, schema).get("description")
+        if description:
+            out += [" ".join(description.split()), ""]
+        out += ["| Key | Type | Default | Description |", "| --- | --- | --- | --- |"]
+        out += [f"| `{p}` | {_cell(t)} | {_cell(d)} | {desc} |" for p, t, d, desc in rows]
+        out.append("")
+    return "\n".join(out)
+
+
+def write_reference(path: str | os.PathLike = "docs/config-reference.md") -> Path:
+    """Write :func:`reference_markdown` to ``path`` and return it."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(reference_markdown(), encoding="utf-8")
+    return path

@@ -141,6 +141,35 @@ def write_csv(target: str | os.PathLike, frame) -> Path:
     return Path(target)
 
 
+def read_table(path: str | os.PathLike, what: str, fix: str, columns=(), *, csv_dtype: Any = None,
+               formats: tuple[str, ...] = ("parquet", "csv")):
+    """Read a parquet or CSV table (by suffix) that must have ``columns``: the one reader every stage uses for its
+    input tables. A missing file, an unreadable one and missing columns are an :class:`~.errors.InputError`
+    naming the file, what it is and ``fix``. ``csv_dtype``: pandas ``dtype`` for CSV files (e.g. ``str`` keeps
+    ids and numbers as written); ``formats``: the formats accepted (a ``.csv`` name is CSV, anything else parquet)."""
+    import pandas as pd
+
+    from .errors import input_error, missing_input
+
+    path = Path(path)
+    if not path.exists():
+        raise missing_input(path, what, fix)
+    kind = "csv" if path.suffix.lower() == ".csv" else "parquet"
+    if kind not in formats:
+        raise input_error(path, None, f"a {kind} file where the {what} must be {' or '.join(formats)}", fix)
+    try:
+        if kind == "csv":
+            frame = pd.read_csv(path, dtype=csv_dtype, keep_default_na=csv_dtype is not str)
+        else:
+            frame = pd.read_parquet(path)
+    except Exception as exc:  # pyarrow / pandas raise several types
+        raise input_error(path, None, f"not a readable {kind} file ({exc})", fix) from exc
+    missing = [c for c in columns if c not in frame.columns]
+    if missing:
+        raise input_error(path, None, f"missing column(s) {missing}", f"the {what} needs columns {list(columns)}")
+    return frame
+
+
 def write_png(target: str | os.PathLike, image) -> Path:
     """Write a PIL image as PNG atomically (no timestamps, so reruns are byte-identical)."""
     with atomic_path(target) as tmp:

@@ -175,7 +175,8 @@ def _countercurate(view, res: Path, items: Mapping[str, int]) -> list[Stage]:
         elif kind == "t2i":     # Flickr30k-Attributes: one image per accepted negative caption (§3.4)
             n, src = _attributes_upper_bound(view)
         else:
-            n, src = None, "unknown before cc_requests (Flickr30k Entities); --items countercurate.%s=N" % stage
+            n, src = None, ("unknown before countercurate_requests (Flickr30k Entities); --items countercurate.%s=N"
+                            % stage)
         h, w = (s.t2i_height, s.t2i_width) if kind == "t2i" else (s.height, s.width)
         out.append(Stage("countercurate", stage, n, src, s.steps * (2 if s.guidance > 1.0 else 1), 1, h, w, stage,
                          math.ceil(n / s.shard_size) if n else None))
@@ -353,10 +354,25 @@ def gpu_hours(work: float | None, rate: float | None) -> float | None:
 # --------------------------------------------------------------------------- dry-run job counts
 
 
-#: rule-name prefixes of each study's rules (the rest of the per-study rules are COCO-Counterfactuals')
-RULE_PREFIXES = {"social_": "social_counterfactuals", "cc_": "countercurate", "sr_": "spurious_retrieval",
-                 "cvld_": "cvld"}
-SHARED_RULES = {"all", "tiny_models", "nltk_data", "provenance", "report_overview"}
+#: each study's short name -> the study. A study's own rules are ``<short>_<step>`` (``counterfactory <short> <step>``),
+#: a shared stage's rule run for one study is ``<group>_<step>_<short>[_...]``: a rule belongs to the study whose short
+#: name is one of its ``_``-separated words (the rest of the per-study rules are COCO-Counterfactuals')
+STUDY_SHORT_NAMES = {"social": "social_counterfactuals", "countercurate": "countercurate",
+                     "spurious": "spurious_retrieval", "cvld": "cvld"}
+#: a study's rules that run a shared group's step without a study suffix (no other rule runs that step)
+STUDY_RULES = {"data_flickr30k_captions": "countercurate"}
+SHARED_RULES = {"all", "config_write_job", "models_build_tiny", "nltk_prepare", "provenance", "report_overview"}
+
+
+def rule_study(rule: str) -> str:
+    """The study a rule's jobs count for (:data:`STUDY_SHORT_NAMES`, :data:`STUDY_RULES`); ``shared`` for
+    :data:`SHARED_RULES`."""
+    if rule in SHARED_RULES:
+        return "shared"
+    if rule in STUDY_RULES:
+        return STUDY_RULES[rule]
+    words = rule.split("_")
+    return next((study for short, study in STUDY_SHORT_NAMES.items() if short in words), "coco_counterfactuals")
 
 
 def job_counts(output: str) -> dict[str, int]:
@@ -376,13 +392,12 @@ def job_counts(output: str) -> dict[str, int]:
 
 
 def jobs_by_study(counts: Mapping[str, int]) -> dict[str, int]:
-    """Rule counts summed per study (rule-name prefixes, :data:`RULE_PREFIXES`); shared rules under ``shared``."""
+    """Rule counts summed per study (:func:`rule_study`); shared rules under ``shared``."""
     out: dict[str, int] = {}
     for rule, n in counts.items():
         if rule == "total":
             continue
-        study = "shared" if rule in SHARED_RULES else next(
-            (s for p, s in RULE_PREFIXES.items() if rule.startswith(p)), "coco_counterfactuals")
+        study = rule_study(rule)
         out[study] = out.get(study, 0) + n
     return out
 

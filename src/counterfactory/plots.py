@@ -10,16 +10,7 @@ from pathlib import Path
 import pandas as pd
 
 from .io import save_figure
-
-
-def pyplot():
-    """``matplotlib.pyplot`` on the non-interactive Agg backend (figures are only saved to files)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
+from .render import pyplot
 
 
 def pair_grid(pairs_path: str | Path, out: str | Path, n: int = 8, wrap: int = 38) -> Path:

@@ -99,7 +99,7 @@ def describe_nltk(cfg: dict) -> dict | None:
     section = cfg.get("nltk") or {}
     if not section.get("data_dir"):
         return None
-    from .text.nltk_data import describe_nltk_data, nltk_source
+    from .data.nltk_data import describe_nltk_data, nltk_source
 
     try:
         source = nltk_source(cfg)

@@ -32,6 +32,8 @@ longest text in that batch with an attention mask, and images of one model are p
 
 Build scorers with :func:`scorer_from_config` (model from ``registry.load(cfg, role)``, options
 from ``evaluation.scorers.<role>``, device/precision from :mod:`counterfactory.device`).
+
+Image classifiers: :class:`NsfwClassifier` (the ``nsfw`` role: class probabilities per image).
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -554,3 +556,45 @@ def scorer_from_config(cfg: dict, role: str, *, head: str = "itm", progress: boo
     log.info("scorer %s: %s (%s) on %s/%s", role, type(scorer).__name__, registry.model_spec(cfg, role).source,
              dev, dtype)
     return scorer
+
+
+# --------------------------------------------------------------------------------------------
+# image classifiers
+# --------------------------------------------------------------------------------------------
+
+
+class NsfwClassifier:
+    """The ``nsfw`` role's image classifier (SocialCounterfactuals' NSFW filter, §3.4, §8.3; loader
+    :mod:`counterfactory.models.loaders_nsfw`): ``probabilities(images) -> (n, k)`` in the order of ``labels``."""
+
+    def __init__(self, model, processor, *, device: Any = "cpu", dtype: Any = None, batch_size: int = 32,
+                 progress: bool = False):
+        self.device = torch.device(device)
+        self.dtype = dtype or torch.float32
+        self.model = model.to(self.device, dtype=self.dtype).eval()
+        self.processor = processor
+        self.batch_size = int(batch_size)
+        self.progress = progress
+        id2label = {int(k): str(v) for k, v in (model.config.id2label or {}).items()}
+        self.labels = [id2label.get(i, str(i)) for i in range(int(model.config.num_labels))]
+
+    @classmethod
+    def from_config(cls, cfg: Mapping, role: str = "nsfw", batch_size: int = 32, progress: bool = False):
+        from . import device as device_mod
+        from .models import registry
+
+        dev, dtype = device_mod.from_config(cfg)
+        model, processor = registry.load(cfg, role)
+        return cls(model, processor, device=dev, dtype=dtype, batch_size=batch_size, progress=progress)
+
+    def probabilities(self, images: Sequence[Any]) -> np.ndarray:
+        """(n, k) float64 softmax probabilities; images are paths or PIL images."""
+        out = []
+        starts = range(0, len(images), self.batch_size)
+        for s in tqdm(starts, desc="nsfw", unit="batch", leave=False, disable=not self.progress):
+            batch = [load_image(im) for im in images[s:s + self.batch_size]]
+            pixels = self.processor(images=batch, return_tensors="pt")["pixel_values"]
+            with torch.inference_mode():
+                logits = self.model(pixel_values=pixels.to(self.device, dtype=self.dtype)).logits
+            out.append(torch.softmax(logits.float(), dim=-1).cpu().numpy().astype(np.float64))
+        return np.concatenate(out) if out else np.zeros((0, len(self.labels)))

@@ -72,7 +72,9 @@ _RUNS_FIX_SCHEMA = (
 # reading
 # --------------------------------------------------------------------------------------------
 
-def _read_csv_as_text(path: Path, what: str, fix: str) -> pd.DataFrame:
+def read_csv_as_text(path: Path, what: str, fix: str) -> pd.DataFrame:
+    """``path`` as a CSV of text cells (no NA parsing, header names stripped); a missing, empty or unreadable
+    file is an :class:`~.errors.InputError` naming ``what`` with ``fix``."""
     if not path.is_file():
         raise input_error(path, None, f"{what} not found", fix)
     try:
@@ -86,7 +88,7 @@ def _read_csv_as_text(path: Path, what: str, fix: str) -> pd.DataFrame:
     return frame
 
 
-def _line(index: int) -> str:
+def row_line(index: int) -> str:
     """File line of a data row (header is line 1)."""
     return f"line {int(index) + 2}"
 
@@ -117,7 +119,7 @@ def parse_numeric(frame: pd.DataFrame, column: str, path, *, allow_empty: bool =
     if bad.any():
         first = bad.idxmax()
         kind = "an integer" if integer else "a finite number"
-        record = _line(first)
+        record = row_line(first)
         if context:
             record += f" ({_describe(frame.loc[first], context)})"
         count = int(bad.sum())
@@ -135,7 +137,7 @@ def read_runs(path: str | Path) -> pd.DataFrame:
     ``seed`` becomes int64, ``data_seed`` nullable Int64, ``value`` float64. Extra columns are kept.
     """
     path = Path(path)
-    frame = _read_csv_as_text(path, "runs table", _RUNS_FIX_SCHEMA)
+    frame = read_csv_as_text(path, "runs table", _RUNS_FIX_SCHEMA)
     require_columns(frame, RUNS_COLUMNS, path, _RUNS_FIX_SCHEMA)
     if frame.empty:
         raise input_error(path, None, "runs table has a header but no rows", "add one row per run per metric")
@@ -144,7 +146,7 @@ def read_runs(path: str | Path) -> pd.DataFrame:
         empty = frame[col] == ""
         if empty.any():
             first = empty.idxmax()
-            raise input_error(path, _line(first), f"{col} is empty", f"give every row a {col} name")
+            raise input_error(path, row_line(first), f"{col} is empty", f"give every row a {col} name")
     ctx = ("experiment", "mixture", "metric")
     seed = parse_numeric(frame, "seed", path, integer=True, context=ctx,
                          fix="write the training seed as an integer, e.g. 107")
@@ -161,7 +163,7 @@ def read_runs(path: str | Path) -> pd.DataFrame:
         first = dup.idxmax()
         row = frame.loc[first]
         same = frame.index[dup & (frame[list(RUN_KEY)] == row[list(RUN_KEY)]).all(axis=1)]
-        lines = ", ".join(_line(i).removeprefix("line ") for i in same)
+        lines = ", ".join(row_line(i).removeprefix("line ") for i in same)
         raise input_error(
             path, f"lines {lines}",
             f"duplicate run ({_describe(row, RUN_KEY)}) appears {len(same)} times",
@@ -405,5 +407,5 @@ def correlate(table: pd.DataFrame, x: str, y: str, source: str | Path = "table")
 def read_table(path: str | Path) -> pd.DataFrame:
     """Read any CSV as text cells (validation is up to the caller)."""
     path = Path(path)
-    frame = _read_csv_as_text(path, "table", "pass a CSV file with a header row")
+    frame = read_csv_as_text(path, "table", "pass a CSV file with a header row")
     return frame

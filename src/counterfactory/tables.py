@@ -11,24 +11,25 @@ paper's pre-trained CLIP row).
 * Underline: ``significant`` is True in the summary for a non-baseline row (one-tailed test of
   improvement over the baseline mixture, ``p <= alpha``).
 
-Renderings: Markdown (``DataFrame.to_markdown``, a pipe table; ``**x**``, ``<u>x</u>``, std as
-``<sub>std</sub>``), LaTeX (``Styler.to_latex`` with booktabs rules;
-``$\\underline{\\textbf{x}}_{std}$``) and a wide CSV (cell text ``mean_{std}`` plus per-metric
-``best`` and ``significant`` flag columns).
+Renderings (:func:`counterfactory.render.render_markdown` / :func:`~counterfactory.render.render_latex`
+of :func:`describe`, the one table description every table writer shares): Markdown (a pipe table;
+``**x**``, ``<u>x</u>``, std as ``<sub>std</sub>``), LaTeX (booktabs; ``$\\underline{\\textbf{x}}_{std}$``)
+and a wide CSV (cell text ``mean_{std}`` plus per-metric ``best`` and ``significant`` flag columns).
 """
 
 from __future__ import annotations
 
 import logging
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
 import pandas as pd
 
+from . import render
 from .errors import InputError, input_error
-from .stats import _line, _read_csv_as_text, parse_numeric, require_columns
+from .render import Cell, Column, Text
+from .stats import parse_numeric, read_csv_as_text, require_columns, row_line
 
 log = logging.getLogger(__name__)
 
@@ -54,17 +55,6 @@ INFO_HEADERS_TEX = {
 FLAG_MD = {"yes": "✓", "no": "×"}
 FLAG_TEX = {"yes": "$\\checkmark$", "no": "$\\times$"}
 _FLAG_WORDS = {"yes": "yes", "true": "yes", "1": "yes", "no": "no", "false": "no", "0": "no"}
-MISSING_MD = "–"
-MISSING_TEX = "--"
-
-
-@dataclass
-class Cell:
-    mean: float
-    std: float
-    n: int
-    significant: bool
-    best: bool = False
 
 
 @dataclass
@@ -94,7 +84,7 @@ def _parse_bool(frame: pd.DataFrame, column: str, path) -> pd.Series:
     bad = ~text.isin(list(mapping))
     if bad.any():
         first = bad.idxmax()
-        raise input_error(path, _line(first), f"{column} {frame[column][first]!r} is not True/False",
+        raise input_error(path, row_line(first), f"{column} {frame[column][first]!r} is not True/False",
                           f"write True or False in the {column} column")
     return text.map(mapping).astype(bool)
 
@@ -102,7 +92,7 @@ def _parse_bool(frame: pd.DataFrame, column: str, path) -> pd.Series:
 def read_summary(path: str | Path) -> pd.DataFrame:
     """Read a summary CSV (from ``stats summarize``) with typed n/mean/std/significant."""
     path = Path(path)
-    frame = _read_csv_as_text(path, "summary table", _SUMMARY_FIX)
+    frame = read_csv_as_text(path, "summary table", _SUMMARY_FIX)
     require_columns(frame, SUMMARY_REQUIRED, path, _SUMMARY_FIX)
     if frame.empty:
         raise input_error(path, None, "summary table has no rows", "summarize a runs table with at least one run")
@@ -117,7 +107,8 @@ def read_summary(path: str | Path) -> pd.DataFrame:
     dup = frame.duplicated(list(ctx), keep=False)
     if dup.any():
         first = dup.idxmax()
-        raise input_error(path, _line(first), f"({', '.join(f'{k}={frame.loc[first, k]}' for k in ctx)}) appears twice",
+        where = ", ".join(f"{k}={frame.loc[first, k]}" for k in ctx)
+        raise input_error(path, row_line(first), f"({where}) appears twice",
                           "keep one summary row per experiment, metric and mixture")
     return frame
 
@@ -128,7 +119,7 @@ def read_mixture_info(path: str | Path) -> pd.DataFrame:
     path = Path(path)
     fix = ("write a CSV with a 'mixture' column and any of label, n_train, n_cf, pct_cf (percent, 0-100), "
            f"{', '.join(FLAG_COLUMNS)} (yes / no)")
-    frame = _read_csv_as_text(path, "mixture info", fix)
+    frame = read_csv_as_text(path, "mixture info", fix)
     require_columns(frame, ["mixture"], path, fix)
     frame["mixture"] = frame["mixture"].astype(str).str.strip()
     for col in INFO_COLUMNS:
@@ -137,7 +128,7 @@ def read_mixture_info(path: str | Path) -> pd.DataFrame:
             bad = ~words.isin([*_FLAG_WORDS, ""])
             if bad.any():
                 first = bad.idxmax()
-                raise input_error(path, _line(first), f"{col} = {frame.loc[first, col]!r} is not yes / no",
+                raise input_error(path, row_line(first), f"{col} = {frame.loc[first, col]!r} is not yes / no",
                                   f"write {col} as yes or no (or leave it empty)")
             frame[col] = words.map(lambda w: _FLAG_WORDS.get(w, ""))
         elif col in frame.columns:
@@ -145,7 +136,7 @@ def read_mixture_info(path: str | Path) -> pd.DataFrame:
     dup = frame["mixture"].duplicated(keep=False)
     if dup.any():
         first = dup.idxmax()
-        raise input_error(path, _line(first), f"mixture {frame.loc[first, 'mixture']!r} is listed twice",
+        raise input_error(path, row_line(first), f"mixture {frame.loc[first, 'mixture']!r} is listed twice",
                           "keep one row per mixture")
     return frame
 
@@ -254,102 +245,47 @@ def build_table(summary: pd.DataFrame, *, metrics: Sequence[str] | None = None,
 # rendering
 # --------------------------------------------------------------------------------------------
 
-def _escape_md(text: str) -> str:
-    return str(text).replace("|", "\\|")
-
-
-_TEX_ESCAPES = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
-                "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
-
-
-def escape_tex(text: str) -> str:
-    return "".join(_TEX_ESCAPES.get(ch, ch) for ch in str(text))
-
-
-def _fmt(value: float, decimals: int) -> str:
-    return f"{value:.{decimals}f}"
-
-
 def cell_markdown(cell: Cell | None, decimals: int = 2, std_decimals: int = 1) -> str:
-    if cell is None:
-        return MISSING_MD
-    text = _fmt(cell.mean, decimals)
-    if cell.significant:
-        text = f"<u>{text}</u>"
-    if cell.best:
-        text = f"**{text}**"
-    if math.isfinite(cell.std):
-        text += f"<sub>{_fmt(cell.std, std_decimals)}</sub>"
-    return text
+    return render.format_cell(cell, "md", decimals, std_decimals)
 
 
 def cell_latex(cell: Cell | None, decimals: int = 2, std_decimals: int = 1) -> str:
-    if cell is None:
-        return MISSING_TEX
-    text = _fmt(cell.mean, decimals)
-    if cell.best:
-        text = f"\\textbf{{{text}}}"
-    if cell.significant:
-        text = f"\\underline{{{text}}}"
-    if math.isfinite(cell.std):
-        text += f"_{{{_fmt(cell.std, std_decimals)}}}"
-    return f"${text}$"
+    return render.format_cell(cell, "tex", decimals, std_decimals)
 
 
 def cell_plain(cell: Cell | None, decimals: int = 2, std_decimals: int = 1) -> str:
-    if cell is None:
-        return ""
-    text = _fmt(cell.mean, decimals)
-    if math.isfinite(cell.std):
-        text += f"_{{{_fmt(cell.std, std_decimals)}}}"
-    return text
+    return render.format_cell(cell, "plain", decimals, std_decimals)
 
 
-def markdown_table(frame: pd.DataFrame, align: Sequence[str]) -> str:
-    """A GitHub pipe table of ``frame`` (``DataFrame.to_markdown``, i.e. tabulate's ``pipe`` format), no
-    index. Cells are written as given (no number parsing, so ``67.10`` keeps its zero); escape ``|`` in
-    them first. ``align``: ``left``/``right``/``center`` per column."""
-    return frame.to_markdown(index=False, tablefmt="pipe", colalign=tuple(align), disable_numparse=True)
+NOTE = ("Mean over runs with the sample standard deviation as subscript; best mean per column in bold; "
+        "underlined: one-tailed t-test shows a significant improvement over the baseline.")
 
 
-def _display_frame(table: PaperTable, header: list[str], info_cell, metric_cell, label) -> pd.DataFrame:
-    """The rows of ``table`` as display text, one column per header entry."""
-    rows = []
-    for m, lab in zip(table.row_keys, table.row_labels):
-        row = [label(lab)] + [info_cell(table.info[m].get(c, "")) for c in table.info_columns]
-        row += [metric_cell(table.cells.get((m, k)), table.decimals, table.std_decimals) for k in table.col_keys]
-        rows.append(row)
-    frame = pd.DataFrame(rows, columns=range(len(header)), dtype=object)
-    frame.columns = header
-    return frame
+def _info_value(text: str) -> render.Value:
+    if text in FLAG_MD:
+        return Text(FLAG_MD[text], FLAG_TEX[text])
+    return text or None
+
+
+def describe(table: PaperTable, title: str | None = None, label: str | None = None) -> render.Table:
+    """``table`` as the shared table description (:class:`counterfactory.render.Table`)."""
+    columns = [Column(table.row_header, "left")]
+    columns += [Column(Text(INFO_HEADERS_MD[c], INFO_HEADERS_TEX[c]), "right") for c in table.info_columns]
+    columns += [Column(c, "center") for c in table.col_labels]
+    rows = [[lab] + [_info_value(table.info[m].get(c, "")) for c in table.info_columns]
+            + [table.cells.get((m, k)) for k in table.col_keys]
+            for m, lab in zip(table.row_keys, table.row_labels)]
+    return render.Table(columns, rows, title=title.strip() if title else None, label=label, note=NOTE,
+                        decimals=table.decimals, std_decimals=table.std_decimals)
 
 
 def render_markdown(table: PaperTable, title: str | None = None) -> str:
-    header = [_escape_md(table.row_header)] + [INFO_HEADERS_MD[c] for c in table.info_columns] \
-        + [_escape_md(c) for c in table.col_labels]
-    frame = _display_frame(table, header, lambda text: FLAG_MD.get(text) or _escape_md(text) or MISSING_MD,
-                           cell_markdown, _escape_md)
-    align = ["left"] + ["right"] * len(table.info_columns) + ["center"] * len(table.col_labels)
-    lines = []
-    if title:
-        lines += [f"**{title.strip()}**", ""]
-    lines += [markdown_table(frame, align), "",
-              "Mean over runs with the sample standard deviation as subscript; best mean per column in bold; "
-              "underlined: one-tailed t-test shows a significant improvement over the baseline."]
-    return "\n".join(lines) + "\n"
+    return render.render_markdown(describe(table, title))
 
 
 def render_latex(table: PaperTable, title: str | None = None, label: str | None = None) -> str:
-    """A booktabs LaTeX table (``Styler.to_latex``); cell and header text is escaped here, before."""
-    header = [escape_tex(table.row_header)] + [INFO_HEADERS_TEX[c] for c in table.info_columns] \
-        + [escape_tex(c) for c in table.col_labels]
-    frame = _display_frame(table, header, lambda text: FLAG_TEX.get(text) or escape_tex(text) or MISSING_TEX,
-                           cell_latex, escape_tex)
-    latex = frame.style.hide(axis="index").to_latex(
-        column_format="l" + "r" * len(table.info_columns) + "c" * len(table.col_labels),
-        position="t", position_float="centering", hrules=True,
-        caption=escape_tex(title.strip()) if title else None, label=label)
-    return "% requires \\usepackage{booktabs}\n" + latex
+    """A booktabs LaTeX table (``Styler.to_latex``); cell and header text is escaped."""
+    return render.render_latex(describe(table, title, label))
 
 
 def to_frame(table: PaperTable) -> pd.DataFrame:

@@ -1,10 +1,11 @@
 """Helpers the Snakefile uses at parse time (kept here so the rule files stay declarative).
 
-Every job gets its settings through one rule parameter, ``--config FILE``: FILE holds exactly the config
-sections the rule declares (:func:`counterfactory.config.write_job_config`) and is named by their digest.
-Snakemake compares parameters between runs, so an edit reruns exactly the jobs whose sections changed
-(and, through their outputs, everything downstream); and a running job's settings cannot be changed
-by a later parse with another config, because a file, once written, never changes.
+Every job gets its settings through one input, ``--config FILE``: FILE holds exactly the config sections
+the rule declares (:func:`job_config_file`) and is named by their digest. FILE is the output of the local
+``config_write_job`` rule (rules/setup.smk), so parsing the Snakefile writes nothing and executors that stage
+files see it. Snakemake reruns a job whose set of inputs changed, so an edit reruns exactly the jobs whose
+sections changed (and, through their outputs, everything downstream); FILE is an ``ancient`` input, never
+rewritten once made, so a later parse with another config cannot change a running job's settings.
 """
 
 from __future__ import annotations
@@ -12,11 +13,10 @@ from __future__ import annotations
 import functools
 import json
 import math
-import shlex
-import sys
 from pathlib import Path
 
-from .config import ConfigView, digest, study_view, write_job_config
+from .config import ConfigView, digest, study_view
+from .config import job_config_file as _job_config_file
 
 
 @functools.lru_cache(maxsize=64)
@@ -56,28 +56,28 @@ def _own_count(source: str, limit: int | None, cwd: str) -> int:
 
 def caption_count(study_cfg: dict) -> int:
     """Number of input captions (after ``data.limit_images``): of ``data.source`` when set (own data), else of
-    the COCO captions file; 0 with a warning if the data is missing or invalid, so the DAG still builds and the
-    ``coco_check`` rule can explain the problem."""
+    the COCO captions file. The shard layout follows from it, so missing or unreadable data stops the planning
+    with the config key that names it (never a DAG planned for data that is not there)."""
+    from .errors import ConfigError, CounterFactoryError
+
+    study = study_cfg.get("study", "?")
     source = study_cfg["data"].get("source")
     if source:
-        from .errors import CounterFactoryError
-
         try:
             return _own_count(json.dumps(dict(source), sort_keys=True), study_cfg["data"].get("limit_images"),
                               str(Path.cwd()))
         except CounterFactoryError as exc:
-            print(f"CounterFactory: {study_cfg.get('study', '?')}.data.source cannot be read yet "
-                  f"({str(exc).splitlines()[0]}); the coco_check rule lists every problem.", file=sys.stderr)
-            return 0
+            raise ConfigError(
+                f"{study}.data.source cannot be read, so its shards cannot be planned: {str(exc).splitlines()[0]}. "
+                f"Fix: `counterfactory data own-check --config <your config>` lists every problem of the source"
+            ) from None
     path = caption_json(study_cfg)
     if not path.exists():
-        print(
-            f"CounterFactory: {path} not found (config key {study_cfg.get('study', '?')}.data.coco_root); the data "
-            f"rules will fail until MS-COCO is in place (README, 'Getting MS-COCO'), or run the demo with "
-            f"`snakemake --configfile config/demo.yaml ...`.",
-            file=sys.stderr,
+        raise ConfigError(
+            f"{path} not found (config key {study}.data.coco_root): the MS-COCO captions decide how the caption "
+            f"and image stages are sharded. Fix: put MS-COCO 2017 there (README, 'Getting MS-COCO') or point "
+            f"{study}.data.coco_root at it; the offline demo runs with `--configfile config/demo.yaml`"
         )
-        return 0
     return _count(str(path), study_cfg["data"].get("limit_images"))
 
 
@@ -86,22 +86,17 @@ def shard_ids(n_items: int, shard_size: int) -> list[str]:
     return [f"{i:05d}" for i in range(max(1, math.ceil(n_items / shard_size)))]
 
 
-def job_config_arg(cfg: dict, study: str | None, keys) -> str:
-    """``--config FILE`` for one job: FILE holds the listed (dotted) sections of ``study``'s view."""
-    return f"--config {shlex.quote(write_job_config(cfg, study, keys))}"
+def job_config_file(cfg: dict, study: str | None, keys) -> tuple[str, str]:
+    """``(path, text)`` of one job's configuration: the listed (dotted) sections of ``study``'s view, in a
+    file named by their digest. Nothing is written: the Snakefile's ``config_write_job`` rule writes it."""
+    return _job_config_file(cfg, study, keys)
 
 
-def run_config_arg(cfg: dict, folder: str | Path = ".snakemake/counterfactory/runs") -> str:
-    """``--config FILE`` with the whole resolved configuration (provenance), content-addressed."""
+def run_config_file(cfg: dict, folder: str | Path = ".snakemake/counterfactory/runs") -> tuple[str, str]:
+    """``(path, text)`` of the whole resolved configuration (provenance), content-addressed; not written."""
     import yaml
 
-    from .io import write_text
-
-    text = yaml.safe_dump(dict(cfg), sort_keys=True)
-    path = Path(folder) / f"{digest(dict(cfg))[:20]}.yaml"
-    if not path.exists():
-        write_text(path, text)
-    return f"--config {shlex.quote(str(path))}"
+    return str(Path(folder) / f"{digest(dict(cfg))[:20]}.yaml"), yaml.safe_dump(dict(cfg), sort_keys=True)
 
 
 def _sources(cfg: dict, roles) -> list[str]:

@@ -1,6 +1,7 @@
 """CLI subcommands. Every module in this package defines ``register(subparsers)``;
 ``counterfactory.cli`` imports them (only the one a command line names, when it can), so adding a stage never
-edits a shared file."""
+edits a shared file. A module is named like the group it registers: ``commands/<group>.py`` holds
+``counterfactory <group> <step>``, which the workflow's rule ``<group>_<step>`` runs (tests/test_names.py)."""
 
 import argparse
 
@@ -42,10 +43,11 @@ def key_values(items, option: str, form: str) -> list[tuple[str, str]]:
     return out
 
 
-def add_config_option(parser: argparse.ArgumentParser) -> None:
-    """``--config YAML`` (required, repeatable; later files win): how a study step gets its configuration."""
-    parser.add_argument("--config", action="append", required=True, metavar="YAML",
-                        help="configuration file (repeatable; later files win)")
+def add_config_option(parser: argparse.ArgumentParser,
+                      help: str = "configuration file (repeatable; later files win)") -> None:
+    """``--config YAML`` (required, repeatable; later files win): how a study step gets its configuration;
+    ``help`` may say which sections the step reads."""
+    parser.add_argument("--config", action="append", required=True, metavar="YAML", help=help)
 
 
 def add_shard_job_options(parser: argparse.ArgumentParser, input_flag: str, input_metavar: str,

@@ -19,12 +19,14 @@ def _label_frequency(args) -> int:
 
 
 def register(sub) -> None:
+    from . import add_config_option
+
     p = sub.add_parser("analysis", help="analyses across stages (COCO-CF appendix A.2 label frequency)",
                        description=__doc__)
     s = p.add_subparsers(dest="analysis_command", metavar="<analysis>")
     s.required = True
     lf = s.add_parser("label-frequency", help="Table 6: label frequency vs accuracy change, and their correlation")
-    lf.add_argument("--config", action="append", required=True, help="config YAML (repeat to merge)")
+    add_config_option(lf)
     lf.add_argument("--pairs", required=True, help="selected_pairs.parquet: the released pairs that are counted")
     lf.add_argument("--captions", required=True,
                     help="counterfactual_captions.parquet (the altered subjects and captions of each pair)")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..config import load_config
+from . import add_config_option
 
 
 def _edit(args) -> int:
@@ -27,7 +28,7 @@ def register(sub) -> None:
     s = p.add_subparsers(dest="captions_command", metavar="<step>")
     s.required = True
     e = s.add_parser("edit", help="run one shard: mask nouns, MLM fills, POS/similarity/perplexity filters")
-    e.add_argument("--config", action="append", required=True, help="config YAML (repeat to merge)")
+    add_config_option(e)
     e.add_argument("--captions", required=True, help="caption table parquet from `counterfactory data captions`")
     e.add_argument("--shard", type=int, required=True, help="shard index; rows [shard*size, (shard+1)*size)")
     e.add_argument("--out", required=True, help="accepted counterfactuals (parquet)")

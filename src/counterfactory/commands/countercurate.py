@@ -1,24 +1,497 @@
 """``counterfactory countercurate``: the CounterCurate steps (Flickr30k-Positions, -Counting, -Attributes,
-grounded generation, benchmarks, the generative VLM). Each step module of
-:mod:`counterfactory.studies.countercurate` adds its own subcommands with ``add_cli(subparsers)``."""
+grounded generation, benchmarks, the generative VLM). This module is the command line only; the work is done by
+the step modules of :mod:`counterfactory.studies.countercurate` (and :mod:`counterfactory.generation.grounded`)."""
 
 from __future__ import annotations
 
-import importlib
+from pathlib import Path
+
+from ..data import flickr30k_entities as f30k
+from ..errors import input_error, missing_input
+from ..studies.countercurate import STUDY, assemble, attributes, benchmarks, counting, positions, training, vlm
+from ..text import llm
+from . import add_config_option, add_shard_job_options, key_values
 
 
 def register(sub) -> None:
-    from ..studies import countercurate as study
-
     p = sub.add_parser("countercurate", help="CounterCurate: positions, counting, attributes, grounded generation, "
                        "benchmarks", description=__doc__)
     s = p.add_subparsers(dest="countercurate_command", metavar="<step>")
     s.required = True
-    for name in study.CLI_MODULES:
-        try:
-            module = importlib.import_module(f"{study.__name__}.{name}")
-        except ModuleNotFoundError as exc:  # a step being built: its module does not exist yet
-            if exc.name != f"{study.__name__}.{name}":
-                raise
-            continue
-        module.add_cli(s)
+    add_positions(s)
+    add_counting(s)
+    add_attributes(s)
+    add_generate(s)
+    add_assemble(s)
+    add_training(s)
+    add_benchmarks(s)
+    add_vlm(s)
+
+
+def _load_config(paths):
+    from ..config import load_config
+
+    return load_config(paths, study=STUDY)
+
+
+# ------------------------------------------------------------------------------------------- Flickr30k-Positions
+
+
+def add_positions(subparsers) -> None:
+    """Register ``counterfactory countercurate positions``."""
+    p = subparsers.add_parser("positions", help="Flickr30k-Positions: object pairs, left/right/above/below captions, "
+                              "flipped negatives and generation requests (§3.2)",
+                              description=positions.__doc__.split("\n\n")[0])
+    p.add_argument("--entities-root", required=True, metavar="DIR",
+                   help="Flickr30k Entities folder holding Sentences/ and Annotations/")
+    p.add_argument("--images", metavar="DIR", help="Flickr30k images (<id>.jpg); default <entities-root>/"
+                   "flickr30k-images when it exists")
+    p.add_argument("--config", action="append", metavar="YAML",
+                   help="configuration file (repeatable; section countercurate.positions; default: module defaults)")
+    p.add_argument("--out", required=True, metavar="FILE.parquet", help="one row per item (pair, axis)")
+    p.add_argument("--requests-out", metavar="DIR", help=f"write {positions.LLM_FILE} (llm role, appendix B) and "
+                   f"{positions.GENERATION_FILE} (grounded generation, §3.2) here")
+    p.add_argument("--flipped-dir", metavar="DIR", help="write the mirrored images of the left/right items here")
+    p.add_argument("--lenient", action="store_true",
+                   help="clip boxes outside the image and ignore unknown chain ids (logged) instead of failing")
+    p.set_defaults(func=_cmd_positions)
+
+
+def _cmd_positions(args) -> int:
+    from ..io import write_parquet
+
+    cfg = positions.load_cfg(args.config)
+    images_dir = positions.default_images_dir(args.entities_root, args.images)
+    data = f30k.iter_images(args.entities_root, strict=not args.lenient)
+    frame = positions.build_positions(data, cfg, images_dir)
+    if args.flipped_dir:
+        if images_dir is None:
+            raise input_error(args.entities_root, None, "--flipped-dir needs the images",
+                              "pass --images DIR (the flickr30k-images folder)")
+        lr = frame[frame["subset"] == "LR"]
+        paths = positions.write_flipped_images(lr["image_id"], images_dir, args.flipped_dir)
+        frame["negative_image"] = [paths.get(i) if s == "LR" else None
+                                   for i, s in zip(frame["image_id"], frame["subset"])]
+    write_parquet(args.out, frame)
+    if args.requests_out:
+        out = Path(args.requests_out)
+        write_parquet(out / positions.LLM_FILE, positions.llm_requests(frame, (cfg or {}).get("positions_rewrite")))
+        write_parquet(out / positions.GENERATION_FILE, positions.generation_requests(frame))
+    counts = frame.groupby(["subset", "split"]).size().to_dict()
+    print(f"Flickr30k-Positions: {len(frame)} items from {frame['image_id'].nunique()} images "
+          f"({', '.join(f'{k[0]}/{k[1]}: {v}' for k, v in sorted(counts.items()))}) -> {args.out}")
+    return 0
+
+
+# ------------------------------------------------------------------------------------------- Flickr30k-Counting
+
+
+def add_counting(subparsers) -> None:
+    """Register ``counterfactory countercurate counting``."""
+    p = subparsers.add_parser("counting", help="Flickr30k-Counting: category pairs, count captions and inpainting "
+                              "requests (§3.3)", description=counting.__doc__.split("\n\n")[0])
+    p.add_argument("--entities-root", required=True, metavar="DIR",
+                   help="Flickr30k Entities folder holding Sentences/ and Annotations/")
+    p.add_argument("--images", metavar="DIR", help="Flickr30k images (<id>.jpg); default <entities-root>/"
+                   "flickr30k-images when it exists")
+    p.add_argument("--config", action="append", metavar="YAML",
+                   help="configuration file (repeatable; section countercurate.counting; default: module defaults)")
+    p.add_argument("--out", required=True, metavar="FILE.parquet", help="one row per category pair")
+    p.add_argument("--requests-out", metavar="DIR",
+                   help=f"write {counting.REQUESTS_FILE} (grounded inpainting, §3.3) here")
+    p.add_argument("--lenient", action="store_true",
+                   help="clip boxes outside the image and ignore unknown chain ids (logged) instead of failing")
+    p.set_defaults(func=_cmd_counting)
+
+
+def _cmd_counting(args) -> int:
+    from ..io import write_parquet
+
+    cfg = positions.load_cfg(args.config)
+    images_dir = positions.default_images_dir(args.entities_root, args.images)
+    frame = counting.build_counting(f30k.iter_images(args.entities_root, strict=not args.lenient), cfg, images_dir)
+    write_parquet(args.out, frame)
+    if args.requests_out:
+        write_parquet(Path(args.requests_out) / counting.REQUESTS_FILE, counting.inpaint_requests(frame))
+    n_overlap = int(frame["overlap"].sum()) if len(frame) else 0
+    print(f"Flickr30k-Counting: {len(frame)} items from {frame['image_id'].nunique()} images ({n_overlap} with "
+          f"overlap -> remove, {len(frame) - n_overlap} without -> add) -> {args.out}")
+    return 0
+
+
+# ------------------------------------------------------------------------------------------- Flickr30k-Attributes
+
+
+def add_attributes(subparsers) -> None:
+    """Register ``counterfactory countercurate attributes`` and ``counterfactory countercurate positions-rewrite``
+    (alias ``llm``: it answers llm requests of any task; the workflow runs it on the positions requests)."""
+    p = subparsers.add_parser("attributes", help="Flickr30k-Attributes negatives from the llm role (§3.4, app. A)",
+                              description=attributes.__doc__.split("\n\n")[0])
+    add_config_option(p, help="configuration file with models.llm and the countercurate section (repeatable; later "
+                              "files win)")
+    p.add_argument("--captions", required=True, metavar="FILE.parquet",
+                   help="captions with entity markup (image_id, sentence_index, markup | caption + phrases)")
+    p.add_argument("--out", required=True, metavar="FILE.parquet", help="negatives, accepted and rejected")
+    p.add_argument("--requests-out", metavar="FILE.parquet", help="t2i requests for the accepted negatives")
+    p.add_argument("--llm-requests-out", metavar="FILE.parquet", help="also write the llm requests")
+    p.add_argument("--answers-out", metavar="FILE.parquet", help="also write the raw llm answers")
+    p.add_argument("--cache", metavar="FILE.jsonl", help="llm answer cache (default: llm.cache)")
+    p.set_defaults(func=_cmd_attributes)
+
+    q = subparsers.add_parser("positions-rewrite", aliases=["llm"],
+                              help="app. B: rewrite the above/below negatives with the llm role (answers llm requests "
+                              "of any task with JSON-schema constrained decoding)",
+                              description=llm.__doc__.split("\n\n")[0])
+    add_config_option(q, help="configuration file with models.llm (repeatable; later files win)")
+    q.add_argument("--requests", required=True, metavar="FILE.parquet",
+                   help="item_id, task, fields (JSON) [, prompt, schema, image_path, boxes]")
+    q.add_argument("--out", required=True, metavar="FILE.parquet", help="answers with validity and errors")
+    q.add_argument("--cache", metavar="FILE.jsonl", help="llm answer cache (default: llm.cache)")
+    q.set_defaults(func=_cmd_llm)
+
+
+def _read_captions(path: str):
+    import pandas as pd
+
+    p = Path(path)
+    if not p.exists():
+        raise missing_input(p, "table", "check the path (and that the step producing it has run)")
+    return pd.read_json(p, lines=True, dtype=False) if p.suffix == ".jsonl" else pd.read_parquet(p)
+
+
+def _cmd_attributes(args) -> int:
+    cfg = attributes.load_cfg(args.config)
+    negatives = attributes.run(cfg, _read_captions(args.captions), args.out, args.requests_out,
+                               args.llm_requests_out, args.answers_out, args.cache, source=args.captions)
+    counts = negatives.groupby(["kind", "status"]).size()
+    for (kind, status), n in counts.items():
+        print(f"{kind}: {n} {status}")
+    print(f"-> {args.out}" + (f"; t2i requests -> {args.requests_out}" if args.requests_out else ""))
+    return 0
+
+
+def _cmd_llm(args) -> int:
+    cfg = attributes.load_cfg(args.config)
+    answers = llm.run_requests(cfg, llm.read_requests(args.requests), args.out, cache_path=args.cache)
+    print(f"{int(answers['valid'].sum())}/{len(answers)} valid answers ({int(answers['cached'].sum())} from the "
+          f"cache) -> {args.out}")
+    return 0
+
+
+# ------------------------------------------------------------------------------------------- grounded generation
+
+
+def add_generate(subparsers) -> None:
+    """Register ``generate``, ``generate-merge`` and ``request-shards`` (alias ``generate-shards``): grounded
+    generation jobs (GLIGEN text-box generation §3.2, GLIGEN inpainting §3.3 / appendix C, text-to-image in DALLE-3's
+    role §3.4) for one shard of requests, the shard ids of a requests table, and the merge of the shards (the work:
+    :mod:`counterfactory.generation.grounded`)."""
+    g = subparsers.add_parser(
+        "generate",
+        help="grounded generation / inpainting / text-to-image for one shard of requests (§3.2-3.4)",
+        description="CounterCurate §3.2-3.4: for every request of the shard (items ranked shard*S .. (shard+1)*S-1 "
+                    "in sorted item_id order, S = grounded.shard_size) generate one image: kind generate = GLIGEN "
+                    "text-box generation (models.gligen), inpaint = GLIGEN text-box inpainting of image_path "
+                    "(models.gligen_inpaint), t2i = plain text-to-image (models.t2i, DALLE-3's role). Items of one "
+                    "kind run grounded.batch_size at a time; each item's randomness comes from its item_id. "
+                    "Writes OUT_DIR/images/<item_id>.png, OUT_DIR/generated.parquet and OUT_DIR/summary.json; "
+                    "finished items are cached in OUT_DIR/work/, so a killed job resumes with identical files.",
+    )
+    add_shard_job_options(g, "--requests", "FILE.parquet",
+                          "requests table (item_id, kind, prompt, phrases, boxes, image_path, mask_box)")
+    g.set_defaults(func=_cmd_generate)
+
+    m = subparsers.add_parser(
+        "generate-merge",
+        help="concatenate the grounded-generation shards into one table",
+        description="Read generated.parquet and summary.json of every shard folder and write OUT_DIR/generated.parquet "
+                    "(sorted by item_id; image paths relative to OUT_DIR) and OUT_DIR/summary.json. Refused: a "
+                    "missing shard output or shard, shards made with different settings (config_digest) or from "
+                    "different requests tables.",
+    )
+    m.add_argument("--shard-dirs", nargs="+", required=True, metavar="DIR", help="shard output folders")
+    m.add_argument("--out-dir", required=True, metavar="DIR", help="folder for the merged table")
+    m.set_defaults(func=_cmd_generate_merge)
+
+    s = subparsers.add_parser("request-shards", aliases=["generate-shards"],
+                              help="the shard ids of a requests table, one per line")
+    add_config_option(s, help="configuration file: grounded.shard_size (repeatable; later files win)")
+    s.add_argument("--requests", required=True, metavar="FILE.parquet", help="requests table")
+    s.add_argument("--out", required=True, metavar="FILE.txt")
+    s.set_defaults(func=_cmd_generate_shards)
+
+
+def _cmd_generate_shards(args) -> int:
+    """Shard ids ``00000`` .. covering the requests at ``grounded.shard_size`` items per shard (at least one)."""
+    from ..generation.grounded import GroundedSettings, read_requests
+    from ..io import write_text
+    from ..workflow import shard_ids
+
+    settings = GroundedSettings.from_config(_load_config(args.config).get("grounded"))
+    ids = shard_ids(len(read_requests(args.requests)), settings.shard_size)
+    write_text(args.out, "\n".join(ids) + "\n")
+    print(f"{len(ids)} shard(s) -> {args.out}")
+    return 0
+
+
+def _cmd_generate(args) -> int:
+    import torch
+
+    from ..generation.grounded import run_grounded_shard
+
+    cfg = _load_config(args.config)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    s = run_grounded_shard(cfg, args.requests, args.shard, args.out_dir, progress=not args.no_progress)
+    kinds = ", ".join(f"{n} {k}" for k, n in s["items_by_kind"].items() if n)
+    print(f"grounded shard {args.shard:05d}: {s['items']} images ({kinds or 'none'}; {s['items_generated_this_run']} "
+          f"generated now in {s['pipeline_calls_this_run']} pipeline calls) -> {args.out_dir}")
+    return 0
+
+
+def _cmd_generate_merge(args) -> int:
+    from ..generation.grounded import merge_grounded_shards
+
+    s = merge_grounded_shards(args.shard_dirs, args.out_dir)
+    print(f"merged {s['shards']} grounded shards: {s['items']} images -> {args.out_dir}")
+    return 0
+
+
+# ------------------------------------------------------------------------------------------- requests and datasets
+
+
+def add_assemble(subparsers) -> None:
+    """Register ``requests`` and ``datasets``: the glue between the steps (:mod:`.assemble` of the study)."""
+    r = subparsers.add_parser("requests", help="one grounded-generation requests table for positions (rewritten), "
+                              "counting and attributes")
+    r.add_argument("--positions", required=True, metavar="FILE.parquet", help="positions generation requests")
+    r.add_argument("--rewrites", required=True, metavar="FILE.parquet", help="llm answers of the positions rewrite")
+    r.add_argument("--counting", required=True, metavar="FILE.parquet", help="counting inpainting requests")
+    r.add_argument("--attributes", required=True, metavar="FILE.parquet", help="attributes t2i requests")
+    r.add_argument("--out", required=True, metavar="FILE.parquet")
+    r.set_defaults(func=_cmd_requests)
+    d = subparsers.add_parser("datasets", help="Flickr30k-Positions / -Counting / -Attributes with negative images")
+    d.add_argument("--positions", required=True, metavar="FILE.parquet")
+    d.add_argument("--counting", required=True, metavar="FILE.parquet")
+    d.add_argument("--attributes", required=True, metavar="FILE.parquet")
+    d.add_argument("--generated", required=True, metavar="FILE.parquet", help="merged generation output")
+    d.add_argument("--out-dir", required=True, metavar="DIR")
+    d.set_defaults(func=_cmd_datasets)
+
+
+def _cmd_requests(args) -> int:
+    from ..io import write_parquet
+
+    frame = assemble.collect_requests(args.positions, args.rewrites, args.counting, args.attributes)
+    write_parquet(args.out, frame)
+    print(frame.groupby(["dataset", "kind"]).size().to_string())
+    return 0
+
+
+def _cmd_datasets(args) -> int:
+    summary = assemble.write_datasets(args.positions, args.counting, args.attributes, args.generated, args.out_dir)
+    print(summary.to_string(index=False))
+    return 0
+
+
+# ------------------------------------------------------------------------------------------- fine-tuning runs
+
+
+def _pairs_option(items, option: str) -> dict[str, str]:
+    return dict(key_values(items, option, "BENCHMARK=PATH (e.g. positions=datasets/positions.parquet)"))
+
+
+def add_training(sub) -> None:
+    """``counterfactory countercurate train-manifests | train-run | vlm-run``."""
+    p = sub.add_parser("train-manifests", help="CLIP fine-tuning manifests per dataset and variant (§3.5, §4.1, "
+                       "Tables 4 and 8)", description=training.__doc__.split("\n\n")[0])
+    add_config_option(p)
+    p.add_argument("--datasets", required=True, metavar="DIR", help="folder of positions/counting/attributes.parquet")
+    p.add_argument("--out-dir", required=True, metavar="DIR")
+    p.add_argument("--images", metavar="DIR", help="Flickr30k images (Attributes' positives; default from data)")
+    p.set_defaults(func=_cmd_train_manifests)
+
+    r = sub.add_parser("train-run", help="fine-tune CLIP on one manifest (one seed) and score it on the dataset's "
+                       "benchmarks; --no-train scores the pre-trained model",
+                       description=training.__doc__.split("\n\n")[0])
+    add_config_option(r)
+    r.add_argument("--dataset", required=True, choices=training.DATASETS)
+    r.add_argument("--variant", choices=training.VARIANTS, help="required unless --no-train")
+    r.add_argument("--manifest", metavar="FILE.parquet", help="from train-manifests; required unless --no-train")
+    r.add_argument("--seed", type=int, required=True)
+    r.add_argument("--data-seed", type=int, required=True)
+    r.add_argument("--out-dir", required=True, metavar="DIR")
+    r.add_argument("--no-train", action="store_true", help="evaluate the pre-trained model (mixture 'pretrained')")
+    _benchmark_options(r)
+    r.set_defaults(func=_cmd_train_run)
+
+    v = sub.add_parser("vlm-run", help="fine-tune the vlm role (LLaVA-1.5 class) on one dataset's conversations (one "
+                       "seed) and score it on the dataset's benchmarks; --no-train scores the pre-trained model",
+                       description=training.__doc__.split("\n\n")[0])
+    add_config_option(v)
+    v.add_argument("--dataset", required=True, choices=training.DATASETS)
+    v.add_argument("--manifests", metavar="DIR", help="from train-manifests; required unless --no-train")
+    v.add_argument("--seed", type=int, required=True)
+    v.add_argument("--out-dir", required=True, metavar="DIR")
+    v.add_argument("--no-train", action="store_true", help="evaluate the pre-trained model (mixture 'pretrained')")
+    _benchmark_options(v)
+    v.set_defaults(func=_cmd_vlm_run)
+
+
+def _benchmark_options(parser) -> None:
+    """--data / --images per benchmark and --progress (train-run, vlm-run)."""
+    parser.add_argument("--data", action="append", default=[], metavar="BENCHMARK=PATH",
+                        help="benchmark data (e.g. positions=.../positions.parquet; default countercurate.benchmarks)")
+    parser.add_argument("--images", action="append", default=[], metavar="BENCHMARK=DIR", help="benchmark images root")
+    parser.add_argument("--progress", action="store_true")
+
+
+def _cmd_train_manifests(args) -> int:
+    summary = training.write_manifests(args.datasets, args.out_dir, _load_config(args.config), images_dir=args.images)
+    print(summary.to_string(index=False))
+    return 0
+
+
+def _cmd_train_run(args) -> int:
+    rows = training.train_run(_load_config(args.config), args.dataset, args.variant, args.manifest, args.seed,
+                              args.data_seed, args.out_dir, train=not args.no_train,
+                              data=_pairs_option(args.data, "--data"), images=_pairs_option(args.images, "--images"),
+                              progress=args.progress)
+    for r in rows.itertuples():
+        training.log.info("%s %s seed %d: %s = %.2f", r.experiment, r.mixture, r.seed, r.metric, r.value)
+    return 0
+
+
+def _cmd_vlm_run(args) -> int:
+    rows = training.vlm_train_run(_load_config(args.config), args.dataset, args.manifests, args.seed, args.out_dir,
+                                  train=not args.no_train, data=_pairs_option(args.data, "--data"),
+                                  images=_pairs_option(args.images, "--images"), progress=args.progress)
+    for r in rows.itertuples():
+        training.log.info("%s %s seed %d: %s = %.2f", r.experiment, r.mixture, r.seed, r.metric, r.value)
+    return 0
+
+
+# ------------------------------------------------------------------------------------------- benchmarks and tables
+
+
+def _pairs(items, option: str) -> dict[str, str]:
+    return dict(key_values(items, option, "NAME=VALUE (e.g. clip_cc=+ CounterCurate)"))
+
+
+def add_benchmarks(sub) -> None:
+    """``counterfactory countercurate evaluate | tables``."""
+    p = sub.add_parser("evaluate", help="score one model role on a benchmark (Flickr30k-Positions, PointQA-"
+                       "LookTwice, SugarCrepe, Winoground; §4.2-4.4, app. E)",
+                       description=benchmarks.__doc__.split("\n\n")[0])
+    add_config_option(p)
+    p.add_argument("--role", required=True, metavar="ROLE", help="model role to evaluate")
+    p.add_argument("--benchmark", required=True, choices=benchmarks.BENCHMARKS)
+    p.add_argument("--data", metavar="PATH", help="positions table / looktwiceqa_dataset.json / SugarCrepe data "
+                   "folder / Winoground examples.jsonl (default: benchmarks.<benchmark> in the config)")
+    p.add_argument("--images", metavar="DIR", help="images root (default: from the config)")
+    p.add_argument("--model", metavar="NAME", help="name of the model in the results (default: the role)")
+    p.add_argument("--head", choices=("itm", "itc"), help="cross-encoder head (default benchmarks.head or itm)")
+    p.add_argument("--out", required=True, metavar="FILE.csv",
+                   help="long results: " + ", ".join(benchmarks.RESULT_COLUMNS))
+    p.add_argument("--out-items", metavar="FILE.parquet", help="per-item scores (.parquet or .csv)")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=_cmd_evaluate)
+
+    t = sub.add_parser("tables", help="Tables 1-4, 6, 7, 8 of CounterCurate from evaluate results")
+    t.add_argument("--results", nargs="+", action="extend", required=True, metavar="CSV")
+    t.add_argument("--benchmark", action="append", choices=benchmarks.BENCHMARKS,
+                   help="only these (default: all present)")
+    t.add_argument("--model", action="append", metavar="NAME", help="models in this order (default: as found)")
+    t.add_argument("--label", action="append", default=[], metavar="NAME=LABEL", help="display name of a model")
+    t.add_argument("--delta", action="append", default=[], metavar="NAME=BASELINE",
+                   help="show NAME's difference to BASELINE in parentheses (Table 3)")
+    t.add_argument("--decimals", type=int, default=2)
+    t.add_argument("--out-md", metavar="FILE.md")
+    t.add_argument("--out-tex", metavar="FILE.tex")
+    t.add_argument("--out-csv", metavar="FILE.csv")
+    t.set_defaults(func=_cmd_tables)
+
+
+def _cmd_evaluate(args) -> int:
+    from ..io import write_csv, write_parquet
+
+    cfg = _load_config(args.config)
+    results, scored = benchmarks.evaluate(cfg, args.role, args.benchmark, data=args.data, images=args.images,
+                                          model=args.model, head=args.head, progress=not args.no_progress)
+    write_csv(args.out, results)
+    if args.out_items:
+        (write_parquet if str(args.out_items).endswith(".parquet") else write_csv)(args.out_items, scored)
+    for r in results.itertuples():
+        benchmarks.log.info("%s %s %s %s = %.4f (n=%d)", r.model, r.benchmark, r.subset, r.metric, r.value, r.n)
+    return 0
+
+
+def _cmd_tables(args) -> int:
+    import pandas as pd
+
+    from ..io import write_csv, write_text
+
+    results = benchmarks.read_results(args.results)
+    tables = benchmarks.build_tables(results, args.benchmark, models=args.model, labels=_pairs(args.label, "--label"),
+                                     deltas=_pairs(args.delta, "--delta"), decimals=args.decimals)
+    md = "\n".join(benchmarks.render_markdown(t) for t in tables)
+    if args.out_md:
+        write_text(args.out_md, md)
+    if args.out_tex:
+        write_text(args.out_tex, "\n".join(benchmarks.render_latex(t) for t in tables))
+    if args.out_csv:
+        write_csv(args.out_csv, pd.concat([benchmarks.table_frame(t) for t in tables], ignore_index=True))
+    if not (args.out_md or args.out_tex or args.out_csv):
+        print(md)
+    return 0
+
+
+# ------------------------------------------------------------------------------------------- the generative VLM
+
+
+def add_vlm(subparsers) -> None:
+    """Register ``counterfactory countercurate vlm-train`` and ``vlm-score``."""
+    t = subparsers.add_parser("vlm-train", help="fine-tune the vlm role (LLaVA-1.5 class) on caption pairs as "
+                              "conversations (§3.5)", description=vlm.__doc__.split("\n\n")[0])
+    add_config_option(t)
+    t.add_argument("--data", required=True, metavar="FILE.parquet",
+                   help="rows image_path, caption, negative_caption[, negative_image_path] (paths relative to "
+                        "the table's folder or absolute)")
+    t.add_argument("--val-data", metavar="FILE.parquet", help="validation rows: keep the lowest-loss checkpoint")
+    t.add_argument("--out-dir", required=True, metavar="DIR",
+                   help="writes DIR/model (loadable as models.vlm.source), history.csv, run.json")
+    t.add_argument("--seed", type=int, required=True)
+    t.add_argument("--role", default=vlm.ROLE, metavar="ROLE", help=f"model role to fine-tune (default {vlm.ROLE})")
+    t.add_argument("--no-progress", action="store_true")
+    t.set_defaults(func=_cmd_vlm_train)
+    s = subparsers.add_parser("vlm-score", help="score caption pairs with the vlm role: caption log-likelihoods "
+                              "and the two-option choice (§4)", description=vlm.__doc__.split("\n\n")[0])
+    add_config_option(s)
+    s.add_argument("--role", default=vlm.ROLE, metavar="ROLE", help=f"model role (default {vlm.ROLE})")
+    s.add_argument("--data", required=True, metavar="FILE.parquet",
+                   help="rows image_path, caption, negative_caption (paths relative to the table's folder)")
+    s.add_argument("--out", required=True, metavar="FILE.csv", help="one row per input row")
+    s.add_argument("--batch-size", type=int, metavar="N", help="override vlm.eval_batch_size")
+    s.add_argument("--no-progress", action="store_true")
+    s.set_defaults(func=_cmd_vlm_score)
+
+
+def _cmd_vlm_train(args) -> int:
+    cfg = _load_config(args.config)
+    result = vlm.train_run(cfg, args.data, args.out_dir, args.seed, role=args.role, val_data=args.val_data,
+                           progress=not args.no_progress)
+    print(f"trained {result.steps} steps on {result.examples} conversations; checkpoint {Path(args.out_dir) / 'model'}")
+    return 0
+
+
+def _cmd_vlm_score(args) -> int:
+    from ..io import write_csv
+
+    cfg = _load_config(args.config)
+    if args.batch_size is not None:
+        cfg = {**cfg, vlm.SECTION: {**(cfg.get(vlm.SECTION) or {}), "eval_batch_size": args.batch_size}}
+    table = vlm.score_table(cfg, args.role, args.data, progress=not args.no_progress)
+    write_csv(args.out, table)
+    print(f"{len(table)} rows: chose the caption {table['chose_caption'].mean():.4f}, caption more likely than "
+          f"negative {(table['logp_caption'] > table['logp_negative']).mean():.4f}")
+    return 0

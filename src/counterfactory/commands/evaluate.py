@@ -8,13 +8,13 @@ import logging
 
 from ..errors import ConfigError
 from ..io import save_figure, write_csv, write_json, write_parquet, write_text
+from . import add_config_option
 
 log = logging.getLogger(__name__)
 
 
 def _add_config(p) -> None:
-    p.add_argument("--config", action="append", required=True, metavar="YAML",
-                   help="configuration file (repeatable; later files win)")
+    add_config_option(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 from ..config import load_config
+from . import add_config_option
 
 
 def _build_tiny(args) -> int:
@@ -67,13 +68,13 @@ def register(sub) -> None:
     s = p.add_subparsers(dest="models_command", metavar="<step>")
     s.required = True
     b = s.add_parser("build-tiny", help="build small random models of the real classes (offline demo)")
-    b.add_argument("--config", action="append", required=True, help="config YAML (repeat to merge)")
+    add_config_option(b)
     b.add_argument("--role", action="append", help="role to build (repeatable; default: all with a builder)")
     b.add_argument("--out-dir", help="default: tiny_models.out_dir from config")
     b.add_argument("--force", action="store_true", help="rebuild even if the folder exists")
     b.set_defaults(func=_build_tiny)
     c = s.add_parser("check", help="verify each configured role's files, then load it with its library's loader")
-    c.add_argument("--config", action="append", required=True, help="config YAML (repeat to merge)")
+    add_config_option(c)
     c.add_argument("--role", action="append", help="role to check (repeatable; default: all configured)")
     c.add_argument("--trust-cache", action="store_true",
                    help="take file hashes from the hash cache when size/mtime/inode are unchanged (fast; "

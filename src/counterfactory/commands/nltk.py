@@ -78,7 +78,7 @@ def register(subparsers) -> None:
 
 
 def _prepare(args) -> int:
-    from ..text.nltk_data import MANIFEST_NAME, nltk_source, prepare_nltk_data
+    from ..data.nltk_data import MANIFEST_NAME, nltk_source, prepare_nltk_data
 
     cfg = None
     if args.config:
@@ -103,7 +103,7 @@ def _prepare(args) -> int:
 
 
 def _evaluate(args) -> int:
-    from ..text.nltk_data import MANIFEST_NAME, ensure_nltk_data, evaluate_tagger, load_gold
+    from ..data.nltk_data import MANIFEST_NAME, ensure_nltk_data, evaluate_tagger, load_gold
 
     data_dir = ensure_nltk_data(args.nltk_data)
     gold, label = load_gold(args.gold)

@@ -35,6 +35,8 @@ def _plan(args) -> int:
 
 
 def register(sub) -> None:
+    from . import add_config_option
+
     p = sub.add_parser(
         "plan", help="paper-scale plan: jobs, UNet evaluations, images, disk and GPU-hours per study",
         description="For every enabled study of the configuration: per image stage, the items, UNet evaluations "
@@ -42,8 +44,7 @@ def register(sub) -> None:
                     "estimate), GPU-hours at the throughput file's rates and the stage's jobs; a Markdown table per "
                     "study, then totals. Items come from --items, from earlier outputs under results/<run_name>/, "
                     "from the config, or from the papers' counts (each row says which).")
-    p.add_argument("--config", action="append", required=True, metavar="YAML",
-                   help="configuration file (repeatable; later files win), e.g. config/config.yaml")
+    add_config_option(p, help="configuration file (repeatable; later files win), e.g. config/config.yaml")
     p.add_argument("--throughput", metavar="JSON", default=None,
                    help="rates from benchmarks/bench_true_size.py --json (default: the packaged H100 file)")
     p.add_argument("--items", action="append", metavar="STUDY.STAGE=N",

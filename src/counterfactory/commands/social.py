@@ -1,18 +1,510 @@
 """``counterfactory social``: the SocialCounterfactuals steps (caption sets, filters, bias probing,
-debiasing, release). Each step module of :mod:`counterfactory.studies.social_counterfactuals` adds its own
-subcommands with ``add_cli(subparsers)``."""
+debiasing, release). This module is the command line only; the work is done by the step modules of
+:mod:`counterfactory.studies.social_counterfactuals`, :mod:`counterfactory.generation.sets` and
+:mod:`counterfactory.export.social_release`."""
 
 from __future__ import annotations
 
-import importlib
+from pathlib import Path
+
+from ..errors import ConfigError, InputError
+from ..export import social_release as release
+from ..studies.social_counterfactuals import STUDY, captions, debias, external, filtering, probing
+from . import add_config_option, add_shard_job_options
 
 
 def register(sub) -> None:
-    from ..studies import social_counterfactuals as study
-
     p = sub.add_parser("social", help="SocialCounterfactuals: caption sets, filters, bias probing, debiasing",
                        description=__doc__)
     s = p.add_subparsers(dest="social_command", metavar="<step>")
     s.required = True
-    for name in study.CLI_MODULES:
-        importlib.import_module(f"{study.__name__}.{name}").add_cli(s)
+    add_captions(s)
+    add_generate(s)
+    add_filtering(s)
+    add_probing(s)
+    add_external(s)
+    add_debias(s)
+    add_release(s)
+
+
+def _load_config(paths):
+    from ..config import load_config
+
+    return load_config(paths, study=STUDY)
+
+
+# ------------------------------------------------------------------------------------------- captions
+
+
+def add_captions(subparsers) -> None:
+    """Register ``counterfactory social captions``."""
+    p = subparsers.add_parser("captions", help="caption sets from prefix, attribute and occupation lists (§3.2)",
+                              description=captions.__doc__.split("\n\n")[0])
+    add_config_option(p, help=f"a full config with a '{STUDY}:' section, or a YAML file with the keys "
+                              f"{', '.join(captions.SECTION_KEYS)} at top level (repeat to merge; later files win)")
+    p.add_argument("--out", required=True, metavar="FILE.parquet", help="caption table (one row per caption)")
+    p.set_defaults(func=_cmd_captions)
+
+
+def _cmd_captions(args) -> int:
+    counts = captions.run(args.config, args.out)
+    for r in counts.itertuples(index=False):
+        print(f"{r.segment}: {r.sets} sets x {r.captions_per_set} = {r.captions} captions")
+    print(f"total: {int(counts['sets'].sum())} sets, {int(counts['captions'].sum())} captions -> {args.out}")
+    return 0
+
+
+# ------------------------------------------------------------------------------------------- set generation
+
+
+def add_generate(subparsers) -> None:
+    """Register ``generate`` and ``generate-merge``: over-generation of counterfactual image sets (§3.3) for one
+    shard of caption sets, and the merge of the shards (the work: :mod:`counterfactory.generation.sets`)."""
+    g = subparsers.add_parser(
+        "generate",
+        help="over-generate Prompt-to-Prompt image sets for one shard of caption sets (§3.3)",
+        description="SocialCounterfactuals §3.3: for every caption set of the shard (sets ranked "
+                    "shard*S .. (shard+1)*S-1 in sorted set_id order, S = images.set_shard_size), generate "
+                    "images.candidates_per_set candidate sets (paper: 100), each with p ~ U(0.1, 0.9) and "
+                    "guidance ~ U(7.5, 15), all members of a candidate in one batched UNet call sharing the base "
+                    "caption's attention. Writes OUT_DIR/images/<set_id>/c<candidate>_m<member>.png, "
+                    "OUT_DIR/candidates.parquet (one row per image) and OUT_DIR/summary.json. Finished sets are "
+                    "cached in OUT_DIR/work/, so rerunning a killed job resumes and gives identical files. "
+                    "No filtering here: the §3.4 filters are later steps.",
+    )
+    add_shard_job_options(g, "--sets", "SETS.parquet",
+                          "caption-set table (set_id, member_index, caption, segment, prefix, subject, a1_type, a1, "
+                          "a2_type, a2)")
+    g.set_defaults(func=_cmd_generate)
+
+    m = subparsers.add_parser(
+        "generate-merge",
+        help="concatenate the set-generation shards into one candidates table",
+        description="Read candidates.parquet and summary.json of every shard folder and write OUT_DIR/"
+                    "candidates.parquet (sorted by set_id, candidate, member) and OUT_DIR/summary.json. Image "
+                    "paths become relative to OUT_DIR (or, with --copy-images, images are hard-linked/copied to "
+                    "OUT_DIR/images/). Refused: a missing shard output or shard number, shards made with "
+                    "different settings (config_digest) or from different caption-set tables (sets_digest).",
+    )
+    m.add_argument("--shard-dirs", nargs="+", required=True, metavar="DIR", help="shard output folders")
+    m.add_argument("--out-dir", required=True, metavar="DIR", help="folder for the merged table")
+    m.add_argument("--copy-images", action="store_true", help="hard-link (else copy) the images into OUT_DIR/images")
+    m.set_defaults(func=_cmd_generate_merge)
+
+
+def _cmd_generate(args) -> int:
+    import torch
+
+    from ..generation.sets import run_set_shard
+
+    cfg = _load_config(args.config)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    s = run_set_shard(cfg, args.sets, args.shard, args.out_dir, progress=not args.no_progress)
+    print(f"set shard {args.shard:05d}: {s['sets']} caption sets, {s['candidates_generated']} candidate sets, "
+          f"{s['images']} images ({s['unet_evals']} UNet evaluations) -> {args.out_dir}")
+    return 0
+
+
+def _cmd_generate_merge(args) -> int:
+    from ..generation.sets import merge_set_shards
+
+    s = merge_set_shards(args.shard_dirs, args.out_dir, copy_images=args.copy_images)
+    print(f"merged {s['shards']} set shards: {s['sets']} caption sets, {s['images']} images -> {args.out_dir}")
+    return 0
+
+
+# ------------------------------------------------------------------------------------------- filters
+
+
+def add_filtering(subparsers) -> None:
+    """Register ``filter-clip``, ``filter-nsfw``, ``filter-detect``, ``calibrate``, ``filter-merge`` and
+    ``filter-table``."""
+
+    def common(p, stage: bool = True):
+        add_config_option(p)
+        if stage:
+            p.add_argument("--images", required=True, metavar="IMAGES.parquet",
+                           help="candidate-image table (one row per image; image_path relative to its folder)")
+            p.add_argument("--out", required=True, metavar="KEPT.parquet", help="surviving image rows")
+            p.add_argument("--sets", required=True, metavar="SETS.parquet",
+                           help="per-candidate-set scores, passed and reason (every set that entered the stage)")
+            p.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+    p = subparsers.add_parser("filter-clip", help="stage (a): CLIP image-caption >= 0.2 and image-image > 0.2 (§3.4)")
+    common(p)
+    p.set_defaults(func=_cmd_filter_clip)
+    p = subparsers.add_parser("filter-nsfw", help="stage (b): drop sets with an NSFW-flagged image (§3.4, §8.3)")
+    common(p)
+    p.set_defaults(func=_cmd_filter_nsfw)
+    p = subparsers.add_parser("filter-detect", help="stage (c): CLIP attribute detectability (§3.4, §8.3, Table 10)")
+    common(p)
+    p.add_argument("--captions", metavar="SETS.parquet",
+                   help="caption-set table (segment and attribute columns; needed when the image table lacks them)")
+    p.set_defaults(func=_cmd_filter_detect)
+    p = subparsers.add_parser("calibrate", help="learn the detectability thresholds from hand labels (§8.3)")
+    common(p, stage=False)
+    p.add_argument("--sets", required=True, metavar="DETECT_SETS.parquet", help="filter-detect's --sets output")
+    p.add_argument("--labels", metavar="LABELS.csv", help="set_id,candidate_index,attribute_type,label (1 keep, 0 not)")
+    p.add_argument("--out", metavar="THRESHOLDS.json", help="learned thresholds and agreement")
+    p.add_argument("--report", metavar="REPORT.csv", help="agreement per segment and type (CSV)")
+    p.add_argument("--write-template", metavar="LABELS.csv",
+                   help="instead: write a label template for a random sample of sets (phase 1)")
+    p.add_argument("--sample-size", type=int, default=100, help="sets per segment in the template (paper: 100)")
+    p.add_argument("--seed", type=int, default=0, help="sampling seed for the template")
+    p.set_defaults(func=_cmd_calibrate)
+    m = subparsers.add_parser("filter-merge", help="concatenate the filter stages' outputs of every generation shard")
+    m.add_argument("--shard-dirs", nargs="+", required=True, metavar="DIR",
+                   help="per-shard filter folders (clip / nsfw / kept tables and their set tables)")
+    m.add_argument("--out-dir", required=True, metavar="DIR")
+    m.set_defaults(func=_cmd_filter_merge)
+    p = subparsers.add_parser("filter-table", help="Table 11: candidate sets remaining after each stage")
+    common(p, stage=False)
+    p.add_argument("--candidates", required=True, metavar="IMAGES.parquet", help="every generated image")
+    p.add_argument("--clip", required=True, metavar="SETS.parquet", help="filter-clip --sets output")
+    p.add_argument("--nsfw", required=True, metavar="SETS.parquet", help="filter-nsfw --sets output")
+    p.add_argument("--detect", required=True, metavar="SETS.parquet", help="filter-detect --sets output")
+    p.add_argument("--captions", metavar="SETS.parquet", help="caption-set table (for segments)")
+    p.add_argument("--out", required=True, metavar="TABLE.csv")
+    p.add_argument("--markdown", metavar="TABLE.md")
+    p.set_defaults(func=_cmd_filter_table)
+
+
+def _print_stage(summary: dict) -> int:
+    print(f"{summary['stage']}: {summary['passed']}/{summary['sets']} candidate sets passed "
+          f"({summary['images']} images kept)")
+    return 0
+
+
+def _cmd_filter_clip(args) -> int:
+    return _print_stage(filtering.filter_clip_files(_load_config(args.config), args.images, args.out, args.sets,
+                                                    progress=not args.no_progress))
+
+
+def _cmd_filter_nsfw(args) -> int:
+    return _print_stage(filtering.filter_nsfw_files(_load_config(args.config), args.images, args.out, args.sets,
+                                                    progress=not args.no_progress))
+
+
+def _cmd_filter_detect(args) -> int:
+    return _print_stage(filtering.filter_detect_files(_load_config(args.config), args.images, args.out, args.sets,
+                                                      args.captions, progress=not args.no_progress))
+
+
+def _cmd_calibrate(args) -> int:
+    cfg = _load_config(args.config)
+    if args.write_template:
+        detect_sets = filtering.read_table(args.sets, "detectability set table", (*filtering.SET_KEYS, "segment"))
+        from ..io import write_csv
+
+        write_csv(args.write_template, filtering.label_template(detect_sets, args.sample_size, args.seed))
+        print(f"label template ({args.sample_size} sets per segment) -> {args.write_template}")
+        return 0
+    if not args.labels or not args.out:
+        raise InputError("calibrate needs --labels and --out (or --write-template). Fix: pass them")
+    summary = filtering.calibrate_files(cfg, args.sets, args.labels, args.out, args.report)
+    print(f"learned thresholds {summary['thresholds']}; overall accuracy {summary['overall']['accuracy']}")
+    return 0
+
+
+def _cmd_filter_merge(args) -> int:
+    counts = filtering.merge_filter_shards(args.shard_dirs, args.out_dir)
+    print(counts.to_string(index=False))
+    return 0
+
+
+def _cmd_filter_table(args) -> int:
+    _load_config(args.config)
+    table = filtering.filter_table_files(args.candidates, args.clip, args.nsfw, args.detect, args.out,
+                                         args.markdown, args.captions)
+    print(filtering.stage_counts_markdown(table))
+    return 0
+
+
+# ------------------------------------------------------------------------------------------- bias probing
+
+
+def add_probing(sub) -> None:
+    """``counterfactory social probe | probe-tables | probe-plots``."""
+    p = sub.add_parser("probe", help="MaxSkew@K, NDKL, Bias@K of neutral occupation queries (§4, §10.1)",
+                       description=probing.__doc__.split("\n\n")[0])
+    add_config_option(p)
+    p.add_argument("--images", required=True, metavar="FILE.parquet", help="kept-images table")
+    p.add_argument("--role", action="append", metavar="ROLE", help="model role (repeatable; default probing.roles)")
+    p.add_argument("--segment", action="append", metavar="NAME", help="only these segments (repeatable)")
+    p.add_argument("--subject", action="append", metavar="NAME", help="only these subjects (repeatable)")
+    p.add_argument("--out", required=True, metavar="FILE.csv", help="long probe table to write")
+    p.set_defaults(func=_cmd_probe)
+
+    t = sub.add_parser("probe-tables", help="Tables 2, 12–17 layouts from probe CSVs")
+    t.add_argument("--probe", nargs="+", action="extend", required=True, metavar="CSV", help="probe table(s)")
+    t.add_argument("--out-md", metavar="FILE.md")
+    t.add_argument("--out-tex", metavar="FILE.tex")
+    t.add_argument("--out-csv", metavar="FILE.csv", help="every table in long form (table, row, column, value)")
+    t.add_argument("--decimals", type=int, default=2)
+    t.set_defaults(func=_cmd_probe_tables)
+
+    f = sub.add_parser("probe-plots", help="Figures 3–5 (and 6–13) from probe CSVs")
+    f.add_argument("--probe", nargs="+", action="extend", required=True, metavar="CSV", help="probe table(s)")
+    f.add_argument("--out-dir", required=True, metavar="DIR")
+    f.add_argument("--subject", action="append", metavar="NAME",
+                   help="occupation(s) for the retrieval-proportion figure (default: doctor)")
+    f.add_argument("--marginal", default="gender:race", metavar="ATTR:GIVEN",
+                   help="Figure 4: marginal attribute and the attribute it is split by (default gender:race)")
+    f.add_argument("--format", default="png", choices=("png", "pdf", "svg"))
+    f.set_defaults(func=_cmd_probe_plots)
+
+
+def _cmd_probe(args) -> int:
+    from ..io import write_csv
+
+    cfg = _load_config(args.config)
+    df = probing.probe(cfg, args.role or [], args.images, segments=args.segment, subjects=args.subject)
+    write_csv(args.out, df)
+    probing.log.info("wrote %s (%d rows)", args.out, len(df))
+    return 0
+
+
+def _cmd_probe_tables(args) -> int:
+    from ..io import write_csv, write_text
+
+    if not (args.out_md or args.out_tex or args.out_csv):
+        raise ConfigError("probe-tables: nothing to write. Fix: pass --out-md, --out-tex and/or --out-csv")
+    tables = probing.paper_tables(probing.read_probe(args.probe))
+    if args.out_md:
+        write_text(args.out_md, probing.tables_markdown(tables, args.decimals))
+    if args.out_tex:
+        write_text(args.out_tex, probing.tables_latex(tables, args.decimals))
+    if args.out_csv:
+        write_csv(args.out_csv, probing.tables_long(tables))
+    return 0
+
+
+def _cmd_probe_plots(args) -> int:
+    slug = probing.slug
+    df = probing.read_probe(args.probe)
+    out = Path(args.out_dir)
+    probing.figure_maxskew_boxplots(df, out / f"maxskew_boxplots.{args.format}")
+    attr, _, given = args.marginal.partition(":")
+    if given:
+        try:
+            probing.figure_marginal_bars(df, out / f"marginal_{slug(attr)}_by_{slug(given)}.{args.format}", attr,
+                                         given)
+        except ConfigError as exc:
+            probing.log.warning("%s", exc)
+    for subj in args.subject or probing.DEFAULTS["figure_subjects"]:
+        for seg in sorted(df[df["subject"] == subj]["segment"].unique()):
+            probing.figure_retrieval_proportions(df, out / f"proportions_{slug(subj)}_{slug(seg)}.{args.format}",
+                                                 subj, seg)
+    return 0
+
+
+# ------------------------------------------------------------------------------------------- PATA / VisoGender
+
+
+def add_external(sub) -> None:
+    """``counterfactory social probe-pata | probe-visogender | probe-external-table`` (§5.3, Table 3)."""
+    p = sub.add_parser("probe-pata", help="MaxSkew@K / NDKL / Bias@K on PATA (§5.3, Table 3)")
+    add_config_option(p)
+    p.add_argument("--role", action="append", metavar="ROLE", help="model role (repeatable; default probing.roles)")
+    p.add_argument("--files-list", metavar="pata_fairness.files.lst")
+    p.add_argument("--captions-json", metavar="pata_fairness.captions.json")
+    p.add_argument("--image-dir", metavar="DIR", help="folder of the downloaded images")
+    p.add_argument("--image-name", metavar="PATTERN", help="file of a record, e.g. '{index}.*' (default)")
+    p.add_argument("--out", required=True, metavar="FILE.csv")
+    p.set_defaults(func=_cmd_probe_pata)
+
+    v = sub.add_parser("probe-visogender", help="MaxSkew@K / NDKL / Bias@K on VisoGender (§5.3, Table 3)")
+    add_config_option(v)
+    v.add_argument("--role", action="append", metavar="ROLE")
+    v.add_argument("--oo-tsv", metavar="OO.tsv")
+    v.add_argument("--op-tsv", metavar="OP.tsv")
+    v.add_argument("--image-dir", metavar="DIR")
+    v.add_argument("--image-name", metavar="PATTERN", help="file of a row, e.g. '{idx}.*' (default)")
+    v.add_argument("--out", required=True, metavar="FILE.csv")
+    v.set_defaults(func=_cmd_probe_visogender)
+
+    t = sub.add_parser("probe-external-table", help="Table 3: mean MaxSkew@K per model on PATA / VisoGender")
+    t.add_argument("--results", nargs="+", action="extend", required=True, metavar="CSV")
+    t.add_argument("--out-md", metavar="FILE.md")
+    t.add_argument("--out-csv", metavar="FILE.csv")
+    t.set_defaults(func=_cmd_probe_external_table)
+
+
+def _cmd_probe_pata(args) -> int:
+    from ..io import write_csv
+
+    cfg = _load_config(args.config)
+    df = external.evaluate_pata(cfg, args.role or [], files_list=args.files_list, captions_json=args.captions_json,
+                                image_dir=args.image_dir, image_name=args.image_name)
+    write_csv(args.out, df)
+    return 0
+
+
+def _cmd_probe_visogender(args) -> int:
+    from ..io import write_csv
+
+    cfg = _load_config(args.config)
+    df = external.evaluate_visogender(cfg, args.role or [], oo_tsv=args.oo_tsv, op_tsv=args.op_tsv,
+                                      image_dir=args.image_dir, image_name=args.image_name)
+    write_csv(args.out, df)
+    return 0
+
+
+def _cmd_probe_external_table(args) -> int:
+    import pandas as pd
+
+    from ..errors import input_error
+    from ..io import write_csv, write_text
+
+    parts = []
+    for p in args.results:
+        if not Path(p).is_file():
+            raise input_error(p, None, "results table not found", "run probe-pata / probe-visogender first")
+        parts.append(pd.read_csv(p, keep_default_na=False, na_values=[""], dtype={"label": str}))
+    table = external.external_summary(pd.concat(parts, ignore_index=True))
+    if args.out_md:
+        write_text(args.out_md, "### Mean MaxSkew@K on real image-text data (Table 3)\n\n"
+                   + table.round(3).to_markdown(floatfmt=".3f") + "\n")
+    if args.out_csv:
+        write_csv(args.out_csv, table.reset_index())
+    if not (args.out_md or args.out_csv):
+        print(table.round(3).to_markdown(floatfmt=".3f"))
+    return 0
+
+
+# ------------------------------------------------------------------------------------------- debiasing
+
+
+def add_debias(sub) -> None:
+    """``counterfactory social debias-split | debias-run | debias-table``."""
+    p = sub.add_parser("debias-split", help="withhold 20%% of the occupations; training manifests per segment (§5.1)",
+                       description=debias.__doc__.split("\n\n")[0])
+    add_config_option(p)
+    p.add_argument("--images", required=True, metavar="FILE.parquet", help="kept-images table")
+    p.add_argument("--segment", action="append", metavar="NAME", help="only these segments (default debias.segments)")
+    p.add_argument("--out-dir", required=True, metavar="DIR",
+                   help="writes <segment>.parquet manifests, subjects.csv and summary.csv")
+    p.set_defaults(func=_cmd_debias_split)
+
+    r = sub.add_parser("debias-run", help="fine-tune one model on one segment (§8.2) and probe the withheld subjects")
+    add_config_option(r)
+    r.add_argument("--role", required=True, metavar="ROLE", help="model role to fine-tune / evaluate")
+    r.add_argument("--segment", required=True, metavar="NAME", help="segment (race_gender, physical_gender, ...)")
+    r.add_argument("--manifest", metavar="FILE.parquet", help="the segment's training manifest (debias-split)")
+    r.add_argument("--test-subjects", required=True, metavar="FILE",
+                   help="subjects.csv of debias-split (its test rows) or a .txt list, one subject per line")
+    r.add_argument("--images", required=True, metavar="FILE.parquet", help="kept-images table")
+    r.add_argument("--seed", type=int, required=True)
+    r.add_argument("--data-seed", type=int, required=True)
+    r.add_argument("--out-dir", required=True, metavar="DIR")
+    r.add_argument("--no-train", action="store_true", help="evaluate the pre-trained model (the 'Pre-trained' rows)")
+    r.add_argument("--no-progress", action="store_true")
+    r.set_defaults(func=_cmd_debias_run)
+
+    t = sub.add_parser("debias-table", help="Tables 2, 16, 17 (mean ± std over seeds, pre-trained vs debiased)")
+    src = t.add_mutually_exclusive_group(required=True)
+    src.add_argument("--summary", metavar="CSV", help="summary of 'stats summarize --baseline pretrained "
+                                                      "--alternative less'")
+    src.add_argument("--runs", metavar="CSV", help="runs table (collected metrics.csv); summarized here")
+    t.add_argument("--alpha", type=float, default=0.05, help="with --runs: significance level")
+    t.add_argument("--role", action="append", metavar="ROLE", help="column order (default: as in the summary)")
+    t.add_argument("--label", action="append", default=[], metavar="ROLE=NAME", help="display name of a role")
+    t.add_argument("--out-md", metavar="FILE.md")
+    t.add_argument("--out-tex", metavar="FILE.tex")
+    t.add_argument("--out-csv", metavar="FILE.csv")
+    t.add_argument("--decimals", type=int, default=2)
+    t.set_defaults(func=_cmd_debias_table)
+
+
+def _cmd_debias_split(args) -> int:
+    cfg = _load_config(args.config)
+    opts = debias.settings(cfg)
+    frame = probing.read_images_table(args.images)
+    split = debias.split_subjects(frame["subject"].astype(str), opts["withheld_fraction"], opts["random_state"])
+    summary = debias.write_manifests(args.images, split, args.segment or opts["segments"], args.out_dir,
+                                     val_fraction=opts["val_fraction"], random_state=opts["random_state"])
+    print(summary.to_string(index=False))
+    return 0
+
+
+def _cmd_debias_run(args) -> int:
+    cfg = _load_config(args.config)
+    rows = debias.debias_run(cfg, args.role, args.segment, args.manifest, args.test_subjects, args.images, args.seed,
+                             args.data_seed, args.out_dir, train=not args.no_train, progress=not args.no_progress)
+    print(rows.to_string(index=False))
+    return 0
+
+
+def _cmd_debias_table(args) -> int:
+    from ..io import write_csv, write_text
+
+    if not (args.out_md or args.out_tex or args.out_csv):
+        raise ConfigError("debias-table: nothing to write. Fix: pass --out-md, --out-tex and/or --out-csv")
+    if args.runs:
+        from ..stats import read_runs
+
+        summary = debias.summarize(read_runs(args.runs), alpha=args.alpha, source=args.runs)
+    else:
+        from ..tables import read_summary
+
+        summary = read_summary(args.summary)
+    labels = {}
+    for item in args.label:
+        role, sep, name = item.partition("=")
+        if not sep or not role or not name:
+            raise ConfigError(f"--label {item!r}: expected ROLE=NAME (e.g. clip_train=CLIP)")
+        labels[role] = name
+    tables = debias.build_tables(summary, roles=args.role, role_labels=labels, decimals=args.decimals,
+                                 std_decimals=args.decimals)
+    if args.out_md:
+        write_text(args.out_md, "\n".join(debias.render_markdown(t) for t in tables.values()))
+    if args.out_tex:
+        write_text(args.out_tex, "\n".join(debias.render_latex(t) for t in tables.values()))
+    if args.out_csv:
+        write_csv(args.out_csv, debias.tables_frame(tables))
+    return 0
+
+
+# ------------------------------------------------------------------------------------------- release
+
+
+def add_release(subparsers) -> None:
+    """Register ``counterfactory social release`` and ``counterfactory social release-check``."""
+    p = subparsers.add_parser("release", help="write kept images in the Intel/SocialCounterfactuals parquet layout",
+                              description=release.__doc__.split("\n\n")[0])
+    p.add_argument("--images", required=True, metavar="FILE.parquet",
+                   help="kept images: set_id, member_index, caption, a1_type, a1, a2_type, a2, image_path "
+                        "(relative to the parquet's folder or absolute); optional a3_type, a3, segment, subject")
+    p.add_argument("--out-dir", required=True, metavar="DIR", help="release folder (replaced as a whole)")
+    p.add_argument("--shard-size", type=int, default=release.DEFAULT_SHARD_SIZE, metavar="N",
+                   help=f"rows per parquet shard (default {release.DEFAULT_SHARD_SIZE}, about the release's)")
+    p.set_defaults(func=_cmd_release)
+    c = subparsers.add_parser("release-check", help="load a release back (datasets, else pyarrow) and count it")
+    c.add_argument("--dir", required=True, metavar="DIR", help="release folder (holding data/)")
+    c.add_argument("--require-datasets", action="store_true",
+                   help="fail when the datasets library is missing instead of reading with pyarrow")
+    c.add_argument("--json", metavar="FILE.json", help="also write the counts as JSON")
+    c.set_defaults(func=_cmd_release_check)
+
+
+def _cmd_release(args) -> int:
+    summary = release.export_release(args.images, args.out_dir, shard_size=args.shard_size)
+    print(f"{summary['rows']} images in {summary['sets']} sets -> {args.out_dir} ({len(summary['shards'])} shards)")
+    for s in summary["segments"]:
+        print(f"  {s['segment']}: {s['sets']} sets, {s['images']} images")
+    return 0
+
+
+def _cmd_release_check(args) -> int:
+    report = release.check_release(args.dir, use_datasets=True if args.require_datasets else None)
+    print(f"read with {report['reader']}: {report['rows']} images in {report['sets']} sets, "
+          f"{report['shards']} shard(s)")
+    for s in report["segments"]:
+        print(f"  {s['segment']}: {s['sets']} sets, {s['images']} images "
+              f"({s['images_per_set_min']}-{s['images_per_set_max']} per set)")
+    if args.json:
+        from ..io import write_json
+
+        write_json(args.json, report)
+    return 0

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from ..config import load_config
+from . import add_config_option
 
 
 def _mixtures(args) -> int:
@@ -16,7 +17,7 @@ def _mixtures(args) -> int:
 
 
 def _run(args) -> int:
-    from ..training import runs
+    from ..evaluation import runs
 
     cfg = load_config(args.config)
     rows = runs.run_one(cfg, args.manifest, args.mixture, args.seed, args.data_seed, args.out_dir,
@@ -70,7 +71,7 @@ def register(sub) -> None:
     s = p.add_subparsers(dest="train_command", metavar="<step>")
     s.required = True
     m = s.add_parser("mixtures", help="write the B.3.1 mixture manifests (exact paper pool sizes, reproducible 80/20 split)")
-    m.add_argument("--config", action="append", required=True, help="config YAML (repeat to merge)")
+    add_config_option(m)
     m.add_argument("--pairs", required=True, help="selected_pairs.parquet from the image stage")
     m.add_argument("--captions", required=True, help="caption table parquet (the real MS-COCO captions)")
     m.add_argument("--out-dir", required=True, help="folder for <mixture>.parquet (and summary.csv)")
@@ -78,7 +79,7 @@ def register(sub) -> None:
     m.set_defaults(func=_mixtures)
     d = s.add_parser("in-domain-split", help="COCO-CF A.1: withhold 30 %% of the pairs for testing, 56/14 %% train/dev "
                      "manifests (coco_cfs, mscoco)")
-    d.add_argument("--config", action="append", required=True, help="config YAML (repeat to merge)")
+    add_config_option(d)
     d.add_argument("--pairs", required=True, help="selected_pairs.parquet from the image stage")
     d.add_argument("--captions", required=True, help="caption table parquet (the real MS-COCO captions)")
     d.add_argument("--out-dir", required=True, help="split.parquet, test_pairs.parquet, manifests/, summary.csv")
@@ -92,7 +93,7 @@ def register(sub) -> None:
     t.add_argument("--out-csv", required=True)
     t.set_defaults(func=_in_domain_table)
     r = s.add_parser("run", help="train one (mixture, seed) run, keep the best checkpoint, evaluate it")
-    r.add_argument("--config", action="append", required=True, help="config YAML (repeat to merge)")
+    add_config_option(r)
     r.add_argument("--manifest", required=True, help="mixture manifest (parquet or CSV)")
     r.add_argument("--mixture", required=True, help="mixture name written into the runs table")
     r.add_argument("--seed", type=int, required=True, help="model-side seed (B.3.2: 107..131)")

@@ -42,6 +42,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..config import fill_section
 from ..errors import ConfigError, InputError, describe_path, input_error
 from ..io import atomic_dir, write_json
 from .coco import CAPTION_COLUMNS
@@ -49,8 +50,6 @@ from .coco import CAPTION_COLUMNS
 OWN_COLUMNS = [*CAPTION_COLUMNS, "own_id", "source_image"]
 KINDS = ("table", "folder")
 SOURCE_KEYS = ("kind", "path", "image_column", "caption_column", "id_column", "image_root", "boxes_json")
-DEFAULTS = {"image_column": "image", "caption_column": "caption", "id_column": None, "image_root": None,
-            "boxes_json": None}
 TABLE_SUFFIXES = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet",
                   ".pq": "parquet"}
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff")
@@ -80,11 +79,12 @@ class OwnSource:
         unknown = sorted(set(spec) - set(SOURCE_KEYS))
         if unknown:
             raise ConfigError(f"{CONFIG_KEY} has unknown keys {unknown}. Fix: use only {list(SOURCE_KEYS)}")
-        spec = {**DEFAULTS, **{k: v for k, v in spec.items() if v is not None}}
+        spec = {k: v for k, v in spec.items() if v is not None}
         if spec.get("kind") not in KINDS:
             raise ConfigError(f"{CONFIG_KEY}.kind is {spec.get('kind')!r}. Fix: set it to 'table' or 'folder'")
         if not spec.get("path"):
             raise ConfigError(f"{CONFIG_KEY}.path is missing. Fix: set it to the caption table or the image folder")
+        spec = fill_section(CONFIG_KEY, spec)          # the schema's defaults (image / caption columns, ...)
         if spec["kind"] == "folder" and (spec["image_root"] or spec["id_column"]):
             raise ConfigError(f"{CONFIG_KEY}: image_root and id_column apply to kind 'table' only. Fix: remove "
                               "them (a folder source names images by their path inside the folder)")
@@ -475,7 +475,7 @@ def karpathy_splits(image_ids, test_fraction: float, val_fraction: float) -> dic
     the counts move past it."""
     import zlib
 
-    from ..training.mixtures import round_half_up
+    from .splits import round_half_up
 
     for name, value in (("test_fraction", test_fraction), ("val_fraction", val_fraction)):
         if not 0.0 <= value < 1.0:

@@ -17,7 +17,7 @@
   ``a1a2``, read with pyarrow one batch at a time (the release is large); the images are written to a
   local folder and the rows come in the schema of the social study's kept-images table (``filter/kept.parquet``),
   which ``social probe``, ``debias-split``/``debias-run`` and ``social release`` read. The extra fields of
-  our own export (:mod:`counterfactory.studies.social_counterfactuals.release`: ``a3_type``, ``a3``,
+  our own export (:mod:`counterfactory.export.social_release`: ``a3_type``, ``a3``,
   ``segment``, ``subject``, ``member_index``) are used when present.
 
 What the releases do not carry is filled as follows (documented choices, not data):
@@ -212,7 +212,7 @@ def read_coco_counterfactuals(root: str | os.PathLike, images: str | os.PathLike
     None reads an extracted ``data/images/`` in place (an error when only the zip is there). Image paths are
     relative to ``relative_to`` when given, else absolute. ``verify`` opens every image (a truncated or
     non-image file is an error naming its record)."""
-    from ..generation.shards import SELECTED_SCHEMA
+    from .layouts import SELECTED_SCHEMA
 
     root = Path(root)
     examples = root / "data" / "examples.jsonl"
@@ -298,10 +298,10 @@ def write_coco_release_pairs(root: str | os.PathLike, out: str | os.PathLike,
 
 def read_coco_counterfactual_captions(path: str | os.PathLike) -> pd.DataFrame:
     """The caption-only release (``coco_counterfactuals_captions.jsonl``) as the caption stage's accepted pairs
-    (:data:`~counterfactory.text.caption_stage.ACCEPTED_COLUMNS`): ``caption_id`` = the index, ``source_index`` =
+    (:data:`~counterfactory.data.layouts.ACCEPTED_COLUMNS`): ``caption_id`` = the index, ``source_index`` =
     line number (0-based), ``image_id`` from the ``<cocoImageId>_<captionIndex>`` index, the changed word and its
     word position from the captions (:func:`changed_word`), ``similarity`` / ``perplexity`` NaN."""
-    from ..text.caption_stage import ACCEPTED_COLUMNS
+    from .layouts import ACCEPTED_COLUMNS
 
     path = Path(path)
     records = _read_jsonl(path, CAPTION_FIELDS, "COCO-Counterfactuals caption release",

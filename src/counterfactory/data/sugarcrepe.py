@@ -25,12 +25,14 @@ from typing import Sequence
 import pandas as pd
 
 from ..errors import describe_path, input_error
-from ..metrics.pairwise import SUGARCREPE_CATEGORIES
 from .coco import read_json
 
 log = logging.getLogger(__name__)
 
-CATEGORIES = SUGARCREPE_CATEGORIES
+CATEGORIES: tuple[str, ...] = (
+    "add_att", "add_obj", "replace_att", "replace_obj", "replace_rel", "swap_att", "swap_obj",
+)
+"""The seven SugarCrepe categories (file stems of ``RAIVNLab/sugar-crepe`` ``data/*.json``)."""
 #: keys every item of a category file must have (B4)
 KEYS = ("filename", "caption", "negative_caption")
 COLUMNS = ["category", "item_id", "filename", "image_path", "caption", "negative_caption"]

@@ -68,12 +68,12 @@ from .itr import RetrievalSet, cf_retrieval_set, coco_retrieval_set, retrieval_r
 from .plots import plot_classification, plot_itm
 from .readers import (PAIR_COLUMNS, check_files, coco_image_dir, image_files, pair_image_ids, read_captions,
                       read_classification_results, read_itm_results, read_itr_results, read_pairs, read_subset_ids)
-from .settings import BASELINE, COCO_CFS, DEFAULTS, ITM_METRICS, ITM_SCORES, model_label, settings
+from .settings import BASELINE, COCO_CFS, ITM_METRICS, ITM_SCORES, model_label, settings
 from .tables import (classification_table, itm_summary, itr_table, relative_change, render_classification_markdown,
                      render_itm_markdown, render_itr_markdown)
 
 __all__ = [
-    "BASELINE", "COCO_CFS", "DEFAULTS", "ITM_METRICS", "ITM_SCORES", "PAIR_COLUMNS",
+    "BASELINE", "COCO_CFS", "ITM_METRICS", "ITM_SCORES", "PAIR_COLUMNS",
     "settings", "model_label",
     "read_pairs", "read_captions", "read_subset_ids", "read_itr_results", "read_itm_results",
     "read_classification_results", "coco_image_dir", "image_files", "pair_image_ids", "check_files",

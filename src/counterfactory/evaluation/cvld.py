@@ -29,7 +29,7 @@ from ..metrics.fairness import (average_precision, calibrated_threshold, deo_fro
                                 intersect_groups, mean_group_accuracy)
 from ..metrics.retrieval import bias_at_k, max_skew_at_k, ranking_from_scores, recall_at_k
 from ..scorers import BlipItcScorer, BlipItmScorer, load_image
-from ..training.cvld import class_prompts
+from ..training.cvld_losses import class_prompts
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..plots import pyplot
+from ..render import pyplot
 from .settings import ITM_METRICS
 
 _ITM_COLORS = {"IR_r": "#1f77b4", "TR_r": "#2ca02c", "IR_c": "#d62728", "TR_c": "#ff7f0e"}

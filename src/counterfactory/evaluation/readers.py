@@ -29,6 +29,7 @@ from typing import Iterable, Sequence
 import pandas as pd
 
 from ..errors import InputError, input_error
+from ..io import read_table
 from .settings import ITM_METRICS
 
 PAIR_COLUMNS = ("id", "caption_0", "caption_1", "image_0", "image_1")
@@ -39,20 +40,7 @@ ITM_RESULT_COLUMNS = ("role", "model", *ITM_METRICS)
 
 def _read_table(path: str | os.PathLike, what: str, fix: str, columns: Sequence[str] = ()) -> pd.DataFrame:
     """A CSV (all columns as text) or parquet file with the required ``columns``."""
-    path = Path(path)
-    if not path.exists():
-        raise input_error(path, None, f"{what} not found", fix)
-    try:
-        if path.suffix.lower() == ".csv":
-            frame = pd.read_csv(path, dtype=str, keep_default_na=False)
-        else:
-            frame = pd.read_parquet(path)
-    except Exception as exc:  # pyarrow / pandas raise several types
-        raise input_error(path, None, f"not a readable {path.suffix.lstrip('.')} file ({exc})", fix) from exc
-    missing = [c for c in columns if c not in frame.columns]
-    if missing:
-        raise input_error(path, None, f"missing column(s) {missing}", f"the {what} needs columns {list(columns)}")
-    return frame
+    return read_table(path, what, fix, columns, csv_dtype=str)
 
 
 def _concat(paths: Sequence[str | os.PathLike], read) -> pd.DataFrame:
@@ -88,7 +76,7 @@ def read_pairs(path: str | os.PathLike) -> pd.DataFrame:
 
 def read_captions(path: str | os.PathLike) -> pd.DataFrame:
     """The caption table (``caption_id, image_id, caption`` [, ``file_name``]); ids as strings."""
-    df = _read_table(path, "caption table", "run the data stage (`snakemake ... caption_table`)", CAPTION_COLUMNS)
+    df = _read_table(path, "caption table", "run the data stage (`snakemake ... data_captions`)", CAPTION_COLUMNS)
     df = df.copy()
     df["caption_id"] = df["caption_id"].astype(str)
     df["image_id"] = df["image_id"].astype(str)

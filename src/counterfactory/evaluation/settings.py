@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 BASELINE = "MS-COCO"
 COCO_CFS = "COCO-CFs"
 ITM_METRICS = ("IR_r", "IR_c", "TR_r", "TR_c")
@@ -12,22 +10,16 @@ ITM_SCORES = ("random_pair", "random_caption_original_image", "original_caption_
               "counterfactual_pair", "counterfactual_caption_original_image",
               "original_caption_counterfactual_image")
 
-DEFAULTS: dict[str, Any] = {
-    "batch_size": 32,
-    "scorers": {},
-    "itr": {"models": [], "ks": [1, 5, 10], "head": "itc", "coco_captions": "matched",
-            "shortlist": {"role": None, "k": 128}, "subsets": {}},
-    "itm": {"models": [], "head": "itm", "random_pool": "all", "seed": 0, "bins": 40},
-    "classification": {"models": [], "templates": ["a photo of a {c}."], "topk": [1, 5], "max_per_class": None,
-                       "datasets": {}},
-}
+#: the COCO-Counterfactuals study whose ``evaluation`` section these modules read (§4.2, §5.2, A.6)
+STUDY = "coco_counterfactuals"
 
 
 def settings(cfg: dict) -> dict:
-    """``cfg['evaluation']`` merged over :data:`DEFAULTS` (the schema fills the same defaults)."""
-    from ..config import deep_merge
+    """``cfg['evaluation']`` (a COCO-Counterfactuals view) validated with the schema's defaults filled; the schema
+    (``coco_counterfactuals.evaluation``) is the one place they are written."""
+    from ..config import fill_section
 
-    return deep_merge(DEFAULTS, cfg.get("evaluation") or {})
+    return fill_section(f"{STUDY}.evaluation", cfg.get("evaluation"))
 
 
 def model_label(cfg: dict, role: str) -> str:

@@ -1,4 +1,4 @@
-"""Evaluation tables: build (pandas) and render (Markdown via :func:`counterfactory.tables.markdown_table`).
+"""Evaluation tables: build (pandas), describe (:class:`counterfactory.render.Table`) and render (Markdown).
 
 * Table 2 / 13 layout (:func:`itr_table`, :func:`render_itr_markdown`): one row per model and dataset,
   ``TR@K``/``IR@K`` with the change relative to the same model on MS-COCO, ``100 · (R − R_MS-COCO) /
@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import InputError
-from ..tables import MISSING_MD, markdown_table
+from ..render import Cell, Column, Table, Text, markdown_body, render_markdown
 from .settings import BASELINE, ITM_METRICS
 
 
@@ -83,8 +83,18 @@ def _blank_repeats(values: Iterable) -> list[str]:
     return out
 
 
-def render_itr_markdown(table: pd.DataFrame, title: str | None = None, decimals: int = 2) -> str:
-    """Markdown in the layout of Table 2: ``R (±x%)`` with the largest drop of each row in bold."""
+ITR_NOTE = ("TR = text retrieval (image→text), IR = image retrieval (text→image), Recall@K in percent. "
+            f"In parentheses: change relative to the same model on {BASELINE} (the matched real subset); "
+            "the largest drop of each row is bold.")
+ITM_NOTE = ("IR_r = G(C_r, I_r) − G(C_r, I_o), TR_r = G(C_r, I_r) − G(C_o, I_r), IR_c = G(C_c, I_c^s) − "
+            "G(C_c, I_o^s), TR_c = G(C_c, I_c^s) − G(C_o, I_c^s) (§4.2.2); > 0 means the matching pair scored "
+            "higher. % < 0: share of pairs scored incorrectly.")
+CLASSIFICATION_NOTE = ("Zero-shot: each class is scored by the cosine between the image and its prompt embedding "
+                       "(templates averaged); Mean = unweighted mean over the datasets shown.")
+
+
+def describe_itr(table: pd.DataFrame, title: str | None = None, decimals: int = 2) -> Table:
+    """Table 2 layout as a :class:`counterfactory.render.Table` (Markdown cells; names are not escaped)."""
     metrics = [c for c in table.columns if "@" in c and not c.endswith("rel%")]
     ordered = [m for m in metrics if m.startswith("TR")] + [m for m in metrics if m.startswith("IR")]
     cells = []
@@ -102,16 +112,16 @@ def render_itr_markdown(table: pd.DataFrame, title: str | None = None, decimals:
                 text += f" ({change})"
             texts.append(text)
         cells.append(texts)
-    header = [f"{m[:2]} R@{m.split('@')[1]}" for m in ordered]
-    frame = pd.DataFrame(cells, columns=header, index=table.index)
-    frame.insert(0, "Evaluated dataset", table["dataset"].astype(str))
-    frame.insert(0, "Model", _blank_repeats(table["model"]))
-    lines = [f"**{title}**", ""] if title else []
-    lines += [markdown_table(frame, ["left", "left"] + ["right"] * len(ordered)), "",
-              "TR = text retrieval (image→text), IR = image retrieval (text→image), Recall@K in percent. "
-              f"In parentheses: change relative to the same model on {BASELINE} (the matched real subset); "
-              "the largest drop of each row is bold."]
-    return "\n".join(lines) + "\n"
+    columns = [Column("Model", "left"), Column("Evaluated dataset", "left")]
+    columns += [Column(Text(f"{m[:2]} R@{m.split('@')[1]}"), "right") for m in ordered]
+    rows = [[Text(model), Text(dataset), *map(Text, texts)]
+            for model, dataset, texts in zip(_blank_repeats(table["model"]), table["dataset"].astype(str), cells)]
+    return Table(columns, rows, title=title or None, note=ITR_NOTE)
+
+
+def render_itr_markdown(table: pd.DataFrame, title: str | None = None, decimals: int = 2) -> str:
+    """Markdown in the layout of Table 2: ``R (±x%)`` with the largest drop of each row in bold."""
+    return render_markdown(describe_itr(table, title, decimals))
 
 
 # --------------------------------------------------------------------------------------------
@@ -129,21 +139,19 @@ def itm_summary(per_pair: pd.DataFrame) -> pd.DataFrame:
     return stats.reset_index()
 
 
+def describe_itm(summary: pd.DataFrame, title: str | None = None) -> Table:
+    """The ITM summary as a :class:`counterfactory.render.Table` (names are not escaped)."""
+    texts = zip(_blank_repeats(summary["model"]), summary["metric"].astype(str), summary["n"].astype(int).astype(str),
+                [f"{v:.4g}" for v in summary["mean"]],
+                ["n/a" if not np.isfinite(v) else f"{v:.4g}" for v in summary["std"]],
+                [f"{v:.4g}" for v in summary["median"]], [f"{v:.1f}" for v in summary["pct_below_zero"]])
+    columns = [Column("Model", "left"), Column("Metric", "left")] + [Column(h, "right") for h in
+                                                                      ("n", "Mean", "Std", "Median", "% < 0")]
+    return Table(columns, [list(map(Text, row)) for row in texts], title=title or None, note=ITM_NOTE)
+
+
 def render_itm_markdown(summary: pd.DataFrame, title: str | None = None) -> str:
-    frame = pd.DataFrame({
-        "Model": _blank_repeats(summary["model"]), "Metric": summary["metric"].astype(str),
-        "n": summary["n"].astype(int).astype(str),
-        "Mean": [f"{v:.4g}" for v in summary["mean"]],
-        "Std": ["n/a" if not np.isfinite(v) else f"{v:.4g}" for v in summary["std"]],
-        "Median": [f"{v:.4g}" for v in summary["median"]],
-        "% < 0": [f"{v:.1f}" for v in summary["pct_below_zero"]],
-    })
-    lines = [f"**{title}**", ""] if title else []
-    lines += [markdown_table(frame, ["left", "left"] + ["right"] * 5), "",
-              "IR_r = G(C_r, I_r) − G(C_r, I_o), TR_r = G(C_r, I_r) − G(C_o, I_r), IR_c = G(C_c, I_c^s) − "
-              "G(C_c, I_o^s), TR_c = G(C_c, I_c^s) − G(C_o, I_c^s) (§4.2.2); > 0 means the matching pair scored "
-              "higher. % < 0: share of pairs scored incorrectly."]
-    return "\n".join(lines) + "\n"
+    return render_markdown(describe_itm(summary, title))
 
 
 # --------------------------------------------------------------------------------------------
@@ -170,11 +178,16 @@ def render_classification_markdown(tables: dict[str, pd.DataFrame], title: str |
                                    decimals: int = 2) -> str:
     lines = [f"**{title}**", ""] if title else []
     for metric, table in tables.items():
-        cols = [c for c in table.columns if c not in ("model", "role")]
-        frame = table[cols].map(lambda v: MISSING_MD if pd.isna(v) else f"{v:.{decimals}f}")
-        frame.insert(0, "Model", table["model"].astype(str))
         lines += [f"{metric.replace('top', 'Top-')} accuracy (%)", "",
-                  markdown_table(frame, ["left"] + ["right"] * len(cols)), ""]
-    lines.append("Zero-shot: each class is scored by the cosine between the image and its prompt embedding "
-                 "(templates averaged); Mean = unweighted mean over the datasets shown.")
+                  markdown_body(describe_classification(table, decimals)), ""]
+    lines.append(CLASSIFICATION_NOTE)
     return "\n".join(lines) + "\n"
+
+
+def describe_classification(table: pd.DataFrame, decimals: int = 2) -> Table:
+    """One metric's :func:`classification_table` as a :class:`counterfactory.render.Table` (names not escaped)."""
+    cols = [c for c in table.columns if c not in ("model", "role")]
+    columns = [Column("Model", "left")] + [Column(Text(str(c)), "right") for c in cols]
+    rows = [[Text(str(model))] + [None if pd.isna(v) else Cell(v) for v in values]
+            for model, values in zip(table["model"], table[cols].itertuples(index=False))]
+    return Table(columns, rows, decimals=decimals)

@@ -20,6 +20,7 @@ import pandas as pd
 import yaml
 
 from ..errors import input_error
+from ..render import Column, Table, markdown_body
 from .formats import read_manifest
 from .studies import SOURCE_LICENCES, funnel_files, is_demo, load_json, study_export
 
@@ -77,10 +78,9 @@ def funnel(study: str, study_dir: str | Path) -> list[dict]:
 
 
 def markdown_table(header: list[str], rows: list[list]) -> str:
-    """A pipe table; ``|`` in cells escaped."""
-    cell = lambda v: str(v).replace("|", "\\|").replace("\n", " ")  # noqa: E731
-    lines = ["| " + " | ".join(map(cell, header)) + " |", "|" + "---|" * len(header)]
-    return "\n".join(lines + ["| " + " | ".join(map(cell, r)) + " |" for r in rows])
+    """A compact pipe table (:class:`counterfactory.render.Table`); ``|`` escaped, newlines made spaces."""
+    text = lambda v: str(v).replace("\n", " ")  # noqa: E731
+    return markdown_body(Table([Column(text(h)) for h in header], [[text(v) for v in r] for r in rows], compact=True))
 
 
 def _number(v: float) -> str:

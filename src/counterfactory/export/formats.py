@@ -16,7 +16,7 @@ dataset card (:mod:`.cards`) reads those manifests. Field names follow ``metrics
   (``coco-counterfactual-index``, ``original_caption``, ``counterfactual_caption``);
 * :func:`write_countercurate` -- CounterCurate's evaluation TSVs (A8: ``captions, images, neg_captions,
   neg_images``), one per dataset (positions also per subset LR / AB and split), the images under ``images/``;
-* SocialCounterfactuals (B12) is written by :func:`counterfactory.studies.social_counterfactuals.release.
+* SocialCounterfactuals (B12) is written by :func:`counterfactory.export.social_release.
   export_release` (reused as it is; see :func:`write_social_counterfactuals`).
 
 Values that JSON cannot hold unchanged: numpy arrays become lists, NaN becomes null, and unsigned 64-bit
@@ -379,10 +379,10 @@ def write_countercurate(datasets_dir: str | Path, out_dir: str | Path) -> dict:
 
 # ------------------------------------------------------------------------------------ SocialCounterfactuals
 def write_social_counterfactuals(kept: str | Path, out_dir: str | Path) -> dict:
-    """Intel/SocialCounterfactuals parquet (B12): :func:`...social_counterfactuals.release.export_release` (one
+    """Intel/SocialCounterfactuals parquet (B12): :func:`.social_release.export_release` (one
     ``train`` split of ``data/train-NNNNN-of-MMMMM-<hash>.parquet`` with ``image`` bytes and the release
     fields), plus this module's ``manifest.json``."""
-    from ..studies.social_counterfactuals.release import RELEASE_FIELDS, export_release
+    from .social_release import RELEASE_FIELDS, export_release
 
     summary = export_release(kept, out_dir)
     manifest = {"format": "social_counterfactuals", "source": str(kept),

@@ -369,7 +369,7 @@ def plot_curve(table: pd.DataFrame, out, score_label: str = "median selected CLI
     """x = UNet evaluations per accepted candidate, y = median selected score (bars: quartiles); one
     labelled point per rule (what-if rules, not implemented by the stage, drawn hollow)."""
     from ..io import save_figure
-    from ..plots import pyplot
+    from ..render import pyplot
 
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(5.6, 3.8))

@@ -29,7 +29,8 @@ pipeline's default; the image size to 512 (ours; images are resized to a square,
 each with a ``counterfactory-edit`` PNG text chunk holding the item's key (method, settings, model fingerprints,
 the source image's sha256 and prompts) plus its rank, and a ``counterfactory-edit-rows`` chunk with the item's
 candidate rows; a rerun skips an item whose k PNGs verify with the expected key (and takes its manifest rows from
-them), and redoes it otherwise. ``OUT_DIR/shard.parquet`` has one row per candidate (:data:`MANIFEST_SCHEMA`).
+them), and redoes it otherwise (the shared :mod:`.runner` with a :class:`.runner.PngKeyCache`).
+``OUT_DIR/shard.parquet`` has one row per candidate (:data:`MANIFEST_SCHEMA`).
 """
 
 from __future__ import annotations
@@ -46,6 +47,8 @@ import numpy as np
 import torch
 
 from ..errors import ConfigError, input_error
+from . import runner
+from .inpaint_inputs import _read_image, _resolve, item_rows
 from .inversion import InversionSettings, fit_image, image_sha256, model_fingerprint, null_text_invert, p2p_edit
 
 log = logging.getLogger(__name__)
@@ -229,21 +232,12 @@ def select_top_k(encoder, processor, original: np.ndarray, candidates: Sequence[
 # --------------------------------------------------------------------------- shards
 
 
-def _read_image(path: Path, source: str, item_id: str) -> tuple[np.ndarray, bytes]:
-    """RGB pixels and file bytes of an item's image; errors name the table and item (the inpainting step's reader)."""
-    from .inpaint import _read_image as read
-
-    return read(path, source, item_id)
-
-
 def _check_items(items, method: str, source: str) -> list[dict]:
     prompts = ["edit_prompt"] if method == "ip2p" else ["source_prompt", "target_prompt"]
     missing = [c for c in ("item_id", "image_path", *prompts) if c not in items.columns]
     if missing:
         raise input_error(source, None, f"missing columns {missing} for method {method}",
                           f"give item_id, image_path and {' and '.join(prompts)}")
-    from .inpaint import item_rows
-
     rows = item_rows(items, source)
     for i, row in enumerate(rows):
         for col in prompts:
@@ -260,34 +254,25 @@ def _item_key(method: str, s: EditSettings, model_ids: dict, image_sha: str, row
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
 
+_PNG = runner.PngKeyCache(KEY_FIELD)
+
+
 def _verified_rows(paths: list[Path], key: str, size: int) -> list[dict] | None:
     """The candidate rows stored in an item's PNGs when every one is complete and carries ``key`` (+ rank)."""
-    from PIL import Image
-
     rows = None
     try:
         for rank, path in enumerate(paths):
-            with Image.open(path) as im:
-                if im.format != "PNG" or im.info.get(KEY_FIELD) != f"{key}:{rank}" or im.size != (size, size):
-                    return None
-                text = im.info.get(ROWS_FIELD)
-                im.verify()
-            rows = rows or json.loads(text)
+            info = _PNG.read(path, f"{key}:{rank}", (size, size))
+            if info is None:
+                return None
+            rows = rows or json.loads(info.get(ROWS_FIELD))
         return rows
-    except (OSError, SyntaxError, ValueError, TypeError):
+    except (ValueError, TypeError):
         return None
 
 
 def _write_png(path: Path, image: np.ndarray, key: str, rows_json: str) -> None:
-    from PIL import Image, PngImagePlugin
-
-    from ..io import atomic_path
-
-    info = PngImagePlugin.PngInfo()
-    info.add_text(KEY_FIELD, key)
-    info.add_text(ROWS_FIELD, rows_json)
-    with atomic_path(path) as tmp:
-        Image.fromarray(image, mode="RGB").save(tmp, format="PNG", pnginfo=info)
+    _PNG.write(path, image, key, {ROWS_FIELD: rows_json})
 
 
 def _finish_item(item: dict, candidates: list[np.ndarray], encoder, processor, s: EditSettings, out_dir: Path
@@ -322,6 +307,63 @@ def _load(cfg: dict | None, role: str, device):
     return registry.load(cfg, role, device=device)
 
 
+class EditStage(runner.ShardStage):
+    """CVLD editing on the shard runner: items are the rows plus ``image`` (fitted) and ``key``; an item is done
+    when its k kept PNGs verify with its key (their rows chunk gives its manifest rows). ``ip2p`` batches
+    ``batch_size`` candidates across items (an item completes with its last candidate); ``null_text`` runs one
+    item per batch (its inversion, then its candidates ``batch_size`` at a time)."""
+
+    def __init__(self, method: str, s: EditSettings, pipe, encoder: tuple, batch_size: int, out_dir: Path,
+                 cache: Path):
+        self.method, self.s, self.pipe, self.encoder = method, s, pipe, encoder
+        self.batch_size, self.out_dir, self.cache = batch_size, out_dir, cache
+        self.manifest: dict[str, list[dict]] = {}
+        self.partial: dict[str, list] = {}
+        self.made = 0
+
+    def key(self, item):
+        return item["key"]
+
+    def is_done(self, item, key):
+        paths = [self.out_dir / f"{item['item_id']}_{r}.png" for r in range(self.s.k)]
+        done = _verified_rows(paths, key, self.s.size)
+        if done is not None:
+            self.manifest[item["item_id"]] = done
+        return done is not None
+
+    def plan(self, items):
+        s = self.s
+        for item in items:
+            item["params"] = [edit_params(item["item_id"], j, s, self.method) for j in range(s.m)]
+        if self.method != "ip2p":
+            return [[item] for item in items]
+        flat = [(item, j) for item in items for j in range(s.m)]
+        return [flat[lo:lo + self.batch_size] for lo in range(0, len(flat), self.batch_size)]
+
+    def generate(self, batch):
+        s = self.s
+        if self.method == "ip2p":
+            out = ip2p_edit(self.pipe, [it["image"] for it, _ in batch], [it["edit_prompt"] for it, _ in batch],
+                            [it["params"][j]["seed"] for it, j in batch], s, [it["params"][j] for it, j in batch])
+            self.made += len(batch)
+            for (item, j), image in zip(batch, out):
+                self.partial.setdefault(item["item_id"], [None] * s.m)[j] = image
+                if j == s.m - 1:   # an item's candidates are consecutive: the last one completes it
+                    yield item, self.partial.pop(item["item_id"])
+            return
+        for item in batch:
+            inv = null_text_invert(self.pipe, item["image"], item["source_prompt"], s, cache_dir=self.cache)
+            candidates = []
+            for lo in range(0, s.m, self.batch_size):
+                candidates += p2p_edit(self.pipe, inv, item["source_prompt"], item["target_prompt"],
+                                       item["params"][lo:lo + self.batch_size])
+            self.made += s.m
+            yield item, candidates
+
+    def store(self, item, key, candidates):
+        self.manifest[item["item_id"]] = _finish_item(item, candidates, *self.encoder, self.s, self.out_dir)
+
+
 def edit_shard(items, method: str, out_dir: str | os.PathLike, cfg: dict | None = None,
                settings: EditSettings | None = None, batch_size: int = 10, device: Any = "auto",
                cache_dir: str | os.PathLike | None = None, progress: bool = True, *, editor=None, encoder=None,
@@ -336,11 +378,6 @@ def edit_shard(items, method: str, out_dir: str | os.PathLike, cfg: dict | None 
     through the UNet together (ip2p mixes items; null_text batches one item's candidates). Inversions are cached
     in ``cache_dir`` (default ``OUT_DIR/.inversions``). ``hook(n, item_id)`` runs after the n-th newly written item.
     Returns ``{"items", "written", "skipped", "candidates", "method"}``."""
-    import sys
-
-    import pandas as pd
-    from tqdm import tqdm
-
     from ..device import resolve_device
     from ..io import write_parquet
 
@@ -359,60 +396,18 @@ def edit_shard(items, method: str, out_dir: str | os.PathLike, cfg: dict | None 
     root = Path(image_root) if image_root is not None else None
     cache = Path(cache_dir) if cache_dir is not None else out_dir / ".inversions"
 
-    manifest: dict[str, list[dict]] = {}
-    written = skipped = made = 0
-    bar = tqdm(total=len(rows), desc=f"edit ({method})", unit="image", disable=not progress,
-               mininterval=1.0 if sys.stderr.isatty() else 10.0)
-
-    def finish(item, candidates):
-        nonlocal written
-        manifest[item["item_id"]] = _finish_item(item, candidates, enc_model, enc_proc, s, out_dir)
-        if hook is not None:
-            hook(written, item["item_id"])
-        written += 1
-        bar.update(1)
-
-    with bar:
-        todo = []
+    stage = EditStage(method, s, pipe, (enc_model, enc_proc), batch_size, out_dir, cache)
+    with runner.progress_bar(len(rows), f"edit ({method})", "image", progress) as bar:
+        items = []
         for row in rows:
-            path = Path(os.path.expanduser(str(row["image_path"])))
-            path = path if path.is_absolute() or root is None else root / path
-            image, data = _read_image(path, source, row["item_id"])
+            image, data = _read_image(_resolve(row["image_path"], root), source, row["item_id"])
             key = _item_key(method, s, model_ids, hashlib.sha256(data).hexdigest(), row)
-            done = _verified_rows([out_dir / f"{row['item_id']}_{r}.png" for r in range(s.k)], key, s.size)
-            if done is not None:
-                manifest[row["item_id"]] = done
-                skipped += 1
-                bar.update(1)
-                continue
-            params = [edit_params(row["item_id"], j, s, method) for j in range(s.m)]
-            todo.append({**row, "image": fit_image(image, s.size), "key": key, "params": params})
-        if method == "ip2p":
-            flat = [(item, j) for item in todo for j in range(s.m)]
-            results: dict[str, list] = {item["item_id"]: [None] * s.m for item in todo}
-            for lo in range(0, len(flat), batch_size):
-                part = flat[lo:lo + batch_size]
-                out = ip2p_edit(pipe, [it["image"] for it, _ in part], [it["edit_prompt"] for it, _ in part],
-                                [it["params"][j]["seed"] for it, j in part], s, [it["params"][j] for it, j in part])
-                made += len(part)
-                for (item, j), image in zip(part, out):
-                    results[item["item_id"]][j] = image
-                    if j == s.m - 1:   # an item's candidates are consecutive: the last one completes it
-                        finish(item, results.pop(item["item_id"]))
-        else:
-            for item in todo:
-                inv = null_text_invert(pipe, item["image"], item["source_prompt"], s, cache_dir=cache)
-                candidates = []
-                for lo in range(0, s.m, batch_size):
-                    candidates += p2p_edit(pipe, inv, item["source_prompt"], item["target_prompt"],
-                                           item["params"][lo:lo + batch_size])
-                made += s.m
-                finish(item, candidates)
-    frame = pd.DataFrame([r for row in rows for r in manifest[row["item_id"]]], columns=list(MANIFEST_SCHEMA))
-    frame = frame.astype(MANIFEST_SCHEMA) if len(frame) else pd.DataFrame(
-        {k: pd.Series(dtype=v) for k, v in MANIFEST_SCHEMA.items()})
-    write_parquet(out_dir / "shard.parquet", frame)
-    return {"items": len(rows), "written": written, "skipped": skipped, "candidates": made, "method": method}
+            items.append({**row, "image": fit_image(image, s.size), "key": key})
+        stats = runner.run_stage(stage, items, hook=hook, bar=bar)
+    write_parquet(out_dir / "shard.parquet",
+                  runner.frame([r for row in rows for r in stage.manifest[row["item_id"]]], MANIFEST_SCHEMA))
+    return {"items": len(rows), "written": stats.generated, "skipped": stats.skipped, "candidates": stage.made,
+            "method": method}
 
 
 def _encoder_id(model) -> str:

@@ -31,48 +31,36 @@ width and y by the latent height. ``grounded.inpaint_paste_back`` (default false
 the source pixels back outside the regenerated region; without it pixels outside the boxes are the
 VAE's reconstruction of the source (GLIGEN only blends latents).
 
-Sharding, resumption and merge mirror :mod:`counterfactory.generation.shards`: shard ``k`` holds the
-items ranked ``k*S .. (k+1)*S - 1`` in sorted ``item_id`` order (``S = grounded.shard_size``);
-finished items are cached in ``OUT_DIR/work/<item_id>/`` (``done.json``, with the fingerprint of the
-settings, the model's content fingerprint and the request, written last). Batches are formed from the
-shard's full item list, and a batch with any item not cached is generated whole, so a killed and
-rerun job writes byte-identical files.
+Sharding, resumption and merge run on the shared shard runner (:mod:`.runner`): shard ``k`` holds the
+items ranked ``k*S .. (k+1)*S - 1`` in sorted ``item_id`` order (``S = grounded.shard_size``); finished
+items are cached in ``OUT_DIR/work/<item_id>/`` (``done.json``, with the fingerprint of the settings, the
+model's content fingerprint and the request, written last). Batches are formed from the shard's full item
+list, and a batch with any item not cached is generated whole, so a killed and rerun job writes
+byte-identical files. The request table is read and checked by :mod:`.grounded_requests`.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
-import math
 import os
-import re
-import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
-from ..errors import ConfigError, input_error, missing_input
-from .selection import candidate_seed
-from .shards import _fingerprint, _png_bytes, _write_bytes
+from ..errors import ConfigError, input_error
+from . import runner
+from .grounded_requests import (KINDS, MAX_OBJS, OPTIONAL_COLUMNS, REQUIRED_COLUMNS, ROLE_OF_KIND,  # noqa: F401
+                                GroundedRequest, _check_source, read_requests, requests_digest)
 
 log = logging.getLogger(__name__)
 
-KINDS = ("generate", "inpaint", "t2i")
-#: the model role that serves each request kind
-ROLE_OF_KIND = {"generate": "gligen", "inpaint": "gligen_inpaint", "t2i": "t2i"}
 MODEL_ROLES = ("gligen", "gligen_inpaint", "t2i")
-REQUIRED_COLUMNS = ("item_id", "kind", "prompt")
-OPTIONAL_COLUMNS = ("phrases", "boxes", "image_path", "mask_box")
-#: objects diffusers' GLIGEN pipeline (and GLIGEN) pads the grounding tokens to
-MAX_OBJS = 30
 #: the negative prompt of the authors' GLIGEN scripts (CounterCurate repository,
 #: datasets/gligen_inference_up_down.py and gligen_inference_count.py, ``--negative_prompt`` default)
 AUTHORS_NEGATIVE_PROMPT = ("longbody, lowres, bad anatomy, bad hands, missing fingers, extra digit, fewer digits, "
                            "cropped, worst quality, low quality")
-_ID_PATTERN = re.compile(r"^[A-Za-z0-9_.-]+$")
 
 GENERATED_SCHEMA = {
     "item_id": "object", "kind": "object", "prompt": "object", "phrases": "object", "boxes": "object",
@@ -165,188 +153,12 @@ def grounded_config_digest(cfg: dict) -> str:
     return config_digest(cfg, sections=("grounded", "seed"), model_roles=model_roles(cfg))
 
 
-# --------------------------------------------------------------------------- requests
-
-
-@dataclass(frozen=True)
-class GroundedRequest:
-    item_id: str
-    kind: str
-    prompt: str
-    phrases: tuple[str, ...] = ()
-    boxes: tuple[tuple[float, float, float, float], ...] = ()
-    source: str | None = None              # image_path as written in the table
-    image: Path | None = None              # resolved source image (inpaint)
-    mask_box: tuple[float, float, float, float] | None = None
-    row: int = 0
-
-    @property
-    def role(self) -> str:
-        return ROLE_OF_KIND[self.kind]
-
-
-def _is_missing(value: Any) -> bool:
-    if value is None:
-        return True
-    if isinstance(value, float) and math.isnan(value):
-        return True
-    return False
-
-
-def _as_list(value: Any) -> list | None:
-    """A parquet list cell (numpy array, list, tuple) as a Python list; None when missing."""
-    if _is_missing(value):
-        return None
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    if isinstance(value, (list, tuple)):
-        return [v.tolist() if isinstance(v, np.ndarray) else v for v in value]
-    return value  # wrong type: reported by the caller
-
-
-def _check_box(value: Any, what: str) -> tuple[float, float, float, float]:
-    """A normalised [x1, y1, x2, y2] box, else ValueError describing the problem."""
-    box = _as_list(value)
-    if not isinstance(box, list) or len(box) != 4:
-        raise ValueError(f"{what} {value!r} is not a list of 4 numbers [x1, y1, x2, y2]")
-    try:
-        x1, y1, x2, y2 = (float(v) for v in box)
-    except (TypeError, ValueError):
-        raise ValueError(f"{what} {box!r} is not a list of 4 numbers [x1, y1, x2, y2]") from None
-    if not all(math.isfinite(v) and 0.0 <= v <= 1.0 for v in (x1, y1, x2, y2)):
-        raise ValueError(f"{what} {box!r} is outside [0, 1] (boxes are normalised by image width and height)")
-    if not (x1 < x2 and y1 < y2):
-        raise ValueError(f"{what} {box!r} is empty (needs x1 < x2 and y1 < y2)")
-    return (x1, y1, x2, y2)
-
-
-def _parse_row(path: Path, i: int, r: dict) -> GroundedRequest:
-    item_id = r.get("item_id")
-    record = f"{i} (item_id {item_id!r})"
-
-    def bad(problem: str, fix: str):
-        return input_error(path, record, problem, fix)
-
-    if not isinstance(item_id, str) or not _ID_PATTERN.match(item_id):
-        raise bad(f"item_id {item_id!r} is not a non-empty [A-Za-z0-9_.-] string (it names the image file)",
-                  "give every request a unique id of letters, digits, '_', '.', '-'")
-    kind = r.get("kind")
-    if kind not in KINDS:
-        raise bad(f"kind {kind!r} is not one of {list(KINDS)}",
-                  "use generate (GLIGEN text-box), inpaint (GLIGEN inpainting) or t2i (plain text-to-image)")
-    prompt = r.get("prompt")
-    if not isinstance(prompt, str) or not prompt.strip():
-        raise bad("prompt is empty", "every request needs a non-empty prompt")
-    phrases = _as_list(r.get("phrases")) or []
-    boxes_raw = _as_list(r.get("boxes")) or []
-    if not isinstance(phrases, list) or not all(isinstance(p, str) and p.strip() for p in phrases):
-        raise bad(f"phrases {r.get('phrases')!r} is not a list of non-empty strings",
-                  "write one grounding phrase per box")
-    if not isinstance(boxes_raw, list):
-        raise bad(f"boxes {r.get('boxes')!r} is not a list of [x1, y1, x2, y2] boxes", "write a list of boxes")
-    try:
-        boxes = tuple(_check_box(b, f"box {k}") for k, b in enumerate(boxes_raw))
-    except ValueError as exc:
-        raise bad(str(exc), "give normalised boxes [x1, y1, x2, y2] with 0 <= x1 < x2 <= 1 and 0 <= y1 < y2 <= 1")
-    if boxes and not phrases:
-        raise bad(f"{len(boxes)} box(es) but the phrase list is empty",
-                  "give one grounding phrase per box (GLIGEN grounds phrases, not bare boxes)")
-    if len(phrases) != len(boxes):
-        raise bad(f"{len(phrases)} phrase(s) but {len(boxes)} box(es)", "give exactly one box per phrase")
-    if len(boxes) > MAX_OBJS:
-        raise bad(f"{len(boxes)} boxes; GLIGEN grounds at most {MAX_OBJS} objects",
-                  f"split the request or keep the {MAX_OBJS} most important boxes")
-    source = r.get("image_path")
-    source = None if _is_missing(source) or (isinstance(source, str) and not source.strip()) else source
-    mask_raw = r.get("mask_box")
-    mask_box = None
-    if not _is_missing(mask_raw) and _as_list(mask_raw) is not None:
-        try:
-            mask_box = _check_box(mask_raw, "mask_box")
-        except ValueError as exc:
-            raise bad(str(exc), "give mask_box as a normalised [x1, y1, x2, y2] inside [0, 1]")
-    image = None
-    if kind == "t2i":
-        if boxes:
-            raise bad("a t2i request has boxes", "use kind generate for box-grounded generation, or drop the boxes")
-    elif not boxes:
-        raise bad(f"a {kind} request has no phrases/boxes", "give at least one grounding phrase with its box")
-    if kind == "inpaint":
-        if not isinstance(source, str):
-            raise bad("an inpaint request has no image_path (the source image)",
-                      "set image_path to the image to inpaint (relative paths are relative to the requests file)")
-        image = Path(os.path.expanduser(source))
-        if not image.is_absolute():
-            image = path.parent / image
-    else:
-        if source is not None:
-            raise bad(f"a {kind} request has image_path {source!r}", "image_path is only for kind inpaint")
-        if mask_box is not None:
-            raise bad(f"a {kind} request has a mask_box", "mask_box is only for kind inpaint")
-    return GroundedRequest(item_id=item_id, kind=kind, prompt=prompt, phrases=tuple(phrases), boxes=boxes,
-                           source=source, image=image, mask_box=mask_box, row=i)
-
-
-def read_requests(path: str | os.PathLike) -> list[GroundedRequest]:
-    """Read and check the requests table; every problem raises one error naming file, record and fix.
-    Returns the requests sorted by ``item_id``."""
-    import pandas as pd
-
-    path = Path(path)
-    if not path.exists():
-        raise missing_input(path, "grounded-generation requests table",
-                            "write the requests (item_id, kind, prompt, phrases, boxes, image_path, mask_box) "
-                            "first or pass the right --requests path")
-    try:
-        df = pd.read_parquet(path)
-    except Exception as exc:  # pyarrow raises several types
-        raise input_error(path, None, f"not a readable parquet file ({exc})", "rewrite the requests table") from exc
-    missing = [c for c in REQUIRED_COLUMNS if c not in df.columns]
-    if missing:
-        raise input_error(path, None, f"missing column(s) {missing}",
-                          f"the requests table needs {list(REQUIRED_COLUMNS)} "
-                          f"(and optionally {list(OPTIONAL_COLUMNS)})")
-    cols = [c for c in REQUIRED_COLUMNS + OPTIONAL_COLUMNS if c in df.columns]
-    reqs = [_parse_row(path, i, r) for i, r in enumerate(df[cols].to_dict("records"))]
-    seen: dict[str, int] = {}
-    for q in reqs:
-        if q.item_id in seen:
-            raise input_error(path, f"{q.row} (item_id {q.item_id!r})",
-                              f"duplicate item_id (also record {seen[q.item_id]})", "item ids must be unique")
-        seen[q.item_id] = q.row
-    return sorted(reqs, key=lambda q: q.item_id)
-
-
-def requests_digest(reqs: Sequence[GroundedRequest]) -> str:
-    """Identity of a requests table's content (merges refuse shards of different tables)."""
-    return _fingerprint([[q.item_id, q.kind, q.prompt, list(q.phrases), [list(b) for b in q.boxes], q.source,
-                          list(q.mask_box) if q.mask_box else None] for q in reqs])
-
-
-def _check_source(path: Path, q: GroundedRequest) -> str:
-    """sha256 of an inpaint request's source image; a missing or unreadable image is an input error."""
-    from PIL import Image
-
-    record = f"{q.row} (item_id {q.item_id!r})"
-    if not q.image.is_file():
-        raise input_error(path, record, f"source image {q.source!r} not found (looked for {q.image.absolute()})",
-                          "fix image_path (relative paths are relative to the requests file's folder) or add the image")
-    try:
-        with Image.open(q.image) as im:
-            im.verify()
-        data = q.image.read_bytes()
-    except Exception as exc:  # PIL raises several types
-        raise input_error(path, record, f"source image {q.image} is not a readable image ({exc})",
-                          "replace the file with a valid PNG/JPEG") from exc
-    return hashlib.sha256(data).hexdigest()
-
-
 # --------------------------------------------------------------------------- sampling
 
 
 def item_seed(global_seed: int, item_id: str) -> int:
-    """64-bit seed of an item: :func:`candidate_seed` with candidate index 0 (one image per request)."""
-    return candidate_seed(global_seed, item_id, 0)
+    """64-bit seed of an item: :func:`.selection.candidate_seed` with candidate index 0 (one image per request)."""
+    return runner.item_seed(global_seed, item_id, 0)
 
 
 def _latent_keep_mask(boxes: Sequence[Sequence[float]], h: int, w: int):
@@ -514,7 +326,7 @@ class GroundedContext:
 
 
 def _item_fingerprint(ctx: GroundedContext, q: GroundedRequest) -> str:
-    return _fingerprint({
+    return runner.fingerprint({
         "settings": ctx.settings.output_key(), "seed": ctx.global_seed, "model": ctx.models[q.role],
         "item_id": q.item_id, "kind": q.kind, "prompt": q.prompt, "phrases": list(q.phrases),
         "boxes": [list(b) for b in q.boxes], "mask_box": list(q.mask_box) if q.mask_box else None,
@@ -522,8 +334,7 @@ def _item_fingerprint(ctx: GroundedContext, q: GroundedRequest) -> str:
     })
 
 
-def shard_bounds(shard: int, size: int) -> tuple[int, int]:
-    return shard * size, (shard + 1) * size
+shard_bounds = runner.shard_bounds
 
 
 def plan_batches(items: Sequence[GroundedRequest], batch_size: int) -> list[list[GroundedRequest]]:
@@ -536,11 +347,49 @@ def plan_batches(items: Sequence[GroundedRequest], batch_size: int) -> list[list
     return out
 
 
-def _cached(done: Path, fp: str) -> bool:
-    try:
-        return json.loads(done.read_text())["fingerprint"] == fp and (done.parent / "image.png").is_file()
-    except (OSError, ValueError, KeyError, TypeError):
-        return False
+class GroundedStage(runner.ShardStage):
+    """Grounded generation on the shard runner: batches of one kind planned over the whole shard (a batch
+    with any item not cached is generated whole), one ``image.png`` per item in ``work/<item_id>/``."""
+
+    whole_batches = True
+
+    def __init__(self, ctx: GroundedContext, cache: runner.WorkCache, pipes: dict):
+        self.ctx, self.cache, self.pipes, self.placed = ctx, cache, pipes, set()
+
+    def key(self, q):
+        return _item_fingerprint(self.ctx, q)
+
+    def is_done(self, q, key):
+        return self.cache.is_done(q.item_id, key)
+
+    def clear(self, q):
+        self.cache.clear(q.item_id)
+
+    def plan(self, items):
+        return plan_batches(items, self.ctx.settings.batch_size)
+
+    def generate(self, batch):
+        from ..models import registry
+
+        ctx, role = self.ctx, batch[0].role
+        if role not in self.pipes:
+            self.pipes[role] = registry.load(ctx.cfg, role)
+        if role not in self.placed:
+            self.pipes[role] = _place(self.pipes[role], ctx.cfg)
+            self.placed.add(role)
+        seeds = [item_seed(ctx.global_seed, q.item_id) for q in batch]
+        if batch[0].kind == "t2i":
+            images = t2i_batch(self.pipes[role], ctx.settings, batch, seeds)
+        else:
+            sources = ([_load_source(q, ctx.settings.width, ctx.settings.height, ctx.requests_path) for q in batch]
+                       if batch[0].kind == "inpaint" else None)
+            images = gligen_batch(self.pipes[role], ctx.settings, batch, seeds, sources=sources)
+        yield from zip(batch, zip(seeds, images))
+
+    def store(self, q, key, result):
+        seed, image = result
+        self.cache.write(q.item_id, "image.png", runner.png_bytes(image))
+        self.cache.mark_done(q.item_id, key, {"seed": str(seed)})
 
 
 def run_grounded_shard(cfg: dict, requests_path: str | os.PathLike, shard: int | str, out_dir: str | os.PathLike,
@@ -554,11 +403,6 @@ def run_grounded_shard(cfg: dict, requests_path: str | os.PathLike, shard: int |
     ``pipes`` maps roles (``gligen``, ``gligen_inpaint``, ``t2i``) to loaded pipelines; missing roles
     are loaded through the registry when needed. ``hook(k, item_id)`` runs after the k-th newly
     generated item is cached (tests use it to simulate a kill)."""
-    import sys
-
-    from tqdm import tqdm
-
-    from ..io import write_json
     from ..models import registry
 
     settings = GroundedSettings.from_config(cfg.get("grounded"))
@@ -577,48 +421,11 @@ def run_grounded_shard(cfg: dict, requests_path: str | os.PathLike, shard: int |
         if q.kind == "inpaint":
             ctx.source_sha[q.item_id] = _check_source(requests_path, q)
     out_dir = Path(out_dir)
-    work = out_dir / "work"
-    work.mkdir(parents=True, exist_ok=True)
+    cache = runner.WorkCache(out_dir / "work", require=("image.png",))
     log.info("grounded shard %05d: items [%d, %d) of %d: %d requests", shard_idx, lo, hi, len(reqs), len(part))
-
-    pipes = dict(pipes or {})
-    placed: set[str] = set()
-    batches = plan_batches(part, settings.batch_size)
-    calls = 0
-    k = 0
-    bar = tqdm(total=len(part), desc=f"grounded shard {shard_idx:05d}", unit="image", disable=not progress,
-               mininterval=1.0 if sys.stderr.isatty() else 10.0)
-    with bar:
-        for batch in batches:
-            fps = [_item_fingerprint(ctx, q) for q in batch]
-            if all(_cached(work / q.item_id / "done.json", fp) for q, fp in zip(batch, fps)):
-                bar.update(len(batch))
-                continue
-            role = batch[0].role
-            if role not in pipes:
-                pipes[role] = registry.load(cfg, role)
-            if role not in placed:
-                pipes[role] = _place(pipes[role], cfg)
-                placed.add(role)
-            seeds = [item_seed(ctx.global_seed, q.item_id) for q in batch]
-            if batch[0].kind == "t2i":
-                images = t2i_batch(pipes[role], settings, batch, seeds)
-            else:
-                sources = ([_load_source(q, settings.width, settings.height, requests_path) for q in batch]
-                           if batch[0].kind == "inpaint" else None)
-                images = gligen_batch(pipes[role], settings, batch, seeds, sources=sources)
-            calls += 1
-            for q, fp, seed, im in zip(batch, fps, seeds, images):
-                cdir = work / q.item_id
-                if cdir.exists():
-                    shutil.rmtree(cdir)
-                _write_bytes(cdir / "image.png", _png_bytes(im))
-                write_json(cdir / "done.json", {"fingerprint": fp, "seed": str(seed)})
-                bar.update(1)
-                if hook is not None:
-                    hook(k, q.item_id)
-                k += 1
-    return _assemble(ctx, shard_idx, (lo, hi), part, work, out_dir, calls, k)
+    with runner.progress_bar(len(part), f"grounded shard {shard_idx:05d}", "image", progress) as bar:
+        stats = runner.run_stage(GroundedStage(ctx, cache, dict(pipes or {})), part, hook=hook, bar=bar)
+    return _assemble(ctx, shard_idx, (lo, hi), part, cache, out_dir, stats.batches, stats.generated)
 
 
 def _request_row(q: GroundedRequest) -> dict:
@@ -627,37 +434,29 @@ def _request_row(q: GroundedRequest) -> dict:
             "mask_box": list(q.mask_box) if q.mask_box else None}
 
 
-def _frame(rows: list[dict]):
-    import pandas as pd
-
-    df = pd.DataFrame(rows, columns=list(GENERATED_SCHEMA))
-    return df.astype(GENERATED_SCHEMA) if len(df) else pd.DataFrame(
-        {k: pd.Series(dtype=v) for k, v in GENERATED_SCHEMA.items()})
-
-
 def _assemble(ctx: GroundedContext, shard_idx: int, bounds: tuple[int, int], part: list[GroundedRequest],
-              work: Path, out_dir: Path, calls: int, generated: int) -> dict:
-    from ..io import atomic_dir, write_json, write_parquet
+              cache: runner.WorkCache, out_dir: Path, calls: int, generated: int) -> dict:
+    import shutil
 
-    rows = []
-    with atomic_dir(out_dir / "images") as tmp:
+    def build(images: Path):
+        rows = []
         for q in part:
-            shutil.copyfile(work / q.item_id / "image.png", tmp / f"{q.item_id}.png")
+            shutil.copyfile(cache.dir(q.item_id) / "image.png", images / f"{q.item_id}.png")
             rows.append({**_request_row(q), "seed": np.uint64(item_seed(ctx.global_seed, q.item_id)),
                          "image_path": f"images/{q.item_id}.png"})
-    write_parquet(out_dir / "generated.parquet", _frame(rows))
-    by_kind = {kind: sum(q.kind == kind for q in part) for kind in KINDS}
-    s = ctx.settings
-    summary = {
-        "shard": shard_idx, "item_range": list(bounds), "shard_size": s.shard_size,
-        "requests_total": len(ctx.requests), "items": len(part), "items_by_kind": by_kind,
-        "items_generated_this_run": generated, "pipeline_calls_this_run": calls, "batch_size": s.batch_size,
-        "steps": s.steps, "guidance": s.guidance, "scheduled_sampling_beta": s.scheduled_sampling_beta,
-        "requests_digest": requests_digest(ctx.requests), "config_digest": grounded_config_digest(ctx.cfg),
-    }
-    write_json(out_dir / "summary.json", summary)
-    if not bool((ctx.cfg.get("grounded") or {}).get("keep_work", False)):
-        shutil.rmtree(work, ignore_errors=True)
+        s = ctx.settings
+        summary = {
+            "shard": shard_idx, "item_range": list(bounds), "shard_size": s.shard_size,
+            "requests_total": len(ctx.requests), "items": len(part),
+            "items_by_kind": {kind: sum(q.kind == kind for q in part) for kind in KINDS},
+            "items_generated_this_run": generated, "pipeline_calls_this_run": calls, "batch_size": s.batch_size,
+            "steps": s.steps, "guidance": s.guidance, "scheduled_sampling_beta": s.scheduled_sampling_beta,
+            "requests_digest": requests_digest(ctx.requests), "config_digest": grounded_config_digest(ctx.cfg),
+        }
+        return {"generated.parquet": runner.frame(rows, GENERATED_SCHEMA)}, summary
+
+    summary = runner.assemble(out_dir, cache, build,
+                              keep_work=bool((ctx.cfg.get("grounded") or {}).get("keep_work", False)))
     log.info("grounded shard %05d: %d images (%d generated now in %d pipeline calls)", shard_idx, len(part),
              generated, calls)
     return summary
@@ -667,19 +466,16 @@ def merge_grounded_shards(shard_dirs: Sequence[str | os.PathLike], out_dir: str 
     """Concatenate the shards' ``generated.parquet`` (sorted by item_id; image paths made relative to
     ``out_dir``). Refused: a missing shard output or shard, shards with different ``config_digest`` or
     made from different requests tables, an item in two shards."""
+    import math
+
     import pandas as pd
 
-    from ..io import check_digests, write_json, write_parquet
+    from ..io import write_json, write_parquet
 
     out_dir = Path(out_dir)
     rerun = "`counterfactory countercurate generate`"
-    for d in map(Path, shard_dirs):
-        for name in ("generated.parquet", "summary.json"):
-            if not (d / name).exists():
-                raise input_error(d / name, None, "shard output missing", f"rerun that shard's {rerun} job")
-    summaries = {str(Path(d) / "summary.json"): json.loads((Path(d) / "summary.json").read_text())
-                 for d in shard_dirs}
-    digest = check_digests(summaries, "grounded-generation shard", rerun)
+    summaries, digest = runner.load_shard_summaries(shard_dirs, ("generated.parquet",), "grounded-generation shard",
+                                                    rerun)
     tables = {s.get("requests_digest") for s in summaries.values()}
     if len(tables) > 1:
         raise input_error(out_dir, None, "the shards were made from different requests tables",
@@ -695,10 +491,9 @@ def merge_grounded_shards(shard_dirs: Sequence[str | os.PathLike], out_dir: str 
     frames = []
     for d in map(Path, shard_dirs):
         df = pd.read_parquet(d / "generated.parquet")
-        rel = os.path.relpath(d, out_dir).replace(os.sep, "/")
-        df["image_path"] = [f"{rel}/{p}" for p in df["image_path"]]
+        df["image_path"] = runner.relative_paths(df["image_path"], d, out_dir)
         frames.append(df)
-    merged = pd.concat(frames, ignore_index=True) if frames else _frame([])
+    merged = pd.concat(frames, ignore_index=True) if frames else runner.frame([], GENERATED_SCHEMA)
     merged = merged.sort_values("item_id", kind="mergesort").reset_index(drop=True)
     dup = merged["item_id"][merged["item_id"].duplicated()]
     if len(dup):

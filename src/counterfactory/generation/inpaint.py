@@ -18,15 +18,10 @@ outside the mask are exactly the input pixels (pasted back):
   default, or ``INPAINT_NS``, lama-cleaner's own default) and ``cv2_radius``.
 * ``lama`` -- LaMa through lama-cleaner (:func:`load_lama`, role ``inpaint``).
 
-**How lama-cleaner is called.** :func:`load_lama` puts the local ``big-lama.pt`` path into
-``LAMA_MODEL_URL`` before importing ``lama_cleaner.model.lama`` (the module reads it at import time; a
-local path skips the download and the md5 check) and, as the module may have been imported before, also
-sets the module constant ``LAMA_MODEL_URL`` (``LaMa.init_model`` reads it when called) while ``LaMa(device)``
-is built; the environment and the constant are restored afterwards. lama-cleaner's load-error handler
-deletes a model file whose md5 is not the official one and calls ``exit``; it is replaced by one that
-raises while the model loads, so a damaged or tiny model file is never deleted. lama-cleaner's loguru
-messages (two INFO lines per image) are disabled. :func:`lama_cleaner_call` is lama-cleaner's own
-single-image path: ``LaMa(image RGB uint8, mask uint8 0/255, Config)`` pads to a multiple of 8
+**How lama-cleaner is called.** :func:`load_lama` (:mod:`counterfactory.models.loaders_inpaint`, re-exported
+here) loads the local ``big-lama.pt`` through lama-cleaner without its download, md5 check or file
+deletion; lama-cleaner's loguru messages (two INFO lines per image) are disabled.
+:func:`lama_cleaner_call` is lama-cleaner's own single-image path: ``LaMa(image RGB uint8, mask uint8 0/255, Config)`` pads to a multiple of 8
 (symmetric), runs the TorchScript model on a batch of one (the mask reaches it as an int64 0/1 tensor),
 converts the float output with ``clip(x * 255).astype(uint8)`` and returns a float64 **BGR** image with
 the unmasked pixels blended back; it is converted to RGB ``uint8`` here.
@@ -48,52 +43,47 @@ fast at 256x256 (two runs each on shared cores), where a batch's activations no 
 borders) and uses it whenever ``hd_strategy`` is ``Original`` and ``batched`` is true; with ``Resize`` or
 ``Crop`` every image goes through lama-cleaner's own call.
 
-**Shards.** :func:`inpaint_shard` writes ``OUT_DIR/<item_id>.png`` per item and ``OUT_DIR/shard.parquet``.
+**Shards.** :func:`inpaint_shard` (on the shared :mod:`.runner`, cache :class:`.runner.PngKeyCache`) writes
+``OUT_DIR/<item_id>.png`` per item and ``OUT_DIR/shard.parquet``.
 Each PNG is written to a temporary file and renamed (:func:`counterfactory.io.atomic_path`; leftovers of
 a killed write are removed) and carries a ``counterfactory-inpaint`` text chunk: a sha256 over the method,
 its settings, the model's content fingerprint and the source image and mask. A rerun skips an item whose
 PNG verifies (complete chunks, CRCs) and carries the expected key, and redoes it otherwise. Nothing is
 random: outputs depend only on the inputs, the settings and the model.
 
-Masks come from a ``mask`` column (a path to a mask image, nonzero = remove, or a boolean array), a
-``segmentation`` column (JSON ``{"size": [height, width], "objects": [COCO segmentation, ...]}``: the union of
-COCO polygons / RLEs, rasterised by pycocotools; an empty string falls through to the boxes) or a ``boxes``
-column (pixel ``[x1, y1, x2, y2]`` boxes, :func:`boxes_to_mask`).
+Masks come from :mod:`.inpaint_inputs` (a ``mask``, ``segmentation`` or ``boxes`` column).
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
-import io
 import json
 import logging
 import math
 import os
 import re
-import threading
-import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ..errors import ConfigError, InputError, ModelLoadError, input_error
+from ..errors import ConfigError, InputError, input_error
+from ..models.loaders_inpaint import LAMA_FILE, _quiet_lama_cleaner, lama_file, load_lama  # noqa: F401
+from . import runner
+from .inpaint_inputs import (_item_mask, _read_image, _resolve, _segmentation_mask, boxes_to_mask,  # noqa: F401
+                             item_rows)
 
 log = logging.getLogger(__name__)
 
 METHODS = ("zero", "mean", "blur", "opencv", "lama")
-#: file name of the big-lama TorchScript model inside a model folder (as lama-cleaner downloads it)
-LAMA_FILE = "big-lama.pt"
 #: PNG text chunk holding the output's key (what it was made from)
 KEY_FIELD = "counterfactory-inpaint"
 #: lama-cleaner's padding modulus for LaMa (``LaMa.pad_mod``)
 PAD_MOD = 8
-_ID_PATTERN = re.compile(r"^[A-Za-z0-9_.-]+$")
 _CV2_FLAGS = ("INPAINT_TELEA", "INPAINT_NS")
 _HD_STRATEGIES = ("Original", "Resize", "Crop")
-_LAMA_LOCK = threading.Lock()
 
 MANIFEST_SCHEMA = {
     "item_id": "object", "image_path": "object", "output_path": "object", "method": "object",
@@ -180,43 +170,6 @@ def lama_config(settings: InpaintSettings | None = None):
 # --------------------------------------------------------------------------- masks
 
 
-def boxes_to_mask(boxes, height: int, width: int, dilate: int = 0) -> np.ndarray:
-    """Boolean ``[height, width]`` mask of the union of pixel boxes ``[[x1, y1, x2, y2], ...]``.
-
-    Pixel ``(row r, column c)`` covers ``[c, c + 1) x [r, r + 1)``; it is in the mask when a box,
-    grown by ``dilate`` pixels on every side, overlaps it with positive area (``c + 1 > x1 - dilate``
-    and ``c < x2 + dilate``, likewise for rows), so a fractional box covers every pixel it touches
-    (``[0.5, 0.5, 2.0, 2.0]`` -> rows and columns 0 and 1). Growing each box equals dilating the union
-    with a square of side ``2 * dilate + 1``. Boxes are clipped to the image: parts outside it are
-    dropped, a box entirely outside it adds nothing, as does a box of zero width or height.
-    A box with ``x2 < x1`` or ``y2 < y1`` or a non-finite coordinate raises :class:`ValueError`.
-    Vectorised: one ``[H, N] @ [N, W]`` product of row and column coverage.
-    """
-    b = np.asarray(boxes if boxes is not None else [], dtype=np.float64)
-    if b.size == 0:
-        return np.zeros((height, width), dtype=bool)
-    if b.ndim == 1 and b.shape[0] == 4:
-        b = b[None]
-    if b.ndim != 2 or b.shape[1] != 4:
-        raise ValueError(f"boxes must be a list of [x1, y1, x2, y2], got an array of shape {b.shape}")
-    if not np.isfinite(b).all():
-        raise ValueError(f"boxes hold a non-finite coordinate: {b[~np.isfinite(b).all(1)].tolist()}")
-    bad = (b[:, 2] < b[:, 0]) | (b[:, 3] < b[:, 1])
-    if bad.any():
-        raise ValueError(f"box {b[bad][0].tolist()} has x2 < x1 or y2 < y1 (boxes are [x1, y1, x2, y2] pixels)")
-    if dilate < 0:
-        raise ValueError(f"dilate must be >= 0, got {dilate}")
-    nonempty = (b[:, 2] > b[:, 0]) & (b[:, 3] > b[:, 1])
-    b = b[nonempty]
-    x1, y1, x2, y2 = (b[:, i] for i in range(4))
-    x1, y1, x2, y2 = x1 - dilate, y1 - dilate, x2 + dilate, y2 + dilate
-    cols = np.arange(width, dtype=np.float64)
-    rows = np.arange(height, dtype=np.float64)
-    in_x = (cols[None, :] + 1 > x1[:, None]) & (cols[None, :] < x2[:, None])      # [N, W]
-    in_y = (rows[None, :] + 1 > y1[:, None]) & (rows[None, :] < y2[:, None])      # [N, H]
-    return (in_y.T.astype(np.float32) @ in_x.astype(np.float32)) > 0
-
-
 def _check_pair(image: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     image = np.asarray(image)
     if image.dtype != np.uint8 or image.ndim != 3 or image.shape[2] != 3:
@@ -275,77 +228,6 @@ def fill_blur(image: np.ndarray, mask: np.ndarray, sigma: float = 8.0, kernel: i
 
 
 # --------------------------------------------------------------------------- lama-cleaner
-
-
-def _quiet_lama_cleaner() -> None:
-    """Silence lama-cleaner's per-image loguru messages and its import-time deprecation warnings
-    (``imghdr``, pydantic v1-style ``class Config``)."""
-    with contextlib.suppress(ImportError):
-        from loguru import logger
-
-        logger.disable("lama_cleaner")
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", category=DeprecationWarning)
-        import lama_cleaner.helper  # noqa: F401
-        import lama_cleaner.schema  # noqa: F401
-        with contextlib.suppress(ImportError):
-            import lama_cleaner.parse_args  # noqa: F401  (imports imghdr; pulled in by lama_cleaner.model)
-
-
-def _raise_load_error(model_path, model_md5, exc):
-    """Replacement of ``lama_cleaner.helper.handle_error`` (which deletes the file and exits)."""
-    raise ModelLoadError(f"lama-cleaner could not load the TorchScript model {model_path}: {exc}. Fix: point "
-                         f"models.inpaint.source at a complete big-lama.pt (torch.jit.save format) or its folder")
-
-
-def lama_file(source: str | os.PathLike) -> Path:
-    """The TorchScript file of an ``inpaint`` source: ``source/big-lama.pt`` for a folder, else ``source``."""
-    path = Path(os.path.expanduser(os.fspath(source)))
-    file = path / LAMA_FILE if path.is_dir() else path
-    if not file.is_file():
-        raise ModelLoadError(
-            f"role 'inpaint' (lama_cleaner): {file} does not exist. Fix: put big-lama.pt there (download "
-            f"https://github.com/Sanster/models/releases/download/add_big_lama/big-lama.pt) or build the tiny "
-            f"stand-in (`counterfactory models build-tiny --config <config> --role inpaint`)")
-    return file
-
-
-def load_lama(source: str | os.PathLike, device: Any = "auto"):
-    """lama-cleaner's ``LaMa`` model on the local TorchScript file ``source`` (a ``.pt`` file or a folder
-    holding ``big-lama.pt``), on ``device`` (a config value for :func:`~counterfactory.device.resolve_device`
-    or a ``torch.device``). See the module docstring for how ``LAMA_MODEL_URL`` is set. The returned object
-    has ``.model`` (the TorchScript module), ``.device`` and ``counterfactory_file`` (the file loaded)."""
-    import torch
-
-    from ..device import resolve_device
-
-    file = lama_file(source).resolve()
-    dev = device if isinstance(device, torch.device) else resolve_device(str(device))
-    _quiet_lama_cleaner()
-    with _LAMA_LOCK:
-        before = os.environ.get("LAMA_MODEL_URL")
-        os.environ["LAMA_MODEL_URL"] = str(file)
-        try:
-            import lama_cleaner.helper as helper
-            import lama_cleaner.model.lama as lama_module  # reads LAMA_MODEL_URL at its first import
-        finally:
-            if before is None:
-                os.environ.pop("LAMA_MODEL_URL", None)
-            else:
-                os.environ["LAMA_MODEL_URL"] = before
-        old_url, old_handler = lama_module.LAMA_MODEL_URL, helper.handle_error
-        lama_module.LAMA_MODEL_URL = str(file)  # imported earlier: init_model reads the constant when called
-        helper.handle_error = _raise_load_error
-        try:
-            with warnings.catch_warnings():  # torch.jit.load's deprecation notice (lama-cleaner's format)
-                warnings.filterwarnings("ignore", category=FutureWarning, module=r"torch\.jit")
-                model = lama_module.LaMa(dev)
-        except SystemExit as exc:  # lama-cleaner calls exit() on load problems
-            raise ModelLoadError(f"lama-cleaner gave up loading {file} (exit {exc.code}). Fix: check the file") from exc
-        finally:
-            lama_module.LAMA_MODEL_URL, helper.handle_error = old_url, old_handler
-    model.counterfactory_file = file
-    return model
 
 
 def _to_rgb_uint8(bgr: np.ndarray) -> np.ndarray:
@@ -475,115 +357,8 @@ def _item_key(method: str, settings: InpaintSettings, model_id: str | None, imag
     return _sha256(json.dumps(payload, sort_keys=True).encode())
 
 
-def _done(path: Path, key: str, size: tuple[int, int]) -> bool:
-    """True when ``path`` is a complete PNG (chunks and CRCs verify) of ``size`` (W, H) made with ``key``."""
-    from PIL import Image
-
-    try:
-        with Image.open(path) as im:
-            if im.format != "PNG" or im.info.get(KEY_FIELD) != key or im.size != size or im.mode != "RGB":
-                return False
-            im.verify()
-        return True
-    except (OSError, SyntaxError, ValueError):
-        return False
-
-
-def _write_png(path: Path, image: np.ndarray, key: str) -> None:
-    from PIL import Image, PngImagePlugin
-
-    from ..io import atomic_path
-
-    info = PngImagePlugin.PngInfo()
-    info.add_text(KEY_FIELD, key)
-    with atomic_path(path) as tmp:
-        Image.fromarray(image, mode="RGB").save(tmp, format="PNG", pnginfo=info)
-
-
-def _resolve(path: str, root: Path | None) -> Path:
-    p = Path(os.path.expanduser(str(path)))
-    return p if p.is_absolute() or root is None else root / p
-
-
-def _read_image(path: Path, source: str, item_id: str) -> tuple[np.ndarray, bytes]:
-    from PIL import Image, UnidentifiedImageError
-
-    try:
-        data = path.read_bytes()
-        with Image.open(io.BytesIO(data)) as im:
-            return np.asarray(im.convert("RGB")), data
-    except FileNotFoundError:
-        raise input_error(source, item_id, f"image {path} not found",
-                          "check image_path (relative paths are relative to image_root)") from None
-    except (UnidentifiedImageError, OSError) as exc:
-        raise input_error(source, item_id, f"image {path} is not a readable image ({exc})",
-                          "replace or re-download the image") from None
-
-
-def _item_mask(row: dict, shape: tuple[int, int], settings: InpaintSettings, root: Path | None, source: str
-               ) -> np.ndarray:
-    from PIL import Image
-
-    item_id = row["item_id"]
-    h, w = shape
-    segmentation = row.get("segmentation")
-    has_mask = "mask" in row and row["mask"] is not None \
-        and not (isinstance(row["mask"], float) and math.isnan(row["mask"]))
-    if has_mask or (isinstance(segmentation, str) and segmentation):
-        value = row["mask"] if has_mask else None
-        if value is None:
-            mask = _segmentation_mask(segmentation, source, item_id)
-        elif isinstance(value, (str, os.PathLike)):
-            path = _resolve(value, root)
-            try:
-                with Image.open(path) as im:
-                    mask = np.asarray(im.convert("L")) > 0
-            except (OSError, ValueError) as exc:
-                raise input_error(source, item_id, f"mask {path} is not a readable image ({exc})",
-                                  "point the mask column at a mask image (nonzero = remove)") from None
-        else:
-            mask = np.asarray(value).astype(bool)
-        if mask.shape != (h, w):
-            raise input_error(source, item_id,
-                              f"mask is {'x'.join(map(str, mask.shape))} (HxW) but its image is {h}x{w}",
-                              "give a mask of the image's size (height x width)")
-        if settings.dilate:
-            import cv2
-
-            k = 2 * settings.dilate + 1
-            mask = cv2.dilate(mask.astype(np.uint8), np.ones((k, k), np.uint8)) > 0
-        return mask
-    boxes = row.get("boxes")
-    if boxes is not None and not isinstance(boxes, np.ndarray):
-        boxes = list(boxes)
-    if boxes is not None and len(boxes) and isinstance(boxes[0], np.ndarray):
-        boxes = np.stack(boxes)
-    try:
-        return boxes_to_mask(boxes, h, w, dilate=settings.dilate)
-    except ValueError as exc:
-        raise input_error(source, item_id, f"bad boxes ({exc})", "give pixel [x1, y1, x2, y2] boxes") from None
-
-
-def _segmentation_mask(text: str, source: str, item_id) -> np.ndarray:
-    """The union of the COCO segmentations of a ``segmentation`` cell (module docstring)."""
-    from ..data.coco import segmentation_mask
-
-    try:
-        spec = json.loads(text)
-        height, width = (int(v) for v in spec["size"])
-        objects = spec["objects"]
-        if not isinstance(objects, list) or not objects:
-            raise ValueError("'objects' must be a non-empty list of COCO segmentations")
-        mask = np.zeros((height, width), dtype=bool)
-        for k, seg in enumerate(objects):
-            try:
-                mask |= segmentation_mask(seg, height, width)
-            except ValueError as exc:
-                raise ValueError(f"object {k}: {exc}") from None
-    except (ValueError, KeyError, TypeError) as exc:
-        raise input_error(source, item_id, f"bad segmentation ({exc})",
-                          'give JSON {"size": [height, width], "objects": [COCO polygons or RLEs]}') from None
-    return mask
+#: an output PNG is its own done-marker: complete (chunks and CRCs verify), RGB, of its size, with its key
+_PNG = runner.PngKeyCache(KEY_FIELD)
 
 
 def _model_id(method: str, model) -> str | None:
@@ -597,21 +372,32 @@ def _model_id(method: str, model) -> str | None:
     return fingerprint(file)
 
 
-def item_rows(items, source: str) -> list[dict]:
-    """``items`` as row dicts whose ``item_id`` (a string) is a safe, unique file name; the first bad row is an
-    :class:`InputError` naming ``source`` and the row (shared by the sharded image steps)."""
-    rows = items.to_dict("records")
-    seen: set[str] = set()
-    for i, row in enumerate(rows):
-        item_id = str(row["item_id"])
-        if not _ID_PATTERN.match(item_id):
-            raise input_error(source, i, f"item_id {item_id!r} is not a safe file name",
-                              "use letters, digits, '_', '-' and '.' only")
-        if item_id in seen:
-            raise input_error(source, i, f"item_id {item_id!r} occurs twice", "make item ids unique")
-        seen.add(item_id)
-        row["item_id"] = item_id
-    return rows
+class InpaintStage(runner.ShardStage):
+    """Object removal on the shard runner: items are ``{"item_id", "image", "mask", "key", "target"}``; an
+    item is done when its output PNG verifies with its key; batches hold same-size images (:func:`_plan`)."""
+
+    def __init__(self, method: str, settings: InpaintSettings, model, batch_size: int):
+        self.method, self.settings, self.model, self.batch_size = method, settings, model, batch_size
+        self.calls = 0
+
+    def key(self, item):
+        return item["key"]
+
+    def is_done(self, item, key):
+        h, w = item["image"].shape[:2]
+        return _PNG.read(item["target"], key, (w, h), mode="RGB") is not None
+
+    def plan(self, items):
+        return _plan(items, self.batch_size)
+
+    def generate(self, batch):
+        results = fill_batch([t["image"] for t in batch], [t["mask"] for t in batch], self.method,
+                             settings=self.settings, model=self.model, batch_size=self.batch_size)
+        self.calls += _calls(self.method, self.settings, batch)
+        yield from zip(batch, results)
+
+    def store(self, item, key, result):
+        _PNG.write(item["target"], result, key)
 
 
 def inpaint_shard(items, method: str, out_dir: str | os.PathLike, batch_size: int = 8, device: Any = "auto", *,
@@ -628,10 +414,6 @@ def inpaint_shard(items, method: str, out_dir: str | os.PathLike, batch_size: in
     carries its key is skipped (see the module docstring). ``hook(k, item_id)`` runs after the k-th
     newly written PNG (tests use it to simulate a kill). Returns ``{"items", "written", "skipped",
     "model_calls", "method"}``."""
-    import sys
-
-    from tqdm import tqdm
-
     from ..io import write_parquet
 
     _check_method(method)
@@ -659,12 +441,11 @@ def inpaint_shard(items, method: str, out_dir: str | os.PathLike, batch_size: in
 
     _remove_stale_outputs(out_dir, {row["item_id"] for row in rows})
     window = max(8 * batch_size, 64)  # items read at a time (grouped by size for batched LaMa)
-    manifest, written, skipped, calls = [], 0, 0, 0
-    bar = tqdm(total=len(rows), desc=f"inpaint ({method})", unit="image", disable=not progress,
-               mininterval=1.0 if sys.stderr.isatty() else 10.0)
-    with bar:
+    stage = InpaintStage(method, s, model, batch_size)
+    manifest, stats = [], runner.RunStats()
+    with runner.progress_bar(len(rows), f"inpaint ({method})", "image", progress) as bar:
         for lo in range(0, len(rows), window):
-            todo = []
+            prepared = []
             for row in rows[lo:lo + window]:
                 item_id = row["item_id"]
                 image, data = _read_image(_resolve(row["image_path"], root), source, item_id)
@@ -675,23 +456,11 @@ def inpaint_shard(items, method: str, out_dir: str | os.PathLike, batch_size: in
                 manifest.append({"item_id": item_id, "image_path": str(row["image_path"]),
                                  "output_path": target.name, "method": method, "height": h, "width": w,
                                  "mask_pixels": int(mask.sum()), "mask_fraction": float(mask.mean()), "key": key})
-                if _done(target, key, (w, h)):
-                    skipped += 1
-                    bar.update(1)
-                else:
-                    todo.append((item_id, image, mask, key, target))
-            for part in _plan(todo, batch_size):
-                results = fill_batch([t[1] for t in part], [t[2] for t in part], method, settings=s, model=model,
-                                     batch_size=batch_size)
-                calls += _calls(method, s, part)
-                for (item_id, _, _, key, target), res in zip(part, results):
-                    _write_png(target, res, key)
-                    if hook is not None:
-                        hook(written, item_id)
-                    written += 1
-                    bar.update(1)
-    write_parquet(out_dir / "shard.parquet", _manifest_frame(manifest))
-    return {"items": len(rows), "written": written, "skipped": skipped, "model_calls": calls, "method": method}
+                prepared.append({"item_id": item_id, "image": image, "mask": mask, "key": key, "target": target})
+            runner.run_stage(stage, prepared, hook=hook, bar=bar, stats=stats)
+    write_parquet(out_dir / "shard.parquet", runner.frame(manifest, MANIFEST_SCHEMA))
+    return {"items": len(rows), "written": stats.generated, "skipped": stats.skipped, "model_calls": stage.calls,
+            "method": method}
 
 
 def _remove_stale_outputs(out_dir: Path, ids: set[str]) -> None:
@@ -711,27 +480,19 @@ def _plan(todo: list, batch_size: int) -> list[list]:
     """Chunks of at most ``batch_size`` same-size items (sizes in order of first appearance)."""
     groups: dict[tuple[int, int], list] = {}
     for t in todo:
-        groups.setdefault(t[1].shape[:2], []).append(t)
+        groups.setdefault(t["image"].shape[:2], []).append(t)
     return [g[i:i + batch_size] for g in groups.values() for i in range(0, len(g), batch_size)]
 
 
 def _calls(method: str, s: InpaintSettings, part: list) -> int:
     """Model calls made for one same-size chunk: 1 for batched LaMa, one per masked image for lama-cleaner's
     own calls, none for the paddings."""
-    masked = sum(bool(t[2].any()) for t in part)
+    masked = sum(bool(t["mask"].any()) for t in part)
     if method in ("zero", "mean", "blur") or not masked:
         return 0
     if method == "lama" and s.batched and s.hd_strategy == "Original":
         return 1
     return masked
-
-
-def _manifest_frame(rows: list[dict]):
-    import pandas as pd
-
-    df = pd.DataFrame(rows, columns=list(MANIFEST_SCHEMA))
-    return df.astype(MANIFEST_SCHEMA) if len(df) else pd.DataFrame(
-        {k: pd.Series(dtype=v) for k, v in MANIFEST_SCHEMA.items()})
 
 
 __all__ = [

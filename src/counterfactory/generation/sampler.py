@@ -69,20 +69,22 @@ class GenerationSettings:
 
     @classmethod
     def from_config(cls, images: dict, cfg: dict | None = None) -> "GenerationSettings":
-        """``batch_size: auto`` is resolved on ``cfg``'s device (:func:`counterfactory.device.resolve_batch_size`)."""
+        """Settings from an ``images`` section (a study view's is complete: the schema fills its defaults; a key a
+        partial section lacks keeps the field's default above). ``batch_size: auto`` is resolved on ``cfg``'s
+        device (:func:`counterfactory.device.resolve_batch_size`)."""
         from ..device import resolve_batch_size
 
         return cls(
-            steps=int(images.get("steps", 100)),
-            height=int(images.get("height", 512)),
-            width=int(images.get("width", 512)),
-            scheduler=str(images.get("scheduler", "euler_ancestral")),
-            control=str(images.get("attention_control", "ip2p_self")),
-            p_range=tuple(float(x) for x in images.get("p_range", (0.1, 0.9))),
-            guidance_range=tuple(float(x) for x in images.get("guidance_range", (7.5, 15.0))),
-            hertz_self_fraction=float(images.get("hertz_self_fraction", 0.0)),
-            negative_prompt=str(images.get("negative_prompt", "")),
-            batch_size=resolve_batch_size(images.get("batch_size", 4), cfg, "sd_candidate"),
+            steps=int(images.get("steps", cls.steps)),
+            height=int(images.get("height", cls.height)),
+            width=int(images.get("width", cls.width)),
+            scheduler=str(images.get("scheduler", cls.scheduler)),
+            control=str(images.get("attention_control", cls.control)),
+            p_range=tuple(float(x) for x in images.get("p_range", cls.p_range)),
+            guidance_range=tuple(float(x) for x in images.get("guidance_range", cls.guidance_range)),
+            hertz_self_fraction=float(images.get("hertz_self_fraction", cls.hertz_self_fraction)),
+            negative_prompt=str(images.get("negative_prompt", cls.negative_prompt)),
+            batch_size=resolve_batch_size(images.get("batch_size", cls.batch_size), cfg, "sd_candidate"),
         )
 
 

@@ -27,7 +27,7 @@ a set's images are byte-identical whatever the shard size; across batch sizes th
 parameters are identical and the images agree up to the rounding of batched kernels (see
 ``tests/test_p2p.py::test_batch_size_independence``).
 
-Resume. Like :mod:`.shards`, each finished set is cached in ``OUT/work/<set_id>/`` with an atomic
+Resume (the shared :mod:`.runner`). Each finished set is cached in ``OUT/work/<set_id>/`` with an atomic
 ``done.json`` (written last) holding a fingerprint of the generation settings, the models and the set's
 captions; a rerun after a kill skips cached sets and writes byte-identical outputs.
 
@@ -39,12 +39,10 @@ and ``summary.json`` (counts, UNet evaluations, ``config_digest``, ``sets_digest
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import math
 import os
 import shutil
-import sys
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -54,7 +52,9 @@ import numpy as np
 from ..errors import ConfigError, input_error, missing_input
 from .sampler import GenerationSettings, P2PEngine, build_engine
 from .selection import candidate_batches
-from .shards import _ID_PATTERN, _fingerprint, _png_bytes, _write_bytes
+from . import runner
+from .runner import ID_PATTERN as _ID_PATTERN
+from .runner import fingerprint as _fingerprint
 
 log = logging.getLogger(__name__)
 
@@ -129,10 +129,9 @@ class AdaptiveSettings:
 def adaptive_clip(cfg: dict) -> tuple[str, Any]:
     """``(model role, ClipThresholds)`` of ``filter.clip`` (defaults filled in, checked): what adaptive
     mode scores with. Only ``filter.clip`` is read, so a job config holding just that key suffices."""
-    from ..studies.social_counterfactuals.filtering import settings as filter_settings
+    from ..filters.sets import clip_thresholds
 
-    st = filter_settings({"filter": {"clip": (cfg.get("filter") or {}).get("clip") or {}}})
-    return st.clip_role, st.clip
+    return clip_thresholds((cfg.get("filter") or {}).get("clip"), "filter.clip")
 
 
 def set_batch_size(settings: GenerationSettings, sets: SetGenerationSettings, members: int) -> int:
@@ -319,7 +318,7 @@ def _clip_passed(scorer, text_emb: np.ndarray, images: np.ndarray, thresholds) -
     uint8 (pixel-identical to the PNGs written), ``text_emb`` (members, d) of the set's captions."""
     from PIL import Image
 
-    from ..studies.social_counterfactuals.filtering import clip_stage
+    from ..filters.sets import clip_stage
 
     b, g = images.shape[:2]
     emb = np.asarray(scorer.encode_images([Image.fromarray(im) for im in images.reshape(b * g, *images.shape[2:])]))
@@ -342,15 +341,6 @@ def _image_name(candidate: int, member: int) -> str:
     return f"c{candidate:04d}_m{member:02d}.png"
 
 
-def _cached(done: Path, fp: str) -> bool:
-    if not done.exists():
-        return False
-    try:
-        return json.loads(done.read_text())["fingerprint"] == fp
-    except (ValueError, KeyError, TypeError):
-        return False
-
-
 def _link_or_copy(src: Path, dst: Path) -> None:
     try:
         os.link(src, dst)
@@ -358,8 +348,71 @@ def _link_or_copy(src: Path, dst: Path) -> None:
         shutil.copyfile(src, dst)
 
 
-def shard_bounds(shard: int, size: int) -> tuple[int, int]:
-    return shard * size, (shard + 1) * size
+shard_bounds = runner.shard_bounds
+
+
+class SetStage(runner.ShardStage):
+    """Set generation on the shard runner: one caption set per batch (generated in batches of candidate sets,
+    its images written to ``work/<set_id>/`` as they come), ``candidates.parquet`` and ``done.json`` last."""
+
+    def __init__(self, ctx: SetContext, cache: runner.WorkCache, groups: dict, engine: P2PEngine | None, scorer):
+        self.ctx, self.cache, self.groups, self.engine, self.scorer = ctx, cache, groups, engine, scorer
+
+    def item_id(self, sid):
+        return sid
+
+    def _batch(self, sid) -> int:
+        return set_batch_size(self.ctx.settings, self.ctx.sets, len(self.groups[sid]))
+
+    def key(self, sid):
+        return _set_fingerprint(self.ctx, sid, list(self.groups[sid]["caption"]), self._batch(sid))
+
+    def is_done(self, sid, key):
+        return self.cache.is_done(sid, key)
+
+    def clear(self, sid):
+        self.cache.clear(sid)
+
+    def generate(self, batch):
+        ctx = self.ctx
+        for sid in batch:
+            captions = list(self.groups[sid]["caption"])
+            if self.engine is None:
+                self.engine = build_engine(ctx.cfg)
+            text_emb = None
+            if ctx.adaptive.enabled:
+                if self.scorer is None:
+                    self.scorer = _clip_scorer(ctx.cfg, ctx.clip_role)
+                text_emb = np.asarray(self.scorer.encode_texts(captions))
+            evals0 = self.engine.unet_evals
+            rows = []
+            n_passed, stopped = 0, False
+            n = ctx.sets.candidates_per_set
+            for cands in candidate_batches(ctx.global_seed, sid, n, ctx.settings, batch_size=self._batch(sid)):
+                res = self.engine.generate(captions, cands)
+                for j, c in enumerate(cands):
+                    for m in range(len(captions)):
+                        self.cache.write(sid, _image_name(c.index, m), runner.png_bytes(res.images[j, m]))
+                    rows.append({"candidate_index": c.index, "seed": np.uint64(c.seed), "p": c.p,
+                                 "guidance": c.guidance})
+                if ctx.adaptive.enabled:
+                    n_passed += int(_clip_passed(self.scorer, text_emb, res.images, ctx.clip).sum())
+                    if n_passed >= ctx.adaptive.target and len(rows) < n:
+                        stopped = True
+                        break
+            if stopped:
+                log.info("set %s: %d of the first %d of %d candidate sets passed the CLIP stage; stopped (adaptive)",
+                         sid, n_passed, len(rows), n)
+            yield sid, {"rows": rows, "members": len(captions), "unet_evals": self.engine.unet_evals - evals0,
+                        "stopped_early": stopped, "clip_passed": n_passed if ctx.adaptive.enabled else None}
+
+    def store(self, sid, key, result):
+        import pandas as pd
+
+        rows = result.pop("rows")
+        self.cache.write_table(sid, "candidates.parquet",
+                               pd.DataFrame(rows, columns=list(_CACHE_SCHEMA)).astype(_CACHE_SCHEMA))
+        self.cache.mark_done(sid, key, {"candidates": len(rows), "batch_size": self._batch(sid), **result})
 
 
 def run_set_shard(cfg: dict, sets_path: str | os.PathLike, shard: int | str, out_dir: str | os.PathLike, *,
@@ -370,18 +423,13 @@ def run_set_shard(cfg: dict, sets_path: str | os.PathLike, shard: int | str, out
     The shard holds the sets ranked ``shard*S .. (shard+1)*S - 1`` in ``sorted(set_id)`` order
     (``S = images.set_shard_size``). Each set is generated in batches of candidate sets (one UNet call
     per batch, all members of a candidate together; §3.3) and cached in ``out_dir/work/<set_id>/``
-    (``done.json`` last). ``hook(k, set_id)`` runs after the k-th set of the shard is cached (tests use it
-    to simulate a kill). ``engine``: a ready :class:`P2PEngine` whose settings match the config's (its
+    (``done.json`` last). ``hook(k, set_id)`` runs after the k-th set generated this run is cached (tests
+    use it to simulate a kill). ``engine``: a ready :class:`P2PEngine` whose settings match the config's (its
     ``batch_size`` is ignored: the config's decides). Adaptive mode (``images.adaptive.enabled``) stops a
     set once ``images.adaptive.target`` candidate sets passed the CLIP stage; ``scorer``: the dual encoder
     it scores with (default: the ``filter.clip.role`` model, loaded when first needed). Returns the shard
     summary (also ``summary.json``).
     """
-    import pandas as pd
-    from tqdm import tqdm
-
-    from ..io import write_json, write_parquet
-
     ctx = _context(cfg)
     if engine is not None and replace(engine.settings, batch_size=ctx.settings.batch_size) != ctx.settings:
         raise ConfigError(f"the engine's settings {engine.settings} differ from the config's {ctx.settings}")
@@ -393,80 +441,32 @@ def run_set_shard(cfg: dict, sets_path: str | os.PathLike, shard: int | str, out
     mine = set_ids[lo:hi]
     groups = {sid: g for sid, g in df[df["set_id"].isin(mine)].groupby("set_id", sort=True)}
     out_dir = Path(out_dir)
-    work = out_dir / "work"
-    work.mkdir(parents=True, exist_ok=True)
-    n = ctx.sets.candidates_per_set
+    cache = runner.WorkCache(out_dir / "work")
     log.info("set shard %05d: sets [%d, %d) of %d in set_id order: %d sets, %d captions", shard_idx, lo, hi,
              len(set_ids), len(mine), sum(len(g) for g in groups.values()))
-
-    bar = tqdm(mine, desc=f"social sets shard {shard_idx:05d}", unit="set", disable=not progress,
-               mininterval=1.0 if sys.stderr.isatty() else 10.0)
-    for k, sid in enumerate(bar):
-        captions = list(groups[sid]["caption"])
-        batch = set_batch_size(ctx.settings, ctx.sets, len(captions))
-        fp = _set_fingerprint(ctx, sid, captions, batch)
-        sdir = work / sid
-        done = sdir / "done.json"
-        if _cached(done, fp):
-            log.info("set %s: cached, skipped", sid)
-            continue
-        if sdir.exists():
-            log.info("set %s: partial or stale cache, regenerating", sid)
-            shutil.rmtree(sdir)
-        if engine is None:
-            engine = build_engine(cfg)
-        text_emb = None
-        if ctx.adaptive.enabled:
-            if scorer is None:
-                scorer = _clip_scorer(cfg, ctx.clip_role)
-            text_emb = np.asarray(scorer.encode_texts(captions))
-        evals0 = engine.unet_evals
-        rows = []
-        n_passed, stopped = 0, False
-        for cands in candidate_batches(ctx.global_seed, sid, n, ctx.settings, batch_size=batch):
-            res = engine.generate(captions, cands)
-            for j, c in enumerate(cands):
-                for m in range(len(captions)):
-                    _write_bytes(sdir / _image_name(c.index, m), _png_bytes(res.images[j, m]))
-                rows.append({"candidate_index": c.index, "seed": np.uint64(c.seed), "p": c.p, "guidance": c.guidance})
-            if ctx.adaptive.enabled:
-                n_passed += int(_clip_passed(scorer, text_emb, res.images, ctx.clip).sum())
-                if n_passed >= ctx.adaptive.target and len(rows) < n:
-                    stopped = True
-                    break
-        cache = pd.DataFrame(rows, columns=list(_CACHE_SCHEMA)).astype(_CACHE_SCHEMA)
-        write_parquet(sdir / "candidates.parquet", cache)
-        write_json(done, {"fingerprint": fp, "candidates": len(rows), "members": len(captions),
-                          "batch_size": batch, "unet_evals": engine.unet_evals - evals0,
-                          "stopped_early": stopped, "clip_passed": n_passed if ctx.adaptive.enabled else None})
-        if stopped:
-            log.info("set %s: %d of the first %d of %d candidate sets passed the CLIP stage; stopped (adaptive)",
-                     sid, n_passed, len(rows), n)
-        if hook is not None:
-            hook(k, sid)
-
-    return _assemble(ctx, shard_idx, (lo, hi), len(set_ids), sets_digest(df), groups, work, out_dir)
+    with runner.progress_bar(len(mine), f"social sets shard {shard_idx:05d}", "set", progress) as bar:
+        runner.run_stage(SetStage(ctx, cache, groups, engine, scorer), mine, hook=hook, bar=bar)
+    return _assemble(ctx, shard_idx, (lo, hi), len(set_ids), sets_digest(df), groups, cache, out_dir)
 
 
 def _assemble(ctx: SetContext, shard_idx: int, bounds: tuple[int, int], total_sets: int, table_digest: str,
-              groups: dict, work: Path, out_dir: Path) -> dict:
+              groups: dict, cache: runner.WorkCache, out_dir: Path) -> dict:
     """The shard's images, ``candidates.parquet`` and ``summary.json`` from the cache, in set_id order."""
     import pandas as pd
 
-    from ..io import atomic_dir, write_json, write_parquet
-
-    rows = []
     totals = {"candidates_generated": 0, "images": 0, "unet_evals": 0, "sets_stopped_early": 0}
-    per_set: dict[str, dict] = {}
-    by_segment: dict[str, int] = {}
-    with atomic_dir(out_dir / "images") as tmp_images:
+
+    def build(tmp_images: Path):
+        rows = []
+        per_set: dict[str, dict] = {}
+        by_segment: dict[str, int] = {}
         for sid, g in groups.items():
-            sdir = work / sid
-            meta = json.loads((sdir / "done.json").read_text())
-            cache = pd.read_parquet(sdir / "candidates.parquet")
+            sdir = cache.dir(sid)
+            meta = cache.meta(sid)
+            cands = pd.read_parquet(sdir / "candidates.parquet")
             (tmp_images / sid).mkdir()
             members = g.to_dict("records")
-            for c in cache.itertuples(index=False):
+            for c in cands.itertuples(index=False):
                 for mem in members:
                     name = _image_name(int(c.candidate_index), int(mem["member_index"]))
                     _link_or_copy(sdir / name, tmp_images / sid / name)
@@ -485,24 +485,23 @@ def _assemble(ctx: SetContext, shard_idx: int, bounds: tuple[int, int], total_se
                             "stopped_early": stopped, "clip_passed": meta.get("clip_passed")}
             seg = str(_clean(members[0]["segment"]))
             by_segment[seg] = by_segment.get(seg, 0) + 1
-    table = pd.DataFrame(rows, columns=list(CANDIDATE_SCHEMA)).astype(CANDIDATE_SCHEMA)
-    write_parquet(out_dir / "candidates.parquet", table)
-    summary = {
-        "shard": shard_idx, "set_range": list(bounds), "set_shard_size": ctx.sets.set_shard_size,
-        "sets_total": total_sets, "sets": len(groups), "sets_by_segment": dict(sorted(by_segment.items())),
-        "captions": int(sum(len(g) for g in groups.values())), **totals,
-        "candidates_per_set": ctx.sets.candidates_per_set,
-        "unet_evals_per_image": totals["unet_evals"] / totals["images"] if totals["images"] else None,
-        "attention_control": ctx.settings.control, "steps": ctx.settings.steps,
-        # off: target and CLIP settings play no part, so they are not reported
-        "adaptive": ({**asdict(ctx.adaptive), "clip_role": ctx.clip_role, **asdict(ctx.clip)} if ctx.adaptive.enabled
-                     else {"enabled": False}),
-        "per_set": per_set,
-        "config_digest": set_config_digest(ctx.cfg), "sets_digest": table_digest,
-    }
-    write_json(out_dir / "summary.json", summary)
-    if not bool((ctx.cfg.get("images") or {}).get("keep_work", False)):
-        shutil.rmtree(work, ignore_errors=True)
+        table = pd.DataFrame(rows, columns=list(CANDIDATE_SCHEMA)).astype(CANDIDATE_SCHEMA)
+        summary = {
+            "shard": shard_idx, "set_range": list(bounds), "set_shard_size": ctx.sets.set_shard_size,
+            "sets_total": total_sets, "sets": len(groups), "sets_by_segment": dict(sorted(by_segment.items())),
+            "captions": int(sum(len(g) for g in groups.values())), **totals,
+            "candidates_per_set": ctx.sets.candidates_per_set,
+            "unet_evals_per_image": totals["unet_evals"] / totals["images"] if totals["images"] else None,
+            "attention_control": ctx.settings.control, "steps": ctx.settings.steps,
+            # off: target and CLIP settings play no part, so they are not reported
+            "adaptive": ({**asdict(ctx.adaptive), "clip_role": ctx.clip_role, **asdict(ctx.clip)}
+                         if ctx.adaptive.enabled else {"enabled": False}),
+            "per_set": per_set,
+            "config_digest": set_config_digest(ctx.cfg), "sets_digest": table_digest,
+        }
+        return {"candidates.parquet": table}, summary
+
+    summary = runner.assemble(out_dir, cache, build, keep_work=bool((ctx.cfg.get("images") or {}).get("keep_work", False)))
     log.info("set shard %05d: %d sets, %d candidate sets, %d images (%d UNet evaluations)", shard_idx,
              len(groups), totals["candidates_generated"], totals["images"], totals["unet_evals"])
     return summary
@@ -519,20 +518,18 @@ def merge_set_shards(shard_dirs: Sequence[str | os.PathLike], out_dir: str | os.
     folders); True: images are hard-linked (else copied) to ``out_dir/images/<set_id>/``."""
     import pandas as pd
 
-    from ..io import atomic_dir, check_digests, write_json, write_parquet
+    from ..io import atomic_dir, write_json, write_parquet
 
     out_dir = Path(out_dir)
     dirs = [Path(d) for d in shard_dirs]
-    for d in dirs:
-        for name in ("candidates.parquet", "summary.json"):
-            if not (d / name).exists():
-                raise input_error(d / name, None, "set shard output missing", f"rerun that shard's {_RERUN} job")
+    runner.require_shard_files(dirs, ("candidates.parquet", "summary.json"), "set shard output missing",
+                               f"rerun that shard's {_RERUN} job")
     resolved = [d.resolve() for d in dirs]
     for i, d in enumerate(resolved):
         if d in resolved[:i]:
             raise input_error(dirs[i], None, "shard folder listed twice", "list each shard folder once")
-    summaries = {str(d / "summary.json"): json.loads((d / "summary.json").read_text()) for d in dirs}
-    digest = check_digests(summaries, "set shard", _RERUN)
+    summaries, digest = runner.load_shard_summaries(dirs, ("candidates.parquet",), "set shard", _RERUN,
+                                                    missing="set shard output missing")
     by_table: dict[Any, list[str]] = {}
     for label, s in summaries.items():
         by_table.setdefault(s.get("sets_digest"), []).append(label)
@@ -564,8 +561,7 @@ def merge_set_shards(shard_dirs: Sequence[str | os.PathLike], out_dir: str | os.
                     target.parent.mkdir(parents=True, exist_ok=True)
                     _link_or_copy(d / p, target)
             else:
-                rel = os.path.relpath(d, out_dir).replace(os.sep, "/")
-                t["image_path"] = [f"{rel}/{p}" for p in t["image_path"]]
+                t["image_path"] = runner.relative_paths(t["image_path"], d, out_dir)
             frames.append(t)
         table = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
             {k: pd.Series(dtype=v) for k, v in CANDIDATE_SCHEMA.items()})

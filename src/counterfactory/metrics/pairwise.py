@@ -16,6 +16,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from ..data.sugarcrepe import CATEGORIES
 from ._validation import as_array, as_float_array, check_same_length, unique_in_order
 
 __all__ = [
@@ -30,10 +31,8 @@ __all__ = [
     "countercurate_counting_accuracy",
 ]
 
-SUGARCREPE_CATEGORIES: tuple[str, ...] = (
-    "add_att", "add_obj", "replace_att", "replace_obj", "replace_rel", "swap_att", "swap_obj",
-)
-"""The seven SugarCrepe categories (file stems of ``RAIVNLab/sugar-crepe`` ``data/*.json``)."""
+SUGARCREPE_CATEGORIES: tuple[str, ...] = CATEGORIES
+"""The seven SugarCrepe categories (the reader's :data:`counterfactory.data.sugarcrepe.CATEGORIES`)."""
 
 SUGARCREPE_AVERAGES: dict[str, tuple[str, ...]] = {
     "avg_add": ("add_att", "add_obj"),

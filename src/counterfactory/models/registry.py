@@ -157,7 +157,7 @@ def load(cfg: dict, role: str, **kwargs) -> Any:
     if spec.is_local and not spec.local_path.exists():
         raise ModelLoadError(
             f"role '{role}': local model folder {spec.local_path} does not exist. Fix: for the offline demo "
-            f"build the tiny models (`snakemake --configfile config/demo.yaml tiny_models` or "
+            f"build the tiny models (`snakemake --configfile config/demo.yaml models_build_tiny` or "
             f"`counterfactory models build-tiny --config config/demo.yaml`); otherwise point "
             f"models.{role}.source at a downloaded model folder or a hub id"
         )
@@ -707,24 +707,10 @@ def _load_t2i(spec: ModelSpec, kw: dict):
     return AutoPipelineForText2Image.from_pretrained(_src(spec), **extra, **_hf_kwargs(spec))
 
 
-@register_loader("inpaint:lama_cleaner")
-def _load_inpaint_lama(spec: ModelSpec, kw: dict):
-    """lama-cleaner's ``LaMa`` on the big-lama TorchScript file: ``source`` is a local folder holding
-    ``big-lama.pt`` (the tiny stand-in's layout) or the ``.pt`` file itself (spurious-correlation study
-    §3.1, object removal). See :func:`counterfactory.generation.inpaint.load_lama`."""
-    from ..generation.inpaint import load_lama
-
-    if not spec.is_local:
-        raise ModelLoadError(
-            f"role '{spec.role}' (lama_cleaner): source {spec.source!r} is not a local path. Fix: download "
-            f"big-lama.pt (https://github.com/Sanster/models/releases/download/add_big_lama/big-lama.pt) and set "
-            f"models.{spec.role}.source to the file or its folder, so the model is identified by content")
-    return load_lama(spec.local_path, device=kw.get("device", "auto"))
-
-
 # loaders of the evaluation roles (ITM families, open_clip) register themselves on import
 from . import loaders_eval  # noqa: E402,F401
 from . import loaders_nsfw  # noqa: E402,F401  (the nsfw role: SocialCounterfactuals §3.4)
 from . import loaders_vlm  # noqa: E402,F401  (the vlm role: CounterCurate §3.5, LLaVA-1.5)
 from . import loaders_llm  # noqa: E402,F401  (the llm role: CounterCurate §3.4 / app. A-B, GPT-4(V) stand-in)
 from . import loaders_editing  # noqa: E402,F401  (CVLD: editor = InstructPix2Pix, image_encoder = Swin)
+from . import loaders_inpaint  # noqa: E402,F401  (inpaint = LaMa through lama-cleaner, object removal)

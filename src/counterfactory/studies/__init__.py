@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib
 
-#: each study's title and paper, as the report and the dataset cards name them (papers in ../shared/papers/)
+#: each study's title and paper, as the report and the dataset cards name them (full references: CITATION.cff)
 STUDIES = {
     "coco_counterfactuals": ("COCO-Counterfactuals",
                              "COCO-Counterfactuals: Automatically Constructed Counterfactual Examples for Image-Text "

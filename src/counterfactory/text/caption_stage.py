@@ -27,6 +27,7 @@ import pandas as pd
 
 from .. import provenance
 from ..device import from_config as device_from_config
+from ..data.layouts import ACCEPTED_COLUMNS
 from ..errors import input_error, missing_input
 from ..io import check_digests, config_digest, write_json, write_parquet, write_text
 from ..models import registry
@@ -34,8 +35,6 @@ from . import captions as cap
 
 log = logging.getLogger(__name__)
 
-ACCEPTED_COLUMNS = ["caption_id", "source_index", "image_id", "original", "counterfactual", "original_word",
-                    "new_word", "position", "similarity", "perplexity"]
 REJECTED_COLUMNS = ["caption_id", "original", "candidate", "original_word", "new_word", "position", "mlm_rank",
                     "reason", "similarity", "perplexity"]
 RELEASE_KEYS = ("coco-counterfactual-index", "original_caption", "counterfactual_caption")
@@ -56,7 +55,7 @@ def read_shard(path: str | Path, shard: int, shard_size: int) -> pd.DataFrame:
     """Rows ``[shard*size, (shard+1)*size)`` of the caption table, with their ``source_index``."""
     path = Path(path)
     if not path.exists():
-        raise missing_input(path, "caption table", "run `counterfactory data captions` (rule `caption_table`) first")
+        raise missing_input(path, "caption table", "run `counterfactory data captions` (rule `data_captions`) first")
     table = pd.read_parquet(path)
     for col in ("caption_id", "image_id", "caption"):
         if col not in table.columns:
@@ -99,7 +98,7 @@ def run_shard(cfg: dict, table: str | Path, shard: int, out_accepted: str | Path
     settings = cap.EditSettings.from_config(section)
     part = read_shard(table, shard, section["shard_size"])
     if tagger is None:
-        from .nltk_data import ensure_nltk_data, nltk_source
+        from ..data.nltk_data import ensure_nltk_data, nltk_source
 
         # the paper config refuses the home-built tagger (it would change which nouns are masked)
         ensure_nltk_data(cfg["nltk"]["data_dir"], source=nltk_source(cfg))

@@ -13,7 +13,7 @@ Two ways are offered here:
   girl" becomes "a girl and a boy" -- the "a boy and a boy" failure §3.2 names for naive rules cannot happen.
   Capitalisation, punctuation and spacing are kept exactly. "her" becomes "his" as a possessive determiner
   (PRP$) and "him" as an object pronoun (PRP), told apart by ``nltk.pos_tag`` (NLTK data must be in place,
-  see :mod:`counterfactory.text.nltk_data`; the tagger is only called for captions holding such a word).
+  see :mod:`counterfactory.data.nltk_data`; the tagger is only called for captions holding such a word).
 * **The ``llm`` role** (:func:`llm_requests`, :func:`parse_llm_answers`, :func:`run_llm`): the two tasks
   ``cvld_intervene`` and ``cvld_edit_prompt`` with app. B's instructions in our words
   (``resources/prompts/cvld_*.txt``), answered by :func:`counterfactory.text.llm.run_requests`. App. B's

@@ -55,8 +55,6 @@ from ..errors import ConfigError, InputError, ModelLoadError, input_error
 
 log = logging.getLogger(__name__)
 
-#: defaults of the ``llm:`` config section
-DEFAULTS = {"batch_size": 8, "max_new_tokens": 512, "cache": None, "image_max_side": 768}
 #: columns of :func:`run_requests`' result
 RESULT_COLUMNS = ["item_id", "task", "prompt_sha256", "schema_sha256", "answer", "valid", "error", "cached",
                   "model"]
@@ -279,13 +277,11 @@ def check_answer(text: str | None, schema: dict) -> tuple[Any, str | None]:
 
 
 def settings_of(section: dict) -> dict:
-    """The ``llm:`` section with defaults filled; bad values are a :class:`ConfigError`."""
-    out = {**DEFAULTS, **{k: v for k, v in (section or {}).items() if v is not None or k == "cache"}}
-    for key in ("batch_size", "max_new_tokens", "image_max_side"):
-        if not isinstance(out[key], int) or isinstance(out[key], bool) or out[key] < 1:
-            raise ConfigError(f"llm.{key} must be a positive integer, got {out[key]!r}. Fix: set llm.{key}: "
-                              f"{DEFAULTS[key]}")
-    return out
+    """The ``llm:`` section with the schema's defaults filled (``definitions.llm_decoding`` in config/schema.yaml,
+    shared by every study's ``llm`` section); bad values are a :class:`ConfigError` naming the key."""
+    from ..config import fill_definition
+
+    return fill_definition("llm_decoding", section or {}, where="llm")
 
 
 def decoding_sha256(settings: dict) -> str:

@@ -24,7 +24,7 @@ Chunk grammar
 -------------
 Captions are tokenised and POS-tagged by a *tagger* (default: NLTK ``word_tokenize`` + ``pos_tag``, the same
 callable the caption stage uses, :func:`counterfactory.text.captions.nltk_tagger`; the project never downloads NLTK
-data at run time, see :mod:`counterfactory.text.nltk_data`) and chunked by ``nltk.RegexpParser`` with
+data at run time, see :mod:`counterfactory.data.nltk_data`) and chunked by ``nltk.RegexpParser`` with
 :data:`CHUNK_GRAMMAR`, two rules applied in order (the second only to tokens the first left unchunked)::
 
     NP: {<PDT>?<DT|PRP\\$|WP\\$|POS|CD>+<RB.*|JJ.*|VBN|VBG|CD>*<NN.*>+}

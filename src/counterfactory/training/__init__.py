@@ -21,8 +21,9 @@ import importlib
 #: public name -> submodule; imported on first use, so light modules of this package (``mixtures``, the
 #: ``seed_pairs`` helper in ``runs``) load without torch and transformers (the Snakefile imports them at parse)
 _EXPORTS = {
-    "cvld": ("CVLDSettings", "CELEBA_PROMPTS", "VARIANTS", "balanced_subset", "cvld_itc_loss", "cvld_itm_loss",
-             "sample_episode", "train_captioning", "train_classification", "train_retrieval"),
+    "cvld": ("CVLDSettings", "balanced_subset", "sample_episode", "train_captioning", "train_classification",
+             "train_retrieval"),
+    "cvld_losses": ("CELEBA_PROMPTS", "VARIANTS", "cvld_itc_loss", "cvld_itm_loss"),
     "prompt_tuning": ("add_prompts", "load_prompts", "prompt_parameters", "remove_prompts", "save_prompts"),
     "data": ("MANIFEST_COLUMNS", "anchors_and_partners", "counterfactual_partners", "eval_batches", "make_batches",
              "read_manifest", "step_plan"),

@@ -31,6 +31,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ..data.splits import exact as _exact
+from ..data.splits import round_half_up
 from ..errors import input_error
 
 log = logging.getLogger(__name__)
@@ -55,15 +57,6 @@ class MixtureSpec:
 def mixture_specs(section: dict) -> list[MixtureSpec]:
     return [MixtureSpec(name, float(v["real_fraction"]), float(v["cf_fraction"]), str(v.get("cf_unit", "pair")))
             for name, v in section["mixtures"].items()]
-
-
-def _exact(x: float) -> float:
-    """``fraction * n`` without float noise (0.2 * 17410 = 3482.0000000000005)."""
-    return round(x, 9)
-
-
-def round_half_up(x: float) -> int:
-    return int(math.floor(_exact(x) + 0.5))
 
 
 def n_validation(n: int, val_fraction: float) -> int:

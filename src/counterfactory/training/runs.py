@@ -2,26 +2,23 @@
 
 * :func:`write_mixtures`: one manifest per mixture (``training/mixtures/<name>.parquet``) plus a summary
   with |D_train|, |D_train^CF| and % CFs;
-* :func:`run_one`: train a model role (``clip_train``; A.1 also BridgeTower and FLAVA) on one mixture
-  with one (seed, data_seed) on ``transformers.Trainer``
-  (:mod:`counterfactory.training`), keep the best checkpoint, evaluate Flickr30k-1K-style retrieval and
-  zero-shot classification, write tidy rows
-  ``experiment, mixture, seed, data_seed, metric, value`` and the training curve;
+* :func:`train_one`: train a model role (``clip_train``; A.1 also BridgeTower and FLAVA) on one mixture
+  with one (seed, data_seed) on ``transformers.Trainer`` (:mod:`counterfactory.training`) and keep the best
+  checkpoint; :func:`counterfactory.evaluation.runs.run_one` trains through it, evaluates and writes the
+  run's tidy rows ``experiment, mixture, seed, data_seed, metric, value`` and its training curve;
 * :func:`collect`: concatenate the per-run rows into the runs table the statistics read.
 """
 
 from __future__ import annotations
 
-import copy
 import logging
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from . import mixtures as mx
 from ..errors import ConfigError, input_error
-from ..io import write_csv, write_json, write_parquet
+from ..io import write_csv, write_parquet
 
 log = logging.getLogger(__name__)
 
@@ -91,96 +88,26 @@ def retrieval_specs(ev: dict) -> list[dict]:
     return specs
 
 
-def _recall_metrics(name: str, sim: np.ndarray, text_image: np.ndarray, ks) -> dict[str, float]:
-    from ..metrics import recall_at_k
-
-    recall = recall_at_k(sim, text_image, ks=tuple(ks))
-    out = {f"{name}/{k}": v for k, v in recall.items()}
-    out[f"{name}/mean"] = float(np.mean(list(recall.values())))
-    return out
-
-
-def evaluate_retrieval(cfg: dict, role: str, spec: dict, progress: bool = False) -> dict[str, float]:
-    """Image-text retrieval Recall@K on a Karpathy-format split (Flickr30k 1K test in Table 3, the MS-COCO
-    test set in Table 12)."""
-    from ..data.karpathy import load_karpathy
-    from ..scorers import scorer_from_config
-
-    table = load_karpathy(spec["karpathy_json"], split=spec["split"])
-    images = list(dict.fromkeys(table["filename"]))
-    index = {name: i for i, name in enumerate(images)}
-    scorer = scorer_from_config(cfg, role, head="itc", progress=progress)
-    root = Path(spec["image_root"])
-    img = scorer.encode_images([str(root / name) for name in images])
-    txt = scorer.encode_texts(table["caption"].tolist())
-    return _recall_metrics(spec["name"], img @ txt.T, np.array([index[f] for f in table["filename"]]), spec["ks"])
-
-
-def evaluate_pairs(cfg: dict, role: str, pairs_path: str | Path, name: str, ks=(1, 5, 10),
-                   progress: bool = False) -> dict[str, float]:
-    """Recall@K on counterfactual pairs (appendix A.1, the withheld COCO-CFs test set): the retrieval space is
-    both images and both captions of every pair; caption_i describes image_i."""
-    from ..evaluation import read_pairs
-    from ..scorers import scorer_from_config
-
-    pairs = read_pairs(pairs_path)
-    images = [*pairs["image_0"], *pairs["image_1"]]
-    texts = [*pairs["caption_0"], *pairs["caption_1"]]
-    scorer = scorer_from_config(cfg, role, head="itc", progress=progress)
-    img, txt = scorer.encode_images([str(p) for p in images]), scorer.encode_texts(texts)
-    return _recall_metrics(name, img @ txt.T, np.arange(len(texts)), ks)
-
-
-def run_one(cfg: dict, manifest: str | Path, mixture: str, seed: int, data_seed: int, out_dir: str | Path,
-            progress: bool = True, eval_pairs: str | Path | None = None, eval_pairs_name: str = "coco_cfs_test",
-            default_eval: bool = True, role: str = "clip_train", experiment: str | None = None,
-            train: bool = True) -> pd.DataFrame:
-    """Train one (mixture, seed) run of the model of ``role``, keep the best checkpoint and evaluate it: the
-    evaluations of ``training.eval`` (unless ``default_eval`` is false) and, with ``eval_pairs``, retrieval on
-    those counterfactual pairs (the in-domain test set of appendix A.1). ``experiment`` names the runs'
-    experiment (default ``training.experiment``; the A.1 runs use the model role, one experiment per model).
-    ``train=False`` evaluates the model as loaded (the pre-trained row of Table 5); the manifest is not read."""
-    from ..evaluation import run_classification
-    from . import read_manifest, settings_dict
+def train_one(cfg: dict, manifest: str | Path, seed: int, data_seed: int, out_dir: str | Path,
+              progress: bool = True, role: str = "clip_train"):
+    """Train the model of ``role`` on one manifest with one (seed, data_seed) and keep the best checkpoint in
+    ``out_dir/checkpoint``. Returns ``(settings, history, best_step, best_val_loss)``; evaluating the run is
+    :func:`counterfactory.evaluation.runs.run_one`'s part."""
+    from . import read_manifest
     from . import train as train_model
 
-    section = cfg["training"]
     out_dir = Path(out_dir)
     settings = _settings(cfg, seed, data_seed)
-    if train:
-        frame = read_manifest(manifest)
-        train_frame = frame[frame["split"] == "train"]
-        val_frame = frame[frame["split"] == "val"]
-        if len(val_frame) < 2:
-            val_frame = train_frame  # tiny demo mixtures: validate on the training split (logged)
-            log.warning("%s: fewer than 2 validation rows; validating on the training split", manifest)
-        adapter = _adapter(cfg, role)
-        result = train_model(adapter, train_frame, val_frame, settings, image_root=".",
-                             out_dir=out_dir / "checkpoint", progress=progress)
-        history, best_step, best_val = result.history, result.best_step, result.best_val_loss
-        # evaluate the best checkpoint through the ordinary loaders (the role -> the checkpoint)
-        eval_cfg = copy.deepcopy(cfg)
-        eval_cfg["models"][role] = {**eval_cfg["models"][role], "source": str(out_dir / "checkpoint")}
-    else:  # the pre-trained row of a table: the same evaluations of the untouched model
-        history, best_step, best_val, eval_cfg = [], 0, float("nan"), cfg
-    write_csv(out_dir / "history.csv", pd.DataFrame(history, columns=HISTORY_COLUMNS))
-    metrics = {"val_loss": best_val} if train else {}
-    ev = section["eval"] if default_eval else {}
-    for spec in retrieval_specs(ev):
-        metrics.update(evaluate_retrieval(eval_cfg, role, spec, progress))
-    for dataset in ev.get("classification") or []:
-        res = run_classification(eval_cfg, role, dataset, progress=progress)
-        metrics[f"{dataset}/top1"] = res["top1"]
-    if eval_pairs:
-        metrics.update(evaluate_pairs(eval_cfg, role, eval_pairs, eval_pairs_name, progress=progress))
-    rows = pd.DataFrame([{"experiment": experiment or section["experiment"], "mixture": mixture, "seed": seed,
-                          "data_seed": data_seed, "metric": k, "value": float(v)} for k, v in metrics.items()],
-                        columns=RUN_COLUMNS)
-    write_json(out_dir / "run.json", {"trained": train, "role": role, "best_step": best_step,
-                                       "best_val_loss": best_val, "steps": len(history),
-                                       "settings": settings_dict(settings)})
-    write_csv(out_dir / "metrics.csv", rows)
-    return rows
+    frame = read_manifest(manifest)
+    train_frame = frame[frame["split"] == "train"]
+    val_frame = frame[frame["split"] == "val"]
+    if len(val_frame) < 2:
+        val_frame = train_frame  # tiny demo mixtures: validate on the training split (logged)
+        log.warning("%s: fewer than 2 validation rows; validating on the training split", manifest)
+    adapter = _adapter(cfg, role)
+    result = train_model(adapter, train_frame, val_frame, settings, image_root=".",
+                         out_dir=out_dir / "checkpoint", progress=progress)
+    return settings, result.history, result.best_step, result.best_val_loss
 
 
 def collect(paths: list[str | Path], out: str | Path) -> pd.DataFrame:

@@ -1,12 +1,15 @@
 """CounterCurate (Zhang et al., 2024): what only this paper needs.
 
-Modules (each adds its own ``counterfactory countercurate <step>`` subcommands through ``add_cli``):
+Modules (library code only; the ``counterfactory countercurate <step>`` subcommands that call them live in
+:mod:`counterfactory.commands.countercurate`):
 
 * :mod:`.positions` — Flickr30k-Positions: object pairs, the left/right/above/below rule, flipped and
   centre-swapped negatives, the 4:1 split and the LR / AB subsets (§3.2, appendices B, D);
 * :mod:`.counting` — Flickr30k-Counting: count changes by grounded inpainting, count captions (§3.3, app. C);
 * :mod:`.attributes` — Flickr30k-Attributes: noun / adjective / swap negatives from the ``llm`` role (§3.4, app. A);
-* :mod:`.generate` — grounded generation and inpainting jobs (GLIGEN through diffusers) and the ``t2i`` role;
+* :mod:`.assemble` — one grounded-generation requests table for the three datasets, and the finished datasets
+  with their negative images (the jobs themselves: :mod:`counterfactory.generation.grounded`);
+* :mod:`.training` — CLIP fine-tuning manifests and runs per dataset and variant, the VLM runs (§3.5, §4.1);
 * :mod:`.benchmarks` — Flickr30k-Positions test score, PointQA-LookTwice counting, SugarCrepe, Winoground;
 * :mod:`.vlm` — the generative VLM (LLaVA class): choosing between two captions, conversation fine-tuning.
 """
@@ -14,5 +17,3 @@ Modules (each adds its own ``counterfactory countercurate <step>`` subcommands t
 from __future__ import annotations
 
 STUDY = "countercurate"
-#: the study's modules that contribute ``counterfactory countercurate`` subcommands, in help order
-CLI_MODULES = ("positions", "counting", "attributes", "generate", "assemble", "training", "benchmarks", "vlm")

@@ -95,36 +95,3 @@ def write_datasets(positions_table, counting_table, attributes_table, generated_
     summary = summary[["dataset", *[c for c in ("subset", "split") if c in summary.columns], "items", "dropped"]]
     write_csv(out_dir / "summary.csv", summary)
     return summary
-
-
-def add_cli(subparsers) -> None:
-    r = subparsers.add_parser("requests", help="one grounded-generation requests table for positions (rewritten), "
-                              "counting and attributes")
-    r.add_argument("--positions", required=True, metavar="FILE.parquet", help="positions generation requests")
-    r.add_argument("--rewrites", required=True, metavar="FILE.parquet", help="llm answers of the positions rewrite")
-    r.add_argument("--counting", required=True, metavar="FILE.parquet", help="counting inpainting requests")
-    r.add_argument("--attributes", required=True, metavar="FILE.parquet", help="attributes t2i requests")
-    r.add_argument("--out", required=True, metavar="FILE.parquet")
-    r.set_defaults(func=_requests_cli)
-    d = subparsers.add_parser("datasets", help="Flickr30k-Positions / -Counting / -Attributes with negative images")
-    d.add_argument("--positions", required=True, metavar="FILE.parquet")
-    d.add_argument("--counting", required=True, metavar="FILE.parquet")
-    d.add_argument("--attributes", required=True, metavar="FILE.parquet")
-    d.add_argument("--generated", required=True, metavar="FILE.parquet", help="merged generation output")
-    d.add_argument("--out-dir", required=True, metavar="DIR")
-    d.set_defaults(func=_datasets_cli)
-
-
-def _requests_cli(args) -> int:
-    from ...io import write_parquet
-
-    frame = collect_requests(args.positions, args.rewrites, args.counting, args.attributes)
-    write_parquet(args.out, frame)
-    print(frame.groupby(["dataset", "kind"]).size().to_string())
-    return 0
-
-
-def _datasets_cli(args) -> int:
-    summary = write_datasets(args.positions, args.counting, args.attributes, args.generated, args.out_dir)
-    print(summary.to_string(index=False))
-    return 0

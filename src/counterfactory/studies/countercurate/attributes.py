@@ -54,7 +54,8 @@ from typing import Iterable
 
 import pandas as pd
 
-from ...errors import ConfigError, input_error, missing_input
+from ...config import fill_section
+from ...errors import ConfigError, input_error
 from ...text import llm
 from . import STUDY
 
@@ -64,16 +65,8 @@ KINDS = ("noun", "adjective", "swap")
 TASK_OF_KIND = {"noun": "attributes_noun", "adjective": "attributes_adjective", "swap": "attributes_swap"}
 KIND_OF_TASK = {v: k for k, v in TASK_OF_KIND.items()}
 REWRITE_TASK = "positions_rewrite"
-#: defaults of the ``attributes:`` config section
-DEFAULTS = {
-    "caption": "first",          # §3.4: the first caption of each image ("first" | "longest" | "all")
-    "kinds": list(KINDS),        # app. A (i)-(iii)
-    "max_phrase_chars": 80,      # maxLength of changed_from / changed_to
-    "extra_negative_chars": 60,  # maxLength of a negative = len(caption) + this
-    "limit_images": None,        # keep only the first N images (sorted ids); null = all
-}
-#: defaults of the ``positions_rewrite:`` config section (app. B)
-REWRITE_DEFAULTS = {"max_chars": 200, "require_relation_word": True}
+#: the ``attributes:`` (§3.4, app. A) and ``positions_rewrite:`` (app. B) config sections have their defaults, with
+#: their paper sections, in the schema (config/schema.yaml; docs/config-reference.md)
 NEGATIVE_COLUMNS = ["item_id", "image_id", "image_path", "sentence_index", "kind", "caption", "markup", "negative",
                     "entity_ids", "changed_from", "changed_to", "status", "reason", "prompt_sha256", "answer"]
 T2I_COLUMNS = ["item_id", "kind", "prompt", "image_id", "source_kind", "caption"]
@@ -561,8 +554,9 @@ def t2i_requests(negatives: pd.DataFrame) -> pd.DataFrame:
 
 def rewrite_requests(pairs: pd.DataFrame, section: dict | None = None) -> pd.DataFrame:
     """``positions_rewrite`` llm requests from ``item_id, subject, relation (above|below), object[, statement]``
-    (the vanilla negative "A is above B" of §3.2; the rewrite guides GLIGEN, app. B)."""
-    section = {**REWRITE_DEFAULTS, **(section or {})}
+    (the vanilla negative "A is above B" of §3.2; the rewrite guides GLIGEN, app. B). ``section``: the
+    ``positions_rewrite`` section (schema defaults filled for the keys it lacks)."""
+    section = fill_section("countercurate.positions_rewrite", section)
     rows = []
     for i, r in enumerate(pairs.to_dict("records")):
         rel = str(r["relation"])
@@ -579,7 +573,7 @@ def rewrite_requests(pairs: pd.DataFrame, section: dict | None = None) -> pd.Dat
 def check_rewrite(fields: dict, answer: dict, section: dict | None = None) -> tuple[str, str | None]:
     """``(status, reason)`` of a rewrite: one sentence, naming both objects (their head words), differing from
     the statement and -- with ``require_relation_word`` -- using a word of the asked vertical relation."""
-    section = {**REWRITE_DEFAULTS, **(section or {})}
+    section = fill_section("countercurate.positions_rewrite", section)
     text = str(answer.get("rewrite") or "").strip()
     toks = words(text)
     if not toks:
@@ -603,16 +597,8 @@ def check_rewrite(fields: dict, answer: dict, section: dict | None = None) -> tu
 
 
 def section_of(cfg: dict) -> dict:
-    """The ``attributes:`` section with defaults; bad values are a :class:`ConfigError`."""
-    section = {**DEFAULTS, **{k: v for k, v in (cfg.get("attributes") or {}).items()}}
-    bad = [k for k in section["kinds"] if k not in KINDS]
-    if bad or not section["kinds"]:
-        raise ConfigError(f"attributes.kinds: unknown kind(s) {bad or '(none given)'}. Fix: use some of "
-                          f"{', '.join(KINDS)} (app. A)")
-    for key in ("max_phrase_chars", "extra_negative_chars"):
-        if not isinstance(section[key], int) or section[key] < 1:
-            raise ConfigError(f"attributes.{key} must be a positive integer, got {section[key]!r}")
-    return section
+    """The ``attributes:`` section with the schema's defaults; bad values are a :class:`ConfigError` naming the key."""
+    return fill_section("countercurate.attributes", cfg.get("attributes"))
 
 
 def run(cfg: dict, captions: pd.DataFrame, out: str | Path | None = None, requests_out: str | Path | None = None,
@@ -647,55 +633,3 @@ def load_cfg(paths: Iterable[str]) -> dict:
     except KeyError as exc:
         raise ConfigError(f"{', '.join(map(str, paths))}: the configuration schema has no '{STUDY}' section yet "
                           f"({exc}). Fix: use a version of counterfactory whose schema knows the study") from exc
-
-
-def _read_table(path: str) -> pd.DataFrame:
-    p = Path(path)
-    if not p.exists():
-        raise missing_input(p, "table", "check the path (and that the step producing it has run)")
-    return pd.read_json(p, lines=True, dtype=False) if p.suffix == ".jsonl" else pd.read_parquet(p)
-
-
-def _cli_attributes(args) -> int:
-    cfg = load_cfg(args.config)
-    negatives = run(cfg, _read_table(args.captions), args.out, args.requests_out, args.llm_requests_out,
-                    args.answers_out, args.cache, source=args.captions)
-    counts = negatives.groupby(["kind", "status"]).size()
-    for (kind, status), n in counts.items():
-        print(f"{kind}: {n} {status}")
-    print(f"-> {args.out}" + (f"; t2i requests -> {args.requests_out}" if args.requests_out else ""))
-    return 0
-
-
-def _cli_llm(args) -> int:
-    cfg = load_cfg(args.config)
-    answers = llm.run_requests(cfg, llm.read_requests(args.requests), args.out, cache_path=args.cache)
-    print(f"{int(answers['valid'].sum())}/{len(answers)} valid answers ({int(answers['cached'].sum())} from the "
-          f"cache) -> {args.out}")
-    return 0
-
-
-def add_cli(subparsers) -> None:
-    """Register ``counterfactory countercurate attributes`` and ``counterfactory countercurate llm``."""
-    p = subparsers.add_parser("attributes", help="Flickr30k-Attributes negatives from the llm role (§3.4, app. A)",
-                              description=__doc__.split("\n\n")[0])
-    p.add_argument("--config", action="append", required=True, metavar="FILE",
-                   help="config file(s) with models.llm and the countercurate section (repeat to merge)")
-    p.add_argument("--captions", required=True, metavar="FILE.parquet",
-                   help="captions with entity markup (image_id, sentence_index, markup | caption + phrases)")
-    p.add_argument("--out", required=True, metavar="FILE.parquet", help="negatives, accepted and rejected")
-    p.add_argument("--requests-out", metavar="FILE.parquet", help="t2i requests for the accepted negatives")
-    p.add_argument("--llm-requests-out", metavar="FILE.parquet", help="also write the llm requests")
-    p.add_argument("--answers-out", metavar="FILE.parquet", help="also write the raw llm answers")
-    p.add_argument("--cache", metavar="FILE.jsonl", help="llm answer cache (default: llm.cache)")
-    p.set_defaults(func=_cli_attributes)
-
-    q = subparsers.add_parser("llm", help="answer llm requests of any task with JSON-schema constrained decoding",
-                              description=llm.__doc__.split("\n\n")[0])
-    q.add_argument("--config", action="append", required=True, metavar="FILE",
-                   help="config file(s) with models.llm (repeat to merge)")
-    q.add_argument("--requests", required=True, metavar="FILE.parquet",
-                   help="item_id, task, fields (JSON) [, prompt, schema, image_path, boxes]")
-    q.add_argument("--out", required=True, metavar="FILE.parquet", help="answers with validity and errors")
-    q.add_argument("--cache", metavar="FILE.jsonl", help="llm answer cache (default: llm.cache)")
-    q.set_defaults(func=_cli_llm)

@@ -51,7 +51,6 @@ Configuration (study section ``countercurate``, key ``benchmarks``; CLI options 
 
 from __future__ import annotations
 
-import copy
 import logging
 import math
 from dataclasses import dataclass, field
@@ -61,11 +60,13 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from ... import render
+from ...config import fill_section
 from ...errors import ConfigError, InputError, input_error
 from ...metrics.pairwise import (SUGARCREPE_AVERAGES, SUGARCREPE_CATEGORIES, countercurate_counting_accuracy,
                                  countercurate_position_accuracy, pairwise_accuracy, stack_pair_scores,
                                  sugarcrepe_scores, winoground_item_scores, winoground_scores)
-from ...tables import escape_tex, markdown_table
+from ...render import Cell, Column
 
 log = logging.getLogger(__name__)
 
@@ -78,14 +79,7 @@ OFFICIAL_POSITION_COLUMNS = {"captions": "caption", "images": "image_path", "neg
                              "neg_images": "negative_image_path"}
 POSITION_SUBSETS = ("LR", "AB")
 
-#: defaults of ``benchmarks.<name>`` (see the module docstring)
-DEFAULTS: dict[str, dict[str, Any]] = {
-    "positions": {"table": None, "images_root": None, "split": "test", "subset": None},
-    "looktwice": {"dataset": None, "images": None, "imgs_list": None, "image_name": "{id}.jpg",
-                  "template": "there are {n} {name} in the image."},
-    "sugarcrepe": {"root": None, "images": None, "categories": None},
-    "winoground": {"examples": None, "images": None, "ext": ".png"},
-}
+#: ``benchmarks.<name>`` has its keys and defaults in the schema (config/schema.yaml; docs/config-reference.md)
 #: the key of each benchmark that ``--data`` sets, and the key that ``--images`` sets
 DATA_KEY = {"positions": "table", "looktwice": "dataset", "sugarcrepe": "root", "winoground": "examples"}
 IMAGES_KEY = {"positions": "images_root", "looktwice": "images", "sugarcrepe": "images", "winoground": "images"}
@@ -105,23 +99,11 @@ SUGARCREPE_GROUP_LABELS = {"add": "Add", "replace": "Replace", "swap": "Swap", "
 # settings
 # ----------------------------------------------------------------------------------------------------------------
 def benchmark_settings(cfg: Mapping | None, benchmark: str, **overrides) -> dict:
-    """``benchmarks.<benchmark>`` of the study view over :data:`DEFAULTS`, then the non-None ``overrides``."""
-    if benchmark not in DEFAULTS:
+    """``benchmarks.<benchmark>`` of the study view (validated, the schema's defaults filled), then the non-None
+    ``overrides`` (command-line options)."""
+    if benchmark not in BENCHMARKS:
         raise ConfigError(f"unknown benchmark {benchmark!r}. Fix: use one of {', '.join(BENCHMARKS)}")
-    section = ((cfg or {}).get("benchmarks") or {})
-    if not isinstance(section, Mapping):
-        raise ConfigError(f"benchmarks: expected a mapping, got {type(section).__name__}")
-    unknown_top = sorted(set(section) - set(DEFAULTS) - {"head"})
-    if unknown_top:
-        raise ConfigError(f"benchmarks: unknown key(s) {', '.join(unknown_top)}. "
-                          f"Fix: use head, {', '.join(BENCHMARKS)}")
-    own = section.get(benchmark) or {}
-    out = copy.deepcopy(DEFAULTS[benchmark])
-    unknown = sorted(set(own) - set(out))
-    if unknown:
-        raise ConfigError(f"benchmarks.{benchmark}: unknown key(s) {', '.join(unknown)}. "
-                          f"Fix: use {', '.join(sorted(out))}")
-    out.update({k: v for k, v in own.items() if v is not None})
+    out = fill_section("countercurate.benchmarks", (cfg or {}).get("benchmarks"))[benchmark]
     out.update({k: v for k, v in overrides.items() if v is not None})
     return out
 
@@ -376,7 +358,7 @@ def evaluate(cfg: Mapping | None, role: str, benchmark: str, *, data: str | Path
         raise ConfigError(f"unknown benchmark {benchmark!r}. Fix: use one of {', '.join(BENCHMARKS)}")
     items = load_benchmark(cfg, benchmark, data=data, images=images)
     if scorer is None:
-        head = head or ((cfg or {}).get("benchmarks") or {}).get("head") or "itm"
+        head = head or fill_section("countercurate.benchmarks", (cfg or {}).get("benchmarks"))["head"]
         scorer = (scorer_factory or _default_scorer_factory)(cfg, role, head=head, progress=progress)
     log.info("%s: scoring %d %s items", role, len(items), benchmark)
     scored = score_items(benchmark, items, scorer)
@@ -514,43 +496,31 @@ def build_table(results: pd.DataFrame, benchmark: str, *, models: Sequence[str] 
     return table
 
 
-def _cell_text(table: BenchmarkTable, r: int, c: int, missing: str) -> str:
-    v = table.values.iat[r, c]
-    if not math.isfinite(v):
-        return missing
-    text = f"{v:.{table.decimals}f}"
-    if table.deltas is not None and math.isfinite(table.deltas.iat[r, c]):
-        text += f" ({table.deltas.iat[r, c]:+.{table.decimals}f})"
-    return text
-
-
-def _display(table: BenchmarkTable, missing: str, esc: Callable[[str], str]) -> pd.DataFrame:
-    rows = [[esc(str(idx))] + [_cell_text(table, r, c, missing) for c in range(table.values.shape[1])]
-            for r, idx in enumerate(table.values.index)]
-    frame = pd.DataFrame(rows, columns=range(table.values.shape[1] + 1), dtype=object)
-    frame.columns = [esc(table.row_header)] + [esc(str(c)) for c in table.values.columns]
-    return frame
+def describe(table: BenchmarkTable, title: bool = True, label: str | None = None) -> render.Table:
+    """``table`` as the shared table description (:class:`counterfactory.render.Table`): cells ``value`` or
+    ``value (+delta)``, not in LaTeX math mode."""
+    columns = [Column(table.row_header, "left")] + [Column(str(c), "right") for c in table.values.columns]
+    rows = []
+    for r, idx in enumerate(table.values.index):
+        row: list[render.Value] = [str(idx)]
+        for c in range(table.values.shape[1]):
+            v = table.values.iat[r, c]
+            d = table.deltas.iat[r, c] if table.deltas is not None else math.nan
+            row.append(Cell(v, delta=d) if math.isfinite(v) else None)
+        rows.append(row)
+    return render.Table(columns, rows, title=table.title if title else None,
+                        label=label or f"tab:countercurate-{table.name}",
+                        note=" ".join(table.notes) if table.notes else None, decimals=table.decimals, tex_math=False)
 
 
 def render_markdown(table: BenchmarkTable, title: bool = True) -> str:
-    """A pipe table (``counterfactory.tables.markdown_table``) with the title in bold and the notes below."""
-    def esc(text: str) -> str:
-        return text.replace("|", "\\|")
-
-    frame = _display(table, "–", esc)
-    lines = [f"**{table.title}**", ""] if title else []
-    lines += [markdown_table(frame, ["left"] + ["right"] * (frame.shape[1] - 1)), ""]
-    lines += [" ".join(table.notes)] if table.notes else []
-    return "\n".join(lines) + "\n"
+    """A pipe table with the title in bold and the notes below."""
+    return render.render_markdown(describe(table, title))
 
 
 def render_latex(table: BenchmarkTable, label: str | None = None) -> str:
-    """A booktabs table (``Styler.to_latex``); text is escaped with ``counterfactory.tables.escape_tex``."""
-    frame = _display(table, "--", escape_tex)
-    latex = frame.style.hide(axis="index").to_latex(
-        column_format="l" + "r" * (frame.shape[1] - 1), position="t", position_float="centering", hrules=True,
-        caption=escape_tex(table.title), label=label or f"tab:countercurate-{table.name}")
-    return "% requires \\usepackage{booktabs}\n" + latex
+    """A booktabs table (``Styler.to_latex``); text is escaped."""
+    return render.render_latex(describe(table, label=label))
 
 
 def table_frame(table: BenchmarkTable) -> pd.DataFrame:
@@ -577,76 +547,3 @@ def build_tables(results: pd.DataFrame, benchmarks: Sequence[str] | None = None,
         else:
             tables.append(build_table(results, b, **kw))
     return tables
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# CLI
-# ----------------------------------------------------------------------------------------------------------------
-def _pairs(items: Sequence[str], option: str) -> dict[str, str]:
-    from ...commands import key_values
-
-    return dict(key_values(items, option, "NAME=VALUE (e.g. clip_cc=+ CounterCurate)"))
-
-
-def add_cli(sub) -> None:
-    """``counterfactory countercurate evaluate | tables``."""
-    p = sub.add_parser("evaluate", help="score one model role on a benchmark (Flickr30k-Positions, PointQA-"
-                       "LookTwice, SugarCrepe, Winoground; §4.2-4.4, app. E)", description=__doc__.split("\n\n")[0])
-    p.add_argument("--config", action="append", required=True, metavar="FILE", help="config file (repeatable)")
-    p.add_argument("--role", required=True, metavar="ROLE", help="model role to evaluate")
-    p.add_argument("--benchmark", required=True, choices=BENCHMARKS)
-    p.add_argument("--data", metavar="PATH", help="positions table / looktwiceqa_dataset.json / SugarCrepe data "
-                   "folder / Winoground examples.jsonl (default: benchmarks.<benchmark> in the config)")
-    p.add_argument("--images", metavar="DIR", help="images root (default: from the config)")
-    p.add_argument("--model", metavar="NAME", help="name of the model in the results (default: the role)")
-    p.add_argument("--head", choices=("itm", "itc"), help="cross-encoder head (default benchmarks.head or itm)")
-    p.add_argument("--out", required=True, metavar="FILE.csv", help="long results: " + ", ".join(RESULT_COLUMNS))
-    p.add_argument("--out-items", metavar="FILE.parquet", help="per-item scores (.parquet or .csv)")
-    p.add_argument("--no-progress", action="store_true")
-    p.set_defaults(func=_cmd_evaluate)
-
-    t = sub.add_parser("tables", help="Tables 1-4, 6, 7, 8 of CounterCurate from evaluate results")
-    t.add_argument("--results", nargs="+", action="extend", required=True, metavar="CSV")
-    t.add_argument("--benchmark", action="append", choices=BENCHMARKS, help="only these (default: all present)")
-    t.add_argument("--model", action="append", metavar="NAME", help="models in this order (default: as found)")
-    t.add_argument("--label", action="append", default=[], metavar="NAME=LABEL", help="display name of a model")
-    t.add_argument("--delta", action="append", default=[], metavar="NAME=BASELINE",
-                   help="show NAME's difference to BASELINE in parentheses (Table 3)")
-    t.add_argument("--decimals", type=int, default=2)
-    t.add_argument("--out-md", metavar="FILE.md")
-    t.add_argument("--out-tex", metavar="FILE.tex")
-    t.add_argument("--out-csv", metavar="FILE.csv")
-    t.set_defaults(func=_cmd_tables)
-
-
-def _cmd_evaluate(args) -> int:
-    from ...config import load_config
-    from ...io import write_csv, write_parquet
-
-    cfg = load_config(args.config, study="countercurate")
-    results, scored = evaluate(cfg, args.role, args.benchmark, data=args.data, images=args.images, model=args.model,
-                               head=args.head, progress=not args.no_progress)
-    write_csv(args.out, results)
-    if args.out_items:
-        (write_parquet if str(args.out_items).endswith(".parquet") else write_csv)(args.out_items, scored)
-    for r in results.itertuples():
-        log.info("%s %s %s %s = %.4f (n=%d)", r.model, r.benchmark, r.subset, r.metric, r.value, r.n)
-    return 0
-
-
-def _cmd_tables(args) -> int:
-    from ...io import write_csv, write_text
-
-    results = read_results(args.results)
-    tables = build_tables(results, args.benchmark, models=args.model, labels=_pairs(args.label, "--label"),
-                          deltas=_pairs(args.delta, "--delta"), decimals=args.decimals)
-    md = "\n".join(render_markdown(t) for t in tables)
-    if args.out_md:
-        write_text(args.out_md, md)
-    if args.out_tex:
-        write_text(args.out_tex, "\n".join(render_latex(t) for t in tables))
-    if args.out_csv:
-        write_csv(args.out_csv, pd.concat([table_frame(t) for t in tables], ignore_index=True))
-    if not (args.out_md or args.out_tex or args.out_csv):
-        print(md)
-    return 0

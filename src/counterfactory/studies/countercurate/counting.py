@@ -41,21 +41,15 @@ from typing import Iterable, Mapping
 
 import pandas as pd
 
+from ...config import fill_section
 from ...data import flickr30k_entities as f30k
 from ...errors import ConfigError
-from .positions import default_images_dir, load_cfg, normalise_box
+from .positions import normalise_box
 
 log = logging.getLogger(__name__)
 
-#: defaults of the ``counting`` section of the ``countercurate`` config (paper section in the comment)
-DEFAULTS = {
-    "min_boxes": 2,            # released generate_counting.py: categories with 2..8 boxes (§3.3 counts boxes)
-    "max_boxes": 8,
-    "generic_category": "plant",  # §3.3 / appendix C: overlapping objects are covered by inpainting a plant
-    "exclude_types": ["bodyparts", "scene"],  # released code; bodyparts always overlap their person
-    "require_same_sentence": False,  # §3.3 pairs any two categories of the image; the released code needs a sentence
-    "random_state": 0,         # our choice: which box of Q receives the new P (§3.3 "one of the objects")
-}
+#: the ``counting`` section of the ``countercurate`` config (2..8 boxes, a plant covers overlaps, §3.3, ...) has its
+#: defaults, with their paper sections, in the schema (config/schema.yaml; docs/config-reference.md)
 NUMBER_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")
 #: request kind of :mod:`counterfactory.generation.grounded` (GLIGEN inpainting) and the purpose of each edit
 KIND = "inpaint"
@@ -284,9 +278,9 @@ def counting_items(image: f30k.ImageEntities, cfg: Mapping | None = None) -> lis
 
 
 def settings(cfg: Mapping | None = None) -> dict:
-    """:data:`DEFAULTS` overridden by the ``counting`` section of a ``countercurate`` config view."""
-    out = dict(DEFAULTS)
-    out.update(dict((cfg or {}).get("counting") or {}))
+    """The ``counting`` section of a ``countercurate`` config view, validated with the schema's defaults filled;
+    ``min_boxes <= max_boxes`` (a cross-key rule) is checked here."""
+    out = fill_section("countercurate.counting", (cfg or {}).get("counting"))
     if not 1 <= int(out["min_boxes"]) <= int(out["max_boxes"]):
         raise ConfigError(f"countercurate.counting: min_boxes {out['min_boxes']} / max_boxes {out['max_boxes']} "
                           "must satisfy 1 <= min_boxes <= max_boxes. Fix: use 2 and 8 as the released code (§3.3)")
@@ -324,35 +318,3 @@ def inpaint_requests(frame: pd.DataFrame) -> pd.DataFrame:
                      "boxes": [normalise_box(b, r.width, r.height) for b in r.mask_boxes],
                      "mask_boxes": [list(b) for b in r.mask_boxes], "width": r.width, "height": r.height})
     return pd.DataFrame(rows, columns=REQUEST_COLUMNS)
-
-
-def _cmd_counting(args) -> int:
-    from ...io import write_parquet
-
-    cfg = load_cfg(args.config)
-    images_dir = default_images_dir(args.entities_root, args.images)
-    frame = build_counting(f30k.iter_images(args.entities_root, strict=not args.lenient), cfg, images_dir)
-    write_parquet(args.out, frame)
-    if args.requests_out:
-        write_parquet(Path(args.requests_out) / REQUESTS_FILE, inpaint_requests(frame))
-    n_overlap = int(frame["overlap"].sum()) if len(frame) else 0
-    print(f"Flickr30k-Counting: {len(frame)} items from {frame['image_id'].nunique()} images ({n_overlap} with "
-          f"overlap -> remove, {len(frame) - n_overlap} without -> add) -> {args.out}")
-    return 0
-
-
-def add_cli(subparsers) -> None:
-    """Register ``counterfactory countercurate counting``."""
-    p = subparsers.add_parser("counting", help="Flickr30k-Counting: category pairs, count captions and inpainting "
-                              "requests (§3.3)", description=__doc__.split("\n\n")[0])
-    p.add_argument("--entities-root", required=True, metavar="DIR",
-                   help="Flickr30k Entities folder holding Sentences/ and Annotations/")
-    p.add_argument("--images", metavar="DIR", help="Flickr30k images (<id>.jpg); default <entities-root>/"
-                   "flickr30k-images when it exists")
-    p.add_argument("--config", action="append", metavar="YAML",
-                   help="configuration file (repeatable; section countercurate.counting; default: module defaults)")
-    p.add_argument("--out", required=True, metavar="FILE.parquet", help="one row per category pair")
-    p.add_argument("--requests-out", metavar="DIR", help=f"write {REQUESTS_FILE} (grounded inpainting, §3.3) here")
-    p.add_argument("--lenient", action="store_true",
-                   help="clip boxes outside the image and ignore unknown chain ids (logged) instead of failing")
-    p.set_defaults(func=_cmd_counting)

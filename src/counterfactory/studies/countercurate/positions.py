@@ -46,18 +46,14 @@ from typing import Iterable, Mapping
 import numpy as np
 import pandas as pd
 
+from ...config import fill_section
 from ...data import flickr30k_entities as f30k
 from ...errors import ConfigError, input_error
 
 log = logging.getLogger(__name__)
 
-#: defaults of the ``positions`` section of the ``countercurate`` config (paper section in the comment)
-DEFAULTS = {
-    "split": 0.8,          # §4.2: "a 4:1 train-test split on Flickr30k-Positions" (fraction of images in train)
-    "random_state": 0,     # our choice: seed of the image-level split
-    "touching": True,      # §3.2: the rule's comparisons are non-strict (x_a2 <= x_b1), so touching boxes count
-    "skip_same_name": True,  # our choice (as the released filter): "a man is to the left of the man" is ambiguous
-}
+#: the ``positions`` section of the ``countercurate`` config (split 0.8 of §4.2, touching boxes count, §3.2, ...) has
+#: its defaults, with their paper sections, in the schema (config/schema.yaml; docs/config-reference.md)
 RELATIONS = ("left", "right", "above", "below")
 OPPOSITE = {"left": "right", "right": "left", "above": "below", "below": "above"}
 #: the relation words of the caption template (§3.2)
@@ -81,13 +77,9 @@ GENERATION_COLUMNS = ["item_id", "image_id", "kind", "purpose", "prompt", "promp
 
 
 def settings(cfg: Mapping | None = None) -> dict:
-    """:data:`DEFAULTS` overridden by the ``positions`` section of a ``countercurate`` config view."""
-    out = dict(DEFAULTS)
-    out.update(dict((cfg or {}).get("positions") or {}))
-    if not 0.0 < float(out["split"]) < 1.0:
-        raise ConfigError(f"countercurate.positions.split is {out['split']}, not in (0, 1). Fix: give the train "
-                          "fraction, 0.8 for the paper's 4:1 split (§4.2)")
-    return out
+    """The ``positions`` section of a ``countercurate`` config view, validated with the schema's defaults filled
+    (a split outside (0, 1) or an unknown key is a :class:`ConfigError` naming it)."""
+    return fill_section("countercurate.positions", (cfg or {}).get("positions"))
 
 
 # --- the rule -------------------------------------------------------------------------------------------------------
@@ -341,7 +333,7 @@ def attach_negative_images(frame: pd.DataFrame, generated: pd.DataFrame) -> pd.D
     return out
 
 
-# --- CLI ------------------------------------------------------------------------------------------------------------
+# --- configuration and inputs of the positions / counting commands --------------------------------------------------
 
 def load_cfg(paths) -> Mapping | None:
     """The ``countercurate`` view of ``--config`` files, or None when none is given (module defaults)."""
@@ -357,49 +349,3 @@ def default_images_dir(entities_root, images) -> Path | None:
         return Path(images)
     guess = Path(entities_root) / f30k.IMAGES
     return guess if guess.is_dir() else None
-
-
-def _cmd_positions(args) -> int:
-    from ...io import write_parquet
-
-    cfg = load_cfg(args.config)
-    images_dir = default_images_dir(args.entities_root, args.images)
-    data = f30k.iter_images(args.entities_root, strict=not args.lenient)
-    frame = build_positions(data, cfg, images_dir)
-    if args.flipped_dir:
-        if images_dir is None:
-            raise input_error(args.entities_root, None, "--flipped-dir needs the images",
-                              "pass --images DIR (the flickr30k-images folder)")
-        lr = frame[frame["subset"] == "LR"]
-        paths = write_flipped_images(lr["image_id"], images_dir, args.flipped_dir)
-        frame["negative_image"] = [paths.get(i) if s == "LR" else None
-                                   for i, s in zip(frame["image_id"], frame["subset"])]
-    write_parquet(args.out, frame)
-    if args.requests_out:
-        out = Path(args.requests_out)
-        write_parquet(out / LLM_FILE, llm_requests(frame, (cfg or {}).get("positions_rewrite")))
-        write_parquet(out / GENERATION_FILE, generation_requests(frame))
-    counts = frame.groupby(["subset", "split"]).size().to_dict()
-    print(f"Flickr30k-Positions: {len(frame)} items from {frame['image_id'].nunique()} images "
-          f"({', '.join(f'{k[0]}/{k[1]}: {v}' for k, v in sorted(counts.items()))}) -> {args.out}")
-    return 0
-
-
-def add_cli(subparsers) -> None:
-    """Register ``counterfactory countercurate positions``."""
-    p = subparsers.add_parser("positions", help="Flickr30k-Positions: object pairs, left/right/above/below captions, "
-                              "flipped negatives and generation requests (§3.2)",
-                              description=__doc__.split("\n\n")[0])
-    p.add_argument("--entities-root", required=True, metavar="DIR",
-                   help="Flickr30k Entities folder holding Sentences/ and Annotations/")
-    p.add_argument("--images", metavar="DIR", help="Flickr30k images (<id>.jpg); default <entities-root>/"
-                   "flickr30k-images when it exists")
-    p.add_argument("--config", action="append", metavar="YAML",
-                   help="configuration file (repeatable; section countercurate.positions; default: module defaults)")
-    p.add_argument("--out", required=True, metavar="FILE.parquet", help="one row per item (pair, axis)")
-    p.add_argument("--requests-out", metavar="DIR", help=f"write {LLM_FILE} (llm role, appendix B) and "
-                   f"{GENERATION_FILE} (grounded generation, §3.2) here")
-    p.add_argument("--flipped-dir", metavar="DIR", help="write the mirrored images of the left/right items here")
-    p.add_argument("--lenient", action="store_true",
-                   help="clip boxes outside the image and ignore unknown chain ids (logged) instead of failing")
-    p.set_defaults(func=_cmd_positions)

@@ -21,7 +21,7 @@ own match (:func:`counterfactory.training.model.clip_loss` with ``n_pairs``). Th
   on a dataset's train pairs as conversations with next-token loss (:func:`.vlm.finetune`; lr per dataset from
   §4.1: Positions / Counting 2.56e-5, Attributes 2e-6; batch 16, 1 epoch from the ``vlm`` section), then scored
   on the same benchmarks by choosing between the two captions; mixture ``conversation`` (or ``pretrained``);
-* :func:`train_run`: one fine-tuning run on :func:`counterfactory.training.runs.run_one`, then the dataset's
+* :func:`train_run`: one fine-tuning run on :func:`counterfactory.evaluation.runs.run_one`, then the dataset's
   benchmark(s) of :mod:`.benchmarks` on the kept checkpoint (or on the pre-trained model, ``train=False``), as rows of
   the runs table (``experiment`` = dataset, ``mixture`` = variant or ``pretrained``) that
   :func:`counterfactory.stats.summarize` reads.
@@ -31,7 +31,8 @@ Batch size. The paper's batch size counts positive samples: the authors' OpenCLI
 (reference code ``train/grouping``). The trainer's ``batch_size`` counts rows, so Grouping gets
 ``2 * batch_size`` rows and the plain variants ``batch_size`` rows.
 
-Configuration (study section ``countercurate``, key ``training``; every key has the default below)::
+Configuration (study section ``countercurate``, key ``training``; every key has the default below, written in the
+schema, config/schema.yaml, and listed in docs/config-reference.md)::
 
     training:
       role: clip_open_clip          # §4: OpenCLIP ViT-B/32 pre-trained on LAION-2B
@@ -86,6 +87,7 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
+from ...config import fill_section
 from ...errors import ConfigError, input_error
 
 log = logging.getLogger(__name__)
@@ -111,14 +113,6 @@ VARIANT_INFO = {
 #: what each variant needs of a pair: (negative image, negative caption)
 NEEDS = {"grouping": (True, True), "no_grouping": (True, True), "no_negative_captions": (True, False),
          "no_negative_images": (False, True), "no_negatives": (False, False)}
-#: paper variants per dataset: Table 4 (positions), Table 8 (counting); Attributes is fine-tuned with grouping
-#: (Table 3), no grouping is ours (the comparator of the t-tests)
-DEFAULT_VARIANTS = {"positions": ["grouping", "no_grouping", "no_negative_captions", "no_negative_images",
-                                  "no_negatives"],
-                    "counting": ["grouping", "no_grouping", "no_negatives"],
-                    "attributes": ["grouping", "no_grouping"]}
-#: benchmark each dataset is evaluated on (§4.2 Flickr30k-Positions test, §4.3 PointQA-LookTwice, §4.4 SugarCrepe)
-DEFAULT_BENCHMARKS = {"positions": ["positions"], "counting": ["looktwice"], "attributes": ["sugarcrepe"]}
 #: per-dataset keys (§4.1; Counting's batch size and epochs are ours)
 DATASET_KEYS = ("lr", "batch_size", "epochs_grouping", "epochs_plain")
 MANIFEST_COLUMNS = ["image_path", "caption", "is_counterfactual", "pair_id", "split", "item_id", "image_id",
@@ -126,94 +120,17 @@ MANIFEST_COLUMNS = ["image_path", "caption", "is_counterfactual", "pair_id", "sp
 SUMMARY_COLUMNS = ["dataset", "variant", "split", "rows", "pairs", "images"]
 RUN_COLUMNS = ["experiment", "mixture", "seed", "data_seed", "metric", "value"]
 
-DEFAULTS: dict[str, Any] = {
-    "role": "clip_open_clip",
-    "datasets": list(DATASETS),
-    "variants": copy.deepcopy(DEFAULT_VARIANTS),
-    "seeds": {"first": 0, "count": 3, "data_seed_offset": 1},
-    "val_fraction": 0.1,
-    "train_fraction": 0.8,
-    "random_state": 0,
-    "precision": None,
-    "vlm": {"role": "vlm", "datasets": None,
-            "lr": {"positions": 2.56e-5, "counting": 2.56e-5, "attributes": 2e-6}},
-    "benchmarks": copy.deepcopy(DEFAULT_BENCHMARKS),
-    "common": {
-        "optimizer": "adamw_torch", "adam_beta1": 0.9, "adam_beta2": 0.98, "adam_epsilon": 1e-6,
-        "weight_decay": 0.2, "no_decay": ["bias", "LayerNorm", "logit_scale", "class_embedding"],
-        "lr_scheduler": "cosine", "warmup_steps": 0, "max_grad_norm": 0.0, "eval_every": "epoch",
-        "eval_batch_size": None, "max_steps": None, "max_length": 77, "dataloader_workers": 4,
-        "deterministic": True, "cpu_threads": 1,
-    },
-    "positions": {"lr": 2.56e-5, "batch_size": 1024, "epochs_grouping": 15, "epochs_plain": 50},
-    "counting": {"lr": 5e-5, "batch_size": 1024, "epochs_grouping": 15, "epochs_plain": 50},
-    "attributes": {"lr": 1e-5, "batch_size": 256, "epochs_grouping": 5, "epochs_plain": 5},
-}
-
-
 # ----------------------------------------------------------------------------------------------------------------
 # settings
 # ----------------------------------------------------------------------------------------------------------------
 def settings(cfg: Mapping | None) -> dict:
-    """``training`` of the study view over :data:`DEFAULTS` (mappings merged one level deep); unknown keys fail."""
-    own = dict((cfg or {}).get("training") or {})
-    unknown = sorted(set(own) - set(DEFAULTS))
-    if unknown:
-        raise ConfigError(f"countercurate.training: unknown key(s) {', '.join(unknown)}. "
-                          f"Fix: use {', '.join(DEFAULTS)}")
-    out = copy.deepcopy(DEFAULTS)
-    for key, value in own.items():
-        if key == "variants":
-            out[key] = _variants(value)
-        elif isinstance(out[key], dict) and key != "benchmarks":
-            if not isinstance(value, Mapping):
-                raise ConfigError(f"countercurate.training.{key}: expected a mapping, got {type(value).__name__}")
-            allowed = set(out[key]) | (set(out["common"]) if key in DATASETS else set())
-            if key == "vlm" and isinstance(value.get("lr"), Mapping):
-                value = {**value, "lr": {**out["vlm"]["lr"], **value["lr"]}}
-            bad = sorted(set(value) - allowed)
-            if bad:
-                raise ConfigError(f"countercurate.training.{key}: unknown key(s) {', '.join(bad)}. "
-                                  f"Fix: use {', '.join(sorted(allowed))}")
-            out[key].update(copy.deepcopy(dict(value)))
-        elif key == "benchmarks" and value is not None:
-            out[key].update({k: list(v or []) for k, v in dict(value).items()})
-        else:
-            out[key] = copy.deepcopy(value)
+    """``training`` of the study view, validated with the schema's defaults filled (unknown keys fail, naming them).
+    ``variants`` given as one list applies to every dataset; ``vlm.datasets: null`` means ``datasets``."""
+    out = fill_section("countercurate.training", (cfg or {}).get("training"))
+    if isinstance(out["variants"], list):
+        out["variants"] = {d: list(out["variants"]) for d in DATASETS}
     if out["vlm"]["datasets"] is None:
         out["vlm"]["datasets"] = list(out["datasets"])
-    for name in [*out["datasets"], *out["vlm"]["datasets"], *out["vlm"]["lr"]]:
-        if name not in DATASETS:
-            raise ConfigError(f"countercurate.training.datasets: unknown dataset {name!r}. "
-                              f"Fix: use {', '.join(DATASETS)}")
-    for key in ("val_fraction", "train_fraction"):
-        lo_ok = out[key] >= 0 if key == "val_fraction" else out[key] > 0
-        if not (lo_ok and out[key] <= (0.5 if key == "val_fraction" else 1.0)):
-            raise ConfigError(f"countercurate.training.{key}: {out[key]} is out of range. "
-                              "Fix: val_fraction in [0, 0.5], train_fraction in (0, 1]")
-    return out
-
-
-def _variants(value) -> dict[str, list[str]]:
-    """``variants`` as dataset -> list: one list applies to every dataset; a mapping names datasets (others keep
-    their default list)."""
-    if isinstance(value, (list, tuple)):
-        out = {d: list(value) for d in DATASETS}
-    elif isinstance(value, Mapping):
-        unknown = sorted(set(value) - set(DATASETS))
-        if unknown:
-            raise ConfigError(f"countercurate.training.variants: unknown dataset(s) {', '.join(unknown)}. "
-                              f"Fix: use {', '.join(DATASETS)}")
-        out = copy.deepcopy(DEFAULT_VARIANTS)
-        out.update({d: list(v or []) for d, v in value.items()})
-    else:
-        raise ConfigError("countercurate.training.variants: expected a list of variants or a mapping dataset -> "
-                          f"list, got {type(value).__name__}")
-    for dataset, names in out.items():
-        for name in names:
-            if name not in VARIANTS:
-                raise ConfigError(f"countercurate.training.variants.{dataset}: unknown variant {name!r}. "
-                                  f"Fix: use {', '.join(VARIANTS)}")
     return out
 
 
@@ -488,7 +405,7 @@ def train_run(cfg: Mapping, dataset: str, variant: str | None, manifest: str | P
               data: Mapping[str, str | Path] | None = None, images: Mapping[str, str | Path] | None = None,
               progress: bool = False) -> pd.DataFrame:
     """Fine-tune ``training.role`` on ``manifest`` as ``variant`` of ``dataset`` (:func:`training_section`) through
-    :func:`counterfactory.training.runs.run_one` (``out_dir/checkpoint``, ``history.csv``, ``run.json``), then score
+    :func:`counterfactory.evaluation.runs.run_one` (``out_dir/checkpoint``, ``history.csv``, ``run.json``), then score
     the kept checkpoint — or, with ``train=False``, the pre-trained model (mixture ``pretrained``) — on the
     dataset's benchmarks (``training.benchmarks``; data from ``countercurate.benchmarks``, or ``data`` / ``images``
     per benchmark). Writes ``metrics.csv`` (runs table: ``experiment`` = dataset, ``mixture``, ``seed``,
@@ -497,7 +414,7 @@ def train_run(cfg: Mapping, dataset: str, variant: str | None, manifest: str | P
     The best validation loss stays in ``run.json`` (the pre-trained row has none, and every metric of the runs
     table needs a baseline row)."""
     from ...training import read_manifest
-    from ...training.runs import run_one
+    from ...evaluation.runs import run_one
 
     s = settings(cfg)
     if train:
@@ -591,86 +508,3 @@ def vlm_train_run(cfg: Mapping, dataset: str, manifests: str | Path | None, seed
         checkpoint = out_dir / "vlm" / "model"
     return score_run(cfg, role, checkpoint, dataset, VLM_MIXTURE if train else PRETRAINED, seed, seed, out_dir,
                      data=data, images=images, progress=progress)
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# CLI
-# ----------------------------------------------------------------------------------------------------------------
-def _pairs_option(items, option: str) -> dict[str, str]:
-    from ...commands import key_values
-
-    return dict(key_values(items, option, "BENCHMARK=PATH (e.g. positions=datasets/positions.parquet)"))
-
-
-def add_cli(sub) -> None:
-    """``counterfactory countercurate train-manifests | train-run``."""
-    p = sub.add_parser("train-manifests", help="CLIP fine-tuning manifests per dataset and variant (§3.5, §4.1, "
-                       "Tables 4 and 8)", description=__doc__.split("\n\n")[0])
-    p.add_argument("--config", action="append", required=True, metavar="FILE", help="config file (repeatable)")
-    p.add_argument("--datasets", required=True, metavar="DIR", help="folder of positions/counting/attributes.parquet")
-    p.add_argument("--out-dir", required=True, metavar="DIR")
-    p.add_argument("--images", metavar="DIR", help="Flickr30k images (Attributes' positives; default from data)")
-    p.set_defaults(func=_cmd_manifests)
-
-    r = sub.add_parser("train-run", help="fine-tune CLIP on one manifest (one seed) and score it on the dataset's "
-                       "benchmarks; --no-train scores the pre-trained model", description=__doc__.split("\n\n")[0])
-    r.add_argument("--config", action="append", required=True, metavar="FILE", help="config file (repeatable)")
-    r.add_argument("--dataset", required=True, choices=DATASETS)
-    r.add_argument("--variant", choices=VARIANTS, help="required unless --no-train")
-    r.add_argument("--manifest", metavar="FILE.parquet", help="from train-manifests; required unless --no-train")
-    r.add_argument("--seed", type=int, required=True)
-    r.add_argument("--data-seed", type=int, required=True)
-    r.add_argument("--out-dir", required=True, metavar="DIR")
-    r.add_argument("--no-train", action="store_true", help="evaluate the pre-trained model (mixture 'pretrained')")
-    _benchmark_options(r)
-    r.set_defaults(func=_cmd_run)
-
-    v = sub.add_parser("vlm-run", help="fine-tune the vlm role (LLaVA-1.5 class) on one dataset's conversations (one "
-                       "seed) and score it on the dataset's benchmarks; --no-train scores the pre-trained model",
-                       description=__doc__.split("\n\n")[0])
-    v.add_argument("--config", action="append", required=True, metavar="FILE", help="config file (repeatable)")
-    v.add_argument("--dataset", required=True, choices=DATASETS)
-    v.add_argument("--manifests", metavar="DIR", help="from train-manifests; required unless --no-train")
-    v.add_argument("--seed", type=int, required=True)
-    v.add_argument("--out-dir", required=True, metavar="DIR")
-    v.add_argument("--no-train", action="store_true", help="evaluate the pre-trained model (mixture 'pretrained')")
-    _benchmark_options(v)
-    v.set_defaults(func=_cmd_vlm_run)
-
-
-def _benchmark_options(parser) -> None:
-    """--data / --images per benchmark and --progress (train-run, vlm-run)."""
-    parser.add_argument("--data", action="append", default=[], metavar="BENCHMARK=PATH",
-                        help="benchmark data (e.g. positions=.../positions.parquet; default countercurate.benchmarks)")
-    parser.add_argument("--images", action="append", default=[], metavar="BENCHMARK=DIR", help="benchmark images root")
-    parser.add_argument("--progress", action="store_true")
-
-
-def _load(paths) -> dict:
-    from ...config import load_config
-
-    return load_config(paths, study="countercurate")
-
-
-def _cmd_manifests(args) -> int:
-    summary = write_manifests(args.datasets, args.out_dir, _load(args.config), images_dir=args.images)
-    print(summary.to_string(index=False))
-    return 0
-
-
-def _cmd_run(args) -> int:
-    rows = train_run(_load(args.config), args.dataset, args.variant, args.manifest, args.seed, args.data_seed,
-                     args.out_dir, train=not args.no_train, data=_pairs_option(args.data, "--data"),
-                     images=_pairs_option(args.images, "--images"), progress=args.progress)
-    for r in rows.itertuples():
-        log.info("%s %s seed %d: %s = %.2f", r.experiment, r.mixture, r.seed, r.metric, r.value)
-    return 0
-
-
-def _cmd_vlm_run(args) -> int:
-    rows = vlm_train_run(_load(args.config), args.dataset, args.manifests, args.seed, args.out_dir,
-                         train=not args.no_train, data=_pairs_option(args.data, "--data"),
-                         images=_pairs_option(args.images, "--images"), progress=args.progress)
-    for r in rows.itertuples():
-        log.info("%s %s seed %d: %s = %.2f", r.experiment, r.mixture, r.seed, r.metric, r.value)
-    return 0

@@ -42,7 +42,7 @@ plain ``LlavaForConditionalGeneration`` folder that the ``vlm`` loader reads by 
 (``models: {vlm: {source: <out-dir>/model}}``). With validation data the checkpoint with the lowest
 validation loss is kept; otherwise the final weights (the paper trains one epoch without selection).
 
-Config (study section ``vlm``; defaults :data:`DEFAULTS`): ``lr`` 2e-6, ``batch_size`` 16, ``epochs`` 1
+Config (study section ``vlm``; defaults in the schema, ``countercurate.vlm``): ``lr`` 2e-6, ``batch_size`` 16, ``epochs`` 1
 (appendix, Flickr30k-Attributes; Flickr30k-Positions / -Counting use ``lr`` 2.56e-5, batch 16).
 """
 
@@ -55,14 +55,16 @@ import shutil
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
 import pandas as pd
 import torch
 
+from ...config import fill_section
 from ...errors import ConfigError, input_error
 from ...scorers import ImageLike, Scorer, load_image
+from . import STUDY
 
 log = logging.getLogger(__name__)
 
@@ -77,35 +79,6 @@ VICUNA_SYSTEM = ("A chat between a curious human and an artificial intelligence 
 LETTERS = ("A", "B")
 IGNORE = -100  # label of tokens without loss (prompt, padding)
 
-#: every key of the ``vlm`` section with its default and source
-DEFAULTS: dict[str, Any] = {
-    "lr": 2e-6,                 # appendix: LLaVA-1.5 on Flickr30k-Attributes (2.56e-5 for Positions / Counting)
-    "batch_size": 16,           # appendix: batch size 16 (all three datasets)
-    "epochs": 1,                # appendix: 1 epoch (Flickr30k-Attributes)
-    "grad_accum_steps": 1,      # effective batch = batch_size * grad_accum_steps
-    "eval_batch_size": 8,       # scoring / validation batch (no effect on results)
-    "weight_decay": 0.0,        # LLaVA-1.5 finetune.sh
-    "warmup_ratio": 0.03,       # LLaVA-1.5 finetune.sh
-    "lr_scheduler": "cosine",   # LLaVA-1.5 finetune.sh
-    "max_grad_norm": 1.0,       # transformers.Trainer default (LLaVA keeps it)
-    "max_length": 2048,         # LLaVA-1.5 model_max_length; longer examples are an error, never truncated
-    "freeze_vision": True,      # LLaVA-1.5 fine-tuning trains projector + LLM, the CLIP tower stays frozen
-    "lora": None,               # null: full fine-tuning (§3.5 "their exact training paradigm"); or {r, alpha, dropout}
-    "gradient_checkpointing": False,  # LLaVA's script enables it to save memory; no effect on the result
-    "max_steps": None,          # cap on optimiser steps (tests, smoke runs)
-    "eval_every": None,         # with validation data: evaluate / keep the best every N steps (default: each epoch)
-    "deterministic": True,
-    "cpu_threads": 1,
-    "system": VICUNA_SYSTEM,    # null: no system text
-    "question": "Which of the following captions best describes the image?",  # authors' benchmark scripts
-    "answer_instruction": "Answer with the option's letter from the given choices directly.",
-    "caption_prompt": "Provide a one-sentence caption for the provided image.",  # LLaVA-1.5 short captions
-    "caption_score": "sum",     # sum | mean log-likelihood of a caption's tokens (score_pairs)
-    "choice_order": "random",   # random | fixed | both  (position of caption_a among the options)
-    "choice_seed": 0,           # seed of the per-item option order (choice_order: random)
-}
-#: LoRA keys; the values of LLaVA-1.5's finetune_lora.sh
-LORA_DEFAULTS = {"r": 128, "alpha": 256, "dropout": 0.05}
 #: language-model linear layers LoRA adapts (every Llama projection, not the vision tower)
 LORA_TARGETS = r".*language_model.*\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)"
 
@@ -115,69 +88,45 @@ LORA_TARGETS = r".*language_model.*\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_p
 # --------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class VlmSettings:
-    """The ``vlm`` section with defaults filled (see :data:`DEFAULTS` for each key's source)."""
+    """The ``vlm`` section with the schema's defaults filled (config/schema.yaml gives each key's source)."""
 
-    lr: float = DEFAULTS["lr"]
-    batch_size: int = DEFAULTS["batch_size"]
-    epochs: float = DEFAULTS["epochs"]
-    grad_accum_steps: int = DEFAULTS["grad_accum_steps"]
-    eval_batch_size: int = DEFAULTS["eval_batch_size"]
-    weight_decay: float = DEFAULTS["weight_decay"]
-    warmup_ratio: float = DEFAULTS["warmup_ratio"]
-    lr_scheduler: str = DEFAULTS["lr_scheduler"]
-    max_grad_norm: float = DEFAULTS["max_grad_norm"]
-    max_length: int = DEFAULTS["max_length"]
-    freeze_vision: bool = DEFAULTS["freeze_vision"]
-    lora: dict | None = None
-    gradient_checkpointing: bool = DEFAULTS["gradient_checkpointing"]
-    max_steps: int | None = None
-    eval_every: int | None = None
-    deterministic: bool = DEFAULTS["deterministic"]
-    cpu_threads: int | None = DEFAULTS["cpu_threads"]
-    system: str | None = DEFAULTS["system"]
-    question: str = DEFAULTS["question"]
-    answer_instruction: str = DEFAULTS["answer_instruction"]
-    caption_prompt: str = DEFAULTS["caption_prompt"]
-    caption_score: str = DEFAULTS["caption_score"]
-    choice_order: str = DEFAULTS["choice_order"]
-    choice_seed: int = DEFAULTS["choice_seed"]
+    lr: float
+    batch_size: int
+    epochs: float
+    grad_accum_steps: int
+    eval_batch_size: int
+    weight_decay: float
+    warmup_ratio: float
+    lr_scheduler: str
+    max_grad_norm: float
+    max_length: int
+    freeze_vision: bool
+    lora: dict | None
+    gradient_checkpointing: bool
+    max_steps: int | None
+    eval_every: int | None
+    deterministic: bool
+    cpu_threads: int | None
+    system: str | None
+    question: str
+    answer_instruction: str
+    caption_prompt: str
+    caption_score: str
+    choice_order: str
+    choice_seed: int
 
     @classmethod
     def from_config(cls, cfg: dict) -> "VlmSettings":
-        """Settings from ``cfg["vlm"]`` (a study view; missing keys take :data:`DEFAULTS`)."""
-        section = (cfg.get(SECTION) if isinstance(cfg, dict) else None) or {}
-        if not isinstance(section, dict):
-            raise ConfigError(f"{SECTION}: expected a mapping, got {type(section).__name__}")
-        unknown = sorted(set(section) - set(DEFAULTS))
-        if unknown:
-            raise ConfigError(f"{SECTION}: unknown key(s) {unknown}. Fix: use only {sorted(DEFAULTS)}")
-        values = {**DEFAULTS, **section}
-        lora = values["lora"]
-        if lora is not None:
-            if not isinstance(lora, dict) or set(lora) - set(LORA_DEFAULTS):
-                raise ConfigError(f"{SECTION}.lora: expected null or a mapping with keys {sorted(LORA_DEFAULTS)}, "
-                                  f"got {lora!r}")
-            values["lora"] = {**LORA_DEFAULTS, **lora}
-        problems = []
-        for key in ("batch_size", "grad_accum_steps", "eval_batch_size", "max_length"):
-            if not isinstance(values[key], int) or values[key] < 1:
-                problems.append(f"{key} must be an integer >= 1 (got {values[key]!r})")
-        for key in ("max_steps", "eval_every"):
-            if values[key] is not None and (not isinstance(values[key], int) or values[key] < 1):
-                problems.append(f"{key} must be null or an integer >= 1 (got {values[key]!r})")
-        if not (isinstance(values["lr"], (int, float)) and values["lr"] > 0):
-            problems.append(f"lr must be > 0 (got {values['lr']!r})")
-        if not (isinstance(values["epochs"], (int, float)) and values["epochs"] > 0):
-            problems.append(f"epochs must be > 0 (got {values['epochs']!r})")
-        if not (isinstance(values["warmup_ratio"], (int, float)) and 0 <= values["warmup_ratio"] < 1):
-            problems.append(f"warmup_ratio must be in [0, 1) (got {values['warmup_ratio']!r})")
-        if values["caption_score"] not in ("sum", "mean"):
-            problems.append(f"caption_score must be sum or mean (got {values['caption_score']!r})")
-        if values["choice_order"] not in ("random", "fixed", "both"):
-            problems.append(f"choice_order must be random, fixed or both (got {values['choice_order']!r})")
-        if problems:
-            raise ConfigError(f"{SECTION}: " + "; ".join(problems) + ". Fix: correct these keys")
+        """Settings from ``cfg["vlm"]`` (a study view; missing keys take the schema's defaults, each with its source:
+        ``countercurate.vlm`` in config/schema.yaml). Unknown keys and bad values are a :class:`ConfigError`."""
+        section = cfg.get(SECTION) if isinstance(cfg, dict) else None
+        values = fill_section(f"{STUDY}.{SECTION}", section)
         return cls(**values)
+
+    @classmethod
+    def defaults(cls) -> "VlmSettings":
+        """The schema's defaults (what a config without a ``vlm`` section gets)."""
+        return cls.from_config({})
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -299,7 +248,7 @@ class VlmScorer(Scorer):
     the image. :meth:`choose`: the paper's two-caption question, margin of the two answer letters."""
 
     def __init__(self, model, processor, *, settings: VlmSettings | None = None, **kw):
-        self.settings = settings or VlmSettings()
+        self.settings = settings or VlmSettings.defaults()
         kw.setdefault("batch_size", self.settings.eval_batch_size)
         super().__init__(model, **kw)
         self.processor = processor
@@ -721,60 +670,3 @@ def score_table(cfg: dict, role: str, data: str | os.PathLike, progress: bool = 
         "caption_first": table["a_first"], "logp_letter_caption": table["logp_a"],
         "logp_letter_negative": table["logp_b"], "choice_margin": table["margin"],
         "chose_caption": table["margin"] > 0})
-
-
-# --------------------------------------------------------------------------------------------
-# CLI
-# --------------------------------------------------------------------------------------------
-def load_cfg(paths: Sequence[str | os.PathLike]):
-    """The ``countercurate`` view of config files (validated; ``vlm`` settings under ``countercurate.vlm``)."""
-    from ...config import load_config
-
-    return load_config(paths, study="countercurate")
-
-def _cmd_train(args) -> int:
-    cfg = load_cfg(args.config)
-    result = train_run(cfg, args.data, args.out_dir, args.seed, role=args.role, val_data=args.val_data,
-                       progress=not args.no_progress)
-    print(f"trained {result.steps} steps on {result.examples} conversations; checkpoint {Path(args.out_dir) / 'model'}")
-    return 0
-
-
-def _cmd_score(args) -> int:
-    from ...io import write_csv
-
-    cfg = load_cfg(args.config)
-    if args.batch_size is not None:
-        cfg = {**cfg, SECTION: {**(cfg.get(SECTION) or {}), "eval_batch_size": args.batch_size}}
-    table = score_table(cfg, args.role, args.data, progress=not args.no_progress)
-    write_csv(args.out, table)
-    print(f"{len(table)} rows: chose the caption {table['chose_caption'].mean():.4f}, caption more likely than "
-          f"negative {(table['logp_caption'] > table['logp_negative']).mean():.4f}")
-    return 0
-
-
-def add_cli(subparsers) -> None:
-    """Register ``counterfactory countercurate vlm-train`` and ``vlm-score``."""
-    t = subparsers.add_parser("vlm-train", help="fine-tune the vlm role (LLaVA-1.5 class) on caption pairs as "
-                              "conversations (§3.5)", description=__doc__.split("\n\n")[0])
-    t.add_argument("--config", action="append", required=True, metavar="FILE", help="config file (repeatable)")
-    t.add_argument("--data", required=True, metavar="FILE.parquet",
-                   help="rows image_path, caption, negative_caption[, negative_image_path] (paths relative to "
-                        "the table's folder or absolute)")
-    t.add_argument("--val-data", metavar="FILE.parquet", help="validation rows: keep the lowest-loss checkpoint")
-    t.add_argument("--out-dir", required=True, metavar="DIR",
-                   help="writes DIR/model (loadable as models.vlm.source), history.csv, run.json")
-    t.add_argument("--seed", type=int, required=True)
-    t.add_argument("--role", default=ROLE, metavar="ROLE", help=f"model role to fine-tune (default {ROLE})")
-    t.add_argument("--no-progress", action="store_true")
-    t.set_defaults(func=_cmd_train)
-    s = subparsers.add_parser("vlm-score", help="score caption pairs with the vlm role: caption log-likelihoods "
-                              "and the two-option choice (§4)", description=__doc__.split("\n\n")[0])
-    s.add_argument("--config", action="append", required=True, metavar="FILE", help="config file (repeatable)")
-    s.add_argument("--role", default=ROLE, metavar="ROLE", help=f"model role (default {ROLE})")
-    s.add_argument("--data", required=True, metavar="FILE.parquet",
-                   help="rows image_path, caption, negative_caption (paths relative to the table's folder)")
-    s.add_argument("--out", required=True, metavar="FILE.csv", help="one row per input row")
-    s.add_argument("--batch-size", type=int, metavar="N", help="override vlm.eval_batch_size")
-    s.add_argument("--no-progress", action="store_true")
-    s.set_defaults(func=_cmd_score)

@@ -15,10 +15,11 @@ log = logging.getLogger(__name__)
 
 
 def _nltk(cfg) -> None:
-    from ...text.nltk_data import ensure_nltk_data
+    from ...config import fill_section
+    from ...data.nltk_data import ensure_nltk_data
 
-    section = cfg.get("nltk") or {}
-    ensure_nltk_data(section.get("data_dir", "resources/nltk_data"), section.get("source"))
+    section = fill_section("nltk", cfg.get("nltk"))          # the schema's data_dir when the config sets none
+    ensure_nltk_data(section["data_dir"], section.get("source"))
 
 
 def intervene(cfg, out_captions, out_votes, out_requests, summary_out, llm_cache=None) -> dict:

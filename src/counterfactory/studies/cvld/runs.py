@@ -113,7 +113,8 @@ def _classification(cfg, s, setting, variant, seed, files, out_dir, intervention
     from ...evaluation.cvld import classification_metrics, classify_attributes
     from ...io import write_csv
     from ...models import registry
-    from ...training.cvld import class_prompts, sample_episode, train_classification
+    from ...training.cvld import sample_episode, train_classification
+    from ...training.cvld_losses import class_prompts
     from ...training.prompt_tuning import remove_prompts
 
     root = s["data"]["celeba"]["root"]

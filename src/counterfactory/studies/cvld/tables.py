@@ -112,7 +112,7 @@ def paper_tables(summary: pd.DataFrame, s: dict) -> list[tuple[str, object]]:
 # --------------------------------------------------------------------------------------------------------- figures
 def _savefig(fig, path) -> Path:
     from ...io import save_figure
-    from ...plots import pyplot
+    from ...render import pyplot
 
     out = save_figure(path, fig)
     pyplot().close(fig)
@@ -121,7 +121,7 @@ def _savefig(fig, path) -> Path:
 
 def figure4(summary: pd.DataFrame, s: dict, out) -> Path:
     """DEO and AP against λ at ``classification.figure4_shots`` (λ = 0: fine-tuning, λ = 1: CVLD)."""
-    from ...plots import pyplot
+    from ...render import pyplot
 
     cl = s["classification"]
     exp = f"classification_k{cl['figure4_shots']}"
@@ -144,7 +144,7 @@ def figure4(summary: pd.DataFrame, s: dict, out) -> Path:
 
 def figure5(summary: pd.DataFrame, s: dict, out) -> Path:
     """MaxSkew@K averaged over the FairFace queries, against K, fine-tuning vs CVLD per subset."""
-    from ...plots import pyplot
+    from ...render import pyplot
 
     part = summary[summary["metric"].str.startswith("MaxSkewCurve@") & summary["mixture"].isin(["base", "cvld",
                                                                                                "pretrained"])]
@@ -166,7 +166,7 @@ def figure5(summary: pd.DataFrame, s: dict, out) -> Path:
 
 def figure9(summary: pd.DataFrame, s: dict, out) -> Path:
     """Per-attribute DEO of CVLD minus fine-tuning at the largest K (negative: CVLD is fairer)."""
-    from ...plots import pyplot
+    from ...render import pyplot
 
     exp = f"classification_k{max(s['classification']['shots'])}"
     part = summary[(summary["experiment"] == exp) & summary["metric"].str.startswith("DEO:")]
@@ -184,7 +184,7 @@ def figure9(summary: pd.DataFrame, s: dict, out) -> Path:
 
 def figure10(run_dirs, s: dict, out) -> Path:
     """Share of men among the top K (K = the smaller FairFace K) per query, averaged over seeds, per variant."""
-    from ...plots import pyplot
+    from ...render import pyplot
 
     rows = []
     for d in run_dirs:

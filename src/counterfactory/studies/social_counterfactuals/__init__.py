@@ -1,20 +1,21 @@
 """SocialCounterfactuals (Howard et al., CVPR 2024): what only this paper needs.
 
-Modules (each adds its own ``counterfactory social <step>`` subcommands through ``add_cli``):
+Modules (library code only; the ``counterfactory social <step>`` subcommands that call them live in
+:mod:`counterfactory.commands.social`):
 
 * :mod:`.captions` — caption sets from the config's attribute and subject lists (§3.2, 8.4);
 * :mod:`.filtering` — the three-stage filter (CLIP, NSFW, attribute detectability; §3.4, 8.3) and the
   threshold calibration;
 * :mod:`.probing` — MaxSkew@K, NDKL and Bias@K per subject (§4, 10);
+* :mod:`.external` — the same metrics on real image-text data, PATA and VisoGender (§5.3, Table 3);
 * :mod:`.debias` — the withheld-occupation split and the debiasing evaluation (§5, 8.2);
-* :mod:`.release` — the dataset in the released layout (Intel/SocialCounterfactuals).
+* the dataset in the released layout (Intel/SocialCounterfactuals) is written by the shared export stage
+  (:mod:`counterfactory.export.social_release`).
 """
 
 from __future__ import annotations
 
 STUDY = "social_counterfactuals"
-#: the study's modules that contribute ``counterfactory social`` subcommands, in help order
-CLI_MODULES = ("captions", "generate", "filtering", "probing", "debias", "release")
 
 #: probing runs on the data before the NSFW / detectability stages (§4.2) and after them (§10)
 PROBE_STAGES = ("before", "after")

@@ -388,22 +388,3 @@ def run(config_paths: Iterable[str | Path], out: str | Path) -> pd.DataFrame:
     frame = build_caption_sets(section, source=source)
     write_parquet(out, frame)
     return counts_by_segment(frame)
-
-
-def _cli(args) -> int:
-    counts = run(args.config, args.out)
-    for r in counts.itertuples(index=False):
-        print(f"{r.segment}: {r.sets} sets x {r.captions_per_set} = {r.captions} captions")
-    print(f"total: {int(counts['sets'].sum())} sets, {int(counts['captions'].sum())} captions -> {args.out}")
-    return 0
-
-
-def add_cli(subparsers) -> None:
-    """Register ``counterfactory social captions``."""
-    p = subparsers.add_parser("captions", help="caption sets from prefix, attribute and occupation lists (§3.2)",
-                              description=__doc__.split("\n\n")[0])
-    p.add_argument("--config", action="append", required=True, metavar="FILE",
-                   help=f"a full config with a '{STUDY}:' section, or a YAML file with the keys "
-                        f"{', '.join(SECTION_KEYS)} at top level (repeat to merge; later files win)")
-    p.add_argument("--out", required=True, metavar="FILE.parquet", help="caption table (one row per caption)")
-    p.set_defaults(func=_cli)

@@ -18,7 +18,7 @@ Protocol
   (Physical Char., Gender) and (Physical Char., Race) respectively for 1 epoch and a batch size of 32. For the FLAVA
   and ALIP, we follow the same fine-tuning setting as CLIP." :func:`training_section` overrides those keys of the
   ``training`` settings (the study's ``training`` section if the config has one, else the trainer's defaults, then
-  ``debias.trainer``) and :func:`debias_run` trains through :func:`counterfactory.training.runs.run_one`.
+  ``debias.trainer``) and :func:`debias_run` trains through :func:`counterfactory.evaluation.runs.run_one`.
 * **Evaluation (§5.1, §10.1).** The checkpoint (or, with ``train=False``, the pre-trained model: the "Pre-trained"
   columns) is probed with :func:`.probing.probe` on the withheld subjects' images of the same segment; the per-subject
   MaxSkew@K, NDKL and Bias@K are averaged over those subjects: Table 2 (mean MaxSkew@K), Table 16 (mean NDKL), Table
@@ -44,8 +44,9 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from ...config import fill_section
 from ...errors import ConfigError, input_error
-from . import probing
+from . import STUDY, probing
 
 log = logging.getLogger(__name__)
 
@@ -58,20 +59,8 @@ MANIFEST_EXTRA = ["segment", "subject", "set_id"]
 #: per-run metrics (means / medians over the withheld subjects); ``bias_*`` only for segments with a gender type
 RUN_METRICS = ("maxskew_mean", "maxskew_median", "ndkl_mean", "ndkl_median", "bias_mean", "absbias_mean")
 
-#: defaults of the ``debias`` config section
-DEFAULTS: dict[str, Any] = {
-    "roles": None,                 # §5.1: CLIP, ALIP, FLAVA (model roles); None: give --role
-    "segments": None,              # None: the images table's two-attribute segments (Table 1)
-    "withheld_fraction": 0.2,      # §5.1: 20 % of the occupation subjects withheld for testing
-    "random_state": 0,             # ours: the paper's split is not published
-    "val_fraction": 0.05,          # ours: §8.2 names no validation set (sets, not images, are split)
-    "checkpoint": "final",         # final: §8.2 (1 epoch, no model selection) | best: lowest validation loss
-    "lr": {"race_gender": 7e-6, "physical_gender": 5e-6, "physical_race": 9e-6},   # §8.2 (CLIP; ALIP/FLAVA same)
-    "epochs": 1,                   # §8.2
-    "batch_size": 32,              # §8.2
-    "trainer": {},                 # other training keys (weight_decay, warmup_steps, max_steps, ...), ours
-    "seeds": {"first": 0, "count": 3, "data_seed_offset": 1},   # ours: the paper reports single runs
-}
+#: the ``debias`` config section has its defaults (§5.1, §8.2; "ours" where the paper is silent) in the schema
+#: (``social_counterfactuals.debias`` in config/schema.yaml; docs/config-reference.md)
 CHECKPOINTS = ("final", "best")
 
 
@@ -79,32 +68,12 @@ CHECKPOINTS = ("final", "best")
 # settings
 # --------------------------------------------------------------------------------------------
 def settings(cfg: Mapping | None) -> dict:
-    """The ``debias`` section of ``cfg`` over :data:`DEFAULTS`, checked."""
-    out = copy.deepcopy(DEFAULTS)
-    section = cfg.get("debias") if cfg is not None else None
-    if section:
-        unknown = sorted(set(section) - set(DEFAULTS))
-        if unknown:
-            raise ConfigError(f"debias: unknown key(s) {', '.join(unknown)}. Fix: use {', '.join(sorted(DEFAULTS))}")
-        out.update({k: copy.deepcopy(v) for k, v in section.items() if v is not None or k in ("roles", "segments")})
-    for key in ("withheld_fraction", "val_fraction"):
-        v = out[key]
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 1:
-            raise ConfigError(f"debias.{key}: expected a fraction in [0, 1), got {v!r}")
-    if not out["withheld_fraction"] > 0:
-        raise ConfigError("debias.withheld_fraction: must be above 0 (§5.1 withholds 20 % of the subjects)")
-    if out["checkpoint"] not in CHECKPOINTS:
-        raise ConfigError(f"debias.checkpoint: expected one of {', '.join(CHECKPOINTS)}, got {out['checkpoint']!r}")
-    for key in ("epochs", "batch_size"):
-        v = out[key]
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ConfigError(f"debias.{key}: expected a positive integer, got {v!r}")
-    lr = out["lr"]
-    values = lr.values() if isinstance(lr, Mapping) else [lr]
-    if not values or any(isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0 for v in values):
-        raise ConfigError(f"debias.lr: expected a positive number or {{segment: number}}, got {lr!r}")
-    if not isinstance(out["trainer"], Mapping):
-        raise ConfigError(f"debias.trainer: expected a mapping of training keys, got {out['trainer']!r}")
+    """The ``debias`` section of ``cfg`` validated with the schema's defaults filled (an unknown key or a bad value is
+    a :class:`ConfigError` naming it)."""
+    out = fill_section(f"{STUDY}.debias", cfg.get("debias") if cfg is not None else None)
+    if isinstance(out["lr"], Mapping) and not out["lr"]:
+        raise ConfigError(f"{STUDY}.debias.lr: expected a positive number or {{segment: number}}, got {{}}. "
+                          "Fix: give §8.2's learning rates")
     return out
 
 
@@ -136,7 +105,7 @@ def parse_experiment(name: str) -> tuple[str, str]:
 # --------------------------------------------------------------------------------------------
 def n_withheld(n_subjects: int, withheld_fraction: float) -> int:
     """``round_half_up(withheld_fraction × n)`` subjects for testing (20 % of 121 occupations: 24)."""
-    from ...training.mixtures import round_half_up
+    from ...data.splits import round_half_up
 
     return min(round_half_up(withheld_fraction * n_subjects), n_subjects)
 
@@ -207,7 +176,7 @@ def default_segments(frame: pd.DataFrame) -> list[str]:
 
 def _val_sets(groups: Sequence[str], val_fraction: float, random_state: int, segment: str) -> set[str]:
     """``round_half_up(val_fraction × n_sets)`` sets for validation (at least one training set kept)."""
-    from ...training.mixtures import round_half_up
+    from ...data.splits import round_half_up
 
     n = len(groups)
     k = min(round_half_up(val_fraction * n), max(n - 1, 0)) if val_fraction > 0 else 0
@@ -234,11 +203,17 @@ def segment_manifest(frame: pd.DataFrame, segment: str, train_subjects: Iterable
 
 
 def write_manifests(images_table_path: str | Path, split: pd.DataFrame, segments: Sequence[str] | None,
-                    out_dir: str | Path, val_fraction: float = DEFAULTS["val_fraction"],
-                    random_state: int = DEFAULTS["random_state"]) -> pd.DataFrame:
+                    out_dir: str | Path, val_fraction: float | None = None,
+                    random_state: int | None = None) -> pd.DataFrame:
     """Write ``out_dir/<segment>.parquet`` (training manifests), ``out_dir/subjects.csv`` (the split) and
-    ``out_dir/summary.csv`` (per segment: subjects, sets and images on each side); return the summary."""
+    ``out_dir/summary.csv`` (per segment: subjects, sets and images on each side); return the summary.
+    ``val_fraction`` / ``random_state``: ``None`` = the schema's ``debias`` defaults."""
     from ...io import write_csv, write_parquet
+
+    if val_fraction is None or random_state is None:
+        defaults = settings(None)
+        val_fraction = defaults["val_fraction"] if val_fraction is None else val_fraction
+        random_state = defaults["random_state"] if random_state is None else random_state
 
     frame = probing.read_images_table(images_table_path)
     split = split[SUBJECT_COLUMNS].astype(str)
@@ -370,7 +345,8 @@ def debias_run(cfg: Mapping, role: str, segment: str, manifest: str | Path | Non
     (runs-table rows, :data:`RUN_METRICS`); returns the ``metrics.csv`` rows."""
     from ...io import write_csv, write_json
     from ...training import read_manifest
-    from ...training.runs import RUN_COLUMNS, run_one
+    from ...evaluation.runs import run_one
+    from ...training.runs import RUN_COLUMNS
 
     opts = settings(cfg)
     test = withheld_subjects(test_subjects)
@@ -480,7 +456,7 @@ class DebiasTable:
     segments: list[str]
     roles: list[str]
     role_labels: dict[str, str]
-    cells: dict[tuple[str, str, str], Any]   # (segment, role, mixture) -> tables.Cell
+    cells: dict[tuple[str, str, str], Any]   # (segment, role, mixture) -> render.Cell
     decimals: int = 2
     std_decimals: int = 2
 
@@ -490,7 +466,7 @@ def build_tables(summary: pd.DataFrame, *, roles: Sequence[str] | None = None, s
                  std_decimals: int = 2) -> dict[str, DebiasTable]:
     """Tables 2, 16 and 17 from a stats summary of debiasing runs (rows: segments; columns: model × pre-trained /
     debiased). A table with no row in the summary is left out (Table 17 without a gender segment)."""
-    from ...tables import Cell
+    from ...render import Cell
 
     need = {"experiment", "metric", "mixture", "mean", "std", "n", "significant"}
     missing = sorted(need - set(summary.columns))
@@ -552,38 +528,35 @@ def _columns(table: DebiasTable) -> list[tuple[str, str]]:
     return [(role, m) for role in table.roles for m in MIXTURE_LABELS]
 
 
-def render_markdown(table: DebiasTable) -> str:
-    from ...tables import _escape_md, cell_markdown, markdown_table
+def describe(table: DebiasTable):
+    """``table`` as the shared table description (:class:`counterfactory.render.Table`): rows are segments,
+    columns model (group) x Pre-trained / Debiased. The Markdown row names are not escaped (kept as before)."""
+    from ...render import Column, Table, Text, escape_tex
 
-    header = ["Intersectional Bias"] + [f"{_escape_md(table.role_labels[r])} {MIXTURE_LABELS[m]}"
-                                        for r, m in _columns(table)]
-    rows = [[segment_label(seg)] + [cell_markdown(table.cells.get((seg, r, m)), table.decimals, table.std_decimals)
-                                    for r, m in _columns(table)] for seg in table.segments]
-    frame = pd.DataFrame(rows, columns=range(len(header)), dtype=object)
-    frame.columns = header
-    body = markdown_table(frame, ["left"] + ["center"] * (len(header) - 1))
-    return f"**{table.caption}**\n\n{body}\n\n{NOTE}\n"
+    columns = [Column("Intersectional Bias", "left")] + [Column(MIXTURE_LABELS[m], "center", group=table.role_labels[r])
+                                                          for r, m in _columns(table)]
+    rows = [[Text(segment_label(seg), escape_tex(segment_label(seg)))]
+            + [table.cells.get((seg, r, m)) for r, m in _columns(table)] for seg in table.segments]
+    return Table(columns, rows, title=table.caption, label=f"tab:debias-{table.name}", note=NOTE,
+                 decimals=table.decimals, std_decimals=table.std_decimals)
+
+
+def render_markdown(table: DebiasTable) -> str:
+    from ... import render
+
+    return render.render_markdown(describe(table))
 
 
 def render_latex(table: DebiasTable) -> str:
     """Booktabs LaTeX with a two-level header (model, then Pre-trained / Debiased) as in the paper."""
-    from ...tables import cell_latex, escape_tex
+    from ... import render
 
-    cols = pd.MultiIndex.from_tuples([("", "Intersectional Bias")] + [
-        (escape_tex(table.role_labels[r]), MIXTURE_LABELS[m]) for r, m in _columns(table)])
-    data = [[escape_tex(segment_label(seg))] + [cell_latex(table.cells.get((seg, r, m)), table.decimals,
-                                                           table.std_decimals) for r, m in _columns(table)]
-            for seg in table.segments]
-    frame = pd.DataFrame(data, columns=cols, dtype=object)
-    latex = frame.style.hide(axis="index").to_latex(
-        column_format="l" + "c" * (len(cols) - 1), position="t", position_float="centering", hrules=True,
-        multicol_align="c", caption=escape_tex(table.caption), label=f"tab:debias-{table.name}")
-    return "% requires \\usepackage{booktabs}\n" + latex
+    return render.render_latex(describe(table))
 
 
 def tables_frame(tables: Mapping[str, DebiasTable]) -> pd.DataFrame:
     """Long CSV form: one row per (table, segment, model, mixture) with mean, std, n, best and significant."""
-    from ...tables import cell_plain
+    from ...render import format_cell
 
     rows = []
     for t in tables.values():
@@ -594,103 +567,6 @@ def tables_frame(tables: Mapping[str, DebiasTable]) -> pd.DataFrame:
                              "label": t.role_labels[role], "mixture": m,
                              "mean": c.mean if c else math.nan, "std": c.std if c else math.nan,
                              "n": c.n if c else 0, "best": bool(c and c.best), "significant": bool(c and c.significant),
-                             "cell": cell_plain(c, t.decimals, t.std_decimals)})
+                             "cell": format_cell(c, "plain", t.decimals, t.std_decimals)})
     return pd.DataFrame(rows, columns=["table", "segment", "row", "model", "label", "mixture", "mean", "std", "n",
                                        "best", "significant", "cell"])
-
-
-# --------------------------------------------------------------------------------------------
-# CLI
-# --------------------------------------------------------------------------------------------
-def add_cli(sub) -> None:
-    """``counterfactory social debias-split | debias-run | debias-table``."""
-    p = sub.add_parser("debias-split", help="withhold 20%% of the occupations; training manifests per segment (§5.1)",
-                       description=__doc__.split("\n\n")[0])
-    p.add_argument("--config", action="append", required=True, metavar="FILE", help="config file (repeatable)")
-    p.add_argument("--images", required=True, metavar="FILE.parquet", help="kept-images table")
-    p.add_argument("--segment", action="append", metavar="NAME", help="only these segments (default debias.segments)")
-    p.add_argument("--out-dir", required=True, metavar="DIR",
-                   help="writes <segment>.parquet manifests, subjects.csv and summary.csv")
-    p.set_defaults(func=_cmd_split)
-
-    r = sub.add_parser("debias-run", help="fine-tune one model on one segment (§8.2) and probe the withheld subjects")
-    r.add_argument("--config", action="append", required=True, metavar="FILE", help="config file (repeatable)")
-    r.add_argument("--role", required=True, metavar="ROLE", help="model role to fine-tune / evaluate")
-    r.add_argument("--segment", required=True, metavar="NAME", help="segment (race_gender, physical_gender, ...)")
-    r.add_argument("--manifest", metavar="FILE.parquet", help="the segment's training manifest (debias-split)")
-    r.add_argument("--test-subjects", required=True, metavar="FILE",
-                   help="subjects.csv of debias-split (its test rows) or a .txt list, one subject per line")
-    r.add_argument("--images", required=True, metavar="FILE.parquet", help="kept-images table")
-    r.add_argument("--seed", type=int, required=True)
-    r.add_argument("--data-seed", type=int, required=True)
-    r.add_argument("--out-dir", required=True, metavar="DIR")
-    r.add_argument("--no-train", action="store_true", help="evaluate the pre-trained model (the 'Pre-trained' rows)")
-    r.add_argument("--no-progress", action="store_true")
-    r.set_defaults(func=_cmd_run)
-
-    t = sub.add_parser("debias-table", help="Tables 2, 16, 17 (mean ± std over seeds, pre-trained vs debiased)")
-    src = t.add_mutually_exclusive_group(required=True)
-    src.add_argument("--summary", metavar="CSV", help="summary of 'stats summarize --baseline pretrained "
-                                                      "--alternative less'")
-    src.add_argument("--runs", metavar="CSV", help="runs table (collected metrics.csv); summarized here")
-    t.add_argument("--alpha", type=float, default=0.05, help="with --runs: significance level")
-    t.add_argument("--role", action="append", metavar="ROLE", help="column order (default: as in the summary)")
-    t.add_argument("--label", action="append", default=[], metavar="ROLE=NAME", help="display name of a role")
-    t.add_argument("--out-md", metavar="FILE.md")
-    t.add_argument("--out-tex", metavar="FILE.tex")
-    t.add_argument("--out-csv", metavar="FILE.csv")
-    t.add_argument("--decimals", type=int, default=2)
-    t.set_defaults(func=_cmd_table)
-
-
-def _cmd_split(args) -> int:
-    from ...config import load_config
-
-    cfg = load_config(args.config, study="social_counterfactuals")
-    opts = settings(cfg)
-    frame = probing.read_images_table(args.images)
-    split = split_subjects(frame["subject"].astype(str), opts["withheld_fraction"], opts["random_state"])
-    summary = write_manifests(args.images, split, args.segment or opts["segments"], args.out_dir,
-                              val_fraction=opts["val_fraction"], random_state=opts["random_state"])
-    print(summary.to_string(index=False))
-    return 0
-
-
-def _cmd_run(args) -> int:
-    from ...config import load_config
-
-    cfg = load_config(args.config, study="social_counterfactuals")
-    rows = debias_run(cfg, args.role, args.segment, args.manifest, args.test_subjects, args.images, args.seed,
-                      args.data_seed, args.out_dir, train=not args.no_train, progress=not args.no_progress)
-    print(rows.to_string(index=False))
-    return 0
-
-
-def _cmd_table(args) -> int:
-    from ...io import write_csv, write_text
-
-    if not (args.out_md or args.out_tex or args.out_csv):
-        raise ConfigError("debias-table: nothing to write. Fix: pass --out-md, --out-tex and/or --out-csv")
-    if args.runs:
-        from ...stats import read_runs
-
-        summary = summarize(read_runs(args.runs), alpha=args.alpha, source=args.runs)
-    else:
-        from ...tables import read_summary
-
-        summary = read_summary(args.summary)
-    labels = {}
-    for item in args.label:
-        role, sep, name = item.partition("=")
-        if not sep or not role or not name:
-            raise ConfigError(f"--label {item!r}: expected ROLE=NAME (e.g. clip_train=CLIP)")
-        labels[role] = name
-    tables = build_tables(summary, roles=args.role, role_labels=labels, decimals=args.decimals,
-                          std_decimals=args.decimals)
-    if args.out_md:
-        write_text(args.out_md, "\n".join(render_markdown(t) for t in tables.values()))
-    if args.out_tex:
-        write_text(args.out_tex, "\n".join(render_latex(t) for t in tables.values()))
-    if args.out_csv:
-        write_csv(args.out_csv, tables_frame(tables))
-    return 0

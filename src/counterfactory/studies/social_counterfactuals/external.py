@@ -21,41 +21,34 @@ datasets' own retrieval set-ups and the metrics of §4.1 (reference notes A1, A2
 from __future__ import annotations
 
 import logging
-from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
+from ...config import fill_section
 from ...device import release_memory
 from ...errors import ConfigError
 from ...metrics.retrieval import bias_at_k, ranking_from_scores
-from .probing import DEFAULTS as PROBE_DEFAULTS
+from . import STUDY
+from .probing import FEMALE_VALUES, MALE_VALUES
 from .probing import _attribute_rows, _default_scorer_factory, _gender_word
 
 log = logging.getLogger(__name__)
 
 COLUMNS = ["model", "dataset", "group", "query_set", "query", "attribute", "label", "metric", "k", "value"]
 
-#: defaults of ``probing.pata`` and ``probing.visogender``
-DEFAULTS: dict[str, dict[str, Any]] = {
-    "pata": {"files_list": None, "captions_json": None, "image_dir": None, "image_name": "{index}.*",
-             "polarities": ["pos", "neg"], "k": None},
-    "visogender": {"oo_tsv": None, "op_tsv": None, "image_dir": None, "image_name": "{idx}.*",
-                   "templates": {"OO": "The {occupation} and their {other}",
-                                 "OP": "The {occupation} and their {other}"},
-                   "k": None},
-}
+#: ``probing.pata`` and ``probing.visogender`` have their keys and defaults in the schema (config/schema.yaml)
+DATASETS = ("pata", "visogender")
 
 
 def external_settings(cfg: Mapping | None, dataset: str, **overrides) -> dict:
-    """``probing.<dataset>`` over :data:`DEFAULTS`, then the non-None ``overrides`` (CLI options)."""
-    out = dict(DEFAULTS[dataset])
-    section = (((cfg or {}).get("probing") or {}).get(dataset) or {}) if cfg is not None else {}
-    unknown = sorted(set(section) - set(out))
-    if unknown:
-        raise ConfigError(f"probing.{dataset}: unknown key(s) {', '.join(unknown)}. Fix: use {', '.join(sorted(out))}")
-    out.update({k: v for k, v in section.items() if v is not None})
+    """``probing.<dataset>`` (validated, the schema's defaults filled), then the non-None ``overrides`` (CLI
+    options)."""
+    if dataset not in DATASETS:
+        raise ConfigError(f"unknown external dataset {dataset!r}. Fix: use {', '.join(DATASETS)}")
+    section = ((cfg or {}).get("probing") or {}).get(dataset) if cfg is not None else None
+    out = fill_section(f"{STUDY}.probing.{dataset}", section)
     out.update({k: v for k, v in overrides.items() if v is not None})
     return out
 
@@ -71,8 +64,8 @@ def configured(cfg: Mapping | None, dataset: str) -> bool:
 
 def single_attribute_metrics(scores: Sequence[float], labels: Sequence, *, k: int | None = None,
                              attribute: str = "gender", gender: bool | None = None,
-                             male_values: Sequence[str] = PROBE_DEFAULTS["male_values"],
-                             female_values: Sequence[str] = PROBE_DEFAULTS["female_values"]) -> list[dict]:
+                             male_values: Sequence[str] = MALE_VALUES,
+                             female_values: Sequence[str] = FEMALE_VALUES) -> list[dict]:
     """Metric rows of one query over one pool labelled with one attribute (pure). The label set is the values
     present in the pool (sorted); fewer than two gives no rows. Keys ``attribute, label, metric, k, value``."""
     scores = np.asarray(scores, dtype=np.float64)
@@ -213,76 +206,3 @@ def external_summary(results: pd.DataFrame, metric: str = "maxskew") -> pd.DataF
     if sel.empty:
         return pd.DataFrame()
     return sel.pivot_table(index="model", columns="dataset", values="value", aggfunc="mean")
-
-
-# --------------------------------------------------------------------------------------------
-# CLI (registered by probing.add_cli)
-# --------------------------------------------------------------------------------------------
-def add_cli(sub) -> None:
-    p = sub.add_parser("probe-pata", help="MaxSkew@K / NDKL / Bias@K on PATA (§5.3, Table 3)")
-    p.add_argument("--config", action="append", required=True, metavar="FILE")
-    p.add_argument("--role", action="append", metavar="ROLE", help="model role (repeatable; default probing.roles)")
-    p.add_argument("--files-list", metavar="pata_fairness.files.lst")
-    p.add_argument("--captions-json", metavar="pata_fairness.captions.json")
-    p.add_argument("--image-dir", metavar="DIR", help="folder of the downloaded images")
-    p.add_argument("--image-name", metavar="PATTERN", help="file of a record, e.g. '{index}.*' (default)")
-    p.add_argument("--out", required=True, metavar="FILE.csv")
-    p.set_defaults(func=_cmd_pata)
-
-    v = sub.add_parser("probe-visogender", help="MaxSkew@K / NDKL / Bias@K on VisoGender (§5.3, Table 3)")
-    v.add_argument("--config", action="append", required=True, metavar="FILE")
-    v.add_argument("--role", action="append", metavar="ROLE")
-    v.add_argument("--oo-tsv", metavar="OO.tsv")
-    v.add_argument("--op-tsv", metavar="OP.tsv")
-    v.add_argument("--image-dir", metavar="DIR")
-    v.add_argument("--image-name", metavar="PATTERN", help="file of a row, e.g. '{idx}.*' (default)")
-    v.add_argument("--out", required=True, metavar="FILE.csv")
-    v.set_defaults(func=_cmd_visogender)
-
-    t = sub.add_parser("probe-external-table", help="Table 3: mean MaxSkew@K per model on PATA / VisoGender")
-    t.add_argument("--results", nargs="+", action="extend", required=True, metavar="CSV")
-    t.add_argument("--out-md", metavar="FILE.md")
-    t.add_argument("--out-csv", metavar="FILE.csv")
-    t.set_defaults(func=_cmd_table)
-
-
-def _cmd_pata(args) -> int:
-    from ...config import load_config
-    from ...io import write_csv
-
-    cfg = load_config(args.config, study="social_counterfactuals")
-    df = evaluate_pata(cfg, args.role or [], files_list=args.files_list, captions_json=args.captions_json,
-                       image_dir=args.image_dir, image_name=args.image_name)
-    write_csv(args.out, df)
-    return 0
-
-
-def _cmd_visogender(args) -> int:
-    from ...config import load_config
-    from ...io import write_csv
-
-    cfg = load_config(args.config, study="social_counterfactuals")
-    df = evaluate_visogender(cfg, args.role or [], oo_tsv=args.oo_tsv, op_tsv=args.op_tsv,
-                             image_dir=args.image_dir, image_name=args.image_name)
-    write_csv(args.out, df)
-    return 0
-
-
-def _cmd_table(args) -> int:
-    from ...errors import input_error
-    from ...io import write_csv, write_text
-
-    parts = []
-    for p in args.results:
-        if not Path(p).is_file():
-            raise input_error(p, None, "results table not found", "run probe-pata / probe-visogender first")
-        parts.append(pd.read_csv(p, keep_default_na=False, na_values=[""], dtype={"label": str}))
-    table = external_summary(pd.concat(parts, ignore_index=True))
-    if args.out_md:
-        write_text(args.out_md, "### Mean MaxSkew@K on real image-text data (Table 3)\n\n"
-                   + table.round(3).to_markdown(floatfmt=".3f") + "\n")
-    if args.out_csv:
-        write_csv(args.out_csv, table.reset_index())
-    if not (args.out_md or args.out_csv):
-        print(table.round(3).to_markdown(floatfmt=".3f"))
-    return 0

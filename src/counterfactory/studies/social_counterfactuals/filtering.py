@@ -49,7 +49,7 @@ of that type. Phase 2 learns, per (segment, type), the count threshold that agre
 Other columns (e.g. the annotator's count of images showing their attribute, §3.4) are ignored. The
 positive class of the agreement metrics is "keep".
 
-Config (the study's ``filter`` section; every key optional, defaults in :data:`DEFAULTS`)::
+Config (the study's ``filter`` section; every key optional, defaults, with their paper sections, in the schema)::
 
     filter:
       batch_size: 32                 # images per forward pass
@@ -70,15 +70,16 @@ from __future__ import annotations
 import logging
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
+from ...config import fill_section
 from ...errors import ConfigError, InputError, input_error
-from ...metrics.similarity import l2_normalize
+from ...filters.sets import ClipThresholds, _as_bool, _factorize, _group_sum, clip_stage, nsfw_stage
 from . import STUDY
 
 log = logging.getLogger(__name__)
@@ -91,62 +92,29 @@ CANDIDATE_COLUMNS = ("set_id", "candidate_index", "member_index", "caption", "im
 LABEL_COLUMNS = ("set_id", "candidate_index", "attribute_type", "label")
 _SLOT = re.compile(r"^a(\d+)_type$")
 
-DEFAULTS: dict[str, Any] = {
-    "batch_size": 32,
-    "chunk_images": 8192,
-    # §3.4: image-caption cosine >= 0.2 (inclusive), image-image cosine > 0.2 (strict)
-    "clip": {"role": "clip_filter", "image_caption_min": 0.2, "image_image_min": 0.2},
-    # §3.4, §8.3: Falconsai/nsfw_image_detection; null threshold = argmax as the model card's pipeline
-    "nsfw": {"role": "nsfw", "label": "nsfw", "threshold": None},
-    # §8.3: "a/an x person"; Table 10 thresholds (image counts per segment and type)
-    "detectability": {"role": "clip_filter", "template": "{article} {value} person", "thresholds": {},
-                      "objective": "accuracy"},
-}
 
 # ------------------------------------------------------------------------------------------- settings
 
 
 @dataclass(frozen=True)
-class ClipThresholds:
-    """§3.4: ``image_caption_min`` is inclusive (>=), ``image_image_min`` strict (>)."""
-
-    image_caption_min: float = 0.2
-    image_image_min: float = 0.2
-
-
-@dataclass(frozen=True)
 class FilterSettings:
-    """The study's ``filter`` section, checked (see the module docstring for the keys)."""
+    """The study's ``filter`` section, checked (see the module docstring for the keys; defaults in the schema)."""
 
-    batch_size: int = 32
-    chunk_images: int = 8192
-    clip_role: str = "clip_filter"
-    clip: ClipThresholds = ClipThresholds()
-    nsfw_role: str = "nsfw"
-    nsfw_label: str = "nsfw"
-    nsfw_threshold: float | None = None
-    detect_role: str = "clip_filter"
-    template: str = "{article} {value} person"
-    thresholds: dict = field(default_factory=dict)
-    objective: str = "accuracy"
+    batch_size: int
+    chunk_images: int
+    clip_role: str
+    clip: ClipThresholds
+    nsfw_role: str
+    nsfw_label: str
+    nsfw_threshold: float | None
+    detect_role: str
+    template: str
+    thresholds: dict
+    objective: str
 
 
 def _cfg_fail(key: str, problem: str, fix: str) -> ConfigError:
     return ConfigError(f"{SECTION}.{key}: {problem}. Fix: {fix}")
-
-
-def _number(value: Any, key: str, lo: float | None = None, hi: float | None = None) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value):
-        raise _cfg_fail(key, f"must be a number, got {value!r}", f"write a number for {key}")
-    if (lo is not None and value < lo) or (hi is not None and value > hi):
-        raise _cfg_fail(key, f"must be in [{lo}, {hi}], got {value!r}", "use a value in that range")
-    return float(value)
-
-
-def _positive_int(value: Any, key: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise _cfg_fail(key, f"must be a positive integer, got {value!r}", "write an integer >= 1")
-    return value
 
 
 def check_thresholds(thresholds: Any, key: str = "detectability.thresholds") -> dict[str, dict[str, int]]:
@@ -169,179 +137,25 @@ def check_thresholds(thresholds: Any, key: str = "detectability.thresholds") -> 
 
 
 def settings(cfg: Mapping) -> FilterSettings:
-    """:class:`FilterSettings` from a study view (``cfg["filter"]``, absent keys from :data:`DEFAULTS`)."""
-    sec = dict(cfg.get("filter") or {})
-    clip = {**DEFAULTS["clip"], **(sec.get("clip") or {})}
-    nsfw = {**DEFAULTS["nsfw"], **(sec.get("nsfw") or {})}
-    det = {**DEFAULTS["detectability"], **(sec.get("detectability") or {})}
+    """:class:`FilterSettings` from a study view (``cfg["filter"]`` validated, absent keys from the schema's
+    defaults; the template's placeholders are checked here)."""
+    sec = fill_section(SECTION, cfg.get("filter"))
+    clip, nsfw, det = sec["clip"], sec["nsfw"], sec["detectability"]
     template = det["template"]
-    if not isinstance(template, str) or "{value}" not in template:
-        raise _cfg_fail("detectability.template", f"must contain {{value}}, got {template!r}",
-                        'use "{article} {value} person" (§8.3: "a/an x person")')
     try:
         template.format(article="a", value="x")
     except (KeyError, IndexError, ValueError) as exc:
         raise _cfg_fail("detectability.template", f"only {{article}} and {{value}} may be used ({exc})",
                         'use "{article} {value} person"') from None
-    if det["objective"] not in ("accuracy", "f1"):
-        raise _cfg_fail("detectability.objective", f"must be accuracy or f1, got {det['objective']!r}",
-                        "use accuracy (agreement with the human labels, §8.3)")
-    for key, role in (("clip.role", clip["role"]), ("nsfw.role", nsfw["role"]), ("detectability.role", det["role"])):
-        if not isinstance(role, str) or not role:
-            raise _cfg_fail(key, f"must name a model role, got {role!r}", "e.g. clip_filter or nsfw")
-    if not isinstance(nsfw["label"], str) or not nsfw["label"]:
-        raise _cfg_fail("nsfw.label", f"must be a class name, got {nsfw['label']!r}", "use nsfw")
     return FilterSettings(
-        batch_size=_positive_int(sec.get("batch_size", DEFAULTS["batch_size"]), "batch_size"),
-        chunk_images=_positive_int(sec.get("chunk_images", DEFAULTS["chunk_images"]), "chunk_images"),
+        batch_size=sec["batch_size"], chunk_images=sec["chunk_images"],
         clip_role=clip["role"],
-        clip=ClipThresholds(_number(clip["image_caption_min"], "clip.image_caption_min", -1, 1),
-                            _number(clip["image_image_min"], "clip.image_image_min", -1, 1)),
+        clip=ClipThresholds(float(clip["image_caption_min"]), float(clip["image_image_min"])),
         nsfw_role=nsfw["role"], nsfw_label=nsfw["label"],
-        nsfw_threshold=None if nsfw["threshold"] is None else _number(nsfw["threshold"], "nsfw.threshold", 0, 1),
+        nsfw_threshold=None if nsfw["threshold"] is None else float(nsfw["threshold"]),
         detect_role=det["role"], template=template, thresholds=check_thresholds(det["thresholds"]),
         objective=det["objective"],
     )
-
-
-# ------------------------------------------------------------------------------------------- helpers
-
-
-def _factorize(set_index: Any) -> tuple[np.ndarray, np.ndarray]:
-    """(codes, labels) of a 1-D array of set labels, labels in order of first appearance."""
-    arr = np.asarray(set_index)
-    if arr.ndim != 1:
-        raise ValueError(f"set_index: expected one label per image (1-D), got shape {arr.shape}")
-    codes, uniques = pd.factorize(arr, sort=False)
-    if (codes < 0).any():
-        raise ValueError("set_index: contains missing labels (NaN/None)")
-    return codes, np.asarray(uniques)
-
-
-def _blocks(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(order, starts, counts): rows sorted by set code, where each set starts, and its size."""
-    order = np.argsort(codes, kind="stable")
-    counts = np.bincount(codes)
-    starts = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.intp)
-    return order, starts, counts
-
-
-def _min_pairwise(emb: np.ndarray, order: np.ndarray, starts: np.ndarray, counts: np.ndarray,
-                  budget: int = 20_000_000) -> np.ndarray:
-    """Smallest off-diagonal cosine of each set's (normalised) image embeddings; NaN for sets of one image.
-
-    Sets of equal size are stacked (s, m, d) and their Gram matrices taken together, in chunks of about
-    ``budget`` numbers so paper-scale inputs (5.4M images) stay within memory."""
-    out = np.full(len(counts), np.nan)
-    d = emb.shape[1]
-    for m in np.unique(counts):
-        if m < 2:
-            continue
-        sets = np.flatnonzero(counts == m)
-        step = max(1, budget // (int(m) * max(d, int(m))))
-        off = ~np.eye(int(m), dtype=bool)
-        for lo in range(0, len(sets), step):
-            chunk = sets[lo:lo + step]
-            rows = order[starts[chunk][:, None] + np.arange(m)]
-            stack = emb[rows]                                   # (s, m, d)
-            gram = np.einsum("smd,snd->smn", stack, stack)
-            out[chunk] = gram[:, off].min(axis=1)
-    return out
-
-
-def _as_bool(values: Any) -> np.ndarray:
-    """Booleans from a parquet bool column or a CSV's True/False/1/0 text."""
-    s = pd.Series(values)
-    if s.dtype == bool:
-        return s.to_numpy()
-    return s.astype(str).str.strip().str.lower().isin(("true", "1", "1.0")).to_numpy()
-
-
-def _group_sum(codes: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
-    return np.bincount(codes, weights=np.asarray(values, dtype=np.float64), minlength=n)
-
-
-# ------------------------------------------------------------------------------------- stage (a) CLIP
-
-
-def clip_stage(image_emb: Any, text_emb: Any, set_index: Any,
-               thresholds: ClipThresholds = ClipThresholds()) -> pd.DataFrame:
-    """Stage (a), §3.4: image-caption and image-image cosine tests of each candidate set.
-
-    ``image_emb`` (n, d) and ``text_emb`` (n, d): row ``i`` is image ``i`` and the embedding of its own
-    caption (normalised here); ``set_index`` (n,): the candidate set of each image (any hashable labels).
-    Returns one row per set (order of first appearance): ``set_index, n_images, min_image_caption,
-    mean_image_caption, min_image_image, passed, reason``. A set passes when ``min_image_caption >=
-    image_caption_min`` (inclusive, "a minimum cosine similarity of 0.2") and ``min_image_image >
-    image_image_min`` (strict, "greater than 0.2"); a set of one image has no pairs (``min_image_image``
-    NaN) and passes that test. ``reason`` names every failed test ("" when passed). Embeddings with NaN,
-    inf or an all-zero row are a ``ValueError``.
-    """
-    img = l2_normalize(image_emb, "image_emb")
-    txt = l2_normalize(text_emb, "text_emb")
-    if img.ndim != 2 or img.shape != txt.shape:
-        raise ValueError(f"image_emb and text_emb must both be (n, d), got {img.shape} and {txt.shape}")
-    codes, labels = _factorize(set_index)
-    if len(codes) != len(img):
-        raise ValueError(f"set_index has {len(codes)} labels for {len(img)} images")
-    order, starts, counts = _blocks(codes)
-    ic = np.einsum("nd,nd->n", img, txt)
-    min_ic = np.minimum.reduceat(ic[order], starts)
-    mean_ic = _group_sum(codes, ic, len(counts)) / counts
-    min_ii = _min_pairwise(img, order, starts, counts)
-    ok_ic = min_ic >= thresholds.image_caption_min
-    ok_ii = np.isnan(min_ii) | (min_ii > thresholds.image_image_min)
-    reasons = np.where(ok_ic, "", f"image_caption<{thresholds.image_caption_min:g}").astype(object)
-    bad_ii = np.where(ok_ii, "", f"image_image<={thresholds.image_image_min:g}")
-    reasons = np.array([";".join(p for p in pair if p) for pair in zip(reasons, bad_ii)], dtype=object)
-    return pd.DataFrame({"set_index": labels, "n_images": counts, "min_image_caption": min_ic,
-                         "mean_image_caption": mean_ic, "min_image_image": min_ii,
-                         "passed": ok_ic & ok_ii, "reason": reasons})
-
-
-# ------------------------------------------------------------------------------------- stage (b) NSFW
-
-
-def nsfw_flags(probs: Any, labels: Sequence[str], *, label: str = "nsfw", threshold: float | None = None) -> np.ndarray:
-    """Which images the NSFW classifier flags (§3.4, §8.3).
-
-    ``probs`` (n, k): class probabilities in the order of ``labels`` (the model's ``id2label``). With
-    ``threshold`` None an image is flagged when ``label`` has the highest probability, strictly (the model
-    card's pipeline takes the argmax; a tie is not flagged); else when ``P(label) >= threshold``.
-    """
-    p = np.asarray(probs, dtype=np.float64)
-    names = [str(x).lower() for x in labels]
-    if p.ndim != 2 or p.shape[1] != len(names):
-        raise ValueError(f"probs must be (n, {len(names)}) for labels {list(labels)}, got shape {p.shape}")
-    if names.count(label.lower()) != 1:
-        raise ValueError(f"labels {list(labels)} must contain {label!r} exactly once")
-    j = names.index(label.lower())
-    own = p[:, j]
-    if threshold is not None:
-        return own >= threshold
-    if p.shape[1] == 1:
-        return np.ones(len(p), dtype=bool)
-    others = np.delete(p, j, axis=1).max(axis=1)
-    return own > others
-
-
-def nsfw_stage(probs: Any, labels: Sequence[str], set_index: Any, *, label: str = "nsfw",
-               threshold: float | None = None) -> pd.DataFrame:
-    """Stage (b): one row per set, ``set_index, n_images, n_flagged, max_nsfw_probability, passed, reason``;
-    a set passes when none of its images is flagged (:func:`nsfw_flags`)."""
-    flags = nsfw_flags(probs, labels, label=label, threshold=threshold)
-    codes, uniq = _factorize(set_index)
-    if len(codes) != len(flags):
-        raise ValueError(f"set_index has {len(codes)} labels for {len(flags)} images")
-    j = [str(x).lower() for x in labels].index(label.lower())
-    n = len(uniq)
-    counts = np.bincount(codes, minlength=n)
-    flagged = _group_sum(codes, flags, n).astype(int)
-    pmax = np.full(n, -np.inf)
-    np.maximum.at(pmax, codes, np.asarray(probs, dtype=np.float64)[:, j])
-    return pd.DataFrame({"set_index": uniq, "n_images": counts, "n_flagged": flagged,
-                         "max_nsfw_probability": pmax, "passed": flagged == 0,
-                         "reason": np.where(flagged == 0, "", [f"nsfw_images={k}" for k in flagged])})
 
 
 class NsfwClassifier:
@@ -701,11 +515,14 @@ def stage_counts(candidates: pd.DataFrame, clip_sets: pd.DataFrame, nsfw_sets: p
 
 
 def stage_counts_markdown(table: pd.DataFrame) -> str:
-    """Markdown rendering of :func:`stage_counts` (``DataFrame.to_markdown``), percentages with a % sign."""
+    """Markdown rendering of :func:`stage_counts` (:func:`counterfactory.render.describe_frame`), percentages
+    with a % sign."""
+    from ...render import describe_frame, markdown_body
+
     shown = table.copy()
     for col in (c for c in shown.columns if c.startswith("% Filtered")):
         shown[col] = [("" if pd.isna(v) else f"{float(v):.1f}%") for v in shown[col]]
-    return shown.to_markdown(index=False) + "\n"
+    return markdown_body(describe_frame(shown)) + "\n"
 
 
 # ------------------------------------------------------------------------------------ table I/O
@@ -1057,114 +874,3 @@ def filter_table_files(candidates_path, clip_sets, nsfw_sets, detect_sets, out_c
     if out_markdown:
         write_text(out_markdown, stage_counts_markdown(table))
     return table
-
-
-# ------------------------------------------------------------------------------------------- CLI
-
-
-def _config(args):
-    from ...config import load_config
-
-    return load_config(args.config, study=STUDY)
-
-
-def _print(summary: dict) -> int:
-    print(f"{summary['stage']}: {summary['passed']}/{summary['sets']} candidate sets passed "
-          f"({summary['images']} images kept)")
-    return 0
-
-
-def _cmd_clip(args) -> int:
-    return _print(filter_clip_files(_config(args), args.images, args.out, args.sets, progress=not args.no_progress))
-
-
-def _cmd_nsfw(args) -> int:
-    return _print(filter_nsfw_files(_config(args), args.images, args.out, args.sets, progress=not args.no_progress))
-
-
-def _cmd_detect(args) -> int:
-    return _print(filter_detect_files(_config(args), args.images, args.out, args.sets, args.captions,
-                                      progress=not args.no_progress))
-
-
-def _cmd_calibrate(args) -> int:
-    cfg = _config(args)
-    if args.write_template:
-        detect_sets = read_table(args.sets, "detectability set table", (*SET_KEYS, "segment"))
-        from ...io import write_csv
-
-        write_csv(args.write_template, label_template(detect_sets, args.sample_size, args.seed))
-        print(f"label template ({args.sample_size} sets per segment) -> {args.write_template}")
-        return 0
-    if not args.labels or not args.out:
-        raise InputError("calibrate needs --labels and --out (or --write-template). Fix: pass them")
-    summary = calibrate_files(cfg, args.sets, args.labels, args.out, args.report)
-    print(f"learned thresholds {summary['thresholds']}; overall accuracy {summary['overall']['accuracy']}")
-    return 0
-
-
-def _cmd_table(args) -> int:
-    _config(args)
-    table = filter_table_files(args.candidates, args.clip, args.nsfw, args.detect, args.out, args.markdown,
-                               args.captions)
-    print(stage_counts_markdown(table))
-    return 0
-
-
-def add_cli(subparsers) -> None:
-    """Register ``filter-clip``, ``filter-nsfw``, ``filter-detect``, ``calibrate`` and ``filter-table``."""
-
-    def common(p, stage: bool = True):
-        p.add_argument("--config", action="append", required=True, metavar="YAML",
-                       help="configuration file (repeatable; later files win)")
-        if stage:
-            p.add_argument("--images", required=True, metavar="IMAGES.parquet",
-                           help="candidate-image table (one row per image; image_path relative to its folder)")
-            p.add_argument("--out", required=True, metavar="KEPT.parquet", help="surviving image rows")
-            p.add_argument("--sets", required=True, metavar="SETS.parquet",
-                           help="per-candidate-set scores, passed and reason (every set that entered the stage)")
-            p.add_argument("--no-progress", action="store_true", help="no progress bars")
-
-    p = subparsers.add_parser("filter-clip", help="stage (a): CLIP image-caption >= 0.2 and image-image > 0.2 (§3.4)")
-    common(p)
-    p.set_defaults(func=_cmd_clip)
-    p = subparsers.add_parser("filter-nsfw", help="stage (b): drop sets with an NSFW-flagged image (§3.4, §8.3)")
-    common(p)
-    p.set_defaults(func=_cmd_nsfw)
-    p = subparsers.add_parser("filter-detect", help="stage (c): CLIP attribute detectability (§3.4, §8.3, Table 10)")
-    common(p)
-    p.add_argument("--captions", metavar="SETS.parquet",
-                   help="caption-set table (segment and attribute columns; needed when the image table lacks them)")
-    p.set_defaults(func=_cmd_detect)
-    p = subparsers.add_parser("calibrate", help="learn the detectability thresholds from hand labels (§8.3)")
-    common(p, stage=False)
-    p.add_argument("--sets", required=True, metavar="DETECT_SETS.parquet", help="filter-detect's --sets output")
-    p.add_argument("--labels", metavar="LABELS.csv", help="set_id,candidate_index,attribute_type,label (1 keep, 0 not)")
-    p.add_argument("--out", metavar="THRESHOLDS.json", help="learned thresholds and agreement")
-    p.add_argument("--report", metavar="REPORT.csv", help="agreement per segment and type (CSV)")
-    p.add_argument("--write-template", metavar="LABELS.csv",
-                   help="instead: write a label template for a random sample of sets (phase 1)")
-    p.add_argument("--sample-size", type=int, default=100, help="sets per segment in the template (paper: 100)")
-    p.add_argument("--seed", type=int, default=0, help="sampling seed for the template")
-    p.set_defaults(func=_cmd_calibrate)
-    m = subparsers.add_parser("filter-merge", help="concatenate the filter stages' outputs of every generation shard")
-    m.add_argument("--shard-dirs", nargs="+", required=True, metavar="DIR",
-                   help="per-shard filter folders (clip / nsfw / kept tables and their set tables)")
-    m.add_argument("--out-dir", required=True, metavar="DIR")
-    m.set_defaults(func=_merge_cli)
-    p = subparsers.add_parser("filter-table", help="Table 11: candidate sets remaining after each stage")
-    common(p, stage=False)
-    p.add_argument("--candidates", required=True, metavar="IMAGES.parquet", help="every generated image")
-    p.add_argument("--clip", required=True, metavar="SETS.parquet", help="filter-clip --sets output")
-    p.add_argument("--nsfw", required=True, metavar="SETS.parquet", help="filter-nsfw --sets output")
-    p.add_argument("--detect", required=True, metavar="SETS.parquet", help="filter-detect --sets output")
-    p.add_argument("--captions", metavar="SETS.parquet", help="caption-set table (for segments)")
-    p.add_argument("--out", required=True, metavar="TABLE.csv")
-    p.add_argument("--markdown", metavar="TABLE.md")
-    p.set_defaults(func=_cmd_table)
-
-
-def _merge_cli(args) -> int:
-    counts = merge_filter_shards(args.shard_dirs, args.out_dir)
-    print(counts.to_string(index=False))
-    return 0

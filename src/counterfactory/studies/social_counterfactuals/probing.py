@@ -44,8 +44,10 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from ...config import fill_section
 from ...errors import ConfigError, input_error
 from ...metrics.retrieval import bias_at_k, max_skew_at_k, min_skew_at_k, ndkl, ranking_from_scores, skew_at_k
+from . import STUDY
 
 log = logging.getLogger(__name__)
 
@@ -56,18 +58,18 @@ PROBE_COLUMNS = ["model", "segment", "subject", "attribute", "given", "label", "
 IMAGE_COLUMNS = ["set_id", "candidate_index", "member_index", "segment", "prefix", "subject", "caption",
                  "a1_type", "a1", "a2_type", "a2", "image_path"]
 
-#: defaults of the ``probing`` config section (see the module docstring for each)
-DEFAULTS: dict[str, Any] = {
-    "roles": None,               # model roles to probe (Figure 3: ALIP, CLIP, FLAVA, LaCLIP, OpenCLIP, SLIP)
-    "prefixes": None,            # None: every prefix in the images table (§4.1)
-    "k": None,                   # None: |A1|×|A2|(×|A3|) of the segment (§4.1)
-    "marginal_k": "segment",     # segment | attribute | an integer (§4.2, Figure 4)
-    "ndkl_depth": "full",        # full (Geyik; reference A1) | k_squared (§10.1)
-    "gender_type": "gender",     # attribute type on which Bias@K is computed (§10.1)
-    "male_values": ["male", "man", "men", "masculine"],
-    "female_values": ["female", "woman", "women", "feminine"],
-    "figure_subjects": ["doctor"],   # Figures 5 / 8 (9–13 use software developer, construction worker, ...)
-}
+#: the ``probing`` config section has its defaults, each with its paper section, in the schema
+#: (``social_counterfactuals.probing`` in config/schema.yaml; docs/config-reference.md). The gender words below are
+#: only the keyword defaults of the metric functions for direct library use (a test checks they equal the schema's)
+MALE_VALUES = ("male", "man", "men", "masculine")
+FEMALE_VALUES = ("female", "woman", "women", "feminine")
+
+
+def __getattr__(name: str):
+    """``DEFAULTS`` for callers not yet moved to :func:`settings` (the schema's defaults; PEP 562)."""
+    if name == "DEFAULTS":
+        return settings(None)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 
@@ -75,22 +77,14 @@ DEFAULTS: dict[str, Any] = {
 # settings
 # --------------------------------------------------------------------------------------------
 def settings(cfg: Mapping | None) -> dict:
-    """The ``probing`` section of ``cfg`` over :data:`DEFAULTS` (a missing section gives the defaults)."""
-    out = dict(DEFAULTS)
+    """The ``probing`` section of ``cfg`` validated with the schema's defaults filled (a missing section gives the
+    defaults; an unknown key or a bad value is a :class:`ConfigError` naming it), plus the caption step's a/an
+    exceptions."""
     section = (cfg or {}).get("probing") if cfg is not None else None
-    if section:
-        unknown = sorted(set(section) - set(DEFAULTS) - {"pata", "visogender"})
-        if unknown:
-            raise ConfigError(f"probing: unknown key(s) {', '.join(unknown)}. Fix: use {', '.join(sorted(DEFAULTS))}")
-        out.update({k: v for k, v in section.items() if v is not None or k in ("prefixes", "k", "roles")})
+    out = fill_section(f"{STUDY}.probing", section)
     captions = dict.get(cfg, "captions") if isinstance(cfg, dict) and "captions" in cfg else None
     for key in ("article_a", "article_an"):       # the a/an exceptions of the caption step (§3.2)
         out[key] = list((captions or {}).get(key) or [])
-    if out["ndkl_depth"] not in ("full", "k_squared"):
-        raise ConfigError(f"probing.ndkl_depth: expected full or k_squared, got {out['ndkl_depth']!r}")
-    mk = out["marginal_k"]
-    if not (mk in ("segment", "attribute") or (isinstance(mk, int) and not isinstance(mk, bool) and mk > 0)):
-        raise ConfigError(f"probing.marginal_k: expected segment, attribute or a positive integer, got {mk!r}")
     return out
 
 
@@ -173,8 +167,8 @@ def _attribute_rows(ranked: list, label_list: list, k: int, depth: int, attribut
 
 def retrieval_metrics(scores: Sequence[float], labels: Sequence[Sequence], values: Mapping[str, Sequence], *,
                       k: int | None = None, marginal_k: str | int = "segment", ndkl_depth: str = "full",
-                      gender_type: str | None = "gender", male_values: Sequence[str] = DEFAULTS["male_values"],
-                      female_values: Sequence[str] = DEFAULTS["female_values"], marginals: bool = True) -> list[dict]:
+                      gender_type: str | None = "gender", male_values: Sequence[str] = MALE_VALUES,
+                      female_values: Sequence[str] = FEMALE_VALUES, marginals: bool = True) -> list[dict]:
     """Metric rows of one subject's pool (pure: no model, no I/O).
 
     Parameters
@@ -188,7 +182,7 @@ def retrieval_metrics(scores: Sequence[float], labels: Sequence[Sequence], value
     k:
         ``None`` gives ``K = Π |values[t]|`` (§4.1).
     marginal_k, ndkl_depth, gender_type, male_values, female_values:
-        see :data:`DEFAULTS` and the module docstring.
+        see the schema's ``probing`` keys and the module docstring.
     marginals:
         also compute the single-attribute rows (unconditioned and per value of each other type).
 
@@ -469,11 +463,18 @@ def paper_tables(probe_df: pd.DataFrame, gender_type: str = "gender") -> dict[st
     return tables
 
 
+def describe(table: pd.DataFrame, decimals: int = 2):
+    """A probing table as the shared table description (:class:`counterfactory.render.Table`): the index as
+    first column, values rounded to and written with ``decimals``, nothing escaped."""
+    from ...render import describe_frame
+
+    return describe_frame(table.round(decimals), f".{decimals}f", index=True)
+
+
 def tables_markdown(tables: Mapping[str, pd.DataFrame], decimals: int = 2) -> str:
-    parts = []
-    for title, t in tables.items():
-        parts.append(f"### {title}\n\n{t.round(decimals).to_markdown(floatfmt=f'.{decimals}f')}\n")
-    return "\n".join(parts)
+    from ...render import markdown_body
+
+    return "\n".join(f"### {title}\n\n{markdown_body(describe(t, decimals))}\n" for title, t in tables.items())
 
 
 def tables_latex(tables: Mapping[str, pd.DataFrame], decimals: int = 2) -> str:
@@ -498,7 +499,7 @@ def tables_long(tables: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
 # figures (Figures 3–13)
 # --------------------------------------------------------------------------------------------
 def _pyplot():
-    from ...plots import pyplot
+    from ...render import pyplot
 
     return pyplot()
 
@@ -604,83 +605,3 @@ def figure_retrieval_proportions(probe_df: pd.DataFrame, out: str | Path, subjec
 
 def slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "_", str(text)).strip("_").lower() or "x"
-
-
-# --------------------------------------------------------------------------------------------
-# CLI
-# --------------------------------------------------------------------------------------------
-def add_cli(sub) -> None:
-    """``counterfactory social probe | probe-tables | probe-plots | probe-pata | probe-visogender``."""
-    p = sub.add_parser("probe", help="MaxSkew@K, NDKL, Bias@K of neutral occupation queries (§4, §10.1)",
-                       description=__doc__.split("\n\n")[0])
-    p.add_argument("--config", action="append", required=True, metavar="FILE", help="config file (repeatable)")
-    p.add_argument("--images", required=True, metavar="FILE.parquet", help="kept-images table")
-    p.add_argument("--role", action="append", metavar="ROLE", help="model role (repeatable; default probing.roles)")
-    p.add_argument("--segment", action="append", metavar="NAME", help="only these segments (repeatable)")
-    p.add_argument("--subject", action="append", metavar="NAME", help="only these subjects (repeatable)")
-    p.add_argument("--out", required=True, metavar="FILE.csv", help="long probe table to write")
-    p.set_defaults(func=_cmd_probe)
-
-    t = sub.add_parser("probe-tables", help="Tables 2, 12–17 layouts from probe CSVs")
-    t.add_argument("--probe", nargs="+", action="extend", required=True, metavar="CSV", help="probe table(s)")
-    t.add_argument("--out-md", metavar="FILE.md")
-    t.add_argument("--out-tex", metavar="FILE.tex")
-    t.add_argument("--out-csv", metavar="FILE.csv", help="every table in long form (table, row, column, value)")
-    t.add_argument("--decimals", type=int, default=2)
-    t.set_defaults(func=_cmd_tables)
-
-    f = sub.add_parser("probe-plots", help="Figures 3–5 (and 6–13) from probe CSVs")
-    f.add_argument("--probe", nargs="+", action="extend", required=True, metavar="CSV", help="probe table(s)")
-    f.add_argument("--out-dir", required=True, metavar="DIR")
-    f.add_argument("--subject", action="append", metavar="NAME",
-                   help="occupation(s) for the retrieval-proportion figure (default: doctor)")
-    f.add_argument("--marginal", default="gender:race", metavar="ATTR:GIVEN",
-                   help="Figure 4: marginal attribute and the attribute it is split by (default gender:race)")
-    f.add_argument("--format", default="png", choices=("png", "pdf", "svg"))
-    f.set_defaults(func=_cmd_plots)
-
-    from . import external
-
-    external.add_cli(sub)
-
-
-def _cmd_probe(args) -> int:
-    from ...config import load_config
-    from ...io import write_csv
-
-    cfg = load_config(args.config, study="social_counterfactuals")
-    df = probe(cfg, args.role or [], args.images, segments=args.segment, subjects=args.subject)
-    write_csv(args.out, df)
-    log.info("wrote %s (%d rows)", args.out, len(df))
-    return 0
-
-
-def _cmd_tables(args) -> int:
-    from ...io import write_csv, write_text
-
-    if not (args.out_md or args.out_tex or args.out_csv):
-        raise ConfigError("probe-tables: nothing to write. Fix: pass --out-md, --out-tex and/or --out-csv")
-    tables = paper_tables(read_probe(args.probe))
-    if args.out_md:
-        write_text(args.out_md, tables_markdown(tables, args.decimals))
-    if args.out_tex:
-        write_text(args.out_tex, tables_latex(tables, args.decimals))
-    if args.out_csv:
-        write_csv(args.out_csv, tables_long(tables))
-    return 0
-
-
-def _cmd_plots(args) -> int:
-    df = read_probe(args.probe)
-    out = Path(args.out_dir)
-    figure_maxskew_boxplots(df, out / f"maxskew_boxplots.{args.format}")
-    attr, _, given = args.marginal.partition(":")
-    if given:
-        try:
-            figure_marginal_bars(df, out / f"marginal_{slug(attr)}_by_{slug(given)}.{args.format}", attr, given)
-        except ConfigError as exc:
-            log.warning("%s", exc)
-    for subj in args.subject or DEFAULTS["figure_subjects"]:
-        for seg in sorted(df[df["subject"] == subj]["segment"].unique()):
-            figure_retrieval_proportions(df, out / f"proportions_{slug(subj)}_{slug(seg)}.{args.format}", subj, seg)
-    return 0

@@ -5,8 +5,11 @@ overlapping classes) removed, scored with ODmAP@k (:func:`counterfactory.metrics
 Modules:
 
 * :mod:`.regions` — region selection (§3.1, Eq. 1-3 and the appendix pseudo-code): which (image, class) pairs
-  are removed, alone or together with the classes they cover, and which are skipped; CLI ``counterfactory odmap
+  are removed, alone or together with the classes they cover, and which are skipped; CLI ``counterfactory spurious
   select``.
+
+The study's short name is ``spurious``: CLI group ``counterfactory spurious`` (:mod:`counterfactory.commands.spurious`;
+``odmap`` is an alias), rules ``spurious_*`` in ``rules/study_spurious_retrieval.smk``.
 """
 
 from __future__ import annotations

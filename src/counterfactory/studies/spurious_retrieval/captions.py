@@ -131,7 +131,7 @@ def captioner(cfg, s: dict, requests: pd.DataFrame, images: dict[str, str], prog
     cc = s["captions"]["captioner"]
     todo = requests[requests["item_id"].isin(images)]
     texts = caption_images(cfg, [images[i] for i in todo["item_id"]], batch_size=int(cc["batch_size"]),
-                           max_new_tokens=int(cc["max_new_tokens"]), num_beams=int(cc.get("num_beams", 1)),
+                           max_new_tokens=int(cc["max_new_tokens"]), num_beams=int(cc["num_beams"]),
                            progress=progress)
     rows = [(r.item_id, r.image_id, r.split, "captioner", 0, t.strip(), True)
             for r, t in zip(todo.itertuples(index=False), texts) if t and t.strip()]

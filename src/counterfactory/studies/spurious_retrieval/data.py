@@ -177,6 +177,6 @@ def read_requests(path) -> pd.DataFrame:
         frame["segmentation"] = ""
     missing = [c for c in REQUEST_COLUMNS if c not in frame.columns]
     if missing:
-        raise input_error(path, None, f"missing columns {missing}", "rebuild it with `counterfactory odmap select`")
+        raise input_error(path, None, f"missing columns {missing}", "rebuild it with `counterfactory spurious select`")
     frame["boxes"] = [np.asarray([np.asarray(b) for b in boxes]).reshape(-1, 4).tolist() for boxes in frame["boxes"]]
     return frame

@@ -77,7 +77,7 @@ def read_gallery(path) -> pd.DataFrame:
     frame = pd.read_parquet(path)
     for col in ("caption", "mentions", "split", "image_path"):
         if col not in frame.columns:
-            raise input_error(path, None, f"missing column {col!r}", "rebuild it with `counterfactory odmap captions`")
+            raise input_error(path, None, f"missing column {col!r}", "rebuild it with `counterfactory spurious captions`")
     return frame
 
 

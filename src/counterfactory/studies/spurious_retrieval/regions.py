@@ -73,30 +73,22 @@ of other classes are ignored entirely, as other Flickr30k types are in the paper
 
 from __future__ import annotations
 
-import copy
 import json
 import math
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from ...config import fill_section
 from ...errors import ConfigError, input_error
 
 #: configuration section (``spurious_retrieval.selection``)
 SECTION = ("spurious_retrieval", "selection")
 RULES = ("pseudocode", "text")
 MASK_MODES = ("box", "segmentation")
-#: thresholds of §3.1 ("In practice, we select α1 = 0.4", "We select α2 = 0.8", "We use α3 = 0.7")
-DEFAULTS: dict[str, Any] = {
-    "alpha1": 0.4,
-    "alpha2": 0.8,
-    "alpha3": 0.7,
-    "rule": "pseudocode",
-    "mask_mode": "box",
-    "classes": None,
-}
+#: the thresholds of §3.1 ("In practice, we select α1 = 0.4", "We select α2 = 0.8", "We use α3 = 0.7") and the
+#: other selection keys have their defaults in the schema (``spurious_retrieval.selection``); see :func:`settings`
 #: the four Flickr30k Entities types used as classes (our inference, see the module docstring)
 FLICKR_CLASSES = ("people", "animals", "vehicles", "instruments")
 COLUMNS = ["image_id", "category_id", "category", "removed_category_ids", "removed_categories", "selected", "reason",
@@ -123,55 +115,23 @@ def config_section(cfg: dict | None) -> dict:
     return section
 
 
-def _check_alpha(name: str, value) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-            or not 0.0 < value <= 1.0:
-        raise ConfigError(f"{'.'.join(SECTION)}.{name}: must be a number in (0, 1], got {value!r}. Fix: {FIX_CONFIG} "
-                          f"(the paper's value is {DEFAULTS[name]}, §3.1)")
-    return float(value)
-
-
-def _check_choice(name: str, value, choices: tuple[str, ...]) -> str:
-    if value not in choices:
-        raise ConfigError(f"{'.'.join(SECTION)}.{name}: must be one of {', '.join(choices)}, got {value!r}. "
-                          f"Fix: {FIX_CONFIG}")
-    return value
-
-
-def _check_classes(value) -> list[str] | None:
-    if value is None:
-        return None
-    if isinstance(value, str) or not isinstance(value, (list, tuple)) or not value \
-            or not all(isinstance(v, str) and v.strip() for v in value):
-        raise ConfigError(f"{'.'.join(SECTION)}.classes: must be null (every class) or a non-empty list of class "
-                          f"names, got {value!r}. Fix: {FIX_CONFIG}")
-    dup = sorted({v for v in value if list(value).count(v) > 1})
-    if dup:
-        raise ConfigError(f"{'.'.join(SECTION)}.classes: {', '.join(dup)} listed twice. Fix: list each class once")
-    return list(value)
-
-
 def settings(cfg: dict | None = None) -> dict:
-    """Validated selection settings: :data:`DEFAULTS` updated with the ``spurious_retrieval.selection`` section of
-    ``cfg`` (a full configuration, a study view with a ``selection`` key, or ``None``). Unknown keys, thresholds
-    outside (0, 1], ``alpha1 > alpha2``, an unknown rule / mask mode or a malformed class list are a
-    :class:`ConfigError`."""
-    section = config_section(cfg)
-    unknown = sorted(set(section) - set(DEFAULTS))
-    if unknown:
-        raise ConfigError(f"{'.'.join(SECTION)}: unknown key(s) {', '.join(unknown)} (known: {', '.join(DEFAULTS)}). "
-                          f"Fix: {FIX_CONFIG}")
-    out = copy.deepcopy(DEFAULTS)
-    out.update(section)
+    """Validated selection settings: the ``spurious_retrieval.selection`` section of ``cfg`` (a full configuration,
+    a study view with a ``selection`` key, or ``None``) with the schema's defaults filled. Unknown keys, thresholds
+    outside (0, 1], an unknown rule / mask mode or a malformed class list are schema errors; ``alpha1 > alpha2``
+    (a cross-key rule) is checked here; all are a :class:`ConfigError` naming the key."""
+    out = fill_section(".".join(SECTION), config_section(cfg))
     for name in ("alpha1", "alpha2", "alpha3"):
-        out[name] = _check_alpha(name, out[name])
+        out[name] = float(out[name])
     if out["alpha1"] > out["alpha2"]:
         raise ConfigError(f"{'.'.join(SECTION)}: alpha1 = {out['alpha1']} is above alpha2 = {out['alpha2']} "
                           f"(Eq. 1 must be stricter than Eq. 2). Fix: {FIX_CONFIG}")
-    out["rule"] = _check_choice("rule", out["rule"], RULES)
-    out["mask_mode"] = _check_choice("mask_mode", out["mask_mode"], MASK_MODES)
-    out["classes"] = _check_classes(out["classes"])
     return out
+
+
+def defaults() -> dict:
+    """The selection's defaults (the schema's ``spurious_retrieval.selection``)."""
+    return settings(None)
 
 
 # --------------------------------------------------------------------------------------------
@@ -388,7 +348,7 @@ def select_regions(images: pd.DataFrame, objects: pd.DataFrame, params: dict | N
     """The selection table (:data:`COLUMNS`): one row per (image, class) with at least one object, sorted by
     ``image_id, category_id``. ``images`` / ``objects`` as from :func:`coco_objects` / :func:`flickr_objects`
     (``source`` / ``record`` columns are optional and only used in error messages); ``params`` from
-    :func:`settings` (default :data:`DEFAULTS`); ``known_classes``: the class names ``params['classes']`` may use
+    :func:`settings` (default: the schema's); ``known_classes``: the class names ``params['classes']`` may use
     (default: those of ``objects``)."""
     params = settings({SECTION[0]: {SECTION[1]: params}}) if params is not None else settings(None)
     images = images.copy()

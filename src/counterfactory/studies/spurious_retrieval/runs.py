@@ -1,7 +1,7 @@
 """Fine-tuning runs and the paper's tables (§4.1-4.4, Tables 1-3, Figure 4).
 
 :func:`run` trains one model role on one mixture of one dataset with its §4.1 recipe
-(:func:`.settings.training_section`, on :func:`counterfactory.training.runs.run_one`) — or, for ``zeroshot``,
+(:func:`.settings.training_section`, on :func:`counterfactory.evaluation.runs.run_one`) — or, for ``zeroshot``,
 takes the pre-trained model — and scores it (:func:`.evaluation.evaluate`). Its ``metrics.csv`` is a runs table:
 ``experiment`` = ``<dataset>_<role>``, ``mixture``, ``seed``, ``data_seed``, ``metric``, ``value``, which
 ``counterfactory stats summarize`` turns into mean ± std over seeds with one-tailed Welch t-tests against
@@ -44,7 +44,7 @@ def run(cfg, dataset: str, role: str, mixture: str, seed: int, data_seed: int, m
     """One run (see the module docstring); writes ``out_dir/metrics.csv`` and returns its rows."""
     from ...io import write_csv
     from ...training import read_manifest
-    from ...training.runs import run_one
+    from ...evaluation.runs import run_one
 
     s = settings(cfg)
     if mixture != ZEROSHOT and role not in s["training"]["models"]:
@@ -181,7 +181,7 @@ def ratio_points(summary: pd.DataFrame, s: dict) -> pd.DataFrame:
 
 def plot_ratios(points: pd.DataFrame, out) -> Path:
     """Figure 4: R@1 (image→text) and ODmAP@1 against |D'_sub| / |D|, mean ± std over seeds."""
-    from ...plots import pyplot
+    from ...render import pyplot
 
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(4.8, 3.4))
@@ -206,6 +206,7 @@ def plot_ratios(points: pd.DataFrame, out) -> Path:
 def write_tables(summary_path, cfg, out_md, out_tex, out_csv, out_figure) -> None:
     """Tables 1-3 (Markdown, LaTeX, CSV of every cell) and Figure 4 (PNG) from a summary CSV."""
     from ...io import write_csv, write_text
+    from ...render import describe_frame, markdown_body
     from ...tables import read_summary, render_latex, render_markdown, to_frame
 
     s = settings(cfg)
@@ -220,7 +221,7 @@ def write_tables(summary_path, cfg, out_md, out_tex, out_csv, out_figure) -> Non
         frames.append(to_frame(table).assign(table=title))
     if len(points):
         md += ["**Figure 4: R@1 (image→text) and ODmAP@1 against |D'sub| / |D|** (ratio 0 = finetune)", "",
-               points.to_markdown(index=False, floatfmt=".2f"), ""]
+               markdown_body(describe_frame(points, ".2f")), ""]
     write_text(out_md, "\n".join(md) + "\n")
     write_text(out_tex, "\n".join(tex) + "\n")
     write_csv(out_csv, pd.concat(frames, ignore_index=True) if frames else pd.DataFrame())

@@ -1,10 +1,10 @@
 """Settings of the spurious-correlation retrieval study (config section ``spurious_retrieval``).
 
-Every default is written once, here, with the paper section it comes from (Kim, Koepke, Schmid & Akata 2023,
-"Exposing and Mitigating Spurious Correlations for Cross-Modal Retrieval"); "ours" marks choices the paper leaves
-open. The schema (``config/schema.yaml``) types the section; :func:`settings` merges a config over these defaults
-(mappings one level deep) and refuses unknown keys. Region selection has its own defaults in :mod:`.regions`
-(α1 0.4, α2 0.8, α3 0.7, §3.1).
+Every default is written once, in the schema (``config/schema.yaml``), with the paper section it comes from (Kim,
+Koepke, Schmid & Akata 2023, "Exposing and Mitigating Spurious Correlations for Cross-Modal Retrieval"); "ours"
+marks choices the paper leaves open. :func:`settings` takes the sections as the schema validated and filled them
+(unknown keys are refused at every depth) and checks the cross-key rules. Region selection is read by
+:mod:`.regions` (α1 0.4, α2 0.8, α3 0.7, §3.1).
 
 Configuration (study section ``spurious_retrieval``)::
 
@@ -47,6 +47,9 @@ Configuration (study section ``spurious_retrieval``)::
       blip: {lr: 1.0e-5, batch_size: 16, epochs: 2, lr_scheduler: step, lr_step_epochs: 0.5, ...}   # §4.1
     evaluation: {ks: [1, 5, 10], batch_size: 256}   # §3.2 ODmAP@1/5/10; Table 2 R@1/5/10
 
+The defaults above are the schema's (``spurious_retrieval`` in ``config/schema.yaml``, each with its paper section;
+docs/config-reference.md lists them); this module checks the cross-key rules the schema cannot express.
+
 VSE++ (the paper's third model, VGG19 + Bi-GRU with a triplet loss) has no maintained implementation on PyPI; it
 is not included (README).
 """
@@ -57,6 +60,7 @@ import copy
 import math
 from typing import Any, Mapping
 
+from ...config import fill_section, section_names
 from ...errors import ConfigError
 
 SECTION = "spurious_retrieval"
@@ -67,155 +71,54 @@ SPLITS = ("train", "val", "test")
 #: mixtures of every run: the fine-tuned baseline (D only), ours (D + D') and the zero-shot model
 FINETUNE, OURS, ZEROSHOT = "finetune", "ours", "zeroshot"
 
-DEFAULTS: dict[str, Any] = {
-    "data": {
-        "datasets": list(DATASETS),
-        "coco": {"karpathy_json": None, "image_root": None, "instances": []},
-        "flickr30k": {"karpathy_json": None, "image_root": None, "entities_root": None},
-        "splits": {"train": ["train", "restval"], "val": ["val"], "test": ["test"]},
-    },
-    "inpaint": {"methods": ["lama", "zero", "mean", "blur"], "shards": 64, "batch_size": 8},
-    "captions": {"per_image": 1, "keep_unmatched": True, "prompt_templates": "openai_imagenet",
-                 "prompt_article": False, "captioner": {"batch_size": 32, "max_new_tokens": 30, "num_beams": 1}},
-    "mixtures": {
-        "variants": {"ours": {"text": "np_removal", "image": "lama"},
-                     "np_blur": {"text": "np_removal", "image": "blur"},
-                     "np_zero": {"text": "np_removal", "image": "zero"},
-                     "np_mean": {"text": "np_removal", "image": "mean"},
-                     "captioner": {"text": "captioner", "image": "lama"},
-                     "prompts": {"text": "prompt", "image": "lama"}},
-        "table3": ["np_blur", "np_zero", "np_mean", "captioner", "prompts"],
-        "table3_models": ["clip_train"], "table3_datasets": ["coco"],
-        "ratios": [0.05, 0.1, 0.2, 0.3, 0.4],
-        "ratio_models": ["clip_train"], "ratio_datasets": ["coco"],
-        "random_state": 0,
-    },
-    "training": {
-        "models": {"clip_train": "clip", "itm_blip": "blip"},
-        "seeds": {"first": 0, "count": 3, "data_seed_offset": 1},
-        "zeroshot": True,
-        "val_rows": None,   # ours: cap on validation rows for checkpoint selection (null = the whole val split)
-        "common": {"eval_every": "epoch", "eval_batch_size": None, "max_steps": None, "max_length": 77,
-                   "dataloader_workers": 4, "deterministic": True, "cpu_threads": 1, "no_decay": ["bias", "LayerNorm"],
-                   "warmup_steps": 0, "max_grad_norm": 0.0, "adam_beta1": 0.9, "adam_beta2": 0.999,
-                   "adam_epsilon": 1e-8, "recipe": "plain", "cvld_lambda": 0.0},
-        # §4.1: "10 epochs with a batch size of 256 ... Adam ... 2e-6 for CLIP ... rate of 0.5 every 2 epochs";
-        # Adam = AdamW without weight decay
-        "clip": {"lr": 2e-6, "batch_size": 256, "epochs": 10, "optimizer": "adamw_torch", "weight_decay": 0.0,
-                 "lr_scheduler": "step", "lr_step_epochs": 2.0, "lr_step_gamma": 0.5},
-        # §4.1: "2 epochs with a batch size of 16 ... AdamW ... 1e-5 ... rate of 0.5 every half epoch";
-        # weight decay 0.05 is BLIP's own retrieval fine-tuning value (ours: the paper is silent)
-        "blip": {"lr": 1e-5, "batch_size": 16, "epochs": 2, "optimizer": "adamw_torch", "weight_decay": 0.05,
-                 "lr_scheduler": "step", "lr_step_epochs": 0.5, "lr_step_gamma": 0.5},
-    },
-    "evaluation": {"ks": [1, 5, 10], "batch_size": 256},
-}
 RECIPES = ("clip", "blip")
-_NESTED = {"data": ("coco", "flickr30k", "splits"), "captions": ("captioner",),
-           "training": RECIPES + ("common", "seeds"),
-           "mixtures": ()}
 
 
 def _fail(key: str, message: str, fix: str) -> ConfigError:
     return ConfigError(f"{SECTION}.{key}: {message}. Fix: {fix}")
 
 
-def _merge(default: dict, own: Mapping, where: str, nested: tuple[str, ...]) -> dict:
-    unknown = sorted(set(own) - set(default))
-    if unknown:
-        raise _fail(where, f"unknown key(s) {', '.join(unknown)}", f"use {', '.join(default)}")
-    out = copy.deepcopy(default)
-    for key, value in own.items():
-        if key in nested:
-            if not isinstance(value, Mapping):
-                raise _fail(f"{where}.{key}", f"expected a mapping, got {type(value).__name__}", "write key: value pairs")
-            allowed = set(out[key]) | (set(DEFAULTS["training"]["common"]) if key in RECIPES else set())
-            if key in RECIPES:
-                allowed |= {"lr_step_epochs", "lr_step_gamma", "optimizer", "weight_decay", "lr_scheduler"}
-            bad = sorted(set(value) - allowed) if key != "splits" else sorted(set(value) - set(SPLITS))
-            if bad:
-                raise _fail(f"{where}.{key}", f"unknown key(s) {', '.join(bad)}", f"use {', '.join(sorted(allowed))}")
-            out[key].update(copy.deepcopy(dict(value)))
-        elif key == "variants" and value is not None:
-            out[key] = copy.deepcopy(dict(value))
-        else:
-            out[key] = copy.deepcopy(value)
-    return out
-
-
 class Settings(dict):
     """The study's settings; a section the job's configuration did not include is an error, not a default."""
 
     def __missing__(self, key):
-        if key in DEFAULTS:
+        if key in section_names(SECTION) and key != "selection":      # selection is read by .regions
             raise ConfigError(f"this job was not given the config section {SECTION}.{key}. Fix: add '{key}' to the "
                               "sections the rule passes in params (rules/study_spurious_retrieval.smk, job_config)")
         raise KeyError(key)
 
 
 def settings(cfg: Mapping | None) -> Settings:
-    """The study's settings (the sections of :data:`DEFAULTS`) from a study view or a full configuration. A job's
-    partial view (:class:`counterfactory.config.ConfigView`) gives only the sections its rule declared."""
+    """The study's settings (its schema sections, defaults filled by the schema) from a study view or a full
+    configuration; a partial section (tests, library use) is validated and filled the same way
+    (:func:`counterfactory.config.fill_section`). A job's partial view (:class:`counterfactory.config.ConfigView`)
+    gives only the sections its rule declared."""
     cfg = cfg if cfg is not None else {}
     nested = dict.get(cfg, SECTION) if isinstance(cfg, dict) else None
     own = nested if isinstance(nested, Mapping) else cfg
     partial = bool(getattr(own, "partial", False))
     out = Settings()
-    for name, default in DEFAULTS.items():
-        if partial and not dict.__contains__(own, name):
+    for name in section_names(SECTION):
+        if name == "selection" or (partial and not dict.__contains__(own, name)):
             continue
         value = dict.get(own, name) if isinstance(own, dict) else None
-        out[name] = _merge(default, dict(value or {}), name, _NESTED.get(name, ()))
+        out[name] = fill_section(f"{SECTION}.{name}", value)
     _check(out)
     return out
 
 
 def _check(s: dict) -> None:
+    """Cross-key rules the schema cannot express (types, ranges and enums are the schema's)."""
     has = s.__contains__
-    if has("data"):
-        _check_data(s)
-    if has("inpaint"):
-        _check_inpaint(s)
-    if has("captions"):
-        _check_captions(s)
     if has("mixtures"):
         _check_mixtures(s, s["inpaint"]["methods"] if has("inpaint") else None)
     if has("training"):
         _check_training(s)
-    if has("evaluation"):
-        _check_evaluation(s)
-
-
-def _check_data(s: dict) -> None:
-    for name in s["data"]["datasets"]:
-        if name not in DATASETS:
-            raise _fail("data.datasets", f"unknown dataset {name!r}", f"use {', '.join(DATASETS)}")
-
-
-def _check_inpaint(s: dict) -> None:
-    for method in s["inpaint"]["methods"]:
-        if method not in IMAGE_METHODS:
-            raise _fail("inpaint.methods", f"unknown method {method!r}", f"use {', '.join(IMAGE_METHODS)}")
-    for key in ("shards", "batch_size"):
-        v = s["inpaint"][key]
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise _fail(f"inpaint.{key}", f"{v!r} is not a positive integer", "use 1 or more")
-
-
-def _check_captions(s: dict) -> None:
-    per_image = s["captions"]["per_image"]
-    if per_image != "all" and (isinstance(per_image, bool) or not isinstance(per_image, int) or per_image < 1):
-        raise _fail("captions.per_image", f"{per_image!r}", "use a positive integer (1 = the paper) or 'all'")
 
 
 def _check_mixtures(s: dict, image_methods) -> None:
     mx = s["mixtures"]
     for vname, spec in mx["variants"].items():
-        if not isinstance(spec, Mapping) or set(spec) != {"text", "image"}:
-            raise _fail(f"mixtures.variants.{vname}", f"{spec!r} is not {{text, image}}",
-                        "write e.g. {text: np_removal, image: lama}")
-        if spec["text"] not in TEXT_METHODS:
-            raise _fail(f"mixtures.variants.{vname}.text", f"unknown {spec['text']!r}", f"use {', '.join(TEXT_METHODS)}")
         used = vname == OURS or vname in mx["table3"]
         if spec["image"] not in IMAGE_METHODS or (used and image_methods is not None and spec["image"] not in image_methods):
             raise _fail(f"mixtures.variants.{vname}.image", f"{spec['image']!r} is not in inpaint.methods",
@@ -230,22 +133,10 @@ def _check_mixtures(s: dict, image_methods) -> None:
     for name in mx["table3"]:
         if name not in mx["variants"]:
             raise _fail("mixtures.table3", f"{name!r} is not a variant", f"use {', '.join(mx['variants'])}")
-    for r in mx["ratios"]:
-        if isinstance(r, bool) or not isinstance(r, (int, float)) or not 0 < r <= 1:
-            raise _fail("mixtures.ratios", f"{r!r} is not in (0, 1]", "use shares of |D| such as 0.1")
-    for key in ("table3_datasets", "ratio_datasets"):
-        bad = [d for d in mx[key] if d not in DATASETS]
-        if bad:
-            raise _fail(f"mixtures.{key}", f"unknown dataset(s) {', '.join(bad)}", f"use {', '.join(DATASETS)}")
 
 
 def _check_training(s: dict) -> None:
     models = s["training"]["models"]
-    if not isinstance(models, Mapping) or not models:
-        raise _fail("training.models", f"{models!r}", "map model roles to a recipe, e.g. {clip_train: clip}")
-    for role, recipe in models.items():
-        if recipe not in RECIPES:
-            raise _fail(f"training.models.{role}", f"unknown recipe {recipe!r}", f"use {', '.join(RECIPES)}")
     if "mixtures" in s:
         for key in ("table3_models", "ratio_models"):
             bad = [m for m in s["mixtures"][key] if m not in models]
@@ -301,7 +192,7 @@ def image_methods(s: dict, dataset: str | None = None) -> list[str]:
 
 def seed_pairs(s: dict) -> list[tuple[int, int]]:
     seeds = s["training"]["seeds"]
-    first, count, off = int(seeds["first"]), int(seeds["count"]), int(seeds.get("data_seed_offset", 1))
+    first, count, off = int(seeds["first"]), int(seeds["count"]), int(seeds["data_seed_offset"])
     return [(first + i, first + i + off) for i in range(count)]
 
 

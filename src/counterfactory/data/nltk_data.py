@@ -60,7 +60,7 @@ from ..io import atomic_dir, write_json, write_text
 
 log = logging.getLogger(__name__)
 
-BUILDER = "counterfactory.text.nltk_data"
+BUILDER = "counterfactory.text.nltk_data"  # recorded in each manifest; kept as released when the module moved to data/
 BUILDER_VERSION = 1
 MANIFEST_NAME = "counterfactory_nltk_manifest.json"
 

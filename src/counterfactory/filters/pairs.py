@@ -193,7 +193,7 @@ class ClipScorer:
     def __init__(self, loaded: Any, library: str, device: torch.device, dtype: torch.dtype = torch.float32,
                  batch_size: int = 32, direction_rel_tol: float = DIRECTION_REL_TOL, performance=None):
         """``performance``: a :class:`counterfactory.device.Performance` (fast path), None = plain placement."""
-        from .device import place
+        from ..device import place
 
         self.library = library
         self.direction_rel_tol = float(direction_rel_tol)
@@ -220,8 +220,8 @@ class ClipScorer:
 
     @classmethod
     def from_config(cls, cfg: dict, role: str = "clip_filter", batch_size: int = 32) -> "ClipScorer":
-        from .device import Performance, from_config, resolve_batch_size
-        from .models import registry
+        from ..device import Performance, from_config, resolve_batch_size
+        from ..models import registry
 
         device, dtype = from_config(cfg)
         spec = registry.model_spec(cfg, role)

@@ -1,6 +1,8 @@
-"""``counterfactory odmap select``: the spurious-correlation retrieval study's region selection (Kim et al. 2023,
-§3.1): which (image, class) pairs to remove for the synthetic ODmAP@k images, from COCO instances or Flickr30k
-Entities boxes (:mod:`counterfactory.studies.spurious_retrieval.regions`)."""
+"""``counterfactory spurious``: the spurious-correlation retrieval study's steps (Kim et al. 2023); ``spurious`` is
+the study's short name (rules ``spurious_*``; package :mod:`counterfactory.studies.spurious_retrieval`); the old
+group name ``odmap`` is kept as an alias. ``spurious select`` (§3.1): which (image, class) pairs to remove for the
+synthetic ODmAP@k images, from COCO instances or Flickr30k Entities boxes
+(:mod:`counterfactory.studies.spurious_retrieval.regions`)."""
 
 from __future__ import annotations
 
@@ -30,11 +32,12 @@ def _csv_list(text: str) -> list[str]:
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
-        "odmap",
+        "spurious",
+        aliases=["odmap"],
         help="spurious-correlation retrieval study (ODmAP@k): region selection for object-removed images",
         description="Kim et al. 2023, 'Exposing and Mitigating Spurious Correlations for Cross-Modal Retrieval'.",
     )
-    sub = parser.add_subparsers(dest="odmap_command", metavar="<odmap command>")
+    sub = parser.add_subparsers(dest="spurious_command", metavar="<spurious command>")
     sub.required = True
     p = sub.add_parser(
         "select",
@@ -117,7 +120,7 @@ def _select(args) -> int:
         from ..studies.spurious_retrieval import data, settings
 
         if not args.requests_out:
-            raise SystemExit("odmap select --dataset needs --requests-out")
+            raise SystemExit("spurious select --dataset needs --requests-out")
         table, requests = data.select(settings.settings(_load(args.config)), params, args.dataset)
         write_parquet(args.out, table)
         write_parquet(args.requests_out, requests)
@@ -148,14 +151,14 @@ def _register_steps(sub) -> None:
                        "mention) and the synthetic captions (noun-phrase removal, prompts)")
     config(c)
     c.add_argument("--dataset", required=True, choices=("coco", "flickr30k"))
-    c.add_argument("--requests", required=True, metavar="FILE.parquet", help="from `odmap select --requests-out`")
+    c.add_argument("--requests", required=True, metavar="FILE.parquet", help="from `spurious select --requests-out`")
     c.add_argument("--out-gallery", required=True, metavar="FILE.parquet")
     c.add_argument("--out-synthetic", required=True, metavar="FILE.parquet")
     c.set_defaults(func=_captions)
 
     i = sub.add_parser("inpaint", help="§3.1, Table 3: remove the requested classes of one shard of images "
                        "(lama, opencv, zero, mean, blur); resumable")
-    add_shard_job_options(i, "--requests", "FILE.parquet", "removal requests (odmap select --requests-out)")
+    add_shard_job_options(i, "--requests", "FILE.parquet", "removal requests (spurious select --requests-out)")
     i.add_argument("--method", required=True, choices=("lama", "opencv", "zero", "mean", "blur"))
     i.set_defaults(func=_inpaint)
 
@@ -173,9 +176,9 @@ def _register_steps(sub) -> None:
     config(m)
     m.add_argument("--dataset", required=True, choices=("coco", "flickr30k"))
     m.add_argument("--requests", required=True, metavar="FILE.parquet")
-    m.add_argument("--gallery", required=True, metavar="FILE.parquet", help="from `odmap captions`")
+    m.add_argument("--gallery", required=True, metavar="FILE.parquet", help="from `spurious captions`")
     m.add_argument("--synthetic", required=True, nargs="+", metavar="FILE.parquet",
-                   help="synthetic captions (odmap captions, odmap captioner)")
+                   help="synthetic captions (spurious captions, spurious captioner)")
     m.add_argument("--inpainted", action="append", default=[], metavar="METHOD=DIR",
                    help="an inpainting shard folder of METHOD (repeatable)")
     m.add_argument("--out-dir", required=True, metavar="DIR")
@@ -189,7 +192,7 @@ def _register_steps(sub) -> None:
     r.add_argument("--mixture", required=True, help="zeroshot, finetune, ours, a Table 3 variant or ratio_<r>")
     r.add_argument("--seed", type=int, required=True)
     r.add_argument("--data-seed", type=int, required=True)
-    r.add_argument("--manifests", required=True, metavar="DIR", help="from `odmap manifests`")
+    r.add_argument("--manifests", required=True, metavar="DIR", help="from `spurious manifests`")
     r.add_argument("--gallery", required=True, metavar="FILE.parquet")
     r.add_argument("--out-dir", required=True, metavar="DIR")
     r.add_argument("--progress", action="store_true")
@@ -206,7 +209,7 @@ def _register_steps(sub) -> None:
 
 
 def _nltk(cfg) -> None:
-    from ..text.nltk_data import ensure_nltk_data
+    from ..data.nltk_data import ensure_nltk_data
 
     section = cfg.get("nltk") or {}
     ensure_nltk_data(section.get("data_dir", "resources/nltk_data"), section.get("source"))

@@ -39,7 +39,7 @@ from typing import Any
 
 import pandas as pd
 
-from ...errors import InputError, input_error, missing_input
+from ..errors import InputError, input_error, missing_input
 
 #: fields of the public release, in its order
 RELEASE_FIELDS = ("image", "caption", "counterfactual_set", "a1_type", "a1", "a2_type", "a2", "a1a2")
@@ -188,7 +188,7 @@ def export_release(images: str | Path, out_dir: str | Path, shard_size: int = DE
     Returns the summary: rows, sets, shards (names), per-segment counts."""
     import pyarrow.parquet as pq
 
-    from ...io import atomic_dir, write_json, write_text
+    from ..io import atomic_dir, write_json, write_text
 
     if isinstance(shard_size, bool) or not isinstance(shard_size, int) or shard_size < 1:
         raise InputError(f"--shard-size {shard_size!r}: must be a positive number of rows. Fix: pass e.g. "
@@ -332,47 +332,3 @@ def datasets_version() -> str:
     import datasets
 
     return datasets.__version__
-
-
-# ------------------------------------------------------------------------------------------------ CLI
-
-
-def _release_cli(args) -> int:
-    summary = export_release(args.images, args.out_dir, shard_size=args.shard_size)
-    print(f"{summary['rows']} images in {summary['sets']} sets -> {args.out_dir} ({len(summary['shards'])} shards)")
-    for s in summary["segments"]:
-        print(f"  {s['segment']}: {s['sets']} sets, {s['images']} images")
-    return 0
-
-
-def _check_cli(args) -> int:
-    report = check_release(args.dir, use_datasets=True if args.require_datasets else None)
-    print(f"read with {report['reader']}: {report['rows']} images in {report['sets']} sets, "
-          f"{report['shards']} shard(s)")
-    for s in report["segments"]:
-        print(f"  {s['segment']}: {s['sets']} sets, {s['images']} images "
-              f"({s['images_per_set_min']}-{s['images_per_set_max']} per set)")
-    if args.json:
-        from ...io import write_json
-
-        write_json(args.json, report)
-    return 0
-
-
-def add_cli(subparsers) -> None:
-    """Register ``counterfactory social release`` and ``counterfactory social release-check``."""
-    p = subparsers.add_parser("release", help="write kept images in the Intel/SocialCounterfactuals parquet layout",
-                              description=__doc__.split("\n\n")[0])
-    p.add_argument("--images", required=True, metavar="FILE.parquet",
-                   help="kept images: set_id, member_index, caption, a1_type, a1, a2_type, a2, image_path "
-                        "(relative to the parquet's folder or absolute); optional a3_type, a3, segment, subject")
-    p.add_argument("--out-dir", required=True, metavar="DIR", help="release folder (replaced as a whole)")
-    p.add_argument("--shard-size", type=int, default=DEFAULT_SHARD_SIZE, metavar="N",
-                   help=f"rows per parquet shard (default {DEFAULT_SHARD_SIZE}, about the release's)")
-    p.set_defaults(func=_release_cli)
-    c = subparsers.add_parser("release-check", help="load a release back (datasets, else pyarrow) and count it")
-    c.add_argument("--dir", required=True, metavar="DIR", help="release folder (holding data/)")
-    c.add_argument("--require-datasets", action="store_true",
-                   help="fail when the datasets library is missing instead of reading with pyarrow")
-    c.add_argument("--json", metavar="FILE.json", help="also write the counts as JSON")
-    c.set_defaults(func=_check_cli)

@@ -1,0 +1,99 @@
+# Input functions and parameters of the CVLD rules (rules/study_cvld.smk).
+# Kept in their own file: Snakemake's linter wants functions apart from rules.
+import shlex
+
+
+def cvld(wildcards):
+    return cvld_settings.settings(view(wildcards.study))
+
+
+def cvld_coco_inputs(wildcards):
+    src = cvld(wildcards)["data"]["coco"]
+    return [source_data(src.get("karpathy_json") or "<unset>", f"{wildcards.study}.data.coco.karpathy_json")]
+
+
+def cvld_celeba_inputs(wildcards):
+    root = cvld(wildcards)["data"]["celeba"]["root"] or "<unset>"
+    return [source_data(root, f"{wildcards.study}.data.celeba.root")]
+
+
+def cvld_text_llm(wildcards):
+    return cvld(wildcards)["intervention"]["text_method"] == "llm"
+
+
+def cvld_text_models(wildcards):
+    return wf.local_model_inputs(config, "llm") if cvld_text_llm(wildcards) else []
+
+
+def cvld_intervene_keys(wildcards):
+    keys = ["data", "intervention", "editing.shards", "nltk"]
+    return keys + (["llm", "models.llm", *DEVICE_KEYS] if cvld_text_llm(wildcards) else [])
+
+
+def cvld_editor_role(method):
+    return "editor" if method == "ip2p" else "sd"
+
+
+def cvld_edit_models(wildcards):
+    return wf.local_model_inputs(config, cvld_editor_role(wildcards.method), "image_encoder")
+
+
+def cvld_edit_keys(wildcards):
+    return ["editing", f"models.{cvld_editor_role(wildcards.method)}", "models.image_encoder", *DEVICE_KEYS]
+
+
+def cvld_role(wildcards):
+    from counterfactory.studies.cvld.runs import ROLES
+
+    return ROLES[wildcards.task]
+
+
+def cvld_needs_edits(wildcards):
+    return wildcards.variant not in ("pretrained", "base", "balanced")
+
+
+def cvld_edit_shards(wildcards, dataset):
+    s = cvld(wildcards)
+    return [
+        f"{RESULTS}/{wildcards.study}/{dataset}/edits/{s['editing']['train_method']}/{i:05d}/shard.parquet"
+        for i in range(s["editing"]["shards"])
+    ]
+
+
+def cvld_run_inputs(wildcards):
+    """Model, training edits (variants with counterfactuals), COCO interventions and the evaluation data."""
+    s = cvld(wildcards)
+    out = {"models": wf.local_model_inputs(config, cvld_role(wildcards))}
+    dataset = "celeba" if wildcards.task == "classification" else "coco"
+    if cvld_needs_edits(wildcards):
+        out["edits"] = cvld_edit_shards(wildcards, dataset)
+    if dataset == "coco":
+        out["interventions"] = f"{RESULTS}/{wildcards.study}/coco/text/captions.parquet"
+    data = []
+    if wildcards.task == "classification":
+        data = cvld_celeba_inputs(wildcards)
+    elif wildcards.task == "retrieval":
+        if s["data"]["fairface"]["root"]:
+            data.append(source_data(s["data"]["fairface"]["root"], f"{wildcards.study}.data.fairface.root"))
+        if s["data"]["flickr30k"]["karpathy_json"]:
+            data.append(
+                source_data(s["data"]["flickr30k"]["karpathy_json"], f"{wildcards.study}.data.flickr30k.karpathy_json")
+            )
+    out["data"] = data
+    return out
+
+
+def cvld_interventions_arg(wildcards, input):
+    return f"--interventions {shlex.quote(input.interventions)}" if "interventions" in input.keys() else ""
+
+
+def cvld_run_keys(wildcards):
+    return ["data", wildcards.task, f"models.{cvld_role(wildcards)}", *DEVICE_KEYS]
+
+
+def cvld_runs(wildcards):
+    """metrics.csv of every run of the configuration."""
+    return [
+        f"{RESULTS}/{wildcards.study}/runs/{r['task']}/{r['setting']}/{r['variant']}/seed{r['seed']}/metrics.csv"
+        for r in cvld_settings.runs(cvld(wildcards))
+    ]

@@ -1,0 +1,67 @@
+# Input functions and parameters of the SocialCounterfactuals rules (rules/study_social_counterfactuals.smk).
+# Kept in their own file: Snakemake's linter wants functions apart from rules.
+import shlex
+
+
+def set_shards(wildcards):
+    """Shard ids covering the study's caption sets at images.set_shard_size sets per job."""
+    v = view(wildcards.study)
+    return wf.shard_ids(social.n_sets(v), v["images"]["set_shard_size"])
+
+
+def social_adaptive_keys(wildcards):
+    """Adaptive set generation: the CLIP stage's settings and model decide which candidates are made."""
+    v = view(wildcards.study)
+    return ["filter.clip", f"models.{v['filter']['clip']['role']}"] if v["images"]["adaptive"]["enabled"] else []
+
+
+def social_filter_shard_outputs(wildcards):
+    """Every shard's outputs of the three filter stages."""
+    names = ("clip", "clip_sets", "nsfw", "nsfw_sets", "kept", "detect_sets")
+    return expand(
+        f"{S}/filter/shards/{{shard}}/{{name}}.parquet", study=wildcards.study, shard=set_shards(wildcards), name=names
+    )
+
+
+def probe_images(wildcards):
+    """The images bias probing ranks: after the CLIP stage (§4.2, 'before' NSFW / detectability) or the final set."""
+    return f"{S}/filter/clip.parquet" if wildcards.stage == "before" else f"{S}/filter/kept.parquet"
+
+
+def external_data(wildcards):
+    """PATA / VisoGender files of probing.pata / probing.visogender (§5.3) that the config names."""
+    probing_cfg = view(wildcards.study)["probing"]
+    out = []
+    for dataset, keys in (
+        ("pata", ("files_list", "captions_json", "image_dir")),
+        ("visogender", ("oo_tsv", "op_tsv", "image_dir")),
+    ):
+        for key in keys:
+            path = probing_cfg[dataset].get(key)
+            if path:
+                out.append(source_data(path, f"{wildcards.study}.probing.{dataset}.{key}"))
+    return out
+
+
+def probe_roles(wildcards):
+    return view(wildcards.study)["probing"]["roles"]
+
+
+def debias_runs(wildcards):
+    """Debiased runs for every seed; the pre-trained model once (first seed): it is not trained and the test split is
+    fixed, so every seed would evaluate it identically (debias.summarize lets that one run stand for each seed)."""
+    v = view(wildcards.study)
+    pattern = f"{S}/debias/runs/{{role}}/{{segment}}/{{mixture}}/seed{{seed}}/metrics.csv"
+    seeds = list(social.debias_seeds(v))
+    return [
+        path
+        for mixture, mixture_seeds in (("pretrained", seeds[:1]), ("debiased", seeds))
+        for path in expand(
+            pattern,
+            study=wildcards.study,
+            role=v["debias"]["roles"],
+            segment=social.debias_segments(v),
+            mixture=mixture,
+            seed=mixture_seeds,
+        )
+    ]

@@ -1,0 +1,160 @@
+"""One name per step (issue 26): rule ``<group>_<step>`` runs ``counterfactory <group> <step>`` (dashes as
+underscores), and the group is the module ``src/counterfactory/commands/<group>.py``. A study's own group is its short
+name (``social``, ``countercurate``, ``spurious``, ``cvld``); a second rule that runs a shared stage's subcommand for
+one study or experiment adds a suffix from :data:`QUALIFIERS`. Reads the rule files as text (no DAG is built)."""
+
+from __future__ import annotations
+
+import functools
+import re
+from pathlib import Path
+
+from counterfactory import cli, planning
+
+REPO = Path(__file__).resolve().parents[1]
+
+#: suffixes of a rule that runs the same subcommand as the unsuffixed rule, for one study or experiment (without the
+#: suffix the two names would collide): in_domain = COCO-CF's A.1 in-domain runs; countercurate_vlm = CounterCurate's
+#: VLM runs next to its CLIP runs
+QUALIFIERS = {"in_domain", "social", "countercurate", "countercurate_vlm", "spurious", "cvld"}
+
+#: rules whose name cannot be their command's, and why
+NO_COMMAND = {"all": "the default target: it runs no command"}
+#: rules whose step is picked when the DAG is planned (rules/common.smk): MS-COCO or your own `data.source`
+PLANNED_STEP = {"data_check": ("data", {"check-coco", "own-check"}),
+                "data_captions": ("data", {"captions", "own-captions"})}
+
+#: old spellings, kept as argparse aliases so that existing scripts keep working; rules use the new names
+ALIASES = {("odmap",): ("spurious",),
+           ("countercurate", "llm"): ("countercurate", "positions-rewrite"),
+           ("countercurate", "generate-shards"): ("countercurate", "request-shards")}
+
+HEADER = re.compile(r"^(?P<indent>[ \t]*)(?:(?:rule|checkpoint)\s+(?P<name>\w+)\s*:"
+                    r"|use rule (?P<base>\w+) as (?P<variant>\w+) with:)", re.MULTILINE)
+COMMAND = re.compile(r"counterfactory\s+(?P<group>[a-z][\w-]*)(?:\s+(?P<step>[a-z][\w-]*|\{params\.\w+\}))?")
+
+
+def _shell(body: str) -> str | None:
+    """The ``shell:`` section of a rule body (its line and the lines indented below it), or None."""
+    lines = body.split("\n")
+    for i, line in enumerate(lines):
+        m = re.match(r"^(\s*)shell:\s*(.*)$", line)
+        if m:
+            out = [m.group(2)]
+            for nxt in lines[i + 1:]:
+                if nxt.strip() and len(nxt) - len(nxt.lstrip()) <= len(m.group(1)):
+                    break
+                out.append(nxt)
+            return "\n".join(out)
+    return None
+
+
+@functools.lru_cache(maxsize=1)
+def workflow_rules() -> dict[str, dict]:
+    """Rule name -> file, base rule (``use rule ... as``) and the ``(group, step)`` of every ``counterfactory``
+    command its shell runs (a variant without a shell runs its base rule's)."""
+    rules: dict[str, dict] = {}
+    for path in [REPO / "Snakefile", *sorted((REPO / "rules").glob("*.smk"))]:
+        text = path.read_text(encoding="utf-8")
+        heads = list(HEADER.finditer(text))
+        for i, m in enumerate(heads):
+            body = text[m.end(): heads[i + 1].start() if i + 1 < len(heads) else len(text)]
+            shell = _shell(body)
+            name = m.group("name") or m.group("variant")
+            assert name not in rules, f"rule {name} is defined twice"
+            rules[name] = {"file": path.name, "base": m.group("base"), "shell": shell,
+                           "commands": [(g, s or None) for g, s in COMMAND.findall(shell or "")]}
+    for info in rules.values():
+        base = info["base"]
+        while info["shell"] is None and base:
+            info["shell"], info["commands"] = rules[base]["shell"], rules[base]["commands"]
+            base = rules[base]["base"]
+    return rules
+
+
+def rule_name(group: str, step: str | None) -> str:
+    return "_".join(word.replace("-", "_") for word in (group, step) if word)
+
+
+@functools.cache
+def primary_names(group: str, step: str | None = None) -> set[str]:
+    """The names (not the aliases) of the top-level commands, or of ``group``'s steps, as a job's command line
+    builds the parser (only the module named like the group registers)."""
+    top = cli.build_parser(group)._subparsers._group_actions[0]
+    if step is None:
+        return {a.dest for a in top._choices_actions}
+    sub = top.choices[group]._subparsers
+    return {a.dest for a in sub._group_actions[0]._choices_actions} if sub else set()
+
+
+def test_every_rule_is_named_after_its_command():
+    rules = workflow_rules()
+    assert len(rules) > 80 and "captions_edit" in rules and "release_coco" in rules  # indented rules are read too
+    problems = []
+    for name, info in sorted(rules.items()):
+        if name in NO_COMMAND or name in PLANNED_STEP:
+            continue
+        if len(info["commands"]) != 1:
+            problems.append(f"{name} ({info['file']}): runs {len(info['commands'])} counterfactory commands, not one")
+            continue
+        group, step = info["commands"][0]
+        want = rule_name(group, step)
+        qualifier = name[len(want) + 1:] if name.startswith(want + "_") else None
+        if name == want or (qualifier in QUALIFIERS and want in rules):
+            continue
+        problems.append(f"{name} ({info['file']}): runs `counterfactory {group} {step or ''}`, so name it {want} (a "
+                        f"second rule of that command, for one study: {want}_<study>, see QUALIFIERS)")
+    assert not problems, "\n".join(problems)
+
+
+def test_exceptions_are_what_they_say():
+    rules = workflow_rules()
+    for name in NO_COMMAND:
+        assert rules[name]["shell"] is None, name
+    common = (REPO / "rules" / "common.smk").read_text(encoding="utf-8")
+    for name, (group, steps) in PLANNED_STEP.items():
+        [(g, step)] = rules[name]["commands"]
+        assert g == group and step.startswith("{params."), (name, g, step)
+        assert name.startswith(group + "_"), name
+        for s in steps:
+            assert s in primary_names(group, s), (name, s)
+            assert re.search(rf'f?"{re.escape(s)}[ "]', common), f"rules/common.smk never picks `{group} {s}`"
+
+
+def test_every_command_a_rule_runs_is_its_groups_module_and_no_alias():
+    """``counterfactory <group> <step>``: commands/<group>.py registers the group (a job imports only that module), and
+    the rules spell group and step by their names, not by the aliases kept for old scripts."""
+    used = {c for info in workflow_rules().values() for c in info["commands"] if not (c[1] or "").startswith("{")}
+    assert ("spurious", "run") in used and ("countercurate", "positions-rewrite") in used
+    for group, step in sorted(used, key=lambda c: (c[0], c[1] or "")):
+        assert (REPO / "src" / "counterfactory" / "commands" / f"{group}.py").exists(), group
+        assert group in primary_names(group), f"counterfactory {group}: not a command name (an alias?)"
+        if step:
+            assert step in primary_names(group, step), f"counterfactory {group} {step}: not a step name (an alias?)"
+    for old in ALIASES:
+        assert old not in {(g,) for g, _ in used} | used, f"a rule runs the old spelling {' '.join(old)}"
+
+
+def test_old_spellings_still_parse():
+    for old, new in ALIASES.items():
+        top = cli.build_parser(old[0])._subparsers._group_actions[0]
+        if len(old) == 1:
+            assert top.choices[old[0]] is top.choices[new[0]]
+        else:
+            steps = top.choices[old[0]]._subparsers._group_actions[0].choices
+            assert steps[old[1]] is steps[new[1]], old
+    args = cli.build_parser("odmap").parse_args(["odmap", "select", "--instances", "i.json", "--out", "o.parquet"])
+    assert args.command == "odmap" and args.spurious_command == "select"
+
+
+def test_a_study_files_rules_count_for_that_study():
+    """`counterfactory plan --dry-run` sums jobs per study from the rule names (planning.rule_study)."""
+    rules = workflow_rules()
+    for path in sorted((REPO / "rules").glob("study_*.smk")):
+        study = path.stem.removeprefix("study_")
+        if study.endswith("_inputs"):
+            continue
+        names = [name for name, info in rules.items() if info["file"] == path.name]
+        assert names, path
+        wrong = {name: planning.rule_study(name) for name in names if planning.rule_study(name) != study}
+        assert not wrong, f"{path.name}: {wrong}"

@@ -1,0 +1,53 @@
+"""The one table description and renderer (counterfactory.render): cells, Markdown, LaTeX, compact and auto columns."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from counterfactory import render
+from counterfactory.render import Cell, Column, Table, Text
+
+
+def test_cell_formats():
+    c = Cell(67.104, 0.44, 3, significant=True, best=True)
+    assert render.format_cell(c, "md") == "**<u>67.10</u>**<sub>0.4</sub>"
+    assert render.format_cell(c, "tex") == "$\\underline{\\textbf{67.10}}_{0.4}$"
+    assert render.format_cell(c, "plain", 1, 2) == "67.1_{0.44}"
+    assert render.format_cell(Cell(40.0), "tex") == "$40.00$"                  # no std (n = 1): no subscript
+    assert render.format_cell(Cell(50.0, delta=-1.25), "tex", tex_math=False) == "50.00 (-1.25)"
+    assert [render.format_cell(None, f) for f in ("md", "tex", "plain")] == [render.MISSING_MD, render.MISSING_TEX, ""]
+
+
+def test_markdown_title_note_escaping_and_missing():
+    t = Table([Column("Model|x", "left"), Column("R@1", "right")],
+              [["a|b", Cell(1.0, 0.5)], [Text("**c**"), None]], title="T", note="N.")
+    text = render.render_markdown(t)
+    assert text.startswith("**T**\n\n| Model\\|x") and text.endswith("\n\nN.\n")
+    assert "| a\\|b " in text and "| **c** " in text and f" {render.MISSING_MD} |" in text
+    assert render.render_markdown(Table([Column("x")], [["1"]])) == "|  x  |\n|:---:|\n|  1  |\n\n"
+
+
+def test_latex_groups_caption_and_label():
+    t = Table([Column("Row", "left"), Column("Pre", group="A_1"), Column("Post", group="A_1")],
+              [["r&1", Cell(1.0, best=True), Cell(2.0, significant=True)]], title="50% done", label="tab:x")
+    tex = render.render_latex(t)
+    assert tex.startswith("% requires \\usepackage{booktabs}\n\\begin{table}[t]\n\\centering\n")
+    assert "\\caption{50\\% done}" in tex and "\\label{tab:x}" in tex and "\\begin{tabular}{lcc}" in tex
+    assert "\\multicolumn{2}{c}{A\\_1}" in tex
+    assert "r\\&1 & $\\textbf{1.00}$ & $\\underline{2.00}$ \\\\" in tex
+    md = render.render_markdown(t)
+    assert "A\\_1" not in md and "A_1 Pre" in md                               # one Markdown header row
+
+
+def test_compact_and_auto_columns():
+    compact = Table([Column("a|b"), Column("c")], [["x", "p|q"]], compact=True)
+    assert render.markdown_body(compact) == "| a\\|b | c |\n|---|---|\n| x | p\\|q |"
+    frame = pd.DataFrame({"m": [0.1234, math.nan], "n": [3, 4]}, index=pd.Index(["a", "b"], name="seg"))
+    assert render.markdown_body(render.describe_frame(frame, ".2f", index=True)) == frame.to_markdown(floatfmt=".2f")
+    assert render.markdown_body(render.describe_frame(frame)) == frame.to_markdown(index=False)
+
+
+def test_text_falls_back_to_escaped_markdown_in_latex():
+    assert Text("a_b").get("tex") == "a\\_b" and Text("a_b", "A").get("tex") == "A" and Text("a_b").get("md") == "a_b"
