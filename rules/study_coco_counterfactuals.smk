@@ -34,7 +34,7 @@ rule captions_edit:
         hpu=HPU,
     shell:
         "counterfactory captions edit --config {input.config:q} --captions {input.table:q} --shard {wildcards.shard}"
-        " --out {output.accepted:q} --rejected {output.rejected:q} --summary {output.summary:q} > {log:q} 2>&1"
+        " --out {output.accepted:q} --out-rejected {output.rejected:q} --out-summary {output.summary:q} > {log:q} 2>&1"
 
 
 rule captions_merge:

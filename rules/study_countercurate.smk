@@ -48,7 +48,7 @@ rule countercurate_positions:
         requests=lambda wildcards, output: Path(output.llm).parent,
     shell:
         "counterfactory countercurate positions --config {input.config:q} --entities-root {input.entities:q}"
-        " --out {output.table:q} --requests-out {params.requests:q} --flipped-dir {output.flipped:q} > {log:q} 2>&1"
+        " --out {output.table:q} --out-requests {params.requests:q} --flipped-dir {output.flipped:q} > {log:q} 2>&1"
 
 
 rule countercurate_counting:
@@ -69,7 +69,7 @@ rule countercurate_counting:
         requests=lambda wildcards, output: Path(output.requests).parent,
     shell:
         "counterfactory countercurate counting --config {input.config:q} --entities-root {input.entities:q}"
-        " --out {output.table:q} --requests-out {params.requests:q} > {log:q} 2>&1"
+        " --out {output.table:q} --out-requests {params.requests:q} > {log:q} 2>&1"
 
 
 rule countercurate_positions_rewrite:
@@ -119,7 +119,7 @@ rule countercurate_attributes:
         hpu=HPU,
     shell:
         "counterfactory countercurate attributes --config {input.config:q} --captions {input.captions:q}"
-        " --out {output.negatives:q} --requests-out {output.requests:q} > {log:q} 2>&1"
+        " --out {output.negatives:q} --out-requests {output.requests:q} > {log:q} 2>&1"
 
 
 rule countercurate_requests:
@@ -145,7 +145,7 @@ rule countercurate_requests:
 checkpoint countercurate_request_shards:
     """Shard ids of the requests (their number is known once the requests exist)."""
     input:
-        rules.countercurate_requests.output,
+        requests=rules.countercurate_requests.output,
         config=job_config("grounded"),
     output:
         f"{S}/generation/shards.txt",
@@ -156,7 +156,7 @@ checkpoint countercurate_request_shards:
     conda:
         CONDA_ENV
     shell:
-        "counterfactory countercurate request-shards --config {input.config:q} --requests {input:q} --out {output:q}"
+        "counterfactory countercurate request-shards --config {input.config:q} --requests {input.requests:q} --out {output:q}"
         " > {log:q} 2>&1"
 
 
@@ -350,7 +350,8 @@ rule countercurate_train_run:
         run=cc_train_run_args,
     shell:
         "counterfactory countercurate train-run --config {input.config:q} --dataset {wildcards.dataset} {params.run}"
-        " --seed {wildcards.seed} --data-seed {params.data_seed} --out-dir {params.out_dir:q} > {log:q} 2>&1"
+        " --seed {wildcards.seed} --data-seed {params.data_seed} --out-dir {params.out_dir:q}"
+        " --no-progress > {log:q} 2>&1"
 
 
 use rule train_collect as train_collect_countercurate with:
@@ -441,7 +442,7 @@ rule countercurate_vlm_run:
         run=cc_vlm_run_args,
     shell:
         "counterfactory countercurate vlm-run --config {input.config:q} --dataset {wildcards.dataset} {params.run}"
-        " --seed {wildcards.seed} --out-dir {params.out_dir:q} > {log:q} 2>&1"
+        " --seed {wildcards.seed} --out-dir {params.out_dir:q} --no-progress > {log:q} 2>&1"
 
 
 use rule train_collect as train_collect_countercurate_vlm with:

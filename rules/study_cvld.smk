@@ -42,7 +42,7 @@ rule cvld_intervene:
         hpu=HPU,
     shell:
         "counterfactory cvld intervene --config {input.config:q} --out-captions {output.captions:q} --out-votes {output.votes:q}"
-        " --out-requests {output.requests:q} --summary-out {output.summary:q} > {log:q} 2>&1"
+        " --out-requests {output.requests:q} --out-summary {output.summary:q} > {log:q} 2>&1"
 
 
 rule cvld_requests:

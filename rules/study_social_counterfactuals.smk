@@ -230,8 +230,8 @@ rule social_filter_table:
         CONDA_ENV
     shell:
         "counterfactory social filter-table --config {input.config:q} --candidates {input.candidates:q} --clip {input.clip:q}"
-        " --nsfw {input.nsfw:q} --detect {input.detect:q} --captions {input.captions:q} --out {output.csv:q}"
-        " --markdown {output.md:q} > {log:q} 2>&1"
+        " --nsfw {input.nsfw:q} --detect {input.detect:q} --captions {input.captions:q} --out-csv {output.csv:q}"
+        " --out-md {output.md:q} > {log:q} 2>&1"
 
 
 rule social_probe:
@@ -327,7 +327,7 @@ STUDY_TARGETS[SCF] = lambda: social.targets(view(SCF), SCF_DIR)
 rule social_debias_split:
     """§5.1: withhold 20 % of the occupations (reproducible); a training manifest per segment of the rest."""
     input:
-        rules.social_filter_merge.output.kept,
+        images=rules.social_filter_merge.output.kept,
         config=job_config("debias", "captions"),
     output:
         manifests=directory(f"{S}/debias/manifests"),
@@ -338,7 +338,7 @@ rule social_debias_split:
     conda:
         CONDA_ENV
     shell:
-        "counterfactory social debias-split --config {input.config:q} --images {input:q} --out-dir {output.manifests:q}"
+        "counterfactory social debias-split --config {input.config:q} --images {input.images:q} --out-dir {output.manifests:q}"
         " > {log:q} 2>&1"
 
 

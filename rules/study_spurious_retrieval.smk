@@ -39,7 +39,7 @@ rule spurious_select:
         runtime=minutes(60),
     shell:
         "counterfactory spurious select --config {input.config:q} --dataset {wildcards.dataset} --out {output.selection:q}"
-        " --requests-out {output.requests:q} --summary-out {output.summary:q} > {log:q} 2>&1"
+        " --out-requests {output.requests:q} --out-summary {output.summary:q} > {log:q} 2>&1"
 
 
 rule spurious_captions:
@@ -184,7 +184,8 @@ rule spurious_run:
     shell:
         "counterfactory spurious run --config {input.config:q} --dataset {wildcards.dataset} --role {wildcards.role}"
         " --mixture {wildcards.mixture} --seed {wildcards.seed} --data-seed {params.data_seed}"
-        " --manifests {input.manifests:q} --gallery {input.gallery:q} --out-dir {params.out_dir:q} > {log:q} 2>&1"
+        " --manifests {input.manifests:q} --gallery {input.gallery:q} --out-dir {params.out_dir:q}"
+        " --no-progress > {log:q} 2>&1"
 
 
 use rule train_collect as train_collect_spurious with:
@@ -216,7 +217,7 @@ use rule stats_summarize as stats_summarize_spurious with:
 rule spurious_tables:
     """Tables 1-3 and Figure 4 in the paper's layouts (mean ± std over seeds, t-tests against finetune)."""
     input:
-        rules.stats_summarize_spurious.output,
+        summary=rules.stats_summarize_spurious.output,
         config=job_config("data", "training", "mixtures", "evaluation"),
     output:
         md=report(f"{S}/tables.md", category=study_title, subcategory="Tables", caption="../report/sr_tables.rst"),
@@ -230,7 +231,7 @@ rule spurious_tables:
     conda:
         CONDA_ENV
     shell:
-        "counterfactory spurious tables --config {input.config:q} --summary {input:q} --out-md {output.md:q} --out-tex {output.tex:q}"
+        "counterfactory spurious tables --config {input.config:q} --summary {input.summary:q} --out-md {output.md:q} --out-tex {output.tex:q}"
         " --out-csv {output.csv:q} --out-figure {output.figure:q} > {log:q} 2>&1"
 
 

@@ -38,7 +38,7 @@ rule train_mixtures:
         CONDA_ENV
     shell:
         "counterfactory train mixtures --config {input.config:q} --pairs {input.pairs:q} --captions {input.captions:q}"
-        " --out-dir {output.manifests:q} --summary {output.summary:q} > {log:q} 2>&1"
+        " --out-dir {output.manifests:q} --out-summary {output.summary:q} > {log:q} 2>&1"
 
 
 rule train_run:

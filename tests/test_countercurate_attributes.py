@@ -208,8 +208,8 @@ def test_cli_is_registered():
     sub = parser.add_subparsers()
     cmd.add_attributes(sub)
     args = parser.parse_args(["attributes", "--config", "c.yaml", "--captions", "c.parquet", "--out", "o.parquet",
-                              "--requests-out", "t.parquet"])
-    assert args.func is cmd._cmd_attributes and args.requests_out == "t.parquet"
+                              "--out-requests", "t.parquet"])
+    assert args.func is cmd._cmd_attributes and args.out_requests == "t.parquet"
     for name in ("positions-rewrite", "llm"):  # llm: the old name, kept as an alias
         args = parser.parse_args([name, "--config", "c.yaml", "--requests", "r.parquet", "--out", "o.parquet"])
         assert args.func is cmd._cmd_llm

@@ -16,6 +16,7 @@ from counterfactory.data.sugarcrepe import read_sugarcrepe
 from counterfactory.data.winoground import read_winoground
 from counterfactory.errors import ConfigError, InputError
 from counterfactory.studies.countercurate import benchmarks as bm
+from counterfactory.studies.countercurate import benchmark_tables as bt
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "resources" / "demo"
@@ -337,29 +338,29 @@ def all_results(tmp_path) -> pd.DataFrame:
 def test_table_layouts(tmp_path):
     results = all_results(tmp_path)
     labels = {"clip": "CLIP", "clip_cc": "+ CounterCurate"}
-    t1 = bm.build_table(results, "positions", labels=labels)
+    t1 = bt.build_table(results, "positions", labels=labels)
     assert list(t1.values.columns) == ["LR", "AB", "Both"] and list(t1.values.index) == ["CLIP", "+ CounterCurate"]
     assert t1.values.loc["CLIP", "Both"] == pytest.approx(60.0)
     assert t1.values.loc["+ CounterCurate", "LR"] == 0.0   # a constant scorer ties everywhere: all wrong
-    t8 = bm.build_table(results, "looktwice", labels=labels)
+    t8 = bt.build_table(results, "looktwice", labels=labels)
     assert list(t8.values.columns) == ["Accuracy"] and t8.values.shape == (2, 1)
-    t3 = bm.build_table(results, "sugarcrepe", labels=labels, deltas={"clip": "clip_cc"})
+    t3 = bt.build_table(results, "sugarcrepe", labels=labels, deltas={"clip": "clip_cc"})
     assert list(t3.values.index) == ["Add", "Replace", "Swap", "Average"]
     assert list(t3.values.columns) == ["CLIP", "+ CounterCurate"]
-    t6 = bm.build_table(results, "sugarcrepe", detail=True, models=["clip_cc"])
+    t6 = bt.build_table(results, "sugarcrepe", detail=True, models=["clip_cc"])
     assert list(t6.values.index) == ["Add Object", "Add Attribute", "Replace Object", "Replace Attribute",
                                      "Replace Relations", "Swap Object", "Swap Attribute", "Average"]
     assert list(t6.values.columns) == ["clip_cc"]
-    t7 = bm.build_table(results, "winoground")
+    t7 = bt.build_table(results, "winoground")
     assert list(t7.values.columns) == ["Text Score", "Image Score", "Group Score"]
-    md = bm.render_markdown(t3)
+    md = bt.render_markdown(t3)
     assert "| Categories" in md and "| Add " in md and "(+" in md
-    tex = bm.render_latex(t1)
+    tex = bt.render_latex(t1)
     assert "\\toprule" in tex and "Both" in tex and "+ CounterCurate" in tex
-    frame = bm.table_frame(t3)
+    frame = bt.table_frame(t3)
     assert list(frame.columns) == ["table", "row", "column", "value", "delta"] and len(frame) == 8
     with pytest.raises(ConfigError, match="no results"):
-        bm.build_table(results, "positions", models=["nope"])
+        bt.build_table(results, "positions", models=["nope"])
 
 
 def test_cli_tables_and_evaluate(tmp_path, monkeypatch):

@@ -265,7 +265,7 @@ def test_build_counting_fixture(demo_images):
 def test_cli_writes_documented_columns(tmp_path, capsys):
     out = tmp_path / "positions.parquet"
     rc = main(["countercurate", "positions", "--entities-root", str(DEMO), "--out", str(out),
-               "--requests-out", str(tmp_path / "req"), "--flipped-dir", str(tmp_path / "flip")])
+               "--out-requests", str(tmp_path / "req"), "--flipped-dir", str(tmp_path / "flip")])
     assert rc == 0
     frame = pd.read_parquet(out)
     assert {"image_id", "phrase_a", "phrase_b", "box_a", "box_b", "relation", "caption", "negative_caption",
@@ -284,7 +284,7 @@ def test_cli_writes_documented_columns(tmp_path, capsys):
 
     out = tmp_path / "counting.parquet"
     rc = main(["countercurate", "counting", "--entities-root", str(DEMO), "--out", str(out),
-               "--requests-out", str(tmp_path / "req")])
+               "--out-requests", str(tmp_path / "req")])
     assert rc == 0
     frame = pd.read_parquet(out)
     assert {"image_id", "category_p", "n_p", "category_q", "n_q", "overlap", "caption",

@@ -12,6 +12,7 @@ from PIL import Image
 
 from counterfactory.errors import ConfigError, InputError
 from counterfactory.studies.countercurate import training as tr
+from counterfactory.studies.countercurate import manifests as mf
 
 
 def _png(path: Path, seed: int) -> str:
@@ -126,7 +127,7 @@ def test_variants_per_dataset_baseline_and_table_rows():
 # ------------------------------------------------------------------------------------------------------------------
 def test_manifests_per_variant(datasets, tmp_path):
     out = tmp_path / "m"
-    summary = tr.write_manifests(datasets / "datasets", out, cfg_for(datasets, variants=list(tr.VARIANTS)))
+    summary = mf.write_manifests(datasets / "datasets", out, cfg_for(datasets, variants=list(tr.VARIANTS)))
     assert set(summary["variant"]) == {*tr.VARIANTS, tr.VLM_MIXTURE} and set(summary["dataset"]) == set(tr.DATASETS)
     for dataset in tr.DATASETS:
         g = pd.read_parquet(out / f"{dataset}_grouping.parquet")
@@ -163,7 +164,7 @@ def test_manifests_per_variant(datasets, tmp_path):
     split = pd.read_csv(out / "counting_images.csv", dtype=str)
     assert (split["split"] == "test").sum() == 1 and set(split["split"]) <= {"train", "val", "test"}
     again = tmp_path / "again"
-    tr.write_manifests(datasets / "datasets", again, cfg_for(datasets))
+    mf.write_manifests(datasets / "datasets", again, cfg_for(datasets))
     for name in ("counting_images.csv", "attributes_images.csv"):
         pd.testing.assert_frame_equal(pd.read_csv(out / name), pd.read_csv(again / name))
     pd.testing.assert_frame_equal(pd.read_parquet(out / "counting_grouping.parquet"),
@@ -180,9 +181,9 @@ def test_missing_negative_image_names_the_file_and_row(datasets, tmp_path):
     cfg = cfg_for(datasets, datasets=["counting"], train_fraction=1.0)
     with pytest.raises(InputError, match=r"counting\.parquet, record row 2 \(item_id 'c2'\): negative image file "
                        r"not found: .*gone\.png"):
-        tr.write_manifests(src, tmp_path / "m", cfg)
+        mf.write_manifests(src, tmp_path / "m", cfg)
     # positives only (and no generative family, which trains on the negatives too) do not need the negatives
-    tr.write_manifests(src, tmp_path / "m", {**cfg, "training": {**cfg["training"], "variants": ["no_negatives"],
+    mf.write_manifests(src, tmp_path / "m", {**cfg, "training": {**cfg["training"], "variants": ["no_negatives"],
                                                                  "vlm": {"datasets": []}}})
 
 
@@ -210,7 +211,7 @@ def test_train_run_end_to_end_on_tiny_open_clip(datasets, tmp_path, monkeypatch)
     cfg.update(models={"clip_open_clip": {"source": str(tmp_path / "models" / "clip_open_clip"),
                                           "library": "open_clip"}},
                benchmarks={"positions": {"table": str(datasets / "datasets" / "positions.parquet")}}, device="cpu")
-    tr.write_manifests(datasets / "datasets", tmp_path / "m", cfg)
+    mf.write_manifests(datasets / "datasets", tmp_path / "m", cfg)
     runs = []
     for variant, seed in (("grouping", 1), ("grouping", 2), ("no_grouping", 1)):
         out = tmp_path / "runs" / variant / str(seed)

@@ -14,7 +14,7 @@ from PIL import Image
 
 from counterfactory.errors import ConfigError, InputError
 from counterfactory.models import registry, tiny
-from counterfactory.studies.countercurate import vlm
+from counterfactory.studies.countercurate import vlm, vlm_finetune
 
 CAPTIONS = ["a dog sitting on the bench", "two cats near the table", "a red car parked by the road",
             "the man is above the horse", "a woman holding a cup"]
@@ -69,8 +69,9 @@ def test_tiny_vlm_loads_by_path_with_the_llava_classes(tiny_vlm):
 def test_missing_tiny_folder_is_a_load_error(tmp_path):
     from counterfactory.errors import ModelLoadError
 
+    cfg = {**_cfg(tmp_path / "nope"), "tiny_models": {"out_dir": str(tmp_path)}}  # a tiny stand-in's folder
     with pytest.raises(ModelLoadError, match="build-tiny"):
-        registry.load(_cfg(tmp_path / "nope"), "vlm")
+        registry.load(cfg, "vlm")
 
 
 def test_scores_are_deterministic_and_batch_size_independent(tiny_vlm, pairs):
@@ -114,7 +115,7 @@ def test_letter_logprobs_fast_path_matches_full_sequences(tiny_vlm, pairs):
 def test_conversations_follow_the_authors_format(pairs):
     frame = vlm.read_pairs(pairs)
     settings = vlm.VlmSettings.defaults()
-    convs = vlm.conversations(frame, settings, seed=3, source=pairs)
+    convs = vlm_finetune.conversations(frame, settings, seed=3, source=pairs)
     assert len(convs) == 5 + 2  # rows 0 and 2 also train on their negative image
     coins = np.random.default_rng(3).integers(0, 2, 5)
     for i in range(5):
@@ -132,8 +133,8 @@ def test_conversations_follow_the_authors_format(pairs):
 def test_loss_masks_the_prompt_tokens(tiny_vlm, pairs):
     model, processor = registry.load(_cfg(tiny_vlm), "vlm")
     frame = vlm.read_pairs(pairs)
-    conv = vlm.conversations(frame, vlm.VlmSettings.defaults(), seed=0, source=pairs)[0]
-    batch = vlm.ConversationCollator(processor, vlm.VlmSettings.defaults())([conv])
+    conv = vlm_finetune.conversations(frame, vlm.VlmSettings.defaults(), seed=0, source=pairs)[0]
+    batch = vlm_finetune.ConversationCollator(processor, vlm.VlmSettings.defaults())([conv])
     ids, labels = batch["input_ids"][0], batch["labels"][0]
     tok = processor.tokenizer
     prompt = vlm.render_prompt(processor, conv.question, vlm.VICUNA_SYSTEM)
@@ -150,14 +151,14 @@ def test_loss_masks_the_prompt_tokens(tiny_vlm, pairs):
         hand = -(logp[n_prompt - 1, ids[n_prompt]] + logp[n_prompt, ids[n_prompt + 1]]) / 2
     torch.testing.assert_close(out.loss, hand, rtol=1e-5, atol=1e-5)
     # a padded batch keeps the same per-example labels, padding ignored
-    two = vlm.ConversationCollator(processor, vlm.VlmSettings.defaults())([conv, vlm.conversations(frame, vlm.VlmSettings.defaults(),
+    two = vlm_finetune.ConversationCollator(processor, vlm.VlmSettings.defaults())([conv, vlm_finetune.conversations(frame, vlm.VlmSettings.defaults(),
                                                                                           0, pairs)[3]])
     assert (two["labels"] != vlm.IGNORE).sum() == 4
 
 
 def test_two_step_finetune_changes_weights_and_reloads(tiny_vlm, pairs, tmp_path):
     base, _ = registry.load(_cfg(tiny_vlm), "vlm")
-    result = vlm.train_run(_cfg(tiny_vlm), pairs, tmp_path / "run", seed=5)
+    result = vlm_finetune.train_run(_cfg(tiny_vlm), pairs, tmp_path / "run", seed=5)
     assert result.steps == 2 and result.examples == 7 and len(result.history) == 2
     run = json.loads((tmp_path / "run" / "run.json").read_text())
     assert run["lora_merged"] is False and run["settings"]["lr"] == 1e-3
@@ -175,14 +176,14 @@ def test_two_step_finetune_changes_weights_and_reloads(tiny_vlm, pairs, tmp_path
                                                                                 CAPTIONS[:2])
     assert np.all(np.isfinite(scores))
     # same seed, same data: the same weights (deterministic)
-    vlm.train_run(_cfg(tiny_vlm), pairs, tmp_path / "again", seed=5)
+    vlm_finetune.train_run(_cfg(tiny_vlm), pairs, tmp_path / "again", seed=5)
     again, _ = registry.load(_cfg(tmp_path / "again" / "model"), "vlm")
     assert all(torch.equal(v, again.state_dict()[k]) for k, v in t.items())
 
 
 def test_lora_finetune_is_merged_and_keeps_the_best_checkpoint(tiny_vlm, pairs, tmp_path):
     cfg = _cfg(tiny_vlm, lora={"r": 4, "alpha": 8, "dropout": 0.0}, eval_every=1)
-    result = vlm.train_run(cfg, pairs, tmp_path / "run", seed=1, val_data=pairs)
+    result = vlm_finetune.train_run(cfg, pairs, tmp_path / "run", seed=1, val_data=pairs)
     assert result.best_step in (1, 2) and result.best_val_loss is not None
     assert all(not np.isnan(h["val_loss"]) for h in result.history)
     from safetensors import safe_open
@@ -227,10 +228,10 @@ def test_bad_input_names_file_and_row(tiny_vlm, pairs, tmp_path):
     bad_image.write_bytes(b"not a png")
     path = _bad_table(pairs, tmp_path, {("image_path", 0): str(bad_image)})
     with pytest.raises(InputError, match=r"bad\.parquet, record row 0: cannot read image .*corrupt\.png"):
-        vlm.train_run(_cfg(tiny_vlm), path, tmp_path / "run", seed=0)
+        vlm_finetune.train_run(_cfg(tiny_vlm), path, tmp_path / "run", seed=0)
     # conversations longer than max_length are refused, not truncated
     with pytest.raises(InputError, match=r"pairs\.parquet, record row 0: the conversation is \d+ tokens"):
-        vlm.train_run(_cfg(tiny_vlm, max_length=20), pairs, tmp_path / "run", seed=0)
+        vlm_finetune.train_run(_cfg(tiny_vlm, max_length=20), pairs, tmp_path / "run", seed=0)
     assert not (tmp_path / "run").exists()
 
 

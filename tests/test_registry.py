@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from counterfactory.errors import CounterFactoryError, ModelLoadError
-from counterfactory.models import registry
+from counterfactory.models import identity, registry
 
 
 def test_text_roles_load_from_tiny_folders(tiny_text_models):
@@ -29,7 +29,8 @@ def test_text_roles_load_from_tiny_folders(tiny_text_models):
 
 
 def test_missing_local_folder_says_how_to_build(tmp_path):
-    cfg = {"models": {"mlm": {"source": str(tmp_path / "absent")}}}
+    # a folder of the tiny stand-ins (directly under tiny_models.out_dir): built by models build-tiny
+    cfg = {"models": {"mlm": {"source": str(tmp_path / "absent")}}, "tiny_models": {"out_dir": str(tmp_path)}}
     with pytest.raises(ModelLoadError) as err:
         registry.load(cfg, "mlm")
     msg = str(err.value)
@@ -140,18 +141,18 @@ def test_unidentifiable_model_raises_naming_role_path_and_fix(tmp_path, monkeypa
     cfg = {"models": {"lm": {"source": str(tmp_path / "absent")}}}
     with pytest.raises(registry.ModelIdentityError) as err:
         registry.configured_models(cfg)
-    assert "role 'lm'" in str(err.value) and "absent" in str(err.value) and "build-tiny" in str(err.value)
+    assert "role 'lm'" in str(err.value) and "absent" in str(err.value) and "hf download" in str(err.value)
 
     model = _toy_model(tmp_path / "m")
 
-    real_hash = registry._hash_file
+    real_hash = identity._hash_file
 
     def denied(path):
         if Path(path).suffix == ".safetensors":
             raise PermissionError(13, "Permission denied", str(path))
         return real_hash(path)
 
-    monkeypatch.setattr(registry, "_hash_file", denied)
+    monkeypatch.setattr(identity, "_hash_file", denied)
     cfg = {"models": {"lm": {"source": str(model)}}}
     with pytest.raises(CounterFactoryError) as err:
         registry.configured_models(cfg)
@@ -163,8 +164,8 @@ def test_unidentifiable_model_raises_naming_role_path_and_fix(tmp_path, monkeypa
 def test_hash_cache_is_used_and_invalidated(tmp_path, monkeypatch):
     model = _toy_model(tmp_path / "m")
     calls = []
-    real_hash = registry._hash_file
-    monkeypatch.setattr(registry, "_hash_file", lambda p: calls.append(Path(p).name) or real_hash(p))
+    real_hash = identity._hash_file
+    monkeypatch.setattr(identity, "_hash_file", lambda p: calls.append(Path(p).name) or real_hash(p))
     first = registry.fingerprint(model)
     assert sorted(calls) == ["config.json", "model.safetensors"]
     cache_file = tmp_path / "hash-cache" / "file_hashes.json"
@@ -196,8 +197,8 @@ def test_hash_cache_is_used_and_invalidated(tmp_path, monkeypatch):
 def test_freshly_written_files_are_not_cached(tmp_path, monkeypatch):
     model = _toy_model(tmp_path / "m", age=False)  # mtime now: a rewrite could keep it, so no cache entry
     calls = []
-    real_hash = registry._hash_file
-    monkeypatch.setattr(registry, "_hash_file", lambda p: calls.append(p) or real_hash(p))
+    real_hash = identity._hash_file
+    monkeypatch.setattr(identity, "_hash_file", lambda p: calls.append(p) or real_hash(p))
     registry.fingerprint(model)
     registry.fingerprint(model)
     assert len(calls) == 4

@@ -15,6 +15,7 @@ from PIL import Image
 
 from counterfactory.errors import ConfigError, InputError
 from counterfactory.studies.social_counterfactuals import debias as db
+from counterfactory.studies.social_counterfactuals import debias_tables as dt
 from counterfactory.training.mixtures import round_half_up
 
 SUBJECTS = ["chef", "doctor", "nurse", "pilot", "teacher"]
@@ -181,7 +182,7 @@ def test_debias_run_end_to_end(tiny_clip, images_table, manifests, split, tmp_pa
     runs = pd.concat([before, rows], ignore_index=True)
     summary = db.summarize(runs)
     assert set(summary["mixture"]) == {"pretrained", "debiased"}
-    tables = db.build_tables(summary)
+    tables = dt.build_tables(summary)
     assert set(tables) == {"table2", "table16", "table17"}
 
 
@@ -231,7 +232,7 @@ def test_debias_run_evaluates_pata_and_visogender_when_configured(tiny_clip, ima
         sel = detail[(detail["dataset"] == dataset) & (detail["metric"] == "maxskew") & detail["label"].isna()]
         assert by_metric[f"{dataset}_maxskew"] == pytest.approx(sel["value"].mean())
     runs = pd.concat([rows, rows.assign(mixture="debiased", value=rows["value"] - 0.01)], ignore_index=True)
-    tables = db.build_tables(db.summarize(runs))
+    tables = dt.build_tables(db.summarize(runs))
     assert {"table3_pata", "table3_visogender"} <= set(tables)
 
 
@@ -272,7 +273,7 @@ def hand_summary():
 
 
 def test_table_layouts():
-    tables = db.build_tables(hand_summary(), role_labels={"clip_train": "CLIP", "flava": "FLAVA"})
+    tables = dt.build_tables(hand_summary(), role_labels={"clip_train": "CLIP", "flava": "FLAVA"})
     assert list(tables) == ["table2", "table16", "table17"]
     t2, t17 = tables["table2"], tables["table17"]
     assert t2.segments == ["race_gender", "physical_race"] and t2.roles == ["clip_train", "flava"]
@@ -284,7 +285,7 @@ def test_table_layouts():
     b = t17.cells[("race_gender", "clip_train", "debiased")]
     assert b.best and b.significant                                  # |0.13| < |-0.19|; tested on |Bias@K|
 
-    md = db.render_markdown(t2)
+    md = dt.render_markdown(t2)
     lines = md.splitlines()
     header = next(line for line in lines if line.startswith("|"))
     assert [h.strip() for h in header.strip("|").split("|")] == [
@@ -292,11 +293,11 @@ def test_table_layouts():
     assert "| (Race, Gender)" in md and "(Physical Char., Race)" in md
     assert "**<u>0.77</u>**<sub>0.03</sub>" in md and "| 1.02<sub>0.00</sub>" in md
 
-    tex = db.render_latex(t2)
+    tex = dt.render_latex(t2)
     assert "\\multicolumn{2}{c}{CLIP}" in tex and "\\toprule" in tex
     assert "$\\underline{\\textbf{0.77}}_{0.03}$" in tex and "(Race, Gender)" in tex
 
-    frame = db.tables_frame(tables)
+    frame = dt.tables_frame(tables)
     assert len(frame) == 2 * 4 + 2 * 4 + 1 * 4
     row = frame[(frame["table"] == "table17") & (frame["model"] == "flava") & (frame["mixture"] == "pretrained")]
     assert row["mean"].iloc[0] == -0.19 and not row["best"].iloc[0]
@@ -305,10 +306,10 @@ def test_table_layouts():
 def test_table_ignores_significance_of_the_wrong_direction(caplog):
     s = hand_summary()
     s.loc[s["metric"] == "maxskew_mean", "alternative"] = "greater"
-    t2 = db.build_tables(s)["table2"]
+    t2 = dt.build_tables(s)["table2"]
     assert not t2.cells[("race_gender", "clip_train", "debiased")].significant
     with pytest.raises(ConfigError):
-        db.build_tables(s.assign(experiment="no-colon"))
+        dt.build_tables(s.assign(experiment="no-colon"))
 
 
 def test_cli_table(tmp_path):

@@ -476,7 +476,7 @@ def test_cli_runs_the_stages_and_the_table(tmp_path, monkeypatch, capsys):
          "--captions", str(captions)],
         ["calibrate", "--sets", f"{o}/cs.parquet", "--write-template", f"{o}/labels.csv", "--sample-size", "2"],
         ["filter-table", "--candidates", str(candidates), "--clip", f"{o}/as.parquet", "--nsfw", f"{o}/bs.parquet",
-         "--detect", f"{o}/cs.parquet", "--out", f"{o}/t.csv", "--markdown", f"{o}/t.md"],
+         "--detect", f"{o}/cs.parquet", "--out-csv", f"{o}/t.csv", "--out-md", f"{o}/t.md"],
     ]
     for step in steps:
         assert cli.main(["social", step[0], "--config", "unused.yaml", *step[1:]]) == 0, step

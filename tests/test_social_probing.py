@@ -11,6 +11,7 @@ import pytest
 
 from counterfactory.metrics.retrieval import bias_at_k, max_skew_at_k, min_skew_at_k, ndkl, ranking_from_scores
 from counterfactory.studies.social_counterfactuals import probing as pr
+from counterfactory.studies.social_counterfactuals import probe_report as rp
 
 
 def rows_to_frame(rows):
@@ -211,14 +212,14 @@ def test_probe_runner_with_stand_in_scorer(tmp_path):
     assert got["value"] == pytest.approx(max_skew_at_k(joint, 4, labels=["a|male", "a|female", "b|male", "b|female"]))
 
     # tables (Tables 12-15 layouts) and their renderings
-    tables = pr.paper_tables(df)
+    tables = rp.paper_tables(df)
     dist = tables["NDKL distribution across occupations, segment race-gender"]
     assert list(dist.columns) == ["Mean", "Std", "Min", "25%", "50%", "75%", "Max"]
     assert list(dist.index) == ["m1", "m2"]
     bias = tables["Bias@K across occupations (segments with gender; positive = male)"]
     assert list(bias.columns) == ["m1", "m2"] and list(bias.index) == ["race-gender"]
-    assert "| m1" in pr.tables_markdown(tables) and "\\begin{tabular}" in pr.tables_latex(tables)
-    assert len(pr.tables_long(tables)) > 0
+    assert "| m1" in rp.tables_markdown(tables) and "\\begin{tabular}" in rp.tables_latex(tables)
+    assert len(rp.tables_long(tables)) > 0
 
     # CSV round trip and figures
     from counterfactory.io import write_csv
@@ -226,9 +227,9 @@ def test_probe_runner_with_stand_in_scorer(tmp_path):
     write_csv(tmp_path / "probe.csv", df)
     back = pr.read_probe(tmp_path / "probe.csv")
     assert len(back) == len(df) and (back["label"] == "").sum() == (df["label"] == "").sum()
-    assert pr.figure_maxskew_boxplots(back, tmp_path / "f3.png").stat().st_size > 0
-    assert pr.figure_marginal_bars(back, tmp_path / "f4.png").stat().st_size > 0
-    assert pr.figure_retrieval_proportions(back, tmp_path / "f5.png", "doctor").stat().st_size > 0
+    assert rp.figure_maxskew_boxplots(back, tmp_path / "f3.png").stat().st_size > 0
+    assert rp.figure_marginal_bars(back, tmp_path / "f4.png").stat().st_size > 0
+    assert rp.figure_retrieval_proportions(back, tmp_path / "f5.png", "doctor").stat().st_size > 0
 
 
 def test_images_table_errors(tmp_path):

@@ -658,7 +658,7 @@ def test_cli_select_writes_selection_requests_and_summary(repo, tmp_path, monkey
     monkeypatch.chdir(repo)
     out, req, summ = tmp_path / "sel.parquet", tmp_path / "req.parquet", tmp_path / "summary.csv"
     rc = cli.main(["odmap", "select", "--dataset", "coco", "--config", "config/demo.yaml", "--out", str(out),
-                   "--requests-out", str(req), "--summary-out", str(summ)])
+                   "--out-requests", str(req), "--out-summary", str(summ)])
     assert rc == 0
     assert out.is_file() and req.is_file() and summ.is_file()
     lines = summ.read_text().splitlines()

@@ -11,6 +11,7 @@ one line naming the path and the fix (the traceback follows only with ``-v``); 1
 from __future__ import annotations
 
 import argparse
+import copy
 import importlib
 import logging
 import pkgutil
@@ -35,10 +36,44 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     if command in names:
         importlib.import_module(f"{commands.__name__}.{command}").register(sub)
         if command in sub.choices:
-            return parser
+            return _for_terminal(parser)
     for name in names:
         if name != command:
             importlib.import_module(f"{commands.__name__}.{name}").register(sub)
+    return _for_terminal(parser)
+
+
+class _HideFormerSpellings:
+    """Help-formatter mix-in: an option's former spellings (``commands.add_renamed``) still parse but are not
+    listed in ``--help``."""
+
+    def _format_action_invocation(self, action):
+        hidden = getattr(action, "deprecated_spellings", ())
+        if hidden:
+            action = copy.copy(action)
+            action.option_strings = [s for s in action.option_strings if s not in hidden]
+        return super()._format_action_invocation(action)
+
+
+def _for_terminal(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Every parser of the tree: descriptions and help without Sphinx markup (``commands.cli_text``), and a help
+    formatter that hides former option spellings."""
+    seen: set[int] = set()
+    stack = [parser]
+    while stack:
+        p = stack.pop()
+        if id(p) in seen:
+            continue
+        seen.add(id(p))
+        p.description = commands.cli_text(p.description)
+        if not issubclass(p.formatter_class, _HideFormerSpellings):
+            p.formatter_class = type(p.formatter_class.__name__, (_HideFormerSpellings, p.formatter_class), {})
+        for action in p._actions:
+            action.help = commands.cli_text(action.help)
+            if isinstance(action, argparse._SubParsersAction):
+                for choice in action._choices_actions:
+                    choice.help = commands.cli_text(choice.help)
+                stack.extend(action.choices.values())
     return parser
 
 

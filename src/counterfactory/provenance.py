@@ -54,7 +54,7 @@ def package_versions(names=PACKAGES) -> dict:
 
 
 def _folder_hashes(folder: Path, exclude: set[str], use_cache: bool) -> dict[str, str]:
-    from .models.registry import HashCache, content_files
+    from .models.identity import HashCache, content_files
 
     cache = HashCache(read=use_cache)
     try:
@@ -69,7 +69,7 @@ def describe_output(path: str | os.PathLike, *, exclude: Iterable[str | os.PathL
     """``{"path", "type", "size", "sha256"}`` of a file, or ``{"path", "type": "folder", "size" (all
     files), "files" (count), "fingerprint", "file_sha256" (each file, when not too many)}`` of a
     folder (logs, locks, ``.snakemake`` and files in ``exclude`` left out)."""
-    from .models.registry import HashCache, _combine
+    from .models.identity import HashCache, _combine
 
     p = Path(path)
     if not p.exists():

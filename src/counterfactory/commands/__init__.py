@@ -4,6 +4,7 @@ edits a shared file. A module is named like the group it registers: ``commands/<
 ``counterfactory <group> <step>``, which the workflow's rule ``<group>_<step>`` runs (tests/test_names.py)."""
 
 import argparse
+import re
 
 
 def shard_id(text: str) -> int:
@@ -59,4 +60,34 @@ def add_shard_job_options(parser: argparse.ArgumentParser, input_flag: str, inpu
     parser.add_argument("--shard", required=True, type=shard_id, metavar="N", help="shard number, e.g. 00003")
     parser.add_argument("--out-dir", required=True, metavar="DIR", help="the shard's output folder")
     parser.add_argument("--threads", type=positive_int, default=None, help="CPU threads for torch (default: torch's)")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_progress_option(parser)
+
+
+def add_progress_option(parser: argparse.ArgumentParser) -> None:
+    """``--no-progress``: the one spelling of the progress switch (bars are on by default; the workflow's jobs
+    pass it so that their logs stay readable)."""
+    parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
+
+
+def add_renamed(parser: argparse.ArgumentParser, flag: str, *old: str, **kwargs) -> argparse.Action:
+    """Add option ``flag`` that still accepts its former spellings ``old`` (``--requests-out`` for
+    ``--out-requests``); ``--help`` shows only ``flag`` (see ``counterfactory.cli``)."""
+    action = parser.add_argument(flag, *old, **kwargs)
+    action.deprecated_spellings = tuple(old)
+    return action
+
+
+_ROLE = re.compile(r":(?:py:)?(?:mod|func|class|meth|attr|data|exc|obj|ref|doc):`~?([^`<]*?)(?:\s*<[^>]*>)?`")
+
+
+def cli_text(text: str | None) -> str | None:
+    """Help or description text for the terminal: Sphinx roles (``:mod:`x```, ``:func:`~a.b```) become their
+    target's name (the last part after ``~``) and double backquotes are dropped."""
+    if not text:
+        return text
+
+    def role(match: re.Match) -> str:
+        target = match.group(1).strip()
+        return target.rsplit(".", 1)[-1] if match.group(0).count("~") else target
+
+    return _ROLE.sub(role, text).replace("``", "")

@@ -22,10 +22,15 @@ def register(sub) -> None:
     from . import add_config_option
 
     p = sub.add_parser("analysis", help="analyses across stages (COCO-CF appendix A.2 label frequency)",
-                       description=__doc__)
+                       description="Analyses across stages: the label-frequency analysis of COCO-Counterfactuals "
+                                   "appendix A.2.")
     s = p.add_subparsers(dest="analysis_command", metavar="<analysis>")
     s.required = True
-    lf = s.add_parser("label-frequency", help="Table 6: label frequency vs accuracy change, and their correlation")
+    lf = s.add_parser("label-frequency", help="Table 6: label frequency vs accuracy change, and their correlation",
+                      description="Reads the selected pairs, their counterfactual captions, the runs table and the "
+                                  "pre-trained zero-shot classification results; writes a CSV table of each "
+                                  "class's label frequency against its accuracy change (Table 6) and a JSON file "
+                                  "with the Pearson / Spearman correlation of the two.")
     add_config_option(lf)
     lf.add_argument("--pairs", required=True, help="selected_pairs.parquet: the released pairs that are counted")
     lf.add_argument("--captions", required=True,

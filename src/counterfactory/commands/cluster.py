@@ -54,14 +54,19 @@ def register(sub) -> None:
     csub = p.add_subparsers(dest="cluster_command", metavar="<cluster command>")
     csub.required = True
 
-    i = csub.add_parser("install-profiles", help="link the repository's profiles into Snakemake's profile folder")
+    i = csub.add_parser("install-profiles", help="link the repository's profiles into Snakemake's profile folder",
+                        description="Reads the repository's profiles/<name> folders; writes a symbolic link to "
+                                    "each into Snakemake's profile folder, then checks each linked profile.")
     i.add_argument("--dest", default=None, help="folder (default: $XDG_CONFIG_HOME/snakemake, ~/.config/snakemake)")
     i.add_argument("--names", nargs="+", default=["slurm", "gaudi"], help="profiles to link (default: slurm gaudi)")
     i.add_argument("--force", action="store_true", help="replace an existing profile of the same name")
     i.add_argument("--no-check", action="store_true", help="skip check-profile after linking")
     i.set_defaults(func=_install)
 
-    c = csub.add_parser("check-profile", help="check a profile: keys, resources, rules, and the cluster (sinfo)")
+    c = csub.add_parser("check-profile", help="check a profile: keys, resources, rules, and the cluster (sinfo)",
+                        description="Reads a Snakemake profile (its config.yaml and site settings), the "
+                                    "workflow's rules and, when it can, the cluster (sinfo, scontrol); writes "
+                                    "nothing, prints a report and exits 1 on a problem.")
     c.add_argument("--profile", required=True, help="profile name (looked up like Snakemake does) or folder")
     c.add_argument("--snakefile", default=None, help="workflow whose rules the profile names (default: this repo's)")
     live = c.add_mutually_exclusive_group()
@@ -69,6 +74,9 @@ def register(sub) -> None:
     live.add_argument("--no-live", action="store_true", help="never query the cluster")
     c.set_defaults(func=_check)
 
-    s = csub.add_parser("show-site", help="print the effective site settings and where each comes from")
-    s.add_argument("--profile", default="slurm", choices=["slurm", "gaudi"])
+    s = csub.add_parser("show-site", help="print the effective site settings and where each comes from",
+                        description="Reads a profile's site settings (profile files and environment "
+                                    "variables); writes nothing, prints each setting and where it comes from.")
+    s.add_argument("--profile", default="slurm", choices=["slurm", "gaudi"],
+                   help="which profile's site settings (default: slurm)")
     s.set_defaults(func=_show)

@@ -26,7 +26,10 @@ def _write_job(args) -> int:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("config", help="configuration files of the workflow's jobs", description=__doc__)
+    p = sub.add_parser("config", help="configuration files of the workflow's jobs",
+                       description="Configuration files of the workflow's jobs: the Snakefile plans each job's "
+                                   "--config file (the config sections its rule declares, named by their digest) "
+                                   "and its local rule config_write_job writes it with `config write-job`.")
     s = p.add_subparsers(dest="config_command", metavar="<step>")
     s.required = True
     w = s.add_parser("write-job", help="write one job's configuration (YAML text) to a file, atomically",

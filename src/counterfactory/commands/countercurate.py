@@ -8,14 +8,18 @@ from pathlib import Path
 
 from ..data import flickr30k_entities as f30k
 from ..errors import input_error, missing_input
-from ..studies.countercurate import STUDY, assemble, attributes, benchmarks, counting, positions, training, vlm
+from ..studies.countercurate import (STUDY, assemble, attributes, benchmark_tables, benchmarks, counting, manifests,
+                                     positions, training, vlm, vlm_finetune)
 from ..text import llm
-from . import add_config_option, add_shard_job_options, key_values
+from . import add_config_option, add_progress_option, add_renamed, add_shard_job_options, key_values
 
 
 def register(sub) -> None:
     p = sub.add_parser("countercurate", help="CounterCurate: positions, counting, attributes, grounded generation, "
-                       "benchmarks", description=__doc__)
+                       "benchmarks",
+                       description="The CounterCurate study: Flickr30k-Positions, -Counting and -Attributes with "
+                                   "their negatives, grounded generation of the negative images, CLIP and VLM "
+                                   "fine-tuning, and the benchmarks and tables.")
     s = p.add_subparsers(dest="countercurate_command", metavar="<step>")
     s.required = True
     add_positions(s)
@@ -41,7 +45,11 @@ def add_positions(subparsers) -> None:
     """Register ``counterfactory countercurate positions``."""
     p = subparsers.add_parser("positions", help="Flickr30k-Positions: object pairs, left/right/above/below captions, "
                               "flipped negatives and generation requests (§3.2)",
-                              description=positions.__doc__.split("\n\n")[0])
+                              description="Reads Flickr30k Entities (Sentences/, Annotations/ and the images); "
+                                          "writes the positions table (one row per object pair and axis, with "
+                                          "left/right/above/below captions and flipped negatives) and, with "
+                                          "--out-requests, the llm rewrite requests and the grounded-generation "
+                                          "requests.")
     p.add_argument("--entities-root", required=True, metavar="DIR",
                    help="Flickr30k Entities folder holding Sentences/ and Annotations/")
     p.add_argument("--images", metavar="DIR", help="Flickr30k images (<id>.jpg); default <entities-root>/"
@@ -49,8 +57,9 @@ def add_positions(subparsers) -> None:
     p.add_argument("--config", action="append", metavar="YAML",
                    help="configuration file (repeatable; section countercurate.positions; default: module defaults)")
     p.add_argument("--out", required=True, metavar="FILE.parquet", help="one row per item (pair, axis)")
-    p.add_argument("--requests-out", metavar="DIR", help=f"write {positions.LLM_FILE} (llm role, appendix B) and "
-                   f"{positions.GENERATION_FILE} (grounded generation, §3.2) here")
+    add_renamed(p, "--out-requests", "--requests-out", metavar="DIR",
+                help=f"write {positions.LLM_FILE} (llm role, appendix B) and {positions.GENERATION_FILE} (grounded "
+                     f"generation, §3.2) here")
     p.add_argument("--flipped-dir", metavar="DIR", help="write the mirrored images of the left/right items here")
     p.add_argument("--lenient", action="store_true",
                    help="clip boxes outside the image and ignore unknown chain ids (logged) instead of failing")
@@ -73,8 +82,8 @@ def _cmd_positions(args) -> int:
         frame["negative_image"] = [paths.get(i) if s == "LR" else None
                                    for i, s in zip(frame["image_id"], frame["subset"])]
     write_parquet(args.out, frame)
-    if args.requests_out:
-        out = Path(args.requests_out)
+    if args.out_requests:
+        out = Path(args.out_requests)
         write_parquet(out / positions.LLM_FILE, positions.llm_requests(frame, (cfg or {}).get("positions_rewrite")))
         write_parquet(out / positions.GENERATION_FILE, positions.generation_requests(frame))
     counts = frame.groupby(["subset", "split"]).size().to_dict()
@@ -89,7 +98,10 @@ def _cmd_positions(args) -> int:
 def add_counting(subparsers) -> None:
     """Register ``counterfactory countercurate counting``."""
     p = subparsers.add_parser("counting", help="Flickr30k-Counting: category pairs, count captions and inpainting "
-                              "requests (§3.3)", description=counting.__doc__.split("\n\n")[0])
+                              "requests (§3.3)",
+                              description="Reads Flickr30k Entities (Sentences/, Annotations/ and the images); "
+                                          "writes the counting table (one row per category pair) and, with "
+                                          "--out-requests, the grounded-inpainting requests.")
     p.add_argument("--entities-root", required=True, metavar="DIR",
                    help="Flickr30k Entities folder holding Sentences/ and Annotations/")
     p.add_argument("--images", metavar="DIR", help="Flickr30k images (<id>.jpg); default <entities-root>/"
@@ -97,8 +109,8 @@ def add_counting(subparsers) -> None:
     p.add_argument("--config", action="append", metavar="YAML",
                    help="configuration file (repeatable; section countercurate.counting; default: module defaults)")
     p.add_argument("--out", required=True, metavar="FILE.parquet", help="one row per category pair")
-    p.add_argument("--requests-out", metavar="DIR",
-                   help=f"write {counting.REQUESTS_FILE} (grounded inpainting, §3.3) here")
+    add_renamed(p, "--out-requests", "--requests-out", metavar="DIR",
+                help=f"write {counting.REQUESTS_FILE} (grounded inpainting, §3.3) here")
     p.add_argument("--lenient", action="store_true",
                    help="clip boxes outside the image and ignore unknown chain ids (logged) instead of failing")
     p.set_defaults(func=_cmd_counting)
@@ -111,8 +123,8 @@ def _cmd_counting(args) -> int:
     images_dir = positions.default_images_dir(args.entities_root, args.images)
     frame = counting.build_counting(f30k.iter_images(args.entities_root, strict=not args.lenient), cfg, images_dir)
     write_parquet(args.out, frame)
-    if args.requests_out:
-        write_parquet(Path(args.requests_out) / counting.REQUESTS_FILE, counting.inpaint_requests(frame))
+    if args.out_requests:
+        write_parquet(Path(args.out_requests) / counting.REQUESTS_FILE, counting.inpaint_requests(frame))
     n_overlap = int(frame["overlap"].sum()) if len(frame) else 0
     print(f"Flickr30k-Counting: {len(frame)} items from {frame['image_id'].nunique()} images ({n_overlap} with "
           f"overlap -> remove, {len(frame) - n_overlap} without -> add) -> {args.out}")
@@ -126,22 +138,29 @@ def add_attributes(subparsers) -> None:
     """Register ``counterfactory countercurate attributes`` and ``counterfactory countercurate positions-rewrite``
     (alias ``llm``: it answers llm requests of any task; the workflow runs it on the positions requests)."""
     p = subparsers.add_parser("attributes", help="Flickr30k-Attributes negatives from the llm role (§3.4, app. A)",
-                              description=attributes.__doc__.split("\n\n")[0])
+                              description="Reads captions with entity markup and the llm role; writes the "
+                                          "attribute negatives (accepted and rejected) and, on request, the "
+                                          "text-to-image requests of the accepted ones, the llm requests and the "
+                                          "raw llm answers.")
     add_config_option(p, help="configuration file with models.llm and the countercurate section (repeatable; later "
                               "files win)")
     p.add_argument("--captions", required=True, metavar="FILE.parquet",
                    help="captions with entity markup (image_id, sentence_index, markup | caption + phrases)")
     p.add_argument("--out", required=True, metavar="FILE.parquet", help="negatives, accepted and rejected")
-    p.add_argument("--requests-out", metavar="FILE.parquet", help="t2i requests for the accepted negatives")
-    p.add_argument("--llm-requests-out", metavar="FILE.parquet", help="also write the llm requests")
-    p.add_argument("--answers-out", metavar="FILE.parquet", help="also write the raw llm answers")
+    add_renamed(p, "--out-requests", "--requests-out", metavar="FILE.parquet",
+                help="t2i requests for the accepted negatives")
+    add_renamed(p, "--out-llm-requests", "--llm-requests-out", metavar="FILE.parquet",
+                help="also write the llm requests")
+    add_renamed(p, "--out-answers", "--answers-out", metavar="FILE.parquet", help="also write the raw llm answers")
     p.add_argument("--cache", metavar="FILE.jsonl", help="llm answer cache (default: llm.cache)")
     p.set_defaults(func=_cmd_attributes)
 
     q = subparsers.add_parser("positions-rewrite", aliases=["llm"],
                               help="app. B: rewrite the above/below negatives with the llm role (answers llm requests "
                               "of any task with JSON-schema constrained decoding)",
-                              description=llm.__doc__.split("\n\n")[0])
+                              description="Reads a table of llm requests (any task) and the llm role; writes the "
+                                          "answers (parquet) with their validity and errors, decoding each answer "
+                                          "constrained to the request's JSON schema; answers are cached.")
     add_config_option(q, help="configuration file with models.llm (repeatable; later files win)")
     q.add_argument("--requests", required=True, metavar="FILE.parquet",
                    help="item_id, task, fields (JSON) [, prompt, schema, image_path, boxes]")
@@ -161,12 +180,12 @@ def _read_captions(path: str):
 
 def _cmd_attributes(args) -> int:
     cfg = attributes.load_cfg(args.config)
-    negatives = attributes.run(cfg, _read_captions(args.captions), args.out, args.requests_out,
-                               args.llm_requests_out, args.answers_out, args.cache, source=args.captions)
+    negatives = attributes.run(cfg, _read_captions(args.captions), args.out, args.out_requests,
+                               args.out_llm_requests, args.out_answers, args.cache, source=args.captions)
     counts = negatives.groupby(["kind", "status"]).size()
     for (kind, status), n in counts.items():
         print(f"{kind}: {n} {status}")
-    print(f"-> {args.out}" + (f"; t2i requests -> {args.requests_out}" if args.requests_out else ""))
+    print(f"-> {args.out}" + (f"; t2i requests -> {args.out_requests}" if args.out_requests else ""))
     return 0
 
 
@@ -214,10 +233,12 @@ def add_generate(subparsers) -> None:
     m.set_defaults(func=_cmd_generate_merge)
 
     s = subparsers.add_parser("request-shards", aliases=["generate-shards"],
-                              help="the shard ids of a requests table, one per line")
+                              help="the shard ids of a requests table, one per line",
+                              description="Reads a requests table and grounded.shard_size from the config; writes a "
+                                          "text file with the shard ids covering it, one per line.")
     add_config_option(s, help="configuration file: grounded.shard_size (repeatable; later files win)")
     s.add_argument("--requests", required=True, metavar="FILE.parquet", help="requests table")
-    s.add_argument("--out", required=True, metavar="FILE.txt")
+    s.add_argument("--out", required=True, metavar="FILE.txt", help="the shard ids, one per line")
     s.set_defaults(func=_cmd_generate_shards)
 
 
@@ -263,19 +284,25 @@ def _cmd_generate_merge(args) -> int:
 def add_assemble(subparsers) -> None:
     """Register ``requests`` and ``datasets``: the glue between the steps (:mod:`.assemble` of the study)."""
     r = subparsers.add_parser("requests", help="one grounded-generation requests table for positions (rewritten), "
-                              "counting and attributes")
+                              "counting and attributes",
+                              description="Reads the positions generation requests, the llm rewrites of the "
+                                          "positions captions, the counting inpainting requests and the attributes "
+                                          "t2i requests; writes one grounded-generation requests table.")
     r.add_argument("--positions", required=True, metavar="FILE.parquet", help="positions generation requests")
     r.add_argument("--rewrites", required=True, metavar="FILE.parquet", help="llm answers of the positions rewrite")
     r.add_argument("--counting", required=True, metavar="FILE.parquet", help="counting inpainting requests")
     r.add_argument("--attributes", required=True, metavar="FILE.parquet", help="attributes t2i requests")
-    r.add_argument("--out", required=True, metavar="FILE.parquet")
+    r.add_argument("--out", required=True, metavar="FILE.parquet", help="the combined requests table")
     r.set_defaults(func=_cmd_requests)
-    d = subparsers.add_parser("datasets", help="Flickr30k-Positions / -Counting / -Attributes with negative images")
-    d.add_argument("--positions", required=True, metavar="FILE.parquet")
-    d.add_argument("--counting", required=True, metavar="FILE.parquet")
-    d.add_argument("--attributes", required=True, metavar="FILE.parquet")
+    d = subparsers.add_parser("datasets", help="Flickr30k-Positions / -Counting / -Attributes with negative images",
+                              description="Reads the positions, counting and attributes tables and the merged "
+                                          "generation output; writes positions/counting/attributes.parquet, each "
+                                          "item with its negative image, to --out-dir.")
+    d.add_argument("--positions", required=True, metavar="FILE.parquet", help="the positions table")
+    d.add_argument("--counting", required=True, metavar="FILE.parquet", help="the counting table")
+    d.add_argument("--attributes", required=True, metavar="FILE.parquet", help="the attributes negatives")
     d.add_argument("--generated", required=True, metavar="FILE.parquet", help="merged generation output")
-    d.add_argument("--out-dir", required=True, metavar="DIR")
+    d.add_argument("--out-dir", required=True, metavar="DIR", help="folder for the three dataset tables")
     d.set_defaults(func=_cmd_datasets)
 
 
@@ -304,50 +331,56 @@ def _pairs_option(items, option: str) -> dict[str, str]:
 def add_training(sub) -> None:
     """``counterfactory countercurate train-manifests | train-run | vlm-run``."""
     p = sub.add_parser("train-manifests", help="CLIP fine-tuning manifests per dataset and variant (§3.5, §4.1, "
-                       "Tables 4 and 8)", description=training.__doc__.split("\n\n")[0])
+                       "Tables 4 and 8)",
+                       description="Reads the three dataset tables (and the Flickr30k images); writes one CLIP "
+                                   "fine-tuning manifest per dataset and variant to --out-dir.")
     add_config_option(p)
     p.add_argument("--datasets", required=True, metavar="DIR", help="folder of positions/counting/attributes.parquet")
-    p.add_argument("--out-dir", required=True, metavar="DIR")
+    p.add_argument("--out-dir", required=True, metavar="DIR", help="folder for the manifests")
     p.add_argument("--images", metavar="DIR", help="Flickr30k images (Attributes' positives; default from data)")
     p.set_defaults(func=_cmd_train_manifests)
 
     r = sub.add_parser("train-run", help="fine-tune CLIP on one manifest (one seed) and score it on the dataset's "
                        "benchmarks; --no-train scores the pre-trained model",
-                       description=training.__doc__.split("\n\n")[0])
+                       description="Reads a fine-tuning manifest (from train-manifests) and the dataset's benchmark "
+                                   "data; fine-tunes the CLIP role for one seed (unless --no-train) and writes the "
+                                   "checkpoint and the benchmark scores (a runs table) to --out-dir.")
     add_config_option(r)
-    r.add_argument("--dataset", required=True, choices=training.DATASETS)
+    r.add_argument("--dataset", required=True, choices=training.DATASETS, help="which CounterCurate dataset")
     r.add_argument("--variant", choices=training.VARIANTS, help="required unless --no-train")
     r.add_argument("--manifest", metavar="FILE.parquet", help="from train-manifests; required unless --no-train")
-    r.add_argument("--seed", type=int, required=True)
-    r.add_argument("--data-seed", type=int, required=True)
-    r.add_argument("--out-dir", required=True, metavar="DIR")
+    r.add_argument("--seed", type=int, required=True, help="training seed")
+    r.add_argument("--data-seed", type=int, required=True, help="seed of the data order")
+    r.add_argument("--out-dir", required=True, metavar="DIR", help="the run's folder (checkpoint and scores)")
     r.add_argument("--no-train", action="store_true", help="evaluate the pre-trained model (mixture 'pretrained')")
     _benchmark_options(r)
     r.set_defaults(func=_cmd_train_run)
 
     v = sub.add_parser("vlm-run", help="fine-tune the vlm role (LLaVA-1.5 class) on one dataset's conversations (one "
                        "seed) and score it on the dataset's benchmarks; --no-train scores the pre-trained model",
-                       description=training.__doc__.split("\n\n")[0])
+                       description="Reads the dataset's conversation manifests (from train-manifests) and its "
+                                   "benchmark data; fine-tunes the vlm role for one seed (unless --no-train) and "
+                                   "writes the checkpoint and the benchmark scores (a runs table) to --out-dir.")
     add_config_option(v)
-    v.add_argument("--dataset", required=True, choices=training.DATASETS)
+    v.add_argument("--dataset", required=True, choices=training.DATASETS, help="which CounterCurate dataset")
     v.add_argument("--manifests", metavar="DIR", help="from train-manifests; required unless --no-train")
-    v.add_argument("--seed", type=int, required=True)
-    v.add_argument("--out-dir", required=True, metavar="DIR")
+    v.add_argument("--seed", type=int, required=True, help="training seed")
+    v.add_argument("--out-dir", required=True, metavar="DIR", help="the run's folder (checkpoint and scores)")
     v.add_argument("--no-train", action="store_true", help="evaluate the pre-trained model (mixture 'pretrained')")
     _benchmark_options(v)
     v.set_defaults(func=_cmd_vlm_run)
 
 
 def _benchmark_options(parser) -> None:
-    """--data / --images per benchmark and --progress (train-run, vlm-run)."""
+    """--data / --images per benchmark and --no-progress (train-run, vlm-run)."""
     parser.add_argument("--data", action="append", default=[], metavar="BENCHMARK=PATH",
                         help="benchmark data (e.g. positions=.../positions.parquet; default countercurate.benchmarks)")
     parser.add_argument("--images", action="append", default=[], metavar="BENCHMARK=DIR", help="benchmark images root")
-    parser.add_argument("--progress", action="store_true")
+    add_progress_option(parser)
 
 
 def _cmd_train_manifests(args) -> int:
-    summary = training.write_manifests(args.datasets, args.out_dir, _load_config(args.config), images_dir=args.images)
+    summary = manifests.write_manifests(args.datasets, args.out_dir, _load_config(args.config), images_dir=args.images)
     print(summary.to_string(index=False))
     return 0
 
@@ -356,7 +389,7 @@ def _cmd_train_run(args) -> int:
     rows = training.train_run(_load_config(args.config), args.dataset, args.variant, args.manifest, args.seed,
                               args.data_seed, args.out_dir, train=not args.no_train,
                               data=_pairs_option(args.data, "--data"), images=_pairs_option(args.images, "--images"),
-                              progress=args.progress)
+                              progress=not args.no_progress)
     for r in rows.itertuples():
         training.log.info("%s %s seed %d: %s = %.2f", r.experiment, r.mixture, r.seed, r.metric, r.value)
     return 0
@@ -365,7 +398,7 @@ def _cmd_train_run(args) -> int:
 def _cmd_vlm_run(args) -> int:
     rows = training.vlm_train_run(_load_config(args.config), args.dataset, args.manifests, args.seed, args.out_dir,
                                   train=not args.no_train, data=_pairs_option(args.data, "--data"),
-                                  images=_pairs_option(args.images, "--images"), progress=args.progress)
+                                  images=_pairs_option(args.images, "--images"), progress=not args.no_progress)
     for r in rows.itertuples():
         training.log.info("%s %s seed %d: %s = %.2f", r.experiment, r.mixture, r.seed, r.metric, r.value)
     return 0
@@ -382,10 +415,11 @@ def add_benchmarks(sub) -> None:
     """``counterfactory countercurate evaluate | tables``."""
     p = sub.add_parser("evaluate", help="score one model role on a benchmark (Flickr30k-Positions, PointQA-"
                        "LookTwice, SugarCrepe, Winoground; §4.2-4.4, app. E)",
-                       description=benchmarks.__doc__.split("\n\n")[0])
+                       description="Reads one benchmark's data and images and the model role; writes the long "
+                                   "results (CSV) and, with --out-items, the per-item scores.")
     add_config_option(p)
     p.add_argument("--role", required=True, metavar="ROLE", help="model role to evaluate")
-    p.add_argument("--benchmark", required=True, choices=benchmarks.BENCHMARKS)
+    p.add_argument("--benchmark", required=True, choices=benchmarks.BENCHMARKS, help="the benchmark to score")
     p.add_argument("--data", metavar="PATH", help="positions table / looktwiceqa_dataset.json / SugarCrepe data "
                    "folder / Winoground examples.jsonl (default: benchmarks.<benchmark> in the config)")
     p.add_argument("--images", metavar="DIR", help="images root (default: from the config)")
@@ -394,21 +428,25 @@ def add_benchmarks(sub) -> None:
     p.add_argument("--out", required=True, metavar="FILE.csv",
                    help="long results: " + ", ".join(benchmarks.RESULT_COLUMNS))
     p.add_argument("--out-items", metavar="FILE.parquet", help="per-item scores (.parquet or .csv)")
-    p.add_argument("--no-progress", action="store_true")
+    add_progress_option(p)
     p.set_defaults(func=_cmd_evaluate)
 
-    t = sub.add_parser("tables", help="Tables 1-4, 6, 7, 8 of CounterCurate from evaluate results")
-    t.add_argument("--results", nargs="+", action="extend", required=True, metavar="CSV")
+    t = sub.add_parser("tables", help="Tables 1-4, 6, 7, 8 of CounterCurate from evaluate results",
+                       description="Reads the results CSVs of `countercurate evaluate` (and the runs' scores); writes "
+                                   "Tables 1-4, 6, 7 and 8 as Markdown, LaTeX and CSV (printed when no --out-* is "
+                                   "given).")
+    t.add_argument("--results", nargs="+", action="extend", required=True, metavar="CSV",
+                   help="results CSVs (repeatable)")
     t.add_argument("--benchmark", action="append", choices=benchmarks.BENCHMARKS,
                    help="only these (default: all present)")
     t.add_argument("--model", action="append", metavar="NAME", help="models in this order (default: as found)")
     t.add_argument("--label", action="append", default=[], metavar="NAME=LABEL", help="display name of a model")
     t.add_argument("--delta", action="append", default=[], metavar="NAME=BASELINE",
                    help="show NAME's difference to BASELINE in parentheses (Table 3)")
-    t.add_argument("--decimals", type=int, default=2)
-    t.add_argument("--out-md", metavar="FILE.md")
-    t.add_argument("--out-tex", metavar="FILE.tex")
-    t.add_argument("--out-csv", metavar="FILE.csv")
+    t.add_argument("--decimals", type=int, default=2, help="decimals shown (default: 2)")
+    t.add_argument("--out-md", metavar="FILE.md", help="the tables as Markdown")
+    t.add_argument("--out-tex", metavar="FILE.tex", help="the tables as LaTeX")
+    t.add_argument("--out-csv", metavar="FILE.csv", help="the tables as CSV")
     t.set_defaults(func=_cmd_tables)
 
 
@@ -431,16 +469,16 @@ def _cmd_tables(args) -> int:
 
     from ..io import write_csv, write_text
 
-    results = benchmarks.read_results(args.results)
-    tables = benchmarks.build_tables(results, args.benchmark, models=args.model, labels=_pairs(args.label, "--label"),
+    results = benchmark_tables.read_results(args.results)
+    tables = benchmark_tables.build_tables(results, args.benchmark, models=args.model, labels=_pairs(args.label, "--label"),
                                      deltas=_pairs(args.delta, "--delta"), decimals=args.decimals)
-    md = "\n".join(benchmarks.render_markdown(t) for t in tables)
+    md = "\n".join(benchmark_tables.render_markdown(t) for t in tables)
     if args.out_md:
         write_text(args.out_md, md)
     if args.out_tex:
-        write_text(args.out_tex, "\n".join(benchmarks.render_latex(t) for t in tables))
+        write_text(args.out_tex, "\n".join(benchmark_tables.render_latex(t) for t in tables))
     if args.out_csv:
-        write_csv(args.out_csv, pd.concat([benchmarks.table_frame(t) for t in tables], ignore_index=True))
+        write_csv(args.out_csv, pd.concat([benchmark_tables.table_frame(t) for t in tables], ignore_index=True))
     if not (args.out_md or args.out_tex or args.out_csv):
         print(md)
     return 0
@@ -452,7 +490,11 @@ def _cmd_tables(args) -> int:
 def add_vlm(subparsers) -> None:
     """Register ``counterfactory countercurate vlm-train`` and ``vlm-score``."""
     t = subparsers.add_parser("vlm-train", help="fine-tune the vlm role (LLaVA-1.5 class) on caption pairs as "
-                              "conversations (§3.5)", description=vlm.__doc__.split("\n\n")[0])
+                              "conversations (§3.5)",
+                              description="Reads a table of images with a caption and a negative caption (and a "
+                                          "validation table); fine-tunes the vlm role on them as conversations and "
+                                          "writes the model (loadable as models.vlm.source), history.csv and "
+                                          "run.json to --out-dir.")
     add_config_option(t)
     t.add_argument("--data", required=True, metavar="FILE.parquet",
                    help="rows image_path, caption, negative_caption[, negative_image_path] (paths relative to "
@@ -460,25 +502,28 @@ def add_vlm(subparsers) -> None:
     t.add_argument("--val-data", metavar="FILE.parquet", help="validation rows: keep the lowest-loss checkpoint")
     t.add_argument("--out-dir", required=True, metavar="DIR",
                    help="writes DIR/model (loadable as models.vlm.source), history.csv, run.json")
-    t.add_argument("--seed", type=int, required=True)
+    t.add_argument("--seed", type=int, required=True, help="training seed")
     t.add_argument("--role", default=vlm.ROLE, metavar="ROLE", help=f"model role to fine-tune (default {vlm.ROLE})")
-    t.add_argument("--no-progress", action="store_true")
+    add_progress_option(t)
     t.set_defaults(func=_cmd_vlm_train)
     s = subparsers.add_parser("vlm-score", help="score caption pairs with the vlm role: caption log-likelihoods "
-                              "and the two-option choice (§4)", description=vlm.__doc__.split("\n\n")[0])
+                              "and the two-option choice (§4)",
+                              description="Reads a table of images with a caption and a negative caption and the "
+                                          "vlm role; writes one CSV row per input row with both captions' "
+                                          "log-likelihoods and the model's two-option choice.")
     add_config_option(s)
     s.add_argument("--role", default=vlm.ROLE, metavar="ROLE", help=f"model role (default {vlm.ROLE})")
     s.add_argument("--data", required=True, metavar="FILE.parquet",
                    help="rows image_path, caption, negative_caption (paths relative to the table's folder)")
     s.add_argument("--out", required=True, metavar="FILE.csv", help="one row per input row")
     s.add_argument("--batch-size", type=int, metavar="N", help="override vlm.eval_batch_size")
-    s.add_argument("--no-progress", action="store_true")
+    add_progress_option(s)
     s.set_defaults(func=_cmd_vlm_score)
 
 
 def _cmd_vlm_train(args) -> int:
     cfg = _load_config(args.config)
-    result = vlm.train_run(cfg, args.data, args.out_dir, args.seed, role=args.role, val_data=args.val_data,
+    result = vlm_finetune.train_run(cfg, args.data, args.out_dir, args.seed, role=args.role, val_data=args.val_data,
                            progress=not args.no_progress)
     print(f"trained {result.steps} steps on {result.examples} conversations; checkpoint {Path(args.out_dir) / 'model'}")
     return 0

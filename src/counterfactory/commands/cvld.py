@@ -18,10 +18,13 @@ def _load(paths):
 
 def register(subparsers) -> None:
     from . import add_config_option as _config
-    from . import add_shard_job_options
+    from . import add_progress_option, add_renamed, add_shard_job_options
 
     parser = subparsers.add_parser("cvld", help="CVLD study: gender interventions by image editing, debiased BLIP",
-                                   description="'Debias your VLM with counterfactuals: a unified approach' (CVLD).")
+                                   description="The CVLD study ('Debias your VLM with counterfactuals: a unified "
+                                               "approach'): gender interventions on captions and images "
+                                               "(InstructPix2Pix editing), BLIP trained and evaluated on them, and "
+                                               "the paper's tables and figures.")
     sub = parser.add_subparsers(dest="cvld_command", metavar="<cvld command>")
     sub.required = True
 
@@ -30,54 +33,72 @@ def register(subparsers) -> None:
                                    "same rows plus intervened, changed (false when there is nothing to swap), edits "
                                    "and edit_prompt (the InstructPix2Pix instruction).")
     p.add_argument("--captions", required=True, metavar="FILE", help="CSV or parquet with caption_id, caption")
-    p.add_argument("--out", required=True, metavar="FILE.parquet")
-    p.add_argument("--caption-column", default="caption")
-    p.add_argument("--id-column", default="caption_id")
+    p.add_argument("--out", required=True, metavar="FILE.parquet", help="the captions with their interventions")
+    p.add_argument("--caption-column", default="caption", help="column holding the caption (default: caption)")
+    p.add_argument("--id-column", default="caption_id", help="column holding the caption id (default: caption_id)")
     p.set_defaults(func=_swap_gender)
 
     p = sub.add_parser("intervene", help="§3.3, appendix B: intervene the COCO captions (rule or llm), vote per image, "
-                       "one editing request per accepted image")
+                       "one editing request per accepted image",
+                       description="Reads the COCO captions named by the config (and the llm role when "
+                                   "text_method is llm); writes the intervened captions, the per-image votes, one "
+                                   "editing request per accepted image (parquet) and a CSV summary of the counts.")
     _config(p)
     p.add_argument("--out-captions", required=True, metavar="FILE.parquet",
                    help="train (largest subset) and test captions with their interventions")
-    p.add_argument("--out-votes", required=True, metavar="FILE.parquet")
-    p.add_argument("--out-requests", required=True, metavar="FILE.parquet")
-    p.add_argument("--summary-out", required=True, metavar="FILE.csv")
+    p.add_argument("--out-votes", required=True, metavar="FILE.parquet", help="per-image votes of its captions")
+    p.add_argument("--out-requests", required=True, metavar="FILE.parquet",
+                   help="one image-editing request per accepted image (what `cvld edit` reads)")
+    add_renamed(p, "--out-summary", "--summary-out", required=True, metavar="FILE.csv",
+                help="counts of captions, images and requests")
     p.add_argument("--llm-cache", metavar="FILE", help="answer cache of the llm role (text_method: llm)")
     p.set_defaults(func=_intervene)
 
     p = sub.add_parser("requests", help="§3.3 image-only intervention: editing requests for the CelebA training images "
-                       "of every K-shot episode (manual prompts)")
+                       "of every K-shot episode (manual prompts)",
+                       description="Reads the CelebA training images of every K-shot episode named by the config; "
+                                   "writes one image-editing request per image (manual prompts) as parquet.")
     _config(p)
-    p.add_argument("--out", required=True, metavar="FILE.parquet")
+    p.add_argument("--out", required=True, metavar="FILE.parquet", help="the editing requests (what `cvld edit` reads)")
     p.set_defaults(func=_requests)
 
-    p = sub.add_parser("edit", help="§3.3, §5.1: m edits per example, the k most similar kept (one shard; resumable)")
+    p = sub.add_parser("edit", help="§3.3, §5.1: m edits per example, the k most similar kept (one shard; resumable)",
+                       description="Reads one shard of image-editing requests and the editor / image_encoder roles; "
+                                   "writes the edited images and the shard's edit manifest (parquet) to --out-dir, "
+                                   "keeping the k edits most similar to the original.")
     add_shard_job_options(p, "--requests", "FILE.parquet", "editing requests (cvld intervene / requests)")
-    p.add_argument("--method", required=True, choices=("ip2p", "null_text"))
+    p.add_argument("--method", required=True, choices=("ip2p", "null_text"),
+                   help="editing method: InstructPix2Pix (ip2p) or null-text inversion with prompt-to-prompt")
     p.add_argument("--cache-dir", metavar="DIR", help="null-text inversion cache (default: OUT_DIR/../inversions)")
     p.set_defaults(func=_edit)
 
-    p = sub.add_parser("run", help="§4-5: train (unless pretrained) and evaluate one task / setting / variant / seed")
+    p = sub.add_parser("run", help="§4-5: train (unless pretrained) and evaluate one task / setting / variant / seed",
+                       description="Reads the config, the edit manifests of the train method and the intervened "
+                                   "captions; trains BLIP (unless the variant is pretrained) and evaluates it, "
+                                   "writing metrics.csv (a runs table) and the detail tables to --out-dir.")
     _config(p)
-    p.add_argument("--task", required=True, choices=("classification", "retrieval", "captioning"))
+    p.add_argument("--task", required=True, choices=("classification", "retrieval", "captioning"),
+                   help="the task to train and evaluate")
     p.add_argument("--setting", required=True, help="k<K> (classification), coco<percent> or pt (pretrained)")
-    p.add_argument("--variant", required=True)
+    p.add_argument("--variant", required=True,
+                   help="training variant: pretrained, base, balanced, or a counterfactual method / loss variant")
     p.add_argument("--seed", required=True, type=int, help="seed (classification: the episode)")
     p.add_argument("--edits", nargs="*", default=[], metavar="SHARD.parquet", help="edit manifests of the train method")
     p.add_argument("--interventions", metavar="FILE.parquet", help="from `cvld intervene --out-captions`")
-    p.add_argument("--out-dir", required=True, metavar="DIR")
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--out-dir", required=True, metavar="DIR", help="the run's folder (metrics.csv and details)")
+    add_progress_option(p)
     p.set_defaults(func=_run)
 
-    p = sub.add_parser("tables", help="Tables 1-4 and Figures 4, 5, 9, 10 from the runs summary")
+    p = sub.add_parser("tables", help="Tables 1-4 and Figures 4, 5, 9, 10 from the runs summary",
+                       description="Reads the runs table (`train collect`) and the run folders' detail tables; writes "
+                                   "Tables 1-4 as Markdown, LaTeX and CSV and Figures 4, 5, 9 and 10.")
     _config(p)
     p.add_argument("--runs-table", required=True, metavar="FILE.csv", help="the runs table (`train collect`)")
     p.add_argument("--runs", nargs="*", default=[], metavar="DIR", help="run folders (their detail tables)")
-    p.add_argument("--out-md", required=True)
-    p.add_argument("--out-tex", required=True)
-    p.add_argument("--out-csv", required=True)
-    p.add_argument("--out-figures", required=True, metavar="DIR")
+    p.add_argument("--out-md", required=True, metavar="FILE.md", help="the tables as Markdown")
+    p.add_argument("--out-tex", required=True, metavar="FILE.tex", help="the tables as LaTeX")
+    p.add_argument("--out-csv", required=True, metavar="FILE.csv", help="the tables as CSV")
+    p.add_argument("--out-figures", required=True, metavar="DIR", help="folder for the figures")
     p.set_defaults(func=_tables)
 
 
@@ -113,7 +134,7 @@ def _intervene(args) -> int:
     from ..studies.cvld import pipeline
 
     counts = pipeline.intervene(_load(args.config), args.out_captions, args.out_votes, args.out_requests,
-                                args.summary_out, llm_cache=args.llm_cache)
+                                args.out_summary, llm_cache=args.llm_cache)
     print(", ".join(f"{k} {v}" for k, v in counts.items()))
     return 0
 

@@ -154,49 +154,72 @@ def _own_source_options(p) -> None:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("data", help="check and read source datasets (MS-COCO 2017, Karpathy splits)",
-                       description=__doc__)
+    p = sub.add_parser("data", help="check and read source datasets (COCO, Karpathy splits, Flickr30k Entities, "
+                       "your own images and captions)",
+                       description="Check source datasets and read them into the tables the studies start from: "
+                                   "MS-COCO (captions, instance boxes), Karpathy split files, Flickr30k Entities "
+                                   "captions, and your own image-caption collection (own-check, own-captions, "
+                                   "own-to-coco).")
     s = p.add_subparsers(dest="data_command", metavar="<step>")
     s.required = True
-    c = s.add_parser("check-coco", help="verify a COCO root (annotation files, every referenced image present and readable, checksums)")
+    c = s.add_parser("check-coco", help="verify a COCO root (annotation files, every referenced image present "
+                     "and readable, checksums)",
+                     description="Reads a COCO root (annotations/ and <split>/ images) and optional checksums; "
+                                 "writes a JSON report of what was checked, or fails naming every problem.")
     c.add_argument("--root", required=True, help="folder with annotations/ and <split>/")
-    c.add_argument("--split", default="val2017")
+    c.add_argument("--split", default="val2017", help="COCO split to check (default: val2017)")
     c.add_argument("--config", action="append", help="config YAML: takes data.checksums and data.check_images")
     c.add_argument("--checksums", help="JSON object: annotation file name -> md5/sha1/sha256 hex digest, "
                                        "optionally prefixed like 'md5:' (overrides the config)")
     c.add_argument("--out", required=True, help="report JSON")
     c.set_defaults(func=_check)
-    t = s.add_parser("captions", help="every caption as a table (caption_id = {image_id}_{caption_index})")
+    t = s.add_parser("captions", help="every caption as a table (caption_id = {image_id}_{caption_index})",
+                     description="Reads a COCO captions_<split>.json; writes a parquet table with one row per "
+                                 "caption (image_id, caption_id, caption).")
     t.add_argument("--captions-json", required=True, help="captions_<split>.json")
     t.add_argument("--out", required=True, help="output parquet")
     t.add_argument("--limit-images", type=_positive, help="keep the captions of the first N image ids in sorted order")
     t.set_defaults(func=_captions)
-    b = s.add_parser("instances", help="the boxes of an instances_<split>.json as a table (x, y, w, h, category)")
+    b = s.add_parser("instances", help="the boxes of an instances_<split>.json as a table (x, y, w, h, category)",
+                     description="Reads a COCO instances_<split>.json; writes a parquet table with one row per "
+                                 "box (image, category, x, y, w, h, area, iscrowd).")
     b.add_argument("--instances-json", required=True, help="instances_<split>.json")
     b.add_argument("--out", required=True, help="output parquet")
     b.set_defaults(func=_instances)
-    k = s.add_parser("karpathy", help="a Karpathy split file as a table, one row per sentence")
+    k = s.add_parser("karpathy", help="a Karpathy split file as a table, one row per sentence",
+                     description="Reads a Karpathy split file (dataset_coco.json or dataset_flickr30k.json); "
+                                 "writes a parquet table with one row per sentence and its split.")
     k.add_argument("--json", required=True, help="dataset_coco.json or dataset_flickr30k.json")
     k.add_argument("--split", help="train, val, test or restval (default: all)")
     k.add_argument("--out", required=True, help="output parquet")
     k.set_defaults(func=_karpathy)
-    f = s.add_parser("flickr30k-captions", help="Flickr30k Entities captions with their phrase markup, one row each")
+    f = s.add_parser("flickr30k-captions", help="Flickr30k Entities captions with their phrase markup, one row each",
+                     description="Reads the Flickr30k Entities Sentences/ (and the image folder); writes a parquet "
+                                 "table with one row per caption and its phrase markup.")
     f.add_argument("--entities-root", required=True, help="folder with Sentences/ and Annotations/")
     f.add_argument("--images", help="Flickr30k images (<id>.jpg); default <entities-root>/flickr30k-images")
     f.add_argument("--out", required=True, help="output parquet: image_id, sentence_index, markup, caption, image_path")
     f.set_defaults(func=_flickr30k_captions)
-    o = s.add_parser("own-check", help="validate your own image-caption source; lists every problem at once")
+    o = s.add_parser("own-check", help="validate your own image-caption source; lists every problem at once",
+                     description="Reads your own image-caption source (a caption table or a folder of images "
+                                 "with <stem>.txt captions, given by --path or the config's data.source); writes "
+                                 "an optional JSON report, or fails listing every problem at once.")
     _own_source_options(o)
     o.add_argument("--out", help="report JSON (counts and resolved paths)")
     o.set_defaults(func=_own_check)
     o = s.add_parser("own-captions", help="your own source as the caption table (same columns as `data captions`, "
-                                          "plus own_id and source_image)")
+                                          "plus own_id and source_image)",
+                     description="Reads your own image-caption source; writes the caption table (parquet) the "
+                                 "caption stage reads, like `data captions` does for COCO.")
     _own_source_options(o)
     o.add_argument("--out", required=True, help="output parquet")
     o.add_argument("--limit-images", type=_positive, help="keep the captions of the first N image ids")
     o.set_defaults(func=_own_captions)
     o = s.add_parser("own-to-coco", help="a COCO-layout view of your own source (annotation JSONs, image links) "
-                                         "for the steps that read a COCO root")
+                                         "for the steps that read a COCO root",
+                     description="Reads your own image-caption source; writes a folder in the COCO layout "
+                                 "(annotation JSON files, links to the images) and a Karpathy-style split file, for "
+                                 "the steps that read a COCO root.")
     _own_source_options(o)
     o.add_argument("--out-root", required=True, help="folder to write (replaced only if an earlier view)")
     o.add_argument("--split", default="val2017", help="split name of the view's files (default: val2017)")

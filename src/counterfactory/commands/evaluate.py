@@ -8,21 +8,23 @@ import logging
 
 from ..errors import ConfigError
 from ..io import save_figure, write_csv, write_json, write_parquet, write_text
-from . import add_config_option
+from . import add_config_option, add_progress_option
 
 log = logging.getLogger(__name__)
 
 
 def _add_config(p) -> None:
     add_config_option(p)
-    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    add_progress_option(p)
 
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "evaluate",
         help="zero-shot retrieval / ITM differences on COCO-Counterfactuals, zero-shot classification",
-        description=__doc__,
+        description="COCO-Counterfactuals as a test set (§4.2, A.6) and zero-shot classification (§5.2, "
+                    "Table 4): per-model steps (itr, itm, classify) and merge steps that write the tables and "
+                    "plots (itr-table, itm-summary, classify-table). Settings live under evaluation: in the config.",
     )
     sub = parser.add_subparsers(dest="evaluate_command", metavar="<evaluate command>")
     sub.required = True
@@ -36,7 +38,8 @@ def register(subparsers) -> None:
     p.add_argument("--role", required=True, help="model role (models.<role>)")
     p.add_argument("--pairs", required=True, metavar="selected_pairs.parquet", help="the image stage's pair table")
     p.add_argument("--captions", required=True, metavar="captions.parquet", help="the data stage's caption table")
-    p.add_argument("--out", required=True, metavar="OUT.csv")
+    p.add_argument("--out", required=True, metavar="OUT.csv", help="long results CSV (one row per model, dataset, "
+                   "subset and metric)")
     p.add_argument("--subset", action="append", default=[], metavar="LABEL=FILE",
                    help="one more COCO-CFs subset (a table with an id column), e.g. the A.1 in-domain test pairs; "
                         "added to evaluation.itr.subsets")
@@ -45,51 +48,54 @@ def register(subparsers) -> None:
     t = sub.add_parser("itr-table", help="Table 2 layout with relative change vs MS-COCO",
                        description="Merge per-model ITR CSVs into the layout of Tables 2/13: rows model x dataset, "
                                    "columns TR@K and IR@K, each with its change relative to MS-COCO.")
-    t.add_argument("--inputs", nargs="+", required=True, metavar="ITR.csv")
-    t.add_argument("--out-csv", required=True)
-    t.add_argument("--out-md", required=True)
-    t.add_argument("--title", default="Zero-shot image-text retrieval on COCO-Counterfactuals")
+    t.add_argument("--inputs", nargs="+", required=True, metavar="ITR.csv", help="per-model results of `evaluate itr`")
+    t.add_argument("--out-csv", required=True, metavar="FILE.csv", help="the table as CSV")
+    t.add_argument("--out-md", required=True, metavar="FILE.md", help="the table as Markdown")
+    t.add_argument("--title", default="Zero-shot image-text retrieval on COCO-Counterfactuals",
+                   help="title line of the Markdown table")
     t.set_defaults(func=_itr_table)
 
     m = sub.add_parser("itm", help="per-pair ITM score differences IR_r, IR_c, TR_r, TR_c of one model",
                        description="ITM score differences (§4.2.2) of one model role on every selected pair, with a "
                                    "seeded random MS-COCO alternative. Writes a parquet table (one row per pair).")
     _add_config(m)
-    m.add_argument("--role", required=True)
-    m.add_argument("--pairs", required=True, metavar="selected_pairs.parquet")
-    m.add_argument("--captions", required=True, metavar="captions.parquet")
-    m.add_argument("--out", required=True, metavar="OUT.parquet")
+    m.add_argument("--role", required=True, help="model role (models.<role>)")
+    m.add_argument("--pairs", required=True, metavar="selected_pairs.parquet", help="the image stage's pair table")
+    m.add_argument("--captions", required=True, metavar="captions.parquet", help="the data stage's caption table")
+    m.add_argument("--out", required=True, metavar="OUT.parquet", help="one row per pair: IR_r, IR_c, TR_r, TR_c")
     m.set_defaults(func=_itm)
 
     s = sub.add_parser("itm-summary", help="summary table and Figure 3 style plot of ITM differences",
                        description="Merge per-model ITM difference tables: summary CSV/Markdown (mean, std, median, "
                                    "share below zero) and a PNG with one distribution panel per model.")
-    s.add_argument("--inputs", nargs="+", required=True, metavar="ITM.parquet")
-    s.add_argument("--out-csv", required=True)
-    s.add_argument("--out-md", required=True)
-    s.add_argument("--out-png", required=True)
+    s.add_argument("--inputs", nargs="+", required=True, metavar="ITM.parquet", help="per-model tables of `evaluate itm`")
+    s.add_argument("--out-csv", required=True, metavar="FILE.csv", help="the summary as CSV")
+    s.add_argument("--out-md", required=True, metavar="FILE.md", help="the summary as Markdown")
+    s.add_argument("--out-png", required=True, metavar="FILE.png", help="the Figure 3 style histogram plot")
     s.add_argument("--bins", type=int, default=40, help="histogram bins per panel (default 40)")
-    s.add_argument("--title", default="ITM score differences on COCO-Counterfactuals")
+    s.add_argument("--title", default="ITM score differences on COCO-Counterfactuals",
+                   help="title of the Markdown table and the plot")
     s.set_defaults(func=_itm_summary)
 
     c = sub.add_parser("classify", help="zero-shot top-k accuracy of one model on one dataset",
                        description="Zero-shot classification (§5.2): prompts from evaluation.classification.templates "
                                    "('a photo of a {c}.'), argmax over class text embeddings. Writes a JSON result.")
     _add_config(c)
-    c.add_argument("--role", required=True)
+    c.add_argument("--role", required=True, help="model role (models.<role>)")
     c.add_argument("--dataset", required=True, help="name under evaluation.classification.datasets")
-    c.add_argument("--out", required=True, metavar="OUT.json")
+    c.add_argument("--out", required=True, metavar="OUT.json", help="top-k accuracies of the model on the dataset")
     c.set_defaults(func=_classify)
 
     ct = sub.add_parser("classify-table", help="Table 4 layout: models x datasets (+ Mean)",
                         description="Merge classification JSON results into CSV/Markdown tables (top-1 and any other "
                                     "top-k) and a bar chart of top-1 accuracy.")
-    ct.add_argument("--inputs", nargs="+", required=True, metavar="RESULT.json")
-    ct.add_argument("--out-csv", required=True)
-    ct.add_argument("--out-md", required=True)
-    ct.add_argument("--out-png")
+    ct.add_argument("--inputs", nargs="+", required=True, metavar="RESULT.json",
+                    help="per-model results of `evaluate classify`")
+    ct.add_argument("--out-csv", required=True, metavar="FILE.csv", help="the table as CSV")
+    ct.add_argument("--out-md", required=True, metavar="FILE.md", help="the table as Markdown")
+    ct.add_argument("--out-png", metavar="FILE.png", help="also plot the table here")
     ct.add_argument("--dataset-order", help="comma-separated dataset order (default: as given)")
-    ct.add_argument("--title", default="Zero-shot classification accuracy")
+    ct.add_argument("--title", default="Zero-shot classification accuracy", help="title of the table and the plot")
     ct.set_defaults(func=_classify_table)
 
 

@@ -54,7 +54,9 @@ def _print(manifest: dict, out) -> None:
 
 def register(sub) -> None:
     p = sub.add_parser("export", help="export a study's data (release / imagefolder / parquet) and its dataset card",
-                       description=__doc__)
+                       description="Export a study's results: the published release layout, the generic Hugging "
+                                   "Face imagefolder and parquet layouts, and a dataset card (README.md) built from "
+                                   "the run's provenance.")
     ps = p.add_subparsers(dest="export_command", metavar="<step>")
     ps.required = True
     studies = sorted(STUDIES)
@@ -66,14 +68,21 @@ def register(sub) -> None:
             q.add_argument("--out-dir", required=True, metavar="DIR", help="output folder (replaced as a whole)")
 
     r = ps.add_parser("release", help="the published layout (COCO-Counterfactuals, SocialCounterfactuals, "
-                                      "CounterCurate TSVs)")
+                                      "CounterCurate TSVs)",
+                      description="Reads a study's results folder; writes its data in the layout of the study's "
+                                  "published release to --out-dir.")
     common(r)
     r.set_defaults(func=_release)
-    i = ps.add_parser("imagefolder", help="generic datasets imagefolder layout (metadata.jsonl + images)")
+    i = ps.add_parser("imagefolder", help="generic datasets imagefolder layout (metadata.jsonl + images)",
+                      description="Reads a study's results folder; writes the Hugging Face datasets imagefolder "
+                                  "layout (metadata.jsonl next to the images) to --out-dir and, with --parquet-dir, "
+                                  "the parquet layout with embedded images.")
     common(i)
     i.add_argument("--parquet-dir", metavar="DIR", help="also write the parquet layout (images embedded) here")
     i.set_defaults(func=_imagefolder)
-    c = ps.add_parser("card", help="dataset card README.md from provenance, manifests and the study's summaries")
+    c = ps.add_parser("card", help="dataset card README.md from provenance, manifests and the study's summaries",
+                      description="Reads the run's provenance JSON, the exported folders' manifests and the "
+                                  "study's summaries; writes the dataset card (README.md).")
     common(c, out=False)
     c.add_argument("--provenance", required=True, metavar="FILE.json", help="the run's provenance.json")
     c.add_argument("--export-dir", required=True, metavar="DIR", help="folder holding release/ imagefolder/ parquet/")

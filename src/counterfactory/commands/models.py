@@ -64,16 +64,24 @@ def _check(args) -> int:
 
 def register(sub) -> None:
     p = sub.add_parser("models", help="model roles: build tiny offline stand-ins, check loading",
-                       description=__doc__)
+                       description="Model roles: build the offline tiny models (with a sha256 manifest) and check "
+                                   "that the configured roles are intact (manifest / Hugging Face cache blob hashes) "
+                                   "and load; a role that is missing says where to get it.")
     s = p.add_subparsers(dest="models_command", metavar="<step>")
     s.required = True
-    b = s.add_parser("build-tiny", help="build small random models of the real classes (offline demo)")
+    b = s.add_parser("build-tiny", help="build small random models of the real classes (offline demo)",
+                     description="Reads the config's tiny_models section; writes one small random-weight model "
+                                 "folder per role (the real library classes, with a sha256 manifest) under "
+                                 "tiny_models.out_dir. Needs no network.")
     add_config_option(b)
     b.add_argument("--role", action="append", help="role to build (repeatable; default: all with a builder)")
     b.add_argument("--out-dir", help="default: tiny_models.out_dir from config")
     b.add_argument("--force", action="store_true", help="rebuild even if the folder exists")
     b.set_defaults(func=_build_tiny)
-    c = s.add_parser("check", help="verify each configured role's files, then load it with its library's loader")
+    c = s.add_parser("check", help="verify each configured role's files, then load it with its library's loader",
+                     description="Reads the config's models section and each role's files (local folder or the "
+                                 "Hugging Face cache); writes nothing, prints one line per role and the loaded "
+                                 "models' identities as JSON, and for a missing role how to get it.")
     add_config_option(c)
     c.add_argument("--role", action="append", help="role to check (repeatable; default: all configured)")
     c.add_argument("--trust-cache", action="store_true",

@@ -29,7 +29,12 @@ def _run(args) -> int:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("provenance", help="write (or --verify) a provenance JSON for a run", description=__doc__)
+    p = sub.add_parser("provenance", help="write (or --verify) a provenance JSON for a run",
+                       description="Reads the configuration, the git checkout, the installed packages, the model "
+                                   "roles and the given outputs; writes a provenance JSON (git commit, resolved "
+                                   "config, package versions, model fingerprints, NLTK data, each output's size "
+                                   "and sha256). With --verify it writes nothing and checks a provenance file "
+                                   "against the files on disk.")
     p.add_argument("--config", action="append", help="config YAML (repeat to merge)")
     p.add_argument("--out", help="output JSON")
     p.add_argument("--outputs", nargs="+", metavar="PATH", default=[],

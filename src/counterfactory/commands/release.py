@@ -15,7 +15,13 @@ from __future__ import annotations
 def register(sub) -> None:
     p = sub.add_parser("release", help="read a downloaded published release (COCO-Counterfactuals, "
                                        "SocialCounterfactuals) into the tables the evaluations read",
-                       description=__doc__)
+                       description="Read a downloaded published release into the tables the evaluations read: "
+                                   "coco (Intel/COCO-Counterfactuals -> selected_pairs.parquet and its images, what "
+                                   "evaluate itr / itm, train mixtures, train in-domain-split and report pair-grid "
+                                   "read), coco-captions (the caption-only release -> "
+                                   "counterfactual_captions.parquet, what images generate reads) and social "
+                                   "(Intel/SocialCounterfactuals -> the kept-images table, what the social probe "
+                                   "and debias steps read, and its images).")
     s = p.add_subparsers(dest="release_command", metavar="<release>")
     s.required = True
 
@@ -25,7 +31,8 @@ def register(sub) -> None:
                                  "(the image stage's selected_pairs.parquet schema; scores the release does not "
                                  "carry are NaN) and copies the pairs' images to --images (replaced as a whole).")
     c.add_argument("--root", required=True, metavar="RELEASE", help="release folder (holding data/)")
-    c.add_argument("--out", required=True, metavar="selected_pairs.parquet")
+    c.add_argument("--out", required=True, metavar="selected_pairs.parquet",
+                   help="the pair table to write (the image stage's layout)")
     c.add_argument("--images", metavar="DIR", help="image folder (default: OUT's folder/release)")
     c.add_argument("--in-place", action="store_true",
                    help="read an extracted data/images/ where it is instead of copying (absolute paths in OUT)")
@@ -34,8 +41,10 @@ def register(sub) -> None:
     k = s.add_parser("coco-captions", help="caption-only COCO-Counterfactuals release -> counterfactual_captions.parquet",
                      description="Read coco_counterfactuals_captions.jsonl (coco-counterfactual-index, "
                                  "original_caption, counterfactual_caption) into the caption stage's table.")
-    k.add_argument("--jsonl", required=True, metavar="FILE.jsonl")
-    k.add_argument("--out", required=True, metavar="counterfactual_captions.parquet")
+    k.add_argument("--jsonl", required=True, metavar="FILE.jsonl", help="the release's "
+                   "coco_counterfactuals_captions.jsonl")
+    k.add_argument("--out", required=True, metavar="counterfactual_captions.parquet",
+                   help="the caption table to write (the caption stage's layout)")
     k.set_defaults(func=_captions)
 
     so = s.add_parser("social", help="Intel/SocialCounterfactuals -> kept-images table and its images",
@@ -43,7 +52,8 @@ def register(sub) -> None:
                                   "shard; writes the images to --images (replaced as a whole) and OUT (the filter "
                                   "stage's kept-images schema).")
     so.add_argument("--root", required=True, metavar="RELEASE", help="release folder (holding data/)")
-    so.add_argument("--out", required=True, metavar="kept.parquet")
+    so.add_argument("--out", required=True, metavar="kept.parquet",
+                    help="the kept-images table to write (the filter stage's layout)")
     so.add_argument("--images", metavar="DIR", help="image folder (default: OUT's folder/release_images)")
     so.add_argument("--partial", action="store_true", help="read the shards present even if some are missing")
     so.set_defaults(func=_social)

@@ -34,25 +34,34 @@ def _overview(args) -> int:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("report", help="figures and tables for the Snakemake report", description=__doc__)
+    p = sub.add_parser("report", help="figures and tables for the Snakemake report",
+                       description="Figures, tables and the front page of the Snakemake report.")
     s = p.add_subparsers(dest="report_command", metavar="<figure>")
     s.required = True
-    g = s.add_parser("pair-grid", help="grid of original vs counterfactual images with captions and CLIP scores")
+    g = s.add_parser("pair-grid", help="grid of original vs counterfactual images with captions and CLIP scores",
+                     description="Reads the selected pairs table (selected_pairs.parquet) and its images; writes a "
+                                 "PNG grid of the first pairs with their captions and CLIP scores.")
     g.add_argument("--pairs", required=True, help="selected_pairs.parquet")
     g.add_argument("--out", required=True, help="output PNG")
     g.add_argument("--n", type=int, default=8, help="number of pairs")
     g.set_defaults(func=_pairs)
-    c = s.add_parser("caption-examples", help="CSV of original vs counterfactual captions with scores")
+    c = s.add_parser("caption-examples", help="CSV of original vs counterfactual captions with scores",
+                     description="Reads the counterfactual captions table; writes a CSV of example original / "
+                                 "counterfactual caption pairs with their scores.")
     c.add_argument("--captions", required=True, help="counterfactual_captions.parquet")
     c.add_argument("--out", required=True, help="output CSV")
-    c.add_argument("--n", type=int, default=20)
+    c.add_argument("--n", type=int, default=20, help="number of examples (default: 20)")
     c.set_defaults(func=_captions)
-    e = s.add_parser("examples", help="grid of a study's exported examples (pairs, sets, edits) with their captions")
+    e = s.add_parser("examples", help="grid of a study's exported examples (pairs, sets, edits) with their captions",
+                     description="Reads a study's exported imagefolder; writes a PNG grid of a few examples of each "
+                                 "dataset config with their captions.")
     e.add_argument("--imagefolder", required=True, help="the study's export/imagefolder folder")
     e.add_argument("--out", required=True, help="output PNG")
     e.add_argument("--n", type=int, default=3, help="examples per dataset config")
     e.set_defaults(func=_examples)
-    o = s.add_parser("overview", help="the report's front page: studies that ran, their data and models (HTML)")
+    o = s.add_parser("overview", help="the report's front page: studies that ran, their data and models (HTML)",
+                     description="Reads the run's provenance JSON; writes the report's front page (HTML): the "
+                                 "studies that ran, their data and their model roles.")
     o.add_argument("--provenance", required=True, help="results/<run>/provenance.json")
     o.add_argument("--out", required=True, help="output HTML")
     o.set_defaults(func=_overview)

@@ -9,13 +9,16 @@ from pathlib import Path
 
 from ..errors import ConfigError, InputError
 from ..export import social_release as release
-from ..studies.social_counterfactuals import STUDY, captions, debias, external, filtering, probing
-from . import add_config_option, add_shard_job_options
+from ..studies.social_counterfactuals import (STUDY, captions, debias, debias_tables, external, filtering, probe_report,
+                                              probing)
+from . import add_config_option, add_progress_option, add_renamed, add_shard_job_options
 
 
 def register(sub) -> None:
     p = sub.add_parser("social", help="SocialCounterfactuals: caption sets, filters, bias probing, debiasing",
-                       description=__doc__)
+                       description="The SocialCounterfactuals study: caption sets, Prompt-to-Prompt image sets, the "
+                                   "three filter stages, bias probing (also on PATA and VisoGender), debiasing by "
+                                   "fine-tuning, and the release in the published layout.")
     s = p.add_subparsers(dest="social_command", metavar="<step>")
     s.required = True
     add_captions(s)
@@ -39,7 +42,8 @@ def _load_config(paths):
 def add_captions(subparsers) -> None:
     """Register ``counterfactory social captions``."""
     p = subparsers.add_parser("captions", help="caption sets from prefix, attribute and occupation lists (§3.2)",
-                              description=captions.__doc__.split("\n\n")[0])
+                              description="Reads the prefix, attribute and occupation lists of the config; writes "
+                                          "the caption table (one row per caption of every caption set).")
     add_config_option(p, help=f"a full config with a '{STUDY}:' section, or a YAML file with the keys "
                               f"{', '.join(captions.SECTION_KEYS)} at top level (repeat to merge; later files win)")
     p.add_argument("--out", required=True, metavar="FILE.parquet", help="caption table (one row per caption)")
@@ -129,20 +133,30 @@ def add_filtering(subparsers) -> None:
             p.add_argument("--out", required=True, metavar="KEPT.parquet", help="surviving image rows")
             p.add_argument("--sets", required=True, metavar="SETS.parquet",
                            help="per-candidate-set scores, passed and reason (every set that entered the stage)")
-            p.add_argument("--no-progress", action="store_true", help="no progress bars")
+            add_progress_option(p)
 
-    p = subparsers.add_parser("filter-clip", help="stage (a): CLIP image-caption >= 0.2 and image-image > 0.2 (§3.4)")
+    p = subparsers.add_parser("filter-clip", help="stage (a): CLIP image-caption >= 0.2 and image-image > 0.2 (§3.4)",
+                              description="Reads the candidate-image table and the CLIP filter role; writes the "
+                                          "surviving image rows and one row of scores per candidate set.")
     common(p)
     p.set_defaults(func=_cmd_filter_clip)
-    p = subparsers.add_parser("filter-nsfw", help="stage (b): drop sets with an NSFW-flagged image (§3.4, §8.3)")
+    p = subparsers.add_parser("filter-nsfw", help="stage (b): drop sets with an NSFW-flagged image (§3.4, §8.3)",
+                              description="Reads the image rows that passed stage (a) and the nsfw role; writes the "
+                                          "surviving image rows and one row per candidate set.")
     common(p)
     p.set_defaults(func=_cmd_filter_nsfw)
-    p = subparsers.add_parser("filter-detect", help="stage (c): CLIP attribute detectability (§3.4, §8.3, Table 10)")
+    p = subparsers.add_parser("filter-detect", help="stage (c): CLIP attribute detectability (§3.4, §8.3, Table 10)",
+                              description="Reads the image rows that passed stage (b) (and the caption-set table); "
+                                          "writes the surviving image rows and one row of detectability scores per "
+                                          "candidate set.")
     common(p)
     p.add_argument("--captions", metavar="SETS.parquet",
                    help="caption-set table (segment and attribute columns; needed when the image table lacks them)")
     p.set_defaults(func=_cmd_filter_detect)
-    p = subparsers.add_parser("calibrate", help="learn the detectability thresholds from hand labels (§8.3)")
+    p = subparsers.add_parser("calibrate", help="learn the detectability thresholds from hand labels (§8.3)",
+                              description="Reads filter-detect's set table and your hand labels; writes the learned "
+                                          "thresholds (JSON) and an agreement report (CSV). With --write-template it "
+                                          "instead writes a label template for a random sample of sets.")
     common(p, stage=False)
     p.add_argument("--sets", required=True, metavar="DETECT_SETS.parquet", help="filter-detect's --sets output")
     p.add_argument("--labels", metavar="LABELS.csv", help="set_id,candidate_index,attribute_type,label (1 keep, 0 not)")
@@ -153,20 +167,25 @@ def add_filtering(subparsers) -> None:
     p.add_argument("--sample-size", type=int, default=100, help="sets per segment in the template (paper: 100)")
     p.add_argument("--seed", type=int, default=0, help="sampling seed for the template")
     p.set_defaults(func=_cmd_calibrate)
-    m = subparsers.add_parser("filter-merge", help="concatenate the filter stages' outputs of every generation shard")
+    m = subparsers.add_parser("filter-merge", help="concatenate the filter stages' outputs of every generation shard",
+                              description="Reads the per-shard filter folders; writes the concatenated clip / nsfw "
+                                          "/ kept tables and their set tables to --out-dir.")
     m.add_argument("--shard-dirs", nargs="+", required=True, metavar="DIR",
                    help="per-shard filter folders (clip / nsfw / kept tables and their set tables)")
-    m.add_argument("--out-dir", required=True, metavar="DIR")
+    m.add_argument("--out-dir", required=True, metavar="DIR", help="folder for the merged tables")
     m.set_defaults(func=_cmd_filter_merge)
-    p = subparsers.add_parser("filter-table", help="Table 11: candidate sets remaining after each stage")
+    p = subparsers.add_parser("filter-table", help="Table 11: candidate sets remaining after each stage",
+                              description="Reads every generated image and the set tables of the three filter "
+                                          "stages; writes Table 11 (candidate sets remaining after each stage) as "
+                                          "CSV and Markdown.")
     common(p, stage=False)
     p.add_argument("--candidates", required=True, metavar="IMAGES.parquet", help="every generated image")
     p.add_argument("--clip", required=True, metavar="SETS.parquet", help="filter-clip --sets output")
     p.add_argument("--nsfw", required=True, metavar="SETS.parquet", help="filter-nsfw --sets output")
     p.add_argument("--detect", required=True, metavar="SETS.parquet", help="filter-detect --sets output")
     p.add_argument("--captions", metavar="SETS.parquet", help="caption-set table (for segments)")
-    p.add_argument("--out", required=True, metavar="TABLE.csv")
-    p.add_argument("--markdown", metavar="TABLE.md")
+    add_renamed(p, "--out-csv", "--out", required=True, metavar="TABLE.csv", help="the table as CSV")
+    add_renamed(p, "--out-md", "--markdown", metavar="TABLE.md", help="the table as Markdown")
     p.set_defaults(func=_cmd_filter_table)
 
 
@@ -215,8 +234,8 @@ def _cmd_filter_merge(args) -> int:
 
 def _cmd_filter_table(args) -> int:
     _load_config(args.config)
-    table = filtering.filter_table_files(args.candidates, args.clip, args.nsfw, args.detect, args.out,
-                                         args.markdown, args.captions)
+    table = filtering.filter_table_files(args.candidates, args.clip, args.nsfw, args.detect, args.out_csv,
+                                         args.out_md, args.captions)
     print(filtering.stage_counts_markdown(table))
     return 0
 
@@ -227,7 +246,9 @@ def _cmd_filter_table(args) -> int:
 def add_probing(sub) -> None:
     """``counterfactory social probe | probe-tables | probe-plots``."""
     p = sub.add_parser("probe", help="MaxSkew@K, NDKL, Bias@K of neutral occupation queries (§4, §10.1)",
-                       description=probing.__doc__.split("\n\n")[0])
+                       description="Reads the kept-images table and the model roles; writes a long CSV of "
+                                   "MaxSkew@K, NDKL and Bias@K of neutral occupation queries per role, segment and "
+                                   "subject.")
     add_config_option(p)
     p.add_argument("--images", required=True, metavar="FILE.parquet", help="kept-images table")
     p.add_argument("--role", action="append", metavar="ROLE", help="model role (repeatable; default probing.roles)")
@@ -236,22 +257,24 @@ def add_probing(sub) -> None:
     p.add_argument("--out", required=True, metavar="FILE.csv", help="long probe table to write")
     p.set_defaults(func=_cmd_probe)
 
-    t = sub.add_parser("probe-tables", help="Tables 2, 12–17 layouts from probe CSVs")
+    t = sub.add_parser("probe-tables", help="Tables 2, 12–17 layouts from probe CSVs",
+                       description="Reads probe CSVs; writes Tables 2 and 12-17 as Markdown, LaTeX and a long CSV.")
     t.add_argument("--probe", nargs="+", action="extend", required=True, metavar="CSV", help="probe table(s)")
-    t.add_argument("--out-md", metavar="FILE.md")
-    t.add_argument("--out-tex", metavar="FILE.tex")
+    t.add_argument("--out-md", metavar="FILE.md", help="the tables as Markdown")
+    t.add_argument("--out-tex", metavar="FILE.tex", help="the tables as LaTeX")
     t.add_argument("--out-csv", metavar="FILE.csv", help="every table in long form (table, row, column, value)")
-    t.add_argument("--decimals", type=int, default=2)
+    t.add_argument("--decimals", type=int, default=2, help="decimals shown (default: 2)")
     t.set_defaults(func=_cmd_probe_tables)
 
-    f = sub.add_parser("probe-plots", help="Figures 3–5 (and 6–13) from probe CSVs")
+    f = sub.add_parser("probe-plots", help="Figures 3–5 (and 6–13) from probe CSVs",
+                       description="Reads probe CSVs; writes Figures 3-5 (and 6-13) as image files to --out-dir.")
     f.add_argument("--probe", nargs="+", action="extend", required=True, metavar="CSV", help="probe table(s)")
-    f.add_argument("--out-dir", required=True, metavar="DIR")
+    f.add_argument("--out-dir", required=True, metavar="DIR", help="folder for the figures")
     f.add_argument("--subject", action="append", metavar="NAME",
                    help="occupation(s) for the retrieval-proportion figure (default: doctor)")
     f.add_argument("--marginal", default="gender:race", metavar="ATTR:GIVEN",
                    help="Figure 4: marginal attribute and the attribute it is split by (default gender:race)")
-    f.add_argument("--format", default="png", choices=("png", "pdf", "svg"))
+    f.add_argument("--format", default="png", choices=("png", "pdf", "svg"), help="image format (default: png)")
     f.set_defaults(func=_cmd_probe_plots)
 
 
@@ -270,31 +293,31 @@ def _cmd_probe_tables(args) -> int:
 
     if not (args.out_md or args.out_tex or args.out_csv):
         raise ConfigError("probe-tables: nothing to write. Fix: pass --out-md, --out-tex and/or --out-csv")
-    tables = probing.paper_tables(probing.read_probe(args.probe))
+    tables = probe_report.paper_tables(probing.read_probe(args.probe))
     if args.out_md:
-        write_text(args.out_md, probing.tables_markdown(tables, args.decimals))
+        write_text(args.out_md, probe_report.tables_markdown(tables, args.decimals))
     if args.out_tex:
-        write_text(args.out_tex, probing.tables_latex(tables, args.decimals))
+        write_text(args.out_tex, probe_report.tables_latex(tables, args.decimals))
     if args.out_csv:
-        write_csv(args.out_csv, probing.tables_long(tables))
+        write_csv(args.out_csv, probe_report.tables_long(tables))
     return 0
 
 
 def _cmd_probe_plots(args) -> int:
-    slug = probing.slug
+    slug = probe_report.slug
     df = probing.read_probe(args.probe)
     out = Path(args.out_dir)
-    probing.figure_maxskew_boxplots(df, out / f"maxskew_boxplots.{args.format}")
+    probe_report.figure_maxskew_boxplots(df, out / f"maxskew_boxplots.{args.format}")
     attr, _, given = args.marginal.partition(":")
     if given:
         try:
-            probing.figure_marginal_bars(df, out / f"marginal_{slug(attr)}_by_{slug(given)}.{args.format}", attr,
+            probe_report.figure_marginal_bars(df, out / f"marginal_{slug(attr)}_by_{slug(given)}.{args.format}", attr,
                                          given)
         except ConfigError as exc:
             probing.log.warning("%s", exc)
-    for subj in args.subject or probing.DEFAULTS["figure_subjects"]:
+    for subj in args.subject or probing.settings(None)["figure_subjects"]:
         for seg in sorted(df[df["subject"] == subj]["segment"].unique()):
-            probing.figure_retrieval_proportions(df, out / f"proportions_{slug(subj)}_{slug(seg)}.{args.format}",
+            probe_report.figure_retrieval_proportions(df, out / f"proportions_{slug(subj)}_{slug(seg)}.{args.format}",
                                                  subj, seg)
     return 0
 
@@ -304,30 +327,41 @@ def _cmd_probe_plots(args) -> int:
 
 def add_external(sub) -> None:
     """``counterfactory social probe-pata | probe-visogender | probe-external-table`` (§5.3, Table 3)."""
-    p = sub.add_parser("probe-pata", help="MaxSkew@K / NDKL / Bias@K on PATA (§5.3, Table 3)")
+    p = sub.add_parser("probe-pata", help="MaxSkew@K / NDKL / Bias@K on PATA (§5.3, Table 3)",
+                       description="Reads the PATA file list, its captions JSON and the downloaded images, and the "
+                                   "model roles; writes a long CSV of MaxSkew@K, NDKL and Bias@K per role.")
     add_config_option(p)
     p.add_argument("--role", action="append", metavar="ROLE", help="model role (repeatable; default probing.roles)")
-    p.add_argument("--files-list", metavar="pata_fairness.files.lst")
-    p.add_argument("--captions-json", metavar="pata_fairness.captions.json")
+    p.add_argument("--files-list", metavar="pata_fairness.files.lst",
+                   help="PATA's list of image files (default: from the config)")
+    p.add_argument("--captions-json", metavar="pata_fairness.captions.json",
+                   help="PATA's captions JSON (default: from the config)")
     p.add_argument("--image-dir", metavar="DIR", help="folder of the downloaded images")
     p.add_argument("--image-name", metavar="PATTERN", help="file of a record, e.g. '{index}.*' (default)")
-    p.add_argument("--out", required=True, metavar="FILE.csv")
+    p.add_argument("--out", required=True, metavar="FILE.csv", help="long probe table to write")
     p.set_defaults(func=_cmd_probe_pata)
 
-    v = sub.add_parser("probe-visogender", help="MaxSkew@K / NDKL / Bias@K on VisoGender (§5.3, Table 3)")
+    v = sub.add_parser("probe-visogender", help="MaxSkew@K / NDKL / Bias@K on VisoGender (§5.3, Table 3)",
+                       description="Reads VisoGender's occupation-object and occupation-participant TSVs, the "
+                                   "downloaded images and the model roles; writes a long CSV of MaxSkew@K, NDKL and "
+                                   "Bias@K per role.")
     add_config_option(v)
-    v.add_argument("--role", action="append", metavar="ROLE")
-    v.add_argument("--oo-tsv", metavar="OO.tsv")
-    v.add_argument("--op-tsv", metavar="OP.tsv")
-    v.add_argument("--image-dir", metavar="DIR")
+    v.add_argument("--role", action="append", metavar="ROLE", help="model role (repeatable; default probing.roles)")
+    v.add_argument("--oo-tsv", metavar="OO.tsv", help="VisoGender's occupation-object TSV (default: from the config)")
+    v.add_argument("--op-tsv", metavar="OP.tsv",
+                   help="VisoGender's occupation-participant TSV (default: from the config)")
+    v.add_argument("--image-dir", metavar="DIR", help="folder of the downloaded images")
     v.add_argument("--image-name", metavar="PATTERN", help="file of a row, e.g. '{idx}.*' (default)")
-    v.add_argument("--out", required=True, metavar="FILE.csv")
+    v.add_argument("--out", required=True, metavar="FILE.csv", help="long probe table to write")
     v.set_defaults(func=_cmd_probe_visogender)
 
-    t = sub.add_parser("probe-external-table", help="Table 3: mean MaxSkew@K per model on PATA / VisoGender")
-    t.add_argument("--results", nargs="+", action="extend", required=True, metavar="CSV")
-    t.add_argument("--out-md", metavar="FILE.md")
-    t.add_argument("--out-csv", metavar="FILE.csv")
+    t = sub.add_parser("probe-external-table", help="Table 3: mean MaxSkew@K per model on PATA / VisoGender",
+                       description="Reads the probe CSVs of probe-pata and probe-visogender; writes Table 3 (mean "
+                                   "MaxSkew@K per model) as Markdown and CSV.")
+    t.add_argument("--results", nargs="+", action="extend", required=True, metavar="CSV",
+                   help="probe CSVs of probe-pata / probe-visogender")
+    t.add_argument("--out-md", metavar="FILE.md", help="the table as Markdown")
+    t.add_argument("--out-csv", metavar="FILE.csv", help="the table as CSV")
     t.set_defaults(func=_cmd_probe_external_table)
 
 
@@ -379,7 +413,9 @@ def _cmd_probe_external_table(args) -> int:
 def add_debias(sub) -> None:
     """``counterfactory social debias-split | debias-run | debias-table``."""
     p = sub.add_parser("debias-split", help="withhold 20%% of the occupations; training manifests per segment (§5.1)",
-                       description=debias.__doc__.split("\n\n")[0])
+                       description="Reads the kept-images table; withholds 20%% of the occupations for testing and "
+                                   "writes one training manifest per segment, subjects.csv and summary.csv to "
+                                   "--out-dir.")
     add_config_option(p)
     p.add_argument("--images", required=True, metavar="FILE.parquet", help="kept-images table")
     p.add_argument("--segment", action="append", metavar="NAME", help="only these segments (default debias.segments)")
@@ -387,7 +423,10 @@ def add_debias(sub) -> None:
                    help="writes <segment>.parquet manifests, subjects.csv and summary.csv")
     p.set_defaults(func=_cmd_debias_split)
 
-    r = sub.add_parser("debias-run", help="fine-tune one model on one segment (§8.2) and probe the withheld subjects")
+    r = sub.add_parser("debias-run", help="fine-tune one model on one segment (§8.2) and probe the withheld subjects",
+                       description="Reads a segment's training manifest, the withheld test subjects and the "
+                                   "kept-images table; fine-tunes the model role (unless --no-train), probes the "
+                                   "withheld subjects and writes metrics.csv (a runs table) to --out-dir.")
     add_config_option(r)
     r.add_argument("--role", required=True, metavar="ROLE", help="model role to fine-tune / evaluate")
     r.add_argument("--segment", required=True, metavar="NAME", help="segment (race_gender, physical_gender, ...)")
@@ -395,14 +434,17 @@ def add_debias(sub) -> None:
     r.add_argument("--test-subjects", required=True, metavar="FILE",
                    help="subjects.csv of debias-split (its test rows) or a .txt list, one subject per line")
     r.add_argument("--images", required=True, metavar="FILE.parquet", help="kept-images table")
-    r.add_argument("--seed", type=int, required=True)
-    r.add_argument("--data-seed", type=int, required=True)
-    r.add_argument("--out-dir", required=True, metavar="DIR")
+    r.add_argument("--seed", type=int, required=True, help="training seed")
+    r.add_argument("--data-seed", type=int, required=True, help="seed of the data order")
+    r.add_argument("--out-dir", required=True, metavar="DIR", help="the run's folder (metrics.csv and checkpoint)")
     r.add_argument("--no-train", action="store_true", help="evaluate the pre-trained model (the 'Pre-trained' rows)")
-    r.add_argument("--no-progress", action="store_true")
+    add_progress_option(r)
     r.set_defaults(func=_cmd_debias_run)
 
-    t = sub.add_parser("debias-table", help="Tables 2, 16, 17 (mean ± std over seeds, pre-trained vs debiased)")
+    t = sub.add_parser("debias-table", help="Tables 2, 16, 17 (mean ± std over seeds, pre-trained vs debiased)",
+                       description="Reads a stats summary (or a runs table, summarized here) of the debiasing runs; "
+                                   "writes Tables 2, 16 and 17 (mean ± std over seeds, pre-trained vs debiased) as "
+                                   "Markdown, LaTeX and CSV.")
     src = t.add_mutually_exclusive_group(required=True)
     src.add_argument("--summary", metavar="CSV", help="summary of 'stats summarize --baseline pretrained "
                                                       "--alternative less'")
@@ -410,10 +452,10 @@ def add_debias(sub) -> None:
     t.add_argument("--alpha", type=float, default=0.05, help="with --runs: significance level")
     t.add_argument("--role", action="append", metavar="ROLE", help="column order (default: as in the summary)")
     t.add_argument("--label", action="append", default=[], metavar="ROLE=NAME", help="display name of a role")
-    t.add_argument("--out-md", metavar="FILE.md")
-    t.add_argument("--out-tex", metavar="FILE.tex")
-    t.add_argument("--out-csv", metavar="FILE.csv")
-    t.add_argument("--decimals", type=int, default=2)
+    t.add_argument("--out-md", metavar="FILE.md", help="the tables as Markdown")
+    t.add_argument("--out-tex", metavar="FILE.tex", help="the tables as LaTeX")
+    t.add_argument("--out-csv", metavar="FILE.csv", help="the tables as CSV")
+    t.add_argument("--decimals", type=int, default=2, help="decimals shown (default: 2)")
     t.set_defaults(func=_cmd_debias_table)
 
 
@@ -455,14 +497,14 @@ def _cmd_debias_table(args) -> int:
         if not sep or not role or not name:
             raise ConfigError(f"--label {item!r}: expected ROLE=NAME (e.g. clip_train=CLIP)")
         labels[role] = name
-    tables = debias.build_tables(summary, roles=args.role, role_labels=labels, decimals=args.decimals,
+    tables = debias_tables.build_tables(summary, roles=args.role, role_labels=labels, decimals=args.decimals,
                                  std_decimals=args.decimals)
     if args.out_md:
-        write_text(args.out_md, "\n".join(debias.render_markdown(t) for t in tables.values()))
+        write_text(args.out_md, "\n".join(debias_tables.render_markdown(t) for t in tables.values()))
     if args.out_tex:
-        write_text(args.out_tex, "\n".join(debias.render_latex(t) for t in tables.values()))
+        write_text(args.out_tex, "\n".join(debias_tables.render_latex(t) for t in tables.values()))
     if args.out_csv:
-        write_csv(args.out_csv, debias.tables_frame(tables))
+        write_csv(args.out_csv, debias_tables.tables_frame(tables))
     return 0
 
 
@@ -472,7 +514,9 @@ def _cmd_debias_table(args) -> int:
 def add_release(subparsers) -> None:
     """Register ``counterfactory social release`` and ``counterfactory social release-check``."""
     p = subparsers.add_parser("release", help="write kept images in the Intel/SocialCounterfactuals parquet layout",
-                              description=release.__doc__.split("\n\n")[0])
+                              description="Reads the kept-images table and its images; writes them in the "
+                                          "Intel/SocialCounterfactuals parquet layout (data/train-NNNNN-of-MMMMM"
+                                          ".parquet) to --out-dir.")
     p.add_argument("--images", required=True, metavar="FILE.parquet",
                    help="kept images: set_id, member_index, caption, a1_type, a1, a2_type, a2, image_path "
                         "(relative to the parquet's folder or absolute); optional a3_type, a3, segment, subject")
@@ -480,7 +524,9 @@ def add_release(subparsers) -> None:
     p.add_argument("--shard-size", type=int, default=release.DEFAULT_SHARD_SIZE, metavar="N",
                    help=f"rows per parquet shard (default {release.DEFAULT_SHARD_SIZE}, about the release's)")
     p.set_defaults(func=_cmd_release)
-    c = subparsers.add_parser("release-check", help="load a release back (datasets, else pyarrow) and count it")
+    c = subparsers.add_parser("release-check", help="load a release back (datasets, else pyarrow) and count it",
+                              description="Reads a release folder back with the datasets library (else pyarrow); "
+                                          "prints its counts and, with --json, writes them as JSON.")
     c.add_argument("--dir", required=True, metavar="DIR", help="release folder (holding data/)")
     c.add_argument("--require-datasets", action="store_true",
                    help="fail when the datasets library is missing instead of reading with pyarrow")

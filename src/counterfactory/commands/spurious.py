@@ -35,29 +35,37 @@ def register(subparsers) -> None:
         "spurious",
         aliases=["odmap"],
         help="spurious-correlation retrieval study (ODmAP@k): region selection for object-removed images",
-        description="Kim et al. 2023, 'Exposing and Mitigating Spurious Correlations for Cross-Modal Retrieval'.",
+        description="The spurious-correlation retrieval study (Kim et al. 2023, 'Exposing and Mitigating Spurious "
+                    "Correlations for Cross-Modal Retrieval'): select objects to remove, inpaint them away, caption "
+                    "the results, fine-tune retrieval models on the mixtures and measure ODmAP@k and R@K. The old "
+                    "group name odmap is an alias.",
     )
+    from . import add_renamed
+
     sub = parser.add_subparsers(dest="spurious_command", metavar="<spurious command>")
     sub.required = True
     p = sub.add_parser(
         "select",
         help="select the classes to remove per image (§3.1 Eq. 1-3, thresholds alpha1/alpha2/alpha3)",
-        description="One row per (image, class): removed alone (every other class overlaps < alpha1), together with "
-                    "the classes it covers by > alpha2, or skipped (removed area vs alpha3, or overlaps in between). "
-                    "Settings: spurious_retrieval.selection of the --config files, then the options given here.",
+        description="Reads COCO instances or Flickr30k Entities boxes (or the study's dataset from the config); "
+                    "writes a selection table with one row per (image, class): removed alone (every other class "
+                    "overlaps < alpha1), together with the classes it covers by > alpha2, or skipped (removed area "
+                    "vs alpha3, or overlaps in between); with --dataset also the removal requests, and optionally a "
+                    "CSV summary. Settings: spurious_retrieval.selection of the --config files, then the options "
+                    "given here.",
     )
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--dataset", choices=("coco", "flickr30k"),
                      help="the study's dataset from spurious_retrieval.data of --config (Karpathy splits); also "
-                          "writes --requests-out")
+                          "writes --out-requests")
     src.add_argument("--instances", metavar="FILE.json", help="COCO instances_<split>.json")
     src.add_argument("--entities-root", metavar="DIR",
                      help="Flickr30k Entities folder holding Sentences/ and Annotations/")
     p.add_argument("--out", required=True, metavar="OUT.parquet", help="selection table to write (atomic)")
-    p.add_argument("--requests-out", metavar="FILE.parquet",
-                   help="with --dataset: one removal request per selected row (boxes, classes left, split, shard)")
-    p.add_argument("--summary-out", metavar="FILE.csv", help="counts: candidates, selected (single / multi), skipped "
-                   "per reason")
+    add_renamed(p, "--out-requests", "--requests-out", metavar="FILE.parquet",
+                help="with --dataset: one removal request per selected row (boxes, classes left, split, shard)")
+    add_renamed(p, "--out-summary", "--summary-out", metavar="FILE.csv",
+                help="counts: candidates, selected (single / multi), skipped per reason")
     p.add_argument("--config", nargs="+", default=[], metavar="FILE",
                    help="YAML files (later win) whose spurious_retrieval.selection section sets the defaults")
     p.add_argument("--alpha1", type=_fraction, help="single-class removal: every other overlap < alpha1 (0.4)")
@@ -119,13 +127,13 @@ def _select(args) -> int:
     if args.dataset:
         from ..studies.spurious_retrieval import data, settings
 
-        if not args.requests_out:
-            raise SystemExit("spurious select --dataset needs --requests-out")
+        if not args.out_requests:
+            raise SystemExit("spurious select --dataset needs --out-requests")
         table, requests = data.select(settings.settings(_load(args.config)), params, args.dataset)
         write_parquet(args.out, table)
-        write_parquet(args.requests_out, requests)
-        _write_summary(args.summary_out, regions.summary(table))
-        print(f"{regions.format_summary(regions.summary(table))}; {len(requests)} requests -> {args.requests_out}")
+        write_parquet(args.out_requests, requests)
+        _write_summary(args.out_summary, regions.summary(table))
+        print(f"{regions.format_summary(regions.summary(table))}; {len(requests)} requests -> {args.out_requests}")
         return 0
     if args.instances:
         images, objects, known = regions.coco_objects(args.instances)
@@ -135,7 +143,7 @@ def _select(args) -> int:
         source = args.entities_root
     table = regions.select_regions(images, objects, params, source=source, known_classes=known)
     write_parquet(args.out, table)
-    _write_summary(args.summary_out, regions.summary(table))
+    _write_summary(args.out_summary, regions.summary(table))
     print(f"{regions.format_summary(regions.summary(table))} -> {args.out}")
     return 0
 
@@ -145,66 +153,83 @@ def _select(args) -> int:
 # --------------------------------------------------------------------------------------------------------------
 def _register_steps(sub) -> None:
     from . import add_config_option as config
-    from . import add_shard_job_options
+    from . import add_progress_option, add_shard_job_options
 
     c = sub.add_parser("captions", help="§3.2-3.3: the ODmAP gallery (train+val+test captions with the classes they "
-                       "mention) and the synthetic captions (noun-phrase removal, prompts)")
+                       "mention) and the synthetic captions (noun-phrase removal, prompts)",
+                       description="Reads the dataset's captions (Karpathy splits) and the removal requests; writes "
+                                   "the ODmAP gallery (every caption with the classes it mentions) and the synthetic "
+                                   "captions of the object-removed images (noun-phrase removal, prompts).")
     config(c)
-    c.add_argument("--dataset", required=True, choices=("coco", "flickr30k"))
-    c.add_argument("--requests", required=True, metavar="FILE.parquet", help="from `spurious select --requests-out`")
-    c.add_argument("--out-gallery", required=True, metavar="FILE.parquet")
-    c.add_argument("--out-synthetic", required=True, metavar="FILE.parquet")
+    c.add_argument("--dataset", required=True, choices=("coco", "flickr30k"), help="the study's dataset")
+    c.add_argument("--requests", required=True, metavar="FILE.parquet", help="from `spurious select --out-requests`")
+    c.add_argument("--out-gallery", required=True, metavar="FILE.parquet", help="the gallery captions")
+    c.add_argument("--out-synthetic", required=True, metavar="FILE.parquet", help="the synthetic captions")
     c.set_defaults(func=_captions)
 
     i = sub.add_parser("inpaint", help="§3.1, Table 3: remove the requested classes of one shard of images "
-                       "(lama, opencv, zero, mean, blur); resumable")
-    add_shard_job_options(i, "--requests", "FILE.parquet", "removal requests (spurious select --requests-out)")
-    i.add_argument("--method", required=True, choices=("lama", "opencv", "zero", "mean", "blur"))
+                       "(lama, opencv, zero, mean, blur); resumable",
+                       description="Reads one shard of removal requests and its images (and the inpaint role for "
+                                   "lama); writes the object-removed images and the shard's manifest to --out-dir.")
+    add_shard_job_options(i, "--requests", "FILE.parquet", "removal requests (spurious select --out-requests)")
+    i.add_argument("--method", required=True, choices=("lama", "opencv", "zero", "mean", "blur"),
+                   help="how the objects are removed: LaMa inpainting, OpenCV inpainting, or filling with zeros, the "
+                        "mean colour or a blur")
     i.set_defaults(func=_inpaint)
 
     k = sub.add_parser("captioner", help="Table 3 'capt. model': caption the inpainted train images with the "
-                       "captioner role")
+                       "captioner role",
+                       description="Reads the removal requests, the inpainting shard folders and the captioner "
+                                   "role; writes a caption for every inpainted training image (parquet).")
     config(k)
-    k.add_argument("--requests", required=True, metavar="FILE.parquet")
+    k.add_argument("--requests", required=True, metavar="FILE.parquet", help="from `spurious select --out-requests`")
     k.add_argument("--inpainted", nargs="+", required=True, metavar="DIR", help="inpainting shard folders")
-    k.add_argument("--out", required=True, metavar="FILE.parquet")
-    k.add_argument("--no-progress", action="store_true")
+    k.add_argument("--out", required=True, metavar="FILE.parquet", help="the synthetic captions of the captioner")
+    add_progress_option(k)
     k.set_defaults(func=_captioner)
 
     m = sub.add_parser("manifests", help="§4.1, Table 3, Figure 4: training sets D, D + D' per variant and ratio, and "
-                       "the ODmAP queries")
+                       "the ODmAP queries",
+                       description="Reads the removal requests, the gallery, the synthetic captions and the "
+                                   "inpainting shard folders; writes the training sets D and D + D' per variant and "
+                                   "ratio and the ODmAP queries to --out-dir.")
     config(m)
-    m.add_argument("--dataset", required=True, choices=("coco", "flickr30k"))
-    m.add_argument("--requests", required=True, metavar="FILE.parquet")
+    m.add_argument("--dataset", required=True, choices=("coco", "flickr30k"), help="the study's dataset")
+    m.add_argument("--requests", required=True, metavar="FILE.parquet", help="from `spurious select --out-requests`")
     m.add_argument("--gallery", required=True, metavar="FILE.parquet", help="from `spurious captions`")
     m.add_argument("--synthetic", required=True, nargs="+", metavar="FILE.parquet",
                    help="synthetic captions (spurious captions, spurious captioner)")
     m.add_argument("--inpainted", action="append", default=[], metavar="METHOD=DIR",
                    help="an inpainting shard folder of METHOD (repeatable)")
-    m.add_argument("--out-dir", required=True, metavar="DIR")
+    m.add_argument("--out-dir", required=True, metavar="DIR", help="folder for the manifests and the queries")
     m.set_defaults(func=_manifests)
 
     r = sub.add_parser("run", help="§4: fine-tune one model role on one mixture (one seed), or score it zero-shot; "
-                       "ODmAP@k and R@K")
+                       "ODmAP@k and R@K",
+                       description="Reads the manifests and the gallery and the model role; fine-tunes it on one "
+                                   "mixture for one seed (or scores it zero-shot) and writes metrics.csv (ODmAP@k "
+                                   "and R@K, a runs table) to --out-dir.")
     config(r)
-    r.add_argument("--dataset", required=True, choices=("coco", "flickr30k"))
-    r.add_argument("--role", required=True)
+    r.add_argument("--dataset", required=True, choices=("coco", "flickr30k"), help="the study's dataset")
+    r.add_argument("--role", required=True, help="model role (models.<role>)")
     r.add_argument("--mixture", required=True, help="zeroshot, finetune, ours, a Table 3 variant or ratio_<r>")
-    r.add_argument("--seed", type=int, required=True)
-    r.add_argument("--data-seed", type=int, required=True)
+    r.add_argument("--seed", type=int, required=True, help="training seed")
+    r.add_argument("--data-seed", type=int, required=True, help="seed of the data order")
     r.add_argument("--manifests", required=True, metavar="DIR", help="from `spurious manifests`")
-    r.add_argument("--gallery", required=True, metavar="FILE.parquet")
-    r.add_argument("--out-dir", required=True, metavar="DIR")
-    r.add_argument("--progress", action="store_true")
+    r.add_argument("--gallery", required=True, metavar="FILE.parquet", help="from `spurious captions --out-gallery`")
+    r.add_argument("--out-dir", required=True, metavar="DIR", help="the run's folder (metrics.csv)")
+    add_progress_option(r)
     r.set_defaults(func=_run)
 
-    t = sub.add_parser("tables", help="Tables 1-3 and Figure 4 from the summary of every run")
+    t = sub.add_parser("tables", help="Tables 1-3 and Figure 4 from the summary of every run",
+                       description="Reads the stats summary of every run; writes Tables 1-3 as Markdown, LaTeX and "
+                                   "CSV and Figure 4.")
     config(t)
     t.add_argument("--summary", required=True, metavar="FILE.csv", help="from `counterfactory stats summarize`")
-    t.add_argument("--out-md", required=True)
-    t.add_argument("--out-tex", required=True)
-    t.add_argument("--out-csv", required=True)
-    t.add_argument("--out-figure", required=True)
+    t.add_argument("--out-md", required=True, metavar="FILE.md", help="the tables as Markdown")
+    t.add_argument("--out-tex", required=True, metavar="FILE.tex", help="the tables as LaTeX")
+    t.add_argument("--out-csv", required=True, metavar="FILE.csv", help="the tables as CSV")
+    t.add_argument("--out-figure", required=True, metavar="FILE", help="Figure 4 (image file)")
     t.set_defaults(func=_tables)
 
 
@@ -299,7 +324,7 @@ def _run(args) -> int:
     from ..studies.spurious_retrieval import runs
 
     rows = runs.run(_load(args.config), args.dataset, args.role, args.mixture, args.seed, args.data_seed,
-                    args.manifests, args.gallery, args.out_dir, progress=args.progress)
+                    args.manifests, args.gallery, args.out_dir, progress=not args.no_progress)
     for r in rows.itertuples():
         log.info("%s %s seed %d: %s = %.2f", r.experiment, r.mixture, r.seed, r.metric, r.value)
     return 0

@@ -2,7 +2,9 @@
 
 * :mod:`.pairs` -- COCO-Counterfactuals' CLIP filter and top-k selection of image *pairs* (InstructPix2Pix's
   filter, §3.2, B.1.2), with the CLIP scorer;
-* :mod:`.sets` -- SocialCounterfactuals' CLIP and NSFW filters of counterfactual *sets* (§3.4, §8.3).
+* :mod:`.sets` -- SocialCounterfactuals' CLIP and NSFW filters of counterfactual *sets* (§3.4, §8.3);
+* :mod:`.detectability` -- its attribute-detectability filter of sets and the calibration of its thresholds
+  (§3.4, §8.3, Table 10).
 """
 
 from .pairs import (CLIP_MEAN, CLIP_STD, DIRECTION_REL_TOL, DIRECTION_UNDEFINED, NON_FINITE, SCORE_COLUMNS, ClipScorer,

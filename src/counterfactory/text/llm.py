@@ -330,7 +330,7 @@ def is_multimodal(cfg: dict) -> bool:
 
 
 def _file_sha256(path: str) -> str:
-    from ..models.registry import _hash_file
+    from ..models.identity import _hash_file
 
     try:
         return _hash_file(Path(path))

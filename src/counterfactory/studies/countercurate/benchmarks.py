@@ -38,6 +38,8 @@ families as columns), 3/6 (sugarcrepe: rows = categories, columns = models) and 
 Text / Image / Group Score), in percent with two decimals; :func:`render_markdown`, :func:`render_latex`,
 :func:`table_frame` render them.
 
+The result tables are :mod:`.benchmark_tables` (their names are importable from here too).
+
 Configuration (study section ``countercurate``, key ``benchmarks``; CLI options override)::
 
     benchmarks:
@@ -52,21 +54,17 @@ Configuration (study section ``countercurate``, key ``benchmarks``; CLI options 
 from __future__ import annotations
 
 import logging
-import math
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
-from ... import render
 from ...config import fill_section
 from ...errors import ConfigError, InputError, input_error
 from ...metrics.pairwise import (SUGARCREPE_AVERAGES, SUGARCREPE_CATEGORIES, countercurate_counting_accuracy,
                                  countercurate_position_accuracy, pairwise_accuracy, stack_pair_scores,
                                  sugarcrepe_scores, winoground_item_scores, winoground_scores)
-from ...render import Cell, Column
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +91,7 @@ SUGARCREPE_LABELS = {"add_obj": "Add Object", "add_att": "Add Attribute", "repla
                      "replace_att": "Replace Attribute", "replace_rel": "Replace Relations",
                      "swap_obj": "Swap Object", "swap_att": "Swap Attribute", "average": "Average"}
 SUGARCREPE_GROUP_LABELS = {"add": "Add", "replace": "Replace", "swap": "Swap", "average": "Average"}
+
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -363,187 +362,3 @@ def evaluate(cfg: Mapping | None, role: str, benchmark: str, *, data: str | Path
     log.info("%s: scoring %d %s items", role, len(items), benchmark)
     scored = score_items(benchmark, items, scorer)
     return summarize(benchmark, scored, model or role), scored
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# tables
-# ----------------------------------------------------------------------------------------------------------------
-def read_results(paths: str | Path | Sequence[str | Path]) -> pd.DataFrame:
-    """Concatenate results CSVs of ``countercurate evaluate``; a missing column or a repeated
-    (model, benchmark, subset, metric) is an error naming the file."""
-    paths = [paths] if isinstance(paths, (str, Path)) else list(paths)
-    parts, seen = [], {}
-    for p in paths:
-        p = Path(p)
-        if not p.is_file():
-            raise input_error(p.resolve(), None, "results table not found", "run 'countercurate evaluate' first")
-        frame = pd.read_csv(p, keep_default_na=False, na_values=[""], dtype={"model": str, "subset": str})
-        missing = [c for c in RESULT_COLUMNS if c not in frame.columns]
-        if missing:
-            raise input_error(p, None, f"missing column(s) {', '.join(missing)}",
-                              "pass results tables written by 'countercurate evaluate'")
-        for i, key in enumerate(zip(frame["model"], frame["benchmark"], frame["subset"], frame["metric"])):
-            if key in seen:
-                raise input_error(p, f"row {i}", f"{key} is also in {seen[key]}",
-                                  "give each model its own name (evaluate --model) or pass each result once")
-            seen[key] = p
-        parts.append(frame[RESULT_COLUMNS])
-    if not parts:
-        raise InputError("no results table given. Fix: pass --results FILE.csv")
-    return pd.concat(parts, ignore_index=True)
-
-
-@dataclass
-class BenchmarkTable:
-    """One paper table: ``values`` in percent (rows x columns, NaN = missing); ``deltas`` (same shape or None) are
-    the differences to a baseline shown in parentheses as in Table 3."""
-
-    name: str
-    title: str
-    row_header: str
-    values: pd.DataFrame
-    deltas: pd.DataFrame | None = None
-    decimals: int = 2
-    notes: list[str] = field(default_factory=list)
-
-
-TITLES = {
-    "positions": "Flickr30k-Positions test accuracy (%), CounterCurate Tables 1 and 4",
-    "looktwice": "PointQA-LookTwice counting accuracy (%), CounterCurate Tables 2 and 8",
-    "sugarcrepe": "SugarCrepe accuracy (%), CounterCurate Table 3",
-    "sugarcrepe_detail": "SugarCrepe accuracy per category (%), CounterCurate Table 6",
-    "winoground": "Winoground scores (%), CounterCurate Table 7",
-}
-
-
-def _order_models(results: pd.DataFrame, models: Sequence[str] | None) -> list[str]:
-    have = list(dict.fromkeys(results["model"]))
-    if not models:
-        return have
-    unknown = [m for m in models if m not in have]
-    if unknown:
-        raise ConfigError(f"models {unknown} have no results for this benchmark. Fix: use some of {', '.join(have)}")
-    return list(models)
-
-
-def build_table(results: pd.DataFrame, benchmark: str, *, models: Sequence[str] | None = None,
-                labels: Mapping[str, str] | None = None, deltas: Mapping[str, str] | None = None,
-                detail: bool = False, decimals: int = 2) -> BenchmarkTable:
-    """The paper layout of ``benchmark`` from long results (values x 100).
-
-    * positions (Tables 1, 4): rows = models, columns ``LR, AB, Both`` (metric ``accuracy``);
-    * looktwice (Table 8; Table 2 has the same cells): rows = models, column ``Accuracy``;
-    * sugarcrepe (Table 3): rows ``Add, Replace, Swap, Average`` (item-pooled ``accuracy``), columns = models;
-      ``detail`` (Table 6): the seven categories in the paper's order and ``Average``;
-    * winoground (Table 7): rows = models, columns ``Text Score, Image Score, Group Score``.
-
-    ``labels`` maps model names to display names, ``models`` picks and orders them, ``deltas`` maps a model to
-    its baseline model: its cells then show ``value (+difference)``."""
-    part = results[results["benchmark"] == benchmark]
-    if part.empty:
-        raise InputError(f"no {benchmark} results in the given tables. Fix: run 'countercurate evaluate "
-                         f"--benchmark {benchmark}' and pass its CSV")
-    order = _order_models(part, models)
-    labels = dict(labels or {})
-    lab = [labels.get(m, m) for m in order]
-
-    def cell(model: str, subset: str, metric: str) -> float:
-        hit = part[(part["model"] == model) & (part["subset"] == subset) & (part["metric"] == metric)]
-        return float(hit["value"].iloc[0]) * 100.0 if len(hit) else math.nan
-
-    if benchmark == "positions":
-        cols, row_header, by_rows = [("LR", "accuracy"), ("AB", "accuracy"), ("both", "accuracy")], "Models", True
-        col_labels = ["LR", "AB", "Both"]
-    elif benchmark == "looktwice":
-        cols, row_header, by_rows, col_labels = [("all", "accuracy")], "Model Setting", True, ["Accuracy"]
-    elif benchmark == "winoground":
-        cols = [("all", f"{k}_score") for k in ("text", "image", "group")]
-        row_header, by_rows, col_labels = "Model", True, ["Text Score", "Image Score", "Group Score"]
-    elif benchmark == "sugarcrepe":
-        keys = SUGARCREPE_LABELS if detail else SUGARCREPE_GROUP_LABELS
-        rows_spec = [(k, "accuracy") for k in keys]
-        row_header, by_rows, col_labels = "Categories", False, list(keys.values())
-    else:
-        raise ConfigError(f"unknown benchmark {benchmark!r}. Fix: use one of {', '.join(BENCHMARKS)}")
-
-    if by_rows:
-        values = pd.DataFrame([[cell(m, s, k) for s, k in cols] for m in order], index=lab, columns=col_labels)
-    else:
-        values = pd.DataFrame([[cell(m, s, k) for m in order] for s, k in rows_spec], index=col_labels, columns=lab)
-    delta_frame = None
-    if deltas:
-        for m, base in deltas.items():
-            for name in (m, base):
-                if name not in set(part["model"]):
-                    raise ConfigError(f"--delta {m}={base}: no {benchmark} results for {name!r}")
-        delta_frame = pd.DataFrame(np.nan, index=values.index, columns=values.columns)
-        for m, base in deltas.items():
-            if m not in order:
-                continue
-            if by_rows:
-                delta_frame.loc[labels.get(m, m)] = [cell(m, s, k) - cell(base, s, k) for s, k in cols]
-            else:
-                delta_frame[labels.get(m, m)] = [cell(m, s, k) - cell(base, s, k) for s, k in rows_spec]
-    name = "sugarcrepe_detail" if benchmark == "sugarcrepe" and detail else benchmark
-    notes = ["Strict comparisons: a tie counts as wrong."]
-    if benchmark == "sugarcrepe":
-        notes.append("Group rows and Average pool the items of their categories (as in the paper's Table 3).")
-    if benchmark == "positions":
-        notes.append("0.5 per image whose own caption scores higher (image-to-text); Both = LR and AB test rows.")
-    table = BenchmarkTable(name=name, title=TITLES[name], row_header=row_header, values=values, deltas=delta_frame,
-                           decimals=decimals, notes=notes)
-    values.index.name = row_header
-    return table
-
-
-def describe(table: BenchmarkTable, title: bool = True, label: str | None = None) -> render.Table:
-    """``table`` as the shared table description (:class:`counterfactory.render.Table`): cells ``value`` or
-    ``value (+delta)``, not in LaTeX math mode."""
-    columns = [Column(table.row_header, "left")] + [Column(str(c), "right") for c in table.values.columns]
-    rows = []
-    for r, idx in enumerate(table.values.index):
-        row: list[render.Value] = [str(idx)]
-        for c in range(table.values.shape[1]):
-            v = table.values.iat[r, c]
-            d = table.deltas.iat[r, c] if table.deltas is not None else math.nan
-            row.append(Cell(v, delta=d) if math.isfinite(v) else None)
-        rows.append(row)
-    return render.Table(columns, rows, title=table.title if title else None,
-                        label=label or f"tab:countercurate-{table.name}",
-                        note=" ".join(table.notes) if table.notes else None, decimals=table.decimals, tex_math=False)
-
-
-def render_markdown(table: BenchmarkTable, title: bool = True) -> str:
-    """A pipe table with the title in bold and the notes below."""
-    return render.render_markdown(describe(table, title))
-
-
-def render_latex(table: BenchmarkTable, label: str | None = None) -> str:
-    """A booktabs table (``Styler.to_latex``); text is escaped."""
-    return render.render_latex(describe(table, label=label))
-
-
-def table_frame(table: BenchmarkTable) -> pd.DataFrame:
-    """CSV form: ``table, row, column, value`` (percent), plus ``delta`` when the table has deltas."""
-    out = table.values.reset_index().melt(id_vars=table.row_header, var_name="column", value_name="value")
-    out = out.rename(columns={table.row_header: "row"})
-    out.insert(0, "table", table.name)
-    if table.deltas is not None:
-        d = table.deltas.copy()
-        d.index.name = table.row_header
-        out["delta"] = d.reset_index().melt(id_vars=table.row_header, value_name="delta")["delta"].to_numpy()
-    return out
-
-
-def build_tables(results: pd.DataFrame, benchmarks: Sequence[str] | None = None, **kw) -> list[BenchmarkTable]:
-    """Every table of ``benchmarks`` (default: those present in ``results``, in :data:`BENCHMARKS` order); for
-    SugarCrepe both Table 3 and Table 6."""
-    present = [b for b in BENCHMARKS if b in set(results["benchmark"])]
-    chosen = list(benchmarks) if benchmarks else present
-    tables = []
-    for b in chosen:
-        if b == "sugarcrepe":
-            tables += [build_table(results, b, detail=False, **kw), build_table(results, b, detail=True, **kw)]
-        else:
-            tables.append(build_table(results, b, **kw))
-    return tables

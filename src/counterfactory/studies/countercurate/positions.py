@@ -48,7 +48,7 @@ import pandas as pd
 
 from ...config import fill_section
 from ...data import flickr30k_entities as f30k
-from ...errors import ConfigError, input_error
+from ...errors import input_error
 
 log = logging.getLogger(__name__)
 

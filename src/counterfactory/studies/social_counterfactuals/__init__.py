@@ -5,10 +5,13 @@ Modules (library code only; the ``counterfactory social <step>`` subcommands tha
 
 * :mod:`.captions` — caption sets from the config's attribute and subject lists (§3.2, 8.4);
 * :mod:`.filtering` — the three-stage filter (CLIP, NSFW, attribute detectability; §3.4, 8.3) and the
-  threshold calibration;
-* :mod:`.probing` — MaxSkew@K, NDKL and Bias@K per subject (§4, 10);
+  threshold calibration (kernels in :mod:`counterfactory.filters`), with :mod:`.filter_io` (its table files)
+  and :mod:`.filter_table` (Table 11);
+* :mod:`.probing` — MaxSkew@K, NDKL and Bias@K per subject (§4, 10), with :mod:`.probe_report` (its
+  tables and figures);
 * :mod:`.external` — the same metrics on real image-text data, PATA and VisoGender (§5.3, Table 3);
-* :mod:`.debias` — the withheld-occupation split and the debiasing evaluation (§5, 8.2);
+* :mod:`.debias` — the withheld-occupation split and the debiasing evaluation (§5, 8.2), with
+  :mod:`.debias_tables` (Tables 2, 3, 16, 17);
 * the dataset in the released layout (Intel/SocialCounterfactuals) is written by the shared export stage
   (:mod:`counterfactory.export.social_release`).
 """

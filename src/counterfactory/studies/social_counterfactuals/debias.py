@@ -29,6 +29,7 @@ Protocol
   is deterministic (no training, fixed withheld subjects), so the workflow evaluates it once and
   :func:`pretrained_for_every_seed` lets that value stand for each seed: Welch's test then is the one-sample test of
   the debiased runs against the pre-trained value.
+* **Tables.** Tables 2, 3, 16 and 17 from the summary are :mod:`.debias_tables` (also importable from here).
 """
 
 from __future__ import annotations
@@ -36,7 +37,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import logging
-import math
 import zlib
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
@@ -46,7 +46,7 @@ import pandas as pd
 
 from ...config import fill_section
 from ...errors import ConfigError, input_error
-from . import STUDY, probing
+from . import STUDY, probe_report, probing
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +62,7 @@ RUN_METRICS = ("maxskew_mean", "maxskew_median", "ndkl_mean", "ndkl_median", "bi
 #: the ``debias`` config section has its defaults (§5.1, §8.2; "ours" where the paper is silent) in the schema
 #: (``social_counterfactuals.debias`` in config/schema.yaml; docs/config-reference.md)
 CHECKPOINTS = ("final", "best")
+
 
 
 # --------------------------------------------------------------------------------------------
@@ -293,11 +294,11 @@ def summarize_probe(probe_df: pd.DataFrame, gender_type: str = "gender") -> dict
     and mean |Bias@K| where the segment has ``gender_type``."""
     out: dict[str, float] = {}
     for metric in ("maxskew", "ndkl"):
-        v = probing.per_subject(probe_df, metric)["value"].to_numpy(dtype=float)
+        v = probe_report.per_subject(probe_df, metric)["value"].to_numpy(dtype=float)
         if v.size == 0:
             raise ValueError(f"the probe table has no intersectional {metric} rows")
         out[f"{metric}_mean"], out[f"{metric}_median"] = float(np.mean(v)), float(np.median(v))
-    b = probing.per_subject(probe_df, "bias", attribute=gender_type)["value"].to_numpy(dtype=float)
+    b = probe_report.per_subject(probe_df, "bias", attribute=gender_type)["value"].to_numpy(dtype=float)
     if b.size:
         out["bias_mean"], out["absbias_mean"] = float(np.mean(b)), float(np.mean(np.abs(b)))
     return out
@@ -415,158 +416,3 @@ def summarize(runs: pd.DataFrame, alpha: float = 0.05, test: str = "welch", sour
 
     return stats_summarize(pretrained_for_every_seed(runs), PRETRAINED, test=test, alpha=alpha, alternative="less",
                            source=source)
-
-
-# --------------------------------------------------------------------------------------------
-# tables (Tables 2, 16, 17)
-# --------------------------------------------------------------------------------------------
-#: table -> (displayed metric, metric whose test marks significance, "best" rule, caption)
-TABLES: dict[str, tuple[str, str, str, str]] = {
-    "table2": ("maxskew_mean", "maxskew_mean", "min",
-               "Table 2. Mean of MaxSkew@K for pre-trained and debiased variants, estimated by withholding "
-               "counterfactual sets for 20% of the occupations."),
-    "table16": ("ndkl_mean", "ndkl_mean", "min",
-                "Table 16. Mean of NDKL for pre-trained and debiased variants, estimated by withholding "
-                "counterfactual sets for 20% of the occupations."),
-    "table17": ("bias_mean", "absbias_mean", "abs",
-                "Table 17. Bias@K for pre-trained and debiased variants, estimated by withholding counterfactual "
-                "sets for 20% of the occupations (segments with gender; positive = male)."),
-}
-for _dataset, _name in (("visogender", "VisoGender"), ("pata", "PATA")):
-    TABLES[f"table3_{_dataset}"] = (
-        f"{_dataset}_maxskew", f"{_dataset}_maxskew", "min",
-        f"Table 3 ({_name}). Mean MaxSkew@K on {_name} of the pre-trained and debiased models (§5.3; debiased on "
-        "each segment's counterfactual sets).")
-ATTRIBUTE_LABELS = {"physical": "Physical Char.", "race": "Race", "gender": "Gender"}
-MIXTURE_LABELS = {PRETRAINED: "Pre-trained", DEBIASED: "Debiased"}
-NOTE = ("Mean over seeds with the sample standard deviation as subscript; the better of pre-trained / debiased in "
-        "bold (lower; for Bias@K closer to 0); underlined: debiased significantly below pre-trained (one-tailed "
-        "t-test over seeds; for Bias@K on the mean |Bias@K|).")
-
-
-def segment_label(segment: str) -> str:
-    """``race_gender`` -> ``(Race, Gender)`` (Table 2's row names)."""
-    return "(" + ", ".join(ATTRIBUTE_LABELS.get(p, p.capitalize()) for p in str(segment).split("_")) + ")"
-
-
-@dataclasses.dataclass
-class DebiasTable:
-    name: str
-    caption: str
-    segments: list[str]
-    roles: list[str]
-    role_labels: dict[str, str]
-    cells: dict[tuple[str, str, str], Any]   # (segment, role, mixture) -> render.Cell
-    decimals: int = 2
-    std_decimals: int = 2
-
-
-def build_tables(summary: pd.DataFrame, *, roles: Sequence[str] | None = None, segments: Sequence[str] | None = None,
-                 role_labels: Mapping[str, str] | None = None, decimals: int = 2,
-                 std_decimals: int = 2) -> dict[str, DebiasTable]:
-    """Tables 2, 16 and 17 from a stats summary of debiasing runs (rows: segments; columns: model × pre-trained /
-    debiased). A table with no row in the summary is left out (Table 17 without a gender segment)."""
-    from ...render import Cell
-
-    need = {"experiment", "metric", "mixture", "mean", "std", "n", "significant"}
-    missing = sorted(need - set(summary.columns))
-    if missing:
-        raise ConfigError(f"summary: missing column(s) {', '.join(missing)}. Fix: pass the CSV of 'stats summarize' "
-                          "(or 'debias-table --runs')")
-    df = summary.copy()
-    parsed = []
-    for e in df["experiment"].astype(str):
-        try:
-            parsed.append(parse_experiment(e))
-        except ValueError as exc:
-            raise ConfigError(f"summary: {exc}. Fix: summarize the runs of 'counterfactory social debias-run'") \
-                from exc
-    df["role"], df["segment"] = [p[0] for p in parsed], [p[1] for p in parsed]
-    if "alternative" not in df.columns:
-        df["alternative"] = "less"
-    role_order = list(roles or dict.fromkeys(df["role"]))
-    seg_order = list(segments or dict.fromkeys(df["segment"]))
-    labels = {r: (role_labels or {}).get(r, r) for r in role_order}
-    out: dict[str, DebiasTable] = {}
-    for name, (metric, test_metric, best_rule, caption) in TABLES.items():
-        sel = df[df["metric"] == metric]
-        if sel.empty:
-            continue
-        tested = df[(df["metric"] == test_metric) & (df["mixture"] == DEBIASED)]
-        cells: dict[tuple[str, str, str], Any] = {}
-        for row in sel.itertuples(index=False):
-            if row.mixture not in MIXTURE_LABELS or row.role not in labels or row.segment not in seg_order:
-                continue
-            sig = False
-            if row.mixture == DEBIASED:
-                t = tested[(tested["experiment"] == row.experiment)]
-                if len(t):
-                    if str(t["alternative"].iloc[0]) != "less":
-                        log.warning("%s %s: the test is 'greater'; debiasing is tested with alternative 'less' "
-                                    "(not marked)", row.experiment, test_metric)
-                    else:
-                        sig = bool(t["significant"].iloc[0])
-            cells[(row.segment, row.role, row.mixture)] = Cell(float(row.mean), float(row.std), int(row.n), sig)
-        for seg in seg_order:
-            for role in role_order:
-                pair = [cells.get((seg, role, m)) for m in MIXTURE_LABELS]
-                if any(c is None for c in pair):
-                    continue
-                score = [round(abs(c.mean) if best_rule == "abs" else c.mean, decimals) for c in pair]
-                for c, s in zip(pair, score):
-                    c.best = s == min(score)
-        segs = [s for s in seg_order if any(k[0] == s for k in cells)]
-        if segs:
-            out[name] = DebiasTable(name, caption, segs, role_order, labels, cells, decimals, std_decimals)
-    if not out:
-        raise ConfigError(f"summary: none of the metrics {', '.join(t[0] for t in TABLES.values())}. Fix: summarize "
-                          "the metrics.csv rows of 'counterfactory social debias-run'")
-    return out
-
-
-def _columns(table: DebiasTable) -> list[tuple[str, str]]:
-    return [(role, m) for role in table.roles for m in MIXTURE_LABELS]
-
-
-def describe(table: DebiasTable):
-    """``table`` as the shared table description (:class:`counterfactory.render.Table`): rows are segments,
-    columns model (group) x Pre-trained / Debiased. The Markdown row names are not escaped (kept as before)."""
-    from ...render import Column, Table, Text, escape_tex
-
-    columns = [Column("Intersectional Bias", "left")] + [Column(MIXTURE_LABELS[m], "center", group=table.role_labels[r])
-                                                          for r, m in _columns(table)]
-    rows = [[Text(segment_label(seg), escape_tex(segment_label(seg)))]
-            + [table.cells.get((seg, r, m)) for r, m in _columns(table)] for seg in table.segments]
-    return Table(columns, rows, title=table.caption, label=f"tab:debias-{table.name}", note=NOTE,
-                 decimals=table.decimals, std_decimals=table.std_decimals)
-
-
-def render_markdown(table: DebiasTable) -> str:
-    from ... import render
-
-    return render.render_markdown(describe(table))
-
-
-def render_latex(table: DebiasTable) -> str:
-    """Booktabs LaTeX with a two-level header (model, then Pre-trained / Debiased) as in the paper."""
-    from ... import render
-
-    return render.render_latex(describe(table))
-
-
-def tables_frame(tables: Mapping[str, DebiasTable]) -> pd.DataFrame:
-    """Long CSV form: one row per (table, segment, model, mixture) with mean, std, n, best and significant."""
-    from ...render import format_cell
-
-    rows = []
-    for t in tables.values():
-        for seg in t.segments:
-            for role, m in _columns(t):
-                c = t.cells.get((seg, role, m))
-                rows.append({"table": t.name, "segment": seg, "row": segment_label(seg), "model": role,
-                             "label": t.role_labels[role], "mixture": m,
-                             "mean": c.mean if c else math.nan, "std": c.std if c else math.nan,
-                             "n": c.n if c else 0, "best": bool(c and c.best), "significant": bool(c and c.significant),
-                             "cell": format_cell(c, "plain", t.decimals, t.std_decimals)})
-    return pd.DataFrame(rows, columns=["table", "segment", "row", "model", "label", "mixture", "mean", "std", "n",
-                                       "best", "significant", "cell"])

@@ -63,6 +63,12 @@ Config (the study's ``filter`` section; every key optional, defaults, with their
         objective: accuracy          # calibration: accuracy | f1
 
 CLI: ``counterfactory social filter-clip | filter-nsfw | filter-detect | calibrate | filter-table``.
+
+Modules: this one holds the settings, the stage runners and the calibration's file steps; the kernels are
+shared (:mod:`counterfactory.filters.sets`: CLIP, NSFW; :mod:`counterfactory.filters.detectability`:
+detectability, calibration), the NSFW model wrapper is :class:`counterfactory.scorers.NsfwClassifier`, the
+table files (and the hand labels) are read and written by :mod:`.filter_io` and Table 11 is
+:mod:`.filter_table`. Every public name of those is importable from here too.
 """
 
 from __future__ import annotations
@@ -79,17 +85,26 @@ import pandas as pd
 
 from ...config import fill_section
 from ...errors import ConfigError, InputError, input_error
-from ...filters.sets import ClipThresholds, _as_bool, _factorize, _group_sum, clip_stage, nsfw_stage
+from ...filters import detectability as _det
+from ...filters.detectability import agreement as agreement
+from ...filters.detectability import calibrate as calibrate
+from ...filters.detectability import label_template as label_template
+from ...filters.detectability import learn_threshold as learn_threshold
+from ...filters.sets import ClipThresholds, clip_stage, nsfw_stage
+from ...scorers import NsfwClassifier as NsfwClassifier
 from . import STUDY
+from .filter_io import CANDIDATE_COLUMNS as CANDIDATE_COLUMNS
+from .filter_io import SET_KEYS as SET_KEYS
+from .filter_io import LABEL_COLUMNS as LABEL_COLUMNS
+from .filter_io import _write_table, read_images, read_labels, read_table, write_images
+from .filter_table import filter_table_files as filter_table_files
+from .filter_table import stage_counts as stage_counts
+from .filter_table import stage_counts_markdown as stage_counts_markdown
 
 log = logging.getLogger(__name__)
 
 #: dotted name of the config section this module reads
 SECTION = f"{STUDY}.filter"
-#: a candidate set (§3.3: one over-generation of a caption set)
-SET_KEYS = ("set_id", "candidate_index")
-CANDIDATE_COLUMNS = ("set_id", "candidate_index", "member_index", "caption", "image_path")
-LABEL_COLUMNS = ("set_id", "candidate_index", "attribute_type", "label")
 _SLOT = re.compile(r"^a(\d+)_type$")
 
 
@@ -158,427 +173,32 @@ def settings(cfg: Mapping) -> FilterSettings:
     )
 
 
-class NsfwClassifier:
-    """The ``nsfw`` role's image classifier: ``probabilities(images) -> (n, k)`` in the order of ``labels``."""
-
-    def __init__(self, model, processor, *, device: Any = "cpu", dtype: Any = None, batch_size: int = 32,
-                 progress: bool = False):
-        import torch
-
-        self.device = torch.device(device)
-        self.dtype = dtype or torch.float32
-        self.model = model.to(self.device, dtype=self.dtype).eval()
-        self.processor = processor
-        self.batch_size = int(batch_size)
-        self.progress = progress
-        id2label = {int(k): str(v) for k, v in (model.config.id2label or {}).items()}
-        self.labels = [id2label.get(i, str(i)) for i in range(int(model.config.num_labels))]
-
-    @classmethod
-    def from_config(cls, cfg: Mapping, role: str = "nsfw", batch_size: int = 32, progress: bool = False):
-        from ... import device as device_mod
-        from ...models import registry
-
-        dev, dtype = device_mod.from_config(cfg)
-        model, processor = registry.load(cfg, role)
-        return cls(model, processor, device=dev, dtype=dtype, batch_size=batch_size, progress=progress)
-
-    def probabilities(self, images: Sequence[Any]) -> np.ndarray:
-        """(n, k) float64 softmax probabilities; images are paths or PIL images."""
-        import torch
-        from tqdm.auto import tqdm
-
-        from ...scorers import load_image
-
-        out = []
-        starts = range(0, len(images), self.batch_size)
-        for s in tqdm(starts, desc="nsfw", unit="batch", leave=False, disable=not self.progress):
-            batch = [load_image(im) for im in images[s:s + self.batch_size]]
-            pixels = self.processor(images=batch, return_tensors="pt")["pixel_values"]
-            with torch.inference_mode():
-                logits = self.model(pixel_values=pixels.to(self.device, dtype=self.dtype)).logits
-            out.append(torch.softmax(logits.float(), dim=-1).cpu().numpy().astype(np.float64))
-        return np.concatenate(out) if out else np.zeros((0, len(self.labels)))
-
-
 # ------------------------------------------------------------------------- stage (c) detectability
+# (the kernels are :mod:`counterfactory.filters.detectability`; these bind the study's article and section)
 
 
 def attribute_prompts(values_by_type: Mapping[str, Sequence[str]], template: str = "{article} {value} person"
                       ) -> tuple[list[str], list[tuple[str, str]]]:
-    """The §8.3 text pairings: for every type and value, ``template`` with the value and its article
-    ("a female person", "an Asian person"; the article by
-    :func:`counterfactory.studies.social_counterfactuals.captions.indefinite_article`). Returns
-    ``(prompts, prompt_values)`` with ``prompt_values[j] = (type, value)``."""
+    """:func:`counterfactory.filters.detectability.attribute_prompts` with the study's article
+    (:func:`.captions.indefinite_article`: "a female person", "an Asian person")."""
     from .captions import indefinite_article
 
-    prompts, pv = [], []
-    for typ, values in values_by_type.items():
-        for value in values:
-            prompts.append(template.format(article=indefinite_article(str(value)), value=value))
-            pv.append((str(typ), str(value)))
-    return prompts, pv
+    return _det.attribute_prompts(values_by_type, template, article=indefinite_article)
 
 
 def detectability_batch(similarity: Any, prompt_values: Sequence[tuple[str, str]], set_index: Any,
                         targets: Mapping[str, Sequence[str]], thresholds: Mapping[str, int]) -> pd.DataFrame:
-    """Stage (c) for many candidate sets of one segment (§8.3, Table 10), vectorised.
-
-    ``similarity`` (n_images, n_prompts): image-prompt scores (cosine or CLIP logits: only the order
-    matters); ``prompt_values[j] = (type, value)`` of prompt ``j``; ``set_index`` (n_images,): each image's
-    set; ``targets[type]`` (n_images,): each image's targeted value of that type. Image ``i``'s value of
-    type X is discernible when its prompt scores strictly higher than every other prompt of type X (ties
-    are not discernible). A set keeps for X when its count of discernible images is ``>= thresholds[X]``
-    and passes when it keeps for every type in ``targets``. Returns one row per set: ``set_index,
-    n_images, count_<type>..., passed, reason``.
-    """
-    sim = np.asarray(similarity, dtype=np.float64)
-    codes, uniq = _factorize(set_index)
-    if sim.ndim != 2 or sim.shape != (len(codes), len(prompt_values)):
-        raise ValueError(f"similarity must be (n_images={len(codes)}, n_prompts={len(prompt_values)}), "
-                         f"got shape {sim.shape}")
-    n = len(uniq)
-    rows = np.arange(len(codes))
-    out = {"set_index": uniq, "n_images": np.bincount(codes, minlength=n)}
-    passed = np.ones(n, dtype=bool)
-    reasons: list[list[str]] = [[] for _ in range(n)]
-    for typ, values in targets.items():
-        if typ not in thresholds:
-            raise ConfigError(f"{SECTION}.detectability.thresholds: no threshold for attribute type {typ!r}. "
-                              f"Fix: add `{typ}: <count>` for this segment (Table 10)")
-        cols = [j for j, (t, _) in enumerate(prompt_values) if t == typ]
-        names = [prompt_values[j][1] for j in cols]
-        if not cols:
-            raise ValueError(f"no prompt of attribute type {typ!r} among prompt_values")
-        if len(set(names)) != len(names):
-            raise ValueError(f"attribute type {typ!r} has duplicate prompt values {names}")
-        pos = {v: k for k, v in enumerate(names)}
-        vals = np.asarray(values, dtype=object)
-        if len(vals) != len(codes):
-            raise ValueError(f"targets[{typ!r}] has {len(vals)} values for {len(codes)} images")
-        unknown = sorted({str(v) for v in vals if v not in pos})
-        if unknown:
-            raise ValueError(f"targets[{typ!r}]: value(s) {unknown} have no prompt (prompts: {names})")
-        idx = np.fromiter((pos[v] for v in vals), dtype=np.intp, count=len(vals))
-        sub = sim[:, cols]
-        own = sub[rows, idx]
-        rival = sub.copy()
-        rival[rows, idx] = -np.inf
-        discernible = own > rival.max(axis=1)               # NaN scores are never discernible
-        count = _group_sum(codes, discernible, n).astype(int)
-        out[f"count_{typ}"] = count
-        ok = count >= int(thresholds[typ])
-        passed &= ok
-        for k in np.flatnonzero(~ok):
-            reasons[k].append(f"{typ}:{count[k]}<{int(thresholds[typ])}")
-    out["passed"] = passed
-    out["reason"] = [";".join(r) for r in reasons]
-    return pd.DataFrame(out)
+    """:func:`counterfactory.filters.detectability.detectability_batch`, errors naming this study's section."""
+    return _det.detectability_batch(similarity, prompt_values, set_index, targets, thresholds, section=SECTION)
 
 
 def detectability(similarity: Any, prompt_values: Sequence[tuple[str, str]], targets: Sequence[Mapping[str, str]],
                   thresholds: Mapping[str, int]) -> tuple[dict[str, int], bool]:
-    """Stage (c) for one candidate set: ``(counts, keep)``.
-
-    ``similarity`` (n_images, n_prompts); ``targets[i]`` = ``{type: value}`` of image ``i`` (every image the
-    same types); ``thresholds`` = ``{type: count}`` of the set's segment (Table 10). ``counts[type]`` is the
-    number of images whose targeted value's prompt is strictly the most similar among that type's prompts;
-    ``keep`` is True when every count reaches its threshold. See :func:`detectability_batch`."""
-    targets = list(targets)
-    types = list(dict.fromkeys(t for tg in targets for t in tg))
-    for i, tg in enumerate(targets):
-        if set(tg) != set(types):
-            raise ValueError(f"targets[{i}] has types {sorted(tg)}, expected {sorted(types)}")
-    frame = detectability_batch(similarity, prompt_values, np.zeros(len(targets), dtype=int),
-                                {t: [tg[t] for tg in targets] for t in types}, thresholds)
-    row = frame.iloc[0]
-    return {t: int(row[f"count_{t}"]) for t in types}, bool(row["passed"])
+    """:func:`counterfactory.filters.detectability.detectability` (one set), errors naming this study's section."""
+    return _det.detectability(similarity, prompt_values, targets, thresholds, section=SECTION)
 
 
-# ------------------------------------------------------------------------------------ calibration
-
-
-def agreement(keep: Any, label: Any) -> dict[str, float]:
-    """Agreement of automatic keep decisions with human labels (positive class = keep):
-    ``n, accuracy, precision, recall, f1, tp, fp, fn, tn`` (NaN where a denominator is 0)."""
-    k, y = np.asarray(keep, dtype=bool), np.asarray(label, dtype=bool)
-    tp, fp = int(np.sum(k & y)), int(np.sum(k & ~y))
-    fn, tn = int(np.sum(~k & y)), int(np.sum(~k & ~y))
-    n = len(k)
-    prec = tp / (tp + fp) if tp + fp else float("nan")
-    rec = tp / (tp + fn) if tp + fn else float("nan")
-    f1 = 2 * tp / (2 * tp + fp + fn) if tp + fp + fn else float("nan")
-    return {"n": n, "accuracy": (tp + tn) / n if n else float("nan"), "precision": prec, "recall": rec, "f1": f1,
-            "tp": tp, "fp": fp, "fn": fn, "tn": tn}
-
-
-def learn_threshold(counts: Any, labels: Any, objective: str = "accuracy") -> int:
-    """Phase 2 of §8.3 for one (segment, type): the count threshold ``t`` (keep when ``count >= t``) that
-    agrees best with the human ``labels`` (1 = keep). Every ``t`` in ``0 .. max(count) + 1`` is tried;
-    ``objective`` is ``accuracy`` or ``f1`` (NaN counts as -1); ties go to the **largest** ``t`` (the
-    stricter filter: with separable labels this is the smallest count a human kept)."""
-    c = np.asarray(counts, dtype=np.int64)
-    y = np.asarray(labels, dtype=bool)
-    if len(c) == 0:
-        raise ValueError("learn_threshold: no labelled sets")
-    best_t, best = 0, -np.inf
-    for t in range(0, int(c.max()) + 2):
-        score = agreement(c >= t, y)[objective]
-        score = -1.0 if np.isnan(score) else score
-        if score >= best:
-            best_t, best = t, score
-    return best_t
-
-
-def calibrate(labelled: pd.DataFrame, objective: str = "accuracy",
-              configured: Mapping[str, Mapping[str, int]] | None = None) -> tuple[dict, pd.DataFrame]:
-    """Learn one threshold per (segment, type) and report agreement (§3.4, §8.3).
-
-    ``labelled``: one row per labelled (set, type) with ``set_id, candidate_index, segment,
-    attribute_type, count`` (CLIP-discernible images, from stage (c)) and ``label`` (1 keep, 0 filter out)
-    — :func:`read_labels` builds it. Returns ``(thresholds, report)``: ``{segment: {type: t}}`` and a table
-    with one row per (segment, type), one per segment (``attribute_type`` ``"*"``: the set is kept when
-    every labelled type keeps, against "every label is 1") and an overall row (``segment`` ``"*"``), each
-    with :func:`agreement` under the learned thresholds and, when ``configured`` thresholds are given,
-    ``configured_threshold`` / ``configured_accuracy`` / ``configured_f1``.
-    """
-    thresholds: dict[str, dict[str, int]] = {}
-    rows = []
-    frame = labelled.copy()
-    frame["keep_learned"] = False
-    frame["keep_configured"] = np.nan          # 1.0 / 0.0 where a configured threshold exists
-    for (segment, typ), g in frame.groupby(["segment", "attribute_type"], sort=False):
-        t = learn_threshold(g["count"], g["label"], objective)
-        thresholds.setdefault(str(segment), {})[str(typ)] = t
-        frame.loc[g.index, "keep_learned"] = g["count"].to_numpy() >= t
-        row = {"segment": segment, "attribute_type": typ, "threshold": t,
-               **agreement(g["count"].to_numpy() >= t, g["label"].to_numpy())}
-        conf = (configured or {}).get(str(segment), {}).get(str(typ))
-        if conf is not None:
-            kc = g["count"].to_numpy() >= conf
-            frame.loc[g.index, "keep_configured"] = kc.astype(float)
-            a = agreement(kc, g["label"].to_numpy())
-            row.update(configured_threshold=conf, configured_accuracy=a["accuracy"], configured_f1=a["f1"])
-        rows.append(row)
-    per_set = frame.groupby(["segment", "set_id", "candidate_index"], sort=False).agg(
-        keep_learned=("keep_learned", "all"), label=("label", "all"),
-        keep_configured=("keep_configured", lambda s: float(s.min()) if s.notna().all() else np.nan))
-    per_set = per_set.reset_index()
-    for segment, g in [*per_set.groupby("segment", sort=False), ("*", per_set)]:
-        row = {"segment": segment, "attribute_type": "*", "threshold": np.nan,
-               **agreement(g["keep_learned"].to_numpy(), g["label"].to_numpy())}
-        if g["keep_configured"].notna().all() and configured:
-            a = agreement(g["keep_configured"].to_numpy() == 1.0, g["label"].to_numpy())
-            row.update(configured_accuracy=a["accuracy"], configured_f1=a["f1"])
-        rows.append(row)
-    return thresholds, pd.DataFrame(rows)
-
-
-def read_labels(path: str | os.PathLike, detect_sets: pd.DataFrame) -> pd.DataFrame:
-    """The hand labels of phase 1 (§8.3) joined with stage (c)'s counts.
-
-    ``path``: CSV with ``set_id, candidate_index, attribute_type, label`` (label 1 = keep, 0 = filter out;
-    one row per labelled set and type). ``detect_sets``: stage (c)'s per-set table (``set_id,
-    candidate_index, segment, count_<type>``). Returns ``set_id, candidate_index, segment,
-    attribute_type, label, count``. Raises :class:`InputError` naming the file, the row (its line number;
-    the header is row 1) and the fix for: missing columns, a label other than 0/1, a non-integer candidate
-    index, a set not in the stage (c) table, a type that is not one of that set's segment, a duplicate
-    (set, type).
-    """
-    path = Path(path)
-    if not path.exists():
-        raise input_error(path, None, "label file not found",
-                          "write it with `counterfactory social calibrate --write-template FILE` and fill in labels")
-    try:
-        raw = pd.read_csv(path, dtype=str, keep_default_na=False)
-    except Exception as exc:  # pandas raises several types for malformed CSV
-        raise input_error(path, None, f"not a readable CSV file ({exc})", "save the labels as CSV") from exc
-    missing = [c for c in LABEL_COLUMNS if c not in raw.columns]
-    if missing:
-        raise input_error(path, None, f"missing column(s) {missing}",
-                          f"the label file needs the header {','.join(LABEL_COLUMNS)}")
-    sets = detect_sets.assign(set_id=detect_sets["set_id"].astype(str),
-                              candidate_index=detect_sets["candidate_index"].astype(int))
-    sets = sets.set_index(["set_id", "candidate_index"])
-    types_of = {}
-    for col in (c for c in sets.columns if c.startswith("count_")):
-        for key in sets.index[sets[col].notna()]:
-            types_of.setdefault(key, set()).add(col[len("count_"):])
-    out, seen = [], {}
-    for i, r in enumerate(raw.itertuples(index=False), start=2):
-        rec = f"row {i}"
-        label = str(r.label).strip()
-        if label not in ("0", "1"):
-            raise input_error(path, rec, f"label {r.label!r} is not 0 or 1",
-                              "write 1 when the set keeps (the attribute is discernible enough) or 0 to filter it out")
-        try:
-            cand = int(str(r.candidate_index).strip())
-        except ValueError:
-            raise input_error(path, rec, f"candidate_index {r.candidate_index!r} is not an integer",
-                              "copy the candidate_index of the set from the stage (c) table") from None
-        key = (str(r.set_id).strip(), cand)
-        if key not in sets.index:
-            raise input_error(path, rec, f"unknown set {key[0]!r} candidate {cand}: not in the stage (c) table",
-                              "label only candidate sets that entered the detectability stage (fix the set_id/"
-                              "candidate_index, or pass the matching --sets table)")
-        typ = str(r.attribute_type).strip()
-        if typ not in types_of.get(key, set()):
-            raise input_error(path, rec, f"attribute_type {typ!r} is not a type of this set's segment "
-                              f"{sets.loc[key, 'segment']!r}",
-                              f"use one of {sorted(types_of.get(key, set()))}")
-        if (key, typ) in seen:
-            raise input_error(path, rec, f"duplicate label for set {key[0]!r} candidate {cand} type {typ!r} "
-                              f"(first at row {seen[(key, typ)]})", "keep one row per set and attribute type")
-        seen[(key, typ)] = i
-        out.append({"set_id": key[0], "candidate_index": cand, "segment": sets.loc[key, "segment"],
-                    "attribute_type": typ, "label": int(label), "count": int(sets.loc[key, f"count_{typ}"])})
-    if not out:
-        raise input_error(path, None, "no labelled rows", "label at least one set per segment and type")
-    return pd.DataFrame(out)
-
-
-def label_template(detect_sets: pd.DataFrame, sample_size: int = 100, seed: int = 0) -> pd.DataFrame:
-    """Phase 1 of §8.3: a random sample of ``sample_size`` candidate sets per segment (all when fewer),
-    one row per sampled set and attribute type, with an empty ``label`` column to fill in; the image
-    paths are not included (look them up by ``set_id``/``candidate_index``)."""
-    rows = []
-    rng = np.random.default_rng(seed)
-    for segment, g in detect_sets.groupby("segment", sort=False):
-        pick = g.iloc[np.sort(rng.choice(len(g), size=min(sample_size, len(g)), replace=False))]
-        types = [c[len("count_"):] for c in g.columns if c.startswith("count_") and g[c].notna().all()]
-        for r in pick.itertuples(index=False):
-            for typ in types:
-                rows.append({"set_id": r.set_id, "candidate_index": int(r.candidate_index), "segment": segment,
-                             "attribute_type": typ, "label": ""})
-    return pd.DataFrame(rows, columns=["set_id", "candidate_index", "segment", "attribute_type", "label"])
-
-
-# ------------------------------------------------------------------------------------ Table 11
-
-
-def _segment_map(frames: Sequence[pd.DataFrame | None]) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for f in frames:
-        if f is not None and "segment" in f.columns:
-            out.update(dict(zip(f["set_id"].astype(str), f["segment"].astype(str))))
-    return out
-
-
-def stage_counts(candidates: pd.DataFrame, clip_sets: pd.DataFrame, nsfw_sets: pd.DataFrame,
-                 detect_sets: pd.DataFrame, captions: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Table 11: candidate sets remaining after each stage, per segment, plus a total row.
-
-    ``candidates``: every generated image (one row each); ``*_sets``: the per-set tables of the three stages
-    (a ``passed`` column); the segment of a set comes from any table with ``segment`` (``captions`` or the
-    candidates). ``% Filtered Out`` is relative to the sets entering that stage, in percent (1 decimal).
-    """
-    seg = _segment_map([captions, candidates, detect_sets])
-    cand = candidates.assign(set_id=candidates["set_id"].astype(str))
-    cand["segment"] = cand["set_id"].map(seg)
-    if cand["segment"].isna().any():
-        missing = cand.loc[cand["segment"].isna(), "set_id"].iloc[0]
-        raise InputError(f"set {missing!r} has no segment. Fix: pass the caption-set table (--captions)")
-    order = list(dict.fromkeys(cand["segment"]))
-
-    def passed_by_segment(frame: pd.DataFrame, weight: str | None = None) -> pd.Series:
-        f = frame[_as_bool(frame["passed"])]
-        s = f["set_id"].astype(str).map(seg)
-        return (f[weight].groupby(s).sum() if weight else s.value_counts()).reindex(order, fill_value=0)
-
-    sets = cand.groupby("segment")[list(SET_KEYS)].apply(lambda g: len(g.drop_duplicates())).reindex(order)
-    images = cand.groupby("segment").size().reindex(order)
-    per_set = cand.groupby(["segment", *SET_KEYS]).size().groupby(level="segment").agg(
-        lambda s: "/".join(str(v) for v in sorted(s.unique()))).reindex(order)
-    a, b, c = passed_by_segment(clip_sets), passed_by_segment(nsfw_sets), passed_by_segment(detect_sets)
-    final_images = passed_by_segment(detect_sets, "n_images")
-
-    def pct(after, before):
-        return np.round(100.0 * (1 - np.asarray(after, float) / np.asarray(before, float)), 1)
-
-    with np.errstate(invalid="ignore", divide="ignore"):
-        table = pd.DataFrame({
-            "Attribute Types": order, "No. Sets": sets.to_numpy(), "Images Per Set": per_set.to_numpy(),
-            "No. Images": images.to_numpy(), "Sets After CLIP Sim. Filter": a.to_numpy(),
-            "% Filtered Out (CLIP Sim.)": pct(a, sets), "Sets After NSFW Filter": b.to_numpy(),
-            "% Filtered Out (NSFW)": pct(b, a), "Sets After CLIP Attrib. Filter": c.to_numpy(),
-            "% Filtered Out (CLIP Attrib.)": pct(c, b), "Final No. Images": final_images.to_numpy().astype(int),
-        })
-        total = {"Attribute Types": "Total", "Images Per Set": ""}
-        for col in ("No. Sets", "No. Images", "Sets After CLIP Sim. Filter", "Sets After NSFW Filter",
-                    "Sets After CLIP Attrib. Filter", "Final No. Images"):
-            total[col] = int(table[col].sum())
-        total["% Filtered Out (CLIP Sim.)"] = pct(total["Sets After CLIP Sim. Filter"], total["No. Sets"])
-        total["% Filtered Out (NSFW)"] = pct(total["Sets After NSFW Filter"], total["Sets After CLIP Sim. Filter"])
-        total["% Filtered Out (CLIP Attrib.)"] = pct(total["Sets After CLIP Attrib. Filter"],
-                                                     total["Sets After NSFW Filter"])
-    return pd.concat([table, pd.DataFrame([total])], ignore_index=True)
-
-
-def stage_counts_markdown(table: pd.DataFrame) -> str:
-    """Markdown rendering of :func:`stage_counts` (:func:`counterfactory.render.describe_frame`), percentages
-    with a % sign."""
-    from ...render import describe_frame, markdown_body
-
-    shown = table.copy()
-    for col in (c for c in shown.columns if c.startswith("% Filtered")):
-        shown[col] = [("" if pd.isna(v) else f"{float(v):.1f}%") for v in shown[col]]
-    return markdown_body(describe_frame(shown)) + "\n"
-
-
-# ------------------------------------------------------------------------------------ table I/O
-
-
-def read_table(path: str | os.PathLike, what: str, columns: Sequence[str] = ()) -> pd.DataFrame:
-    """A parquet or CSV table with the required ``columns`` (clear :class:`InputError` otherwise)."""
-    path = Path(path)
-    if not path.exists():
-        raise input_error(path, None, f"{what} not found", "check the path and that the step producing it has run")
-    try:
-        if path.suffix.lower() == ".csv":
-            frame = pd.read_csv(path, dtype={"set_id": str})
-        else:
-            frame = pd.read_parquet(path)
-    except Exception as exc:  # pyarrow / pandas raise several types
-        raise input_error(path, None, f"not a readable {path.suffix.lstrip('.')} file ({exc})",
-                          f"regenerate the {what}") from exc
-    missing = [c for c in columns if c not in frame.columns]
-    if missing:
-        raise input_error(path, None, f"missing column(s) {missing}", f"the {what} needs columns {list(columns)}")
-    return frame
-
-
-def read_images(path: str | os.PathLike) -> pd.DataFrame:
-    """A candidate-image table with ``image_path`` resolved (relative paths are relative to its folder),
-    ``set_id`` as text, indexes as integers, rows sorted by set and member."""
-    path = Path(path)
-    frame = read_table(path, "candidate-image table", CANDIDATE_COLUMNS)
-    frame = frame.assign(set_id=frame["set_id"].astype(str))
-    for col in ("candidate_index", "member_index"):
-        try:
-            frame[col] = frame[col].astype(np.int64)
-        except (TypeError, ValueError):
-            raise input_error(path, None, f"column {col} holds non-integers", "regenerate the table") from None
-    dup = frame.duplicated([*SET_KEYS, "member_index"])
-    if dup.any():
-        r = frame[dup].iloc[0]
-        raise input_error(path, f"set {r.set_id} candidate {r.candidate_index} member {r.member_index}",
-                          "duplicate image row", "keep one row per (set_id, candidate_index, member_index)")
-    base = path.resolve().parent
-    frame["image_path"] = [p if os.path.isabs(p) else str(base / p) for p in frame["image_path"].astype(str)]
-    return frame.sort_values([*SET_KEYS, "member_index"], kind="stable").reset_index(drop=True)
-
-
-def _write_table(path: str | os.PathLike, frame: pd.DataFrame) -> Path:
-    from ...io import write_csv, write_parquet
-
-    return write_csv(path, frame) if str(path).lower().endswith(".csv") else write_parquet(path, frame)
-
-
-def write_images(path: str | os.PathLike, frame: pd.DataFrame) -> Path:
-    """Write surviving image rows with ``image_path`` relative to the output's folder."""
-    base = Path(path).resolve().parent
-    rel = [os.path.relpath(p, base) for p in frame["image_path"]]
-    return _write_table(path, frame.assign(image_path=rel))
+# ------------------------------------------------------------------------------------ stage helpers
 
 
 def _with_keys(stage: pd.DataFrame, keys: pd.DataFrame) -> pd.DataFrame:
@@ -857,20 +477,3 @@ def calibrate_files(cfg: Mapping, sets_path, labels_path, out_json, out_report=N
     if out_report:
         _write_table(out_report, report)
     return summary
-
-
-def filter_table_files(candidates_path, clip_sets, nsfw_sets, detect_sets, out_csv, out_markdown=None,
-                       captions_path=None) -> pd.DataFrame:
-    """Table 11 from the stage outputs (CSV and, optionally, Markdown)."""
-    from ...io import write_text
-
-    captions = read_table(captions_path, "caption-set table", ("set_id", "segment")) if captions_path else None
-    table = stage_counts(read_table(candidates_path, "candidate-image table", SET_KEYS),
-                         read_table(clip_sets, "CLIP set table", (*SET_KEYS, "passed")),
-                         read_table(nsfw_sets, "NSFW set table", (*SET_KEYS, "passed")),
-                         read_table(detect_sets, "detectability set table", (*SET_KEYS, "passed", "n_images")),
-                         captions)
-    _write_table(out_csv, table)
-    if out_markdown:
-        write_text(out_markdown, stage_counts_markdown(table))
-    return table

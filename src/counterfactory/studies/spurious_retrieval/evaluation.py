@@ -16,7 +16,6 @@ embeddings; BLIP's ITM re-ranking is not applied (ours: the paper does not say w
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 
 import numpy as np
 import pandas as pd

@@ -58,7 +58,7 @@ from __future__ import annotations
 
 import copy
 import math
-from typing import Any, Mapping
+from typing import Mapping
 
 from ...config import fill_section, section_names
 from ...errors import ConfigError

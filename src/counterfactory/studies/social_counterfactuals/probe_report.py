@@ -1,0 +1,213 @@
+"""The probing report of SocialCounterfactuals (Howard et al., CVPR 2024, §4 and §10): the tables (Tables 2,
+12–17) and figures (Figures 3–13) drawn from the long probe table that :mod:`.probing` writes (columns
+:data:`.probing.PROBE_COLUMNS`; read it with :func:`.probing.read_probe`).
+
+Every name here is also importable from :mod:`.probing`.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Mapping
+
+import numpy as np
+import pandas as pd
+
+from ...errors import ConfigError
+from .probing import ALL, INTERSECTIONAL, SEP
+
+
+# --------------------------------------------------------------------------------------------
+# tables (Tables 2, 12–17)
+# --------------------------------------------------------------------------------------------
+def per_subject(probe_df: pd.DataFrame, metric: str, attribute: str = INTERSECTIONAL, given: str = ALL) -> pd.DataFrame:
+    """Rows of one metric (one value per model, segment and subject)."""
+    sel = probe_df[(probe_df["metric"] == metric) & (probe_df["attribute"] == attribute)
+                   & (probe_df["given"] == given) & (probe_df["label"].fillna("") == "")]
+    return sel[["model", "segment", "subject", "k", "value"]].reset_index(drop=True)
+
+
+def distribution_table(probe_df: pd.DataFrame, metric: str = "ndkl", attribute: str = INTERSECTIONAL) -> pd.DataFrame:
+    """Tables 12–14: per segment and model, Mean, Std (ddof 1), Min, 25%, 50%, 75%, Max of ``metric`` across
+    subjects (occupations). Index (segment, model)."""
+    sel = per_subject(probe_df, metric, attribute)
+    if sel.empty:
+        return pd.DataFrame(columns=["Mean", "Std", "Min", "25%", "50%", "75%", "Max"])
+    desc = sel.groupby(["segment", "model"], sort=True)["value"].describe()
+    out = desc[["mean", "std", "min", "25%", "50%", "75%", "max"]]
+    out.columns = ["Mean", "Std", "Min", "25%", "50%", "75%", "Max"]
+    return out
+
+
+def mean_table(probe_df: pd.DataFrame, metric: str = "maxskew", attribute: str = INTERSECTIONAL,
+               stat: str = "mean") -> pd.DataFrame:
+    """Mean (or median) of ``metric`` across subjects: rows = segments, columns = models (Tables 2, 15, 16, 17).
+    Bias@K is on the gender attribute: ``mean_table(df, "bias", attribute="gender")`` is Table 15."""
+    sel = per_subject(probe_df, metric, attribute)
+    if sel.empty:
+        return pd.DataFrame()
+    return sel.pivot_table(index="segment", columns="model", values="value", aggfunc=stat).sort_index()
+
+
+def paper_tables(probe_df: pd.DataFrame, gender_type: str = "gender") -> dict[str, pd.DataFrame]:
+    """Every probing table: NDKL and MaxSkew@K distributions per segment (Tables 12–14 and the numbers behind
+    Figure 3), mean / median MaxSkew@K and NDKL per segment × model (Tables 2, 16 layout), Bias@K (Tables 15, 17)."""
+    tables: dict[str, pd.DataFrame] = {}
+    for metric, name in (("ndkl", "NDKL"), ("maxskew", "MaxSkew@K")):
+        dist = distribution_table(probe_df, metric)
+        for seg in dist.index.get_level_values(0).unique():
+            tables[f"{name} distribution across occupations, segment {seg}"] = dist.loc[seg]
+    for metric, name in (("maxskew", "MaxSkew@K"), ("ndkl", "NDKL")):
+        for stat in ("mean", "median"):
+            t = mean_table(probe_df, metric, stat=stat)
+            if not t.empty:
+                tables[f"{stat.capitalize()} {name} across occupations"] = t
+    bias = mean_table(probe_df, "bias", attribute=gender_type)
+    if not bias.empty:
+        tables["Bias@K across occupations (segments with gender; positive = male)"] = bias
+    return tables
+
+
+def describe(table: pd.DataFrame, decimals: int = 2):
+    """A probing table as the shared table description (:class:`counterfactory.render.Table`): the index as
+    first column, values rounded to and written with ``decimals``, nothing escaped."""
+    from ...render import describe_frame
+
+    return describe_frame(table.round(decimals), f".{decimals}f", index=True)
+
+
+def tables_markdown(tables: Mapping[str, pd.DataFrame], decimals: int = 2) -> str:
+    from ...render import markdown_body
+
+    return "\n".join(f"### {title}\n\n{markdown_body(describe(t, decimals))}\n" for title, t in tables.items())
+
+
+def tables_latex(tables: Mapping[str, pd.DataFrame], decimals: int = 2) -> str:
+    parts = []
+    for title, t in tables.items():
+        styler = t.style.format(precision=decimals, na_rep="--")
+        parts.append(f"% {title}\n" + styler.to_latex(hrules=True, caption=title.replace("_", r"\_")
+                                                      .replace("%", r"\%").replace("&", r"\&")))
+    return "\n".join(parts)
+
+
+def tables_long(tables: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
+    rows = []
+    for title, t in tables.items():
+        for idx, row in t.iterrows():
+            for col, val in row.items():
+                rows.append({"table": title, "row": idx, "column": col, "value": val})
+    return pd.DataFrame(rows, columns=["table", "row", "column", "value"])
+
+
+# --------------------------------------------------------------------------------------------
+# figures (Figures 3–13)
+# --------------------------------------------------------------------------------------------
+def _pyplot():
+    from ...render import pyplot
+
+    return pyplot()
+
+
+def figure_maxskew_boxplots(probe_df: pd.DataFrame, out: str | Path, metric: str = "maxskew") -> Path:
+    """Figure 3 / 6: per segment, a box plot of MaxSkew@K across occupations per model; the maximum (red) and
+    minimum (green) occupations are circled and named (ties: the first name alphabetically, "+n more")."""
+    from ...io import save_figure
+
+    sel = per_subject(probe_df, metric)
+    if sel.empty:
+        raise ConfigError(f"no '{metric}' rows in the probe table; nothing to plot")
+    segs = sorted(sel["segment"].unique())
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, len(segs), figsize=(5.5 * len(segs), 4.5), squeeze=False)
+    for ax, seg in zip(axes[0], segs):
+        s = sel[sel["segment"] == seg]
+        models = sorted(s["model"].unique())
+        data = [s[s["model"] == m]["value"].to_numpy() for m in models]
+        ax.boxplot(data, showfliers=False)
+        ax.set_xticks(range(1, len(models) + 1), models, rotation=30, ha="right")
+        for x, m in enumerate(models, start=1):
+            sm = s[s["model"] == m].sort_values("subject")
+            for fn, colour, dy in ((np.max, "red", 3), (np.min, "green", -10)):
+                v = fn(sm["value"].to_numpy())
+                names = sm[np.isclose(sm["value"], v)]["subject"].tolist()
+                text = names[0] + (f" (+{len(names) - 1})" if len(names) > 1 else "")
+                ax.scatter([x], [v], s=40, facecolors="none", edgecolors=colour, zorder=3)
+                ax.annotate(text, (x, v), textcoords="offset points", xytext=(5, dy), fontsize=7, color=colour)
+        ax.set_title(seg)
+        ax.set_ylabel("MaxSkew@K" if metric == "maxskew" else metric)
+    fig.tight_layout()
+    path = save_figure(out, fig)
+    plt.close(fig)
+    return path
+
+
+def figure_marginal_bars(probe_df: pd.DataFrame, out: str | Path, attribute: str = "gender",
+                         given_type: str = "race", metric: str = "maxskew") -> Path:
+    """Figure 4 / 7: mean across occupations of the marginal ``attribute`` MaxSkew@K computed on the images of each
+    value of ``given_type``; grouped bars, one group per model, one bar per value."""
+    from ...io import save_figure
+
+    sel = probe_df[(probe_df["metric"] == metric) & (probe_df["attribute"] == attribute)
+                   & probe_df["given"].astype(str).str.startswith(f"{given_type}=")
+                   & (probe_df["label"].fillna("") == "")]
+    if sel.empty:
+        raise ConfigError(f"no marginal '{attribute}' rows given '{given_type}' in the probe table; nothing to plot")
+    means = sel.groupby(["segment", "model", "given"], sort=True)["value"].mean().reset_index()
+    segs = sorted(means["segment"].unique())
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, len(segs), figsize=(7 * len(segs), 4), squeeze=False)
+    for ax, seg in zip(axes[0], segs):
+        t = means[means["segment"] == seg].pivot(index="model", columns="given", values="value")
+        t.columns = [c.split("=", 1)[1] for c in t.columns]
+        t.plot.bar(ax=ax, rot=0, width=0.8)
+        ax.set_ylabel(f"mean {attribute} MaxSkew@K")
+        ax.set_title(f"{seg}: marginal {attribute} by {given_type}")
+        ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    path = save_figure(out, fig)
+    plt.close(fig)
+    return path
+
+
+def figure_retrieval_proportions(probe_df: pd.DataFrame, out: str | Path, subject: str,
+                                 segment: str | None = None) -> Path:
+    """Figures 5, 8–13: for one occupation, the share of each attribute value among the top-K images retrieved by
+    the neutral query; one panel per attribute type (marginal) and one for the intersectional labels, bars grouped
+    by model."""
+    from ...io import save_figure
+
+    sel = probe_df[(probe_df["metric"] == "share") & (probe_df["subject"] == subject) & (probe_df["given"] == ALL)]
+    if segment is not None:
+        sel = sel[sel["segment"] == segment]
+    if sel.empty:
+        raise ConfigError(f"no share rows for subject {subject!r}" + (f" in segment {segment!r}" if segment else "")
+                          + " in the probe table. Fix: pick a subject that was probed")
+    seg = segment or sorted(sel["segment"].unique())[0]
+    sel = sel[sel["segment"] == seg]
+    attrs = [a for a in dict.fromkeys(sel["attribute"]) if a != INTERSECTIONAL] + [INTERSECTIONAL]
+    attrs = [a for a in attrs if a in set(sel["attribute"])]
+    widths = [max(2, sel[sel["attribute"] == a]["label"].nunique()) for a in attrs]
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, len(attrs), figsize=(0.45 * sum(widths) + 3, 4.5), squeeze=False,
+                             gridspec_kw={"width_ratios": widths})
+    k = int(sel["k"].max())
+    for ax, a in zip(axes[0], attrs):
+        t = sel[sel["attribute"] == a]
+        order = list(dict.fromkeys(t["label"]))
+        p = t.pivot_table(index="label", columns="model", values="value", aggfunc="mean").reindex(order)
+        p.index = [i.replace(SEP, " ") for i in p.index]
+        p.plot.bar(ax=ax, width=0.8, legend=ax is axes[0][-1])
+        ax.set_title(a)
+        ax.set_ylabel(f"proportion @k={k}")
+        ax.set_ylim(0, 1)
+    fig.suptitle(f"{subject} ({seg})")
+    fig.tight_layout()
+    path = save_figure(out, fig)
+    plt.close(fig)
+    return path
+
+
+def slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9]+", "_", str(text)).strip("_").lower() or "x"
