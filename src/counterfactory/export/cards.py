@@ -22,7 +22,7 @@ import yaml
 from ..errors import input_error
 from ..render import Column, Table, markdown_body
 from .formats import read_manifest
-from .studies import SOURCE_LICENCES, funnel_files, is_demo, load_json, study_export
+from .studies import SOURCE_LICENCES, is_demo, load_json, study_export
 
 #: keys of summary JSON files that are bookkeeping, not counts
 SKIP_KEYS = {"provenance", "config_digest", "requests_digest", "sets_digest", "seconds", "shard", "shards",

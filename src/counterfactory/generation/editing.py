@@ -49,7 +49,7 @@ import torch
 from ..errors import ConfigError, input_error
 from . import runner
 from .inpaint_inputs import _read_image, _resolve, item_rows
-from .inversion import InversionSettings, fit_image, image_sha256, model_fingerprint, null_text_invert, p2p_edit
+from .inversion import InversionSettings, fit_image, model_fingerprint, null_text_invert, p2p_edit
 
 log = logging.getLogger(__name__)
 

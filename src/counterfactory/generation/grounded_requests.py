@@ -15,7 +15,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..errors import input_error, missing_input
+from ..errors import input_error
+from ..io import read_table
 from .runner import ID_PATTERN as _ID_PATTERN
 from .runner import fingerprint as _fingerprint
 
@@ -150,22 +151,12 @@ def _parse_row(path: Path, i: int, r: dict) -> GroundedRequest:
 def read_requests(path: str | os.PathLike) -> list[GroundedRequest]:
     """Read and check the requests table; every problem raises one error naming file, record and fix.
     Returns the requests sorted by ``item_id``."""
-    import pandas as pd
 
     path = Path(path)
-    if not path.exists():
-        raise missing_input(path, "grounded-generation requests table",
-                            "write the requests (item_id, kind, prompt, phrases, boxes, image_path, mask_box) "
-                            "first or pass the right --requests path")
-    try:
-        df = pd.read_parquet(path)
-    except Exception as exc:  # pyarrow raises several types
-        raise input_error(path, None, f"not a readable parquet file ({exc})", "rewrite the requests table") from exc
-    missing = [c for c in REQUIRED_COLUMNS if c not in df.columns]
-    if missing:
-        raise input_error(path, None, f"missing column(s) {missing}",
-                          f"the requests table needs {list(REQUIRED_COLUMNS)} "
-                          f"(and optionally {list(OPTIONAL_COLUMNS)})")
+    df = read_table(path, "grounded-generation requests table",
+                    "write the requests (item_id, kind, prompt, phrases, boxes, image_path, mask_box; optionally "
+                    f"{', '.join(OPTIONAL_COLUMNS)}) first or pass the right --requests path", REQUIRED_COLUMNS,
+                    formats=("parquet",))
     cols = [c for c in REQUIRED_COLUMNS + OPTIONAL_COLUMNS if c in df.columns]
     reqs = [_parse_row(path, i, r) for i, r in enumerate(df[cols].to_dict("records"))]
     seen: dict[str, int] = {}

@@ -49,7 +49,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ..errors import ConfigError, input_error, missing_input
+from ..errors import ConfigError, input_error
+from ..io import read_table
 from .sampler import GenerationSettings, P2PEngine, build_engine
 from .selection import candidate_batches
 from . import runner
@@ -204,21 +205,11 @@ def read_sets(path: str | os.PathLike):
     optional columns added (null) and a ``_row`` column (the file's record number), sorted by
     ``(set_id, member_index)``.
     """
-    import pandas as pd
 
     path = Path(path)
-    if not path.exists():
-        raise missing_input(path, "caption-set table",
-                            "run `counterfactory social captions` first or pass the right --sets path")
-    try:
-        df = pd.read_parquet(path)
-    except Exception as exc:  # pyarrow raises several types
-        raise input_error(path, None, f"not a readable parquet file ({exc})",
-                          "rerun the caption-set step") from exc
-    missing = [c for c in SET_COLUMNS if c not in df.columns]
-    if missing:
-        raise input_error(path, None, f"missing column(s) {missing}",
-                          f"the caption-set table must have columns {list(SET_COLUMNS)}")
+    df = read_table(path, "caption-set table",
+                    "run `counterfactory social captions` first or pass the right --sets path", SET_COLUMNS,
+                    formats=("parquet",))
     df = df.reset_index(drop=True)
     df["_row"] = range(len(df))
     for c in OPTIONAL_SET_COLUMNS:

@@ -12,7 +12,6 @@ refuses shards whose digests differ.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shutil
@@ -21,7 +20,8 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from ..data.layouts import SELECTED_SCHEMA
-from ..errors import input_error, missing_input
+from ..errors import input_error
+from ..io import read_table
 from . import runner
 from .sampler import GenerationSettings, P2PEngine, build_engine
 from .selection import SelectionSettings, overgenerate_caption
@@ -46,21 +46,11 @@ _frame = runner.frame
 
 def read_pairs(path: str | os.PathLike):
     """Read and check the caption stage's pair table; errors name file, record and fix."""
-    import pandas as pd
 
     path = Path(path)
-    if not path.exists():
-        raise missing_input(path, "caption-pair table",
-                            "run the caption stage first (it writes captions/counterfactual_captions.parquet) "
-                            "or pass the right --pairs path")
-    try:
-        df = pd.read_parquet(path)
-    except Exception as exc:  # pyarrow raises several types
-        raise input_error(path, None, f"not a readable parquet file ({exc})", "rerun the caption stage") from exc
-    missing = [c for c in PAIR_COLUMNS if c not in df.columns]
-    if missing:
-        raise input_error(path, None, f"missing column(s) {missing}",
-                          f"the caption stage must write columns {list(PAIR_COLUMNS)}")
+    df = read_table(path, "caption-pair table", "run the caption stage first (it writes "
+                    "captions/counterfactual_captions.parquet) or pass the right --pairs path", PAIR_COLUMNS,
+                    formats=("parquet",))
     for i, row in df.iterrows():
         cid = row["caption_id"]
         if not isinstance(cid, str) or not runner.ID_PATTERN.match(cid):

@@ -1,4 +1,4 @@
-"""CounterCurate benchmark result tables (Zhang et al., ICML 2024, §4.2–§4.5 and appendices E–G): the long results of
+"""CounterCurate benchmark result tables (Zhang et al., Findings of ACL 2024, §4.2–§4.5 and appendices E–G): the long results of
 :func:`.benchmarks.evaluate` laid out as the paper's Tables 1/4, 2/8, 3/6 and 7.
 
 Results
@@ -10,8 +10,6 @@ Both), 8 (looktwice: rows = models or training variants, column Accuracy; Table 
 families as columns), 3/6 (sugarcrepe: rows = categories, columns = models) and 7 (winoground: rows = models, columns
 Text / Image / Group Score), in percent with two decimals; :func:`render_markdown`, :func:`render_latex`,
 :func:`table_frame` render them.
-
-Every name here is also importable from :mod:`.benchmarks`.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""CounterCurate benchmarks (Zhang et al., ICML 2024, §4.2–§4.5 and appendices E–G): scores of one model role and the
+"""CounterCurate benchmarks (Zhang et al., Findings of ACL 2024, §4.2–§4.5 and appendices E–G): scores of one model role and the
 paper's result tables.
 
 Benchmarks and scores (every comparison strict, a tie is wrong: reference notes A8, A9, C.3–C.4)
@@ -30,13 +30,8 @@ protocol of the paper (LLaVA choosing between two captions) is a scorer of the `
 
 Results
 -------
-:func:`evaluate` returns ``(results, items)``: the long results table with the columns :data:`RESULT_COLUMNS`
-(``model, benchmark, subset, metric, value, n``; ``value`` a fraction in [0, 1], ``n`` the number of items) and the
-per-item scores. :func:`build_table` lays results out as in Tables 1/4 (positions: rows = models, columns LR / AB /
-Both), 8 (looktwice: rows = models or training variants, column Accuracy; Table 2 shows the same numbers with model
-families as columns), 3/6 (sugarcrepe: rows = categories, columns = models) and 7 (winoground: rows = models, columns
-Text / Image / Group Score), in percent with two decimals; :func:`render_markdown`, :func:`render_latex`,
-:func:`table_frame` render them.
+:func:`evaluate` returns ``(results, items)``: the long results (:data:`RESULT_COLUMNS`) and the per-item
+scores; :mod:`.benchmark_tables` lays them out as the paper's tables.
 
 The result tables are :mod:`.benchmark_tables` (their names are importable from here too).
 
