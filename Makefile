@@ -62,7 +62,7 @@ bench: $(STAMP)
 clean-demo:
 	rm -rf results/demo resources/models/tiny resources/nltk_data
 
-# Cluster profiles (README "Running on a cluster"): link profiles/slurm and profiles/gaudi into
+# Cluster profiles (docs/cluster.md): link profiles/slurm and profiles/gaudi into
 # $XDG_CONFIG_HOME/snakemake (~/.config/snakemake), where `snakemake --profile slurm all` looks them
 # up, then check them (and, where sinfo answers, the cluster). FORCE=1 replaces existing profiles.
 .PHONY: profiles

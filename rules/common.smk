@@ -112,7 +112,7 @@ def per_shard(pattern, stage):
 DEVICE_KEYS = ("device", "precision", "performance")
 
 
-def source_data(path, key, fix="see README 'What a paper-scale run needs'"):
+def source_data(path, key, fix="see the study's page in docs/studies/"):
     """A user-provided input (dataset file or folder): returned as an input when it exists; otherwise the
     DAG stops with the config key that names it, so a dry run reports missing data up front."""
     if not Path(path).exists():
@@ -122,7 +122,9 @@ def source_data(path, key, fix="see README 'What a paper-scale run needs'"):
 
 def coco_captions_json(wildcards):
     return source_data(
-        wf.caption_json(view(wildcards.study)), f"{wildcards.study}.data.coco_root", "README 'Getting MS-COCO'"
+        wf.caption_json(view(wildcards.study)),
+        f"{wildcards.study}.data.coco_root",
+        "see docs/studies/coco_counterfactuals.md",
     )
 
 
@@ -133,7 +135,9 @@ def coco_images(wildcards):
             OwnSource.from_spec(spec).image_root, f"{wildcards.study}.data.source.path", "README 'Your own data'"
         )
     return source_data(
-        wf.image_dir(view(wildcards.study)), f"{wildcards.study}.data.coco_root", "README 'Getting MS-COCO'"
+        wf.image_dir(view(wildcards.study)),
+        f"{wildcards.study}.data.coco_root",
+        "see docs/studies/coco_counterfactuals.md",
     )
 
 

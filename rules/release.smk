@@ -1,4 +1,4 @@
-# Published releases as inputs (metrics-and-formats B11, B12): with `<study>.release.root` set, a downloaded
+# Published releases as inputs (Intel/COCO-Counterfactuals, Intel/SocialCounterfactuals): with `<study>.release.root` set, a downloaded
 # Intel/COCO-Counterfactuals or Intel/SocialCounterfactuals is read into the very table the evaluations read
 # (images/selected_pairs.parquet; filter/kept.parquet), so evaluate_itr / evaluate_itm / train_mixtures /
 # train_in_domain_split / report_pair_grid and social_probe / social_debias_* run on it unchanged;
@@ -11,7 +11,7 @@ from counterfactory.data.releases import release_inputs
 CCF_RELEASE = view(CCF)["release"]["root"] if CCF in STUDIES else None
 CCF_RELEASE_CAPTIONS = view(CCF)["release"]["captions"] if CCF in STUDIES else None
 SCF_RELEASE = view(SCF)["release"]["root"] if SCF in STUDIES else None
-RELEASE_FIX = "README 'Published releases'"
+RELEASE_FIX = "see docs/own-data.md"
 
 
 if CCF_RELEASE:

@@ -28,7 +28,7 @@ rule models_build_tiny:
 
 
 rule nltk_prepare:
-    """NLTK_DATA folder (punkt + POS tagger) that works offline; see README 'NLTK offline'."""
+    """NLTK_DATA folder (punkt + POS tagger) that works offline; see docs/models.md."""
     input:
         config=job_config("nltk", study=False),
     output:

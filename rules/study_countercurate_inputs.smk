@@ -5,7 +5,7 @@ import shlex
 
 def cc_entities_root(wildcards):
     root = view(wildcards.study)["data"]["entities_root"]
-    return source_data(root or "<unset>", f"{wildcards.study}.data.entities_root", "README 'CounterCurate'")
+    return source_data(root or "<unset>", f"{wildcards.study}.data.entities_root", "see docs/studies/countercurate.md")
 
 
 def cc_generated_shards(wildcards):

@@ -1,5 +1,5 @@
 """Regenerate the tiny stand-ins of the published releases under resources/demo/releases/ (layouts:
-metrics-and-formats.md B11 and B12). Nothing in them comes from the releases: the COCO-Counterfactuals pairs are
+Intel/COCO-Counterfactuals and Intel/SocialCounterfactuals on the Hugging Face Hub). Nothing in them comes from the releases: the COCO-Counterfactuals pairs are
 three demo photos (resources/demo/val2017) and a colour-changed copy of each, with demo captions and one noun
 swapped; the SocialCounterfactuals images are flat colour squares.
 

@@ -117,7 +117,7 @@ RENAMED = [
 
 
 def _leaf(words):
-    return dict((tuple(w), p) for w, p in TREE)[tuple(words)]
+    return {tuple(w): p for w, p in TREE}[tuple(words)]
 
 
 @pytest.mark.parametrize("words,old,new", RENAMED, ids=[f"{' '.join(w)} {o}" for w, o, _ in RENAMED])

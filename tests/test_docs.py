@@ -1,8 +1,11 @@
-"""The documentation stays true (issue 27): README.md and docs/**/*.md have no dead relative links or anchors,
-every ``counterfactory ...`` command they show names a subcommand the real parser knows, every ``snakemake ...``
-command can run as typed (cores or a profile unless it only plans; targets before ``--configfile``), nothing
-points at files a user does not have, and the README stays short. Fast and offline: the parser is built once,
-in-process."""
+"""The documentation stays true (issue 27). README.md and docs/**/*.md: relative links and their anchors resolve;
+every ``counterfactory ...`` command names a subcommand and options the real parser knows (the README's quick
+read-only ones are run, in-process, as typed); every ``snakemake ...`` command can run as typed (cores or a profile
+unless it only plans; targets before ``--configfile`` / ``--config``); the README's shell blocks call only what
+``make demo`` / ``make test`` install; dotted ``counterfactory.x.y`` names import; every rule is in the architecture
+map; nothing points at files users do not have; the README stays short. Outside the docs, ``README 'Section'`` and
+``docs/<page>.md`` pointers in messages, help and config comments resolve. Fast and offline: the parser is built
+once, in-process."""
 
 from __future__ import annotations
 
@@ -221,7 +224,13 @@ def check_cli(parser: argparse.ArgumentParser, args: list[str]) -> str | None:
     current, path = parser, ["counterfactory"]
     while True:
         sub = _subparsers(current)
-        if sub is None or i >= len(args):
+        if sub is None:                                           # a leaf: its options must exist
+            for a in args[i:]:
+                option = a.split("=", 1)[0]
+                if option.startswith("--") and option not in current._option_string_actions:
+                    return f"{' '.join(path)}: no option {option}"
+            return None
+        if i >= len(args):
             return None
         token = args[i]
         if token.startswith("-") or is_placeholder(token):
@@ -367,6 +376,42 @@ def test_every_rule_is_in_the_architecture_map():
     assert rules and not missing, f"rules missing from docs/architecture.md: {', '.join(missing)}"
 
 
+#: user-facing text outside the docs (messages, help, comments users read) that may point into the docs
+POINTER_SOURCES = ("src", "rules", "profiles", "config", "Snakefile", "Makefile")
+README_SECTION = re.compile(r"README,?\s*[\"'“]([^\"'”]{2,60})[\"'”]")
+DOCS_PATH = re.compile(r"\bdocs/[\w./-]+\.md\b")
+
+
+def pointer_problems() -> list[str]:
+    """``README 'Section'`` must name a README heading, and ``docs/<page>.md`` an existing page."""
+    headings = {re.sub(r"^#+\s*", "", line).strip() for line in README.read_text(encoding="utf-8").splitlines()
+                if line.startswith("#")}
+    problems = []
+    for top in POINTER_SOURCES:
+        base = ROOT / top
+        files = [base] if base.is_file() else [f for f in base.rglob("*") if f.is_file()
+                                               and f.suffix in (".py", ".smk", ".yaml", ".yml", ".rst", "")
+                                               and "__pycache__" not in f.parts and not f.is_symlink()]
+        for f in files:
+            try:
+                text = f.read_text(encoding="utf-8")
+            except (UnicodeDecodeError, OSError):
+                continue
+            for n, line in enumerate(text.splitlines(), 1):
+                for m in README_SECTION.finditer(line):
+                    if m.group(1) not in headings:
+                        problems.append(f"{_rel(f)}:{n}: README has no section {m.group(1)!r} (point at its docs/ page)")
+                for m in DOCS_PATH.finditer(line):
+                    if not (ROOT / m.group(0)).exists():
+                        problems.append(f"{_rel(f)}:{n}: {m.group(0)} does not exist")
+    return problems
+
+
+def test_pointers_into_the_docs_resolve():
+    problems = pointer_problems()
+    assert not problems, "\n".join(problems)
+
+
 def test_snakemake_commands_run_as_typed():
     problems = [p for path in doc_files() for p in snakemake_problems(path)]
     assert not problems, "\n".join(problems)
@@ -413,6 +458,7 @@ def test_checker_flags_known_mistakes(parser, tmp_path):
     assert check_cli(parser, ["data", "no-such-step"])
     assert check_cli(parser, ["social", "probe", "/", "no-such-step"])
     assert check_cli(parser, ["no-such-group"])
+    assert check_cli(parser, ["plan", "--config", "c.yaml", "--no-such-option"])
     page = tmp_path / "page.md"
     page.write_text("# Title\n[ok](#title) [bad](#nothing) [gone](missing.md)\n", encoding="utf-8")
     assert len(dead_links(page)) == 2

@@ -75,7 +75,7 @@ def caption_count(study_cfg: dict) -> int:
     if not path.exists():
         raise ConfigError(
             f"{path} not found (config key {study}.data.coco_root): the MS-COCO captions decide how the caption "
-            f"and image stages are sharded. Fix: put MS-COCO 2017 there (README, 'Getting MS-COCO') or point "
+            f"and image stages are sharded. Fix: put MS-COCO 2017 there (docs/studies/coco_counterfactuals.md) or point "
             f"{study}.data.coco_root at it; the offline demo runs with `--configfile config/demo.yaml`"
         )
     return _count(str(path), study_cfg["data"].get("limit_images"))

@@ -1,4 +1,4 @@
-"""``counterfactory cluster``: set up and check the Slurm / Gaudi profiles (README "Running on a cluster").
+"""``counterfactory cluster``: set up and check the Slurm / Gaudi profiles (docs/cluster.md).
 
   counterfactory cluster install-profiles      # link profiles/slurm, profiles/gaudi into ~/.config/snakemake
   counterfactory cluster check-profile --profile slurm
@@ -25,7 +25,7 @@ def _install(args) -> int:
         print(report.format())
         failed += not report.ok
     if failed:
-        print("Fix the problems above (README 'Running on a cluster'), then rerun `make profiles`.", file=sys.stderr)
+        print("Fix the problems above (docs/cluster.md), then rerun `make profiles`.", file=sys.stderr)
     return 1 if failed else 0
 
 

@@ -1,5 +1,6 @@
 """``counterfactory release {coco,coco-captions,social}``: read a downloaded published release into the tables
-our evaluations read (:mod:`counterfactory.data.releases`; formats: metrics-and-formats.md B11, B12).
+our evaluations read (:mod:`counterfactory.data.releases`; the layouts of the Hugging Face datasets
+Intel/COCO-Counterfactuals and Intel/SocialCounterfactuals).
 
 * ``coco``: Intel/COCO-Counterfactuals -> ``selected_pairs.parquet`` (what ``evaluate itr`` / ``itm``, ``train
   mixtures``, ``train in-domain-split`` and ``report pair-grid`` read) and its images;

@@ -176,7 +176,7 @@ def count_captions(captions_json: str | Path, limit_images: int | None = None) -
     doc = read_json(path)
     if not isinstance(doc, dict) or not isinstance(doc.get("annotations"), list):
         raise input_error(path, None, "missing top-level list 'annotations'",
-                          "use the official captions_<split>.json file (see README, 'Getting MS-COCO')")
+                          "use the official captions_<split>.json file (see docs/studies/coco_counterfactuals.md)")
     anns = doc["annotations"]
     if not limit_images:
         return len(anns)

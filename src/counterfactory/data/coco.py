@@ -40,7 +40,7 @@ IMAGE_KEYS = ("id", "file_name", "width", "height")
 CAPTION_KEYS = ("id", "image_id", "caption")
 INSTANCE_KEYS = ("id", "image_id", "category_id", "bbox")
 CATEGORY_KEYS = ("id", "name")
-OFFICIAL = "use the official COCO 2017 file (see README, 'Getting MS-COCO')"
+OFFICIAL = "use the official COCO 2017 file (see docs/studies/coco_counterfactuals.md)"
 FIX_RECORD = "fix or remove that record, or re-download the official file"
 #: boxes may stick out of their image by less than this (pixels) and are then clipped
 BOX_TOLERANCE_PX = 1.0
@@ -52,7 +52,7 @@ def read_json(path: str | Path, what: str = "COCO annotation file"):
     if not path.is_file():
         problem = f"{what} is a folder, not a file" if path.is_dir() else f"{what} not found"
         raise input_error(describe_path(path), None, problem,
-                          "check data.coco_root / the path, see README 'Getting MS-COCO'")
+                          "check data.coco_root / the path, see docs/studies/coco_counterfactuals.md")
     try:
         with open(path, "rb") as fh:
             return json.load(fh)

@@ -1,6 +1,6 @@
 """Readers of the published releases, so that our evaluations and probes run on them unchanged.
 
-* :func:`read_coco_counterfactuals` — Intel/COCO-Counterfactuals (``metrics-and-formats.md`` B11):
+* :func:`read_coco_counterfactuals` — Intel/COCO-Counterfactuals (the Hugging Face dataset's layout):
   ``data/examples.jsonl`` (``id`` a string, ``caption_0``, ``caption_1``, ``image_0``, ``image_1`` = file
   stems) and the images as ``data/images.zip`` (the loading script's first version joined
   ``images/<stem>.jpg``, its later commit 22a3b9c ``<stem>.jpg``; both are found) or an extracted folder
@@ -105,7 +105,7 @@ def _read_jsonl(path: Path, fields: tuple[str, ...], what: str, fix: str) -> lis
             missing = [k for k in fields if k not in rec]
             if missing:
                 raise input_error(path, f"line {n}", f"missing field(s) {', '.join(missing)}",
-                                  f"every line needs {', '.join(fields)} ({what} layout, metrics-and-formats B11)")
+                                  f"every line needs {', '.join(fields)} ({what} layout of Intel/COCO-Counterfactuals)")
             rec["_line"] = n
             out.append(rec)
     if not out:

@@ -190,7 +190,8 @@ def limitations(study: str, provenance: dict) -> list[str]:
                                    "people; generated images can show stereotypes of the generator."],
         "countercurate": ["Flickr30k-Attributes rows are exported only when the run produced them; the TSVs need "
                           "an `image_path` column in `datasets/attributes.parquet`.",
-                          "An open LLM and GLIGEN stand in for GPT-4V and DALLE-3 (reference-code-facts)."],
+                          "An open LLM (role llm) and an open text-to-image model (role t2i) stand in for GPT-4V and "
+                          "DALLE-3 (docs/studies/countercurate.md)."],
         "spurious_retrieval": ["The paper's code is not public; selection and inpainting follow the paper's text."],
         "cvld": ["The paper's code is not public; interventions and editing follow the paper's text."],
     }.get(study, [])

@@ -2,7 +2,7 @@
 
 Every writer replaces its output folder as a whole (:func:`counterfactory.io.atomic_dir`) and returns a
 manifest (files, rows per config and split) that is also written as ``manifest.json`` in the folder; the
-dataset card (:mod:`.cards`) reads those manifests. Field names follow ``metrics-and-formats.md``:
+dataset card (:mod:`.cards`) reads those manifests. Field names follow the published releases:
 
 * :func:`write_imagefolder` -- ``datasets`` ``imagefolder`` layout: ``<config>/<split>/metadata.jsonl`` (or
   ``metadata.parquet`` where JSON cannot keep the splits' types equal) with

@@ -1,7 +1,7 @@
 """The filtered dataset in the released Intel/SocialCounterfactuals layout (SocialCounterfactuals §3.4, Table 1).
 
 The public release (``huggingface.co/datasets/Intel/SocialCounterfactuals``; see
-``metrics-and-formats.md`` B12) is one ``train`` split of parquet shards ``data/train-000NN-of-000MM-<hash>.parquet``
+the Hugging Face dataset's layout) is one ``train`` split of parquet shards ``data/train-000NN-of-000MM-<hash>.parquet``
 with the fields ``image`` (Hugging Face ``datasets`` Image feature), ``caption``, ``counterfactual_set``,
 ``a1_type``, ``a1``, ``a2_type``, ``a2`` and ``a1a2``. :func:`export_release` writes that layout from the
 table of kept images; :func:`check_release` reads it back (with ``datasets.load_dataset("parquet", ...)``

@@ -1,7 +1,7 @@
 """CLIP filtering and selection of over-generated counterfactual image pairs (and sets).
 
 Follows InstructPix2Pix's data filter, which COCO-Counterfactuals adopts (§3.2, B.1.2; reference
-``metrics-and-formats.md`` §A7):
+Brooks et al., CVPR 2023, and its public generator):
 
 * images in [0, 1] are resized bicubically to the CLIP model's input size **without cropping** and
   normalised with the model's mean/std; texts are tokenised with truncation;

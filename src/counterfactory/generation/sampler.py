@@ -43,7 +43,7 @@ SCHEDULERS = {
 
 @dataclass(frozen=True)
 class GenerationSettings:
-    """Generator settings; defaults are the InstructPix2Pix generator's (reference-code facts)."""
+    """Generator settings; defaults are the InstructPix2Pix generator's (its public code, which COCO-Counterfactuals used)."""
 
     steps: int = 100
     height: int = 512

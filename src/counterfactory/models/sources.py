@@ -67,11 +67,7 @@ def open_clip_weights(spec: ModelSpec) -> dict:
         return {"hf_hub": repo, "file": file or None}
     if cfg.get("url"):
         return {"url": cfg["url"]}
-    try:
-        tags = list(open_clip.list_pretrained_tags_by_model(arch))
-    except Exception:  # an unknown architecture
-        tags = []
-    return {"tags": tags}
+    return {"tags": list(open_clip.list_pretrained_tags_by_model(arch))}  # [] for an unknown architecture
 
 
 def _open_clip(spec: ModelSpec) -> str:

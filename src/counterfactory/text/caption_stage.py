@@ -1,6 +1,6 @@
 """The caption stage as files: one shard of the caption table in, three files out.
 
-Output schema (parquet, one file per shard; see README "File schemas"):
+Output schema (parquet, one file per shard; see docs/file-schemas.md):
 
 * accepted: ``caption_id, source_index, image_id, original, counterfactual, original_word, new_word,
   position, similarity, perplexity``

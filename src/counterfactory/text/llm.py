@@ -561,7 +561,7 @@ def read_requests(path: str | os.PathLike) -> pd.DataFrame:
     path = Path(path)
     if not path.exists():
         raise missing_input(path, "llm request table", "write it first (e.g. counterfactory countercurate "
-                            "attributes --llm-requests-out)")
+                            "attributes --out-llm-requests)")
     if path.suffix in (".jsonl", ".json"):
         frame = pd.read_json(path, lines=path.suffix == ".jsonl", dtype=False)
     else:

@@ -47,7 +47,7 @@ class TrainSettings:
     batch_size: int = 128
     eval_batch_size: int = 128
     epochs: int = 30
-    eval_every: int = 109  # reference-code facts: evaluate/save every 109 steps
+    eval_every: int = 109  # the authors' code: evaluate/save every 109 steps
     recipe: str = "plain"  # plain | grouping | cvld
     cvld_lambda: float = 1.0
     seed: int = 107

@@ -31,7 +31,7 @@ def _paths(s: dict, dataset: str, keys: tuple[str, ...]) -> dict:
     missing = [k for k in keys if not src.get(k)]
     if missing:
         raise ConfigError(f"cvld.data.{dataset}: no {', '.join(missing)}. Fix: point it at the official files "
-                          "(README, 'CVLD')")
+                          "(docs/studies/cvld.md)")
     return src
 
 

@@ -93,7 +93,7 @@ def run(cfg, task: str, setting: str, variant: str, seed: int, edits, out_dir, i
     s = settings(cfg)
     role = ROLES[task]
     if role not in (cfg.get("models") or {}):
-        raise ConfigError(f"models.{role}: not configured. Fix: add the role under models (README, 'CVLD')")
+        raise ConfigError(f"models.{role}: not configured. Fix: add the role under models (docs/studies/cvld.md)")
     out_dir = Path(out_dir)
     files = counterfactual_files(edits) if variant not in ("pretrained", "base", "balanced") else {}
     if interventions is not None and not isinstance(interventions, pd.DataFrame):
@@ -119,7 +119,7 @@ def _classification(cfg, s, setting, variant, seed, files, out_dir, intervention
 
     root = s["data"]["celeba"]["root"]
     if not root:
-        raise ConfigError("cvld.data.celeba.root: not set. Fix: point it at the CelebA folder (README, 'CVLD')")
+        raise ConfigError("cvld.data.celeba.root: not set. Fix: point it at the CelebA folder (docs/studies/cvld.md)")
     split = {name: load_celeba(root, name) for name in ("train", "valid", "test")}
     attributes = list(s["classification"]["attributes"])
     prompts = {a: tuple(reversed(class_prompts(a))) for a in attributes}      # (positive, negative)

@@ -41,7 +41,7 @@ def _source(s: dict, dataset: str) -> dict:
         missing.append("entities_root")
     if missing:
         raise ConfigError(f"spurious_retrieval.data.{dataset}: no {', '.join(missing)}. Fix: point them at the "
-                          "official files (README, 'Spurious-correlation retrieval')")
+                          "official files (docs/studies/spurious_retrieval.md)")
     return src
 
 

@@ -51,7 +51,7 @@ The defaults above are the schema's (``spurious_retrieval`` in ``config/schema.y
 docs/config-reference.md lists them); this module checks the cross-key rules the schema cannot express.
 
 VSE++ (the paper's third model, VGG19 + Bi-GRU with a triplet loss) has no maintained implementation on PyPI; it
-is not included (README).
+is not included (docs/studies/spurious_retrieval.md).
 """
 
 from __future__ import annotations
