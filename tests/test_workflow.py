@@ -54,6 +54,24 @@ def demo_run(repo, tmp_path_factory):
     return work, cfgfile, proc.stdout + proc.stderr
 
 
+def planned_job_configs(output: str, folder: Path) -> list[Path]:
+    """The job configurations a dry run with ``-p`` plans (the config_write_job commands' texts), written to
+    ``folder`` so they load like the files a real run writes."""
+    import re
+
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    pattern = r"counterfactory config write-job --text '(.*?)' --out \S*/counterfactory/(jobs|runs)/(\w+)\.yaml"
+    for text, kind, digest in re.findall(pattern, output, flags=re.S):
+        if kind != "jobs":
+            continue
+        path = folder / f"{digest}.yaml"
+        path.write_text(text.replace("'\"'\"'", "'"), encoding="utf-8")
+        paths.append(path)
+    assert paths, "the dry run printed no job configuration"
+    return paths
+
+
 def job_counts(output: str) -> dict[str, int]:
     """Rule -> job count from Snakemake's "Job stats" table (empty when nothing is to be done)."""
     counts: dict[str, int] = {}
@@ -376,10 +394,11 @@ def test_paper_config_dry_run_at_paper_scale(repo, tmp_path):
     fake_evaluation_data(tmp_path, repo / "config" / "config.yaml")
     override = tmp_path / "paper-test.yaml"
     override.write_text(yaml.safe_dump({"coco_counterfactuals": {"data": {"coco_root": str(root)}}}))
-    proc = snakemake(repo, tmp_path, "-n", "all", "--configfile", str(repo / "config" / "config.yaml"),
+    proc = snakemake(repo, tmp_path, "-n", "-p", "all", "--configfile", str(repo / "config" / "config.yaml"),
                      str(override), timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     counts = job_counts(proc.stdout + proc.stderr)
+    assert not (tmp_path / ".snakemake" / "counterfactory").exists()  # a dry run writes no job configuration
     paper = yaml.safe_load((repo / "config" / "config.yaml").read_text())["coco_counterfactuals"]
     # §3.1: 25,014 captions, sharded (1,000 per caption job, 50 per image job), never one job per caption
     assert counts["captions_edit"] == math.ceil(25014 / paper["captions"]["shard_size"]) == 26
@@ -430,7 +449,7 @@ def test_paper_config_dry_run_at_paper_scale(repo, tmp_path):
     assert counts["cvld_edit"] == 2 * len(cv["editing"]["methods"]) * cv["editing"]["shards"] == 1024
     assert counts["cvld_run"] == (2 * 10 * 2 + 1) + 2 * (2 * 3 * 3 + 1) + 4 * 3 == 91
     # what the image jobs will run with (their job config files): §3.2 / B.1.2
-    jobs = [load_config([f]) for f in (tmp_path / ".snakemake/counterfactory/jobs").glob("*.yaml")]
+    jobs = [load_config([f]) for f in planned_job_configs(proc.stdout + proc.stderr, tmp_path / "planned")]
     images = [j for j in jobs if "images" in j and "candidates_per_pair" in j["images"] and "adaptive_curve" not in j]
     assert len(images) == 1  # one settings file shared by all 501 image jobs (the adaptive curve job has its own)
     sets = [j["images"] for j in jobs if "images" in j and "candidates_per_set" in j["images"]
