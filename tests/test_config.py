@@ -183,6 +183,13 @@ def test_library_defaults_agree_with_the_schema():
                 continue
             value = section[f.name]
             assert (tuple(value) if isinstance(value, list) else value) == f.default, (cls.__name__, f.name)
+    from counterfactory.generation.grounded import GroundedSettings
+
+    grounded = fill_section("countercurate.grounded")
+    assert set(grounded) == {f.name for f in dataclasses.fields(GroundedSettings)} | {"keep_work"}
+    assert GroundedSettings.from_config(grounded) == GroundedSettings()
+    for f in dataclasses.fields(GroundedSettings):
+        assert grounded[f.name] == f.default, ("GroundedSettings", f.name)
     train = fill_section("cvld.retrieval.train")
     for name in ("weight_decay", "max_steps", "n_prompts", "n_prompt_layers"):
         assert train[name] == CVLDSettings.__dataclass_fields__[name].default, name

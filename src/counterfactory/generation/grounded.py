@@ -73,7 +73,8 @@ GENERATED_SCHEMA = {
 
 @dataclass(frozen=True)
 class GroundedSettings:
-    """The ``grounded`` config section (CounterCurate §3.2-3.4; GLIGEN inference settings)."""
+    """The ``grounded`` config section (CounterCurate §3.2-3.4; GLIGEN inference settings). A run gets the schema's
+    defaults; these keyword defaults serve direct library use and equal the schema's (tests/test_config.py)."""
 
     steps: int = 50
     guidance: float = 7.5
@@ -98,17 +99,16 @@ class GroundedSettings:
         unknown = sorted(set(section) - known)
         if unknown:
             raise ConfigError(f"grounded: unknown key(s) {unknown}. Fix: use only {sorted(known)}")
-        neg = section.get("negative_prompt", AUTHORS_NEGATIVE_PROMPT)
+        fields = {f: section.get(f, getattr(cls, f)) for f in cls.__dataclass_fields__}  # absent: library defaults
+        neg = fields["negative_prompt"]
         try:
             out = cls(
-                steps=int(section.get("steps", 50)), guidance=float(section.get("guidance", 7.5)),
-                height=int(section.get("height", 512)), width=int(section.get("width", 512)),
-                scheduled_sampling_beta=float(section.get("scheduled_sampling_beta", 1.0)),
+                steps=int(fields["steps"]), guidance=float(fields["guidance"]), height=int(fields["height"]),
+                width=int(fields["width"]), scheduled_sampling_beta=float(fields["scheduled_sampling_beta"]),
                 negative_prompt=neg if isinstance(neg, str) and neg.strip() else None,
-                batch_size=int(section.get("batch_size", 4)), shard_size=int(section.get("shard_size", 100)),
-                inpaint_paste_back=bool(section.get("inpaint_paste_back", False)),
-                t2i_height=int(section.get("t2i_height", cls.t2i_height)),
-                t2i_width=int(section.get("t2i_width", cls.t2i_width)),
+                batch_size=int(fields["batch_size"]), shard_size=int(fields["shard_size"]),
+                inpaint_paste_back=bool(fields["inpaint_paste_back"]), t2i_height=int(fields["t2i_height"]),
+                t2i_width=int(fields["t2i_width"]),
             )
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"grounded: {exc}. Fix: steps, height, width, t2i_height, t2i_width, batch_size, "
