@@ -219,6 +219,27 @@ def runs_of(name):
     return value
 
 
+def mixtures_as_listed(wildcards):
+    """training.mixtures in the order the config files list them (the cached view's keys are sorted): the order
+    of the paper's table rows."""
+    return list(((config.get(wildcards.study) or {}).get("training") or {}).get("mixtures") or {})
+
+
+def pretrained_run(wildcards):
+    """Input function: the pre-trained row's run (metrics.csv) when training.pretrained_row is set."""
+    if not training(wildcards).get("pretrained_row"):
+        return []
+    return [f"{RESULTS}/{wildcards.study}/training/pretrained/metrics.csv"]
+
+
+def pretrained_row_args(wildcards):
+    """`stats table` options of the pre-trained row (Tables 3, 4 and 12), or nothing."""
+    import shlex
+
+    label = training(wildcards).get("pretrained_row")
+    return f"--pretrained-row pretrained --pretrained-label {shlex.quote(label)}" if label else ""
+
+
 def train_eval_inputs(wildcards):
     """Everything a run evaluates on: the retrieval split and its images, the classification datasets."""
     v = view(wildcards.study)
@@ -271,7 +292,7 @@ def in_domain_run_args(wildcards, input):
     import shlex
 
     args = f"--role {wildcards.model} --experiment {wildcards.model} --eval-pairs {shlex.quote(input.test)}"
-    args += " --no-default-eval"
+    args += " --no-default-eval --in-domain-recipe"
     return args + (" --no-train" if wildcards.mixture == "pretrained" else "")
 
 

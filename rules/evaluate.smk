@@ -4,7 +4,7 @@
 # Settings: `<study>.evaluation:` in the config; models: roles under `models:`.
 
 
-EVAL_COMMON_KEYS = ("evaluation.batch_size", "evaluation.scorers", *DEVICE_KEYS)
+EVAL_COMMON_KEYS = ("evaluation.batch_size", "evaluation.scorers", "evaluation.precision", *DEVICE_KEYS)
 
 
 rule evaluate_itr:

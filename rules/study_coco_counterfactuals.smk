@@ -55,7 +55,8 @@ rule captions_merge:
 
 
 rule analysis_label_frequency:
-    """Appendix A.2: Table 6 (long form) and the correlation of label frequency and accuracy change."""
+    """Appendix A.2: Table 6 (long form) and the correlation of label frequency and accuracy change; A.3.2: the
+    human-taxonomy count of the released pairs."""
     input:
         pairs=f"{S}/images/selected_pairs.parquet",
         captions=f"{S}/captions/counterfactual_captions.parquet",
@@ -71,6 +72,12 @@ rule analysis_label_frequency:
             caption="../report/label_frequency.rst",
         ),
         correlation=f"{S}/training/label_frequency_correlation.json",
+        human_taxonomy=report(
+            f"{S}/training/human_taxonomy.csv",
+            category=study_title,
+            subcategory="Training",
+            caption="../report/human_taxonomy.rst",
+        ),
     log:
         f"{S}/logs/training/label_frequency.log",
     wildcard_constraints:
@@ -83,7 +90,7 @@ rule analysis_label_frequency:
         "counterfactory analysis label-frequency --config {input.config:q} --pairs {input.pairs:q} --captions {input.captions:q}"
         " --runs {input.runs:q}"
         " --pretrained {input.pretrained:q} --pretrained-role {params.role} --out {output.table:q}"
-        " --correlation {output.correlation:q} > {log:q} 2>&1"
+        " --correlation {output.correlation:q} --human-taxonomy {output.human_taxonomy:q} > {log:q} 2>&1"
 
 
 # Appendix A.1 (Table 5): the withheld in-domain COCO-CFs test set. Every model of in_domain.models (CLIP,
@@ -92,6 +99,7 @@ rule analysis_label_frequency:
 IN_DOMAIN_RUN_KEYS = (
     *(k for k in TRAIN_RUN_KEYS if k not in ("training.eval", "evaluation.classification", "models.clip_train")),
     "models.{model}",
+    "in_domain.recipes",
 )
 
 

@@ -7,7 +7,7 @@ TRAIN_RUN_KEYS = (
     *(
         f"training.{key}"
         for key in (
-            "experiment recipe cvld_lambda optimizer adam_beta1 adam_beta2 adam_epsilon lr lr_scheduler "
+            "experiment precision recipe cvld_lambda optimizer adam_beta1 adam_beta2 adam_epsilon lr lr_scheduler "
             "warmup_steps weight_decay no_decay max_grad_norm batch_size eval_batch_size epochs eval_every "
             "max_steps max_length dataloader_workers deterministic cpu_threads eval"
         ).split()
@@ -73,10 +73,41 @@ rule train_run:
         " {params.extra} --out-dir {params.out_dir:q} --no-progress > {log:q} 2>&1"
 
 
+rule train_run_pretrained:
+    """Tables 3, 4 and 12's pre-trained row: the untouched model, evaluated once with training.eval (no training)."""
+    input:
+        eval_data=train_eval_inputs,
+        models=model_inputs("clip_train"),
+        config=job_config(*TRAIN_RUN_KEYS),
+    output:
+        metrics=f"{S}/training/pretrained/metrics.csv",
+        history=f"{S}/training/pretrained/history.csv",
+    log:
+        f"{S}/logs/training/pretrained.log",
+    benchmark:
+        f"{S}/benchmarks/training/pretrained.tsv"
+    conda:
+        CONDA_ENV
+    threads: accel_threads("clip_train")
+    resources:
+        mem_mb=model_mem(16000, "clip_train", tiny_mb=3000),
+        runtime=80,
+        gpu=GPU,
+        hpu=HPU,
+    params:
+        seed=lambda wildcards: list(seeds(wildcards))[0],
+        data_seed=lambda wildcards: list(seeds(wildcards).values())[0],
+        out_dir=lambda wildcards, output: Path(output.metrics).parent,
+    shell:
+        "counterfactory train run --config {input.config:q} --no-train --mixture pretrained --seed {params.seed}"
+        " --data-seed {params.data_seed} --out-dir {params.out_dir:q} --no-progress > {log:q} 2>&1"
+
+
 rule train_collect:
-    """Tidy runs table: experiment, mixture, seed, data_seed, metric, value."""
+    """Tidy runs table: experiment, mixture, seed, data_seed, metric, value (with the pre-trained row's run)."""
     input:
         runs_of("metrics.csv"),
+        pretrained_run,
     output:
         report(f"{S}/training/runs.csv", category=study_title, subcategory="Training", caption="../report/runs.rst"),
     log:
@@ -107,7 +138,8 @@ rule stats_summarize:
 
 
 rule stats_table:
-    """Paper table layouts (COCO-CF Table 3 retrieval, Table 4 classification): Markdown, LaTeX, CSV."""
+    """Paper table layouts (COCO-CF Table 3 retrieval, Table 4 classification with its Mean, Table 12), the
+    pre-trained row first: Markdown, LaTeX, CSV."""
     input:
         summary=rules.stats_summarize.output,
         info=rules.train_mixtures.output.summary,
@@ -126,11 +158,12 @@ rule stats_table:
         CONDA_ENV
     params:
         metrics=lambda wildcards: coco_cf.table_metrics(training(wildcards), wildcards.table),
-        order=lambda wildcards: ",".join(mixtures(wildcards)),
+        order=lambda wildcards: ",".join(coco_cf.table_mixtures(training(wildcards), mixtures_as_listed(wildcards))),
+        pretrained=lambda wildcards: pretrained_row_args(wildcards),
     shell:
         "counterfactory stats table --summary {input.summary:q} --mixture-info {input.info:q}"
-        " --metrics {params.metrics} --mixture-order {params.order} --out-md {output.md:q} --out-tex {output.tex:q}"
-        " --out-csv {output.csv:q} > {log:q} 2>&1"
+        " --metrics {params.metrics} --mixture-order {params.order} {params.pretrained}"
+        " --out-md {output.md:q} --out-tex {output.tex:q} --out-csv {output.csv:q} > {log:q} 2>&1"
 
 
 rule train_plot_curves:

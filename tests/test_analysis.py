@@ -1,5 +1,5 @@
 """Label-frequency analysis (COCO-CF appendix A.2): counting on constructed examples with known counts,
-and the statistic on Table 6's printed numbers."""
+and the statistic on Table 6's printed numbers; A.3.2's human-taxonomy count."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import pandas as pd
 import pytest
 
 from counterfactory.studies.coco_counterfactuals.label_frequency import (
-    correlate_or_explain, forms, label_frequency, label_frequency_table, released_subjects)
+    HUMAN_TAXONOMY, correlate_or_explain, forms, human_taxonomy_table, label_frequency, label_frequency_table,
+    released_subjects)
 
 
 def _pairs(rows):
@@ -113,3 +114,78 @@ def test_table6_from_pipeline_outputs(repo, tmp_path):
                                   tmp_path / "pre.csv", "clip_eval")
     assert table.to_dict("records") == [{"dataset": "CIFAR10", "label_frequency": 2, "mixture": "all",
                                          "delta": pytest.approx(62.0 - 55.0)}]
+
+
+def test_table6_leaves_out_the_pretrained_row(repo, tmp_path):
+    """The runs table also holds the pre-trained row's run (Tables 3, 4, 12); Table 6 has fine-tuned rows only."""
+    captions = pd.DataFrame({"caption_id": ["1_0"], "original": ["a dog on grass"],
+                             "counterfactual": ["a cat on grass"], "original_word": ["dog"], "new_word": ["cat"]})
+    pairs = pd.DataFrame({"id": ["1_0"], "caption_id": ["1_0"], "caption_0": ["a dog on grass"],
+                          "caption_1": ["a cat on grass"], "image_0": ["a.png"], "image_1": ["b.png"]})
+    captions.to_parquet(tmp_path / "c.parquet")
+    pairs.to_parquet(tmp_path / "p.parquet")
+    runs = pd.DataFrame([{"experiment": "coco_cf", "mixture": m, "seed": 107, "data_seed": 108,
+                          "metric": "CIFAR10/top1", "value": v}
+                         for m, v in {"pretrained": 55.0, "mscoco": 50.0, "all": 60.0}.items()])
+    runs.to_csv(tmp_path / "runs.csv", index=False)
+    pd.DataFrame([{"metric": "top1", "model": "clip", "role": "clip_eval", "CIFAR10": 55.0}]).to_csv(
+        tmp_path / "pre.csv", index=False)
+    cfg = {"training": {"baseline": "mscoco", "eval": {"classification": ["CIFAR10"]}},
+           "evaluation": {"classification": {"datasets": {"CIFAR10": {
+               "format": "cifar10", "root": str(repo / "resources/demo/classification/cifar-10-batches-py")}}}}}
+    table = label_frequency_table(cfg, tmp_path / "p.parquet", tmp_path / "c.parquet", tmp_path / "runs.csv",
+                                  tmp_path / "pre.csv", "clip_eval")
+    assert table["mixture"].tolist() == ["all"]
+
+
+# --------------------------------------------------------------------------------------------
+# A.3.2: image-text pairs whose altered subject is one of the 14 human-related words (paper: 4,117)
+# --------------------------------------------------------------------------------------------
+def test_human_taxonomy_count_on_a_hand_made_pairs_table():
+    assert HUMAN_TAXONOMY == ("girl", "boy", "man", "men", "woman", "guy", "kid", "person", "people", "child",
+                              "children", "couple", "group", "lady")   # A.3.2's list, verbatim
+    subjects = _pairs([
+        ("woman", "girl", "a woman with a kite", "a girl with a kite"),   # both sides human: 2 image-text pairs
+        ("Man", "dog", "Man on a bench", "dog on a bench"),               # original side only (case-insensitive)
+        ("table", "people", "a table outside", "people outside"),         # counterfactual side only
+        ("women", "girls", "two women", "two girls"),                     # plurals not on the list: not counted
+        ("building", "house", "a building", "a house"),                   # no human subject
+        ("man", "men", "a man", "men"),                                   # both sides
+    ])
+    table = human_taxonomy_table(subjects)
+    assert list(table.columns) == ["subject", "original", "counterfactual", "image_text_pairs", "counterfactual_pairs"]
+    assert table["subject"].tolist() == [*HUMAN_TAXONOMY, "total"]
+    total = table.iloc[-1].to_dict()
+    assert total == {"subject": "total", "original": 3, "counterfactual": 3, "image_text_pairs": 6,
+                     "counterfactual_pairs": 4}
+    by = table.set_index("subject")
+    assert by.loc["man", ["original", "counterfactual", "image_text_pairs", "counterfactual_pairs"]].tolist() == [
+        2, 0, 2, 2]
+    assert by.loc["men", "counterfactual"] == 1 and by.loc["girl", "counterfactual"] == 1
+    assert by.loc["people", "image_text_pairs"] == 1 and by.loc["lady", "image_text_pairs"] == 0
+    assert by.drop("total")["image_text_pairs"].sum() == total["image_text_pairs"]
+
+
+def test_label_frequency_command_writes_the_human_taxonomy(repo, tmp_path):
+    from counterfactory.cli import main
+
+    captions = pd.DataFrame({"caption_id": ["1_0", "2_0"], "original": ["a man on a bench", "a dog on grass"],
+                             "counterfactual": ["a woman on a bench", "a cat on grass"],
+                             "original_word": ["man", "dog"], "new_word": ["woman", "cat"]})
+    pairs = pd.DataFrame({"id": ["1_0", "2_0"], "caption_id": ["1_0", "2_0"], "caption_0": captions["original"],
+                          "caption_1": captions["counterfactual"], "image_0": ["a.png"] * 2, "image_1": ["b.png"] * 2})
+    captions.to_parquet(tmp_path / "c.parquet")
+    pairs.to_parquet(tmp_path / "p.parquet")
+    pd.DataFrame([{"experiment": "coco_cf", "mixture": m, "seed": s, "data_seed": s + 1, "metric": f"{d}/top1",
+                   "value": 50.0 + s % 2} for m in ("mscoco", "base") for s in (107, 108)
+                  for d in ("CIFAR10", "Caltech101")]).to_csv(tmp_path / "runs.csv", index=False)
+    pd.DataFrame([{"metric": "top1", "model": "clip", "role": "clip_eval", "CIFAR10": 50.0,
+                   "Caltech101": 50.0}]).to_csv(tmp_path / "pre.csv", index=False)
+    out = tmp_path / "human_taxonomy.csv"
+    assert main(["analysis", "label-frequency", "--config", str(repo / "config" / "demo.yaml"),
+                 "--pairs", str(tmp_path / "p.parquet"), "--captions", str(tmp_path / "c.parquet"),
+                 "--runs", str(tmp_path / "runs.csv"), "--pretrained", str(tmp_path / "pre.csv"),
+                 "--out", str(tmp_path / "lf.csv"), "--correlation", str(tmp_path / "lf.json"),
+                 "--human-taxonomy", str(out)]) == 0
+    total = pd.read_csv(out).set_index("subject").loc["total"]
+    assert total["image_text_pairs"] == 2 and total["counterfactual_pairs"] == 1

@@ -286,3 +286,45 @@ def test_fixture_script_reproduces_committed_fixtures(tmp_path):
     _script().main(["--out", str(tmp_path / "cls")])
     assert _digest(tmp_path / "cls") == _digest(FIX)
     assert sum(p.stat().st_size for p in FIX.rglob("*") if p.is_file()) < 1_000_000
+
+
+# --------------------------------------------------------------------------------------------
+# class_names: torchvision -- the COCO-CF reference evaluation's names (issue 28, item 8)
+# --------------------------------------------------------------------------------------------
+def test_torchvision_names_of_caltech101_as_the_reference_evaluation(repo):
+    """The reference labels with torchvision's Caltech101 classes: no BACKGROUND_Google, folder names
+    lower-cased with '_' as a space, the face folders "face" (CLIP's wording, e.g. "side of a car", is not used)."""
+    from counterfactory.config import load_config
+
+    paper = load_config([repo / "config" / "config.yaml"])["evaluation"]["classification"]["datasets"]["Caltech101"]
+    assert paper["class_names"] == "torchvision" and paper["background_class"] is False
+    spec = {"format": "caltech101", "root": str(FIX / "caltech101" / "101_ObjectCategories"),
+            "class_names": "torchvision", "background_class": False}
+    ds = load_dataset("Caltech101", spec)
+    assert ds.class_ids == ["Faces_easy", "accordion", "car_side"] and ds.classes == ["face", "accordion", "car side"]
+    assert "BACKGROUND_Google" not in ds.class_ids
+    with pytest.raises(ConfigError, match="background_class: false"):
+        load_dataset("Caltech101", {**spec, "background_class": True})
+    from counterfactory.data.classification import torchvision_class_names
+
+    assert torchvision_class_names("caltech101", ["Faces", "Faces_easy", "Leopards", "Motorbikes", "airplanes",
+                                                  "water_lilly"]) == [
+        "face", "face", "leopard", "motorbike", "airplane", "water lilly"]
+    with pytest.raises(ConfigError, match="by hand"):
+        torchvision_class_names("caltech256", ["001.ak47"])
+
+
+def test_torchvision_names_of_imagenet_are_the_first_lemma_lower_cased(repo, tmp_path):
+    from counterfactory.config import load_config
+
+    paper = load_config([repo / "config" / "config.yaml"])["evaluation"]["classification"]["datasets"]["ImageNet"]
+    assert paper["class_names"] == "torchvision" and paper["class_index"].endswith("LOC_synset_mapping.txt")
+    index = tmp_path / "LOC_synset_mapping.txt"
+    index.write_text("n01440764 Three-toed sloth, ai\nn01443537 Granny Smith\nn01484850 great white shark, white shark\n")
+    spec = {"format": "imagenet", "root": str(FIX / "imagenet" / "val"), "class_index": str(index),
+            "class_names": "torchvision"}
+    ds = load_dataset("ImageNet", spec)
+    assert ds.classes == ["three-toed sloth", "granny smith", "great white shark"]   # hyphens kept, lower-cased
+    assert str(index) in dataset_input_files(spec, "ImageNet")
+    with pytest.raises(ConfigError, match="LOC_synset_mapping"):
+        load_dataset("ImageNet", {**spec, "class_index": None})

@@ -110,3 +110,78 @@ def test_schema_offers_the_same_devices():
 
     schema = yaml.safe_load((SRC / "resources" / "config_schema.yaml").read_text())
     assert set(schema["properties"]["device"]["enum"]) == {"auto", "cpu", "cuda", "hpu"}
+
+
+# --------------------------------------------------------------------------------------------
+# COCO-Counterfactuals: per-stage precision as the authors ran it (issue 28, item 12)
+# --------------------------------------------------------------------------------------------
+@pytest.fixture
+def on_cuda(monkeypatch):
+    """A bf16-capable CUDA GPU (what `precision: auto` turned into bf16 for every stage)."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    return torch.device("cuda")
+
+
+def _stage_dtypes(cfg, cuda):
+    from counterfactory.evaluation.settings import stage_config as evaluation_stage
+    from counterfactory.generation.shards import stage_config as images_stage
+    from counterfactory.training.runs import stage_config as training_stage
+
+    return {name: dev.resolve_dtype(stage(cfg).get("precision", "auto"), cuda)
+            for name, stage in (("images", images_stage), ("evaluation", evaluation_stage),
+                                ("training", training_stage))}
+
+
+def test_paper_config_runs_each_coco_cf_stage_in_the_authors_precision(repo, on_cuda):
+    """B.1.2: generation and the CLIP filter in fp16 (the InstructPix2Pix generator's autocast); the evaluation
+    and fine-tuning scripts in fp32; the config-wide `precision: auto` (bf16 on this GPU) stays the fallback."""
+    from counterfactory.config import load_config
+
+    paper = load_config([repo / "config" / "config.yaml"])
+    assert paper["precision"] == "auto" and dev.resolve_dtype("auto", on_cuda) == torch.bfloat16
+    assert _stage_dtypes(paper, on_cuda) == {"images": torch.float16, "evaluation": torch.float32,
+                                             "training": torch.float32}
+    # the fast path is an overlay: every stage back on the config-wide precision (bf16)
+    fast = load_config([repo / "config" / "config.yaml", repo / "config" / "fast_path.yaml"])
+    assert _stage_dtypes(fast, on_cuda) == dict.fromkeys(("images", "evaluation", "training"), torch.bfloat16)
+    # the demo keeps its config-wide fp32 everywhere
+    demo = load_config([repo / "config" / "demo.yaml"])
+    assert _stage_dtypes(demo, on_cuda) == dict.fromkeys(("images", "evaluation", "training"), torch.float32)
+
+
+def test_stage_precision_reaches_the_stages(repo, tmp_path, monkeypatch):
+    """The image shard, the evaluate commands and a training run each load their models under their stage's
+    precision (the cfg they hand to the model loaders), not the config-wide one."""
+    from counterfactory.cli import main
+    from counterfactory.config import load_config
+    from counterfactory import evaluation
+    from counterfactory.evaluation import classify, runs as eval_runs
+    from counterfactory.generation import shards
+
+    paper = load_config([repo / "config" / "config.yaml"])
+    seen = {}
+
+    class Stop(Exception):
+        pass
+
+    def capture(name):
+        def fn(cfg, *args, **kwargs):
+            seen[name] = cfg["precision"]
+            raise Stop
+        return fn
+
+    monkeypatch.setattr(shards, "_shard_context", capture("images"))
+    with pytest.raises(Stop):
+        shards.run_shard(paper, tmp_path / "pairs.parquet", 0, tmp_path / "out")
+    monkeypatch.setattr(evaluation, "run_classification", capture("evaluation"))
+    with pytest.raises(Stop):
+        main(["evaluate", "classify", "--config", str(repo / "config" / "config.yaml"), "--role", "clip_eval",
+              "--dataset", "CIFAR10", "--out", str(tmp_path / "c.json")])
+    monkeypatch.setattr(classify, "run_classification", lambda cfg, *a, **k: {"top1": 1.0 if cfg["precision"] == "fp32"
+                                                                              else 0.0})
+    paper["training"]["eval"] = {"retrieval": [], "classification": ["CIFAR10"]}
+    rows = eval_runs.run_one(paper, None, "pretrained", 107, 108, tmp_path / "run", progress=False, train=False)
+    seen["training"] = "fp32" if rows.set_index("metric").loc["CIFAR10/top1", "value"] == 1.0 else "other"
+    assert seen == {"images": "fp16", "evaluation": "fp32", "training": "fp32"}
+    assert '"precision": "fp32"' in (tmp_path / "run" / "run.json").read_text()   # TrainSettings too

@@ -266,7 +266,8 @@ def test_prompts_are_verbatim_no_period_added():
 
 def test_per_dataset_templates_of_the_paper_config():
     """config.yaml: §5.2's single prompt "a photo of a {c}" (no period), Food101's food prompt, CLIP's readable
-    class names with Caltech-101's faces merged; CLIP's prompt ensembles stay available as builtin lists."""
+    class names for CIFAR and Food101, the reference evaluation's (torchvision's) for Caltech-101 and ImageNet;
+    CLIP's prompt ensembles stay available as builtin lists."""
     from counterfactory.config import validate_config
     from counterfactory.data.classification import builtin_templates
 
@@ -282,7 +283,8 @@ def test_per_dataset_templates_of_the_paper_config():
     assert classify.check_templates("builtin:imagenet")[:2] == ["a bad photo of a {c}.", "a photo of many {c}."]
     assert {d: s.get("class_names") for d, s in ev["datasets"].items()} == {
         "CIFAR10": "builtin:cifar10", "CIFAR100": "builtin:cifar100", "Food101": "builtin:food101",
-        "Caltech101": "builtin:caltech101_merged", "Caltech256": None, "ImageNet": "builtin:imagenet"}
+        "Caltech101": "torchvision", "Caltech256": None, "ImageNet": "torchvision"}   # the reference's names
+    assert ev["datasets"]["Caltech101"]["background_class"] is False
     assert ev["datasets"]["Caltech256"]["background_class"] is True
     assert classify.dataset_templates({"templates": ["a {c}"], "datasets": {"X": {}}}, "X") == ["a {c}"]
     assert all(len(set(t)) == len(t) for t in builtin_templates().values())
@@ -413,3 +415,36 @@ def test_cli_errors(config_file, inputs, tmp_path, capsys):
     rc = cli.main(["evaluate", "itm", "--config", str(config_file), "--role", "itm", "--pairs", str(bad),
                    "--captions", str(inputs["captions"]), "--out", str(tmp_path / "x.parquet")])
     assert rc == 2 and "missing column(s)" in capsys.readouterr().err
+
+
+def test_itm_random_pool_is_the_paper_subset_on_the_demo_fixtures(repo):
+    """Footnote 11: the MS-COCO side of the ITM comparison is the subset of val2017 captions that have a
+    COCO-Counterfactuals pair (17,410 in the paper), not every val2017 caption. The paper config draws
+    (C_r, I_r) from the pairs' own original captions; on the demo COCO fixtures every draw is one of them."""
+    from counterfactory.config import load_config
+    from counterfactory.data.coco import load_coco_captions
+
+    demo = repo / "resources" / "demo"
+    captions = load_coco_captions(demo / "annotations" / "captions_val2017.json")
+    captions = captions.assign(caption_id=captions["caption_id"].astype(str), image_id=captions["image_id"].astype(str))
+    first = captions.drop_duplicates("image_id").head(4)       # one caption of each of four images: the "subset"
+    synth = sorted((demo / "val2017").glob("*.jpg"))[:2]        # any existing files stand in for the generated pair
+    pairs = pd.DataFrame({"id": first["caption_id"].to_numpy(), "caption_id": first["caption_id"].to_numpy(),
+                          "image_id": first["image_id"].to_numpy(), "caption_0": first["caption"].to_numpy(),
+                          "caption_1": [f"{c} (edited)" for c in first["caption"]],
+                          "image_0": str(synth[0]), "image_1": str(synth[1])})
+    assert captions["image_id"].nunique() > 4 and len(captions) > 4 * 5   # the full pool is much larger
+
+    paper = load_config([repo / "config" / "config.yaml"])
+    pool = evaluation.settings(paper)["itm"]["random_pool"]
+    assert pool == "subset"
+    draws = pd.concat([evaluation.itm_inputs(pairs, captions, demo / "val2017", seed=s, pool=pool) for s in range(20)])
+    assert set(draws["C_r"]) <= set(pairs["caption_0"])
+    assert set(draws["random_caption_id"]) <= set(pairs["caption_id"])
+    assert (draws["I_r"] != draws["I_o"]).all()
+    assert set(draws["I_r"]) <= set(draws["I_o"])
+    # every val2017 caption (the old paper-config pool) reaches captions outside the subset
+    full = pd.concat([evaluation.itm_inputs(pairs, captions, demo / "val2017", seed=s, pool="all") for s in range(20)])
+    assert not set(full["C_r"]) <= set(pairs["caption_0"])
+    # the demo keeps drawing from every caption of its tiny val2017
+    assert evaluation.settings(load_config([repo / "config" / "demo.yaml"]))["itm"]["random_pool"] == "all"

@@ -40,7 +40,7 @@ def test_manifests_hold_train_and_dev_pairs_only(tmp_path):
     captions = pd.DataFrame({"caption_id": ids, "caption": pairs["caption_0"],
                              "file_name": [f"{i:012d}.jpg" for i in range(n)]})
     captions.to_parquet(tmp_path / "captions.parquet")
-    cfg = {"in_domain": {"test_fraction": 0.3, "dev_fraction": 0.2, "random_state": 0,
+    cfg = {"in_domain": {"test_fraction": 0.3, "dev_fraction": 0.2, "random_state": 0, "real_per_pair": 1,
                          "mixtures": ["mscoco", "coco_cfs"]},
            "data": {"coco_root": str(tmp_path / "coco"), "split": "val2017"}}
     summary = write_in_domain(cfg, tmp_path / "pairs.parquet", tmp_path / "captions.parquet", tmp_path / "out")
@@ -139,3 +139,62 @@ def test_table5_names_a_model_without_runs():
                   ("clip_train", "coco_cfs"): [60.0, 61.0]})
     with pytest.raises(ConfigError, match="'itm_bridgetower' has no runs"):
         ind.table5(stats.summarize(runs, "mscoco"), ["clip_train", "itm_bridgetower"])
+
+
+def test_mscoco_side_holds_an_equivalent_amount_of_real_samples(repo, tmp_path):
+    """A.1 compares training on COCO-CFs with training on "an equivalent amount of real examples": per train / dev
+    pair two MS-COCO samples (its original caption and a further caption of the same image, never a pair's
+    original caption), as many as the counterfactual side."""
+    from counterfactory.config import load_config
+
+    assert load_config([repo / "config" / "config.yaml"])["in_domain"]["real_per_pair"] == 2
+    n = 20
+    ids = [f"{i}_0" for i in range(n)]
+    pairs = pd.DataFrame({"id": ids, "caption_id": ids, "caption_0": [f"a dog {i}" for i in range(n)],
+                          "caption_1": [f"a cat {i}" for i in range(n)],
+                          "image_0": [f"img/{i}_0.png" for i in range(n)], "image_1": [f"img/{i}_1.png" for i in range(n)]})
+    pairs.to_parquet(tmp_path / "pairs.parquet")
+    # five captions per image (caption 0 is the pair's original)
+    rows = [{"caption_id": f"{i}_{c}", "caption": f"caption {c} of image {i}", "file_name": f"{i:012d}.jpg"}
+            for i in range(n) for c in range(5)]
+    pd.DataFrame(rows).to_parquet(tmp_path / "captions.parquet")
+    cfg = {"in_domain": {"test_fraction": 0.3, "dev_fraction": 0.2, "random_state": 0, "real_per_pair": 2,
+                         "mixtures": ["mscoco", "coco_cfs"]},
+           "data": {"coco_root": str(tmp_path / "coco"), "split": "val2017"}}
+    summary = write_in_domain(cfg, tmp_path / "pairs.parquet", tmp_path / "captions.parquet", tmp_path / "out")
+    real = pd.read_parquet(tmp_path / "out/manifests/mscoco.parquet")
+    cf = pd.read_parquet(tmp_path / "out/manifests/coco_cfs.parquet")
+    assert len(real) == len(cf) == 2 * 14
+    by = summary.set_index("mixture")
+    assert by.loc["mscoco", "n_train"] == by.loc["coco_cfs", "n_train"] and by.loc["mscoco", "n_val"] == by.loc[
+        "coco_cfs", "n_val"]
+    assert set(real.groupby("pair_id")["image_path"].nunique()) == {1}        # both samples show the pair's image
+    assert set(real.groupby("pair_id")["caption"].nunique()) == {2}           # two different captions
+    assert set(real.groupby("pair_id")["split"].nunique()) == {1}
+    test_ids = set(pd.read_parquet(tmp_path / "out/test_pairs.parquet")["id"])
+    assert not {p.split(":")[1] for p in real["pair_id"]} & test_ids
+    originals = real["caption"].str.startswith("caption 0 of")     # the pairs' own captions (ids i_0)
+    assert originals.sum() == 14 and (~originals).sum() == 14
+    # a caption that is some pair's original (here the test pairs' i_0 too) is never a further real sample
+    cfg["in_domain"]["real_per_pair"] = 5
+    write_in_domain(cfg, tmp_path / "pairs.parquet", tmp_path / "captions.parquet", tmp_path / "out5")
+    real5 = pd.read_parquet(tmp_path / "out5/manifests/mscoco.parquet")
+    assert len(real5) == 5 * 14 and real5["caption"].str.startswith("caption 0 of").sum() == 14
+
+
+@pytest.mark.parametrize("role, batch, epochs", [("itm_bridgetower", 14, 15), ("itm_flava", 32, 15),
+                                                 ("clip_train", 128, 30)])
+def test_a1_runs_use_each_models_recipe(repo, tmp_path, role, batch, epochs):
+    """A.1, the authors' scripts: BridgeTower batch 14 and FLAVA batch 32 for 15 epochs; CLIP keeps B.3.2's 128 / 30.
+    (The run's settings are recorded in run.json; --no-train loads no model.)"""
+    import json
+
+    from counterfactory.cli import main
+
+    out = tmp_path / role
+    assert main(["train", "run", "--config", str(repo / "config" / "config.yaml"), "--mixture", "mscoco",
+                 "--seed", "107", "--data-seed", "108", "--role", role, "--no-train", "--no-default-eval",
+                 "--in-domain-recipe", "--out-dir", str(out), "--no-progress"]) == 0
+    settings = json.loads((out / "run.json").read_text())["settings"]
+    assert (settings["batch_size"], settings["epochs"]) == (batch, epochs)
+    assert settings["lr"] == 5e-7 and settings["weight_decay"] == 0.001 and settings["warmup_steps"] == 0

@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parents[1]
 #: suffixes of a rule that runs the same subcommand as the unsuffixed rule, for one study or experiment (without the
 #: suffix the two names would collide): in_domain = COCO-CF's A.1 in-domain runs; countercurate_vlm = CounterCurate's
 #: VLM runs next to its CLIP runs
-QUALIFIERS = {"in_domain", "social", "countercurate", "countercurate_vlm", "spurious", "cvld"}
+QUALIFIERS = {"in_domain", "pretrained", "social", "countercurate", "countercurate_vlm", "spurious", "cvld"}
 
 #: rules whose name cannot be their command's, and why
 NO_COMMAND = {"all": "the default target: it runs no command"}

@@ -33,7 +33,7 @@ def defaults():
 
 @pytest.fixture(scope="module")
 def paper_frame():
-    return C.build_caption_sets({})
+    return C.build_caption_sets({"subjects": "table18"})
 
 
 def test_default_lists_are_the_papers(defaults):
@@ -60,6 +60,47 @@ def test_paper_scale_counts_with_260_occupations(defaults):
     assert counts.loc["physical_gender"].tolist() == [1040, 10_400, 10]
     assert counts.loc["physical_race"].tolist() == [1040, 31_200, 30]
     assert frame["caption"].is_unique
+
+
+def test_released_prefilter_list_is_shipped_and_is_the_default(defaults):
+    """§3.2, §8.4: the paper generates from the pre-filter list (its "260 occupations"); the authors' release holds
+    261 entries, 181 distinct ignoring case. Table 18 (the survivors) stays available by name."""
+    released = defaults["subjects_released"]
+    assert len(released) == 261 and len(set(released)) == 244 and len({s.casefold() for s in released}) == 181
+    assert released[:3] == ["barber", "coach", "businessperson"] and released[-1] == "receptionist"
+    merged = C.named_subjects("released")
+    assert len(merged) == 181 == len({s.casefold() for s in merged})
+    assert merged[:3] == ["barber", "coach", "businessperson"] and "Audiologist" in merged and "audiologist" not in merged
+    table18 = {s.casefold() for s in defaults["subjects"]}
+    assert table18 - {s.casefold() for s in merged} == {"real estate developer"}   # released as "real-estate developer"
+    assert C.named_subjects("table18") == defaults["subjects"]
+    assert C.resolve_section({})["subjects"] == merged == C.resolve_section({"subjects": "released"})["subjects"]
+    assert C.resolve_section({"subjects": "table18"})["subjects"] == defaults["subjects"]
+    with pytest.raises(ConfigError, match="subjects"):
+        C.resolve_section({"subjects": "table 18"})
+
+
+def test_released_list_counts():
+    """The counts the paper config produces: 181 occupations x 4 prefixes x (12 + 10 + 30) (§3.2, §8.4, Table 11;
+    the paper's 260 entries give 54,080 captions / 3,120 sets)."""
+    frame = C.build_caption_sets({})
+    counts = C.counts_by_segment(frame).set_index("segment")
+    assert counts.loc["race_gender"].tolist() == [724, 8_688, 12]
+    assert counts.loc["physical_gender"].tolist() == [724, 7_240, 10]
+    assert counts.loc["physical_race"].tolist() == [724, 21_720, 30]
+    assert len(frame) == 37_648 and frame["set_id"].nunique() == 2_172 and frame["caption"].is_unique
+    assert "A photo of a White male barber" in set(frame["caption"])
+
+
+def test_paper_config_subjects_are_the_released_list(repo):
+    from counterfactory.config import load_config
+
+    view = load_config([repo / "config" / "config.yaml"], study="social_counterfactuals")
+    assert view["captions"]["subjects"] == "released"                       # §3.2, §8.4
+    assert len(C.resolve_section(view["captions"])["subjects"]) == 181
+    demo = load_config([repo / "config" / "config.yaml", repo / "config" / "demo.yaml"],
+                       study="social_counterfactuals")
+    assert C.resolve_section(demo["captions"])["subjects"] == ["academic", "accountant"]   # demo unchanged
 
 
 def test_default_list_counts(paper_frame):
@@ -174,7 +215,7 @@ def test_set_ids_are_stable(defaults):
 
 
 def test_three_attribute_segment(defaults):
-    frame = C.build_caption_sets({"segments": defaults["segments_three_attribute"], "max_subjects": 3})
+    frame = C.build_caption_sets({"segments": defaults["segments_three_attribute"], "subjects": "table18", "max_subjects": 3})
     assert len(frame) == 4 * 3 * 60 and frame["set_id"].nunique() == 12
     assert (frame["n_members"] == 60).all()                                     # MaxSkew@60 (§10.2)
     first = frame[frame["set_id"] == frame["set_id"].iloc[0]]
@@ -183,7 +224,7 @@ def test_three_attribute_segment(defaults):
     assert len(set(zip(first["a1"], first["a2"], first["a3"]))) == 60
     assert first["caption"].iloc[0] == "A skinny White male academic"
     assert "An old Asian female academic" in set(first["caption"])
-    mixed = C.build_caption_sets({"segments": [["race", "gender"], ["physical", "race", "gender"]], "max_subjects": 1})
+    mixed = C.build_caption_sets({"segments": [["race", "gender"], ["physical", "race", "gender"]], "subjects": "table18", "max_subjects": 1})
     assert set(mixed.loc[mixed["segment"] == "race_gender", "a3"]) == {""}
 
 

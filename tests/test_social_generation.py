@@ -400,3 +400,28 @@ def test_adaptive_off_reuses_the_non_adaptive_cache(tmp_path, models, clip_model
                         keep_work=True)
     again = _run(off, sets, 0, out, engine, hook=lambda k, sid: seen.append(sid))
     assert seen == [] and again["config_digest"] == ref["config_digest"] and _tree(out) == before
+
+
+def test_paper_config_generates_sets_in_fp32_on_cuda(repo, monkeypatch):
+    """The authors' SocialCounterfactuals generator ran in fp32 (its --precision hmp default falls through to fp32);
+    the paper config's set generation resolves fp32 on CUDA although the config-wide precision is auto (bf16 there)."""
+    import torch
+
+    from counterfactory import device
+
+    view = load_config([repo / "config" / "config.yaml"], study="social_counterfactuals")
+    assert view["precision"] == "auto" and view["images"]["precision"] == "fp32"
+    stage = sets_mod.stage_config(view)
+    assert stage["precision"] == "fp32" and view["precision"] == "auto"       # the view itself is left alone
+    monkeypatch.setattr(device, "resolve_device", lambda _spec: torch.device("cuda"))
+    assert device.from_config(stage) == (torch.device("cuda"), torch.float32)
+    # the engine is built from the stage's config (captured instead of loading Stable Diffusion)
+    from counterfactory.models import registry
+
+    monkeypatch.setattr(registry, "configured_models", lambda cfg, roles=None: {})
+    assert sets_mod._context(view).cfg["precision"] == "fp32"
+    # null = the config-wide precision
+    view["images"]["precision"] = None
+    assert sets_mod.stage_config(view)["precision"] == "auto"
+    with pytest.raises(ConfigError, match="precision"):
+        device.with_stage_precision(view, "fp8")

@@ -292,3 +292,100 @@ def test_probe_frame_ignores_a_blank_third_attribute():
     out = P.probe_frame(pd.DataFrame(rows), Scorer(), "m", P.settings({}))
     full = out[(out["metric"] == "maxskew") & (out["given"] == "all")]
     assert set(full["k"]) == {4} and "" not in set(full["attribute"])   # K = |race| x |gender|, no third type
+
+
+def test_paper_config_ndkl_depth_is_k_squared_hand_computed(repo):
+    """§10.1: NDKL sums over ranked lists of size 1..K², K = |A1|·|A2|. Paper config on a synthetic ranking of 6 items
+    with K = 2 x 1 = 2: the sum stops at 4 (the whole ranking, `full`, gives another value)."""
+    from counterfactory.config import load_config
+
+    opts = load_config([repo / "config" / "config.yaml"], study="social_counterfactuals")["probing"]
+    assert opts["ndkl_depth"] == "k_squared"
+    values = {"race": ["a", "b"], "gender": ["m"]}
+    labels = [("a", "m"), ("a", "m"), ("b", "m"), ("a", "m"), ("b", "m"), ("b", "m")]
+    scores = [0.9, 0.8, 0.7, 0.6, 0.5, 0.4]                                  # ranked as listed
+    # top-i shares of "a" 1, 1, 2/3, 3/4 against uniform Q = (1/2, 1/2); natural log; discount 1/log2(i + 1)
+    kl = [math.log(2), math.log(2), 2 / 3 * math.log(4 / 3) + 1 / 3 * math.log(2 / 3),
+          3 / 4 * math.log(3 / 2) + 1 / 4 * math.log(1 / 2)]
+    disc = [1 / math.log2(i + 1) for i in range(1, 5)]
+    expected = sum(k * d for k, d in zip(kl, disc)) / sum(disc)
+    paper = rows_to_frame(pr.retrieval_metrics(scores, labels, values, ndkl_depth=opts["ndkl_depth"]))
+    assert pick(paper, "intersectional", "ndkl")["k"] == 4
+    assert pick(paper, "intersectional", "ndkl")["value"] == pytest.approx(expected, rel=1e-12)
+    full = rows_to_frame(pr.retrieval_metrics(scores, labels, values, ndkl_depth="full"))
+    assert pick(full, "intersectional", "ndkl")["k"] == 6
+    assert pick(full, "intersectional", "ndkl")["value"] != pytest.approx(expected)
+    # the library default follows the paper too
+    default = rows_to_frame(pr.retrieval_metrics(scores, labels, values))
+    assert pick(default, "intersectional", "ndkl")["value"] == pytest.approx(expected, rel=1e-12)
+
+
+def test_paper_config_probes_flava_with_unprojected_pooler_output(repo, tmp_path):
+    """The authors' evaluation embeds FLAVA images and texts with the unimodal encoders' unprojected pooler_output;
+    the paper config does the same (the projected contrastive embeddings stay an option). Tiny FLAVA stand-in."""
+    import copy
+
+    import torch
+    from PIL import Image
+
+    from counterfactory.config import load_config
+    from counterfactory.models import loaders_eval, tiny_eval
+    from counterfactory.models.registry import ModelSpec
+    from counterfactory.scorers import FlavaItcScorer, wrap_model
+
+    tiny_eval.BUILDERS["itm_flava"](tmp_path / "flava", 0)
+    view = load_config([repo / "config" / "config.yaml"], study="social_counterfactuals")
+    assert pr.settings(view)["flava_embedding"] == "pooler"
+    cfg = copy.deepcopy(dict(view))
+    cfg["models"] = {**cfg["models"], "itm_flava": {"source": str(tmp_path / "flava")}}
+    cfg["device"], cfg["precision"] = "cpu", "fp32"
+    paper = pr._default_scorer_factory(cfg, "itm_flava")                   # what `social probe` builds
+    assert isinstance(paper, FlavaItcScorer) and paper.embedding == "pooler"
+    loaded = loaders_eval.load_itm_transformers(ModelSpec(role="itm_flava", source=str(tmp_path / "flava"),
+                                                          library="transformers"), {"head": "itc"})
+    projected = wrap_model(loaded, name="f", head="itc", flava_embedding="projected", progress=False)
+    rng = np.random.default_rng(0)
+    images = [Image.fromarray(rng.integers(0, 255, (40, 48, 3), dtype=np.uint8)) for _ in range(3)]
+    texts = ["A photo of a doctor", "A photo of an umpire"]
+    model, processor = loaded
+    flava = getattr(model, "flava", model)
+    with torch.inference_mode():
+        pix = processor.image_processor(images=images, return_tensors="pt")["pixel_values"]
+        img_ref = torch.nn.functional.normalize(flava.image_model(pixel_values=pix).pooler_output.float(), dim=-1)
+        tok = processor.tokenizer(texts, padding=True, return_tensors="pt")
+        txt_ref = torch.nn.functional.normalize(flava.text_model(
+            input_ids=tok["input_ids"], attention_mask=tok["attention_mask"]).pooler_output.float(), dim=-1)
+    np.testing.assert_allclose(paper.encode_images(images), img_ref.numpy(), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(paper.encode_texts(texts), txt_ref.numpy(), rtol=1e-4, atol=1e-5)
+    other_i, other_t = projected.encode_images(images), projected.encode_texts(texts)
+    assert other_i.shape != img_ref.shape or not np.allclose(other_i, img_ref.numpy(), atol=1e-3)
+    assert other_t.shape != txt_ref.shape or not np.allclose(other_t, txt_ref.numpy(), atol=1e-3)
+    with pytest.raises(Exception, match="embedding"):
+        wrap_model(loaded, name="f", head="itc", flava_embedding="cls", progress=False)
+
+
+def test_three_attribute_comparison_table_section_10_2():
+    """§10.2: MaxSkew@60 of physical x race x gender next to each pair's MaxSkew@60 on the same images."""
+    physical = ["skinny", "obese", "young", "old", "tattooed"]
+    values = {"physical": physical, "race": RACES, "gender": GENDERS}
+    rows = []
+    rng = np.random.default_rng(5)
+    for subject in ("doctor", "nurse"):
+        labels = [(p, r, g) for p in physical for r in RACES for g in GENDERS] * 2      # 120 images, 2 candidate sets
+        scores = rng.normal(size=len(labels))
+        for r in pr.retrieval_metrics(scores, labels, values, marginals=False):
+            rows.append({"model": "clip_eval", "segment": "physical_race_gender", "subject": subject, **r})
+        two = [(r_, g) for r_ in RACES for g in GENDERS]
+        for r in pr.retrieval_metrics(rng.normal(size=12), two, {"race": RACES, "gender": GENDERS}, marginals=False):
+            rows.append({"model": "clip_eval", "segment": "race_gender", "subject": subject, **r})
+    df = pd.DataFrame(rows)
+    table = rp.three_attribute_table(df)
+    assert list(table.index) == [("physical_race_gender", "clip_eval")]               # two-attribute segments: no row
+    assert list(table.columns) == ["intersection (K=60)", "physical+gender (K=60)", "physical+race (K=60)",
+                                   "race+gender (K=60)"]
+    sel = df[(df["segment"] == "physical_race_gender") & (df["metric"] == "maxskew")]
+    for column, attribute in (("intersection (K=60)", "intersectional"), ("race+gender (K=60)", "race+gender")):
+        expected = sel.loc[sel["attribute"] == attribute, "value"].mean()
+        assert table.loc[("physical_race_gender", "clip_eval"), column] == pytest.approx(expected)
+    assert any("§10.2" in title for title in rp.paper_tables(df))
+    assert rp.three_attribute_table(df[df["segment"] == "race_gender"]).empty

@@ -283,3 +283,91 @@ def test_flag_columns_render_as_marks_in_table4_layout(tmp_path):
     info.write_text("mixture,grouping\ngrouping,maybe\n")
     with pytest.raises(InputError, match=r"info\.csv, record line 2: grouping = 'maybe' is not yes / no"):
         tables.read_mixture_info(info)
+
+
+# --------------------------------------------------------------------------------------------
+# COCO-CF Tables 3, 4 and 12: the pre-trained row first and Table 4's Mean column (issue 28, item 10)
+# --------------------------------------------------------------------------------------------
+def _paper_runs(datasets, mixtures, seeds=(107, 108)):
+    """A runs table as `train collect` writes it: the pre-trained run once, every mixture over ``seeds``."""
+    from counterfactory.training.runs import CLASSIFICATION_MEAN
+
+    rows = []
+    runs = [("pretrained", 107)] + [(m, s) for m in mixtures for s in seeds]
+    for k, (mixture, seed) in enumerate(runs):
+        top1 = {d: 50.0 + 10 * j + 0.5 * k for j, d in enumerate(datasets)}
+        top1[CLASSIFICATION_MEAN] = float(np.mean(list(top1.values())))
+        rows += [{"experiment": "coco_cf", "mixture": mixture, "seed": seed, "data_seed": seed + 1,
+                  "metric": f"{d}/top1" if d in datasets else d, "value": v} for d, v in top1.items()]
+    return pd.DataFrame(rows)
+
+
+def test_paper_config_tables_have_the_pretrained_row_and_table4_mean(repo):
+    """§5, Tables 3, 4 and 12 start with "None (pre-trained CLIP)" (|D_train| 0, % CFs 0 %, one run, no std);
+    Table 4 ends with the Mean over its six datasets."""
+    from counterfactory.config import load_config
+    from counterfactory.studies.coco_counterfactuals import table_metrics, table_mixtures
+
+    training = load_config([repo / "config" / "config.yaml"])["training"]
+    datasets = list(training["eval"]["classification"])
+    assert datasets == ["CIFAR10", "CIFAR100", "Food101", "Caltech101", "Caltech256", "ImageNet"]
+    metrics = table_metrics(training, "classification").split(",")
+    assert metrics == [f"{d}/top1" for d in datasets] + ["classification/mean"]       # Table 4: ... Mean
+    assert table_metrics(training, "retrieval").split(",")[-1] == "flickr30k/mean"    # Table 3 had its Mean
+    order = table_mixtures(training)
+    assert order == ["pretrained", "mscoco", "base", "medium", "all"]
+    # the workflow's cached view sorts keys; the rows keep the order the config file lists
+    shuffled = {**training, "mixtures": dict.fromkeys(sorted(training["mixtures"]))}
+    assert table_mixtures(shuffled, ["mscoco", "base", "medium", "all"]) == order
+
+    runs = _paper_runs(datasets, order[1:])
+    summary = stats.summarize(runs, training["baseline"])
+    info = pd.DataFrame({"mixture": order[1:], "n_train": ["13928", "13928", "34820", "41784"],
+                         "n_cf": ["0", "6939", "20894", "27853"], "pct_cf": ["0", "49.8", "60.0", "66.7"]})
+    table = tables.build_table(summary, metrics=metrics, mixture_order=order, mixture_info=info,
+                               pretrained="pretrained", pretrained_label=training["pretrained_row"])
+    header, _, rows = parse_pipe_table(tables.render_markdown(table))
+    assert header[:4] == ["Training dataset", "\\|D<sub>train</sub>\\|", "\\|D<sup>CF</sup><sub>train</sub>\\|",
+                          "% CFs"]
+    assert header[4:] == metrics
+    assert [r[0] for r in rows] == ["None (pre-trained CLIP)", "mscoco", "base", "medium", "all"]
+    first = rows[0]
+    assert first[1:4] == ["0", "0", "0%"]
+    assert first[4] == "50.00" and "<sub>" not in "".join(first[4:])   # one run: mean without a std
+    # the Mean column is the per-run mean over the datasets, summarised over seeds like any metric
+    mean = summary[(summary["metric"] == "classification/mean") & (summary["mixture"] == "all")].iloc[0]
+    per_run = runs[(runs["metric"] != "classification/mean") & (runs["mixture"] == "all")]
+    assert mean["mean"] == pytest.approx(per_run["value"].mean())
+    assert mean["n"] == 2 and f"{mean['mean']:.2f}" in rows[4][-1]
+
+
+def test_stats_table_cli_puts_the_pretrained_row_first(tmp_path, info_path):
+    runs = _paper_runs(["CIFAR10", "Food101"], ["mscoco", "cf50"])
+    summary = tmp_path / "summary.csv"
+    stats.summarize(runs, "mscoco").to_csv(summary, index=False)
+    out = tmp_path / "t.md"
+    assert main(["stats", "table", "--summary", str(summary), "--mixture-info", str(info_path),
+                 "--mixture-order", "mscoco,cf50", "--pretrained-row", "pretrained",
+                 "--pretrained-label", "None (pre-trained CLIP)", "--out-md", str(out)]) == 0
+    header, _, rows = parse_pipe_table(out.read_text())
+    assert header[-1] == "classification/mean"
+    assert [r[0] for r in rows] == ["None (pre-trained CLIP)", "MS-COCO", "MS-COCO + COCO-CFs"]
+    assert rows[0][1:3] == ["0", "0%"]
+    assert main(["stats", "table", "--summary", str(summary), "--pretrained-row", "zero_shot",
+                 "--out-md", str(out)]) == 2   # no such mixture in the summary
+
+
+def test_run_one_reports_the_classification_mean(repo, tmp_path, monkeypatch):
+    """Table 4's Mean: every run (the pre-trained one included) writes its mean top-1 over the datasets."""
+    from counterfactory.config import load_config
+    from counterfactory.evaluation import classify
+    from counterfactory.evaluation.runs import run_one
+
+    cfg = load_config([repo / "config" / "demo.yaml"])
+    cfg["training"]["eval"] = {"retrieval": [], "classification": ["A", "B", "C"]}
+    scores = {"A": 90.0, "B": 60.0, "C": 75.0}
+    monkeypatch.setattr(classify, "run_classification", lambda cfg, role, dataset, progress=True: {"top1": scores[dataset]})
+    rows = run_one(cfg, None, "pretrained", 107, 108, tmp_path / "run", progress=False, train=False)
+    values = dict(zip(rows["metric"], rows["value"]))
+    assert values == {"A/top1": 90.0, "B/top1": 60.0, "C/top1": 75.0, "classification/mean": 75.0}
+    assert set(rows["mixture"]) == {"pretrained"}

@@ -99,6 +99,7 @@ def test_demo_dag_runs_every_rule(repo, demo_run):
     assert set(listed) - {"countercurate_generate"} <= set(ran), set(listed) - set(ran)
     assert ran["captions_edit"] == 2 and ran["images_generate"] == 2  # 50 captions / 25, ~47 counterfactuals / 30
     assert ran["train_run"] == 4 * 2  # 4 mixtures x 2 demo seeds
+    assert ran["train_run_pretrained"] == 1  # Tables 3, 4, 12: the pre-trained row, evaluated once
     # A.1 (demo: CLIP and FLAVA) x (pre-trained + MS-COCO and COCO-CFs x 2 demo seeds)
     assert ran["train_run_in_domain"] == 2 * (1 + 2 * 2)
     # SocialCF: 3 segments x (pre-trained once + debiased x 2 seeds); CounterCurate: Table 4's demo rows on positions
@@ -115,9 +116,16 @@ def test_demo_outputs_are_consistent(demo_run):
     captions = pd.read_parquet(work / RESULTS / "captions/counterfactual_captions.parquet")
     assert len(pairs) > 0 and set(pairs["caption_0"]) <= set(captions["original"])
     runs = pd.read_csv(work / RESULTS / "training/runs.csv")
-    assert set(runs["mixture"]) == {"mscoco", "base", "medium", "all"} and set(runs["seed"]) == {107, 108}
+    # the four mixtures over the demo seeds, and the pre-trained row's one run (Tables 3, 4, 12)
+    assert set(runs["mixture"]) == {"pretrained", "mscoco", "base", "medium", "all"} and set(runs["seed"]) == {107, 108}
+    assert set(runs.loc[runs["mixture"] == "pretrained", "seed"]) == {107}
     summary = pd.read_csv(work / RESULTS / "training/summary.csv")
     assert {"mean", "std", "p_value"} <= set(summary.columns)
+    table4 = pd.read_csv(work / RESULTS / "training/tables/classification.csv")
+    assert table4["mixture"].tolist() == ["pretrained", "mscoco", "base", "medium", "all"]   # the paper's row order
+    assert table4["label"].iloc[0] == "None (pre-trained CLIP)" and "classification/mean" in table4.columns
+    taxonomy = pd.read_csv(work / RESULTS / "training/human_taxonomy.csv")   # A.3.2
+    assert taxonomy["subject"].iloc[-1] == "total"
     prov = json.loads((work / "results/demo/provenance.json").read_text())
     assert prov["models"]["sd"]["fingerprint"]  # made after the models were built
 
@@ -319,10 +327,10 @@ AFTER_TRAINING = {"train_collect", "stats_summarize", "stats_table", "train_plot
     (lambda s: s["images"]["filter"].update(direction_min=0.01), DOWNSTREAM_OF_IMAGES),
     (lambda s: s["evaluation"]["itm"].update(bins=21), {"evaluate_itm_summary"} | FINAL),
     (lambda s: s["evaluation"]["classification"].update(templates=["a picture of a {c}."]),
-     {"evaluate_classify", "evaluate_classify_table", "train_run"} | AFTER_TRAINING),
+     {"evaluate_classify", "evaluate_classify_table", "train_run", "train_run_pretrained"} | AFTER_TRAINING),
     (lambda s: s["training"]["stats"].update(alpha=0.01),
      {"stats_summarize", "stats_table", "stats_summarize_in_domain", "train_in_domain_table"} | FINAL),
-    (lambda s: s["training"].update(lr=2e-4), {"train_run"} | AFTER_TRAINING | IN_DOMAIN_RUNS),
+    (lambda s: s["training"].update(lr=2e-4), {"train_run", "train_run_pretrained"} | AFTER_TRAINING | IN_DOMAIN_RUNS),
     (lambda s: s["in_domain"].update(test_fraction=0.4),
      {"train_in_domain_split", "evaluate_itr", "evaluate_itr_table"} | FINAL | IN_DOMAIN_RUNS),
 ])
@@ -405,6 +413,7 @@ def test_paper_config_dry_run_at_paper_scale(repo, tmp_path):
     assert counts["images_generate"] == math.ceil(25014 / paper["images"]["shard_size"]) == 501
     # B.3.2: 4 mixtures x 25 seeds; §4.2 / §5.2: every evaluation model and dataset
     assert counts["train_run"] == 4 * 25
+    assert counts["train_run_pretrained"] == 1   # §5: the pre-trained row of Tables 3, 4 and 12
     ev = paper["evaluation"]
     assert counts["evaluate_itr"] == len(ev["itr"]["models"]) and counts["evaluate_itm"] == len(ev["itm"]["models"])
     assert counts["evaluate_classify"] == len(ev["classification"]["models"]) * 6  # Table 4: six datasets
@@ -413,16 +422,16 @@ def test_paper_config_dry_run_at_paper_scale(repo, tmp_path):
     assert counts["stats_table"] == 3 and counts["analysis_label_frequency"] == 1
     # A.1 / Table 5: CLIP, BridgeTower and FLAVA, each pre-trained (1) and fine-tuned on 2 mixtures x 25 seeds
     assert counts["train_run_in_domain"] == 3 * (1 + 2 * 25) and counts["train_in_domain_table"] == 1
-    # SocialCounterfactuals: Table 18's 156 occupations x 4 prefixes x 3 segments = 1,872 caption sets (§3.2; 3,120
-    # with the paper's 260), 10 per image job; probing before / after the filters per model; debiasing per model,
+    # SocialCounterfactuals: the released pre-filter list's 181 occupations x 4 prefixes x 3 segments = 2,172 caption
+    # sets (§3.2, §8.4; 3,120 with the paper's 260 entries, duplicates included), 10 per image job; probing before / after the filters per model; debiasing per model,
     # segment and seed fine-tuned, plus the (deterministic) pre-trained model once per model and segment
     social = yaml.safe_load((repo / "config" / "config.yaml").read_text())["social_counterfactuals"]
     assert counts["social_captions"] == 1
-    assert counts["social_generate"] == math.ceil(156 * 4 * 3 / social["images"]["set_shard_size"]) == 188
+    assert counts["social_generate"] == math.ceil(181 * 4 * 3 / social["images"]["set_shard_size"]) == 218
     assert counts["social_probe"] == 2 * len(social["probing"]["roles"])
     assert counts["social_debias_run"] == len(social["debias"]["roles"]) * 3 * (social["debias"]["seeds"]["count"] + 1)
     for rule in ("social_filter_clip", "social_filter_nsfw", "social_filter_detect"):
-        assert counts[rule] == 188   # the filters run per generation shard (5.4 M images at 260 occupations)
+        assert counts[rule] == 218   # the filters run per generation shard (3.8 M images at 181 occupations)
     assert counts["social_filter_merge"] == counts["social_filter_table"] == 1
     # CounterCurate: every evaluated model on the four benchmarks (§4); the datasets are built once
     cc = yaml.safe_load((repo / "config" / "config.yaml").read_text())["countercurate"]

@@ -28,6 +28,7 @@ itself (tiny SD on an H100, 3 steps, bf16: compiled vs eager max 17/255 per pixe
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import logging
 import math
@@ -115,6 +116,18 @@ def resolve_dtype(precision: str = "auto", device: torch.device | None = None) -
 def from_config(cfg: dict) -> tuple[torch.device, torch.dtype]:
     device = resolve_device(cfg.get("device", "auto"))
     return device, resolve_dtype(cfg.get("precision", "auto"), device)
+
+
+def with_stage_precision(cfg: dict, precision: str | None) -> dict:
+    """``cfg`` with the config-wide ``precision`` replaced by a stage's own (``None``: ``cfg`` itself), so the stage's
+    models load through :func:`from_config` in that precision (e.g. ``social_counterfactuals.images.precision``:
+    the authors' SocialCounterfactuals generator ran in fp32). A shallow copy; a :class:`ConfigView` stays one."""
+    if precision is None or precision == cfg.get("precision", "auto"):
+        return cfg
+    resolve_dtype(precision)  # an unknown value fails here, naming the fix
+    out = copy.copy(cfg)
+    out["precision"] = precision
+    return out
 
 
 def release_memory() -> None:

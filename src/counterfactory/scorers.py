@@ -239,26 +239,46 @@ class OpenClipScorer(DualEncoderScorer):
         return self.model.encode_text(self.tokenizer(texts).to(self.device))
 
 
-class FlavaItcScorer(DualEncoderScorer):
-    """FLAVA's global contrastive head: projected [CLS] embeddings of the unimodal encoders."""
+#: what a FLAVA dual-encoder scorer embeds (:class:`FlavaItcScorer`)
+FLAVA_EMBEDDINGS = ("projected", "pooler")
 
-    def __init__(self, model, processor, **kw):
+
+class FlavaItcScorer(DualEncoderScorer):
+    """FLAVA as a dual encoder over its unimodal encoders.
+
+    ``embedding``: ``projected`` (default) — the global contrastive head's embeddings, the [CLS] token through the
+    image / text projection (``get_image_features`` / ``get_text_features``, what FLAVA's contrastive loss compares);
+    ``pooler`` — the encoders' unprojected ``pooler_output`` (dense + tanh on the [CLS] token of
+    ``image_model`` / ``text_model``), the embedding SocialCounterfactuals' evaluation ranks images with. Scores are
+    ``logit_scale · cos`` either way (the rankings are what the probes use)."""
+
+    def __init__(self, model, processor, embedding: str = "projected", **kw):
+        if embedding not in FLAVA_EMBEDDINGS:
+            raise ConfigError(f"FLAVA embedding must be one of {', '.join(FLAVA_EMBEDDINGS)}, got {embedding!r}")
         super().__init__(model, **kw)
         self.processor = processor
+        self.embedding = embedding
         self.flava = getattr(self.model, "flava", self.model)  # FlavaForPreTraining or FlavaModel
         self.logit_scale = float(self.flava.logit_scale.detach().exp().item())
         self.max_length = _max_text_length(processor.tokenizer, self.flava.config.text_config)
+        if embedding == "pooler":
+            dims = (self.flava.config.image_config.hidden_size, self.flava.config.text_config.hidden_size)
+            if dims[0] != dims[1]:
+                raise ConfigError(f"FLAVA embedding 'pooler': the image and text encoders have different widths "
+                                  f"{dims}, so their pooler outputs cannot be compared. Fix: use 'projected'")
 
     def _embed_images(self, pil_images):
-        pix = self.processor.image_processor(images=pil_images, return_tensors="pt")["pixel_values"]
-        out = self.flava.get_image_features(pixel_values=self._pixels(pix))
-        return _model_output_features(out)[:, 0, :]
+        pix = self._pixels(self.processor.image_processor(images=pil_images, return_tensors="pt")["pixel_values"])
+        if self.embedding == "pooler":
+            return self.flava.image_model(pixel_values=pix).pooler_output
+        return _model_output_features(self.flava.get_image_features(pixel_values=pix))[:, 0, :]
 
     def _embed_texts(self, texts):
         tok = _tokenize(self.processor.tokenizer, texts, self.max_length, self.device)
-        out = self.flava.get_text_features(**{k: v for k, v in tok.items()
-                                               if k in ("input_ids", "attention_mask", "token_type_ids")})
-        return _model_output_features(out)[:, 0, :]
+        tok = {k: v for k, v in tok.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
+        if self.embedding == "pooler":
+            return self.flava.text_model(**tok).pooler_output
+        return _model_output_features(self.flava.get_text_features(**tok))[:, 0, :]
 
 
 class BridgeTowerItcScorer(DualEncoderScorer):
@@ -502,9 +522,10 @@ def scorer_options(cfg: dict, role: str, **overrides) -> dict:
 
 
 def wrap_model(loaded, *, name: str, head: str = "auto", itm_score: str = "logit",
-               max_exhaustive_pairs: int = 2_000_000, **kw) -> Scorer:
+               max_exhaustive_pairs: int = 2_000_000, flava_embedding: str = "projected", **kw) -> Scorer:
     """The scorer for an object returned by ``registry.load`` (``(model, processor)`` for transformers,
-    ``(model, preprocess, tokenizer)`` for open_clip)."""
+    ``(model, preprocess, tokenizer)`` for open_clip). ``flava_embedding``: what FLAVA's contrastive-head scorer
+    embeds (:data:`FLAVA_EMBEDDINGS`, see :class:`FlavaItcScorer`); other models ignore it."""
     if head not in ("auto", "itm", "itc"):
         raise ConfigError(f"scorer {name}: head must be auto, itm or itc, got {head!r}")
     if isinstance(loaded, tuple) and len(loaded) == 3:
@@ -527,12 +548,14 @@ def wrap_model(loaded, *, name: str, head: str = "auto", itm_score: str = "logit
     if head == "itm" and itm_cls is None:
         raise ConfigError(f"scorer {name}: {cls_name} was loaded without its ITM head. Fix: load it with head='itm'")
     if head == "itc" or (head == "auto" and itm_cls is None):
+        if itc_cls is FlavaItcScorer:
+            return itc_cls(model, processor, name=name, embedding=flava_embedding, **kw)
         return itc_cls(model, processor, name=name, **kw)
     return itm_cls(model, processor, name=name, itm_score=itm_score, max_exhaustive_pairs=max_exhaustive_pairs, **kw)
 
 
 def scorer_from_config(cfg: dict, role: str, *, head: str = "itm", progress: bool = True,
-                       **overrides) -> Scorer:
+                       flava_embedding: str = "projected", **overrides) -> Scorer:
     """Load ``role`` through the model registry and wrap it in the matching scorer.
 
     ``head``: ``itm`` scores with the image-text matching head of cross-encoders (BLIP, ViLT, FLAVA,
@@ -540,7 +563,7 @@ def scorer_from_config(cfg: dict, role: str, *, head: str = "itm", progress: boo
     BridgeTower; ViLT falls back to ITM with a warning). CLIP / open_clip have one score either way.
     Options come from ``evaluation.scorers.<role>`` (``batch_size``, ``itm_score: logit|probability``,
     ``max_exhaustive_pairs``) and ``overrides``; the device and precision from the config's
-    ``device`` / ``precision`` through :mod:`counterfactory.device`.
+    ``device`` / ``precision`` through :mod:`counterfactory.device`. ``flava_embedding``: see :func:`wrap_model`.
     """
     from . import device as device_mod
     from .models import loaders_eval  # noqa: F401  (registers the evaluation roles' loaders)
@@ -550,7 +573,8 @@ def scorer_from_config(cfg: dict, role: str, *, head: str = "itm", progress: boo
     dev, dtype = device_mod.from_config(cfg)
     loaded = registry.load(cfg, role, head=head)
     scorer = wrap_model(loaded, name=role, head=head, itm_score=opts["itm_score"],
-                        max_exhaustive_pairs=opts["max_exhaustive_pairs"], device=dev, dtype=dtype,
+                        max_exhaustive_pairs=opts["max_exhaustive_pairs"], flava_embedding=flava_embedding,
+                        device=dev, dtype=dtype,
                         batch_size=int(opts["batch_size"]), progress=progress,
                         performance=device_mod.Performance.from_config(cfg))
     log.info("scorer %s: %s (%s) on %s/%s", role, type(scorer).__name__, registry.model_spec(cfg, role).source,

@@ -174,13 +174,18 @@ def _select(requested: Sequence[str] | None, available: list, label_of, what: st
 def build_table(summary: pd.DataFrame, *, metrics: Sequence[str] | None = None,
                 mixture_order: Sequence[str] | None = None, experiment: str | None = None,
                 mixture_info: pd.DataFrame | None = None, decimals: int = 2, std_decimals: int = 1,
-                row_header: str = "Training dataset") -> PaperTable:
+                row_header: str = "Training dataset", pretrained: str | None = None,
+                pretrained_label: str | None = None) -> PaperTable:
     """Arrange summary rows into a :class:`PaperTable` and mark best and significant cells.
 
     ``metrics`` selects and orders columns: each entry is a metric name (every experiment's
     column of that metric) or ``experiment:metric``. ``mixture_order`` selects and orders rows;
     mixtures it leaves out are dropped. With more than one experiment, column labels are
     ``experiment:metric``.
+
+    ``pretrained`` names the mixture of the pre-trained model's runs (COCO-CF Tables 3, 4 and 12: "None
+    (pre-trained CLIP)", one run, no std): it becomes the first row, labelled ``pretrained_label``, with
+    ``|D_train|``, ``|D_train^CF|`` and ``% CFs`` of 0 wherever the mixture info has those columns.
     """
     if decimals < 0 or std_decimals < 0:
         raise InputError("decimals must be >= 0. Fix: pass e.g. --decimals 2")
@@ -199,7 +204,12 @@ def build_table(summary: pd.DataFrame, *, metrics: Sequence[str] | None = None,
 
     col_keys = _select(metrics, col_all, lambda k: (col_label(k), k[1], f"{k[0]}:{k[1]}"), "metric", "--metrics")
     row_all = list(dict.fromkeys(frame["mixture"]))
+    if pretrained is not None and pretrained not in row_all:
+        raise InputError(f"--pretrained-row: the summary has no mixture {pretrained!r} (mixtures: "
+                         f"{', '.join(row_all)}). Fix: collect the pre-trained run into the runs table")
     row_keys = _select(mixture_order, row_all, lambda m: (m,), "mixture", "--mixture-order")
+    if pretrained is not None:
+        row_keys = [pretrained] + [m for m in row_keys if m != pretrained]
 
     labels = {m: m for m in row_keys}
     info: dict[str, dict[str, str]] = {m: {} for m in row_keys}
@@ -215,10 +225,14 @@ def build_table(summary: pd.DataFrame, *, metrics: Sequence[str] | None = None,
                 labels[m] = str(rec["label"]).strip()
             for c in info_columns:
                 info[m][c] = _format_info(c, rec[c])
-        unknown = [m for m in row_keys if m not in by_mix.index]
+        if pretrained is not None and pretrained not in by_mix.index:
+            info[pretrained] = {c: _format_info(c, "0") for c in info_columns if c in ("n_train", "n_cf", "pct_cf")}
+        unknown = [m for m in row_keys if m not in by_mix.index and m != pretrained]
         if unknown:
             log.warning("mixture info has no row for: %s", ", ".join(unknown))
 
+    if pretrained is not None and pretrained_label:
+        labels[pretrained] = pretrained_label
     table = PaperTable(row_keys=row_keys, row_labels=[labels[m] for m in row_keys], info_columns=info_columns,
                        info=info, col_keys=col_keys, col_labels=[col_label(k) for k in col_keys],
                        decimals=decimals, std_decimals=std_decimals, row_header=row_header)

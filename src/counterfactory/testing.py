@@ -56,8 +56,8 @@ def fake_evaluation_data(workdir: Path, config_path: Path, study: str = "coco_co
             folder = need == "images"  # the rest are files (CIFAR pickles, Food-101 meta/*.json)
             touch(str(Path(spec["root"]) / need), folder)
         for key in ("class_index", "class_names"):
-            if spec.get(key):
-                touch(spec[key], False)
+            if spec.get(key) and not str(spec[key]).startswith("builtin:") and spec[key] != "torchvision":
+                touch(spec[key], False)   # a file (builtin maps and torchvision names are no files)
     retrieval = section.get("training", {}).get("eval", {}).get("retrieval") or []
     for spec in [retrieval] if isinstance(retrieval, dict) else retrieval:
         touch(spec["image_root"], True)

@@ -1,14 +1,22 @@
-"""``counterfactory analysis``: the label-frequency analysis of COCO-Counterfactuals appendix A.2."""
+"""``counterfactory analysis``: the label-frequency analysis of COCO-Counterfactuals appendix A.2 (and A.3.2's
+human-taxonomy count)."""
 
 from __future__ import annotations
 
 
 def _label_frequency(args) -> int:
-    from ..studies.coco_counterfactuals.label_frequency import correlate_or_explain, label_frequency_table
+    from ..studies.coco_counterfactuals.label_frequency import (correlate_or_explain, human_taxonomy_table,
+                                                                label_frequency_table, released_subjects)
     from ..config import load_config
     from ..io import write_csv, write_json
 
     cfg = load_config(args.config)
+    if args.human_taxonomy:   # A.3.2: needs only the released pairs and their altered subjects
+        taxonomy = human_taxonomy_table(released_subjects(args.pairs, args.captions))
+        write_csv(args.human_taxonomy, taxonomy)
+        total = taxonomy.iloc[-1]
+        print(f"A.3.2 human taxonomy: {total['image_text_pairs']} image-text pairs "
+              f"({total['counterfactual_pairs']} counterfactual pairs)")
     table = label_frequency_table(cfg, args.pairs, args.captions, args.runs, args.pretrained, args.pretrained_role)
     write_csv(args.out, table)
     result = correlate_or_explain(table, "label_frequency", "delta", source=args.out)
@@ -40,4 +48,7 @@ def register(sub) -> None:
     lf.add_argument("--pretrained-role", default="clip_eval", help="row of the pre-trained model")
     lf.add_argument("--out", required=True, help="table CSV: dataset, label_frequency, mixture, delta")
     lf.add_argument("--correlation", required=True, help="JSON with Pearson / Spearman and n")
+    lf.add_argument("--human-taxonomy", metavar="FILE.csv",
+                    help="also write appendix A.3.2's count of image-text pairs whose altered subject is one of its "
+                         "14 human-related words (per word and in total)")
     lf.set_defaults(func=_label_frequency)

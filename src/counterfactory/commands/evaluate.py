@@ -102,8 +102,9 @@ def register(subparsers) -> None:
 def _itr(args) -> int:
     from .. import evaluation
     from ..config import load_config
+    from ..evaluation.settings import stage_config
 
-    cfg = load_config(args.config)
+    cfg = stage_config(load_config(args.config))   # evaluation.precision (paper config: fp32)
     extra = {}
     for item in args.subset:
         label, sep, path = item.partition("=")
@@ -134,8 +135,9 @@ def _itr_table(args) -> int:
 def _itm(args) -> int:
     from .. import evaluation
     from ..config import load_config
+    from ..evaluation.settings import stage_config
 
-    cfg = load_config(args.config)
+    cfg = stage_config(load_config(args.config))   # evaluation.precision (paper config: fp32)
     table = evaluation.run_itm(cfg, args.role, args.pairs, args.captions, progress=not args.no_progress)
     write_parquet(args.out, table)
     log.info("wrote %s (%d pairs)", args.out, len(table))
@@ -158,8 +160,9 @@ def _itm_summary(args) -> int:
 def _classify(args) -> int:
     from .. import evaluation
     from ..config import load_config
+    from ..evaluation.settings import stage_config
 
-    cfg = load_config(args.config)
+    cfg = stage_config(load_config(args.config))   # evaluation.precision (paper config: fp32)
     result = evaluation.run_classification(cfg, args.role, args.dataset, progress=not args.no_progress)
     write_json(args.out, result)
     return 0

@@ -108,6 +108,10 @@ def register(subparsers) -> None:
     t.add_argument("--mixture-info", metavar="INFO.csv",
                    help="CSV with 'mixture' and any of label, n_train (|D_train|), n_cf (|D_train^CF|), "
                         "pct_cf (%% CFs, 0-100)")
+    t.add_argument("--pretrained-row", metavar="MIXTURE",
+                   help="mixture of the pre-trained model's run: shown first, |D_train| = |D_train^CF| = %% CFs = 0 "
+                        "(COCO-CF Tables 3, 4 and 12)")
+    t.add_argument("--pretrained-label", metavar="TEXT", help="label of the --pretrained-row row (default: its name)")
     t.add_argument("--title", help="caption / title line")
     t.add_argument("--label", help="LaTeX \\label")
     t.add_argument("--row-header", default="Training dataset", help="header of the mixture column")
@@ -146,7 +150,8 @@ def _table(args) -> int:
     info = tables.read_mixture_info(args.mixture_info) if args.mixture_info else None
     table = tables.build_table(summary, metrics=args.metrics, mixture_order=args.mixture_order,
                                experiment=args.experiment, mixture_info=info, decimals=args.decimals,
-                               std_decimals=args.std_decimals, row_header=args.row_header)
+                               std_decimals=args.std_decimals, row_header=args.row_header,
+                               pretrained=args.pretrained_row, pretrained_label=args.pretrained_label)
     if args.out_md:
         write_text(args.out_md, tables.render_markdown(table, args.title))
     if args.out_tex:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from ..config import load_config
+from ..errors import InputError
 from . import add_config_option, add_progress_option, add_renamed
 
 
@@ -19,11 +20,16 @@ def _mixtures(args) -> int:
 def _run(args) -> int:
     from ..evaluation import runs
 
+    if not args.manifest and not args.no_train:
+        raise InputError("train run: no --manifest. Fix: pass the mixture manifest (or --no-train to evaluate the "
+                         "model as loaded)")
     cfg = load_config(args.config)
     rows = runs.run_one(cfg, args.manifest, args.mixture, args.seed, args.data_seed, args.out_dir,
                         progress=not args.no_progress, eval_pairs=args.eval_pairs,
                         eval_pairs_name=args.eval_pairs_name, default_eval=not args.no_default_eval, role=args.role,
-                        experiment=args.experiment, train=not args.no_train)
+                        experiment=args.experiment, train=not args.no_train,
+                        recipe=((cfg.get("in_domain") or {}).get("recipes") or {}).get(args.role)
+                        if args.in_domain_recipe else None)
     print(rows.to_string(index=False))
     return 0
 
@@ -111,7 +117,7 @@ def register(sub) -> None:
                                  "seed), keeps the best checkpoint, evaluates it and writes checkpoint/, "
                                  "history.csv, metrics.csv (a runs table) and run.json to --out-dir.")
     add_config_option(r)
-    r.add_argument("--manifest", required=True, help="mixture manifest (parquet or CSV)")
+    r.add_argument("--manifest", help="mixture manifest (parquet or CSV); required unless --no-train")
     r.add_argument("--mixture", required=True, help="mixture name written into the runs table")
     r.add_argument("--seed", type=int, required=True, help="model-side seed (B.3.2: 107..131)")
     r.add_argument("--data-seed", type=int, required=True, help="batch-order seed (B.3.2: 108..132)")
@@ -124,6 +130,8 @@ def register(sub) -> None:
     r.add_argument("--eval-pairs", help="also evaluate retrieval on these counterfactual pairs (A.1 in-domain test)")
     r.add_argument("--eval-pairs-name", default="coco_cfs_test", help="metric prefix of --eval-pairs")
     r.add_argument("--no-default-eval", action="store_true", help="skip the evaluations of training.eval")
+    r.add_argument("--in-domain-recipe", action="store_true",
+                   help="apply in_domain.recipes.<role> over training: (A.1's per-model batch size and epochs)")
     add_progress_option(r)
     r.set_defaults(func=_run)
     c = s.add_parser("collect", help="concatenate per-run metrics into the tidy runs table",

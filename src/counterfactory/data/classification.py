@@ -34,7 +34,8 @@ format         ``root`` (the data folder or a parent of it) and what is read
 
 Class names for the prompts are made readable from the on-disk names: ``_`` and ``-`` become spaces,
 Caltech-256's ``-101`` suffix (classes shared with Caltech-101) is removed. The prompts of CLIP's paper
-use hand-edited names; ``class_names`` selects such a list (:func:`resolve_class_names`):
+use hand-edited names; ``class_names: torchvision`` gives the COCO-CF reference evaluation's names
+(:func:`torchvision_class_names`); otherwise ``class_names`` selects such a list (:func:`resolve_class_names`):
 ``builtin:<map>`` (``resources/zeroshot/classnames/<map>.yaml``: CLIP's names for ``cifar10``,
 ``cifar100``, ``food101``, ``caltech101`` and ``imagenet``, keyed by on-disk class id), a ``.yaml`` /
 ``.json`` file mapping class id -> name, or a text file with one name per line in label order. Named
@@ -487,6 +488,37 @@ def resolve_class_names(value: str | None, class_ids: Sequence[str], default: Se
     return [mapping[c] for c in class_ids]
 
 
+#: ``class_names: torchvision``: the names of the COCO-Counterfactuals reference evaluation scripts, which label
+#: with the torchvision dataset's classes, lower-cased, ``_`` as a space; Caltech-101's two face folders become
+#: "face" and its plural folder names singular; ImageNet's name is the first WordNet lemma of each class
+TORCHVISION_NAMES = "torchvision"
+_CALTECH101_REFERENCE = {"Faces": "face", "Faces_easy": "face", "Leopards": "leopard", "Motorbikes": "motorbike",
+                         "airplanes": "airplane"}
+
+
+def torchvision_class_names(fmt: str, class_ids: Sequence[str], class_index=None, name: str = "") -> list[str]:
+    """Prompt names as the reference evaluation made them (``class_names: torchvision``, see
+    :data:`TORCHVISION_NAMES`): ImageNet needs ``class_index`` as ``LOC_synset_mapping.txt`` (its first name
+    is torchvision's first lemma). Caltech-256 is refused: the reference writes its names by hand (singular,
+    hyphenated), a list that was not released."""
+    key = _key(name, "class_names")
+    if fmt == "caltech256":
+        raise ConfigError(f"{key}: torchvision names are not available for caltech256 (the reference evaluation "
+                          "wrote its Caltech-256 names by hand). Fix: leave class_names unset (folder names) or "
+                          "give a map")
+    if fmt == "imagenet":
+        if not class_index or str(class_index).lower().endswith(".json"):
+            raise ConfigError(f"{key}: torchvision names of ImageNet are the first WordNet lemma of each class. "
+                              f"Fix: set {_key(name, 'class_index')} to LOC_synset_mapping.txt")
+        mapping = read_imagenet_class_index(class_index)
+        return [mapping[c].lower() for c in class_ids]
+    if fmt == "caltech101" and CALTECH101_BACKGROUND in class_ids:
+        raise ConfigError(f"{key}: torchvision's Caltech101 has no {CALTECH101_BACKGROUND} class. "
+                          f"Fix: set {_key(name, 'background_class')}: false")
+    return [_CALTECH101_REFERENCE.get(c, c.lower().replace("_", " ")) if fmt == "caltech101"
+            else c.lower().replace("_", " ") for c in class_ids]
+
+
 def _check_spec(name: str, spec: dict[str, Any]) -> str:
     fmt = spec.get("format")
     if fmt not in READERS:
@@ -503,11 +535,17 @@ def load_dataset(name: str, spec: dict[str, Any]) -> ClassificationDataset:
     ``evaluation.classification.datasets.<name>``; ``classes`` are the prompt names."""
     fmt = _check_spec(name, spec)
     class_index = spec.get("class_index")
-    if fmt == "imagenet" and not class_index and spec.get("class_names"):
+    reference = spec.get("class_names") == TORCHVISION_NAMES
+    if fmt == "imagenet" and not class_index and spec.get("class_names") and not reference:
         class_index = False  # names come from the class_names map (keyed by wnid)
+    if reference and fmt in ("imagenet", "caltech256"):
+        torchvision_class_names(fmt, [], class_index, name)   # fails early, naming the fix
     ds = READERS[fmt](spec["root"], name=name, max_per_class=spec.get("max_per_class"), class_index=class_index,
                       background_class=spec.get("background_class", True))
-    ds.classes = resolve_class_names(spec.get("class_names"), ds.class_ids, ds.classes, name)
+    if reference:
+        ds.classes = torchvision_class_names(fmt, ds.class_ids, class_index, name)
+    else:
+        ds.classes = resolve_class_names(spec.get("class_names"), ds.class_ids, ds.classes, name)
     return ds
 
 
@@ -523,7 +561,7 @@ def dataset_input_files(spec: dict[str, Any], name: str = "") -> list[str]:
     needs = LAYOUTS[fmt].needs if fmt in LAYOUTS else ()
     paths = [folder / n for n in needs] if needs else [folder]
     for field in ("class_index", "class_names"):
-        if spec.get(field) and not str(spec[field]).startswith(BUILTIN):
+        if spec.get(field) and not str(spec[field]).startswith(BUILTIN) and spec[field] != TORCHVISION_NAMES:
             path = Path(spec[field])
             if not path.is_file():
                 raise input_error(path, None, f"file not found ({_key(name, field)})",

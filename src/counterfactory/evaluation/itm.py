@@ -19,6 +19,8 @@ from .settings import ITM_METRICS, ITM_SCORES, model_columns, settings
 log = logging.getLogger(__name__)
 
 #: (caption column, image column) of the six ITM scores, in ITM_SCORES order
+#: where the random MS-COCO pair (C_r, I_r) is drawn from (``evaluation.itm.random_pool``)
+RANDOM_POOLS = ("subset", "matched", "all")
 _ITM_PAIRS = (("C_r", "I_r"), ("C_r", "I_o"), ("C_o", "I_r"), ("C_c", "I_c_s"), ("C_c", "I_o_s"), ("C_o", "I_c_s"))
 
 
@@ -26,15 +28,26 @@ def itm_inputs(pairs: pd.DataFrame, captions: pd.DataFrame, coco_dir: Path, seed
                pool: str = "all", pairs_path="<pairs>") -> pd.DataFrame:
     """Per pair: ``C_o, I_o, I_o_s, C_c, I_c_s`` and a random MS-COCO pair ``C_r, I_r`` with ``I_r != I_o``.
 
-    The random caption is drawn uniformly (``numpy.random.default_rng(seed)``) from the caption table
-    (``pool: all``) or from the captions of the pairs' own images (``pool: matched``), redrawing while it
-    belongs to ``I_o``'s image.
+    The random caption is drawn uniformly (``numpy.random.default_rng(seed)``) from a pool, redrawing while
+    it belongs to ``I_o``'s image:
+
+    - ``subset``: the pairs' own original captions with their MS-COCO images, i.e. the paper's "MS-COCO
+      dataset" of footnote 11 (the 17,410 val2017 captions that have a COCO-Counterfactuals pair);
+    - ``matched``: every caption of the pairs' images (about five per image);
+    - ``all``: every caption of the caption table (all of val2017).
     """
-    if pool not in ("all", "matched"):
-        raise ConfigError(f"evaluation.itm.random_pool: {pool!r} is not all or matched")
+    if pool not in RANDOM_POOLS:
+        raise ConfigError(f"evaluation.itm.random_pool: {pool!r} is not one of {', '.join(RANDOM_POOLS)}")
     image_ids = pair_image_ids(pairs, captions, pairs_path)
     files = image_files(captions, coco_dir)
-    cand = captions if pool == "all" else captions[captions["image_id"].isin(set(image_ids))]
+    if pool == "subset":
+        ids = pairs["caption_id"] if "caption_id" in pairs.columns else pairs["id"]
+        cand = pd.DataFrame({"caption_id": ids.astype(str).to_numpy(), "image_id": image_ids,
+                             "caption": pairs["caption_0"].astype(str).to_numpy()})
+    elif pool == "matched":
+        cand = captions[captions["image_id"].isin(set(image_ids))]
+    else:
+        cand = captions
     cand = cand.reset_index(drop=True)
     if cand["image_id"].nunique() < 2:
         raise input_error(pairs_path, None, "random alternatives need captions of at least 2 MS-COCO images",

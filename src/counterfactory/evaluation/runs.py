@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from ..io import write_csv, write_json
-from ..training.runs import HISTORY_COLUMNS, RUN_COLUMNS, retrieval_specs
+from ..training.runs import CLASSIFICATION_MEAN, HISTORY_COLUMNS, RUN_COLUMNS, retrieval_specs
 
 log = logging.getLogger(__name__)
 
@@ -66,16 +66,21 @@ def evaluate_pairs(cfg: dict, role: str, pairs_path: str | Path, name: str, ks=(
 def run_one(cfg: dict, manifest: str | Path, mixture: str, seed: int, data_seed: int, out_dir: str | Path,
             progress: bool = True, eval_pairs: str | Path | None = None, eval_pairs_name: str = "coco_cfs_test",
             default_eval: bool = True, role: str = "clip_train", experiment: str | None = None,
-            train: bool = True) -> pd.DataFrame:
+            train: bool = True, recipe: dict | None = None) -> pd.DataFrame:
     """Train one (mixture, seed) run of the model of ``role``, keep the best checkpoint and evaluate it: the
     evaluations of ``training.eval`` (unless ``default_eval`` is false) and, with ``eval_pairs``, retrieval on
     those counterfactual pairs (the in-domain test set of appendix A.1). ``experiment`` names the runs'
     experiment (default ``training.experiment``; the A.1 runs use the model role, one experiment per model).
-    ``train=False`` evaluates the model as loaded (the pre-trained row of Table 5); the manifest is not read."""
+    ``train=False`` evaluates the model as loaded (the pre-trained row of Table 5); the manifest is not read.
+    ``recipe`` replaces settings of ``training`` for this run (A.1's per-model recipe, ``in_domain.recipes``)."""
     from ..training import settings_dict
-    from ..training.runs import _settings, train_one
+    from ..training.runs import _settings, stage_config, train_one
     from .classify import run_classification
 
+    if recipe:
+        cfg = copy.copy(cfg)
+        cfg["training"] = {**cfg["training"], **recipe}
+    cfg = stage_config(cfg)   # training.precision (paper config: fp32) for the training and its evaluations
     section = cfg["training"]
     out_dir = Path(out_dir)
     if train:
@@ -91,9 +96,12 @@ def run_one(cfg: dict, manifest: str | Path, mixture: str, seed: int, data_seed:
     ev = section["eval"] if default_eval else {}
     for spec in retrieval_specs(ev):
         metrics.update(evaluate_retrieval(eval_cfg, role, spec, progress))
+    top1 = {}
     for dataset in ev.get("classification") or []:
         res = run_classification(eval_cfg, role, dataset, progress=progress)
-        metrics[f"{dataset}/top1"] = res["top1"]
+        top1[dataset] = metrics[f"{dataset}/top1"] = res["top1"]
+    if top1:  # Table 4's Mean column: per run, so it is summarised and t-tested like any metric
+        metrics[CLASSIFICATION_MEAN] = float(np.mean(list(top1.values())))
     if eval_pairs:
         metrics.update(evaluate_pairs(eval_cfg, role, eval_pairs, eval_pairs_name, progress=progress))
     rows = pd.DataFrame([{"experiment": experiment or section["experiment"], "mixture": mixture, "seed": seed,

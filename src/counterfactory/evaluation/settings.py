@@ -22,6 +22,15 @@ def settings(cfg: dict) -> dict:
     return fill_section(f"{STUDY}.evaluation", cfg.get("evaluation"))
 
 
+def stage_config(cfg: dict) -> dict:
+    """``cfg`` as the evaluation jobs run it: ``evaluation.precision`` (when set) replaces the config-wide
+    ``precision`` for the scorers they load. The paper config sets fp32, as the authors' evaluation scripts
+    ran; null keeps the config's precision (the fast path)."""
+    from ..device import with_stage_precision
+
+    return with_stage_precision(cfg, settings(cfg).get("precision"))
+
+
 def model_label(cfg: dict, role: str) -> str:
     """Display name of a role: the last component of its source (``clip-vit-base-patch32``)."""
     from ..models.registry import model_spec

@@ -280,9 +280,19 @@ class SetContext:
     clip: Any = None
 
 
+def stage_config(cfg: dict) -> dict:
+    """``cfg`` as set generation runs it: ``images.precision`` (when set) replaces the config-wide ``precision`` for
+    the Stable Diffusion engine (and the adaptive mode's CLIP scorer); the paper config sets fp32, as the authors'
+    generator ran (its ``--precision hmp`` default falls through to fp32)."""
+    from ..device import with_stage_precision
+
+    return with_stage_precision(cfg, (cfg.get("images") or {}).get("precision"))
+
+
 def _context(cfg: dict) -> SetContext:
     from ..models import registry
 
+    cfg = stage_config(cfg)
     images = cfg.get("images") or {}
     adaptive = AdaptiveSettings.from_config(images)
     role, thresholds = adaptive_clip(cfg) if adaptive.enabled else (None, None)

@@ -86,6 +86,15 @@ class ShardContext:
     models: dict
 
 
+def stage_config(cfg: dict) -> dict:
+    """``cfg`` as the image stage runs it: ``images.precision`` (when set) replaces the config-wide ``precision``
+    for the Prompt-to-Prompt engine and the CLIP filter. The paper config sets fp16, as the InstructPix2Pix
+    generator B.1.2 follows ran both (fp16 autocast); null keeps the config's precision (the fast path)."""
+    from ..device import with_stage_precision
+
+    return with_stage_precision(cfg, (cfg.get("images") or {}).get("precision"))
+
+
 def _shard_context(cfg: dict) -> ShardContext:
     from ..filters import FilterThresholds
     from ..models import registry
@@ -200,7 +209,7 @@ def run_shard(cfg: dict, pairs_path: str | os.PathLike, shard: int | str, out_di
     caption_id)`` is called after the k-th caption generated this run is cached (tests use it to simulate
     a kill).
     """
-    ctx = _shard_context(cfg)
+    ctx = _shard_context(stage_config(cfg))
     if engine is not None and engine.settings != ctx.settings:
         raise ValueError(f"the engine's settings {engine.settings} differ from the config's {ctx.settings}")
     shard_idx = int(shard)

@@ -24,6 +24,10 @@ log = logging.getLogger(__name__)
 
 RUN_COLUMNS = ["experiment", "mixture", "seed", "data_seed", "metric", "value"]
 HISTORY_COLUMNS = ["step", "epoch", "train_loss", "val_loss", "lr"]
+#: a run's mean top-1 over its zero-shot classification datasets (COCO-CF Table 4's "Mean" column)
+CLASSIFICATION_MEAN = "classification/mean"
+#: mixture name of a table's pre-trained row (the untouched model, evaluated once: COCO-CF Tables 3, 4, 12)
+PRETRAINED = "pretrained"
 
 
 def seed_pairs(section: dict) -> list[tuple[int, int]]:
@@ -69,6 +73,15 @@ def _adapter(cfg: dict, role: str = "clip_train"):
     # head="itc": cross-encoders with contrastive heads (BridgeTower) load as their ITC class
     return ContrastiveAdapter(registry.load(cfg, role, head="itc"), spec.library,
                               spec.local_path if spec.is_local else None, device=resolve_device(cfg.get("device", "auto")))
+
+
+def stage_config(cfg: dict) -> dict:
+    """``cfg`` as a fine-tuning run (and its evaluations) runs it: ``training.precision`` (when set) replaces the
+    config-wide ``precision``. The paper config sets fp32, as the authors fine-tuned (HF Trainer defaults); null
+    keeps the config's precision (the fast path: bf16 mixed precision on CUDA)."""
+    from ..device import with_stage_precision
+
+    return with_stage_precision(cfg, (cfg.get("training") or {}).get("precision"))
 
 
 def _settings(cfg: dict, seed: int, data_seed: int):

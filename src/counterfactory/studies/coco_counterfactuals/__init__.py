@@ -24,14 +24,27 @@ def training_tables(training: dict) -> list[str]:
 
 
 def table_metrics(training: dict, table: str) -> str:
-    """Comma-separated metric names of one table, in the paper's column order."""
+    """Comma-separated metric names of one table, in the paper's column order (Table 3 / 12: R@K then Mean;
+    Table 4: the datasets then Mean, each run's mean top-1 over them)."""
     ev = training["eval"]
     if table.startswith("retrieval"):
         sets = retrieval_sets(training)
         r = sets[0] if table == "retrieval" else next(s for s in sets if f"retrieval_{s['name']}" == table)
         names = [f"{r['name']}/{d}@{k}" for d in ("image_to_text", "text_to_image") for k in r["ks"]]
         return ",".join(names + [f"{r['name']}/mean"])
-    return ",".join(f"{d}/top1" for d in ev["classification"])
+    from ...training.runs import CLASSIFICATION_MEAN
+
+    return ",".join([f"{d}/top1" for d in ev["classification"]] + [CLASSIFICATION_MEAN])   # Table 4: ... Mean
+
+
+def table_mixtures(training: dict, listed=None) -> list[str]:
+    """Rows of Tables 3, 4 and 12: the pre-trained row (``training.pretrained_row``), then the mixtures in the
+    order ``listed`` (the config file's order: MS-COCO, base, medium, all) where given."""
+    from ...training.runs import PRETRAINED
+
+    names = list(training["mixtures"])
+    order = [m for m in listed or () if m in names] + [m for m in names if m not in (listed or ())]
+    return ([PRETRAINED] if training.get("pretrained_row") else []) + order
 
 
 def targets(view: dict, results: str) -> list[str]:

@@ -8,8 +8,9 @@ development set." The unit is the counterfactual pair: a pair's two samples are 
   round-half-up(0.2 (n - n_test)) (56 / 14 / 30 %), reproducible from ``random_state``;
 * :func:`write_in_domain`: the split, the test pairs (images as absolute paths) and two training manifests in
   the mixtures' format (``split`` = train / val, the dev pairs validating): ``coco_cfs`` (both counterfactual
-  samples of every train/dev pair) and ``mscoco`` (the real MS-COCO caption and image of the same pairs),
-  the two fine-tuned rows of Table 5.
+  samples of every train/dev pair) and ``mscoco`` (the real MS-COCO caption and image of the same pairs plus a
+  further caption of that image, :func:`real_samples`: A.1's "equivalent amount of real examples"), the two
+  fine-tuned rows of Table 5.
 
 * :func:`table5`: Table 5's layout, one block per fine-tuned model (``in_domain.models``: CLIP, BridgeTower,
   FLAVA) with the rows "None (pre-trained <model>)", "MS-COCO" and "COCO-CFs" and the columns text retrieval
@@ -63,6 +64,33 @@ def split_pairs(ids, test_fraction: float = 0.3, dev_fraction: float = 0.2, rand
     return pd.DataFrame({"id": ids, "split": split})
 
 
+def real_samples(real: pd.DataFrame, caption_ids: list, pair_ids: list, side, per_pair: int, pair_captions: set,
+                 random_state: int) -> pd.DataFrame:
+    """The MS-COCO manifest of A.1: per train / dev pair its original caption and image, plus ``per_pair - 1``
+    further captions of the same MS-COCO image, so the real side holds as many samples as the counterfactual
+    side (A.1: "an equivalent amount of real examples"; 2 per pair). Further captions are drawn with
+    ``random_state`` among the image's captions that are no pair's original caption (a test pair's caption
+    never trains); an image with too few gets what it has (logged). ``real``: ``real_table`` indexed by
+    caption id."""
+    import logging
+
+    rng = np.random.default_rng(random_state)
+    by_image = real.reset_index().groupby("image_path", sort=False)["caption_id"].apply(list).to_dict()
+    rows, short = [], 0
+    for cid, pid, where in zip(caption_ids, pair_ids, side):
+        image = real.at[cid, "image_path"]
+        others = [c for c in by_image.get(image, []) if c != cid and c not in pair_captions]
+        extra = [others[k] for k in sorted(rng.permutation(len(others))[:per_pair - 1])] if per_pair > 1 else []
+        short += per_pair - 1 - len(extra)
+        for c in [cid, *extra]:
+            rows.append({"image_path": image, "caption": real.at[c, "caption"], "is_counterfactual": False,
+                         "pair_id": f"real:{pid}", "split": where})
+    if short:
+        logging.getLogger(__name__).warning("in_domain: %d pairs' MS-COCO images had too few further captions; the "
+                                            "real side is %d samples short of %d per pair", short, short, per_pair)
+    return pd.DataFrame(rows, columns=mx.MANIFEST_COLUMNS)
+
+
 def _absolute(paths) -> list[str]:
     return [str(Path(p).resolve()) for p in paths]
 
@@ -90,9 +118,9 @@ def write_in_domain(cfg: dict, pairs_path: str | Path, captions_path: str | Path
         raise ConfigError(f"{captions_path}: caption {missing[0]} of a selected pair is not in the caption table. "
                           "Fix: build the pairs and the caption table in the same run")
     frames = {
-        "mscoco": pd.DataFrame({"image_path": real.loc[caption_ids, "image_path"].to_numpy(),
-                                "caption": real.loc[caption_ids, "caption"].to_numpy(), "is_counterfactual": False,
-                                "pair_id": [f"real:{i}" for i in keep["id"]], "split": side}),
+        "mscoco": real_samples(real, list(caption_ids), list(keep["id"]), side, int(section["real_per_pair"]),
+                               set(pairs["caption_id"] if "caption_id" in pairs else pairs["id"]),
+                               section["random_state"]),
         "coco_cfs": pd.DataFrame({
             "image_path": np.concatenate([keep["image_0"], keep["image_1"]]),
             "caption": np.concatenate([keep["caption_0"], keep["caption_1"]]), "is_counterfactual": True,

@@ -2,7 +2,9 @@
 
 A caption is the template ⟨p⟩⟨a1⟩⟨a2⟩⟨s⟩ (§3.2): a prefix ``p`` (the four of Table 19, e.g. "A photo of a"),
 one value of each attribute type of a *segment* (race × gender, physical characteristic × gender, physical
-characteristic × race: Table 1) and a subject ``s`` (an occupation, Table 18). A *counterfactual set* holds
+characteristic × race: Table 1) and a subject ``s`` (an occupation: by default the authors' released
+pre-filter list, the paper's "260 occupations" — 181 once the release's case duplicates are merged; Table 18's
+156 survivors as the named list ``table18``). A *counterfactual set* holds
 every caption of one (segment, prefix, subject): one member per combination of attribute values, in the
 order of ``itertools.product`` over the configured value lists, so a race × gender set has 6 × 2 = 12
 members, physical × gender 10 and physical × race 30. With 260 occupations and 4 prefixes this is
@@ -47,6 +49,7 @@ STUDY = "social_counterfactuals"
 #: dotted name of the config section this module reads (used in every error message)
 SECTION = f"{STUDY}.captions"
 #: keys of the section; a key left out or set to null takes its value from :func:`default_lists`
+#: (``subjects``: a list, or the name of a packaged list, :data:`SUBJECT_LISTS`; null = :data:`DEFAULT_SUBJECT_LIST`)
 SECTION_KEYS = ("prefixes", "attributes", "subjects", "segments", "max_subjects", "article_a", "article_an")
 _RESOURCE = Path(__file__).resolve().parents[2] / "resources" / "social" / "attributes.yaml"
 _TYPE_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -56,12 +59,38 @@ _ARTICLE = re.compile(r"\b(an|a)(\s+)([^\s]+)", re.IGNORECASE)
 
 
 def default_lists() -> dict:
-    """The paper's prefixes, attribute value lists, segments and occupations (Table 18), with ``sources``.
+    """The paper's prefixes, attribute value lists, segments and occupation lists, with ``sources``.
 
-    Read from the packaged ``resources/social/attributes.yaml``; a fresh copy on every call."""
+    Read from the packaged ``resources/social/attributes.yaml``; a fresh copy on every call. ``subjects`` is
+    Table 18 (the occupations that survived the filters), ``subjects_released`` the authors' pre-filter list
+    as released (261 entries, duplicates included); :func:`named_subjects` gives the lists a config names."""
     with open(_RESOURCE, encoding="utf-8") as fh:
         data = yaml.safe_load(fh)
     return data
+
+
+#: named subject lists (config ``captions.subjects: <name>``) -> key of ``resources/social/attributes.yaml``
+SUBJECT_LISTS = {"released": "subjects_released", "table18": "subjects"}
+#: the list a config gets with ``subjects`` left out or null: the paper generates from the pre-filter list (§3.2, §8.4)
+DEFAULT_SUBJECT_LIST = "released"
+
+
+def named_subjects(name: str, source: str | None = None) -> list[str]:
+    """The packaged subject list ``name`` (:data:`SUBJECT_LISTS`), each occupation once.
+
+    ``released``: the authors' pre-filter list in release order with the entries that repeat an earlier one
+    ignoring case and extra spaces dropped (261 entries -> 181 occupations; the tokenizers lower-case, so such
+    entries are the same prompt); ``table18``: Table 18 as printed (156)."""
+    if name not in SUBJECT_LISTS:
+        raise _fail("subjects", f"unknown subject list {name!r}",
+                    f"name one of {', '.join(SUBJECT_LISTS)} or give the occupations as a list", source)
+    out, seen = [], set()
+    for item in default_lists()[SUBJECT_LISTS[name]]:
+        text = _norm(str(item))
+        if text.casefold() not in seen:
+            seen.add(text.casefold())
+            out.append(text)
+    return out
 
 
 # ------------------------------------------------------------------------------------ a / an agreement
@@ -215,7 +244,10 @@ def resolve_section(section: dict | None, source: str | None = None) -> dict:
             owner[v.casefold()] = atype
         attrs[atype] = vals
 
-    subjects = _string_list(pick("subjects"), "subjects", source)
+    subjects_raw = section.get("subjects")
+    if subjects_raw is None or isinstance(subjects_raw, str):
+        subjects_raw = named_subjects(DEFAULT_SUBJECT_LIST if subjects_raw is None else subjects_raw, source)
+    subjects = _string_list(subjects_raw, "subjects", source)
     max_subjects = section.get("max_subjects")
     if max_subjects is not None:
         if isinstance(max_subjects, bool) or not isinstance(max_subjects, int) or max_subjects < 1:

@@ -16,8 +16,9 @@ Protocol (§4.1)
   ``K = |A1| × |A2|`` (× |A3| for a three-attribute segment, §10.2: MaxSkew@60), where ``A_i`` are the values of
   that attribute type in the *whole segment* (not just this subject's pool). The desired distribution is uniform
   over the ``K`` combinations (reference notes A1: "eq_opp", ln, a zero share replaced by 1/k).
-* **Metrics.** MaxSkew@K / MinSkew@K and per-label Skew@K; NDKL over the full ranking by default (Geyik et al.;
-  reference notes A1) or, with ``ndkl_depth: k_squared``, over the top ``K²`` as §10.1 describes; Bias@K
+* **Metrics.** MaxSkew@K / MinSkew@K and per-label Skew@K; NDKL over ranked lists of size 1..``K²`` (§10.1;
+  ``ndkl_depth: k_squared``, the default; capped at the pool size) or, with ``ndkl_depth: full``, over the whole
+  ranking (Geyik et al.'s definition); Bias@K
   (signed, male positive; Wang et al. 2021) where the segment has a gender type (§10.1, Table 15); the share of
   each label in the top K (Figures 5, 8–13). All metrics come from :mod:`counterfactory.metrics.retrieval`.
 * **Marginals (§4.2, Figure 4).** "Filtering on the value of the other attribute": for attribute type ``t`` and each
@@ -162,7 +163,7 @@ def _attribute_rows(ranked: list, label_list: list, k: int, depth: int, attribut
 
 
 def retrieval_metrics(scores: Sequence[float], labels: Sequence[Sequence], values: Mapping[str, Sequence], *,
-                      k: int | None = None, marginal_k: str | int = "segment", ndkl_depth: str = "full",
+                      k: int | None = None, marginal_k: str | int = "segment", ndkl_depth: str = "k_squared",
                       gender_type: str | None = "gender", male_values: Sequence[str] = MALE_VALUES,
                       female_values: Sequence[str] = FEMALE_VALUES, marginals: bool = True) -> list[dict]:
     """Metric rows of one subject's pool (pure: no model, no I/O).
@@ -323,9 +324,11 @@ def table_prefixes(frame: pd.DataFrame) -> list[str]:
 # runner
 # --------------------------------------------------------------------------------------------
 def _default_scorer_factory(cfg, role):
+    """The role's dual-encoder scorer; FLAVA embeds with ``probing.flava_embedding`` (the authors' evaluation: the
+    unprojected ``pooler_output``)."""
     from ...scorers import scorer_from_config
 
-    return scorer_from_config(cfg, role, head="itc")
+    return scorer_from_config(cfg, role, head="itc", flava_embedding=settings(cfg)["flava_embedding"])
 
 
 def probe_frame(frame: pd.DataFrame, scorer, model: str, opts: Mapping, *, segments: Sequence[str] | None = None,
