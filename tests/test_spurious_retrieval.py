@@ -733,3 +733,16 @@ def test_select_with_segmentation_masks_on_the_demo(repo, demo_view, demo_select
         assert len(differ) < 0.01 * h * w
         # every differing pixel is next to a pixel where the two agree on the mask (an edge, not an area)
         assert all(box[max(y - 1, 0):y + 2, max(x - 1, 0):x + 2].any() for y, x in differ)
+
+
+def test_variants_keep_table3_order_whatever_the_mapping_order(repo):
+    """The workflow's config view sorts mapping keys; Table 3's rows (and the manifests summary) must still come
+    in the paper's order: ours, then the configured table3 list."""
+    from counterfactory import workflow as wf
+    from counterfactory.config import load_full_config
+    from counterfactory.studies.spurious_retrieval import settings as st
+
+    cfg = load_full_config([repo / "config" / "config.yaml"])
+    s = st.settings(wf.view(cfg, "spurious_retrieval"))
+    assert list(s["mixtures"]["variants"]) != st.needed_variants(s)  # the view's mapping order is not the paper's
+    assert st.needed_variants(s) == ["ours", "np_blur", "np_zero", "np_mean", "captioner", "prompts"]

@@ -177,7 +177,11 @@ def needed_variants(s: dict, dataset: str | None = None) -> list[str]:
     for dataset in [dataset] if dataset else s["data"]["datasets"]:
         for role in s["training"]["models"]:
             used |= {m for m in mixtures(s, dataset, role) if m in s["mixtures"]["variants"]}
-    return [v for v in s["mixtures"]["variants"] if v in used]
+    # Table 3's order: ours, then the table3 list as configured (a mapping's key order does not survive the
+    # workflow's config view, a list's does), then any other variant by name
+    order = [OURS] + [v for v in s["mixtures"]["table3"] if v != OURS]
+    order += sorted(v for v in s["mixtures"]["variants"] if v not in order)
+    return [v for v in order if v in used and v in s["mixtures"]["variants"]]
 
 
 def text_methods(s: dict, dataset: str | None = None) -> list[str]:
