@@ -198,7 +198,8 @@ def demo_config(repo: Path, workdir: Path, edit=None, name: str | None = None, o
         edit(study)
     cfg.update(top)
     path = workdir / (name or "demo-test.yaml")
-    path.write_text(yaml.safe_dump(cfg))
+    # keep the files' key order: table rows follow the order a config lists its mixtures in (Tables 3, 4, 12)
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
     return path
 
 
