@@ -203,12 +203,9 @@ def curve(items: Sequence[ItemCandidates], rules: Sequence[Rule], select: Select
 # --------------------------------------------------------------------------- reading a fixed-mode run
 
 def _read_table(path: Path, what: str, fix: str) -> pd.DataFrame:
-    if not path.exists():
-        raise missing_input(path, what, fix)
-    try:
-        return pd.read_parquet(path)
-    except Exception as exc:  # pyarrow raises several types
-        raise input_error(path, None, f"not a readable parquet file ({exc})", fix) from exc
+    from ..io import read_table
+
+    return read_table(path, what, fix, formats=("parquet",))
 
 
 def read_summary(path: str | os.PathLike) -> dict:

@@ -17,6 +17,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
+from ... import io
 from ...errors import input_error
 
 #: a candidate set (§3.3: one over-generation of a caption set)
@@ -26,22 +27,9 @@ LABEL_COLUMNS = ("set_id", "candidate_index", "attribute_type", "label")
 
 
 def read_table(path: str | os.PathLike, what: str, columns: Sequence[str] = ()) -> pd.DataFrame:
-    """A parquet or CSV table with the required ``columns`` (clear :class:`InputError` otherwise)."""
-    path = Path(path)
-    if not path.exists():
-        raise input_error(path, None, f"{what} not found", "check the path and that the step producing it has run")
-    try:
-        if path.suffix.lower() == ".csv":
-            frame = pd.read_csv(path, dtype={"set_id": str})
-        else:
-            frame = pd.read_parquet(path)
-    except Exception as exc:  # pyarrow / pandas raise several types
-        raise input_error(path, None, f"not a readable {path.suffix.lstrip('.')} file ({exc})",
-                          f"regenerate the {what}") from exc
-    missing = [c for c in columns if c not in frame.columns]
-    if missing:
-        raise input_error(path, None, f"missing column(s) {missing}", f"the {what} needs columns {list(columns)}")
-    return frame
+    """A parquet or CSV table with the required ``columns`` (clear :class:`InputError` otherwise); set ids stay text."""
+    return io.read_table(path, what, f"check the path and that the step producing the {what} has run", columns,
+                         csv_dtype={"set_id": str})
 
 
 def read_images(path: str | os.PathLike) -> pd.DataFrame:
