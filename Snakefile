@@ -13,10 +13,24 @@
 # targets are in rules/study_<study>.smk. Results: results/<run_name>/<study>/...
 from snakemake.utils import min_version
 
+from snakemake.logging import logger
+
+from counterfactory import preflight
 from counterfactory import workflow as wf
 from counterfactory.config import validate_config, ConfigError
 
 min_version("9.0")
+
+
+# A YAML syntax error in the workflow's config file stops the run naming the file, line and column
+# (Snakemake's own message names neither). Files given with --configfile are parsed by Snakemake before
+# this Snakefile runs: `counterfactory config check FILE...` names the line for those.
+from counterfactory.config import check_yaml_syntax
+
+try:
+    check_yaml_syntax(["config/config.yaml"])
+except ConfigError as exc:
+    raise WorkflowError(str(exc)) from None
 
 
 configfile: "config/config.yaml"
@@ -32,6 +46,20 @@ try:
     validate_config(config, source="Snakemake config (--configfile / --config)")
 except ConfigError as exc:
     raise WorkflowError(str(exc)) from None
+
+
+# Every run (a dry run too) lists each model role's source and the file that set it: a role an overlay leaves out
+# is the paper's hub model from config/config.yaml, and says so.
+from snakemake.logging import logger as role_logger
+from counterfactory.config import workflow_role_origins
+
+role_logger.info(
+    workflow_role_origins(
+        config,
+        workflow.config_settings.configfiles,
+        dict(workflow.config_settings.config),
+    )
+)
 
 
 RUN = config["run_name"]
@@ -59,9 +87,18 @@ include: "rules/release.smk"
 include: "rules/export.smk"
 
 
+# Start-up check of `all` (counterfactory.preflight.StartupGate): every dataset and model role the enabled studies
+# need, looked up once, offline, before any job is planned. A missing dataset stops the planning with the whole list
+# (each with its config key and where to get it): the shards follow from the data. A model role that is missing or of
+# the wrong class stops a real run before its first job; a dry run lists it and still plans. `counterfactory
+# preflight` adds the disk, NLTK data and GPU memory.
+STARTUP = preflight.StartupGate()
+
+
 rule all:
     default_target: True
     input:
+        lambda wildcards: STARTUP.check(config, workflow.dryrun, logger.warning),
         [target for study in STUDIES for target in STUDY_TARGETS[study]()],
         f"{RESULTS}/provenance.json",
         f"{RESULTS}/report/overview.html",

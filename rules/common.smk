@@ -322,13 +322,14 @@ def study_finished(wildcards):
 
 
 def export_card_inputs(wildcards):
-    """provenance.json and the export layouts; the funnel summaries the card reads are made before the study's
-    final files (its layouts' inputs), and are not listed: which exist is only known after the run."""
+    """provenance.json and the export layouts' manifests (kept outside the uploaded folders); the funnel
+    summaries the card reads are made before the study's final files (its layouts' inputs), and are not listed:
+    which exist is only known after the run."""
     out = {
-        "imagefolder": f"{RESULTS}/{wildcards.study}/export/imagefolder",
-        "parquet": f"{RESULTS}/{wildcards.study}/export/parquet",
+        "imagefolder": f"{RESULTS}/{wildcards.study}/manifests/export_imagefolder.json",
+        "parquet": f"{RESULTS}/{wildcards.study}/manifests/export_parquet.json",
         "provenance": f"{RESULTS}/provenance.json",
     }
     if wildcards.study in EXPORT_RELEASE_STUDIES:
-        out["release"] = f"{RESULTS}/{wildcards.study}/export/release"
+        out["release"] = f"{RESULTS}/{wildcards.study}/manifests/export_release.json"
     return out

@@ -57,8 +57,9 @@ rule evaluate_itr_table:
             category=study_title,
             subcategory="Zero-shot image-text retrieval",
         ),
-        md=report(
-            f"{S}/evaluation/itr_table.md",
+        md=f"{S}/evaluation/itr_table.md",
+        html=report(
+            f"{S}/evaluation/itr_table.html",
             caption="../report/evaluation_itr.rst",
             category=study_title,
             subcategory="Zero-shot image-text retrieval",
@@ -69,7 +70,7 @@ rule evaluate_itr_table:
         CONDA_ENV
     shell:
         "counterfactory evaluate itr-table --inputs {input:q} --out-csv {output.csv:q} --out-md {output.md:q}"
-        " > {log:q} 2>&1"
+        " --out-html {output.html:q} > {log:q} 2>&1"
 
 
 rule evaluate_itm:
@@ -119,8 +120,9 @@ rule evaluate_itm_summary:
             category=study_title,
             subcategory="ITM score differences",
         ),
-        md=report(
-            f"{S}/evaluation/itm_differences.md",
+        md=f"{S}/evaluation/itm_differences.md",
+        html=report(
+            f"{S}/evaluation/itm_differences.html",
             caption="../report/evaluation_itm.rst",
             category=study_title,
             subcategory="ITM score differences",
@@ -139,7 +141,7 @@ rule evaluate_itm_summary:
         bins=lambda wildcards: eval_section(wildcards, "itm")["bins"],
     shell:
         "counterfactory evaluate itm-summary --inputs {input:q} --bins {params.bins} --out-csv {output.csv:q}"
-        " --out-md {output.md:q} --out-png {output.png:q} > {log:q} 2>&1"
+        " --out-md {output.md:q} --out-html {output.html:q} --out-png {output.png:q} > {log:q} 2>&1"
 
 
 rule evaluate_classify:
@@ -190,8 +192,9 @@ rule evaluate_classify_table:
             category=study_title,
             subcategory="Zero-shot classification",
         ),
-        md=report(
-            f"{S}/evaluation/classification.md",
+        md=f"{S}/evaluation/classification.md",
+        html=report(
+            f"{S}/evaluation/classification.html",
             caption="../report/evaluation_classification.rst",
             category=study_title,
             subcategory="Zero-shot classification",
@@ -210,4 +213,5 @@ rule evaluate_classify_table:
         order=lambda wildcards: ",".join(eval_section(wildcards, "classification")["datasets"]),
     shell:
         "counterfactory evaluate classify-table --inputs {input:q} --dataset-order {params.order}"
-        " --out-csv {output.csv:q} --out-md {output.md:q} --out-png {output.png:q} > {log:q} 2>&1"
+        " --out-csv {output.csv:q} --out-md {output.md:q} --out-html {output.html:q} --out-png {output.png:q}"
+        " > {log:q} 2>&1"

@@ -1,6 +1,9 @@
 # Exports (issue 15 parts 2-3), written once for every study: the published release layout (where the original
 # dataset has one), the generic Hugging Face imagefolder + parquet layouts, and the dataset card made from the
-# run's provenance. Outputs: results/<run>/<study>/export/{release,imagefolder,parquet}/ and export/README.md.
+# run's provenance. Outputs: results/<run>/<study>/export/{release,imagefolder,parquet}/ and export/README.md: the
+# folder a user uploads. The rules declare each layout's manifest (results/<run>/<study>/manifests/export_*.json)
+# as their output, not the layout folder: Snakemake marks a directory() output with a .snakemake_timestamp file
+# inside it, which would travel with the upload. The writers replace each folder as a whole.
 # What each study exports is declared in counterfactory.export.studies.
 rule export_release:
     """The published layout: COCO-Counterfactuals examples.jsonl + images + caption JSONL (B11),
@@ -9,7 +12,7 @@ rule export_release:
         files=lambda wildcards: export_studies.release_inputs(wildcards.study, f"{RESULTS}/{wildcards.study}"),
         finished=study_finished,
     output:
-        directory(f"{S}/export/release"),
+        f"{S}/manifests/export_release.json",
     log:
         f"{S}/logs/export/release.log",
     benchmark:
@@ -23,9 +26,10 @@ rule export_release:
         runtime=120,
     params:
         study_dir=lambda wildcards: f"{RESULTS}/{wildcards.study}",
+        out_dir=lambda wildcards: f"{RESULTS}/{wildcards.study}/export/release",
     shell:
         "counterfactory export release --study {wildcards.study} --study-dir {params.study_dir:q}"
-        " --out-dir {output:q} > {log:q} 2>&1"
+        " --out-dir {params.out_dir:q} --manifest {output:q} > {log:q} 2>&1"
 
 
 rule export_imagefolder:
@@ -33,8 +37,8 @@ rule export_imagefolder:
     input:
         study_finished,
     output:
-        imagefolder=directory(f"{S}/export/imagefolder"),
-        parquet=directory(f"{S}/export/parquet"),
+        imagefolder=f"{S}/manifests/export_imagefolder.json",
+        parquet=f"{S}/manifests/export_parquet.json",
     log:
         f"{S}/logs/export/imagefolder.log",
     benchmark:
@@ -46,9 +50,12 @@ rule export_imagefolder:
         runtime=120,
     params:
         study_dir=lambda wildcards: f"{RESULTS}/{wildcards.study}",
+        imagefolder=lambda wildcards: f"{RESULTS}/{wildcards.study}/export/imagefolder",
+        parquet=lambda wildcards: f"{RESULTS}/{wildcards.study}/export/parquet",
     shell:
         "counterfactory export imagefolder --study {wildcards.study} --study-dir {params.study_dir:q}"
-        " --out-dir {output.imagefolder:q} --parquet-dir {output.parquet:q} > {log:q} 2>&1"
+        " --out-dir {params.imagefolder:q} --parquet-dir {params.parquet:q}"
+        " --manifest-imagefolder {output.imagefolder:q} --manifest-parquet {output.parquet:q} > {log:q} 2>&1"
 
 
 rule export_card:
@@ -64,6 +71,11 @@ rule export_card:
     params:
         study_dir=lambda wildcards: f"{RESULTS}/{wildcards.study}",
         export_dir=lambda wildcards, output: Path(output[0]).parent,
+        manifests=lambda wildcards, input: " ".join(
+            f"--manifest {layout}={shlex.quote(str(path))}"
+            for layout, path in input.items()
+            if layout in ("release", "imagefolder", "parquet")
+        ),
     shell:
         "counterfactory export card --study {wildcards.study} --study-dir {params.study_dir:q}"
-        " --provenance {input.provenance:q} --export-dir {params.export_dir:q} > {log:q} 2>&1"
+        " --provenance {input.provenance:q} --export-dir {params.export_dir:q} {params.manifests} > {log:q} 2>&1"

@@ -61,7 +61,7 @@ rule report_overview:
 rule report_examples:
     """Examples of every study from its exported imagefolder: pairs, sets, original vs edited / inpainted images."""
     input:
-        f"{S}/export/imagefolder",
+        f"{S}/manifests/export_imagefolder.json",
     output:
         report(
             f"{S}/report/examples.png", category=study_title, subcategory="Examples", caption="../report/examples.rst"
@@ -72,5 +72,7 @@ rule report_examples:
         CONDA_ENV
     params:
         n=3,
+        imagefolder=lambda wildcards: f"{RESULTS}/{wildcards.study}/export/imagefolder",
     shell:
-        "counterfactory report examples --imagefolder {input:q} --out {output:q} --n {params.n} > {log:q} 2>&1"
+        "counterfactory report examples --imagefolder {params.imagefolder:q} --manifest {input:q} --out {output:q}"
+        " --n {params.n} > {log:q} 2>&1"

@@ -1,8 +1,15 @@
 # Offline set-up shared by every study: tiny stand-in models, NLTK data; the run's provenance.
 
+from counterfactory.models.tiny import tiny_sources
+
 TINY_DIR = config.get("tiny_models", {}).get("out_dir", "resources/models/tiny")
-# the tiny stand-ins the configured roles point at (none in the paper config)
-TINY_MODELS = sorted(set(wf.tiny_model_inputs(config, *config["models"])))
+# the tiny stand-ins the configured roles point at (none in the paper config); a folder name that is no tiny
+# builder (a typo) stops the parse naming the models.<role> key, before the one build job could fail and
+# have Snakemake delete every tiny model it declares
+try:
+    TINY_MODELS = tiny_sources(config)
+except ConfigError as exc:
+    raise WorkflowError(str(exc)) from None
 
 
 rule models_build_tiny:

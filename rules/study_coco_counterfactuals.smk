@@ -187,8 +187,12 @@ rule train_in_domain_table:
     input:
         rules.stats_summarize_in_domain.output,
     output:
-        md=report(
-            f"{S}/in_domain/table.md", category=study_title, subcategory="Training", caption="../report/in_domain.rst"
+        md=f"{S}/in_domain/table.md",
+        html=report(
+            f"{S}/in_domain/table.html",
+            category=study_title,
+            subcategory="Training",
+            caption="../report/in_domain.rst",
         ),
         tex=f"{S}/in_domain/table.tex",
         csv=f"{S}/in_domain/table.csv",
@@ -204,7 +208,7 @@ rule train_in_domain_table:
     shell:
         "counterfactory train in-domain-table --summary {input:q} --models {params.models}"
         " --mixtures {params.mixtures} --out-md {output.md:q} --out-tex {output.tex:q} --out-csv {output.csv:q}"
-        " > {log:q} 2>&1"
+        " --out-html {output.html:q} > {log:q} 2>&1"
 
 
 STUDY_ITR_SUBSETS[CCF] = lambda: (

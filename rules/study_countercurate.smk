@@ -4,6 +4,7 @@
 import shlex
 
 from counterfactory.studies import countercurate as cc
+from counterfactory.studies.countercurate import benchmark_tables as cc_tables
 
 CC = "countercurate"
 CC_DIR = f"{RESULTS}/{CC}"
@@ -276,8 +277,9 @@ rule countercurate_tables:
     input:
         cc_evaluations,
     output:
-        md=report(
-            f"{S}/evaluation/tables.md",
+        md=f"{S}/evaluation/tables.md",
+        html=report(
+            f"{S}/evaluation/tables.html",
             category=study_title,
             subcategory="Evaluation",
             caption="../report/cc_tables.rst",
@@ -292,7 +294,7 @@ rule countercurate_tables:
         CONDA_ENV
     shell:
         "counterfactory countercurate tables --results {input:q} --out-md {output.md:q} --out-tex {output.tex:q}"
-        " --out-csv {output.csv:q} > {log:q} 2>&1"
+        " --out-csv {output.csv:q} --out-html {output.html:q} > {log:q} 2>&1"
 
 
 rule countercurate_train_manifests:
@@ -387,8 +389,9 @@ rule stats_table_countercurate:
         summary=rules.stats_summarize_countercurate.output[0],
         manifests=rules.countercurate_train_manifests.output[0],
     output:
-        md=report(
-            f"{S}/finetune/tables/{{dataset}}.md",
+        md=f"{S}/finetune/tables/{{dataset}}.md",
+        html=report(
+            f"{S}/finetune/tables/{{dataset}}.html",
             category=study_title,
             subcategory="Fine-tuning",
             caption="../report/cc_training.rst",
@@ -405,9 +408,12 @@ rule stats_table_countercurate:
     params:
         order=lambda wildcards: ",".join(cc_training.table_order(view(wildcards.study), wildcards.dataset)),
         info=lambda wildcards, input: Path(input.manifests) / "variants.csv",
+        metrics=lambda wildcards: shlex.quote(cc_tables.finetune_metrics(wildcards.dataset)),
     shell:
         "counterfactory stats table --summary {input.summary:q} --experiment {wildcards.dataset}"
-        " --mixture-order {params.order} --mixture-info {params.info:q} --row-header Training --out-md {output.md:q} --out-tex {output.tex:q} --out-csv {output.csv:q} > {log:q} 2>&1"
+        " --mixture-order {params.order} --mixture-info {params.info:q} --metrics {params.metrics}"
+        " --row-header Training --out-md {output.md:q} --out-tex {output.tex:q} --out-csv {output.csv:q}"
+        " --out-html {output.html:q} > {log:q} 2>&1"
 
 
 rule countercurate_vlm_run:
@@ -476,8 +482,9 @@ use rule stats_table_countercurate as stats_table_countercurate_vlm with:
         summary=rules.stats_summarize_countercurate_vlm.output[0],
         manifests=rules.countercurate_train_manifests.output[0],
     output:
-        md=report(
-            f"{S}/finetune/tables/{{dataset}}_vlm.md",
+        md=f"{S}/finetune/tables/{{dataset}}_vlm.md",
+        html=report(
+            f"{S}/finetune/tables/{{dataset}}_vlm.html",
             category=study_title,
             subcategory="Fine-tuning",
             caption="../report/cc_training.rst",
@@ -489,6 +496,7 @@ use rule stats_table_countercurate as stats_table_countercurate_vlm with:
     params:
         order=f"pretrained,{cc_training.VLM_MIXTURE}",
         info=lambda wildcards, input: Path(input.manifests) / "variants.csv",
+        metrics=lambda wildcards: shlex.quote(cc_tables.finetune_metrics(wildcards.dataset)),
 
 
 STUDY_TARGETS[CC] = (

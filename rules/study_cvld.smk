@@ -146,7 +146,8 @@ rule cvld_tables:
         metrics=cvld_runs,
         config=job_config("data", "classification", "retrieval", "captioning", "seeds"),
     output:
-        md=report(f"{S}/tables.md", category=study_title, subcategory="Tables", caption="../report/cvld_tables.rst"),
+        md=f"{S}/tables.md",
+        html=report(f"{S}/tables.html", category=study_title, subcategory="Tables", caption="../report/cvld_tables.rst"),
         tex=f"{S}/tables.tex",
         csv=f"{S}/tables.csv",
         summary=f"{S}/figures/summary.csv",
@@ -171,7 +172,7 @@ rule cvld_tables:
     shell:
         "counterfactory cvld tables --config {input.config:q} --runs-table {input.runs:q} --runs {params.runs}"
         " --out-md {output.md:q} --out-tex {output.tex:q} --out-csv {output.csv:q} --out-figures {params.figures:q}"
-        " > {log:q} 2>&1"
+        " --out-html {output.html:q} > {log:q} 2>&1"
 
 
 STUDY_TARGETS[CV] = lambda: [f"{CV_DIR}/tables.md", f"{CV_DIR}/coco/text/summary.csv"] + [

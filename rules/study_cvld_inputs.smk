@@ -79,6 +79,8 @@ def cvld_run_inputs(wildcards):
             data.append(
                 source_data(s["data"]["flickr30k"]["karpathy_json"], f"{wildcards.study}.data.flickr30k.karpathy_json")
             )
+    elif s["data"]["nocaps"]["annotations"]:
+        data.append(source_data(s["data"]["nocaps"]["annotations"], f"{wildcards.study}.data.nocaps.annotations"))
     out["data"] = data
     return out
 

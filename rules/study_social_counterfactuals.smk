@@ -216,8 +216,9 @@ rule social_filter_table:
         config=job_config("filter"),
     output:
         csv=f"{S}/filter/table11.csv",
-        md=report(
-            f"{S}/filter/table11.md",
+        md=f"{S}/filter/table11.md",
+        html=report(
+            f"{S}/filter/table11.html",
             category=study_title,
             subcategory="Filtering",
             caption="../report/social_filter.rst",
@@ -231,7 +232,7 @@ rule social_filter_table:
     shell:
         "counterfactory social filter-table --config {input.config:q} --candidates {input.candidates:q} --clip {input.clip:q}"
         " --nsfw {input.nsfw:q} --detect {input.detect:q} --captions {input.captions:q} --out-csv {output.csv:q}"
-        " --out-md {output.md:q} > {log:q} 2>&1"
+        " --out-md {output.md:q} --out-html {output.html:q} > {log:q} 2>&1"
 
 
 rule social_probe:
@@ -272,8 +273,9 @@ rule social_probe_tables:
             role=probe_roles(wildcards),
         ),
     output:
-        md=report(
-            f"{S}/probing/{{stage}}/tables.md",
+        md=f"{S}/probing/{{stage}}/tables.md",
+        html=report(
+            f"{S}/probing/{{stage}}/tables.html",
             category=study_title,
             subcategory="Bias probing",
             caption="../report/social_probe.rst",
@@ -289,7 +291,7 @@ rule social_probe_tables:
         CONDA_ENV
     shell:
         "counterfactory social probe-tables --probe {input:q} --out-md {output.md:q} --out-tex {output.tex:q}"
-        " --out-csv {output.csv:q} > {log:q} 2>&1"
+        " --out-csv {output.csv:q} --out-html {output.html:q} > {log:q} 2>&1"
 
 
 rule social_probe_plots:
@@ -348,6 +350,7 @@ rule social_debias_run:
         manifests=rules.social_debias_split.output.manifests,
         images=rules.social_filter_merge.output.kept,
         external=external_data,
+        task_data=social_task_data,
         models=model_inputs("{role}"),
         config=job_config("debias", "probing", "captions", "models.{role}", "evaluation.batch_size", *DEVICE_KEYS),
     output:
@@ -394,8 +397,9 @@ rule social_debias_table:
     input:
         rules.train_collect_social.output,
     output:
-        md=report(
-            f"{S}/debias/tables.md",
+        md=f"{S}/debias/tables.md",
+        html=report(
+            f"{S}/debias/tables.html",
             category=study_title,
             subcategory="Debiasing",
             caption="../report/social_debias.rst",
@@ -410,4 +414,30 @@ rule social_debias_table:
         CONDA_ENV
     shell:
         "counterfactory social debias-table --runs {input:q} --out-md {output.md:q} --out-tex {output.tex:q}"
-        " --out-csv {output.csv:q} > {log:q} 2>&1"
+        " --out-csv {output.csv:q} --out-html {output.html:q} > {log:q} 2>&1"
+
+
+rule social_debias_task_table:
+    """§5.3, Tables 4 and 5: retrieval R@K and zero-shot accuracy of the pre-trained and debiased models."""
+    input:
+        runs=rules.train_collect_social.output,
+        config=job_config("debias", "captions", social_task_model_keys),
+    output:
+        md=f"{S}/debias/task_tables.md",
+        html=report(
+            f"{S}/debias/task_tables.html",
+            category=study_title,
+            subcategory="Debiasing",
+            caption="../report/social_debias.rst",
+        ),
+        tex=f"{S}/debias/task_tables.tex",
+        csv=f"{S}/debias/task_tables.csv",
+    log:
+        f"{S}/logs/debias/task_tables.log",
+    wildcard_constraints:
+        study=SCF,
+    conda:
+        CONDA_ENV
+    shell:
+        "counterfactory social debias-task-table --config {input.config:q} --runs {input.runs:q} --out-md {output.md:q}"
+        " --out-tex {output.tex:q} --out-csv {output.csv:q} --out-html {output.html:q} > {log:q} 2>&1"

@@ -65,3 +65,28 @@ def debias_runs(wildcards):
             seed=mixture_seeds,
         )
     ]
+
+
+def social_task_data(wildcards):
+    """§5.3, Tables 4 and 5: the retrieval split, its images and the classification datasets of debias.task_eval
+    (only for the roles it evaluates)."""
+    task = view(wildcards.study)["debias"].get("task_eval") or {}
+    if wildcards.role not in (task.get("roles") or []):
+        return []
+    key = f"{wildcards.study}.debias.task_eval"
+    out = []
+    if task.get("retrieval"):
+        spec = task["retrieval"]
+        out += [
+            source_data(spec["karpathy_json"], f"{key}.retrieval.karpathy_json"),
+            source_data(spec["image_root"], f"{key}.retrieval.image_root"),
+        ]
+    for name, spec in ((task.get("classification") or {}).get("datasets") or {}).items():
+        out += dataset_input_files(spec, name)
+    return out
+
+
+def social_task_model_keys(wildcards):
+    """The evaluated roles' model entries (their display names label Tables 4 and 5)."""
+    task = view(wildcards.study)["debias"].get("task_eval") or {}
+    return [f"models.{role}" for role in task.get("roles") or []]

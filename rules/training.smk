@@ -144,8 +144,9 @@ rule stats_table:
         summary=rules.stats_summarize.output,
         info=rules.train_mixtures.output.summary,
     output:
-        md=report(
-            f"{S}/training/tables/{{table}}.md",
+        md=f"{S}/training/tables/{{table}}.md",
+        html=report(
+            f"{S}/training/tables/{{table}}.html",
             category=study_title,
             subcategory="Training",
             caption="../report/tables.rst",
@@ -163,7 +164,8 @@ rule stats_table:
     shell:
         "counterfactory stats table --summary {input.summary:q} --mixture-info {input.info:q}"
         " --metrics {params.metrics} --mixture-order {params.order} {params.pretrained}"
-        " --out-md {output.md:q} --out-tex {output.tex:q} --out-csv {output.csv:q} > {log:q} 2>&1"
+        " --out-md {output.md:q} --out-tex {output.tex:q} --out-csv {output.csv:q} --out-html {output.html:q}"
+        " > {log:q} 2>&1"
 
 
 rule train_plot_curves:

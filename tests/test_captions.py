@@ -42,8 +42,14 @@ class FakeMasker:
 
     def fill(self, masked_texts, top_k):
         self.calls.append(list(masked_texts))
-        return [[cap.Fill(w, s, r) for r, (w, s) in enumerate(self.proposals.get(t, [])[:top_k])]
-                for t in masked_texts]
+        return [[cap.Fill(w, s, r) for r, (w, s) in enumerate(self._proposals(t)[:top_k])] for t in masked_texts]
+
+    def _proposals(self, text):
+        """Proposals are keyed by the masked caption; the reference rule masks inside the joined NLTK tokens
+        ("A <mask> on a table ."), which is looked up without the space before punctuation."""
+        if text in self.proposals:
+            return self.proposals[text]
+        return self.proposals.get(re.sub(r" ([.,!?])", r"\1", text), [])
 
 
 class TableSimilarity:
@@ -63,6 +69,9 @@ class TablePerplexity:
 
 
 def run(captions, proposals, sims=None, ppls=None, **kw):
+    """The editor with fakes. The logic these tests check does not depend on the fill rule; the strict rule keeps
+    the caption's own spacing, so the expected captions read naturally (the reference rule has its own tests)."""
+    kw.setdefault("fill_rule", "strict")
     settings_ = cap.EditSettings(**kw)
     return cap.edit_captions(captions, fake_tagger, FakeMasker(proposals), TableSimilarity(sims or {}),
                              TablePerplexity(ppls or {}), settings_)
@@ -92,25 +101,57 @@ def test_only_mask_tags_are_masked():
 
 
 @pytest.mark.parametrize(
-    "fill, reason",
+    "fill, strict, reference",
     [
-        (cap.Fill("zebra", True, 0), None),
-        (cap.Fill("horse", True, 0), cap.SAME_WORD),
-        (cap.Fill("Horse", True, 0), cap.SAME_WORD),
-        (cap.Fill("ze", False, 0), cap.NOT_WHOLE_WORD),  # a word piece, not a word start
-        (cap.Fill("3", True, 0), cap.NOT_WHOLE_WORD),
-        (cap.Fill("", True, 0), cap.NOT_WHOLE_WORD),
-        (cap.Fill("quickly", True, 0), cap.NOT_NOUN),  # tagged IN by the fake tagger
-        (cap.Fill("Paris", True, 0), None),  # NNP is an allowed fill tag
+        (cap.Fill("zebra", True, 0), None, None),
+        (cap.Fill("horse", True, 0), cap.SAME_WORD, cap.SAME_WORD),
+        (cap.Fill("Horse", True, 0), cap.SAME_WORD, cap.SAME_WORD),
+        # a word piece: ours rejects it; the reference glues it to "a" ("aze"), which changes the token count
+        (cap.Fill("ze", False, 0), cap.NOT_WHOLE_WORD, cap.TOKEN_COUNT_CHANGED),
+        # not alphabetic: ours rejects it; the reference tags it in place (the fake tagger says "."), not a noun
+        (cap.Fill("3", True, 0), cap.NOT_WHOLE_WORD, cap.NOT_NOUN),
+        (cap.Fill("", True, 0), cap.NOT_WHOLE_WORD, cap.NOT_WHOLE_WORD),
+        (cap.Fill("quickly", True, 0), cap.NOT_NOUN, cap.NOT_NOUN),  # tagged IN by the fake tagger
+        (cap.Fill("Paris", True, 0), None, None),  # NNP is an allowed fill tag
     ],
 )
-def test_check_fill(fill, reason):
+@pytest.mark.parametrize("rule", cap.FILL_RULES)
+def test_check_fill(fill, strict, reference, rule):
     text = "A man rides a horse on the beach."
     tagged = fake_tagger(text)
+    if rule == "reference":
+        text = " ".join(t for t, _ in tagged)   # the reference masks inside the joined NLTK tokens
     site = cap.mask_sites(0, text, tagged, "<mask>", ("NN",))[1]
-    got, candidate = cap.check_fill(text, site, fill, fake_tagger, len(tagged), ("NN", "NNS", "NNP"))
-    assert got == reason
-    assert candidate == f"A man rides a {fill.word} on the beach."
+    got, candidate = cap.check_fill(text, site, fill, fake_tagger, len(tagged), ("NN", "NNS", "NNP"), rule)
+    assert got == (strict if rule == "strict" else reference)
+    if got is None:
+        expected = "A man rides a {} on the beach{}".format(fill.word, "." if rule == "strict" else " .")
+        assert candidate == expected
+
+
+def test_reference_rule_keeps_fills_the_strict_rule_rejects():
+    """B.1.1 as the authors' code does it: "t-shirt" and "3D" are kept when they tag as nouns in place and keep
+    the token count; the candidate is the decoded sequence over the joined tokens (the tokeniser's spacing)."""
+    nouns = dict(NOUNS, **{"t-shirt": "NN", "3D": "NN"})
+
+    def tagger(text):
+        tokens = re.findall(r"t-shirt|3D|[A-Za-z]+|[^\sA-Za-z]", text)
+        return [(t, nouns.get(t, "DT" if t in ("a", "A") else "IN" if t.isalpha() else ".")) for t in tokens]
+
+    captions = [{"caption_id": "c0", "caption": "A man on a horse."}]
+    proposals = {"A man on a <mask> .": [("t-shirt", True), ("3D", True)]}
+    for rule, kept in (("reference", {"A man on a t-shirt .", "A man on a 3D ."}), ("strict", set())):
+        res = cap.edit_captions(captions, tagger, FakeMasker(proposals) if rule == "reference" else
+                                FakeMasker({"A man on a <mask>.": [("t-shirt", True), ("3D", True)]}),
+                                TableSimilarity({}), TablePerplexity({}),
+                                cap.EditSettings(fill_rule=rule, per_caption=2))
+        assert {r["counterfactual"] for r in res.accepted} == kept, rule
+        assert all(r["original"] == "A man on a horse." for r in res.accepted)
+
+
+def test_unknown_fill_rule_is_refused():
+    with pytest.raises(ValueError, match="fill_rule"):
+        cap.EditSettings(fill_rule="loose")
 
 
 def test_fill_changing_token_count_is_rejected():
@@ -188,7 +229,7 @@ def test_property_every_counterfactual_differs_by_one_noun_in_band(words, sim):
     for site in cap.mask_sites(0, text, tagged, "<mask>", ("NN", "NNS")):
         proposals[site.masked_text] = [(w, True) for w in nouns]
     res = cap.edit_captions([{"caption_id": "x", "caption": text}], fake_tagger, FakeMasker(proposals),
-                            TableSimilarity({}, default=sim), TablePerplexity({}), cap.EditSettings())
+                            TableSimilarity({}, default=sim), TablePerplexity({}), cap.EditSettings(fill_rule="strict"))
     for row in res.accepted:
         a, b = row["original"].split(), row["counterfactual"].split()
         assert len(a) == len(b)
@@ -252,7 +293,7 @@ def test_undefined_perplexity_is_rejected_with_a_reason():
     masker = FakeMasker({"A <mask> on a table.": [("cat", True), ("dog", True)]})
     ppl = TablePerplexity({"A cat on a table.": math.nan, "A dog on a table.": 50.0})
     res = cap.edit_captions([{"caption_id": "1_0", "caption": "A zebra on a table."}], fake_tagger, masker,
-                            TableSimilarity({}), ppl)
+                            TableSimilarity({}), ppl, cap.EditSettings(fill_rule="strict"))
     assert [r["counterfactual"] for r in res.accepted] == ["A dog on a table."]
     bad = [r for r in res.rejected if r["reason"] == cap.PERPLEXITY_UNDEFINED]
     assert [r["candidate"] for r in bad] == ["A cat on a table."]
@@ -264,6 +305,31 @@ def test_configs_score_perplexity_as_the_reference_code(repo):
 
     for name in ("config.yaml", "demo.yaml"):
         assert load_config([repo / "config" / name])["captions"]["perplexity_prepend_bos"] is False
+
+
+def test_paper_config_keeps_fills_as_the_reference_code(repo):
+    from counterfactory.config import load_config
+
+    section = load_config([repo / "config" / "config.yaml"])["captions"]
+    assert cap.EditSettings.from_config(section).fill_rule == "reference"
+
+
+def test_real_mlm_sequence_is_the_fill_mask_pipelines(tiny_text_models):
+    """The candidate the reference rule keeps is transformers' fill-mask pipeline's ``sequence`` for that fill
+    (checked against the pipeline itself), including fills that do not start a word."""
+    from transformers import AutoModelForMaskedLM, AutoTokenizer, pipeline
+
+    root = tiny_text_models
+    model = AutoModelForMaskedLM.from_pretrained(root / "mlm").eval()
+    tok = AutoTokenizer.from_pretrained(root / "mlm")
+    masker = cap.HFFillMasker(model, tok)
+    texts = [f"A man rides a {tok.mask_token} on the beach .", f"Two {tok.mask_token} ."]
+    ours = masker.fill(texts, top_k=5)
+    reference = pipeline("fill-mask", model=model, tokenizer=tok, top_k=5)
+    for text, fills in zip(texts, ours):
+        theirs = reference(text)
+        assert [f.sequence for f in fills] == [t["sequence"] for t in theirs]
+        assert [f.word for f in fills] == [t["token_str"].strip() for t in theirs]
 
 
 # --------------------------------------------------------------------------- bad input captions
@@ -297,7 +363,7 @@ def test_too_long_captions_and_candidates_are_rejected():
     long_text = "A dog " + "and a dog " * 20 + "on a table."
     caps = [{"caption_id": "1_0", "caption": "A dog on a table."}, {"caption_id": "1_1", "caption": long_text}]
     masker = LimitedMasker({"A <mask> on a table.": [("cat", True)]}, max_tokens=12)
-    res = cap.edit_captions(caps, fake_tagger, masker, TableSimilarity({}), TablePerplexity({}), cap.EditSettings())
+    res = cap.edit_captions(caps, fake_tagger, masker, TableSimilarity({}), TablePerplexity({}), cap.EditSettings(fill_rule="strict"))
     assert [r["caption_id"] for r in res.accepted] == ["1_0"]
     assert [(r["caption_id"], r["reason"]) for r in res.rejected if r["reason"] == cap.TOO_LONG] == [("1_1", "too_long")]
     assert res.counts[cap.TOO_LONG] == 1
@@ -309,7 +375,7 @@ def test_too_long_captions_and_candidates_are_rejected():
 
     res = cap.edit_captions([{"caption_id": "2_0", "caption": "A dog on a table."}], fake_tagger,
                             FakeMasker({"A <mask> on a table.": [("zebra", True)]}), TableSimilarity({}),
-                            ShortLM({}), cap.EditSettings())
+                            ShortLM({}), cap.EditSettings(fill_rule="strict"))
     assert res.accepted == [] and [r["reason"] for r in res.rejected] == [cap.TOO_LONG]
 
 
@@ -322,7 +388,7 @@ def test_real_tiny_mlm_reports_too_long_instead_of_crashing(tiny_text_models):
     long_text = "A dog " + "and a dog " * 60 + "on a table."
     assert masker.too_long(long_text) and not masker.too_long("A dog on a table.")
     caps = [{"caption_id": "1_0", "caption": long_text}, {"caption_id": "1_1", "caption": "A dog on a table."}]
-    res = cap.edit_captions(caps, fake_tagger, masker, TableSimilarity({}), TablePerplexity({}), cap.EditSettings())
+    res = cap.edit_captions(caps, fake_tagger, masker, TableSimilarity({}), TablePerplexity({}), cap.EditSettings(fill_rule="strict"))
     assert res.counts[cap.TOO_LONG] == 1 and res.rejected[0]["caption_id"] == "1_0"
 
 
@@ -335,7 +401,7 @@ def stage_cfg(repo, monkeypatch):
     from counterfactory.config import load_config
 
     monkeypatch.setattr(provenance, "collect", lambda cfg, *a, **k: {"stub": True})
-    return load_config([repo / "config" / "demo.yaml"], {"captions": {"shard_size": 4}})
+    return load_config([repo / "config" / "demo.yaml"], {"captions": {"shard_size": 4, "fill_rule": "strict"}})
 
 
 def _table(path, rows):

@@ -310,8 +310,15 @@ def test_torchvision_names_of_caltech101_as_the_reference_evaluation(repo):
     assert torchvision_class_names("caltech101", ["Faces", "Faces_easy", "Leopards", "Motorbikes", "airplanes",
                                                   "water_lilly"]) == [
         "face", "face", "leopard", "motorbike", "airplane", "water lilly"]
-    with pytest.raises(ConfigError, match="by hand"):
-        torchvision_class_names("caltech256", ["001.ak47"])
+    # Caltech-256 as the reference names it: singular, hyphenated only where the word is, -101 dropped
+    assert torchvision_class_names("caltech256", ["binoculars", "faces-easy-101", "t-shirt", "yo-yo", "tennis-shoes",
+                                                  "baseball-bat", "motorbikes-101", "clutter", "ak47"]) == [
+        "binocular", "face", "t-shirt", "yo-yo", "tennis shoe", "baseball bat", "motorbike", "clutter", "ak47"]
+    paper256 = load_config([repo / "config" / "config.yaml"])["evaluation"]["classification"]["datasets"]["Caltech256"]
+    assert paper256["class_names"] == "torchvision" and paper256["background_class"] is True
+    ds = load_dataset("Caltech256", {"format": "caltech256", "root": str(FIX / "caltech256" / "256_ObjectCategories"),
+                                     "class_names": "torchvision"})
+    assert ds.classes == ["ak47", "american flag", "airplane", "clutter"]   # the folder names kept "airplanes"
 
 
 def test_torchvision_names_of_imagenet_are_the_first_lemma_lower_cased(repo, tmp_path):

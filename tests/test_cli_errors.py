@@ -131,3 +131,57 @@ def test_a_step_imports_only_its_command_group():
             "set(full._subparsers._group_actions[0].choices)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
+
+
+# ---------------------------------------------------------------------------- outputs checked before the work
+
+
+def test_output_folder_where_a_file_belongs_fails_before_the_work(tmp_path, monkeypatch, capsys):
+    """captions edit --summary DIR: refused before the model run writes --out and --rejected (issue 31, #11)."""
+    from counterfactory.commands import captions as captions_cmd
+
+    ran = []
+    monkeypatch.setattr(captions_cmd, "_edit", lambda args: ran.append(args) or 0)
+    (tmp_path / "summary_dir").mkdir()
+    argv = ["captions", "edit", "--config", "config/demo.yaml", "--captions", str(tmp_path / "c.parquet"),
+            "--shard", "0", "--out", str(tmp_path / "acc.parquet"), "--rejected", str(tmp_path / "rej.parquet"),
+            "--summary", str(tmp_path / "summary_dir")]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert ran == [] and len(err.splitlines()) == 1
+    assert "--out-summary" in err and str(tmp_path / "summary_dir") in err and "is a folder" in err
+    assert not (tmp_path / "acc.parquet").exists()
+    # a file where a folder of the path must be, and a file where an output folder belongs
+    (tmp_path / "afile").write_text("x")
+    assert cli.main([*argv[:-1], str(tmp_path / "afile" / "s.json")]) == 2
+    assert "is a file, but the path needs a folder" in capsys.readouterr().err
+    assert cli.main(["images", "merge", "--shard-dirs", str(tmp_path), "--out-dir", str(tmp_path / "afile")]) == 2
+    assert "--out-dir" in capsys.readouterr().err
+    assert cli.main([*argv[:-1], str(tmp_path / "new" / "s.json")]) == 0 and len(ran) == 1
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes anywhere")
+def test_unwritable_output_folder_fails_before_the_work(tmp_path, monkeypatch, capsys):
+    from counterfactory.commands import data as data_cmd2
+
+    ran = []
+    monkeypatch.setattr(data_cmd2, "_captions", lambda args: ran.append(args) or 0)
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    try:
+        assert cli.main(["data", "captions", "--captions-json", str(tmp_path / "c.json"),
+                         "--out", str(locked / "sub" / "out.parquet")]) == 2
+    finally:
+        locked.chmod(0o700)
+    assert ran == [] and "cannot write in" in capsys.readouterr().err
+
+
+def test_disk_full_names_the_outputs_file_system_not_the_working_directory(tmp_path, monkeypatch, capsys):
+    """issue 31, #21: ENOSPC without a file name named the working directory's file system."""
+    _fail_with(monkeypatch, OSError(errno.ENOSPC, "No space left on device"))
+    assert _run(tmp_path) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "no space left on device" in err
+    assert str(tmp_path / "out.parquet") in err and f"df -h {tmp_path}" in err
+    assert f"df -h {os.getcwd()}" not in err

@@ -176,7 +176,8 @@ def test_library_defaults_agree_with_the_schema():
     from counterfactory.generation.inpaint import InpaintSettings
     from counterfactory.training.cvld import CVLDSettings
 
-    for cls, section, skip in ((InpaintSettings, fill_section("spurious_retrieval.inpaint"), ()),
+    # mean_of: the study's paper default (§4.4, mean of the removed region) differs from the kernel's keyword default
+    for cls, section, skip in ((InpaintSettings, fill_section("spurious_retrieval.inpaint"), ("mean_of",)),
                                (EditSettings, fill_section("cvld.editing.settings"), ("m", "k"))):
         for f in dataclasses.fields(cls):
             if f.name in skip:
@@ -222,3 +223,41 @@ def test_no_module_restates_schema_defaults_in_a_defaults_table(repo):
     assert not studies, f"defaults tables in study modules (move them to the schema): {studies}"
     extra = sorted(set(found) - set(_ALLOWED_DEFAULT_TABLES))
     assert not extra, f"defaults tables outside the schema: {extra} (move them to config_schema.yaml)"
+
+
+def test_an_overlay_of_run_name_means_the_same_in_every_command(repo, tmp_path):
+    """issue 31, #16: `social captions` took an overlay holding only run_name for a caption-list file."""
+    from counterfactory.config import is_config_layer
+    from counterfactory.studies.social_counterfactuals import captions
+
+    overlay = tmp_path / "run.yaml"
+    overlay.write_text("run_name: probe\n")
+    demo = repo / "config" / "demo.yaml"
+    assert load_config([demo, overlay])["run_name"] == "probe"
+    section, _ = captions.load_section([demo, overlay])
+    assert section == captions.load_section([demo])[0]
+    assert is_config_layer({"run_name": "x", "seed": 1}) and not is_config_layer({"prefixes": ["A photo of"]})
+    # a caption-list file stays one, and an unknown key is still named
+    (tmp_path / "bad.yaml").write_text("prefixes: [A photo of]\nnot_a_key: 1\n")
+    with pytest.raises(ConfigError, match="not_a_key"):
+        captions.load_section([demo, tmp_path / "bad.yaml"])
+
+
+def test_each_role_names_the_file_that_set_it(repo, tmp_path, monkeypatch):
+    """issue 31, #4: a role an overlay leaves out is silently config/config.yaml's hub model; the workflow now
+    lists every role with its source and file (the Snakefile logs it on every run, a dry run included)."""
+    from counterfactory.config import STUDY_ROLES, workflow_role_origins
+
+    demo = yaml.safe_load((repo / "config" / "demo.yaml").read_text())
+    del demo["models"]["sd"]
+    derived = tmp_path / "mine.yaml"
+    derived.write_text(yaml.safe_dump(demo, sort_keys=False))
+    monkeypatch.chdir(repo)
+    cfg = load_full_config([repo / "config" / "config.yaml", derived])
+    text = workflow_role_origins(cfg, [derived], {"models": {"lm": {"source": "./elsewhere/lm"}}})
+    lines = {line.split(":")[0].strip(): line for line in text.splitlines()[1:]}
+    assert "stable-diffusion-v1-5/stable-diffusion-v1-5 <- config/config.yaml" in lines["sd"]
+    assert "[inherited from config/config.yaml" in lines["sd"] and "models.sd.source" in lines["sd"]
+    assert lines["mlm"].endswith(f"resources/models/tiny/mlm <- {derived}") and "inherited" not in lines["mlm"]
+    assert lines["lm"].endswith("./elsewhere/lm <- --config")
+    assert set(lines) <= {r for study in cfg["studies"] for r in STUDY_ROLES[study]}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -88,7 +89,7 @@ def test_scores_are_deterministic_and_batch_size_independent(tiny_vlm, pairs):
     m1, m3 = one.choose(images, caps, negs), three.choose(images, caps, negs)
     np.testing.assert_allclose(m3, m1, rtol=1e-5, atol=1e-5)
     table = one.choice_table(images, caps, negs)
-    assert table["a_first"].tolist() == (np.random.default_rng(0).integers(0, 2, 5) == 0).tolist()
+    assert table["a_first"].tolist() == vlm.option_a_first(vlm.item_keys(images, caps, negs), 0).tolist()
     assert set(table["choice"]) <= {"a", "b"} and np.array_equal(table["choice"] == "a", m1 > 0)
     # both orders: swapping the captions flips the margin exactly
     both = one.choose(images, caps, negs, order="both")
@@ -270,3 +271,21 @@ def test_cli_train_and_score(tiny_vlm, pairs, tmp_path):
     table = pd.read_csv(tmp_path / "s.csv")
     assert len(table) == 5 and {"logp_caption", "logp_negative", "choice_margin", "chose_caption"} <= set(table)
     assert (table["chose_caption"] == (table["choice_margin"] > 0)).all()
+
+
+def test_evaluate_asks_the_tiny_vlm_to_choose(tiny_vlm):
+    """§4.4: SugarCrepe with the vlm role is the two-option choice (paper config), the likelihood an option."""
+    from counterfactory.studies.countercurate import benchmarks as bm
+
+    demo = Path(__file__).resolve().parents[1] / "resources" / "demo"
+    cfg = {**_cfg(tiny_vlm), "benchmarks": {"sugarcrepe": {"root": str(demo / "sugarcrepe" / "data"),
+                                                           "images": str(demo / "val2017")}}}
+    res, items = bm.evaluate(cfg, "vlm", "sugarcrepe", progress=False)
+    sc = vlm.scorer_from_config(cfg)
+    margins = sc.choose(items["image_path"].tolist(), items["caption"].tolist(), items["negative_caption"].tolist())
+    np.testing.assert_allclose(items["margin"], margins, rtol=1e-5, atol=1e-5)
+    avg = res[(res["subset"] == "average") & (res["metric"] == "accuracy")]["value"].iloc[0]
+    assert avg == pytest.approx(float((margins > 0).mean()))
+    like_cfg = {**cfg, "vlm": {**cfg["vlm"], "protocol": "likelihood"}}
+    _, like_items = bm.evaluate(like_cfg, "vlm", "sugarcrepe", progress=False)
+    assert "margin" not in like_items and like_items["s_pos"].lt(0).all()  # caption log-likelihoods

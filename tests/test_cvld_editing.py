@@ -23,7 +23,7 @@ def models(tmp_path_factory):
     """Tiny editor, Swin encoder and SD, built by the builders and loaded back by path through the registry."""
     from diffusers import StableDiffusionPipeline
 
-    from counterfactory.models import registry, tiny_editing, tiny_vision
+    from counterfactory.models import tiny_editing, tiny_vision
 
     root = tmp_path_factory.mktemp("edit_models")
     tiny_editing.build_editor(root / "editor")

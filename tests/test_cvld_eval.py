@@ -344,3 +344,34 @@ def test_retrieval_rerank_fuses_itm_logit_and_itc(blip):
         assert got[key] == pytest.approx(value), key
     with pytest.raises(Exception, match="rerank_k"):
         cvld.retrieval_recall(model, proc, images, texts, text_image=range(5), rerank_k=2)
+
+
+# ---------------------------------------------------------------- Table 4's LIC: Hirota et al.'s amplification
+def _no_signal_captions(n_male: int, n_female: int, seed: int = 0):
+    """Captions whose words do not depend on gender (the gender word itself is masked by LIC)."""
+    rng = np.random.default_rng(seed)
+    words = ["dog", "table", "street", "kite", "pizza", "beach", "car", "phone", "tree", "horse"]
+    genders = ["male"] * n_male + ["female"] * n_female
+    caps = [f"a {'man' if g == 'male' else 'woman'} with a {' and a '.join(rng.choice(words, 2))}" for g in genders]
+    return caps, genders
+
+
+def test_lic_is_the_amplification_on_balanced_splits_so_imbalance_alone_does_not_raise_it():
+    from counterfactory.studies.cvld import leakage
+    from counterfactory.studies.cvld import settings as cvld_settings
+
+    assert cvld_settings.settings(None)["captioning"]["lic"] == "amplification"
+    caps, genders = _no_signal_captions(300, 100)               # male:female 3:1, captions without gender signal
+    raw = cap.lic(caps, genders, seeds=range(3))["lic"]          # stratified split: the majority class wins
+    labels = np.array([g == "female" for g in genders], dtype=np.int64)
+    balanced = leakage.leakage(caps, labels, range(3)).mean()
+    assert raw > 50 and balanced < 40
+    # model captions identical to the human ones: LIC_M == LIC_D on the same splits -> amplification exactly 0
+    refs = [[c] * 5 for c in caps]
+    out = leakage.lic_amplification(caps, refs, genders, seeds=range(2))
+    assert out["LIC"] == 0.0 and out["LIC_M"] == out["LIC_D"] == pytest.approx(balanced, abs=15)
+    # a model that writes its gender into the caption leaks more than the human captions
+    leaky = [c + (" football" if g == "male" else " handbag") for c, g in zip(caps, genders)]
+    assert leakage.lic_amplification(leaky, refs, genders, seeds=range(2))["LIC"] > 20
+    with pytest.raises(ValueError, match="male or female"):
+        leakage.lic_amplification(caps[:2], refs[:2], ["male", "neutral"], seeds=[0])

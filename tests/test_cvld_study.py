@@ -34,6 +34,31 @@ def test_defaults_follow_the_paper():
     assert list(cl["attributes"]) == list(GENDER_INDEPENDENT)      # one list of the 14 attributes, two modules agree
 
 
+def test_retrieval_reranks_blips_depth_per_test_set_and_records_it(monkeypatch):
+    # appendix A "the standard procedure of BLIP": ITM re-ranks the ITC top 256 on COCO, the top 128 on Flickr30K
+    from counterfactory.evaluation import cvld as ev
+
+    s = st.settings({"data": {"flickr30k": {"karpathy_json": "f.json"}}})
+    assert (st.rerank_depth(s, "coco"), st.rerank_depth(s, "flickr30k")) == (256, 128)
+    assert st.rerank_depth(st.settings({"retrieval": {"rerank_k": 4}}), "flickr30k") == 4
+    frame = pd.DataFrame({"split": "test", "image_id": [1, 1, 2], "image_path": ["a", "a", "b"],
+                          "caption": ["x", "y", "z"]})
+    used = {}
+
+    def fake_recall(model, processor, images, caps, *, rerank_k, batch_size):
+        used[len(images) + len(caps)] = rerank_k
+        return {"rec@1": 50.0, "mrec": 60.0, "rerank_k": min(rerank_k, len(images))}
+
+    monkeypatch.setattr(rn, "_train_coco", lambda *a, **k: (None, None))
+    monkeypatch.setattr(ev, "retrieval_recall", fake_recall)
+    monkeypatch.setattr(dt, "captions", lambda s, name: frame.iloc[:1])
+    out = rn._retrieval({}, s, "coco1", "base", 0, {}, None, frame, False)
+    assert used == {4: 256, 2: 128}                               # COCO test (2 images), Flickr30K test (1 image)
+    assert out["COCO:rerank_k"] == 2 and out["Flickr30K:rerank_k"] == 1
+    with pytest.raises(ConfigError, match="rerank_k"):
+        st.settings({"retrieval": {"rerank_k": {"coco": 256}}})
+
+
 @pytest.mark.parametrize("section, words", [
     ({"editing": {"mm": 3}}, r"cvld.editing: unknown key\(s\) mm"),
     ({"editing": {"k": 11}}, "k = 11 is above m = 10"),
@@ -95,7 +120,10 @@ def test_runs_of_the_paper_config(repo):
     assert count[("classification", "k16", "cvld")] == count[("classification", "k256", "base")] == 10
     assert count[("retrieval", "coco1", "neg_only")] == 3 and ("retrieval", "coco10", "neg_only") not in count
     assert count[("captioning", "coco10", "balanced")] == 3 and count[("captioning", "pt", "pretrained")] == 1
-    assert len(runs) == 91
+    assert count[("classification", "k256", "cvld_lam0.5")] == 10 and ("classification", "k16", "cvld_lam0.5") \
+        not in count                                                 # Figure 4's λ sweep at K = 256
+    assert count[("classification", "full", "base")] == 1          # Table 1's full-data BLIP row
+    assert len(runs) == 91 + 3 * 10 + 1
     assert st.lambda_of(s, "retrieval", "cvld") == 0.3 and st.lambda_of(s, "retrieval", "neg_only") == 0.0
     assert st.lambda_of(s, "classification", "cvld_lam0.25") == 0.25 and st.lambda_of(s, "captioning", "base") == 0
 
@@ -174,6 +202,77 @@ def test_coco_training_table_pairs_captions_with_their_intervention():
         rn.coco_training_table(s, caps, "coco10", "cvld", 0, files)
 
 
+def test_captioner_trains_and_generates_after_blips_prompt(monkeypatch, tmp_path):
+    # BLIP trains its captioner on "a picture of " + caption and generates after the same prompt
+    from counterfactory.models import registry
+    from counterfactory.training import cvld as tr
+
+    s = st.settings({"cvld": {"data": {"subsets": [1.0]}, "retrieval": {"image_size": None},
+                              "captioning": {"image_size": None}}})
+    assert s["captioning"]["prompt"] == "a picture of "
+    seen = {}
+    monkeypatch.setattr(registry, "load", lambda cfg, role: ("model", "processor"))
+    monkeypatch.setattr(tr, "train_captioning", lambda m, p, table, *a, **k: seen.setdefault("captioning", table))
+    monkeypatch.setattr(tr, "train_retrieval", lambda m, p, table, *a, **k: seen.setdefault("retrieval", table))
+    files = {"coco_1": ["cf1.png"]}
+    for task in ("captioning", "retrieval"):
+        rn._train_coco({"models": {"captioner": {}, "itm_blip": {}}}, s, task, "coco100", "cvld", 0, files, tmp_path,
+                       swapped_captions(), False)
+    cap = seen["captioning"]
+    assert cap["caption"].iloc[0] == "a picture of A man rides a horse."
+    assert list(cap["cf_caption"]) == ["a picture of A woman rides a horse.", "a picture of A horse in a field.",
+                                       "a picture of The woman holds her hat."] + [""] * 3
+    assert seen["retrieval"]["caption"].iloc[0] == "A man rides a horse."     # retrieval has no prompt
+    plain = seen["retrieval"].iloc[:1]
+    assert rn.with_caption_prompt(plain, "").equals(plain)                  # "" = no prompt
+
+
+def test_every_kept_edit_enters_the_training_set():
+    # §5.1 keeps the top k = 3 edits per example and adds the edited pairs to the training set: an image's caption
+    # rows take its kept edits in turn (ours, one_per_seed: one edit per image and seed)
+    s = st.settings({"cvld": {"data": {"subsets": [1.0]}}})
+    assert s["editing"]["per_example"] == "all_kept"
+    files = {"coco_1": ["a.png", "b.png", "c.png"], "coco_2": ["d.png", "e.png"]}
+    for seed in range(4):
+        table = rn.coco_training_table(s, swapped_captions(), "coco100", "cvld", seed, files)
+        assert set(table["cf_image_path"][:3]) == {"a.png", "b.png", "c.png"}
+        assert set(table["cf_image_path"][3:]) == {"d.png", "e.png"} and len(table) == 6
+    one = st.settings({"cvld": {"data": {"subsets": [1.0]}, "editing": {"per_example": "one_per_seed"}}})
+    table = rn.coco_training_table(one, swapped_captions(), "coco100", "cvld", 0, files)
+    assert table["cf_image_path"][:3].nunique() == 1 and table["cf_image_path"][0] == rn.pick(files, "coco_1", 0)
+
+
+def test_nocaps_validation_is_scored_with_the_captioner(monkeypatch, tmp_path):
+    # Table 4's zero-shot nocaps columns: the public validation annotations (COCO caption format) and pycocoevalcap
+    from types import SimpleNamespace
+
+    from counterfactory.evaluation import cvld as ev
+    from counterfactory.metrics import captioning as mc
+
+    ann = tmp_path / "nocaps_val.json"
+    ann.write_text(json.dumps({"images": [{"id": 7, "file_name": "a.jpg"}, {"id": 8, "file_name": "b.jpg"},
+                                          {"id": 9, "file_name": "c.jpg"}],
+                               "annotations": [{"image_id": 7, "caption": "a dog"}, {"image_id": 7, "caption": "a pup"},
+                                               {"image_id": 8, "caption": "a cat"}]}))
+    s = st.settings({"data": {"nocaps": {"annotations": str(ann), "image_root": str(tmp_path)}},
+                     "captioning": {"image_size": None}})
+    images, refs, ids = dt.nocaps(s)
+    assert (images, refs, ids) == ([str(tmp_path / "a.jpg"), str(tmp_path / "b.jpg")], [["a dog", "a pup"], ["a cat"]],
+                                   [7, 8])
+    scored = []
+    model = SimpleNamespace(vision_model=SimpleNamespace(embeddings=SimpleNamespace(image_size=384)))
+    monkeypatch.setattr(rn, "_train_coco", lambda *a, **k: (model, None))
+    monkeypatch.setattr(ev, "generate_captions", lambda m, p, imgs, **k: [f"caption {i}" for i in range(len(imgs))])
+    monkeypatch.setattr(mc, "coco_caption_scores", lambda r, c, **k: scored.append(sorted(r)) or
+                        {"BLEU-4": 1.0, "CIDEr": 2.0 * len(r), "SPICE": 3.0})
+    out = rn._captioning({}, s, "coco1", "base", 0, {}, tmp_path, swapped_captions().assign(split="test"), False)
+    assert scored[1] == [7, 8] and out["nocaps:CIDEr"] == 4.0 and out["nocaps:SPICE"] == 3.0
+    assert (tmp_path / "nocaps_captions.csv").is_file() and out["image_size"] == 384
+    ann.write_text(json.dumps({"images": [], "annotations": [{"image_id": 1}]}))
+    with pytest.raises(InputError, match="annotations"):
+        dt.nocaps(s)
+
+
 def test_balanced_training_table_equalises_genders():
     s = st.settings({"cvld": {"data": {"subsets": [1.0]}}})
     caps = swapped_captions()
@@ -202,6 +301,58 @@ def test_summary_tests_fairness_metrics_for_lower_values():
     pt = summary.loc[("classification", "DEO", "pretrained")]
     assert pt["n"] == 1 and pt["mean"] == 5.0 and not bool(pt["significant"])
     assert tb.lower_is_better("MaxSkew@128") and tb.lower_is_better("DEO:Bangs") and not tb.lower_is_better("mRec")
+
+
+def test_figure5_right_panel_is_the_share_of_men_for_doctor_and_nurse(tmp_path):
+    # Figure 5 (right): the share of men among the top K images for "a photo of a doctor" / "... nurse"
+    assert st.settings(None)["retrieval"]["occupations"] == ["doctor", "nurse"]
+    sim = np.array([[0.9, 0.8, 0.1, 0.7], [0.1, 0.2, 0.9, 0.8]])          # doctor: 0, 1, 3, 2; nurse: 2, 3, 1, 0
+    shares = rn.occupation_shares(sim, ["Male", "Male", "Female", "Female"], ["doctor", "nurse"], [1, 2, 3, 8])
+    assert shares == {"MaleShare@1:doctor": 100.0, "MaleShare@2:doctor": 100.0,
+                      "MaleShare@3:doctor": pytest.approx(200 / 3), "MaleShare@1:nurse": 0.0,
+                      "MaleShare@2:nurse": 0.0, "MaleShare@3:nurse": pytest.approx(100 / 3)}
+    rows = [{"experiment": "retrieval_coco1", "mixture": mix, "seed": seed, "data_seed": seed, "metric": m,
+             "value": v + seed} for seed in range(2) for mix in ("base", "cvld") for m, v in
+            {**shares, "MaxSkewCurve@2": 0.3}.items()]
+    summary = tb.summarize(pd.DataFrame(rows))
+    fig, axes = [], []
+    from counterfactory import render
+
+    real = render.pyplot
+
+    class Spy:
+        def __getattr__(self, name):
+            return getattr(real(), name)
+
+        def subplots(self, *a, **k):
+            f, ax = real().subplots(*a, **k)
+            fig.append(f)
+            axes.append(ax)
+            return f, ax
+
+    import unittest.mock as um
+
+    with um.patch.object(render, "pyplot", lambda: Spy()):
+        out = tb.figure5(summary, st.settings(None), tmp_path / "figure5.png")
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    right = axes[0][1]
+    assert "doctor" in right.get_title() and len(right.get_legend().get_texts()) == 4    # 2 jobs x {base, CVLD}
+
+
+def test_table1_has_the_full_data_blip_row():
+    # Table 1: BLIP^PT, BLIP fine-tuned on the whole CelebA training split, then the K-shot blocks
+    s = st.settings(None)
+    assert s["classification"]["full_data"] and {"task": "classification", "setting": "full", "variant": "base",
+                                                 "seed": 0} in st.runs(s)
+    rows = [{"experiment": e, "mixture": m, "seed": seed, "data_seed": seed, "metric": "DEO", "value": 10.0 + seed}
+            for e, m, seeds in (("classification", "pretrained", [0]), ("classification_full", "base", [0]),
+                                ("classification_k256", "base", [0, 1]), ("classification_k256", "cvld", [0, 1]))
+            for seed in seeds]
+    table = dict(tb.paper_tables(tb.summarize(pd.DataFrame(rows)), s))
+    t1 = table[next(t for t in table if t.startswith("Table 1"))]
+    assert t1.row_labels[:3] == ["BLIP^PT", "BLIP (full data)", "256-shot BLIP"]
+    off = st.settings({"classification": {"full_data": False}})
+    assert not any(r["setting"] == "full" for r in st.runs(off))
 
 
 def test_cli_swap_gender_on_a_csv(tmp_path, capsys, nltk_dir):

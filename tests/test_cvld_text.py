@@ -282,3 +282,44 @@ def test_run_llm_with_the_tiny_llm(tmp_path):
         assert rec["llm_valid"] or rec["llm_error"]
         assert rec["intervened"] is None or rec["intervened"].strip()
     assert majority_vote(out)["n_captions"].tolist() == [3, 1]
+
+
+# --------------------------------------------------------------------------- appendix B: one direction per pass
+def test_llm_intervention_is_written_per_direction_as_in_appendix_b(monkeypatch):
+    from counterfactory.studies.cvld import intervention as iv
+    from counterfactory.studies.cvld import settings as cvld_settings
+
+    assert cvld_settings.settings(None)["intervention"]["llm_prompt"] == "per_direction"
+    frame = pd.DataFrame({"caption_id": ["1_0", "1_1", "1_2", "2_0", "3_0"], "image_id": [1, 1, 1, 2, 3],
+                          "caption": ["A woman and a girl eat.", "A person eats.", "A man and a woman eat.",
+                                      "A boy runs.", "A cat sleeps."]})
+    req = iv.requests(frame)
+    # image 1 names female people more often: every caption of it is turned male; image 2 male -> female
+    assert req["direction"].tolist() == ["to_male"] * 3 + ["to_female"] * 2
+    to_male = llm.prepare(req.drop(columns=["direction"]))[0]
+    assert "make every female person male" in to_male.user and '"A woman and a girl eat."' in to_male.user
+    assert "female person male" not in req["prompt"][3] and "make every male person female" in req["prompt"][3]
+    assert to_male.schema["properties"]["intervened"]["maxLength"] == len(frame["caption"][0]) + gender.EXTRA_CHARS
+
+    answers = {"1_0": "A man and a boy eat.", "1_1": "A person eats.", "1_2": "A man and a man eat.",
+               "2_0": "A girl runs.", "3_0": "A cat sleeps."}
+    edits = {"1_0": "turn the woman into a man and the girl into a boy", "1_1": "no change",
+             "1_2": "turn the woman into a man", "2_0": "turn the boy into a girl", "3_0": "no change"}
+    asked = []
+
+    def fake_run_requests(cfg, requests, cache_path=None):
+        asked.append(requests)
+        key = "intervened" if (requests["task"] == gender.INTERVENE_TASK).all() else "edit_prompt"
+        table = answers if key == "intervened" else edits
+        return pd.DataFrame({"item_id": requests["item_id"], "task": requests["task"],
+                             "answer": [json.dumps({key: table[i]}) for i in requests["item_id"]],
+                             "valid": True, "error": None})
+
+    monkeypatch.setattr(llm, "run_requests", fake_run_requests)
+    out = iv.run_llm({}, frame)
+    assert "prompt" in asked[0].columns and (asked[1]["task"] == gender.EDIT_TASK).all()
+    assert out["intervened"].tolist() == list(answers.values())
+    assert out["changed"].tolist() == [True, False, True, True, False]
+    assert out["direction"].tolist() == req["direction"].tolist()
+    with pytest.raises(ValueError, match="direction"):
+        iv.instruction("A man.", "both")

@@ -465,3 +465,32 @@ def test_training_table_errors(tiny_blips, image_table):
         cvld.train_retrieval(model, proc, missing, settings, None, root)
     with pytest.raises(ConfigError, match="unknown task"):
         cvld.CVLDSettings.for_task("vqa")
+
+
+def test_set_resolution_resamples_position_embeddings_as_blip_does(tiny_blips, tmp_path):
+    # Tables 2-3 run retrieval at 224 and Table 4's captioners at 384: the model is moved to the size by bicubic
+    # resampling of its patch position grid, which is what transformers' interpolate_pos_encoding computes on the fly
+    from counterfactory.studies.cvld import settings as cvld_settings
+    from counterfactory.studies.cvld.resolution import current_size, set_resolution
+
+    s = cvld_settings.settings(None)
+    assert (s["retrieval"]["image_size"], s["captioning"]["image_size"]) == (224, 384)
+    model, proc = _retrieval(tiny_blips)
+    old = current_size(model)
+    new = 2 * old
+    pixels = torch.rand(1, 3, new, new)
+    with torch.no_grad():
+        expected = model.vision_model(pixel_values=pixels, interpolate_pos_encoding=True).last_hidden_state
+    set_resolution(model, proc, new)
+    assert current_size(model) == new and model.config.vision_config.image_size == new
+    assert proc.image_processor.size == {"height": new, "width": new}
+    with torch.no_grad():
+        got = model.vision_model(pixel_values=pixels).last_hidden_state
+    torch.testing.assert_close(got, expected)
+    model.save_pretrained(tmp_path / "m")
+    from transformers import BlipForImageTextRetrieval
+
+    assert current_size(BlipForImageTextRetrieval.from_pretrained(tmp_path / "m")) == new
+    assert set_resolution(model, proc, None)[0] is model and current_size(model) == new
+    with pytest.raises(Exception, match="multiple of the patch size"):
+        set_resolution(model, proc, new + 1)

@@ -11,6 +11,7 @@ from PIL import Image
 
 datasets = pytest.importorskip("datasets")
 
+from counterfactory import studies  # noqa: E402
 from counterfactory.cli import main  # noqa: E402
 from counterfactory.errors import InputError  # noqa: E402
 from counterfactory.export import cards, formats  # noqa: E402
@@ -182,6 +183,13 @@ def test_social_release_reuses_the_study_writer(tmp_path):
     assert ds["a1a2"] == ["Black female", "White female"] and ds["subject"] == ["plumber", "plumber"]
     assert pixels(ds[1]["image"])[0, 0].tolist() == [0, 0, 40]
     assert formats.read_manifest(tmp_path / "rel")["format"] == "social_counterfactuals"
+    # issue 32 item 10: the release README is a Hub dataset card (YAML metadata naming the shards, citation)
+    from huggingface_hub import DatasetCard
+
+    card = DatasetCard.load(tmp_path / "rel" / "README.md")
+    assert card.data.configs == [{"config_name": "default", "data_files": [{"split": "train",
+                                                                             "path": "data/train-*.parquet"}]}]
+    assert card.data.license == "other" and "@inproceedings{howard2024socialcounterfactuals" in card.text
 
 
 def test_card_lists_the_run_numbers(tmp_path):
@@ -203,22 +211,45 @@ def test_card_lists_the_run_numbers(tmp_path):
     assert front["license"] == "other" and front["size_categories"] == ["n<1K"]
     assert front["configs"] == [{"config_name": "default", "data_files": [
         {"split": "test", "path": "parquet/default/test-00000-of-00001.parquet"}]}]
-    assert "| counts.accepted | 7 |" in text                              # 3 + 4 over the two caption shards
-    assert "| counts.rejected_by_reason.not_whole_word | 31 |" in text
-    assert "| candidates_generated | 376 |" in text and "| pairs_selected | 2 |" in text
+    # issue 32 item 10: the funnel reads as steps with worded counts, not JSON key paths
+    assert "   - accepted: 7" in text                                     # 3 + 4 over the two caption shards
+    assert "   - rejected: not whole word: 31" in text and "counts.rejected_by_reason" not in text
+    assert "   - candidates generated: 376" in text and "   - pairs selected: 2" in text
+    assert "1. **captions**" in text and "2. **images**" in text
     assert "seconds" not in text and "config_digest" not in text        # bookkeeping is not a count
     assert "| release | default | test | 2 |" in text and "| parquet | default | test | 2 |" in text
     assert "| mlm | `resources/models/tiny/mlm` | transformers | - | `979d60282801e6f0` |" in text
     assert "Not recorded in this run's provenance (not used by it): lm, sentence, sd, vae, clip_filter" in text
-    assert "similarity_low: 0.8" in text and "CC BY 4.0" in text and "random" in text   # demo limitation
-    for heading in ("## Dataset Summary", "### Data Fields", "## Dataset Creation", "### Filter funnel",
-                    "## Licensing Information", "### Known Limitations"):
+    assert "CC BY 4.0" in text and "random" in text                      # demo limitation
+    # the config is pointed to (provenance.json), not pasted in
+    assert "similarity_low" not in text and "`config.coco_counterfactuals`" in text
+    # every field documented with its type: the selection scores too
+    assert "| `caption_1` | string | counterfactual caption (one noun replaced) |" in text
+    assert "| `seed` | uint64 |" in text
+    for heading in ("## Dataset Summary", "### Data Fields", "## Dataset Creation", "### How the data was made",
+                    "## Licensing Information", "## Bias, Risks, and Limitations", "### Known Limitations",
+                    "## Citation"):
         assert heading in text
+    assert "@inproceedings{le2023cococounterfactuals" in text
+    # the Hub's own parser reads the card's metadata
+    from huggingface_hub import DatasetCard
+
+    card = DatasetCard(text)
+    assert card.data.pretty_name.startswith("COCO-Counterfactuals") and card.data.size_categories == ["n<1K"]
 
 
 def test_cli_release_for_a_study_without_published_format(tmp_path, capsys):
     rc = main(["export", "release", "--study", "cvld", "--study-dir", str(tmp_path), "--out-dir", str(tmp_path / "o")])
     assert rc == 2 and "no published release format" in capsys.readouterr().err
+
+
+def test_card_documents_the_selection_scores():
+    """Issue 32 item 10: rank, p and the sim_* scores were exported undocumented."""
+    for field in ("rank", "p", "guidance", "seed", "sim_0", "sim_1", "sim_image", "sim_direction", "set_id",
+                  "member_index"):
+        assert len(cards.FIELD_DOCS[field]) > 10, field
+    assert cards.funnel_label("counts.rejected_by_reason.not_whole_word") == "rejected: not whole word"
+    assert set(cards.CITATIONS) == set(studies.STUDIES)
 
 
 def test_size_categories():
@@ -239,3 +270,33 @@ def test_examples_grid_draws_an_export_and_says_so_when_it_is_empty(tmp_path, ta
     assert "no exported examples" in caplog.text and "none" in caplog.text
     with Image.open(full) as a, Image.open(blank) as b:
         assert a.size[1] > b.size[1]           # one row of panels per example vs a one-line note
+
+
+def test_uploaded_folders_hold_no_manifest_or_snakemake_marker(tmp_path, repo):
+    """Issue 32 item 9: `.snakemake_timestamp` (Snakemake marks every directory() output with it) and manifest.json
+    sat inside the export folders users upload. The writers put the manifest where they are told, the rules declare
+    those manifest files (no directory() output under export/), and the card and examples grid read them there."""
+    import re
+
+    from counterfactory.plots import export_grid
+
+    d = coco_study(tmp_path)
+    export, manifests = d / "export", d / "manifests"
+    common = ["--study", "coco_counterfactuals", "--study-dir", str(d)]
+    assert main(["export", "imagefolder", *common, "--out-dir", str(export / "imagefolder"), "--parquet-dir",
+                 str(export / "parquet"), "--manifest-imagefolder", str(manifests / "export_imagefolder.json"),
+                 "--manifest-parquet", str(manifests / "export_parquet.json")]) == 0
+    assert main(["export", "release", *common, "--out-dir", str(export / "release"), "--manifest",
+                 str(manifests / "export_release.json")]) == 0
+    prov = {"counterfactory": "0.1.0", "git": {}, "models": {}, "config": {}}
+    (tmp_path / "provenance.json").write_text(json.dumps(prov))
+    assert main(["export", "card", *common, "--provenance", str(tmp_path / "provenance.json"), "--export-dir",
+                 str(export), *[f"--manifest={layout}={manifests / f'export_{layout}.json'}"
+                                for layout in ("release", "imagefolder", "parquet")]]) == 0
+    assert not [p for p in export.rglob("*") if p.name in ("manifest.json", ".snakemake_timestamp")]
+    assert json.loads((manifests / "export_parquet.json").read_text())["format"] == "parquet"
+    assert "| parquet | default | test | 2 |" in (export / "README.md").read_text()
+    export_grid(export / "imagefolder", tmp_path / "ex.png", manifest=manifests / "export_imagefolder.json")
+    rules = (repo / "rules" / "export.smk").read_text()
+    assert not re.search(r"directory\(\s*f\"\{S\}/export/", rules)
+    assert "manifests/export_imagefolder.json" in (repo / "rules" / "report.smk").read_text()

@@ -8,7 +8,8 @@ import stat
 
 import pytest
 
-from counterfactory.io import atomic_dir, atomic_path, current_umask, remove_stale_temporaries, write_json
+from counterfactory.io import (atomic_dir, atomic_path, current_umask, follow_umask, remove_stale_temporaries,
+                               write_json)
 
 
 def test_atomic_dir_replaces_only_on_success(tmp_path):
@@ -56,6 +57,32 @@ def test_permissions_follow_the_umask(tmp_path, umask):
     assert mode(tmp_path / "a.json") == mode(tmp_path / "b.bin") == mode(plain_file) == 0o666 & ~umask
     assert mode(tmp_path / "d") == mode(plain_dir) == 0o777 & ~umask
     assert current_umask() == umask
+
+
+def test_library_written_weights_follow_the_umask(tmp_path, umask):
+    """safetensors (hence every ``save_pretrained``) writes through its own 0600 temporary file: the atomic
+    writers and :func:`follow_umask` (fine-tuning checkpoints) give the weights the umask's mode."""
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    weights = {"w": np.zeros(4, dtype=np.float32)}
+    mode = lambda p: stat.S_IMODE(p.stat().st_mode)  # noqa: E731
+    save_file(weights, str(tmp_path / "raw.safetensors"))
+    raw = mode(tmp_path / "raw.safetensors")  # what the library itself leaves (0600 with safetensors 0.8)
+    with atomic_dir(tmp_path / "model") as tmp:
+        save_file(weights, str(tmp / "model.safetensors"))
+        (tmp / "run.sh").write_text("#!/bin/sh\n")
+        (tmp / "run.sh").chmod(0o700)
+    with atomic_path(tmp_path / "prompts.safetensors") as tmp:
+        save_file(weights, str(tmp))
+    (tmp_path / "ckpt").mkdir()
+    save_file(weights, str(tmp_path / "ckpt" / "model.safetensors"))
+    follow_umask(tmp_path / "ckpt")
+    assert mode(tmp_path / "model" / "model.safetensors") == 0o666 & ~umask
+    assert mode(tmp_path / "prompts.safetensors") == mode(tmp_path / "ckpt" / "model.safetensors") == 0o666 & ~umask
+    assert mode(tmp_path / "model" / "run.sh") == 0o777 & ~umask  # an executable stays executable
+    if umask == 0o022:
+        assert raw == 0o600  # the cause: without the fix the weights above would be 0600 too
 
 
 def test_stale_temporaries_of_a_killed_run_are_removed(tmp_path, caplog):

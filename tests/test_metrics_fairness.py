@@ -380,3 +380,22 @@ def test_lic_matches_loop(rows):
             total += max(pi, 1 - pi)
     assert lic_score(p, y) == pytest.approx(total / len(p))
     assert not math.isnan(lic_score(p, y))
+
+
+# ---------------------------------------------------------------- Hirota et al.'s gender-balanced split
+def test_gender_balanced_split_cuts_both_classes_to_the_smaller_one():
+    from counterfactory.metrics.fairness import gender_balanced_split
+
+    labels = np.array([0] * 60 + [1] * 20)                     # male:female 3:1
+    train, test = gender_balanced_split(labels, 0.1, seed=3)
+    assert np.bincount(labels[test]).tolist() == [2, 2]         # round(20 * 0.1) of each gender
+    assert np.bincount(labels[train]).tolist() == [18, 18]
+    assert not set(train) & set(test)
+    again = gender_balanced_split(labels, 0.1, seed=3)
+    assert all(np.array_equal(a, b) for a, b in zip((train, test), again))
+    other = gender_balanced_split(labels, 0.1, seed=4)
+    assert not np.array_equal(train, other[0])
+    with pytest.raises(ValueError, match="no train or no test"):
+        gender_balanced_split(np.array([0, 0, 1]), 0.1)
+    with pytest.raises(ValueError, match="0/1"):
+        gender_balanced_split(np.array([0, 2]), 0.5)

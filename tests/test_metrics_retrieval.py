@@ -458,6 +458,42 @@ def test_odmap_at_k_hand_computed():
     assert odmap_at_k(sim, rel, 2, percent=False) == pytest.approx(0.125)
 
 
+# Hand-made rankings (1 = correct caption, in rank order, the whole gallery listed) scored at k = 5 by
+# pytorch-metric-learning's AccuracyCalculator ("mean_average_precision", k=5): release 1.6.0 divides by the
+# correct items inside the top k ("hits_in_top_k"), release 2.9.0 by all correct items ("relevant").
+LIBRARY_CASES = [
+    # ranking                  hits_in_top_k (1.6.0)  relevant (2.9.0)  min_k_relevant (ours)
+    ([1, 0, 0, 0, 0, 1, 0, 0], 1.0, 0.5, 0.5),
+    ([0, 1, 0, 1, 1, 1, 1, 1], 0.533333, 0.266667, 0.32),
+    ([0, 0, 0, 0, 0, 1, 0, 0], 0.0, 0.0, 0.0),        # correct captions exist, none in the top k: 0
+    ([1, 1, 1, 1, 1, 1, 1, 1], 1.0, 0.625, 1.0),
+]
+
+
+@pytest.mark.parametrize("ranking, hits, relevant, min_k", LIBRARY_CASES)
+def test_ap_at_k_normalisers_match_the_metric_learning_library(ranking, hits, relevant, min_k):
+    expected = {"hits_in_top_k": hits, "relevant": relevant, "min_k_relevant": min_k}
+    n = len(ranking)
+    sim = -np.arange(n, dtype=float)[None, :]                  # gallery already in rank order
+    for normaliser, value in expected.items():
+        assert average_precision_at_k(ranking, 5, normaliser=normaliser) == pytest.approx(value, abs=1e-6)
+        assert odmap_at_k(sim, np.array([ranking]), 5, percent=False, normaliser=normaliser) == \
+            pytest.approx(value, abs=1e-6)
+    assert average_precision_at_k(ranking, 5) == pytest.approx(min_k, abs=1e-6)   # default kept for callers
+
+
+def test_odmap_hits_normaliser_scores_a_query_without_hits_zero_and_skips_one_without_relevant():
+    sim = -np.tile(np.arange(6, dtype=float), (3, 1))
+    rel = np.array([[1, 0, 0, 0, 0, 1],          # hit at 1 of 2 -> 1.0 (min(k, R) would give 0.5)
+                    [0, 0, 0, 1, 0, 0],          # nothing in the top 3 -> 0
+                    [0, 0, 0, 0, 0, 0]])         # no correct caption anywhere -> skipped
+    mean, per = odmap_at_k(sim, rel, 3, return_per_query=True, normaliser="hits_in_top_k")
+    assert per[:2].tolist() == [1.0, 0.0] and math.isnan(per[2])
+    assert mean == pytest.approx(50.0)
+    with pytest.raises(ValueError, match="normaliser"):
+        odmap_at_k(sim, rel, 3, normaliser="r")
+
+
 def test_odmap_at_k_ties_broken_by_gallery_index():
     sim = np.array([[0.5, 0.5, 0.5, 0.1]])
     assert odmap_at_k(sim, np.array([[0, 1, 0, 0]]), 1) == 0.0         # index 0 wins the tie

@@ -33,8 +33,15 @@ def _expected(spec) -> tuple[str, list[str]]:
     """(text the role's fix must hold, texts it must not hold)."""
     if spec.library == "lama_cleaner":
         return sources.BIG_LAMA_URL, ["build-tiny", "hf download"]
+    if spec.library == "open_clip" and str(spec.pretrained or "").endswith((".pt", ".pth")):
+        # a released checkpoint that is not on the hub (NegCLIP, ALIP, LaCLIP, SLIP): its release, to the configured path
+        return f"checkpoint (http", ["build-tiny", "hf download"]
     if spec.library == "open_clip":
         return "hf download laion/CLIP-ViT-B-32-laion2B-s34B-b79K", [f"hf download {spec.source}`", "build-tiny"]
+    if spec.library == "vsepp":  # VSE++ has no hub checkpoint: a fresh folder from the training captions (issue 30)
+        return "counterfactory models build-vsepp --captions", ["build-tiny", "hf download"]
+    if spec.role in ("itm_blip", "captioner"):  # pre-trained BLIP: the original checkpoint, converted (issue 30)
+        return "counterfactory models convert-blip --checkpoint model_base", ["build-tiny", "hf download <hub id>"]
     return f"hf download {sources.hub_id(spec)}", ["build-tiny"]
 
 

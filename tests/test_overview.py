@@ -68,3 +68,53 @@ def test_not_a_provenance_file_names_the_file_and_writes_nothing(tmp_path):
     with pytest.raises(CounterFactoryError, match="p.json.*no 'config' entry"):
         write_overview(bad, out)
     assert not out.exists()
+
+
+@pytest.mark.parametrize("config", ["demo.yaml", "config.yaml"])
+def test_every_study_lists_its_roles_and_every_role_its_studies(repo, config):
+    """Issue 32 item 5: CVLD lists its roles; editor, gligen, llm, t2i, inpaint, itm_blip (and the sd role's vae)
+    name the studies that use them; names in tables come from models.<role>.display_name or the source."""
+    from counterfactory.config import load_full_config
+    from counterfactory.overview import overview
+
+    cfg = load_full_config([repo / "config" / config])
+    models = {r: {"source": v["source"], "library": None, "fingerprint": None, "revision": None}
+              for r, v in cfg["models"].items()}
+    page = overview({"config": cfg, "models": models})
+    by_study = {s["study"]: s["roles"] for s in page["studies"]}
+    assert {"editor", "itm_blip", "captioner", "image_encoder"} <= set(by_study["cvld"])
+    used = {m["role"]: m["studies"] for m in page["models"]}
+    for role, study in (("editor", "CVLD"), ("gligen", "CounterCurate"), ("llm", "CounterCurate"),
+                        ("t2i", "CounterCurate"), ("itm_blip", "CVLD"), ("vae", "COCO-Counterfactuals")):
+        assert study in used[role], role
+    assert any("retrieval" in s for s in used["inpaint"])
+    assert all(used.values()), [r for r, s in used.items() if not s]     # every configured role has a user
+    names = {m["role"]: m["name"] for m in page["models"]}
+    if config == "config.yaml":
+        assert names["itm_bridgetower"] == "BridgeTower" and names["mlm"] == "roberta-base"
+
+
+def test_every_command_the_overview_cites_exists(tmp_path):
+    """Issue 32 item 5: the page once cited `counterfactory models verify`, which does not exist."""
+    import re
+    import shlex
+
+    from counterfactory.cli import build_parser
+    from counterfactory.overview import COMMANDS
+
+    page = (tmp_path / "o.html")
+    write_overview(_provenance(tmp_path), page)
+    cited = re.findall(r"<code>(counterfactory [^<]+)</code>", page.read_text())
+    assert cited and {" ".join(c.split()[:3]) for c in cited} <= {" ".join(c.split()[:3]) for c in COMMANDS}
+    for command in cited:
+        words = shlex.split(command)[1:]
+        parser = build_parser()
+        for word in words:
+            if word.startswith("-"):
+                assert word in parser._option_string_actions, (command, word)
+                break
+            sub = next((a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction"), None)
+            if sub is None:
+                break                               # an argument of the command (CONFIG, a file)
+            assert word in sub.choices, (command, word)
+            parser = sub.choices[word]

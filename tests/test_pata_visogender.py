@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from counterfactory.data.pata import load_pata, read_pata_captions, read_pata_files
+from counterfactory.data.pata import read_pata_captions, read_pata_files
 from counterfactory.data.visogender import load_visogender, read_visogender
 from counterfactory.errors import InputError
 from counterfactory.studies.social_counterfactuals import external as ex

@@ -86,39 +86,21 @@ def test_rules_declare_no_site_values():
         assert not re.search(r"slurm_partition|slurm_account|slurm_extra|constraint\s*=|gres\s*=|qos\s*=", text), path
 
 
-# --------------------------------------------------------------------------- set-up: the profile name
+# --------------------------------------------------------------------------- no set-up: Snakemake's workflow profile
 
-def test_profile_name_needs_the_setup_step_then_works(tmp_path):
+def test_workflow_profile_works_from_a_fresh_clone(tmp_path):
+    """`--workflow-profile slurm` is looked up under profiles/ next to the Snakefile: no link into
+    ~/.config/snakemake (the former `make profiles` step) is needed, from any working directory."""
     env = _env(tmp_path)
-    dry = [str(BIN / "snakemake"), "--profile", "slurm", "-n", "provenance", "--snakefile", str(REPO / "Snakefile"),
-           "--configfile", str(_demo_config(tmp_path))]
-    before = subprocess.run(dry, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
-    assert before.returncode != 0 and "no profile.yaml (or config.yaml) found" in before.stdout + before.stderr
-
-    setup = subprocess.run([str(BIN / "counterfactory"), "cluster", "install-profiles", "--no-check"],
-                           capture_output=True, text=True, env=env, cwd=REPO, timeout=120)
-    assert setup.returncode == 0, setup.stderr
-    link = tmp_path / "xdg" / "snakemake" / "slurm"
-    assert link.is_symlink() and link.resolve() == REPO / "profiles" / "slurm"
-
-    after = subprocess.run(dry, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
-    assert after.returncode == 0, after.stdout[-3000:] + after.stderr[-3000:]
-    assert "Using profile slurm" in after.stdout + after.stderr
-
-
-def test_install_profiles_is_idempotent_and_leaves_foreign_profiles_alone(tmp_path):
-    dest = tmp_path / "snakemake"
-    first = cluster.install_profiles(dest)
-    assert [p.name for p in first] == ["slurm", "gaudi"]
-    assert cluster.install_profiles(dest) == first  # same links again: fine
-    (dest / "slurm").unlink()
-    (dest / "slurm").mkdir()
-    (dest / "slurm" / "config.yaml").write_text("executor: slurm\n")
-    with pytest.raises(ClusterConfigError, match="already exists.*--force"):
-        cluster.install_profiles(dest)
-    assert (dest / "slurm" / "config.yaml").read_text() == "executor: slurm\n"
-    cluster.install_profiles(dest, force=True)
-    assert (dest / "slurm").resolve() == REPO / "profiles" / "slurm"
+    assert not (tmp_path / "xdg" / "snakemake").exists()
+    dry = [str(BIN / "snakemake"), "--workflow-profile", "slurm", "-n", "provenance", "--snakefile",
+           str(REPO / "Snakefile"), "--configfile", str(_demo_config(tmp_path))]
+    proc = subprocess.run(dry, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    assert f"workflow specific profile {REPO / 'profiles' / 'slurm'}" in out
+    # the checker finds a profile by the same name
+    assert cluster.resolve_profile("gaudi") == (REPO / "profiles" / "gaudi", REPO / "profiles" / "gaudi" / "config.yaml")
 
 
 # --------------------------------------------------------------------------- per-rule resources
@@ -264,8 +246,8 @@ group-components:
 def test_checker_names_a_missing_profile(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
     monkeypatch.chdir(tmp_path)
-    report = cluster.check_profile("slurm")
-    assert not report.ok and "make profiles" in report.errors[0]
+    report = cluster.check_profile("slurn")
+    assert not report.ok and "gaudi, local, slurm" in report.errors[0] and "--workflow-profile" in report.errors[0]
 
 
 def test_cli_exit_status(tmp_path):

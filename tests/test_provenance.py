@@ -118,3 +118,19 @@ def test_verify_needs_a_provenance_file(tmp_path):
     with pytest.raises(Exception, match="not a readable provenance JSON"):
         provenance.verify(tmp_path / "p.json")
     assert Path(tmp_path / "p.json").exists()
+
+
+def test_thread_count_is_recorded(run, monkeypatch):
+    """issue 31, #15: the thread count changes pixels by kernel rounding and was recorded nowhere."""
+    import torch
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        assert _write("results/table.csv") == 0
+    finally:
+        torch.set_num_threads(before)
+    threads = json.loads((run / "results/provenance.json").read_text())["threads"]
+    assert threads["torch"] == 2 and threads["environment"]["OMP_NUM_THREADS"] == "3"
+    assert threads["cpu_count"] == os.cpu_count()

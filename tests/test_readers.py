@@ -77,9 +77,9 @@ def _fake_root(tmp_path, fx, with_images=True):
     shutil.copy(fx / "coco" / "captions_val2017.json", root / "annotations")
     shutil.copy(fx / "coco" / "instances_val2017.json", root / "annotations")
     (root / "val2017").mkdir()
-    if with_images:
-        for name in ("000000397133.jpg", "000000037777.jpg"):
-            Image.new("RGB", (8, 8)).save(root / "val2017" / name)
+    if with_images:      # each image at the size the annotation files declare (check_coco_root compares them)
+        for name, size in (("000000397133.jpg", (640, 427)), ("000000037777.jpg", (352, 230))):
+            Image.new("RGB", size).save(root / "val2017" / name)
     return root
 
 
@@ -357,7 +357,7 @@ def test_check_coco_root_reports_unreadable_images(tmp_path, fx, capsys):
     big = tmp_path / "big.jpg"
     import numpy as np
 
-    Image.fromarray(np.random.default_rng(0).integers(0, 256, (64, 64, 3), dtype=np.uint8)).save(big)
+    Image.fromarray(np.random.default_rng(0).integers(0, 256, (230, 352, 3), dtype=np.uint8)).save(big)   # 000000037777's declared size
     data = big.read_bytes()
     (root / "val2017" / "000000037777.jpg").write_bytes(data[: len(data) // 2])     # truncated download
     with pytest.raises(InputError) as err:

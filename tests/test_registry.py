@@ -262,6 +262,46 @@ def test_tiny_build_writes_a_manifest(tmp_path, monkeypatch):
         ("config.json", "missing"), ("notes.txt", "not listed in the manifest")]
 
 
+def test_snakemake_timestamp_is_not_model_content(tmp_path, monkeypatch, capsys):
+    """Snakemake drops `.snakemake_timestamp` into every folder output once the job ends: a freshly built
+    tiny model must still match its manifest and keep its fingerprint (`models check` said CORRUPT)."""
+    from counterfactory.models import tiny
+
+    monkeypatch.setattr(tiny, "builders", lambda: {"toy": lambda out, seed: _toy_model(out, age=False)})
+    monkeypatch.setitem(registry._LOADERS, "toy", _load_toy)
+    folder = tiny.build("toy", tmp_path / "tiny", seed=0)
+    before = registry.fingerprint(folder, use_cache=False)
+    (folder / ".snakemake_timestamp").write_text("")
+    assert registry.verify_folder(folder) == ("manifest", [])
+    assert registry.fingerprint(folder, use_cache=False) == before
+    assert _check(monkeypatch, {"models": {"toy": {"source": str(folder)}}}) == 0
+    assert "CORRUPT" not in capsys.readouterr().out
+
+
+def test_tiny_role_path_typo_is_a_parse_time_error_naming_the_key():
+    """A typo in one tiny role's folder used to rerun the one build job, fail with a KeyError and let Snakemake
+    delete every declared tiny model; rules/setup.smk now stops at parse time with the key and the fix."""
+    import yaml
+
+    from counterfactory import workflow as wf
+    from counterfactory.config import ConfigError
+    from counterfactory.models import tiny
+
+    assert set(tiny.builders()) == tiny.BUILDER_NAMES  # the static list the parse-time check uses
+    cfg = yaml.safe_load((Path(__file__).resolve().parents[1] / "config" / "demo.yaml").read_text())
+    assert tiny.tiny_sources(cfg) == sorted(set(wf.tiny_model_inputs(cfg, *cfg["models"])))
+    cfg["models"]["sd"] = {"source": "resources/models/tiny/sdd"}
+    cfg["models"]["lm"] = "resources/models/tiny/gpt"
+    with pytest.raises(ConfigError) as err:
+        tiny.tiny_sources(cfg)
+    msg = str(err.value)
+    assert "models.sd.source: 'resources/models/tiny/sdd'" in msg and "no tiny builder named 'sdd'" in msg
+    assert "did you mean 'resources/models/tiny/sd'?" in msg
+    assert "models.lm: 'resources/models/tiny/gpt'" in msg  # every mistake at once
+    with pytest.raises(ConfigError, match="no tiny builder named 'sdd'.*Fix"):
+        tiny.build("sdd", "unused")
+
+
 def _fake_hub(root, repo_id="org/toy", commit="c" * 40):
     """An HF-cache layout: blobs named by sha256 (LFS) / git blob sha1, snapshot symlinks, refs/main."""
     import hashlib
@@ -326,3 +366,52 @@ def test_vae_role_loads_an_autoencoder_from_the_tiny_folder(tmp_path, monkeypatc
     demo = load_config([repo / "config" / "demo.yaml"])
     assert paper["models"]["vae"]["source"] == "stabilityai/sd-vae-ft-mse"
     assert demo["models"]["vae"]["source"] == "resources/models/tiny/vae"
+
+
+def test_a_path_like_source_that_is_nowhere_says_both_readings(tmp_path, monkeypatch):
+    """issue 31, #20: 'probe/models/sd' (no ./, not on disk) was taken for a hub id ("hf download probe/...")."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ModelLoadError) as err:      # two slashes: no hub id has them, so no loader is tried
+        registry.load({"models": {"sd": {"source": "probe/models/sd", "library": "diffusers"}}}, "sd")
+    msg = str(err.value)
+    assert "as a local folder" in msg and str(tmp_path / "probe" / "models" / "sd") in msg
+    assert "hub ids are 'owner/name'" in msg and "hf download" not in msg and "./probe/models/sd" in msg
+    with pytest.raises(ModelLoadError) as err:      # one slash: a folder or a hub id, neither found
+        registry.load({"models": {"clip_filter": {"source": "probe/clip"}}}, "clip_filter")
+    msg = str(err.value)
+    assert "as a local folder" in msg and "not in the Hugging Face cache" in msg
+    assert "./probe/clip" in msg and "hf download probe/clip" in msg
+
+
+def test_ctrl_c_during_a_load_is_an_interrupt_even_when_the_library_swallows_it(monkeypatch, capsys):
+    """issue 31, #23: a Ctrl-C caught inside a library (re-raised as another error) read "could not load ...
+    rebuild it"; it must stay an interrupt (the CLI prints "interrupted", exit 130)."""
+    import signal
+
+    from counterfactory import cli
+
+    def swallowing_loader(spec, kwargs):
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            for _ in range(1000):        # the handler runs between bytecodes, right after the kill
+                pass
+        except KeyboardInterrupt as exc:
+            raise RuntimeError("Error while deserializing header: incomplete read") from exc
+        raise AssertionError("no KeyboardInterrupt arrived")
+
+    monkeypatch.setitem(registry._LOADERS, "probe_role", swallowing_loader)
+    cfg = {"models": {"probe_role": {"source": "probe-org-h6b/not-a-folder"}}}
+    with pytest.raises(KeyboardInterrupt):
+        registry.load(cfg, "probe_role")
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler      # the handler is restored
+
+    def boom(args):
+        registry.load(cfg, "probe_role")
+
+    from counterfactory.commands import data as data_cmd
+
+    monkeypatch.setattr(data_cmd, "_captions", boom)
+    assert cli.main(["data", "captions", "--captions-json", "c.json", "--out", "/tmp/unused-cf.parquet"]) == 130
+    assert capsys.readouterr().err.strip() == "counterfactory data: interrupted"

@@ -51,3 +51,47 @@ def test_compact_and_auto_columns():
 
 def test_text_falls_back_to_escaped_markdown_in_latex():
     assert Text("a_b").get("tex") == "a\\_b" and Text("a_b", "A").get("tex") == "A" and Text("a_b").get("md") == "a_b"
+
+
+def test_html_renderer_writes_the_same_table_as_markdown_and_latex():
+    """Issue 32 item 3: Snakemake's report shows HTML, not Markdown; the HTML comes from the same description."""
+    from html.parser import HTMLParser
+
+    from counterfactory.render import Cell, Column, Table, Text, html_page, render_html
+
+    table = Table([Column("Model <a>", "left"), Column("R@1", "center", "Flickr30k I→T"),
+                   Column("R@5", "center", "Flickr30k I→T"), Column(Text("\\|D<sub>train</sub>\\|"), "right")],
+                  [["CLIP & co", Cell(61.234, 0.51, best=True, significant=True), None, "13,928"]],
+                  title="Table 3", note="Mean over seeds.")
+    page = html_page("Table 3", [render_html(table)])
+
+    class Cells(HTMLParser):
+        def __init__(self):
+            super().__init__()
+            self.rows, self.spans, self.inside = [], [], False
+
+        def handle_endtag(self, tag):
+            if tag in ("td", "th"):
+                self.inside = False
+
+        def handle_starttag(self, tag, attrs):
+            if tag == "tr":
+                self.rows.append([])
+            if tag in ("td", "th"):
+                self.rows[-1].append("")
+                self.spans.append(dict(attrs).get("colspan"))
+                self.inside = True
+
+        def handle_data(self, data):
+            if self.inside:
+                self.rows[-1][-1] += data
+
+    parser = Cells()
+    parser.feed(page)
+    assert parser.rows[0] == ["", "Flickr30k I→T", ""]               # group row: one cell spanning R@1, R@5
+    assert "2" in parser.spans
+    assert parser.rows[1] == ["Model <a>", "R@1", "R@5", "|Dtrain|"]  # escaped text, Text written as HTML
+    assert parser.rows[2] == ["CLIP & co", "61.230.5", "–", "13,928"]
+    assert "<strong><u>61.23</u></strong><sub>0.5</sub>" in page     # bold best, underlined significant
+    assert "<caption>Table 3</caption>" in page and '<p class="note">Mean over seeds.</p>' in page
+    assert page.startswith("<!DOCTYPE html>") and "&lt;a&gt;" in page and "CLIP &amp; co" in page

@@ -8,7 +8,10 @@ each stage supplies a small case (config + inputs on tiny models, 2 items, one i
 * a rerun over a complete cache calls the generator not at all and writes the same files;
 * the batch size changes no candidate, seed or parameter, and images at most by batched-kernel rounding;
 * items split over 2 shards (and merged) give the same rows and image bytes as 1 shard;
-* a merge refuses shards made with different configurations (``config_digest``) or without a recorded one.
+* a merge refuses shards made with different configurations (``config_digest``) or without a recorded one;
+* a merge refuses an incomplete set of shards (1 of 2): every merge checks the shards its plan says;
+* shard summaries record the torch thread count next to the batch size;
+* a second run on a shard folder that another live run is writing stops ("another run is writing this shard").
 
 Stage-specific behaviour stays in each stage's own test file.
 """
@@ -152,7 +155,7 @@ class GroundedCase:
     """CounterCurate GLIGEN text-box generation (generation/grounded.py): 2 ``generate`` requests."""
 
     name = "grounded"
-    volatile = ("items_generated_this_run", "pipeline_calls_this_run")
+    volatile: tuple = ()        # this run's work counts are logged, not written (resume is byte-identical)
     partial = "work/g2/image.png"
 
     def __init__(self, root: Path):
@@ -398,6 +401,56 @@ class ShardContract:
         (b / "summary.json").write_text(json.dumps(summary))
         with pytest.raises(InputError, match="no config_digest"):
             case.merge([a, b], tmp_path / "m")
+
+    def test_merge_refuses_missing_shards(self, merged_case, tmp_path):
+        case = merged_case
+        a, b = tmp_path / "p" / "00000", tmp_path / "p" / "00001"
+        case.run(a, shard=0)
+        case.run(b, shard=1)
+        for given in ([a], [b]):
+            with pytest.raises(InputError, match="missing"):
+                case.merge(given, tmp_path / "p")
+        with pytest.raises(InputError, match="shard 0 is also in|listed twice"):
+            case.merge([a, a, b], tmp_path / "p")
+        assert not (tmp_path / "p" / "summary.json").exists()
+        merged = case.merge([a, b], tmp_path / "p")
+        assert merged["threads"] == 1            # the module runs torch with one thread
+
+    def test_summary_records_threads_next_to_batch_size(self, merged_case, tmp_path):
+        merged_case.run(tmp_path / "t", batch_size=2)
+        summary = json.loads((tmp_path / "t" / "summary.json").read_text())
+        assert summary["batch_size"] == 2 and summary["threads"] == 1
+
+
+def test_second_run_on_a_live_shard_folder_is_refused(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from counterfactory.generation import runner
+
+    out = tmp_path / "shard"
+    with runner.shard_lock(out) as lock:
+        assert lock.exists()
+        with pytest.raises(runner.ShardLockedError, match="another run is writing this shard"):
+            with runner.shard_lock(out):
+                pass
+    assert not lock.exists()                     # released on exit
+    # a lock left by a killed run (its pid no longer runs) is taken over
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    import socket
+
+    lock.write_text(json.dumps({"pid": int(dead.stdout), "host": socket.gethostname()}))
+    with runner.shard_lock(out):
+        assert json.loads(lock.read_text())["pid"] == os.getpid()
+    assert not lock.exists()
+    # the stages' shard functions hold the lock: a live holder stops them before any work
+    lock.write_text(json.dumps({"pid": os.getppid(), "host": socket.gethostname()}))
+    from counterfactory.generation import grounded
+
+    with pytest.raises(runner.ShardLockedError, match=str(lock)):
+        grounded.run_grounded_shard({}, tmp_path / "none.parquet", 0, out)
+    assert lock.exists()                         # someone else's lock is left alone
 
 
 class TestShardContract(ShardContract):

@@ -314,3 +314,20 @@ def test_full_config_section(tmp_path, monkeypatch):
     lists.write_text(yaml.safe_dump({"subjects": ["umpire"]}))
     section, _ = C.load_section([cfg, lists])
     assert section["subjects"] == ["umpire"] and section["max_subjects"] == 1
+
+
+def test_paper_config_has_the_three_attribute_segment_with_thresholds():
+    """§10.2: the paper config generates, filters and probes physical x race x gender next to Table 1's pairs; the
+    detectability stage has thresholds for each of its types (Table 10 prints none: ours, documented)."""
+    from pathlib import Path
+
+    from counterfactory.config import load_full_config
+    from counterfactory.studies.social_counterfactuals import filtering
+
+    cfg = load_full_config([Path(__file__).resolve().parents[1] / "config" / "config.yaml"])["social_counterfactuals"]
+    section = C.resolve_section(cfg["captions"])
+    assert section["segments"] == [("race", "gender"), ("physical", "gender"), ("physical", "race"),
+                                   ("physical", "race", "gender")]
+    thresholds = filtering.check_thresholds(cfg["filter"]["detectability"]["thresholds"])
+    assert thresholds["physical_race_gender"] == {"gender": 60, "race": 2 * 13, "physical": 2 * 8}
+    assert set(thresholds) == {C.segment_name(t) for t in section["segments"]}

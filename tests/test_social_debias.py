@@ -331,7 +331,9 @@ def test_cli_split_and_pretrained_run(tiny_clip, images_table, repo, tmp_path):
     from counterfactory.cli import main
 
     own = tmp_path / "social.yaml"
-    own.write_text(yaml.safe_dump({"studies": ["social_counterfactuals"], "social_counterfactuals": {},
+    own.write_text(yaml.safe_dump({"run_name": "t", "studies": ["social_counterfactuals"],
+                                   # the paper config's Tables 4 / 5 evaluation needs Flickr30K, ImageNet, ...: off here
+                                   "social_counterfactuals": {"debias": {"task_eval": {"roles": []}}},
                                    "models": {"clip_train": {"source": str(tiny_clip)}}}))
     config = ["--config", str(repo / "config" / "config.yaml"), "--config", str(own)]
     assert main(["social", "debias-split", *config, "--images", str(images_table), "--out-dir",
@@ -347,3 +349,110 @@ def test_cli_split_and_pretrained_run(tiny_clip, images_table, repo, tmp_path):
     rows = pd.read_csv(tmp_path / "pre" / "metrics.csv")
     assert set(rows["metric"]) == {"maxskew_mean", "maxskew_median", "ndkl_mean", "ndkl_median"}   # no gender type
     assert set(rows["experiment"]) == {"clip_train:physical_race"} and set(rows["mixture"]) == {"pretrained"}
+
+
+# ------------------------------------------------------------------ §5.3, Tables 4 and 5: task performance
+def _task_eval(repo):
+    demo = repo / "resources" / "demo"
+    return {"roles": ["clip_train"],
+            "retrieval": {"name": "flickr30k", "karpathy_json": str(demo / "karpathy" / "dataset_coco.json"),
+                          "image_root": str(demo / "val2017"), "split": "test", "ks": [1, 5, 10]},
+            "classification": {"templates": ["a photo of a {c}"], "topk": [1],
+                               "datasets": {"CIFAR10": {"format": "cifar10",
+                                                        "root": str(demo / "classification" / "cifar-10-batches-py")}}}}
+
+
+def test_debias_run_adds_the_shared_task_evaluation_for_task_eval_roles(tiny_clip, images_table, repo, tmp_path):
+    """§5.3: a run of a debias.task_eval role also reports the shared evaluation's retrieval R@K and zero-shot
+    top-1 (the same numbers evaluate_retrieval / run_classification give); other roles do not."""
+    from counterfactory.evaluation.classify import run_classification
+    from counterfactory.evaluation.runs import evaluate_retrieval
+
+    task = _task_eval(repo)
+    cfg = {"device": "cpu", "models": {"clip_train": {"source": str(tiny_clip)}}, "debias": {"task_eval": task}}
+    test = sorted(pd.read_parquet(images_table)["subject"].unique())[:1]
+    rows = db.debias_run(cfg, "clip_train", "race_gender", None, test, images_table, 1, 2, tmp_path / "a", train=False)
+    got = dict(zip(rows["metric"], rows["value"]))
+    direct = evaluate_retrieval(cfg, "clip_train", task["retrieval"])
+    for k in (1, 5, 10):
+        for direction in ("image_to_text", "text_to_image"):
+            assert got[f"flickr30k/{direction}@{k}"] == pytest.approx(direct[f"flickr30k/{direction}@{k}"])
+    ccfg = {**cfg, "evaluation": {"classification": task["classification"]}}
+    assert got["CIFAR10/top1"] == pytest.approx(run_classification(ccfg, "clip_train", "CIFAR10")["top1"])
+    assert set(db.RUN_METRICS) <= set(got)
+    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "a" / "metrics.csv"), rows, check_dtype=False)
+
+    cfg["debias"]["task_eval"] = {**task, "roles": ["alip"]}          # not an evaluated role: probe metrics only
+    rows = db.debias_run(cfg, "clip_train", "race_gender", None, test, images_table, 1, 2, tmp_path / "b", train=False)
+    assert set(rows["metric"]) == set(db.RUN_METRICS)
+
+
+def _task_runs():
+    rows = []
+
+    def add(segment, mixture, seed, metric, value):
+        rows.append({"experiment": f"clip_train:{segment}", "mixture": mixture, "seed": seed, "data_seed": seed + 1,
+                     "metric": metric, "value": value})
+
+    for segment in ("race_gender", "physical_gender", "physical_race"):   # the pre-trained model, once per segment
+        add(segment, "pretrained", 0, "flickr30k/image_to_text@1", 67.1)
+        add(segment, "pretrained", 0, "flickr30k/text_to_image@1", 69.4)
+        add(segment, "pretrained", 0, "ImageNet/top1", 59.25)
+        add(segment, "pretrained", 0, "maxskew_mean", 0.7)
+    for seed, (tr, ir, top1) in enumerate([(69.0, 67.0, 55.0), (69.4, 67.6, 55.76)]):
+        add("race_gender", "debiased", seed, "flickr30k/image_to_text@1", tr)
+        add("race_gender", "debiased", seed, "flickr30k/text_to_image@1", ir)
+        add("race_gender", "debiased", seed, "ImageNet/top1", top1)
+    return pd.DataFrame(rows)
+
+
+def test_task_tables_in_the_papers_layout():
+    from counterfactory.render import Cell, render_latex, render_markdown
+    from counterfactory.studies.social_counterfactuals import task_eval
+
+    tables = task_eval.build_tables(_task_runs(), ["clip_train"], "flickr30k", ["ImageNet"], ks=[1],
+                                    segments=["race_gender", "physical_gender", "physical_race"],
+                                    labels={"clip_train": "CLIP"})
+    assert list(tables) == ["table4:clip_train", "table5:clip_train"]
+    t4, t5 = tables["table4:clip_train"], tables["table5:clip_train"]
+    assert [(c.group, c.label) for c in t4.columns] == [("", "CLIP Model"), ("Text Retrieval", "R@1"),
+                                                        ("Image Retrieval", "R@1")]
+    assert [r[0] for r in t4.rows] == ["Pre-trained", "Debiased (Race, Gender)"]   # segments without runs: no row
+    pre, deb = t4.rows
+    assert (pre[1].mean, pre[2].mean, pre[1].n) == (pytest.approx(67.1), pytest.approx(69.4), 3)
+    assert isinstance(deb[1], Cell) and deb[1].mean == pytest.approx(69.2) and deb[1].std == pytest.approx(0.2828, 1e-3)
+    assert [c.label for c in t5.columns] == ["CLIP Model", "ImageNet"] and t5.rows[1][1].mean == pytest.approx(55.38)
+    md = render_markdown(t4)
+    assert "Text Retrieval R@1" in md and "| Debiased (Race, Gender)" in md and "69.20<sub>0.28</sub>" in md
+    assert "Text Retrieval" in render_latex(t4) and "$69.20_{0.28}$" in render_latex(t4)
+    frame = task_eval.tables_frame(tables)
+    assert len(frame) == 2 * 2 + 2 * 1
+    with pytest.raises(ConfigError, match="no 'CIFAR10/top1' rows"):
+        task_eval.build_tables(_task_runs(), ["clip_train"], None, ["CIFAR10"])
+    with pytest.raises(ConfigError, match="no runs of role 'alip'"):
+        task_eval.build_tables(_task_runs(), ["alip"], "flickr30k", [])
+
+
+def test_cli_task_table(repo, tmp_path):
+    from counterfactory.cli import main
+
+    runs = tmp_path / "runs.csv"
+    _task_runs().to_csv(runs, index=False)
+    rc = main(["social", "debias-task-table", "--config", str(repo / "config" / "config.yaml"), "--runs", str(runs),
+               "--out-md", str(tmp_path / "t.md"), "--out-csv", str(tmp_path / "t.csv")])
+    assert rc == 2          # a ConfigError: the paper config wants Flickr30K and four datasets; here only ImageNet
+    own = tmp_path / "own.yaml"
+    import yaml
+
+    own.write_text(yaml.safe_dump({"models": {"clip_train": {"source": "x", "display_name": "CLIP"}},
+                                   "social_counterfactuals": {"debias": {"task_eval": {
+                                       "roles": ["clip_train"], "retrieval": None, "classification": {"datasets": {
+                                           "ImageNet": {"format": "imagenet", "root": "x",
+                                                        "class_names": "torchvision"}}}}}}}))
+    rc = main(["social", "debias-task-table", "--config", str(repo / "config" / "demo.yaml"), "--config", str(own),
+               "--runs", str(runs),
+               "--out-md", str(tmp_path / "t.md"), "--out-csv", str(tmp_path / "t.csv")])
+    assert rc == 0
+    md = (tmp_path / "t.md").read_text()
+    assert "Table 5." in md and "CLIP Model" in md and "Table 4." not in md   # CLIP: the role's display_name
+    assert len(pd.read_csv(tmp_path / "t.csv")) == 2

@@ -389,3 +389,17 @@ def test_three_attribute_comparison_table_section_10_2():
         assert table.loc[("physical_race_gender", "clip_eval"), column] == pytest.approx(expected)
     assert any("§10.2" in title for title in rp.paper_tables(df))
     assert rp.three_attribute_table(df[df["segment"] == "race_gender"]).empty
+
+
+def test_paper_config_figure_subjects_are_those_of_figures_5_8_and_9_to_13():
+    """§10: Doctor (Figures 5, 8) and the five further occupations of Figures 9-13, all generated occupations."""
+    from pathlib import Path
+
+    from counterfactory.config import load_full_config
+    from counterfactory.studies.social_counterfactuals import captions
+
+    cfg = load_full_config([Path(__file__).resolve().parents[1] / "config" / "config.yaml"])["social_counterfactuals"]
+    subjects = cfg["probing"]["figure_subjects"]
+    assert subjects == ["doctor", "software developer", "construction worker", "entrepreneur", "technical writer",
+                        "salesperson"]
+    assert set(subjects) <= set(captions.resolve_section(cfg["captions"])["subjects"])

@@ -96,6 +96,21 @@ def test_bad_settings_raise_config_error_naming_the_key(own, where):
     assert where in str(err.value) and "Fix:" in str(err.value)
 
 
+def test_mean_padding_fills_the_removed_region_with_its_own_mean():
+    # §4.4: mean padding fills B^r with the average pixel values of B^r (the image's other pixels are ignored)
+    from counterfactory.generation.inpaint import fill
+
+    image = np.zeros((4, 4, 3), dtype=np.uint8)
+    image[:2, :2] = [200, 100, 50]                     # the removed object
+    mask = np.zeros((4, 4), dtype=bool)
+    mask[:2, :3] = True                                # B^r: the object and two black pixels
+    out = fill(image, mask, "mean", settings=st.inpaint_settings(st.settings({})))
+    assert out[mask].tolist() == [[133, 67, 33]] * 6     # round(200 * 4 / 6), round(100 * 4 / 6), round(50 * 4 / 6)
+    assert (out[~mask] == 0).all()
+    ours = st.inpaint_settings(st.settings({"inpaint": {"mean_of": "unmasked"}}))
+    assert (fill(image, mask, "mean", settings=ours)[mask] == 0).all()   # mean of the 10 black pixels left
+
+
 def test_a_variant_no_run_uses_may_name_an_image_method_left_out_of_inpaint():
     # the demo's choice: Table 3 only with np_zero; np_blur (blur) and np_mean (mean) are defined but never trained
     s = st.settings({"inpaint": {"methods": ["lama", "zero"]}, "mixtures": {"table3": ["np_zero"]}})
@@ -126,13 +141,13 @@ def test_mixtures_list_table3_and_ratios_only_where_configured():
     s = st.settings(None)
     ratios = ["ratio_0.05", "ratio_0.1", "ratio_0.2", "ratio_0.3", "ratio_0.4"]
     table3 = ["np_blur", "np_zero", "np_mean", "captioner", "prompts"]
-    assert st.mixtures(s, "coco", "clip_train") == ["finetune", "ours", *table3, *ratios]
+    assert st.mixtures(s, "coco", "clip_train") == ["finetune", "ours", *table3, *ratios, "d_s", "d_prime"]
     assert st.mixtures(s, "flickr30k", "clip_train") == ["finetune", "ours"]
     assert st.mixtures(s, "coco", "itm_blip") == ["finetune", "ours"]
     s = st.settings({"mixtures": {"table3": ["np_zero"], "table3_models": ["itm_blip"], "ratios": [0.25],
                                   "ratio_models": ["clip_train"], "ratio_datasets": ["flickr30k"]}})
     assert st.mixtures(s, "coco", "itm_blip") == ["finetune", "ours", "np_zero"]
-    assert st.mixtures(s, "coco", "clip_train") == ["finetune", "ours"]
+    assert st.mixtures(s, "coco", "clip_train") == ["finetune", "ours", "d_s", "d_prime"]
     assert st.mixtures(s, "flickr30k", "clip_train") == ["finetune", "ours", "ratio_0.25"]
     assert st.mixtures(s, "flickr30k", "itm_blip") == ["finetune", "ours"]
     assert st.ratio_name(0.1) == "ratio_0.1" and st.ratio_name(1) == "ratio_1"
@@ -381,9 +396,31 @@ def test_gallery_mentions(nltk_dir):
     assert gal["caption"].tolist() == caps["caption"].tolist()
 
 
+def test_word_matching_follows_appendix_a_with_longest_match_as_an_option(nltk_dir):
+    # appendix A: a phrase matches a class when it contains one of the class's words, so "a wine glass" is also a
+    # cup ("glass") and "hot dogs" also dogs; longest_match (ours) keeps only the longer entries
+    from counterfactory.data.nltk_data import ensure_nltk_data
+
+    ensure_nltk_data(nltk_dir)
+    caps = caption_frame([(1, "train", "A wine glass on a table."), (2, "train", "A boy eating hot dogs.")])
+    classes = ["cup", "dining table", "dog", "hot dog", "person", "wine glass"]
+    paper = cp.gallery(st.settings(None), "coco", caps, classes)
+    assert [list(m) for m in paper["mentions"]] == [["cup", "dining table", "wine glass"],
+                                                     ["dog", "hot dog", "person"]]
+    ours = cp.gallery(st.settings({"captions": {"word_matching": "longest_match"}}), "coco", caps, classes)
+    assert [list(m) for m in ours["mentions"]] == [["dining table", "wine glass"], ["hot dog", "person"]]
+    # noun-phrase removal uses the same rule: removing dog also removes "hot dogs" under the paper's rule
+    req = request_frame([("coco_2_16", 2, "train", ["dog"], ["person"])])
+    syn = cp.synthetic(st.settings(None), "coco", req, caps, ("np_removal",), classes)
+    assert syn["caption"].tolist() == ["A boy eating."] and syn["matched"].tolist() == [True]
+    syn = cp.synthetic(st.settings({"captions": {"word_matching": "longest_match"}}), "coco", req, caps,
+                       ("np_removal",), classes)
+    assert syn["caption"].tolist() == ["A boy eating hot dogs."] and syn["matched"].tolist() == [False]
+
+
 # ==================================================================================================== manifests
 MANIFEST_SETTINGS = {"data": {"datasets": ["coco"]}, "inpaint": {"methods": ["lama", "zero"]},
-                     "mixtures": {"table3": ["np_zero"], "ratios": [0.25, 0.9]}}
+                     "mixtures": {"table3": ["np_zero"], "ratios": [0.25, 0.9], "appendix_b_models": []}}
 
 
 def manifest_inputs():
@@ -471,6 +508,40 @@ def test_write_manifests(tmp_path, caplog):
         assert pd.read_parquet(again / f"{name}.parquet").equals(read[name]), name
 
 
+def test_appendix_b_trains_on_d_s_as_large_as_d_prime_and_on_d_prime_alone(tmp_path):
+    # appendix B: CLIP fine-tuned on D_s (a random part of D with |D_s| = |D'|) and on D' alone, beside D + D'
+    s = st.settings({**MANIFEST_SETTINGS, "mixtures": {**MANIFEST_SETTINGS["mixtures"],
+                                                        "appendix_b_models": ["clip_train"]}})
+    assert st.settings(None)["mixtures"]["appendix_b_models"] == ["clip_train"]
+    assert st.mixtures(s, "coco", "clip_train")[-2:] == ["d_s", "d_prime"]
+    assert "d_s" not in st.mixtures(s, "coco", "itm_blip") and "d_s" not in st.mixtures(s, "flickr30k", "clip_train")
+    caps, req, syn, files = manifest_inputs()
+    out = mf.write_manifests(s, "coco", req, caps, syn, files, tmp_path).set_index("mixture")
+    ours = pd.read_parquet(tmp_path / "ours.parquet")
+    d_prime = pd.read_parquet(tmp_path / "d_prime.parquet")
+    d_s = pd.read_parquet(tmp_path / "d_s.parquet")
+    train = {n: f[f["split"] == "train"] for n, f in (("ours", ours), ("d_prime", d_prime), ("d_s", d_s))}
+    assert train["d_prime"].equals(train["ours"][train["ours"]["is_counterfactual"]].reset_index(drop=True))
+    assert len(train["d_s"]) == len(train["d_prime"]) == 2 and not train["d_s"]["is_counterfactual"].any()
+    assert set(train["d_s"]["caption"]) <= set(caps["caption"][caps["split"] == "train"])
+    assert (d_s["split"] == "val").sum() == (d_prime["split"] == "val").sum() == 2    # checkpoint selection
+    assert (out.loc["d_s", "real_rows"], out.loc["d_s", "synthetic_rows"]) == (2, 0)
+    assert (out.loc["d_prime", "real_rows"], out.loc["d_prime", "synthetic_rows"]) == (0, 2)
+    # the appendix's table: zero-shot, D_s, D', D + D' with ODmAP@1 and image->text R@1
+    extra = runs_table()
+    rows = extra[(extra["experiment"] == "coco_clip_train") & (extra["mixture"] == "ours")]
+    extra = pd.concat([extra, rows.assign(mixture="d_s"), rows.assign(mixture="d_prime")], ignore_index=True)
+    from counterfactory.stats import summarize
+
+    tables = dict(rn.paper_tables(summarize(extra, "finetune"), s))
+    title = next(t for t in tables if t.startswith("Appendix B"))
+    assert tables[title].row_labels == ["CLIP (zeroshot)", "CLIP: D_s (|D_s| = |D'|)", "CLIP: D' only", "CLIP + Ours"]
+    assert [m for _, m in tables[title].col_keys] == ["ODmAP@1", "TR@1"]
+    with pytest.raises(ConfigError, match="reserved"):
+        st.settings({"mixtures": {"variants": {"ours": {"text": "np_removal", "image": "lama"},
+                                               "d_s": {"text": "prompt", "image": "lama"}}, "table3": []}})
+
+
 def test_variant_rows_per_image():
     s = st.settings(MANIFEST_SETTINGS)
     _, _, syn, files = manifest_inputs()
@@ -522,17 +593,33 @@ def odmap_example():
 
 
 def test_odmap_by_hand():
-    out = ev.odmap(*odmap_example(), ks=[1, 2])
+    out = ev.odmap(*odmap_example(), ks=[1, 2], normaliser="min_k_relevant")
     # q0: relevant = captions 0 and 3 (R = 2); ranking 1, 3, 2, 0 -> rel 0, 1, 0, 1
     #     AP@1 = (1/1) * 0 = 0;  AP@2 = (1/2) * (P@2 * 1) = (1/2) * (1/2) = 0.25
     # q1: relevant = caption 2 only (3 mentions the removed dog) (R = 1); ranking 2, 3, ... -> rel 1, 0
     #     AP@1 = 1;  AP@2 = (1/1) * (P@1 * 1) = 1
     # q2: nothing left in the image -> R = 0 -> skipped
     assert out == {"ODmAP@1": pytest.approx(100 * (0 + 1) / 2), "ODmAP@2": pytest.approx(100 * (0.25 + 1) / 2),
-                   "ODmAP/queries_skipped": 1.0}
+                   "ODmAP/queries_skipped": 1.0, "ODmAP/normaliser=min_k_relevant": 1.0}
     assert out["ODmAP@2"] == pytest.approx(62.5)
     # k beyond the gallery is cut to the gallery's size (still reported under its own name)
-    assert ev.odmap(*odmap_example(), ks=[9])["ODmAP@9"] == pytest.approx(100 * (0.5 * (1 / 2 + 2 / 4) + 1) / 2)
+    assert ev.odmap(*odmap_example(), ks=[9], normaliser="min_k_relevant")["ODmAP@9"] == \
+        pytest.approx(100 * (0.5 * (1 / 2 + 2 / 4) + 1) / 2)
+
+
+def test_odmap_default_is_the_cited_library_normaliser_and_is_recorded():
+    # §3.2 "mAP@k [52]": AP@k divides by the correct captions inside the top k (q0 at k = 2: one hit at
+    # rank 2 -> P@2 / 1 = 0.5, where min(k, R) = 2 gives 0.25); q1 is unchanged; q2 is still skipped
+    out = ev.odmap(*odmap_example(), ks=[1, 2])
+    assert out == {"ODmAP@1": pytest.approx(50.0), "ODmAP@2": pytest.approx(100 * (0.5 + 1) / 2),
+                   "ODmAP/queries_skipped": 1.0, "ODmAP/normaliser=hits_in_top_k": 1.0}
+    assert st.settings({})["evaluation"]["odmap_normaliser"] == "hits_in_top_k"
+
+
+def test_tables_name_the_normaliser_the_results_were_computed_with():
+    frame = pd.DataFrame({"metric": ["ODmAP@1", "ODmAP/normaliser=hits_in_top_k"]})
+    assert rn.normaliser_note(frame).startswith("ODmAP@k AP@k normaliser: hits_in_top_k")
+    assert rn.normaliser_note(frame.iloc[:1]).endswith("not recorded")
 
 
 def test_odmap_with_no_answerable_query_is_nan_not_an_error():
@@ -550,11 +637,11 @@ def test_odmap_chunking_does_not_change_results(monkeypatch):
     present = (rng.random((n_q, n_c)) < 0.4) & ~removed
     present[:3] = False                                        # some queries with nothing left: skipped
     mentions = rng.random((n_g, n_c)) < 0.3
-    whole = ev.odmap(queries, gallery, removed, present, mentions, ks=[1, 5, 10])
+    whole = ev.odmap(queries, gallery, removed, present, mentions, ks=[1, 5, 10], normaliser="min_k_relevant")
     assert whole["ODmAP/queries_skipped"] >= 3
     for chunk in (1, 41, 7 * n_g + 3):
         monkeypatch.setattr(ev, "CHUNK_ELEMENTS", chunk)
-        part = ev.odmap(queries, gallery, removed, present, mentions, ks=[1, 5, 10])
+        part = ev.odmap(queries, gallery, removed, present, mentions, ks=[1, 5, 10], normaliser="min_k_relevant")
         assert part == pytest.approx(whole), chunk
     # and the value is the metric's own on the full matrices
     from counterfactory.metrics import odmap_at_k
@@ -642,15 +729,17 @@ def test_runs_of_the_paper_config(paper_view):
     per = {}
     for dataset, role, mixture, seed in plan:
         per.setdefault((dataset, role), []).append((mixture, seed))
-    # zero-shot once + (finetune, ours, 5 Table 3 variants, 5 ratios) x 3 seeds for CLIP on MS-COCO
-    assert len(per["coco", "clip_train"]) == 1 + (2 + 5 + 5) * 3 == 37
+    # zero-shot once + (finetune, ours, 5 Table 3 variants, 5 ratios, appendix B's D_s and D') x 3 seeds for CLIP on
+    # MS-COCO
+    assert len(per["coco", "clip_train"]) == 1 + (2 + 5 + 5 + 2) * 3 == 43
+    assert ("d_s", 0) in per["coco", "clip_train"] and ("d_prime", 2) in per["coco", "clip_train"]
     for key in (("coco", "itm_blip"), ("flickr30k", "clip_train"), ("flickr30k", "itm_blip")):
         assert len(per[key]) == 1 + 2 * 3 == 7, key
-    assert len(plan) == 37 + 3 * 7 == 58
+    assert len(plan) == 43 + 3 * 7 == 64
     assert per["coco", "itm_blip"][0] == ("zeroshot", 0)
     assert [m for m, _ in per["coco", "itm_blip"] if m == "zeroshot"] == ["zeroshot"]
     no_zero = st.settings({**dict(paper_view), "training": {**paper_view["training"], "zeroshot": False}})
-    assert len(rn.runs(no_zero)) == 58 - 4
+    assert len(rn.runs(no_zero)) == 64 - 4
 
 
 # ========================================================================================================== CLI
@@ -744,5 +833,4 @@ def test_variants_keep_table3_order_whatever_the_mapping_order(repo):
 
     cfg = load_full_config([repo / "config" / "config.yaml"])
     s = st.settings(wf.view(cfg, "spurious_retrieval"))
-    assert list(s["mixtures"]["variants"]) != st.needed_variants(s)  # the view's mapping order is not the paper's
     assert st.needed_variants(s) == ["ours", "np_blur", "np_zero", "np_mean", "captioner", "prompts"]

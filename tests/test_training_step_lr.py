@@ -5,9 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
-import pandas as pd
 import pytest
-from PIL import Image
 
 from counterfactory import training
 from counterfactory.errors import ConfigError

@@ -147,10 +147,12 @@ def test_demo_exports_cards_and_combined_report(demo_run):
     assert sorted(release["id"]) == sorted(pairs["id"].astype(str))
     captions = pd.read_parquet(run / "coco_counterfactuals/captions/counterfactual_captions.parquet")
     card = (run / "coco_counterfactuals/export/README.md").read_text()
-    assert f"| counts.accepted | {len(captions)} |" in card and f"| {len(pairs)} |" in card
+    assert f"   - accepted: {len(captions)}" in card and f"| {len(pairs)} |" in card   # the card's readable funnel
     for study in studies.STUDIES:
         export = run / study / "export"
-        manifest = json.loads((export / "parquet/manifest.json").read_text())
+        manifest = json.loads((run / study / "manifests/export_parquet.json").read_text())
+        # the uploaded folder holds data and card only (issue 32 item 9): no Snakemake marker, no manifest
+        assert not [p for p in export.rglob("*") if p.name in (".snakemake_timestamp", "manifest.json")], study
         card = (export / "README.md").read_text()
         for config, conf in manifest["configs"].items():
             for split, info in conf["splits"].items():
@@ -422,17 +424,26 @@ def test_paper_config_dry_run_at_paper_scale(repo, tmp_path):
     assert counts["stats_table"] == 3 and counts["analysis_label_frequency"] == 1
     # A.1 / Table 5: CLIP, BridgeTower and FLAVA, each pre-trained (1) and fine-tuned on 2 mixtures x 25 seeds
     assert counts["train_run_in_domain"] == 3 * (1 + 2 * 25) and counts["train_in_domain_table"] == 1
-    # SocialCounterfactuals: the released pre-filter list's 181 occupations x 4 prefixes x 3 segments = 2,172 caption
-    # sets (§3.2, §8.4; 3,120 with the paper's 260 entries, duplicates included), 10 per image job; probing before / after the filters per model; debiasing per model,
-    # segment and seed fine-tuned, plus the (deterministic) pre-trained model once per model and segment
+    # SocialCounterfactuals: the released pre-filter list's 181 occupations x 4 prefixes x 4 segments (Table 1's three
+    # pairs and §10.2's physical x race x gender) = 2,896 caption sets (§3.2, §8.4; 4,160 with the paper's 260
+    # entries, duplicates included), 10 per image job; probing before / after the filters for each of Figure 3's six
+    # models (§4.2); debiasing CLIP, ALIP and FLAVA (§5.1) per two-attribute segment and seed fine-tuned, plus the
+    # (deterministic) pre-trained model once per model and segment; Tables 4 and 5 (§5.3) once
     social = yaml.safe_load((repo / "config" / "config.yaml").read_text())["social_counterfactuals"]
     assert counts["social_captions"] == 1
-    assert counts["social_generate"] == math.ceil(181 * 4 * 3 / social["images"]["set_shard_size"]) == 218
-    assert counts["social_probe"] == 2 * len(social["probing"]["roles"])
-    assert counts["social_debias_run"] == len(social["debias"]["roles"]) * 3 * (social["debias"]["seeds"]["count"] + 1)
+    assert counts["social_generate"] == math.ceil(181 * 4 * 4 / social["images"]["set_shard_size"]) == 290
+    assert counts["social_probe"] == 2 * len(social["probing"]["roles"]) == 2 * 6
+    assert counts["social_debias_run"] == 3 * 3 * (social["debias"]["seeds"]["count"] + 1) == 54
+    assert counts["social_debias_table"] == counts["social_debias_task_table"] == 1
     for rule in ("social_filter_clip", "social_filter_nsfw", "social_filter_detect"):
-        assert counts[rule] == 218   # the filters run per generation shard (3.8 M images at 181 occupations)
+        assert counts[rule] == 290   # the filters run per generation shard (8.1 M images at 181 occupations)
     assert counts["social_filter_merge"] == counts["social_filter_table"] == 1
+    from counterfactory.studies.social_counterfactuals import captions as social_captions
+
+    per_segment = social_captions.counts_by_segment(social_captions.build_caption_sets(social["captions"]))
+    assert per_segment.set_index("segment")["captions_per_set"].to_dict() == {
+        "race_gender": 12, "physical_gender": 10, "physical_race": 30, "physical_race_gender": 60}   # §10.2: @60
+    assert (per_segment["sets"].sum(), per_segment["captions"].sum()) == (2896, 81088)   # 37,648 + 43,440 (§10.2)
     # CounterCurate: every evaluated model on the four benchmarks (§4); the datasets are built once
     cc = yaml.safe_load((repo / "config" / "config.yaml").read_text())["countercurate"]
     assert counts["countercurate_evaluate"] == len(cc["evaluation"]["roles"]) * 4
@@ -444,19 +455,22 @@ def test_paper_config_dry_run_at_paper_scale(repo, tmp_path):
     assert counts["countercurate_vlm_run"] == 3 * seeds + 3 and counts["stats_table_countercurate_vlm"] == 3
     # Spurious-correlation retrieval (Kim et al. 2023): selection and captions per dataset; inpainting sharded per
     # method (MS-COCO: LaMa + Table 3's three paddings; Flickr30k: LaMa only, Table 3 is MS-COCO); runs: per dataset
-    # and model zero-shot once + mixtures x seeds, CLIP on MS-COCO also Table 3's five variants and Figure 4's ratios
+    # and model zero-shot once + mixtures x seeds, CLIP on MS-COCO also Table 3's five variants, Figure 4's ratios and
+    # appendix B's D_s and D'
     sr = yaml.safe_load((repo / "config" / "config.yaml").read_text())["spurious_retrieval"]
     shards, n = sr["inpaint"]["shards"], sr["training"]["seeds"]["count"]
     assert counts["spurious_select"] == counts["spurious_captions"] == counts["spurious_manifests"] == 2
     assert counts["spurious_inpaint"] == (4 + 1) * shards == 320 and counts["spurious_captioner"] == 1
-    assert counts["spurious_run"] == (1 + (2 + 5 + 5) * n) + 3 * (1 + 2 * n) == 58 and counts["spurious_tables"] == 1
+    assert counts["spurious_run"] == (1 + (2 + 5 + 5 + 2) * n) + 3 * (1 + 2 * n) == 64   # + appendix B's D_s, D'
+    assert counts["spurious_tables"] == 1
     # CVLD: one intervention step (COCO) and CelebA's requests; edits sharded per dataset and method; runs: Table 1
-    # (2 K-shots x 10 episodes x {BLIP, CVLD} + BLIP^PT), Tables 2 / 4 (2 subsets x {BLIP, BLIP^Bal, CVLD} x seeds +
-    # BLIP^PT), Table 3 (4 ablations x seeds on COCO 1%)
+    # (2 K-shots x 10 episodes x {BLIP, CVLD} + BLIP^PT + BLIP on the full data), Figure 4 (3 more λ x 10 episodes
+    # at K = 256), Tables 2 / 4
+    # (2 subsets x {BLIP, BLIP^Bal, CVLD} x seeds + BLIP^PT), Table 3 (4 ablations x seeds on COCO 1%)
     cv = yaml.safe_load((repo / "config" / "config.yaml").read_text())["cvld"]
     assert counts["cvld_intervene"] == counts["cvld_requests"] == counts["cvld_tables"] == 1
     assert counts["cvld_edit"] == 2 * len(cv["editing"]["methods"]) * cv["editing"]["shards"] == 1024
-    assert counts["cvld_run"] == (2 * 10 * 2 + 1) + 2 * (2 * 3 * 3 + 1) + 4 * 3 == 91
+    assert counts["cvld_run"] == (2 * 10 * 2 + 1 + 1) + 3 * 10 + 2 * (2 * 3 * 3 + 1) + 4 * 3 == 122
     # what the image jobs will run with (their job config files): §3.2 / B.1.2
     jobs = [load_config([f]) for f in planned_job_configs(proc.stdout + proc.stderr, tmp_path / "planned")]
     images = [j for j in jobs if "images" in j and "candidates_per_pair" in j["images"] and "adaptive_curve" not in j]

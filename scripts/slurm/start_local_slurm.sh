@@ -8,7 +8,8 @@
 #
 # What it does (needs root; Debian/Ubuntu):
 #   1. installs Debian's slurmctld slurmd slurm-client munge with apt-get (apt-get update first),
-#      unless the binaries are already there;
+#      unless the binaries are already there; waits up to CF_LOCAL_SLURM_APT_LOCK_WAIT seconds (600)
+#      for an apt/dpkg lock another process holds;
 #   2. writes a private munge key and a single-node slurm.conf / gres.conf under STATE_DIR: node
 #      "cfnode" with this machine's CPUs and ~80 % of its memory, two partitions (cpu = default,
 #      gpu) and two FAKE GPUs declared through GRES (gres.conf File= points at character devices
@@ -44,10 +45,32 @@ if [ "$need_install" = 1 ]; then
     log "installing slurmctld slurmd slurm-client munge (apt-get)"
     export DEBIAN_FRONTEND=noninteractive
     apt_log=$(mktemp)
+    # another apt/dpkg run (an unattended upgrade, a second install) may hold the package locks: wait for
+    # them up to CF_LOCAL_SLURM_APT_LOCK_WAIT seconds (apt's DPkg::Lock::Timeout covers the dpkg lock; the
+    # loop covers the lists lock of `apt-get update`, which apt does not wait for)
+    lock_wait=${CF_LOCAL_SLURM_APT_LOCK_WAIT:-600}
+    deadline=$(( $(date +%s) + lock_wait ))
+    apt_locked() {
+        local rc=0
+        apt-get -o DPkg::Lock::Timeout="$lock_wait" "$@" >>"$apt_log" 2>&1 || rc=$?
+        while [ "$rc" -ne 0 ] && grep -q "Could not get lock\|Unable to acquire the dpkg frontend lock" "$apt_log" \
+                && [ "$(date +%s)" -lt "$deadline" ]; do
+            log "waiting for the apt/dpkg lock another process holds (up to ${lock_wait} s in all)"
+            sleep 5
+            : >"$apt_log"
+            rc=0
+            apt-get -o DPkg::Lock::Timeout="$lock_wait" "$@" >>"$apt_log" 2>&1 || rc=$?
+        done
+        return "$rc"
+    }
     # the packages try to start their services through systemd; without it that step just fails softly
-    if ! { apt-get update -qq && apt-get install -y -qq --no-install-recommends \
-            slurmctld slurmd slurm-client munge; } >"$apt_log" 2>&1; then
+    if ! { apt_locked update -qq && apt_locked install -y -qq --no-install-recommends \
+            slurmctld slurmd slurm-client munge; }; then
         tail -n 30 "$apt_log" >&2
+        if grep -q "Could not get lock\|Unable to acquire the dpkg frontend lock" "$apt_log"; then
+            die "apt-get could not install Slurm: another process still held the apt/dpkg lock after waiting" \
+                "${lock_wait} s (CF_LOCAL_SLURM_APT_LOCK_WAIT); rerun once it is done"
+        fi
         die "apt-get could not install Slurm (output above)"
     fi
     rm -f "$apt_log"

@@ -4,7 +4,8 @@ Each module in :mod:`counterfactory.commands` registers one or more subcommands.
 
 Exit status: 0 success; 2 a user-facing error — a :class:`CounterFactoryError` or an :class:`OSError`
 (disk full, read-only, permission denied, a folder where a file belongs, a missing input), printed as
-one line naming the path and the fix (the traceback follows only with ``-v``); 130 interrupted
+one line naming the path and the fix (the traceback follows only with ``-v``; every ``--out``/``--out-*`` path
+is checked before the step starts: ``commands.check_output_paths``); 130 interrupted
 (Ctrl-C: one line ``interrupted``, no traceback). Atomic writers leave no half-written outputs.
 """
 
@@ -91,7 +92,9 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     prefix = f"counterfactory {args.command}"
+    outputs = commands.output_options(parser, args)
     try:
+        commands.check_output_paths(outputs)   # before any work starts
         rc = args.func(args)
     except KeyboardInterrupt:
         print(f"{prefix}: interrupted", file=sys.stderr)
@@ -100,9 +103,17 @@ def main(argv: list[str] | None = None) -> int:
         _traceback(args)
         print(f"{prefix}: error: {exc}", file=sys.stderr)
         return 2
+    except LookupError as exc:   # NLTK's multi-line message for missing data: one line with the command
+        from .data.nltk_data import is_nltk_lookup_error, missing_data_error
+
+        if not is_nltk_lookup_error(exc):
+            raise
+        _traceback(args)
+        print(f"{prefix}: error: {missing_data_error(exc)}", file=sys.stderr)
+        return 2
     except OSError as exc:
         _traceback(args)
-        print(f"{prefix}: error: {os_error_message(exc)}", file=sys.stderr)
+        print(f"{prefix}: error: {os_error_message(exc, outputs=[path for _, path, _ in outputs])}", file=sys.stderr)
         return 2
     return int(rc or 0)
 

@@ -1,4 +1,10 @@
-"""Cluster profiles: site settings, a checker, and the set-up that makes ``--profile slurm`` work.
+"""Cluster profiles: what Snakemake's profile mechanism leaves to the workflow -- site settings and a checker.
+
+Snakemake itself finds the profiles: ``snakemake --workflow-profile profiles/slurm`` (or ``--workflow-profile
+slurm``, looked up under ``profiles/`` next to the Snakefile) works from a fresh clone with no set-up step, and
+Snakemake rejects unknown options itself. What a profile cannot hold is the site: a workflow profile
+overrides a user's own ``--profile`` key by key (``default-resources``, ``set-resources`` as a whole), so
+partitions and accounts cannot be layered in from there.
 
 Rules declare portable resources only (``rules/resources.smk``: threads, mem_mb, runtime, gpu, hpu).
 The profiles ``profiles/slurm`` and ``profiles/gaudi`` map them onto a Slurm site. The site's own
@@ -13,13 +19,11 @@ written in the profiles; they come from, in increasing priority:
 
 The profiles call :func:`profile_site` when Snakemake loads them (YTE ``__definitions__``); it also
 checks the values against the running cluster (``sinfo``, ``scontrol``), so an unknown partition, a
-GPU partition without the GRES, or a status command that cannot work stops ``snakemake --profile
-slurm`` before anything is submitted. :func:`check_profile` (``counterfactory cluster
-check-profile``) checks a whole profile: unknown keys (typos), unknown resource or rule or group
-names, options the Slurm plugin refuses, and the same cluster checks.
-
-:func:`install_profiles` (``make profiles``) links the repository's profiles into Snakemake's user
-profile folder, where ``snakemake --profile slurm`` looks them up.
+GPU partition without the GRES, or a status command that cannot work stops ``snakemake
+--workflow-profile profiles/slurm`` before anything is submitted. :func:`check_profile` (``counterfactory cluster
+check-profile``) checks a whole profile for what Snakemake accepts silently: resource, rule and group
+names that do not exist in this workflow, GRES strings and options the Slurm plugin refuses only at
+submission, and the same cluster checks; key typos it names with the closest valid option.
 """
 
 from __future__ import annotations
@@ -442,9 +446,13 @@ class ProfileReport:
 
 
 def resolve_profile(profile: str) -> tuple[Path, Path] | None:
-    """Snakemake's own lookup: a path, else ``NAME`` in $XDG_CONFIG_HOME/snakemake, /etc/xdg/snakemake, ./"""
+    """``(folder, config file)`` of a profile, found as Snakemake finds it: a path; else ``profiles/NAME`` of
+    this workflow (``--workflow-profile NAME``); else NAME in $XDG_CONFIG_HOME/snakemake or /etc/xdg/snakemake
+    (``--profile NAME``)."""
     from snakemake.cli import get_profile_dir
 
+    if not os.path.exists(profile) and (PROFILE_DIR / profile).is_dir():
+        profile = str(PROFILE_DIR / profile)
     found = get_profile_dir(profile)
     return (Path(found[0]), Path(found[1])) if found else None
 
@@ -514,9 +522,10 @@ def check_profile(profile: str, snakefile: str | Path | None = None, live: bool 
     found = resolve_profile(profile)
     if found is None:
         return ProfileReport(None, errors=[
-            f"profile {profile!r} not found: Snakemake looks for a folder of that name in "
-            f"$XDG_CONFIG_HOME/snakemake ({_user_profile_dir()}), /etc/xdg/snakemake and ./ . "
-            f"Fix: run `make profiles` (links profiles/* there) or pass the folder, e.g. profiles/{profile}"])
+            f"profile {profile!r} not found: it is no folder, no profile of this workflow ({PROFILE_DIR}: "
+            f"{', '.join(sorted(p.name for p in PROFILE_DIR.iterdir() if p.is_dir()))}; what "
+            f"`--workflow-profile NAME` reads) and not in $XDG_CONFIG_HOME/snakemake or /etc/xdg/snakemake "
+            f"(`--profile NAME`). Fix: pass the profile's folder, e.g. profiles/slurm"])
     _, config_file = found
     report = ProfileReport(config_file)
     global _DEFER_LIVE_CHECK
@@ -622,41 +631,3 @@ def profile_site(profile: str = "slurm") -> SiteSettings:
     """What the profiles call while Snakemake loads them: site settings, checked against the cluster
     unless :func:`check_profile` is loading the profile (it collects the problems itself)."""
     return site_settings(profile, check=False if _DEFER_LIVE_CHECK else None)
-
-
-# --------------------------------------------------------------------------- install
-
-def _user_profile_dir(env: dict | None = None) -> Path:
-    env = os.environ if env is None else env
-    return Path(env.get("XDG_CONFIG_HOME") or Path.home() / ".config") / "snakemake"
-
-
-def install_profiles(dest: str | Path | None = None, names: Iterable[str] = REPO_PROFILES,
-                     source: str | Path | None = None, force: bool = False) -> list[Path]:
-    """Symlink ``profiles/<name>`` into Snakemake's user profile folder (default
-    ``$XDG_CONFIG_HOME/snakemake``), so ``snakemake --profile <name>`` finds them from any folder.
-    An existing link to the same folder is kept; anything else there is left alone unless ``force``."""
-    dest = Path(dest) if dest else _user_profile_dir()
-    source = Path(source) if source else PROFILE_DIR
-    dest.mkdir(parents=True, exist_ok=True)
-    made = []
-    for name in names:
-        target = (source / name).resolve()
-        if not (target / "config.yaml").exists():
-            raise ClusterConfigError(f"{target}/config.yaml not found: is {source} the repository's profiles folder?")
-        link = dest / name
-        if link.is_symlink() or link.exists():
-            if link.is_symlink() and link.resolve() == target:
-                made.append(link)
-                continue
-            if not force:
-                raise ClusterConfigError(
-                    f"{link} already exists and is not a link to {target}. Fix: move it away, or rerun with "
-                    f"--force to replace it (`counterfactory cluster install-profiles --force`)")
-            if link.is_symlink() or link.is_file():
-                link.unlink()
-            else:
-                shutil.rmtree(link)
-        link.symlink_to(target, target_is_directory=True)
-        made.append(link)
-    return made

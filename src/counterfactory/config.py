@@ -344,6 +344,29 @@ def job_config_file(cfg: dict, study: str | None, keys: Iterable[str],
     return str(Path(folder) / f"{key[:20]}.yaml"), yaml.safe_dump(data, sort_keys=True)
 
 
+def yaml_syntax_error(path: str | os.PathLike, exc: Exception) -> ConfigError:
+    """One line for a YAML syntax error: the file, the line and column (1-based) and the problem."""
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    where = f"{path}, line {mark.line + 1}, column {mark.column + 1}" if mark is not None else str(path)
+    problem = " ".join(filter(None, [getattr(exc, "context", None), getattr(exc, "problem", None)])) or str(exc)
+    problem = " ".join(problem.split())
+    return ConfigError(f"{where}: not valid YAML ({problem}). Fix: correct the syntax there (indent with "
+                       "spaces, close brackets and quotes)")
+
+
+def check_yaml_syntax(paths: Iterable[str | os.PathLike]) -> None:
+    """Parse each existing file of ``paths`` as YAML; the first syntax error is a :class:`ConfigError` naming
+    the file and line (the Snakefile runs this on its config files before Snakemake parses them)."""
+    for p in paths:
+        if not Path(p).is_file():
+            continue
+        try:
+            with open(p, encoding="utf-8") as fh:
+                yaml.safe_load(fh)
+        except yaml.YAMLError as exc:
+            raise yaml_syntax_error(p, exc) from exc
+
+
 def read_yaml(path: Path) -> dict:
     """A YAML mapping from ``path``; a missing file, bad syntax or a non-mapping is a :class:`ConfigError`."""
     if not path.exists():
@@ -353,10 +376,64 @@ def read_yaml(path: Path) -> dict:
         with open(path, encoding="utf-8") as fh:
             data = yaml.safe_load(fh) or {}
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML ({exc}). Fix: correct the syntax") from exc
+        raise yaml_syntax_error(path, exc) from exc
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: top level must be a mapping, got {type(data).__name__}")
     return data
+
+
+def role_origins(layers: Iterable[tuple[str, dict]], cfg: dict | None = None) -> dict[str, dict]:
+    """Where each model role's source comes from: ``{role: {"source", "file"}}`` over ``layers`` (``(label,
+    mapping)`` in the order they are merged, later ones win; the label of the last layer that sets the role's
+    ``source``). ``cfg`` (the merged configuration) limits the roles to those its enabled studies use."""
+    origins: dict[str, dict] = {}
+    for label, doc in layers:
+        for role, entry in ((doc or {}).get("models") or {}).items():
+            source = entry if isinstance(entry, str) else entry.get("source") if isinstance(entry, dict) else None
+            if source is not None:
+                origins[role] = {"source": str(source), "file": str(label)}
+    if cfg is not None:
+        used = {r for study in cfg.get("studies") or () for r in STUDY_ROLES.get(study, ())}
+        origins = {r: o for r, o in origins.items() if r in used}
+    return dict(sorted(origins.items()))
+
+
+def describe_role_origins(origins: dict[str, dict], base: str = "config/config.yaml") -> str:
+    """The lines a dry run prints: each role, its source and the file that set it; a hub id inherited from
+    ``base`` under other config files is marked (an overlay that leaves a role out runs the paper's model)."""
+    layered = len({o["file"] for o in origins.values()}) > 1 or any(o["file"] != base for o in origins.values())
+    lines = ["model roles (source <- the file that set it):"]
+    for role, o in origins.items():
+        local = o["source"].startswith(("/", "./", "../", "~", "local-dir:", "resources/"))
+        hub = not (local or Path(o["source"]).exists())
+        mark = (f"  [inherited from {base}: a hub model; set models.{role}.source in your config to use another]"
+                if layered and hub and o["file"] == base else "")
+        lines.append(f"  {role}: {o['source']} <- {o['file']}{mark}")
+    return "\n".join(lines)
+
+
+def workflow_role_origins(cfg: dict, configfiles: Iterable[str | os.PathLike] = (), overrides: dict | None = None,
+                          base: str = "config/config.yaml") -> str:
+    """:func:`describe_role_origins` of a Snakemake run: ``base`` (the Snakefile's ``configfile:``), then each
+    ``--configfile`` in order, then the ``--config`` pairs; the roles of the enabled studies of ``cfg``."""
+    layers = [(base, read_yaml(Path(base)))] if Path(base).is_file() else []
+    for f in configfiles:
+        if Path(f).resolve() != Path(base).resolve():
+            shown = os.path.relpath(f) if Path(f).is_absolute() else str(f)
+            layers.append((str(f) if shown.startswith("..") else shown, read_yaml(Path(f))))
+    if overrides:
+        layers.append(("--config", dict(overrides)))
+    return describe_role_origins(role_origins(layers, cfg), base)
+
+
+def is_config_layer(doc: dict) -> bool:
+    """Whether a YAML mapping is (a layer of) a full configuration: a job configuration, or a non-empty mapping
+    whose keys are all top-level keys of the schema (``run_name``, ``seed``, ``models``, a study's section ...).
+    An overlay holding only ``run_name:`` is such a layer, and every command that accepts ``--config`` more
+    than once merges it the same way (later files win)."""
+    if not isinstance(doc, dict) or not doc:
+        return False
+    return JOB_KEY in doc or set(doc) <= set(load_schema()["properties"]) | {"study"}
 
 
 def load_config(paths: Iterable[str | os.PathLike], overrides: dict | None = None,

@@ -33,15 +33,16 @@ import importlib.util
 import logging
 import math
 from dataclasses import dataclass
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from .errors import ConfigError
 
+if TYPE_CHECKING:  # torch is imported where it is used: a step that needs no device does not pay for it
+    import torch
+
 log = logging.getLogger(__name__)
 
-_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+_DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}  # torch dtypes by name
 #: half precision vs fp32: bound on image-caption / image-image cosine scores (module docstring)
 PRECISION_ATOL = 0.02
 #: half precision vs fp32: constant of the directional-similarity bound (:func:`direction_tolerance`)
@@ -61,6 +62,7 @@ def direction_tolerance(sim_image):
 
 
 def _hpu_available() -> bool:
+    import torch
     if importlib.util.find_spec("habana_frameworks") is None:
         return False
     try:
@@ -73,6 +75,7 @@ def _hpu_available() -> bool:
 
 def resolve_device(name: str = "auto") -> torch.device:
     """Map the config's ``device`` value to a :class:`torch.device`."""
+    import torch
     if name == "auto":
         if torch.cuda.is_available():
             return torch.device("cuda")
@@ -94,6 +97,7 @@ def resolve_device(name: str = "auto") -> torch.device:
 def _auto_dtype(device: torch.device | None) -> torch.dtype:
     """``precision: auto``: bf16 on HPU and on CUDA GPUs with bf16 (Ampere and later), fp16 on older
     CUDA GPUs, fp32 on CPU (or no device given)."""
+    import torch
     if device is None or device.type == "cpu":
         return torch.float32
     if device.type == "cuda" and not torch.cuda.is_bf16_supported():
@@ -104,13 +108,14 @@ def _auto_dtype(device: torch.device | None) -> torch.dtype:
 def resolve_dtype(precision: str = "auto", device: torch.device | None = None) -> torch.dtype:
     """Map ``precision`` to a dtype; ``auto`` see :func:`_auto_dtype`; fp16 on CPU falls back to fp32
     (CPU kernels are fp32)."""
+    import torch
     if precision == "auto":
         return _auto_dtype(device)
     if precision not in _DTYPES:
         raise ConfigError(f"precision: unknown value {precision!r}. Fix: use auto, fp32, fp16 or bf16")
     if device is not None and device.type == "cpu" and precision == "fp16":
         return torch.float32
-    return _DTYPES[precision]
+    return getattr(torch, _DTYPES[precision])
 
 
 def from_config(cfg: dict) -> tuple[torch.device, torch.dtype]:
@@ -132,6 +137,7 @@ def with_stage_precision(cfg: dict, precision: str | None) -> dict:
 
 def release_memory() -> None:
     """Return cached accelerator memory after a model is dropped (one model per role is loaded at a time)."""
+    import torch
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
 
@@ -171,12 +177,14 @@ def _has_conv(module: torch.nn.Module) -> bool:
 
 def to_channels_last(module: torch.nn.Module) -> torch.nn.Module:
     """Store the 4-D (convolution) weights of ``module`` in ``torch.channels_last`` (in place)."""
+    import torch
     return module.to(memory_format=torch.channels_last)
 
 
 def compile_module(module: torch.nn.Module, mode: str = "default", device: torch.device | None = None):
     """``module.compile(mode=...)`` in place (attributes and ``set_attn_processor`` stay reachable);
     where ``torch.compile`` is unavailable, log one line and leave the module eager."""
+    import torch
     why = None
     if not callable(getattr(torch, "compile", None)) or not hasattr(module, "compile"):
         why = "this PyTorch has no torch.compile"
@@ -202,6 +210,7 @@ def place(module: Any, device: torch.device, dtype: torch.dtype, perf: Performan
     """Put ``module`` on ``device`` in ``dtype`` in eval mode, with the fast path of ``perf``: on
     accelerators, channels_last when it has convolutions; ``compile`` marks the one module
     (the UNet) that ``perf.compile`` compiles. ``perf`` None = no layout change, no compile."""
+    import torch
     module = module.to(device)
     if getattr(module, "dtype", None) != dtype:
         module = module.to(dtype)
@@ -219,6 +228,7 @@ def place(module: Any, device: torch.device, dtype: torch.dtype, perf: Performan
 def place_pipeline(pipe: Any, cfg: dict) -> Any:
     """A diffusers pipeline on the config's device and precision, its UNet/VAE/encoders through
     :func:`place` (the UNet is the module ``performance.compile`` compiles)."""
+    import torch
     device, dtype = from_config(cfg)
     perf = Performance.from_config(cfg)
     for name, component in pipe.components.items():
@@ -239,6 +249,7 @@ FOOTPRINT_MIB = {"sd_candidate": 512.0, "clip_image": 16.0}
 
 def free_memory(device: torch.device) -> int | None:
     """Free bytes on an accelerator, or None where it cannot be read (CPU, a bridge without the API)."""
+    import torch
     if device.type == "cuda":
         return int(torch.cuda.mem_get_info(device)[0])
     if device.type == "hpu":
@@ -247,17 +258,30 @@ def free_memory(device: torch.device) -> int | None:
     return None
 
 
+def total_memory(device: torch.device) -> tuple[int, str] | None:
+    """Total bytes and name of an accelerator, or None where it cannot be read (CPU, a bridge without the API)."""
+    import torch
+    if device.type == "cuda":
+        return int(torch.cuda.get_device_properties(device).total_memory), torch.cuda.get_device_name(device)
+    if device.type == "hpu":
+        reader = getattr(getattr(torch, "hpu", None), "mem_get_info", None)
+        return (int(reader()[1]), "Gaudi") if callable(reader) else None
+    return None
+
+
 def auto_batch_size(per_item_mib: float, device: torch.device, perf: Performance | None = None, *,
-                    free_bytes: int | None = None, dtype: torch.dtype = torch.bfloat16) -> int:
+                    free_bytes: int | None = None, dtype: torch.dtype | None = None) -> int:
     """Largest power of two whose ``per_item_mib`` footprint (half precision; fp32 counts double) fits in
     ``perf.memory_fraction`` of the free accelerator memory, capped at ``perf.max_batch_size``; on CPU,
     or where free memory cannot be read, ``perf.cpu_batch_size``. ``free_bytes`` overrides the reading.
-    A power of two keeps the choice (part of the resume fingerprints) stable when free memory varies a little."""
+    A power of two keeps the choice (part of the resume fingerprints) stable when free memory varies a little.
+    ``dtype`` None = bf16."""
+    import torch
     perf = perf or Performance()
     free = free_bytes if free_bytes is not None else free_memory(device)
     if device.type == "cpu" or free is None:
         return perf.cpu_batch_size
-    per_item = per_item_mib * (2 if dtype == torch.float32 else 1) * 2**20
+    per_item = per_item_mib * (2 if dtype == torch.float32 else 1) * 2**20   # None: bf16
     fits = min(perf.max_batch_size, math.floor(free * perf.memory_fraction / per_item))
     return 1 if fits < 1 else 2 ** int(math.log2(fits))
 

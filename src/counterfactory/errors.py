@@ -24,6 +24,10 @@ class ConfigError(CounterFactoryError):
     """The configuration does not match the schema or is inconsistent."""
 
 
+class OutputPathError(CounterFactoryError):
+    """An output path that cannot be written (checked before a step starts its work)."""
+
+
 class ModelLoadError(CounterFactoryError):
     """A model role could not be loaded from its configured id or path."""
 
@@ -71,12 +75,30 @@ _OS_FIXES = {
 }
 
 
-def os_error_message(exc: OSError) -> str:
-    """One line for an :class:`OSError`: the absolute path, the problem and the fix."""
+def _existing_folder(path: str) -> str:
+    """The nearest existing folder at or above ``path`` (absolute): where its file system is mounted from."""
+    folder = os.path.abspath(path)
+    while not os.path.isdir(folder) and os.path.dirname(folder) != folder:
+        folder = os.path.dirname(folder)
+    return folder
+
+
+def os_error_message(exc: OSError, outputs=()) -> str:
+    """One line for an :class:`OSError`: the absolute path, the problem and the fix. ``outputs``: the step's
+    output paths, named (with their folders' file systems) when the OS gives no file name -- a full disk
+    usually stops a write without one, and the output's file system is the one to free, not the working
+    directory's."""
     if exc.errno not in _OS_FIXES and exc.filename is None:
         return f"{exc}. Fix: check the paths and settings involved and rerun (-v shows where it happened)"
     problem, fix = _OS_FIXES.get(exc.errno, (exc.strerror or str(exc), "check the path and rerun"))
     if exc.filename is None:
+        outputs = [os.fsdecode(o) for o in outputs if o]
+        if outputs:
+            folders = list(dict.fromkeys(_existing_folder(os.path.dirname(os.path.abspath(o)) or ".")
+                                         for o in outputs))
+            where = (f"while writing this step's outputs ({', '.join(os.path.abspath(o) for o in outputs)}; "
+                     f"no file name given by the OS; working directory {os.getcwd()})")
+            return f"{problem} {where}. Fix: {fix.format(folder=' '.join(folders))}"
         where = f"(no file name given by the OS; working directory {os.getcwd()})"
         folder = os.getcwd()
         return f"{problem} {where}. Fix: {fix.format(folder=folder)}"

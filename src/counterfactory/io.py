@@ -4,7 +4,10 @@ then renamed over the target (``os.replace`` is atomic on POSIX file systems).
 
 **Permissions.** ``mkstemp``/``mkdtemp`` create 0600 files and 0700 folders; the helpers chmod them to
 what a plain ``open(..., "w")`` / ``mkdir`` would give under the current umask (``0666 & ~umask`` and
-``0777 & ~umask``), so outputs are shared exactly like files written without them.
+``0777 & ~umask``), so outputs are shared exactly like files written without them. Libraries that write
+through their own temporary file (safetensors 0.8's ``save_file``, hence every ``save_pretrained``) leave
+0600 weights behind whatever the umask; :func:`follow_umask` resets those, and the helpers apply it to
+whatever was written into their temporary file or folder before the rename.
 
 **Stale temporaries.** A job killed with SIGKILL (or a node failure) cannot run its cleanup, so a
 temporary file ``.<name>.tmp-XXXXXXXX<suffix>`` or folder ``.<name>.build-XXXXXXXX`` /
@@ -23,6 +26,7 @@ import logging
 import os
 import re
 import shutil
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any, Iterator
@@ -53,6 +57,35 @@ def _file_mode() -> int:
 
 def _dir_mode() -> int:
     return 0o777 & ~current_umask()
+
+
+def follow_umask(path: str | os.PathLike) -> Path:
+    """Give ``path`` (a file, or a folder and everything in it) the permissions a plain ``open`` /
+    ``mkdir`` would give under the current umask: ``0777 & ~umask`` for folders and files with an
+    execute bit, ``0666 & ~umask`` for other files. Symbolic links are left alone."""
+    path = Path(path)
+    file_mode, dir_mode = _file_mode(), _dir_mode()
+
+    def fix(p: str, is_dir: bool) -> None:
+        st = os.lstat(p)
+        if stat.S_ISLNK(st.st_mode):
+            return
+        wanted = dir_mode if is_dir or st.st_mode & 0o111 else file_mode
+        if stat.S_IMODE(st.st_mode) != wanted:
+            os.chmod(p, wanted)
+
+    if path.is_symlink() or not path.exists():
+        return path
+    if not path.is_dir():
+        fix(str(path), False)
+        return path
+    fix(str(path), True)
+    for dirpath, dirnames, filenames in os.walk(path):
+        for name in dirnames:
+            fix(os.path.join(dirpath, name), True)
+        for name in filenames:
+            fix(os.path.join(dirpath, name), False)
+    return path
 
 
 def _file_prefix(target: Path) -> str:
@@ -109,6 +142,7 @@ def atomic_path(target: str | os.PathLike, suffix: str | None = None) -> Iterato
     tmp_path = Path(tmp)
     try:
         yield tmp_path
+        follow_umask(tmp_path)  # a library may have replaced the file with its own (0600) temporary
         with open(tmp_path, "rb+") as fh:
             os.fsync(fh.fileno())
         os.replace(tmp_path, target)
@@ -168,6 +202,48 @@ def read_table(path: str | os.PathLike, what: str, fix: str, columns=(), *, csv_
     if missing:
         raise input_error(path, None, f"missing column(s) {missing}", f"the {what} needs columns {list(columns)}")
     return frame
+
+
+UTF8_FIX = "save the file as UTF-8 (e.g. `iconv -f latin1 -t utf-8 old > new`) or re-download it"
+
+
+def utf8_error(path: str | os.PathLike, exc: UnicodeDecodeError, data: bytes | None = None, offset: int = 0,
+               fix: str = UTF8_FIX):
+    """The :class:`~.errors.InputError` for bytes of ``path`` that are not UTF-8: the line (when ``data``, the
+    bytes that were decoded, is given) and the byte offset in the file (``offset``: where ``data`` starts in it),
+    as every reader words it ("not UTF-8 text (<reason> at byte N)")."""
+    from .errors import input_error
+
+    line = None if data is None else "line {}".format(data.count(b"\n", 0, exc.start) + 1)
+    return input_error(path, line, f"not UTF-8 text ({exc.reason} at byte {offset + exc.start})", fix)
+
+
+def read_utf8(path: str | os.PathLike, fix: str = UTF8_FIX) -> str:
+    """The text of ``path`` decoded as UTF-8 (a leading byte-order mark dropped); bytes that are not UTF-8 are
+    an :class:`~.errors.InputError` naming the file, the line and the byte offset (:func:`utf8_error`)."""
+    data = Path(path).read_bytes()
+    try:
+        return data.decode("utf-8").removeprefix("\ufeff")
+    except UnicodeDecodeError as exc:
+        raise utf8_error(path, exc, data, fix=fix) from None
+
+
+def utf8_lines(path: str | os.PathLike, fix: str = UTF8_FIX) -> Iterator[tuple[int, str]]:
+    """``(line number from 1, text)`` of each line of ``path`` (a leading byte-order mark dropped), read one line
+    at a time (big files are never held whole); a line that is not UTF-8 is an :class:`~.errors.InputError`
+    naming the file, the line and the byte offset in the file."""
+    from .errors import input_error
+
+    offset = 0
+    with open(path, "rb") as fh:
+        for n, raw in enumerate(fh, start=1):
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise input_error(path, f"line {n}", f"not UTF-8 text ({exc.reason} at byte {offset + exc.start})",
+                                  fix) from None
+            offset += len(raw)
+            yield n, text.removeprefix("\ufeff") if n == 1 else text
 
 
 def write_png(target: str | os.PathLike, image) -> Path:
@@ -240,8 +316,9 @@ def atomic_dir(target: str | os.PathLike) -> Iterator[Path]:
     An existing ``target`` is moved aside first and removed only after the new folder is in place (it is
     put back if the swap fails); on any exception the temporary folder is removed and ``target`` is
     left as it was. Readers never see a half-built folder. The folder gets ``0777 & ~umask``
-    permissions (files written into it keep their own); stale ``.build-``/``.old-`` folders of
-    ``target`` left by a killed run are removed first.
+    permissions, and so does everything written into it (:func:`follow_umask`: files ``0666 & ~umask``,
+    ``0777 & ~umask`` with an execute bit); stale ``.build-``/``.old-`` folders of ``target`` left by a
+    killed run are removed first.
     """
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -254,6 +331,7 @@ def atomic_dir(target: str | os.PathLike) -> Iterator[Path]:
     os.chmod(tmp, _dir_mode())
     try:
         yield tmp
+        follow_umask(tmp)  # e.g. safetensors writes 0600 weights whatever the umask
         if not target.exists():
             os.replace(tmp, target)
             return

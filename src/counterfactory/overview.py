@@ -19,6 +19,7 @@ from . import studies
 from .config import STUDY_ROLES
 from .errors import input_error
 from .io import atomic_path
+from .render import model_display_name
 
 #: config keys that name source data (a path, a root folder, an annotation file)
 _DATA_KEY = re.compile(r"(^|_)(root|json|path|dir|instances|file|files|images|image_root|tsv|csv)$")
@@ -47,13 +48,21 @@ def data_sources(section: dict) -> list[tuple[str, str]]:
     return out
 
 
+#: roles that only serve another role: the optional ``vae`` decodes the ``sd`` role's latents (COCO-CF B.1.2)
+COMPANION_ROLES = {"vae": "sd"}
+#: commands the page tells a reader to run (a test checks that each exists)
+COMMANDS = ("counterfactory models check", "counterfactory provenance --verify")
+
+
 def study_roles(study: str, section: dict, roles: set[str]) -> list[str]:
-    """Model roles a study needs (:data:`counterfactory.config.STUDY_ROLES`) or names anywhere in its section."""
+    """Model roles a study needs (:data:`counterfactory.config.STUDY_ROLES`), names anywhere in its section (e.g.
+    ``evaluation.itm.models``, ``editing.editor_role``) or serve one of those (:data:`COMPANION_ROLES`)."""
     named = set(STUDY_ROLES.get(study, ()))
     for _, value in _leaves(section):
         for v in value if isinstance(value, list) else [value]:
             if isinstance(v, str) and v in roles:
                 named.add(v)
+    named |= {c for c, owner in COMPANION_ROLES.items() if owner in named}
     return sorted(named & roles)
 
 
@@ -86,7 +95,8 @@ def overview(provenance: dict) -> dict:
             "data": data_sources(section), "roles": roles,
             "outputs": sum(1 for o in outputs if str(o.get("path", "")).startswith(prefix)),
         })
-    model_rows = [{"role": role, "source": m.get("source"), "library": m.get("library"),
+    model_rows = [{"role": role, "name": model_display_name(cfg.get("models") or {role: m}, role),
+                   "source": m.get("source"), "library": m.get("library"),
                    "fingerprint": m.get("fingerprint"), "revision": m.get("revision"),
                    "studies": users.get(role, [])} for role, m in sorted(models.items())]
     created = provenance.get("created_unix")
@@ -113,10 +123,10 @@ def render(page: dict) -> str:
     for s in page["studies"]:
         data = "<br>".join(f"{_code(k)}: {_code(v)}" for k, v in s["data"]) or "generated from the study's templates"
         study_rows.append([f"<b>{html.escape(s['title'])}</b><br><small>{html.escape(s['paper'])}</small>", data,
-                           ", ".join(_code(r) for r in s["roles"]), str(s["outputs"])])
-    model_rows = [[_code(m["role"]), _code(m["source"]), html.escape(str(m["library"] or "")),
+                           ", ".join(_code(r) for r in s["roles"]) or "—", str(s["outputs"])])
+    model_rows = [[_code(m["role"]), html.escape(m["name"]), _code(m["source"]), html.escape(str(m["library"] or "")),
                    _code((m["fingerprint"] or "")[:16]), html.escape(str(m["revision"] or "—")),
-                   html.escape(", ".join(m["studies"]))] for m in page["models"]]
+                   html.escape(", ".join(m["studies"]) or "no enabled study")] for m in page["models"]]
     packages = [[html.escape(k), _code(v)] for k, v in sorted(page["packages"].items())]
     style = ("body{font-family:sans-serif;margin:1em;}table{border-collapse:collapse;margin:0.5em 0 1.5em;}"
              "td,th{border:1px solid #ccc;padding:4px 8px;vertical-align:top;text-align:left;}th{background:#f3f3f3;}")
@@ -127,9 +137,12 @@ def render(page: dict) -> str:
         "<h2>Studies that ran</h2>",
         _table(["study (paper)", "source data (config key: value)", "model roles", "outputs recorded"], study_rows),
         "<h2>Models</h2>",
-        "<p>Every role as configured, with the content fingerprint of the files that were loaded "
-        "(sha256 over the folder's files; see <code>counterfactory models verify</code>).</p>",
-        _table(["role", "source", "library", "fingerprint", "hub revision", "used by"], model_rows),
+        ("<p>Every role as configured, with the content fingerprint of the files that were loaded "
+         "(sha256 over the folder's files). <code>counterfactory models check --config CONFIG</code> checks and "
+         "loads each role; <code>counterfactory provenance --verify provenance.json</code> checks the recorded "
+         "outputs against the disk.</p>"),
+        _table(["role", "name in tables", "source", "library", "fingerprint", "hub revision", "used by"],
+               model_rows),
         "<h2>Software</h2>", _table(["package", "version"], packages),
         "</body></html>",
     ])

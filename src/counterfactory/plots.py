@@ -22,7 +22,8 @@ def pair_grid(pairs_path: str | Path, out: str | Path, n: int = 8, wrap: int = 3
 
     plt = pyplot()
     rows = read_pairs(pairs_path).head(n)  # image paths resolved against the table's folder
-    fig, axes = plt.subplots(len(rows), 2, figsize=(6.4, 3.1 * len(rows)), squeeze=False)
+    # constrained layout reserves the suptitle's height (tight_layout let it overprint the first row's captions)
+    fig, axes = plt.subplots(len(rows), 2, figsize=(6.4, 3.1 * len(rows)), squeeze=False, layout="constrained")
     for ax_row, (_, r) in zip(axes, rows.iterrows()):
         for k, ax in enumerate(ax_row):
             with Image.open(r[f"image_{k}"]) as im:
@@ -42,8 +43,41 @@ def pair_grid(pairs_path: str | Path, out: str | Path, n: int = 8, wrap: int = 3
                 ax.set_xlabel(extra, fontsize=7)
         ax_row[0].set_ylabel(str(r["id"]), fontsize=8)
     fig.suptitle("COCO-Counterfactuals pairs: original (left) vs counterfactual (right)", fontsize=9)
-    fig.tight_layout()
-    return save_figure(out, fig)
+    out = save_figure(out, fig)
+    plt.close(fig)
+    return out
+
+
+def text_overlaps(fig) -> list[str]:
+    """Where rendered text collides in ``fig`` (empty: none): the suptitle against each visible axes' full
+    extent (image, title, tick and axis labels), each axes' title against the other axes, and the text
+    artists inside one axes (annotations) against each other. Boxes come from the Agg renderer after a draw
+    (``artist.get_window_extent``), i.e. what the saved image shows."""
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    axes = [ax for ax in fig.axes if ax.get_visible()]
+    found = []
+
+    def hit(a, b) -> bool:
+        return a.width > 0 and a.height > 0 and b.width > 0 and b.height > 0 and a.overlaps(b) \
+            and min(a.x1, b.x1) - max(a.x0, b.x0) > 0.5 and min(a.y1, b.y1) - max(a.y0, b.y0) > 0.5
+
+    sup = fig._suptitle
+    if sup is not None and sup.get_text():
+        box = sup.get_window_extent(renderer)
+        found += [f"suptitle {sup.get_text()!r} overlaps axes {i}" for i, ax in enumerate(axes)
+                  if hit(box, ax.get_tightbbox(renderer))]
+    for i, ax in enumerate(axes):
+        title = ax.title
+        if title.get_text():
+            box = title.get_window_extent(renderer)
+            found += [f"title of axes {i} overlaps axes {j}" for j, other in enumerate(axes)
+                      if j != i and hit(box, other.get_window_extent(renderer))]
+        texts = [t for t in ax.texts if t.get_visible() and t.get_text()]
+        boxes = [t.get_window_extent(renderer) for t in texts]
+        found += [f"axes {i}: {texts[a].get_text()!r} overlaps {texts[b].get_text()!r}"
+                  for a in range(len(texts)) for b in range(a + 1, len(texts)) if hit(boxes[a], boxes[b])]
+    return found
 
 
 def caption_examples(captions_path: str | Path, out: str | Path, n: int = 20) -> Path:
@@ -72,7 +106,12 @@ def _grid_groups(rows: pd.DataFrame, images: list[str], n: int) -> list[list[tup
     cols = {c: ("file_name" if c == images[0] and "file_name" in rows.columns else f"{c}_file_name") for c in images}
     groups = []
     if "set_id" in rows.columns and len(images) == 1:
-        for _, members in list(rows.groupby("set_id", sort=False))[:n]:
+        # one counterfactual set = one set_id and candidate (SocialCF keeps several candidates of a set): its
+        # members in member order, so a row is exactly one set
+        keys = ["set_id"] + [k for k in ("candidate_index",) if k in rows.columns]
+        for _, members in list(rows.groupby(keys, sort=False))[:n]:
+            if "member_index" in members.columns:
+                members = members.sort_values("member_index", kind="stable")
             groups.append([(m[cols[images[0]]], str(m.get("caption", ""))) for _, m in members.iterrows()])
         return groups
     for _, r in rows.head(n).iterrows():
@@ -91,14 +130,31 @@ def _grid_groups(rows: pd.DataFrame, images: list[str], n: int) -> list[list[tup
     return groups
 
 
-def export_grid(imagefolder: str | Path, out: str | Path, n: int = 3, wrap: int = 30, max_panels: int = 12) -> Path:
+def _manifest(root: Path, manifest: str | Path | None) -> dict:
+    """The export's manifest: ``manifest`` (kept outside the dataset folder, so it is not uploaded with it) or the
+    folder's own ``manifest.json``."""
+    path = Path(manifest) if manifest is not None else root / "manifest.json"
+    if path.is_file():
+        return json.loads(path.read_text(encoding="utf-8"))
+    from .errors import input_error
+
+    raise input_error(path, None, "export manifest not found", "write the export with `counterfactory export "
+                      "imagefolder` (and pass its --manifest-imagefolder file)")
+
+
+def export_grid(imagefolder: str | Path, out: str | Path, n: int = 3, wrap: int = 30, max_panels: int = 20,
+                title: str | None = None, manifest: str | Path | None = None) -> Path:
     """A study's examples from its exported imagefolder (``counterfactory export imagefolder``): for each dataset
     config, the first ``n`` examples of its first split — pairs, sets, original vs edited or inpainted images — with
-    their captions or prompts. One grid serves every study because every study exports the same layout."""
+    their captions or prompts. One grid serves every study because every study exports the same layout: one row
+    per example (a set's members side by side, as many columns as the largest set shown, at most
+    ``max_panels``), labelled with its config's name where the export has several. ``title``: the figure's title
+    (default: "Exported examples"); ``manifest``: the export's manifest when it is kept outside the folder."""
     from PIL import Image
 
     root = Path(imagefolder)
-    manifest = json.loads((root / "manifest.json").read_text(encoding="utf-8"))
+    manifest = _manifest(root, manifest)
+    title = title or "Exported examples"
     blocks = []
     for name, conf in manifest["configs"].items():
         split = next(iter(conf["splits"].values()), None)
@@ -115,13 +171,17 @@ def export_grid(imagefolder: str | Path, out: str | Path, n: int = 3, wrap: int 
         msg = (f"no exported examples: every config's first split is empty ({', '.join(manifest['configs'])}); "
                "the study kept no item (see its filter / selection summaries)")
         logging.getLogger(__name__).warning("%s: %s", root, msg)
-        fig, ax = plt.subplots(figsize=(6, 1.2))
+        fig, ax = plt.subplots(figsize=(6, 1.2), layout="constrained")
         ax.axis("off")
         ax.text(0.5, 0.5, "\n".join(textwrap.wrap(msg, 80)), ha="center", va="center", fontsize=8)
-        fig.suptitle(f"{manifest.get('source') or root.parent.name}: exported examples", fontsize=9)
-        return save_figure(out, fig)
+        fig.suptitle(title, fontsize=9)
+        out = save_figure(out, fig)
+        plt.close(fig)
+        return out
     width = max(len(g) for _, _, g in lines)
-    fig, axes = plt.subplots(len(lines), width, figsize=(2.3 * width, 2.6 * len(lines)), squeeze=False)
+    named = len(blocks) > 1      # a lone config (often "default") needs no row label
+    fig, axes = plt.subplots(len(lines), width, figsize=(2.3 * width, 2.6 * len(lines)), squeeze=False,
+                             layout="constrained")
     for ax_row, (name, folder, panels) in zip(axes, lines):
         for ax in ax_row:
             ax.axis("off")
@@ -129,8 +189,10 @@ def export_grid(imagefolder: str | Path, out: str | Path, n: int = 3, wrap: int 
             with Image.open(folder / path) as im:
                 ax.imshow(im.convert("RGB"))
             ax.set_title("\n".join(textwrap.wrap(text, wrap)[:4]), fontsize=6)
-        ax_row[0].text(-0.08, 0.5, name, transform=ax_row[0].transAxes, rotation=90, ha="right", va="center",
-                       fontsize=7)
-    fig.suptitle(f"{manifest.get('source') or root.parent.name}: exported examples", fontsize=9)
-    fig.tight_layout()
-    return save_figure(out, fig)
+        if named:
+            ax_row[0].text(-0.08, 0.5, name, transform=ax_row[0].transAxes, rotation=90, ha="right",
+                           va="center", fontsize=7)
+    fig.suptitle(title, fontsize=9)
+    out = save_figure(out, fig)
+    plt.close(fig)
+    return out

@@ -1,6 +1,7 @@
 """Provenance: what produced a result. Written next to results as JSON: the git commit (and whether
 the tree was dirty), the resolved configuration, versions of the packages that matter, each model
-role's id or path with its content fingerprint (and hub commit), the NLTK data in use, and -- tying
+role's id or path with its content fingerprint (and hub commit), the NLTK data in use, the CPU thread settings
+(torch's thread count and ``OMP_NUM_THREADS``: they can change pixels by batched-kernel rounding), and -- tying
 the record to the results -- each output's path, size and sha256 (a folder: a content fingerprint
 over its files and, for up to :data:`MAX_LISTED_FILES` files, each file's sha256).
 
@@ -108,6 +109,20 @@ def describe_nltk(cfg: dict) -> dict | None:
     return describe_nltk_data(section["data_dir"], source=source)
 
 
+#: environment variables that set the CPU thread count of torch / BLAS kernels
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+
+
+def describe_threads() -> dict:
+    """The CPU thread settings of this process: torch's thread count (when torch is loaded), the variables
+    that set it, and the CPU count. Batched CPU kernels may round differently for another thread count, so the
+    record keeps it next to the configured batch sizes (each image shard's summary records its own)."""
+    torch = sys.modules.get("torch")
+    return {"torch": int(torch.get_num_threads()) if torch is not None else None,
+            "environment": {name: os.environ.get(name) for name in THREAD_VARIABLES},
+            "cpu_count": os.cpu_count()}
+
+
 def collect(cfg: dict, models: dict | None = None, extra: dict | None = None,
             outputs: Iterable[str | os.PathLike] = (), exclude: Iterable[str | os.PathLike] = ()) -> dict:
     """The provenance record (see the module docstring). ``models`` defaults to the roles loaded in
@@ -127,6 +142,7 @@ def collect(cfg: dict, models: dict | None = None, extra: dict | None = None,
         "config": cfg,
         "models": models if models is not None else (loaded_models() or configured_models(cfg)),
         "nltk_data": describe_nltk(cfg),
+        "threads": describe_threads(),
         "outputs": [describe_output(o, exclude=exclude) for o in outputs],
     }
     if extra:

@@ -4,8 +4,9 @@ and the one description of a paper table with its one renderer.
 A paper table is described once, as a :class:`Table`: :class:`Column` s (header label, alignment, an
 optional upper header group) and rows of cells. A cell is a :class:`Cell` (mean, optional std, significance
 and best marks, optional delta), plain text (escaped for each format), a :class:`Text` (written as given,
-per format) or ``None`` (missing). :func:`render_markdown` / :func:`render_latex` write it; a new format
-(e.g. HTML through ``Styler.to_html``) is one more entry in :func:`format_cell` and one more renderer.
+per format) or ``None`` (missing). :func:`render_markdown` / :func:`render_latex` / :func:`render_html` write it
+(HTML: the form Snakemake's report shows; :func:`html_page` makes a standalone page); a new format is one more
+entry in :func:`format_cell` and one more renderer.
 
 Table builders (:mod:`counterfactory.tables`, :mod:`counterfactory.evaluation.tables`, the studies) only
 build the description, so evaluation, generation and reporting code render alike without importing one
@@ -14,9 +15,11 @@ another.
 
 from __future__ import annotations
 
+import html
 import math
+import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -37,6 +40,27 @@ def pyplot():
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def model_display_name(models: "Mapping | None", role: str) -> str:
+    """How tables and figures name the model of ``role``: its ``models.<role>.display_name`` when the config gives
+    one (the paper's name, e.g. ``BridgeTower``), else the model's own name taken from its source (the hub id's or
+    folder's last part, ``openai/clip-vit-base-patch32`` -> ``clip-vit-base-patch32``), else the role itself (a
+    role the config does not list)."""
+    entry = (models or {}).get(role) if isinstance(models, Mapping) else None
+    if isinstance(entry, str):
+        entry = {"source": entry}
+    if not isinstance(entry, Mapping):
+        return str(role)
+    if entry.get("display_name"):
+        return str(entry["display_name"])
+    source = str(entry.get("source") or "").rstrip("/\\")
+    return source.replace("\\", "/").split("/")[-1] or str(role)
+
+
+def model_display_names(models: "Mapping | None", roles) -> dict[str, str]:
+    """:func:`model_display_name` of each of ``roles``, in their order."""
+    return {r: model_display_name(models, r) for r in roles}
 
 
 def escape_md(text: str) -> str:
@@ -89,10 +113,15 @@ class Text:
 
     md: str
     tex: str | None = None
+    html: str | None = None
 
     def get(self, fmt: str) -> str:
         if fmt == "tex":
             return escape_tex(self.md) if self.tex is None else self.tex
+        if fmt == "html":       # Markdown's inline HTML (<sub>, <u>) is HTML already: pipes unescaped, **bold**
+            if self.html is not None:
+                return self.html
+            return re.sub(r"\*\*(.+?)\*\*", r"<strong>\1</strong>", self.md.replace("\\|", "|"))
         return self.md
 
 
@@ -136,8 +165,8 @@ class Table:
 # --------------------------------------------------------------------------------------------
 # the renderer
 # --------------------------------------------------------------------------------------------
-MISSING = {"md": MISSING_MD, "tex": MISSING_TEX, "plain": ""}
-ESCAPE = {"md": escape_md, "tex": escape_tex, "plain": str}
+MISSING = {"md": MISSING_MD, "tex": MISSING_TEX, "plain": "", "html": MISSING_MD}
+ESCAPE = {"md": escape_md, "tex": escape_tex, "plain": str, "html": lambda t: html.escape(str(t), quote=False)}
 
 
 def format_cell(cell: Cell | None, fmt: str, decimals: int = 2, std_decimals: int = 1, *,
@@ -162,6 +191,13 @@ def format_cell(cell: Cell | None, fmt: str, decimals: int = 2, std_decimals: in
             text = f"\\underline{{{text}}}"
         if std is not None:
             text += f"_{{{std}}}"
+    elif fmt == "html":
+        if cell.significant:
+            text = f"<u>{text}</u>"
+        if cell.best:
+            text = f"<strong>{text}</strong>"
+        if std is not None:
+            text += f"<sub>{std}</sub>"
     elif fmt == "plain":
         if std is not None:
             text += f"_{{{std}}}"
@@ -235,6 +271,56 @@ def render_latex(table: Table) -> str:
         position_float="centering", hrules=True, caption=escape_tex(caption) if caption is not None else None,
         label=table.label, **extra)
     return "% requires \\usepackage{booktabs}\n" + latex
+
+
+_HTML_ALIGN = {"left": "left", "right": "right", "center": "center", "auto": "right"}
+#: the style of a standalone HTML table page (Snakemake's report shows it in a frame)
+HTML_STYLE = ("body{font-family:system-ui,sans-serif;margin:1.5em;color:#222}"
+              "table{border-collapse:collapse;margin:.5em 0 1em}caption{font-weight:bold;text-align:left;"
+              "padding:.3em 0}th,td{padding:.25em .7em}thead tr:last-child th{border-bottom:1px solid #444}"
+              "table{border-top:2px solid #444;border-bottom:2px solid #444}tbody tr:nth-child(even){"
+              "background:#f6f6f6}p.note{font-size:.9em;color:#555;max-width:60em}")
+
+
+def render_html(table: Table) -> str:
+    """``table`` as an HTML ``<table>`` (the title as its caption; column groups as an upper header row with
+    ``colspan``; best in ``<strong>``, significant ``<u>``, std in ``<sub>``) and the note as a paragraph. Text is
+    escaped; a :class:`Text` is written as given (its ``html``, else its Markdown, which is HTML-ready)."""
+    out = ['<table class="paper-table">']
+    if table.title is not None:
+        out.append(f"<caption>{ESCAPE['html'](table.title)}</caption>")
+    out.append("<thead>")
+    if any(c.group for c in table.columns):
+        cells, i = [], 0
+        while i < len(table.columns):
+            group = table.columns[i].group
+            j = i
+            while j + 1 < len(table.columns) and table.columns[j + 1].group == group:
+                j += 1
+            span = f' colspan="{j - i + 1}"' if j > i else ""
+            cells.append(f'<th{span} style="text-align:center">{_label(group, "html") if group else ""}</th>')
+            i = j + 1
+        out.append("<tr>" + "".join(cells) + "</tr>")
+    out.append("<tr>" + "".join(f'<th style="text-align:{_HTML_ALIGN[c.align]}">{_label(c.label, "html")}</th>'
+                                for c in table.columns) + "</tr>")
+    out.append("</thead>")
+    out.append("<tbody>")
+    for row in table.rows:
+        out.append("<tr>" + "".join(f'<td style="text-align:{_HTML_ALIGN[c.align]}">{format_value(v, "html", table)}'
+                                    f"</td>" for v, c in zip(row, table.columns)) + "</tr>")
+    out.append("</tbody>")
+    out.append("</table>")
+    if table.note is not None:
+        out.append(f'<p class="note">{ESCAPE["html"](table.note)}</p>')
+    return "\n".join(out) + "\n"
+
+
+def html_page(title: str, bodies: Sequence[str]) -> str:
+    """A standalone HTML page of rendered tables (:func:`render_html`) under the heading ``title``."""
+    head = html.escape(title)
+    return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head><meta charset=\"utf-8\">"
+            f"<title>{head}</title><style>{HTML_STYLE}</style></head>\n<body>\n<h1>{head}</h1>\n"
+            + "\n".join(bodies) + "</body>\n</html>\n")
 
 
 def describe_frame(frame: "pd.DataFrame", floatfmt: str = "g", index: bool = False) -> Table:

@@ -239,6 +239,23 @@ class OpenClipScorer(DualEncoderScorer):
         return self.model.encode_text(self.tokenizer(texts).to(self.device))
 
 
+class VseppScorer(DualEncoderScorer):
+    """VSE++ (:mod:`counterfactory.models.vsepp`) + its processor: the cosine of the L2-normalised image and
+    caption embeddings (no temperature, as VSE++ ranks)."""
+
+    def __init__(self, model, processor, **kw):
+        super().__init__(model, **kw)
+        self.processor = processor
+
+    def _embed_images(self, pil_images):
+        pix = self.processor.image_processor(images=pil_images, return_tensors="pt")["pixel_values"]
+        return self.model.encode_image(self._pixels(pix))
+
+    def _embed_texts(self, texts):
+        tok = self.processor.tokenizer(texts, return_tensors="pt", padding=True, truncation=True)
+        return self.model.encode_text(tok["input_ids"].to(self.device), tok["attention_mask"].to(self.device))
+
+
 #: what a FLAVA dual-encoder scorer embeds (:class:`FlavaItcScorer`)
 FLAVA_EMBEDDINGS = ("projected", "pooler")
 
@@ -536,6 +553,8 @@ def wrap_model(loaded, *, name: str, head: str = "auto", itm_score: str = "logit
     cls_name = type(model).__name__
     if cls_name == "CLIPModel":
         return HFClipScorer(model, processor, name=name, **kw)
+    if cls_name == "VSEPP":
+        return VseppScorer(model, processor, name=name, **kw)
     if cls_name not in _ITM_BY_CLASS:
         raise ConfigError(
             f"scorer {name}: no adapter for {cls_name}. Fix: use a CLIPModel, open_clip model, "

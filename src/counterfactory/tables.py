@@ -11,10 +11,11 @@ paper's pre-trained CLIP row).
 * Underline: ``significant`` is True in the summary for a non-baseline row (one-tailed test of
   improvement over the baseline mixture, ``p <= alpha``).
 
-Renderings (:func:`counterfactory.render.render_markdown` / :func:`~counterfactory.render.render_latex`
-of :func:`describe`, the one table description every table writer shares): Markdown (a pipe table;
-``**x**``, ``<u>x</u>``, std as ``<sub>std</sub>``), LaTeX (booktabs; ``$\\underline{\\textbf{x}}_{std}$``)
-and a wide CSV (cell text ``mean_{std}`` plus per-metric ``best`` and ``significant`` flag columns).
+Renderings (:func:`counterfactory.render.render_markdown` / :func:`~counterfactory.render.render_latex` /
+:func:`~counterfactory.render.render_html` of :func:`describe`, the one table description every table writer
+shares): Markdown (a pipe table; ``**x**``, ``<u>x</u>``, std as ``<sub>std</sub>``), LaTeX (booktabs;
+``$\\underline{\\textbf{x}}_{std}$``), HTML (the page the Snakemake report shows) and a wide CSV (cell text
+``mean_{std}`` plus per-metric ``best`` and ``significant`` flag columns; columns keep the metric keys).
 """
 
 from __future__ import annotations
@@ -64,11 +65,56 @@ class PaperTable:
     info_columns: list[str]                  # subset of INFO_COLUMNS, in that order
     info: dict[str, dict[str, str]]          # mixture -> info column -> display text
     col_keys: list[tuple[str, str]]          # (experiment, metric)
-    col_labels: list[str]
+    col_labels: list[str]                    # metric keys (the CSV's column names)
     cells: dict[tuple[str, tuple[str, str]], Cell] = field(default_factory=dict)
     decimals: int = 2
     std_decimals: int = 1
     row_header: str = "Training dataset"
+    #: the paper's column headers, ``(group, label)`` per column (Markdown writes ``group label``, LaTeX and
+    #: HTML an upper header row); empty: the metric keys
+    col_headers: list[tuple[str, str]] = field(default_factory=list)
+
+
+# --------------------------------------------------------------------------------------------
+# headers
+# --------------------------------------------------------------------------------------------
+#: display names of evaluation sets in metric keys (``flickr30k/image_to_text@1``)
+DATASET_NAMES = {"flickr30k": "Flickr30k", "coco": "MS-COCO", "mscoco": "MS-COCO", "looktwice": "PointQA-LookTwice",
+                 "sugarcrepe": "SugarCrepe", "winoground": "Winoground", "positions": "Flickr30k-Positions"}
+_DIRECTIONS = {"image_to_text": "I→T", "text_to_image": "T→I"}
+#: CounterCurate's subsets and SugarCrepe's categories as the papers' headers (Tables 1-4)
+_SUBSETS = {"LR": "LR", "AB": "AB", "both": "Both", "all": "", "add": "Add", "replace": "Replace", "swap": "Swap",
+            "average": "Average"}
+_SCORES = {"accuracy": "", "text_score": "Text score", "image_score": "Image score", "group_score": "Group score",
+           "macro_accuracy": "macro accuracy"}
+
+
+def dataset_name(name: str) -> str:
+    """``flickr30k`` -> ``Flickr30k``: the paper's name of an evaluation set (unknown names as given)."""
+    return DATASET_NAMES.get(name, name)
+
+
+def metric_header(metric: str) -> tuple[str, str]:
+    """``(group, label)`` of a metric key as the papers head its column: retrieval ``<set>/image_to_text@K`` ->
+    ``("Flickr30k I→T", "R@K")`` and ``<set>/mean`` -> ``("Flickr30k", "Mean")`` (COCO-CF Tables 3 / 12);
+    ``<dataset>/top1`` -> the dataset and ``classification/mean`` -> ``Mean`` (Table 4); CounterCurate's
+    ``<benchmark>/<subset>/<score>`` -> the subset (``LR``, ``AB``, ``Both``, ``Add``; Tables 1-4). Other keys as
+    given."""
+    parts = str(metric).split("/")
+    if len(parts) == 2:
+        head, tail = parts
+        if "@" in tail and tail.split("@")[0] in _DIRECTIONS:
+            direction, k = tail.split("@", 1)
+            return f"{dataset_name(head)} {_DIRECTIONS[direction]}", f"R@{k}"
+        if tail == "mean":
+            return ("", "Mean") if head == "classification" else (dataset_name(head), "Mean")
+        if tail == "top1":
+            return "", head
+    if len(parts) == 3 and parts[1] in _SUBSETS and parts[2] in _SCORES:
+        subset, score = _SUBSETS[parts[1]], _SCORES[parts[2]]
+        label = " ".join(x for x in (subset, score) if x) or "Accuracy"
+        return "", label
+    return "", str(metric)
 
 
 # --------------------------------------------------------------------------------------------
@@ -160,7 +206,12 @@ def _select(requested: Sequence[str] | None, available: list, label_of, what: st
         return list(available)
     chosen = []
     for name in requested:
+        optional = name.endswith("?")            # "name?": the column if the results have it (a paper column
+        name = name[:-1] if optional else name   # a small run may lack, e.g. a subset with no test items)
         matches = [a for a in available if name in label_of(a)]
+        if not matches and optional:
+            log.info("%s: no %s %r in the results; its column is left out", option, what, name)
+            continue
         if not matches:
             names = ", ".join(dict.fromkeys(label_of(a)[0] for a in available))
             raise InputError(f"{option}: unknown {what} {name!r} (available: {names}). Fix: use one of the available names")
@@ -175,17 +226,21 @@ def build_table(summary: pd.DataFrame, *, metrics: Sequence[str] | None = None,
                 mixture_order: Sequence[str] | None = None, experiment: str | None = None,
                 mixture_info: pd.DataFrame | None = None, decimals: int = 2, std_decimals: int = 1,
                 row_header: str = "Training dataset", pretrained: str | None = None,
-                pretrained_label: str | None = None) -> PaperTable:
+                pretrained_label: str | None = None, headers: Sequence[tuple[str, str]] | None = None) -> PaperTable:
     """Arrange summary rows into a :class:`PaperTable` and mark best and significant cells.
 
     ``metrics`` selects and orders columns: each entry is a metric name (every experiment's
-    column of that metric) or ``experiment:metric``. ``mixture_order`` selects and orders rows;
+    column of that metric) or ``experiment:metric``; a trailing ``?`` makes an entry optional (left out when the
+    summary lacks it). ``mixture_order`` selects and orders rows;
     mixtures it leaves out are dropped. With more than one experiment, column labels are
     ``experiment:metric``.
 
     ``pretrained`` names the mixture of the pre-trained model's runs (COCO-CF Tables 3, 4 and 12: "None
     (pre-trained CLIP)", one run, no std): it becomes the first row, labelled ``pretrained_label``, with
     ``|D_train|``, ``|D_train^CF|`` and ``% CFs`` of 0 wherever the mixture info has those columns.
+
+    Columns are headed as the papers head them (:func:`metric_header`: ``R@1`` under ``Flickr30k I→T``, the
+    dataset names of Table 4, ``LR / AB / Both``) unless ``headers`` gives ``(group, label)`` per selected column.
     """
     if decimals < 0 or std_decimals < 0:
         raise InputError("decimals must be >= 0. Fix: pass e.g. --decimals 2")
@@ -233,9 +288,20 @@ def build_table(summary: pd.DataFrame, *, metrics: Sequence[str] | None = None,
 
     if pretrained is not None and pretrained_label:
         labels[pretrained] = pretrained_label
+    if headers is not None and len(headers) != len(col_keys):
+        raise InputError(f"headers: {len(headers)} given for {len(col_keys)} columns. Fix: give one per column")
+
+    def col_header(key) -> tuple[str, str]:
+        group, label = metric_header(key[1])
+        if (group, label) == ("", key[1]):       # no paper header known: the key as before
+            return "", col_label(key)
+        return (f"{key[0]} {group}".strip() if multi else group), label
+
+    col_headers = [tuple(h) for h in headers] if headers is not None else [col_header(k) for k in col_keys]
     table = PaperTable(row_keys=row_keys, row_labels=[labels[m] for m in row_keys], info_columns=info_columns,
                        info=info, col_keys=col_keys, col_labels=[col_label(k) for k in col_keys],
-                       decimals=decimals, std_decimals=std_decimals, row_header=row_header)
+                       decimals=decimals, std_decimals=std_decimals, row_header=row_header,
+                       col_headers=col_headers)
     indexed = frame.set_index(["mixture", "experiment", "metric"]).sort_index()
     for key in col_keys:
         lower_better = False
@@ -285,7 +351,8 @@ def describe(table: PaperTable, title: str | None = None, label: str | None = No
     """``table`` as the shared table description (:class:`counterfactory.render.Table`)."""
     columns = [Column(table.row_header, "left")]
     columns += [Column(Text(INFO_HEADERS_MD[c], INFO_HEADERS_TEX[c]), "right") for c in table.info_columns]
-    columns += [Column(c, "center") for c in table.col_labels]
+    headers = table.col_headers or [("", c) for c in table.col_labels]
+    columns += [Column(label, "center", group) for group, label in headers]
     rows = [[lab] + [_info_value(table.info[m].get(c, "")) for c in table.info_columns]
             + [table.cells.get((m, k)) for k in table.col_keys]
             for m, lab in zip(table.row_keys, table.row_labels)]
@@ -300,6 +367,13 @@ def render_markdown(table: PaperTable, title: str | None = None) -> str:
 def render_latex(table: PaperTable, title: str | None = None, label: str | None = None) -> str:
     """A booktabs LaTeX table (``Styler.to_latex``); cell and header text is escaped."""
     return render.render_latex(describe(table, title, label))
+
+
+def render_html(table: PaperTable, title: str | None = None) -> str:
+    """``table`` as a standalone HTML page (what Snakemake's report viewer shows), from the same description as
+    the Markdown and LaTeX."""
+    desc = describe(table, title)
+    return render.html_page(desc.title or "Table", [render.render_html(desc)])
 
 
 def to_frame(table: PaperTable) -> pd.DataFrame:

@@ -26,8 +26,12 @@ def _view_cached(text: str, study: str) -> ConfigView:
 
 def view(cfg: dict, study: str) -> ConfigView:
     """The study's view of the configuration (shared sections + the study's own at top level); cached by
-    content, so input functions may call it for every job. Treat it as read-only."""
-    return _view_cached(json.dumps(cfg, sort_keys=True, default=str), study)
+    content, so input functions may call it for every job. Treat it as read-only.
+
+    Mappings keep the order the config files give them (JSON objects keep insertion order): the order of
+    ``training.mixtures`` or ``evaluation.classification.datasets`` is the order of the paper's table rows and
+    columns, so the cache key is order-sensitive too (never ``sort_keys``)."""
+    return _view_cached(json.dumps(cfg, default=str), study)
 
 
 def caption_json(study_cfg: dict) -> Path:

@@ -63,6 +63,21 @@ def add_shard_job_options(parser: argparse.ArgumentParser, input_flag: str, inpu
     add_progress_option(parser)
 
 
+def add_nltk_option(parser: argparse.ArgumentParser) -> None:
+    """``--nltk-data DIR``: the NLTK data folder a standalone step tags or tokenizes with (made by ``counterfactory
+    nltk prepare``); without it NLTK searches its usual places ($NLTK_DATA, ~/nltk_data, ...)."""
+    parser.add_argument("--nltk-data", metavar="DIR", default=None,
+                        help="NLTK data folder from `counterfactory nltk prepare` (default: NLTK's own search path)")
+
+
+def use_nltk_data(args: argparse.Namespace) -> None:
+    """Point NLTK at ``--nltk-data`` when given (a folder lacking the data is an error naming the fix)."""
+    if getattr(args, "nltk_data", None):
+        from ..data.nltk_data import ensure_nltk_data
+
+        ensure_nltk_data(args.nltk_data)
+
+
 def add_progress_option(parser: argparse.ArgumentParser) -> None:
     """``--no-progress``: the one spelling of the progress switch (bars are on by default; the workflow's jobs
     pass it so that their logs stay readable)."""
@@ -91,3 +106,71 @@ def cli_text(text: str | None) -> str | None:
         return target.rsplit(".", 1)[-1] if match.group(0).count("~") else target
 
     return _ROLE.sub(role, text).replace("``", "")
+
+
+# ----------------------------------------------------------------------------------------- output paths
+
+#: option destinations that name folders (besides a metavar containing ``DIR``)
+_FOLDER_SUFFIXES = ("_dir", "_root", "_figures")
+
+
+def _chosen_parsers(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[argparse.ArgumentParser]:
+    """``parser`` and the subparsers the command line chose (``counterfactory <group> <step>``)."""
+    chain = [parser]
+    while True:
+        sub = next((a for a in chain[-1]._actions if isinstance(a, argparse._SubParsersAction)), None)
+        choice = getattr(args, sub.dest, None) if sub is not None and sub.dest else None
+        if choice is None or choice not in sub.choices:
+            return chain
+        chain.append(sub.choices[choice])
+
+
+def output_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[tuple[str, str, str]]:
+    """``(option, path, "file" | "folder")`` for every output option the command line gave: options spelled
+    ``--out`` or ``--out-*`` (a ``DIR`` metavar or a ``-dir``/``-root``/``-figures`` name: a folder)."""
+    found = []
+    for p in _chosen_parsers(parser, args):
+        for action in p._actions:
+            dest = action.dest or ""
+            if not (dest == "out" or dest.startswith("out_")) or not action.option_strings:
+                continue
+            value = getattr(args, dest, None)
+            if value is None or isinstance(value, bool):
+                continue
+            folder = "DIR" in str(action.metavar or "") or dest.endswith(_FOLDER_SUFFIXES)
+            for v in value if isinstance(value, (list, tuple)) else [value]:
+                found.append((action.option_strings[0], str(v), "folder" if folder else "file"))
+    return found
+
+
+def check_output_paths(outputs) -> None:
+    """Before a step starts its work: every output path can be written. A folder where a file belongs (or a file
+    where a folder belongs), a file in the path where a folder must be, and a folder that cannot be written are a
+    :class:`~counterfactory.errors.OutputPathError` naming the option, the path and the fix, so a long model run
+    never ends in a write that was bound to fail (with other outputs already written)."""
+    import os
+
+    from ..errors import OutputPathError, describe_path
+
+    for option, path, kind in outputs:
+        if path in ("", "-"):
+            continue
+
+        def fail(problem: str, fix: str):
+            raise OutputPathError(f"{option} {describe_path(path)}: {problem}. Fix: {fix}")
+
+        if kind == "file" and os.path.isdir(path):
+            fail("is a folder, but this option names a file", f"pass a file path for {option}, or remove or rename "
+                 "that folder")
+        if kind == "folder" and os.path.exists(path) and not os.path.isdir(path):
+            fail("is a file, but this option names a folder", f"pass a folder for {option}, or remove or rename "
+                 "that file")
+        # the nearest existing folder on the way: outputs are written there (atomic writes add a temporary file)
+        probe = os.path.abspath(path if kind == "folder" else os.path.dirname(os.path.abspath(path)))
+        while not os.path.exists(probe):
+            probe = os.path.dirname(probe)
+        if not os.path.isdir(probe):
+            fail(f"{probe} is a file, but the path needs a folder there", "check the path")
+        if not os.access(probe, os.W_OK | os.X_OK):
+            fail(f"cannot write in {probe} (permission denied or read-only)",
+                 f"choose a folder you can write to (ls -ld {probe})")

@@ -1,4 +1,5 @@
-"""``counterfactory config write-job``: write one job's configuration file, as the Snakefile planned it.
+"""``counterfactory config write-job``: write one job's configuration file, as the Snakefile planned it;
+``counterfactory config check``: check configuration files (YAML syntax with file and line, then the schema).
 
 The Snakefile plans every job's ``--config`` file (the config sections its rule declares, named by their
 digest) without writing anything; its local rule ``config_write_job`` calls this command to write the file when a
@@ -25,6 +26,24 @@ def _write_job(args) -> int:
     return 0
 
 
+def _check(args) -> int:
+    from pathlib import Path
+
+    from ..config import check_yaml_syntax, load_full_config
+    from ..errors import missing_input
+
+    for path in args.files:
+        if not Path(path).is_file():
+            raise missing_input(path, "configuration file", "check the path")
+    base = Path("config/config.yaml")        # what the Snakefile loads first, under every --configfile
+    files = ([str(base)] if base.is_file() and not any(Path(f).resolve() == base.resolve() for f in args.files)
+             else []) + list(args.files)
+    check_yaml_syntax(files)                 # file, line and column of a syntax error
+    load_full_config(files)                  # then the schema, layered in order (later files win)
+    print(f"{', '.join(files)}: valid YAML and a valid configuration")
+    return 0
+
+
 def register(sub) -> None:
     p = sub.add_parser("config", help="configuration files of the workflow's jobs",
                        description="Configuration files of the workflow's jobs: the Snakefile plans each job's "
@@ -38,3 +57,10 @@ def register(sub) -> None:
     w.add_argument("--text", required=True, metavar="YAML", help="the configuration, as YAML text")
     w.add_argument("--out", required=True, metavar="FILE", help="the job configuration file to write")
     w.set_defaults(func=_write_job)
+    c = s.add_parser("check", help="check configuration files: YAML syntax (file and line), then the schema",
+                     description="Parses each file as YAML (a syntax error names the file, line and column; "
+                                 "Snakemake's --configfile message names neither), then validates the files "
+                                 "layered in order (later files win) over ./config/config.yaml when it exists, as "
+                                 "the workflow layers --configfile files.")
+    c.add_argument("files", nargs="+", metavar="FILE", help="configuration files, in the order they are layered")
+    c.set_defaults(func=_check)

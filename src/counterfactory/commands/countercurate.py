@@ -447,6 +447,7 @@ def add_benchmarks(sub) -> None:
     t.add_argument("--out-md", metavar="FILE.md", help="the tables as Markdown")
     t.add_argument("--out-tex", metavar="FILE.tex", help="the tables as LaTeX")
     t.add_argument("--out-csv", metavar="FILE.csv", help="the tables as CSV")
+    t.add_argument("--out-html", metavar="FILE.html", help="the tables as an HTML page (what the report shows)")
     t.set_defaults(func=_cmd_tables)
 
 
@@ -479,7 +480,9 @@ def _cmd_tables(args) -> int:
         write_text(args.out_tex, "\n".join(benchmark_tables.render_latex(t) for t in tables))
     if args.out_csv:
         write_csv(args.out_csv, pd.concat([benchmark_tables.table_frame(t) for t in tables], ignore_index=True))
-    if not (args.out_md or args.out_tex or args.out_csv):
+    if args.out_html:
+        write_text(args.out_html, benchmark_tables.render_html(tables))
+    if not (args.out_md or args.out_tex or args.out_csv or args.out_html):
         print(md)
     return 0
 

@@ -18,7 +18,7 @@ def _load(paths):
 
 def register(subparsers) -> None:
     from . import add_config_option as _config
-    from . import add_progress_option, add_renamed, add_shard_job_options
+    from . import add_nltk_option, add_progress_option, add_renamed, add_shard_job_options
 
     parser = subparsers.add_parser("cvld", help="CVLD study: gender interventions by image editing, debiased BLIP",
                                    description="The CVLD study ('Debias your VLM with counterfactuals: a unified "
@@ -36,6 +36,7 @@ def register(subparsers) -> None:
     p.add_argument("--out", required=True, metavar="FILE.parquet", help="the captions with their interventions")
     p.add_argument("--caption-column", default="caption", help="column holding the caption (default: caption)")
     p.add_argument("--id-column", default="caption_id", help="column holding the caption id (default: caption_id)")
+    add_nltk_option(p)
     p.set_defaults(func=_swap_gender)
 
     p = sub.add_parser("intervene", help="§3.3, appendix B: intervene the COCO captions (rule or llm), vote per image, "
@@ -99,6 +100,7 @@ def register(subparsers) -> None:
     p.add_argument("--out-tex", required=True, metavar="FILE.tex", help="the tables as LaTeX")
     p.add_argument("--out-csv", required=True, metavar="FILE.csv", help="the tables as CSV")
     p.add_argument("--out-figures", required=True, metavar="DIR", help="folder for the figures")
+    p.add_argument("--out-html", metavar="FILE.html", help="the tables as an HTML page (what the report shows)")
     p.set_defaults(func=_tables)
 
 
@@ -122,7 +124,9 @@ def _read_table(path):
 def _swap_gender(args) -> int:
     from ..io import write_parquet
     from ..text.gender import swap_table
+    from . import use_nltk_data
 
+    use_nltk_data(args)
     frame = _read_table(args.captions)
     out = swap_table(frame, args.caption_column, args.id_column, source=str(args.captions))
     write_parquet(args.out, out)
@@ -173,6 +177,6 @@ def _tables(args) -> int:
     from ..studies.cvld import tables
 
     tables.write_tables(args.runs_table, _load(args.config), args.runs, args.out_md, args.out_tex, args.out_csv,
-                        args.out_figures)
+                        args.out_figures, out_html=args.out_html)
     print(f"tables -> {args.out_md}")
     return 0

@@ -51,6 +51,7 @@ def register(subparsers) -> None:
     t.add_argument("--inputs", nargs="+", required=True, metavar="ITR.csv", help="per-model results of `evaluate itr`")
     t.add_argument("--out-csv", required=True, metavar="FILE.csv", help="the table as CSV")
     t.add_argument("--out-md", required=True, metavar="FILE.md", help="the table as Markdown")
+    t.add_argument("--out-html", metavar="FILE.html", help="the table as an HTML page (what the report shows)")
     t.add_argument("--title", default="Zero-shot image-text retrieval on COCO-Counterfactuals",
                    help="title line of the Markdown table")
     t.set_defaults(func=_itr_table)
@@ -71,6 +72,7 @@ def register(subparsers) -> None:
     s.add_argument("--inputs", nargs="+", required=True, metavar="ITM.parquet", help="per-model tables of `evaluate itm`")
     s.add_argument("--out-csv", required=True, metavar="FILE.csv", help="the summary as CSV")
     s.add_argument("--out-md", required=True, metavar="FILE.md", help="the summary as Markdown")
+    s.add_argument("--out-html", metavar="FILE.html", help="the summary as an HTML page (what the report shows)")
     s.add_argument("--out-png", required=True, metavar="FILE.png", help="the Figure 3 style histogram plot")
     s.add_argument("--bins", type=int, default=40, help="histogram bins per panel (default 40)")
     s.add_argument("--title", default="ITM score differences on COCO-Counterfactuals",
@@ -93,6 +95,7 @@ def register(subparsers) -> None:
                     help="per-model results of `evaluate classify`")
     ct.add_argument("--out-csv", required=True, metavar="FILE.csv", help="the table as CSV")
     ct.add_argument("--out-md", required=True, metavar="FILE.md", help="the table as Markdown")
+    ct.add_argument("--out-html", metavar="FILE.html", help="the table as an HTML page (what the report shows)")
     ct.add_argument("--out-png", metavar="FILE.png", help="also plot the table here")
     ct.add_argument("--dataset-order", help="comma-separated dataset order (default: as given)")
     ct.add_argument("--title", default="Zero-shot classification accuracy", help="title of the table and the plot")
@@ -128,6 +131,8 @@ def _itr_table(args) -> int:
     table = evaluation.itr_table(long)
     write_csv(args.out_csv, table)
     write_text(args.out_md, evaluation.render_itr_markdown(table, args.title))
+    if args.out_html:
+        write_text(args.out_html, evaluation.render_itr_html(table, args.title))
     log.info("wrote %s and %s (%d rows)", args.out_csv, args.out_md, len(table))
     return 0
 
@@ -151,6 +156,8 @@ def _itm_summary(args) -> int:
     summary = evaluation.itm_summary(per_pair)
     write_csv(args.out_csv, summary)
     write_text(args.out_md, evaluation.render_itm_markdown(summary, args.title))
+    if args.out_html:
+        write_text(args.out_html, evaluation.render_itm_html(summary, args.title))
     fig = evaluation.plot_itm(per_pair, bins=args.bins)
     save_figure(args.out_png, fig)
     log.info("wrote %s, %s, %s", args.out_csv, args.out_md, args.out_png)
@@ -181,6 +188,8 @@ def _classify_table(args) -> int:
     long = pd.concat([t.assign(metric=m) for m, t in tables.items()], ignore_index=True)
     write_csv(args.out_csv, long[["metric"] + [c for c in long.columns if c != "metric"]])
     write_text(args.out_md, evaluation.render_classification_markdown(tables, args.title))
+    if args.out_html:
+        write_text(args.out_html, evaluation.render_classification_html(tables, args.title))
     if args.out_png:
         save_figure(args.out_png, evaluation.plot_classification(tables[metrics[0]], metrics[0]))
     log.info("classification table: %d models x %d datasets", len(tables[metrics[0]]),

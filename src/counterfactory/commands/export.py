@@ -18,11 +18,12 @@ def _release(args) -> int:
         raise ConfigError(f"study {args.study!r} has no published release format. Fix: export it with "
                           "`counterfactory export imagefolder`")
     if spec.release == "coco_counterfactuals":
-        m = formats.write_coco_counterfactuals(d / spec.release_inputs[0], d / spec.release_inputs[1], args.out_dir)
+        m = formats.write_coco_counterfactuals(d / spec.release_inputs[0], d / spec.release_inputs[1], args.out_dir,
+                                               manifest_path=args.manifest)
     elif spec.release == "countercurate":
-        m = formats.write_countercurate(d / "datasets", args.out_dir)
+        m = formats.write_countercurate(d / "datasets", args.out_dir, manifest_path=args.manifest)
     else:
-        m = formats.write_social_counterfactuals(d / spec.release_inputs[0], args.out_dir)
+        m = formats.write_social_counterfactuals(d / spec.release_inputs[0], args.out_dir, manifest_path=args.manifest)
     _print(m, args.out_dir)
     return 0
 
@@ -31,17 +32,28 @@ def _imagefolder(args) -> int:
     from ..export import formats, studies
 
     tables = studies.study_export(args.study).tables(Path(args.study_dir))
-    m = formats.write_imagefolder(tables, args.out_dir, source=str(args.study_dir))
+    m = formats.write_imagefolder(tables, args.out_dir, source=str(args.study_dir),
+                                  manifest_path=args.manifest_imagefolder)
     _print(m, args.out_dir)
     if args.parquet_dir:
-        _print(formats.write_parquet(tables, args.parquet_dir, source=str(args.study_dir)), args.parquet_dir)
+        _print(formats.write_parquet(tables, args.parquet_dir, source=str(args.study_dir),
+                                     manifest_path=args.manifest_parquet), args.parquet_dir)
     return 0
 
 
 def _card(args) -> int:
     from ..export.cards import write_card
 
-    out = write_card(args.study, args.study_dir, args.provenance, args.export_dir, out=args.out)
+    from ..errors import InputError
+
+    paths = {}
+    for item in args.manifest:
+        layout, sep, path = item.partition("=")
+        if not sep or not layout or not path:
+            raise InputError(f"--manifest {item!r}: expected LAYOUT=FILE (e.g. parquet=results/demo/cvld/manifests/"
+                             "export_parquet.json). Fix: name the layout and its manifest file")
+        paths[layout] = path
+    out = write_card(args.study, args.study_dir, args.provenance, args.export_dir, out=args.out, manifest_paths=paths)
     print(f"dataset card -> {out}")
     return 0
 
@@ -72,6 +84,8 @@ def register(sub) -> None:
                       description="Reads a study's results folder; writes its data in the layout of the study's "
                                   "published release to --out-dir.")
     common(r)
+    r.add_argument("--manifest", metavar="FILE.json", help="write the manifest here, outside the folder (default: "
+                                                           "<out-dir>/manifest.json)")
     r.set_defaults(func=_release)
     i = ps.add_parser("imagefolder", help="generic datasets imagefolder layout (metadata.jsonl + images)",
                       description="Reads a study's results folder; writes the Hugging Face datasets imagefolder "
@@ -79,6 +93,10 @@ def register(sub) -> None:
                                   "the parquet layout with embedded images.")
     common(i)
     i.add_argument("--parquet-dir", metavar="DIR", help="also write the parquet layout (images embedded) here")
+    i.add_argument("--manifest-imagefolder", metavar="FILE.json",
+                   help="write the imagefolder manifest here, outside the folder (default: inside it)")
+    i.add_argument("--manifest-parquet", metavar="FILE.json",
+                   help="write the parquet manifest here, outside the folder (default: inside it)")
     i.set_defaults(func=_imagefolder)
     c = ps.add_parser("card", help="dataset card README.md from provenance, manifests and the study's summaries",
                       description="Reads the run's provenance JSON, the exported folders' manifests and the "
@@ -87,4 +105,6 @@ def register(sub) -> None:
     c.add_argument("--provenance", required=True, metavar="FILE.json", help="the run's provenance.json")
     c.add_argument("--export-dir", required=True, metavar="DIR", help="folder holding release/ imagefolder/ parquet/")
     c.add_argument("--out", metavar="FILE.md", help="card path (default: <export-dir>/README.md)")
+    c.add_argument("--manifest", action="append", default=[], metavar="LAYOUT=FILE.json",
+                   help="a layout's manifest kept outside its folder (repeatable; default: the folder's own)")
     c.set_defaults(func=_card)

@@ -1,5 +1,6 @@
 """``counterfactory models``: build the offline tiny models (with a sha256 manifest); check that
-configured roles are intact (manifest / HF-cache blob hashes) and load."""
+configured roles are intact (manifest / HF-cache blob hashes) and load; convert original BLIP checkpoints; make a
+fresh VSE++ folder."""
 
 from __future__ import annotations
 
@@ -62,11 +63,55 @@ def _check(args) -> int:
     return 0
 
 
+def _convert_blip(args) -> int:
+    from ..models import convert_blip
+
+    base = args.base or convert_blip.HUB_BASES[args.kind]
+    out = convert_blip.convert(args.checkpoint, args.kind, args.out, base, image_size=args.image_size)
+    print(f"wrote {out} ({convert_blip.CLASSES[args.kind]} from {args.checkpoint})")
+    return 0
+
+
+def _build_vsepp(args) -> int:
+    from pathlib import Path
+
+    from ..errors import missing_input
+    from ..io import read_table, utf8_lines
+    from ..models import vsepp
+
+    fix = ("give a Karpathy split file (dataset_coco.json), a CSV / parquet table with a caption column, or a text "
+           "file with one caption per line")
+    path = args.captions
+    if path.lower().endswith(".json"):   # the Karpathy file: the training captions are train + restval (§4.1)
+        from ..data.karpathy import load_karpathy
+
+        frame = load_karpathy(path)
+        captions = frame.loc[frame["split"].isin(["train", "restval"]), "caption"].astype(str).tolist()
+    elif path.lower().endswith((".csv", ".parquet")):
+        frame = read_table(path, "VSE++ training captions", fix, columns=("caption",))
+        if "split" in frame.columns:   # a training manifest: its train rows
+            frame = frame[frame["split"] == "train"]
+        captions = frame["caption"].astype(str).tolist()
+    else:
+        if not Path(path).is_file():
+            raise missing_input(path, "VSE++ training captions", fix)
+        captions = [line.strip() for _, line in utf8_lines(path) if line.strip()]
+    imagenet = None if args.imagenet_weights == "none" else args.imagenet_weights
+    out = vsepp.build(args.out, captions, backbone=args.backbone, imagenet=imagenet, seed=args.seed,
+                      min_count=args.min_count, embed_size=args.embed_size, word_dim=args.word_dim,
+                      bidirectional=args.bidirectional, finetune_cnn=args.finetune_cnn, margin=args.margin,
+                      max_violation=not args.sum_of_hinges)
+    model_cfg = vsepp.load(out)[0].config
+    print(f"wrote {out} (VSE++ {model_cfg.backbone}, CNN {model_cfg.backbone_init}, {model_cfg.vocab_size} words)")
+    return 0
+
+
 def register(sub) -> None:
     p = sub.add_parser("models", help="model roles: build tiny offline stand-ins, check loading",
                        description="Model roles: build the offline tiny models (with a sha256 manifest) and check "
                                    "that the configured roles are intact (manifest / Hugging Face cache blob hashes) "
-                                   "and load; a role that is missing says where to get it.")
+                                   "and load; a role that is missing says where to get it; convert original BLIP "
+                                   "checkpoints to transformers folders.")
     s = p.add_subparsers(dest="models_command", metavar="<step>")
     s.required = True
     b = s.add_parser("build-tiny", help="build small random models of the real classes (offline demo)",
@@ -88,3 +133,51 @@ def register(sub) -> None:
                    help="take file hashes from the hash cache when size/mtime/inode are unchanged (fast; "
                         "default re-reads every file so silent corruption is found)")
     c.set_defaults(func=_check)
+    v = s.add_parser("convert-blip", help="convert an original BLIP checkpoint (model_base*.pth) to a transformers folder",
+                     description="Reads an original salesforce/BLIP checkpoint (e.g. the pre-trained model_base.pth "
+                                 "or model_base_capfilt_large.pth) and the config and processor of --base; writes a "
+                                 "transformers folder (BlipForImageTextRetrieval for --kind itm, "
+                                 "BlipForConditionalGeneration for --kind captioning) with its processor and a "
+                                 "sha256 manifest naming the source checkpoint, atomically. Keys the class has no "
+                                 "place for, or weights the checkpoint lacks, are an error naming them.")
+    v.add_argument("--checkpoint", required=True, help="original BLIP .pth file ({'model': state_dict})")
+    v.add_argument("--kind", required=True, choices=["itm", "captioning"],
+                   help="itm: image-text retrieval model (ITC + ITM heads); captioning: image-to-text decoder")
+    v.add_argument("--out", required=True, help="folder to write (replaced atomically if it exists)")
+    v.add_argument("--base", default=None,
+                   help="transformers BLIP folder or hub id giving the config and processor (default: "
+                        "Salesforce/blip-itm-base-coco for itm, Salesforce/blip-image-captioning-base for "
+                        "captioning; only their config and processor are used, not their weights)")
+    v.add_argument("--image-size", type=int, default=None,
+                   help="input resolution of the converted model (default: the checkpoint's own, 224 for the "
+                        "pre-training checkpoints); another size resizes the position embeddings bicubically, as "
+                        "BLIP does when it loads a checkpoint at another size")
+    v.set_defaults(func=_convert_blip)
+    e = s.add_parser("build-vsepp", help="make a fresh VSE++ model folder (vocabulary from the training captions)",
+                     description="Reads the training captions and torchvision's ImageNet weights file of the CNN (from "
+                                 "torch hub's checkpoint folder unless --imagenet-weights names it; nothing is "
+                                 "downloaded); writes a VSE++ folder (config.json, model.safetensors, vocab.json, a "
+                                 "sha256 manifest) atomically, for a role with library vsepp to train from. See "
+                                 "docs/models.md#vse.")
+    e.add_argument("--captions", required=True,
+                   help="training captions: a Karpathy split file (.json; its train and restval captions), a CSV / "
+                        "parquet table with a caption column (a split column keeps its train rows), or a text file "
+                        "with one caption per line")
+    e.add_argument("--out", required=True, help="folder to write (replaced atomically if it exists)")
+    e.add_argument("--backbone", choices=["resnet152", "vgg19", "tiny"], default="resnet152",
+                   help="image CNN (default resnet152, VSE++'s best; the spurious-retrieval paper §4.1 names vgg19)")
+    e.add_argument("--imagenet-weights", default="auto",
+                   help="torchvision ImageNet weights file of the CNN: auto (torch hub's checkpoint folder, e.g. "
+                        "~/.cache/torch/hub/checkpoints/resnet152-394f9c45.pth), a path, or none (random CNN)")
+    e.add_argument("--bidirectional", action="store_true",
+                   help="a bidirectional GRU (the final states of both directions averaged; §4.1's Bi-GRU)")
+    e.add_argument("--finetune-cnn", action="store_true",
+                   help="train the CNN too (default: frozen, only the projection and the text encoder learn)")
+    e.add_argument("--min-count", type=int, default=4, help="keep words seen at least this often (VSE++: 4)")
+    e.add_argument("--embed-size", type=int, default=1024, help="joint space size (VSE++: 1024)")
+    e.add_argument("--word-dim", type=int, default=300, help="word embedding size (VSE++: 300)")
+    e.add_argument("--margin", type=float, default=0.2, help="triplet loss margin (VSE++: 0.2)")
+    e.add_argument("--sum-of-hinges", action="store_true",
+                   help="train with the sum of hinges over all negatives (VSE0) instead of the hardest negative")
+    e.add_argument("--seed", type=int, default=0, help="seed of the random initial weights")
+    e.set_defaults(func=_build_vsepp)

@@ -18,9 +18,15 @@ def _captions(args) -> int:
 
 
 def _examples(args) -> int:
+    from pathlib import Path
+
+    from .. import studies
     from ..plots import export_grid
 
-    export_grid(args.imagefolder, args.out, n=args.n)
+    # the study's title, not a results path (results/<run>/<study>/export/imagefolder)
+    study = next((p for p in reversed(Path(args.imagefolder).resolve().parts) if p in studies.STUDIES), None)
+    title = f"{studies.title(study)}: exported examples" if study else None
+    export_grid(args.imagefolder, args.out, n=args.n, title=title, manifest=args.manifest)
     return 0
 
 
@@ -56,6 +62,7 @@ def register(sub) -> None:
                      description="Reads a study's exported imagefolder; writes a PNG grid of a few examples of each "
                                  "dataset config with their captions.")
     e.add_argument("--imagefolder", required=True, help="the study's export/imagefolder folder")
+    e.add_argument("--manifest", metavar="FILE.json", help="its manifest, when kept outside the folder")
     e.add_argument("--out", required=True, help="output PNG")
     e.add_argument("--n", type=int, default=3, help="examples per dataset config")
     e.set_defaults(func=_examples)

@@ -10,7 +10,8 @@ from pathlib import Path
 from ..errors import ConfigError, InputError
 from ..export import social_release as release
 from ..studies.social_counterfactuals import (STUDY, captions, debias, debias_tables, external, filtering, probe_report,
-                                              probing)
+                                              probing, task_eval)
+from ..studies.social_counterfactuals import debias_segments as social_debias_segments
 from . import add_config_option, add_progress_option, add_renamed, add_shard_job_options
 
 
@@ -186,6 +187,7 @@ def add_filtering(subparsers) -> None:
     p.add_argument("--captions", metavar="SETS.parquet", help="caption-set table (for segments)")
     add_renamed(p, "--out-csv", "--out", required=True, metavar="TABLE.csv", help="the table as CSV")
     add_renamed(p, "--out-md", "--markdown", metavar="TABLE.md", help="the table as Markdown")
+    p.add_argument("--out-html", metavar="TABLE.html", help="the table as an HTML page (what the report shows)")
     p.set_defaults(func=_cmd_filter_table)
 
 
@@ -235,7 +237,7 @@ def _cmd_filter_merge(args) -> int:
 def _cmd_filter_table(args) -> int:
     _load_config(args.config)
     table = filtering.filter_table_files(args.candidates, args.clip, args.nsfw, args.detect, args.out_csv,
-                                         args.out_md, args.captions)
+                                         args.out_md, args.captions, out_html=args.out_html)
     print(filtering.stage_counts_markdown(table))
     return 0
 
@@ -263,6 +265,7 @@ def add_probing(sub) -> None:
     t.add_argument("--out-md", metavar="FILE.md", help="the tables as Markdown")
     t.add_argument("--out-tex", metavar="FILE.tex", help="the tables as LaTeX")
     t.add_argument("--out-csv", metavar="FILE.csv", help="every table in long form (table, row, column, value)")
+    t.add_argument("--out-html", metavar="FILE.html", help="the tables as an HTML page (what the report shows)")
     t.add_argument("--decimals", type=int, default=2, help="decimals shown (default: 2)")
     t.set_defaults(func=_cmd_probe_tables)
 
@@ -291,11 +294,13 @@ def _cmd_probe(args) -> int:
 def _cmd_probe_tables(args) -> int:
     from ..io import write_csv, write_text
 
-    if not (args.out_md or args.out_tex or args.out_csv):
-        raise ConfigError("probe-tables: nothing to write. Fix: pass --out-md, --out-tex and/or --out-csv")
+    if not (args.out_md or args.out_tex or args.out_csv or args.out_html):
+        raise ConfigError("probe-tables: nothing to write. Fix: pass --out-md, --out-tex, --out-csv and/or --out-html")
     tables = probe_report.paper_tables(probing.read_probe(args.probe))
     if args.out_md:
         write_text(args.out_md, probe_report.tables_markdown(tables, args.decimals))
+    if args.out_html:
+        write_text(args.out_html, probe_report.tables_html(tables, args.decimals))
     if args.out_tex:
         write_text(args.out_tex, probe_report.tables_latex(tables, args.decimals))
     if args.out_csv:
@@ -411,7 +416,7 @@ def _cmd_probe_external_table(args) -> int:
 
 
 def add_debias(sub) -> None:
-    """``counterfactory social debias-split | debias-run | debias-table``."""
+    """``counterfactory social debias-split | debias-run | debias-table | debias-task-table``."""
     p = sub.add_parser("debias-split", help="withhold 20%% of the occupations; training manifests per segment (§5.1)",
                        description="Reads the kept-images table; withholds 20%% of the occupations for testing and "
                                    "writes one training manifest per segment, subjects.csv and summary.csv to "
@@ -455,8 +460,24 @@ def add_debias(sub) -> None:
     t.add_argument("--out-md", metavar="FILE.md", help="the tables as Markdown")
     t.add_argument("--out-tex", metavar="FILE.tex", help="the tables as LaTeX")
     t.add_argument("--out-csv", metavar="FILE.csv", help="the tables as CSV")
+    t.add_argument("--out-html", metavar="FILE.html", help="the tables as an HTML page (what the report shows)")
     t.add_argument("--decimals", type=int, default=2, help="decimals shown (default: 2)")
     t.set_defaults(func=_cmd_debias_table)
+
+    k = sub.add_parser("debias-task-table",
+                       help="Tables 4, 5: retrieval and zero-shot accuracy of the debiased models (§5.3)",
+                       description="Reads the runs table of the debiasing runs (metrics.csv of each run collected) "
+                                   "and the config (debias.task_eval); writes Table 4 (image & text retrieval R@K) "
+                                   "and Table 5 (zero-shot top-1 accuracy) per evaluated role, pre-trained and "
+                                   "debiased per segment, as Markdown, LaTeX, CSV and HTML.")
+    add_config_option(k)
+    k.add_argument("--runs", required=True, metavar="CSV", help="runs table (collected metrics.csv)")
+    k.add_argument("--out-md", metavar="FILE.md", help="the tables as Markdown")
+    k.add_argument("--out-tex", metavar="FILE.tex", help="the tables as LaTeX")
+    k.add_argument("--out-csv", metavar="FILE.csv", help="the tables as CSV")
+    k.add_argument("--out-html", metavar="FILE.html", help="the tables as an HTML page (what the report shows)")
+    k.add_argument("--decimals", type=int, default=2, help="decimals shown (default: 2)")
+    k.set_defaults(func=_cmd_debias_task_table)
 
 
 def _cmd_debias_split(args) -> int:
@@ -481,8 +502,8 @@ def _cmd_debias_run(args) -> int:
 def _cmd_debias_table(args) -> int:
     from ..io import write_csv, write_text
 
-    if not (args.out_md or args.out_tex or args.out_csv):
-        raise ConfigError("debias-table: nothing to write. Fix: pass --out-md, --out-tex and/or --out-csv")
+    if not (args.out_md or args.out_tex or args.out_csv or args.out_html):
+        raise ConfigError("debias-table: nothing to write. Fix: pass --out-md, --out-tex, --out-csv and/or --out-html")
     if args.runs:
         from ..stats import read_runs
 
@@ -501,10 +522,43 @@ def _cmd_debias_table(args) -> int:
                                  std_decimals=args.decimals)
     if args.out_md:
         write_text(args.out_md, "\n".join(debias_tables.render_markdown(t) for t in tables.values()))
+    if args.out_html:
+        write_text(args.out_html, debias_tables.render_html(tables))
     if args.out_tex:
         write_text(args.out_tex, "\n".join(debias_tables.render_latex(t) for t in tables.values()))
     if args.out_csv:
         write_csv(args.out_csv, debias_tables.tables_frame(tables))
+    return 0
+
+
+def _cmd_debias_task_table(args) -> int:
+    from ..io import write_csv, write_text
+    from ..render import html_page, model_display_names, render_html, render_latex, render_markdown
+    from ..stats import read_runs
+
+    if not (args.out_md or args.out_tex or args.out_csv or args.out_html):
+        raise ConfigError("debias-task-table: nothing to write. Fix: pass --out-md, --out-tex, --out-csv and/or "
+                          "--out-html")
+    cfg = _load_config(args.config)
+    task = task_eval.task_settings(debias.settings(cfg))
+    roles = list(task.get("roles") or [])
+    if not roles:
+        raise ConfigError("debias-task-table: debias.task_eval.roles is empty. Fix: list the debiased roles to "
+                          "evaluate (Tables 4, 5: the CLIP role)")
+    retrieval = task.get("retrieval") or {}
+    tables = task_eval.build_tables(read_runs(args.runs), roles, retrieval.get("name"),
+                                    task_eval.classification_datasets(task), ks=retrieval.get("ks") or (1, 5, 10),
+                                    segments=social_debias_segments(cfg),
+                                    labels=model_display_names(cfg.get("models"), roles), decimals=args.decimals)
+    if args.out_md:
+        write_text(args.out_md, "\n".join(render_markdown(t) for t in tables.values()))
+    if args.out_html:
+        write_text(args.out_html, html_page("SocialCounterfactuals: task performance after debiasing",
+                                            [render_html(t) for t in tables.values()]))
+    if args.out_tex:
+        write_text(args.out_tex, "\n".join(render_latex(t) for t in tables.values()))
+    if args.out_csv:
+        write_csv(args.out_csv, task_eval.tables_frame(tables))
     return 0
 
 

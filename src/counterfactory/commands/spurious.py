@@ -268,7 +268,7 @@ def _captions(args) -> int:
 def _inpaint(args) -> int:
     import torch
 
-    from ..generation.inpaint import InpaintSettings, inpaint_shard
+    from ..generation.inpaint import inpaint_shard
     from ..studies.spurious_retrieval import data, settings
 
     if args.threads:
@@ -277,9 +277,9 @@ def _inpaint(args) -> int:
     s = settings.settings(cfg)
     requests = data.read_requests(args.requests)
     part = requests[requests["shard"] == args.shard]
-    knobs = {k: v for k, v in s["inpaint"].items() if k not in ("methods", "shards", "batch_size")}
     result = inpaint_shard(part, args.method, args.out_dir, batch_size=int(s["inpaint"]["batch_size"]),
-                           device=cfg["device"] if args.method == "lama" else "cpu", settings=InpaintSettings.from_config(knobs), cfg=cfg,
+                           device=cfg["device"] if args.method == "lama" else "cpu",
+                           settings=settings.inpaint_settings(s), cfg=cfg,
                            source=args.requests, progress=not args.no_progress)
     print(f"shard {args.shard} ({args.method}): {result}")
     return 0

@@ -100,6 +100,7 @@ def register(subparsers) -> None:
     t.add_argument("--out-md", metavar="T.md", help="Markdown table to write")
     t.add_argument("--out-tex", metavar="T.tex", help="LaTeX table (booktabs) to write")
     t.add_argument("--out-csv", metavar="T.csv", help="wide CSV table to write")
+    t.add_argument("--out-html", metavar="T.html", help="HTML page of the table to write (what the report shows)")
     t.add_argument("--metrics", type=_csv_list, metavar="m1,m2",
                    help="columns to show, in order (metric or experiment:metric); default: all")
     t.add_argument("--mixture-order", type=_csv_list, metavar="a,b,c",
@@ -144,8 +145,8 @@ def _correlate(args) -> int:
 
 
 def _table(args) -> int:
-    if not (args.out_md or args.out_tex or args.out_csv):
-        raise InputError("stats table: no output requested. Fix: pass --out-md, --out-tex and/or --out-csv")
+    if not (args.out_md or args.out_tex or args.out_csv or args.out_html):
+        raise InputError("stats table: no output requested. Fix: pass --out-md, --out-tex, --out-csv and/or --out-html")
     summary = tables.read_summary(args.summary)
     info = tables.read_mixture_info(args.mixture_info) if args.mixture_info else None
     table = tables.build_table(summary, metrics=args.metrics, mixture_order=args.mixture_order,
@@ -158,5 +159,7 @@ def _table(args) -> int:
         write_text(args.out_tex, tables.render_latex(table, args.title, args.label))
     if args.out_csv:
         write_csv(args.out_csv, tables.to_frame(table))
+    if args.out_html:
+        write_text(args.out_html, tables.render_html(table, args.title))
     log.info("table: %d mixtures x %d metrics", len(table.row_keys), len(table.col_keys))
     return 0

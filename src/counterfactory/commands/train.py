@@ -50,6 +50,8 @@ def _in_domain_table(args) -> int:
 
     rows = in_domain.table5(read_summary(args.summary), args.models.split(","), args.mixtures.split(","))
     write_text(args.out_md, in_domain.table5_markdown(rows))
+    if args.out_html:
+        write_text(args.out_html, in_domain.table5_html(rows))
     write_text(args.out_tex, in_domain.table5_latex(rows))
     write_csv(args.out_csv, in_domain.table5_csv(rows))
     print(in_domain.table5_markdown(rows))
@@ -111,6 +113,7 @@ def register(sub) -> None:
     t.add_argument("--out-md", required=True, metavar="FILE.md", help="the table as Markdown")
     t.add_argument("--out-tex", required=True, metavar="FILE.tex", help="the table as LaTeX")
     t.add_argument("--out-csv", required=True, metavar="FILE.csv", help="the table as CSV")
+    t.add_argument("--out-html", metavar="FILE.html", help="the table as an HTML page (what the report shows)")
     t.set_defaults(func=_in_domain_table)
     r = s.add_parser("run", help="train one (mixture, seed) run, keep the best checkpoint, evaluate it",
                      description="Reads a mixture manifest and the model role; fine-tunes it for one (mixture, "

@@ -10,7 +10,9 @@ Every failure raises :class:`InputError` naming the file and explaining how to g
 
 With images checked, every referenced image must also be readable: a zero-byte file, one PIL cannot
 open or ``verify()``, and a JPEG without its end-of-image marker that fails to decode (an interrupted
-download or unzip) are reported together, each with its file name and the problem.
+download or unzip) are reported together, each with its file name and the problem. The width and height that
+the annotation files declare for an image are compared with the file's own (read from the header PIL opens anyway):
+boxes and masks are in the declared pixels, so a resized copy of the images would put every mask in the wrong place.
 """
 
 from __future__ import annotations
@@ -96,7 +98,7 @@ def check_coco_root(root: str | Path, split: str = "val2017", expect_images: boo
     from .coco import load_coco_captions, load_coco_instances
 
     captions = load_coco_captions(files["captions"])
-    _, boxes, categories = load_coco_instances(files["instances"])
+    instances, boxes, categories = load_coco_instances(files["instances"])
     report = {"root": str(root), "split": split, "captions": int(len(captions)),
               "images": int(captions["image_id"].nunique()), "instance_annotations": int(len(boxes)),
               "categories": int(len(categories)), "checksums": verified, "checksums_verified": sorted(verified)}
@@ -111,13 +113,15 @@ def check_coco_root(root: str | Path, split: str = "val2017", expect_images: boo
         if missing:
             raise input_error(folder, None, f"{len(missing)} referenced images missing (of {len(referenced)}; "
                               f"first: {', '.join(missing[:5])})", fix)
-        unreadable = unreadable_images(folder, sorted(referenced))
+        unreadable, sizes = scan_images(folder, sorted(referenced))
         if unreadable:
             listed = "; ".join(f"{name} ({why})" for name, why in unreadable[:10])
             more = f"; and {len(unreadable) - 10} more" if len(unreadable) > 10 else ""
             raise input_error(folder, None, f"{len(unreadable)} unreadable images (of {len(referenced)}): {listed}{more}",
                               f"delete those files and re-extract them from {split}.zip (re-download it if "
                               f"unzip reports errors); " + fix)
+        _check_declared_sizes(files["instances"], instances, sizes, folder)
+        _check_declared_sizes(files["captions"], captions, sizes, folder)
         report["image_folder"] = str(folder)
         report["image_files"] = int(len(referenced))
     return report
@@ -128,18 +132,26 @@ def image_problem(path: str | Path) -> str | None:
 
     Cheap for intact files: PIL's ``verify()`` plus, for JPEGs, a look for the end-of-image marker in
     the last bytes; only a JPEG without it is decoded in full (trailing padding is legal)."""
+    return inspect_image(path)[0]
+
+
+def inspect_image(path: str | Path) -> tuple[str | None, tuple[int, int] | None]:
+    """``(problem, (width, height))``: :func:`image_problem`'s answer and the size in the file's header (None
+    when the file cannot be opened), from one opening of the file."""
     from PIL import Image, UnidentifiedImageError
 
     path = Path(path)
     try:
         size = path.stat().st_size
     except OSError as exc:
-        return f"cannot read: {exc.strerror or exc}"
+        return f"cannot read: {exc.strerror or exc}", None
     if size == 0:
-        return "empty file (0 bytes)"
+        return "empty file (0 bytes)", None
+    dims = None
     try:
         with Image.open(path) as im:
             fmt = im.format
+            dims = (int(im.size[0]), int(im.size[1]))
             im.verify()
         if fmt == "JPEG":
             with open(path, "rb") as fh:
@@ -149,21 +161,85 @@ def image_problem(path: str | Path) -> str | None:
                 with Image.open(path) as im:
                     im.load()
     except UnidentifiedImageError:
-        return "not an image PIL can read"
+        return "not an image PIL can read", None
     except (OSError, SyntaxError, ValueError) as exc:
-        return f"corrupt or truncated ({exc})"
-    return None
+        return f"corrupt or truncated ({exc})", dims
+    return None, dims
 
 
 def unreadable_images(folder: str | Path, names) -> list[tuple[str, str]]:
     """``[(file name, problem)]`` for the images in ``folder`` that :func:`image_problem` rejects."""
+    return scan_images(folder, names)[0]
+
+
+def scan_images(folder: str | Path, names) -> tuple[list[tuple[str, str]], dict[str, tuple[int, int]]]:
+    """``(unreadable, sizes)``: :func:`unreadable_images` and ``{file name: (width, height)}`` of the readable
+    ones, opening each file once."""
     folder = Path(folder)
-    out = []
+    out, sizes = [], {}
     for name in names:
-        problem = image_problem(folder / name)
+        problem, dims = inspect_image(folder / name)
         if problem:
             out.append((name, problem))
-    return out
+        elif dims is not None:
+            sizes[name] = dims
+    return out, sizes
+
+
+def size_mismatch_error(source, record, image_id, declared: tuple[int, int], image: str | Path,
+                        actual: tuple[int, int], more: int = 0):
+    """The :class:`InputError` for an image whose declared size is not the file's (every checker words it alike)."""
+    return input_error(
+        source, record,
+        f"image {image_id} is declared {declared[0]}x{declared[1]} (width x height) but the file {image} is "
+        f"{actual[0]}x{actual[1]}" + (f" ({more} more images like this)" if more else ""),
+        "use the images the annotation file was made for (a resized copy puts every box and mask in the wrong "
+        "place), or correct width / height in the file and scale its boxes and segmentations to match")
+
+
+def _check_declared_sizes(path: Path, frame, sizes: dict[str, tuple[int, int]], folder: Path) -> None:
+    """Compare ``frame``'s declared ``width``/``height`` per ``file_name`` (one row per image, or per caption) with
+    the sizes read from the files; the first mismatch names ``path``, the image and both sizes."""
+    first = frame.drop_duplicates("file_name") if "id" not in frame.columns else frame
+    bad = []
+    for pos, (name, w, h) in enumerate(zip(first["file_name"], first["width"], first["height"])):
+        got = sizes.get(name)
+        if got is not None and (int(w), int(h)) != got:
+            bad.append((pos, name, (int(w), int(h)), got))
+    if bad:
+        pos, name, declared, got = bad[0]
+        if "id" in first.columns:       # an images table in file order: name the record as load_images does
+            image_id = int(first["id"].iat[pos])
+            record = f"images[{pos}] (id {image_id})"
+        else:
+            image_id = int(first["image_id"].iat[pos])
+            record = f"image id {image_id}"
+        raise size_mismatch_error(path, record, image_id, declared, folder / name, got, len(bad) - 1)
+
+
+def check_image_sizes(images, image_paths) -> None:
+    """Compare the declared ``width`` / ``height`` of ``images`` (a frame with ``image_id, width, height, source,
+    record``, as the box readers of the region selection give) with the headers of the image files
+    ``image_paths`` ({image_id: path}; only those images are opened, header only). The first mismatch is an
+    :class:`InputError` naming the annotation file and record; a missing or unreadable file is left to the step
+    that reads the pixels."""
+    from PIL import Image
+
+    paths = dict(image_paths)
+    rows = images[images["image_id"].isin(list(paths))]
+    bad = []
+    for image_id, w, h, source, record in rows[["image_id", "width", "height", "source", "record"]].itertuples(
+            index=False):
+        path = paths[image_id]
+        try:
+            with Image.open(path) as im:
+                got = (int(im.size[0]), int(im.size[1]))
+        except (OSError, ValueError):
+            continue
+        if got != (int(w), int(h)):
+            bad.append((source, record, image_id, (int(w), int(h)), path, got))
+    if bad:
+        raise size_mismatch_error(*bad[0], more=len(bad) - 1)
 
 
 def count_captions(captions_json: str | Path, limit_images: int | None = None) -> int:

@@ -13,7 +13,8 @@ changed. Images without any caption get no rows.
 
 Bad files raise :class:`InputError` naming the file, the record (``annotations[i] (id …)``) and the fix:
 invalid or truncated JSON (with line and column), missing top-level or record keys, wrong value types,
-duplicate ids, captions or boxes for unknown image / category ids, empty captions, malformed boxes.
+duplicate ids, captions or boxes for unknown image / category ids, empty captions, malformed boxes, an image
+width or height that is not a positive integer.
 
 Boxes must be finite (NaN / Infinity, which Python's JSON parser accepts, are errors) and lie inside
 their image. A box that sticks out by less than :data:`BOX_TOLERANCE_PX` (1 pixel: rounding of
@@ -141,6 +142,15 @@ def load_images(doc: dict, path: Path) -> pd.DataFrame:
     for col in ("width", "height"):
         _int_column(images, col, "images", doc["images"], path)
     _str_column(images, "file_name", "images", doc["images"], path)
+    bad = ((images["width"] <= 0) | (images["height"] <= 0)).to_numpy(bool)
+    if bad.any():
+        i = _first_bad(bad)
+        raise input_error(path, _where("images", i, doc["images"][i]),
+                          f"image {images.at[i, 'file_name']!r} has size {images.at[i, 'width']} x "
+                          f"{images.at[i, 'height']} (width x height); both must be positive pixel counts"
+                          + (f" ({int(bad.sum()) - 1} more images like this)" if bad.sum() > 1 else ""),
+                          "give the image's real width and height (they are copied into every table and box check), "
+                          "or re-download the official file")
     return images
 
 

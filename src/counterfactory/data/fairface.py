@@ -16,11 +16,13 @@ the line and the allowed values.
 from __future__ import annotations
 
 import csv
+import io
 from pathlib import Path
 
 import pandas as pd
 
 from ..errors import input_error
+from ..io import read_utf8
 
 AGES = ("0-2", "3-9", "10-19", "20-29", "30-39", "40-49", "50-59", "60-69", "more than 70")
 GENDERS = ("Male", "Female")
@@ -44,7 +46,7 @@ def load_fairface(root: str | Path, split: str = "val", *, check_images: bool = 
     path = label_file(root, split)
     if not path.is_file():
         raise input_error(path, None, "FairFace label file not found", f"download FairFace; {FIX}")
-    with open(path, newline="", encoding="utf-8") as fh:
+    with io.StringIO(read_utf8(path, f"save the file as UTF-8 or re-download it; {FIX}"), newline="") as fh:
         reader = csv.reader(fh)
         header = [h.strip() for h in next(reader, [])]
         missing = [c for c in COLUMNS if c not in header]

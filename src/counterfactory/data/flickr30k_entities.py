@@ -44,6 +44,7 @@ from typing import Iterable, Iterator
 import pandas as pd
 
 from ..errors import input_error
+from ..io import read_utf8
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +57,10 @@ NULL_CHAIN = "0"
 TYPES = ("people", "clothing", "bodyparts", "animals", "vehicles", "instruments", "scene", "other", "notvisual")
 FIX_SENTENCES = ("write each phrase as [/EN#<chain id>/<type>[/<type>...] <words>] with no nested or stray "
                  "brackets, as in the official Sentences/<id>.txt")
+FIX_UTF8 = ("save the file as UTF-8 (e.g. `iconv -f latin1 -t utf-8 old > new`) or re-extract Sentences/ from the "
+            "official Flickr30k Entities annotations")
+FIX_IMAGE = ("re-extract the image from the Flickr30k image archive (flickr30k-images; an interrupted download or "
+             "unzip leaves empty files), or delete the file to leave the image out")
 FIX_XML = ("use the official Annotations/<id>.xml: <annotation> with <size><width/><height/></size> and <object>s "
            "holding <name> tags and a <bndbox> (xmin, ymin, xmax, ymax, 1-based pixels) or <scene>/<nobndbox> flags")
 
@@ -153,10 +158,7 @@ def parse_sentence(line: str, path, record) -> tuple[str, list[tuple[str, tuple[
 def read_sentences(path: str | Path) -> list[tuple[str, list[Phrase]]]:
     """``[(sentence, phrases), ...]`` for the non-blank lines of a ``Sentences/<id>.txt`` file."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise input_error(path, None, f"not UTF-8 text ({exc.reason} at byte {exc.start})", FIX_SENTENCES) from exc
+    text = read_utf8(path, FIX_UTF8)
     out = []
     index = 0
     for lineno, raw in enumerate(text.splitlines(), start=1):
@@ -292,10 +294,17 @@ def iter_images(root: str | Path, image_ids: Iterable[str] | None = None, strict
 
 
 def image_path(images_dir: str | Path | None, image_id: str) -> str | None:
-    """The absolute path of ``<images_dir>/<id>.jpg`` when it exists, else None."""
+    """The absolute path of ``<images_dir>/<id>.jpg`` when it exists, else None; an empty (0-byte) file is an
+    :class:`InputError` naming it (an interrupted unzip), not an image to pass on."""
     if images_dir is None:
         return None
     p = Path(images_dir) / f"{image_id}.jpg"
+    try:
+        st = p.stat()
+    except OSError:
+        return None
+    if not os.path.isdir(p) and st.st_size == 0:    # the stat is made anyway: an empty file fails here, named
+        raise input_error(p, f"image {image_id}", "empty image file (0 bytes)", FIX_IMAGE)
     return os.fspath(p.resolve()) if p.is_file() else None
 
 
@@ -326,7 +335,7 @@ def captions_frame(root: str | Path, images_dir: str | Path | None = None,
     for image_id in (list_image_ids(root) if image_ids is None else image_ids):
         path = root / SENTENCES / f"{image_id}.txt"
         index = 0
-        for lineno, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        for lineno, raw in enumerate(read_utf8(path, FIX_UTF8).splitlines(), start=1):
             if not raw.strip():
                 continue
             caption, _ = parse_sentence(raw, path, f"line {lineno}")

@@ -8,6 +8,11 @@ Flickr30k has no ``filepath`` / ``cocoid``.
 :data:`COLUMNS`: ``image_id`` (``cocoid`` when present, else ``imgid``), ``filename``, ``filepath`` (""
 when absent), ``split``, ``sentid``, ``caption`` (the ``raw`` sentence, stripped). Image-level columns are
 built once per image and repeated with numpy; only the error path walks records one by one.
+
+An image id used by two records is an error naming both (a later record would silently replace or drop the
+earlier one in every per-image table). With ``image_root``, every image of the chosen split(s) must exist as
+``image_root/filepath/filename``: a missing one is an error naming the Karpathy file and record, at the step that
+reads the file rather than at the first step that opens the image (one folder listing per ``filepath``).
 """
 
 from __future__ import annotations
@@ -67,9 +72,62 @@ def _diagnose(path: Path, images: list, index: list[int] | None = None) -> None:
                 raise input_error(path, swhere, f"'sentid' {sent['sentid']!r} is not an integer", FIX)
 
 
-def load_karpathy(path: str | Path, split: str | Iterable[str] | None = None) -> pd.DataFrame:
+def _check_unique_ids(path: Path, images: list) -> None:
+    """Name the first image id (``cocoid``, else ``imgid``) that two records of the file share."""
+    seen: dict = {}
+    for i, img in enumerate(images):
+        if not isinstance(img, dict):
+            continue
+        image_id = img.get("cocoid", img.get("imgid"))
+        if image_id is None or not _is_int(image_id):
+            continue
+        if image_id in seen:
+            j = seen[image_id]
+            name = f" ({img['filename']})" if isinstance(img.get("filename"), str) else ""
+            key = "cocoid" if "cocoid" in img else "imgid"
+            raise input_error(path, f"images[{i}]{name}",
+                              f"duplicate {key} {image_id} (also images[{j}]"
+                              + (f" ({images[j]['filename']})" if isinstance(images[j].get("filename"), str) else "")
+                              + "); one of the two images would be silently dropped",
+                              "give every image its own id (remove the duplicate record), or use the original "
+                              "dataset_coco.json / dataset_flickr30k.json")
+        seen[image_id] = i
+
+
+def _check_files(path: Path, images: list, index: list[int] | None, image_root: Path) -> None:
+    """Every image of ``images`` (already validated) must exist under ``image_root``; one listing per folder."""
+    import os
+
+    listed: dict[str, set[str] | None] = {}
+    missing = []
+    for k, img in enumerate(images):
+        fp, fn = img.get("filepath") or "", img["filename"]
+        if fp not in listed:
+            try:
+                with os.scandir(image_root / fp) as entries:
+                    listed[fp] = {e.name for e in entries}
+            except (FileNotFoundError, NotADirectoryError):
+                listed[fp] = None
+        if listed[fp] is None or fn not in listed[fp]:
+            missing.append(k)
+    if missing:
+        k = missing[0]
+        i = index[k] if index is not None else k
+        fp, fn = images[k].get("filepath") or "", images[k]["filename"]
+        note = "" if listed[fp] is not None else f"; the folder {image_root / fp} does not exist"
+        raise input_error(path, f"images[{i}] ({fn})",
+                          f"image file {image_root / fp / fn} not found ({len(missing)} of {len(images)} images "
+                          f"missing{note})",
+                          f"point image_root ({image_root}) at the folder holding <filepath>/<filename> of every "
+                          "image of the Karpathy file (e.g. train2014/ and val2014/ for dataset_coco.json), download "
+                          "the missing images, or remove their records from the Karpathy file")
+
+
+def load_karpathy(path: str | Path, split: str | Iterable[str] | None = None,
+                  image_root: str | Path | None = None) -> pd.DataFrame:
     """One row per sentence (every sentence kept), optionally only the images of ``split`` (a name or
-    several). Columns :data:`COLUMNS`."""
+    several). Columns :data:`COLUMNS`. With ``image_root``, a missing image file is an error (module
+    docstring)."""
     path = Path(path)
     doc = read_json(path, "Karpathy split file")
     if not isinstance(doc, dict) or "images" not in doc:
@@ -123,4 +181,7 @@ def load_karpathy(path: str | Path, split: str | Iterable[str] | None = None) ->
         raise
     if (frame["caption"].isna() | (frame["caption"] == "")).any():
         _diagnose(path, images, index)
+    _check_unique_ids(path, doc["images"])
+    if image_root is not None:
+        _check_files(path, images, index, Path(image_root))
     return frame

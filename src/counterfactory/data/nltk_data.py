@@ -96,6 +96,31 @@ class NltkDataMissing(CounterFactoryError):
     """Real NLTK data is required (``nltk.source: real``) but not found; the message holds the fix."""
 
 
+def is_nltk_lookup_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is NLTK's multi-line ``LookupError`` for a data package it could not find."""
+    return isinstance(exc, LookupError) and "nltk" in str(exc).lower() and "Resource" in str(exc)
+
+
+def missing_data_error(exc: LookupError, option: str = "--nltk-data") -> NltkDataMissing:
+    """NLTK's multi-line ``LookupError`` as one line: the resource, where NLTK looked, and the command that
+    prepares the data (``counterfactory nltk prepare``) with the option that points a step at it."""
+    import re
+
+    text = str(exc)
+    found = re.search(r"Attempted to load '?([\w./-]+?)/?'?\s*$", text, re.M) or re.search(r"Resource '?([\w.]+)", text)
+    resource = found.group(1) if found else "a data package"
+    try:
+        import nltk.data
+
+        searched = os.pathsep.join(str(p) for p in nltk.data.path[:3]) + (", ..." if len(nltk.data.path) > 3 else "")
+    except ImportError:  # pragma: no cover - nltk is a dependency
+        searched = "$NLTK_DATA"
+    return NltkDataMissing(
+        f"NLTK data not found: {resource} (searched {searched}). Fix: `counterfactory nltk prepare --out "
+        f"resources/nltk_data` (offline; add --source real after `{DOWNLOAD_COMMAND}` for the paper's data), then "
+        f"pass {option} resources/nltk_data (or set NLTK_DATA=resources/nltk_data)")
+
+
 def nltk_source(cfg: dict) -> str:
     """``"real"`` or ``"offline"`` from a config (the whole config or its ``nltk`` section).
 

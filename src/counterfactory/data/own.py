@@ -24,7 +24,9 @@ absolute path, so every step that joins ``<image folder> / file_name`` finds it;
 are read from the image. Captions are stripped and whitespace runs collapsed, as for COCO.
 
 Validation collects every problem (unreadable or non-UTF-8 file, missing column, missing or unreadable image,
-empty caption, duplicate id, a sidecar without image, boxes for an unknown image or of another image size)
+an image outside the image root (``../``, or an absolute path elsewhere: the workflow declares only the image root
+as the source's input, so such an image would go untracked), empty caption, a caption that is not text (a JSON
+number), duplicate id, a sidecar without image, boxes for an unknown image or of another image size)
 and raises one :class:`InputError` listing each with file, record (``row <n>``: the n-th data row of a CSV /
 parquet table, header not counted; ``line <n>`` of a JSON Lines file or sidecar) and fix, after a count per
 kind of problem.
@@ -203,6 +205,17 @@ def _text(value) -> str | None:
     return value if isinstance(value, str) else str(value)
 
 
+def _kind(value) -> str:
+    """What a non-string cell is, in words (JSON's names)."""
+    import numbers
+
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, numbers.Number):
+        return "a number"
+    return {"list": "a list", "dict": "an object"}.get(type(value).__name__, f"a {type(value).__name__}")
+
+
 def _clean(caption) -> str:
     return " ".join(caption.split()) if isinstance(caption, str) else ""
 
@@ -240,7 +253,13 @@ def _table_rows(src: OwnSource, problems: Problems) -> list[dict]:
             problems.add("missing image", src.path, record, f"empty {src.image_column!r}",
                          "give the image's path (relative to image_root or absolute)")
             image = None
-        if not isinstance(caption, str) or not caption.strip():
+        if caption is not None and not isinstance(caption, str) and _text(caption) is not None:
+            problems.add("caption not text", src.path, record,
+                         f"caption {caption!r} in {src.caption_column!r} is {_kind(caption)}, not a string",
+                         "write the caption as text (in JSON Lines quoted: \"caption\": \"5\"), or check that "
+                         f"{CONFIG_KEY}.caption_column names the caption column")
+            caption = None
+        elif not isinstance(caption, str) or not caption.strip():
             problems.add("empty caption", src.path, record, f"empty caption {_text(caption)!r}",
                          "write a caption or remove the row")
             caption = None
@@ -301,6 +320,15 @@ def _image_key(src: OwnSource, image: str) -> tuple[str, Path]:
         return path.as_posix(), path
 
 
+def _inside(path: Path, root: Path) -> bool:
+    """Whether ``path`` (absolute, normalised) lies in the folder ``root``."""
+    try:
+        path.relative_to(root)
+    except ValueError:
+        return False
+    return True
+
+
 def _check_images(src: OwnSource, rows: list[dict], problems: Problems, check: bool) -> dict[str, dict]:
     """key -> {path, width, height, records}: each distinct image once; missing / unreadable ones reported."""
     from PIL import Image
@@ -312,6 +340,13 @@ def _check_images(src: OwnSource, rows: list[dict], problems: Problems, check: b
         if row["image"] is None:
             continue
         key, path = _image_key(src, row["image"])
+        if not _inside(path, src.image_root):
+            problems.add("image outside the image root", row["file"], row["record"],
+                         f"image {row['image']!r} is {path}, outside the image root {src.image_root} (the folder the "
+                         "workflow declares as this source's input, so the image would not be tracked)",
+                         f"move or link the image into {src.image_root} and name it relative to it, or set "
+                         f"{CONFIG_KEY}.image_root to a folder that holds every image")
+            continue
         entry = images.setdefault(key, {"path": path, "rows": [], "file": row["file"]})
         entry["rows"].append(row["record"])
         row["key"] = key

@@ -52,6 +52,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import input_error, missing_input
+from ..io import utf8_lines
 
 #: keys of ``data/examples.jsonl`` (B11)
 COCO_FIELDS = ("id", "caption_0", "caption_1", "image_0", "image_1")
@@ -90,24 +91,23 @@ def _read_jsonl(path: Path, fields: tuple[str, ...], what: str, fix: str) -> lis
     if not path.is_file():
         raise missing_input(path, what, fix)
     out = []
-    with path.open(encoding="utf-8") as fh:
-        for n, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise input_error(path, f"line {n}", f"not valid JSON ({exc.msg} at column {exc.colno})",
-                                  "repair or re-download the file (one JSON object per line)") from exc
-            if not isinstance(rec, dict):
-                raise input_error(path, f"line {n}", f"a {type(rec).__name__}, not a JSON object",
-                                  "one JSON object per line")
-            missing = [k for k in fields if k not in rec]
-            if missing:
-                raise input_error(path, f"line {n}", f"missing field(s) {', '.join(missing)}",
-                                  f"every line needs {', '.join(fields)} ({what} layout of Intel/COCO-Counterfactuals)")
-            rec["_line"] = n
-            out.append(rec)
+    for n, line in utf8_lines(path, "re-download the release (the file is damaged or not UTF-8 text)"):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise input_error(path, f"line {n}", f"not valid JSON ({exc.msg} at column {exc.colno})",
+                              "repair or re-download the file (one JSON object per line)") from exc
+        if not isinstance(rec, dict):
+            raise input_error(path, f"line {n}", f"a {type(rec).__name__}, not a JSON object",
+                              "one JSON object per line")
+        missing = [k for k in fields if k not in rec]
+        if missing:
+            raise input_error(path, f"line {n}", f"missing field(s) {', '.join(missing)}",
+                              f"every line needs {', '.join(fields)} ({what} layout of Intel/COCO-Counterfactuals)")
+        rec["_line"] = n
+        out.append(rec)
     if not out:
         raise input_error(path, None, "no records", "re-download the release; the file is empty")
     return out

@@ -69,8 +69,9 @@ from .plots import plot_classification, plot_itm
 from .readers import (PAIR_COLUMNS, check_files, coco_image_dir, image_files, pair_image_ids, read_captions,
                       read_classification_results, read_itm_results, read_itr_results, read_pairs, read_subset_ids)
 from .settings import BASELINE, COCO_CFS, ITM_METRICS, ITM_SCORES, model_label, settings
-from .tables import (classification_table, itm_summary, itr_table, relative_change, render_classification_markdown,
-                     render_itm_markdown, render_itr_markdown)
+from .tables import (classification_table, itm_summary, itr_table, relative_change, render_classification_html,
+                     render_classification_markdown, render_itm_html, render_itm_markdown, render_itr_html,
+                     render_itr_markdown)
 
 __all__ = [
     "BASELINE", "COCO_CFS", "ITM_METRICS", "ITM_SCORES", "PAIR_COLUMNS",
@@ -81,6 +82,7 @@ __all__ = [
     "itm_inputs", "itm_scores", "run_itm",
     "check_templates", "class_text_embeddings", "topk_accuracy", "run_classification",
     "relative_change", "itr_table", "render_itr_markdown", "itm_summary", "render_itm_markdown",
+    "render_itm_html", "render_itr_html", "render_classification_html",
     "classification_table", "render_classification_markdown",
     "plot_itm", "plot_classification",
 ]

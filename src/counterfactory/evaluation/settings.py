@@ -32,11 +32,16 @@ def stage_config(cfg: dict) -> dict:
 
 
 def model_label(cfg: dict, role: str) -> str:
-    """Display name of a role: the last component of its source (``clip-vit-base-patch32``)."""
+    """Display name of a role in tables and figures: ``models.<role>.display_name`` (the paper's name), else the
+    last component of its source (``clip-vit-base-patch32``); see :func:`counterfactory.render.model_display_name`."""
     from ..models.registry import model_spec
+    from ..render import model_display_name
 
-    source = model_spec(cfg, role).source.rstrip("/")
-    return source.removeprefix("local-dir:").split("/")[-1] or role
+    spec = model_spec(cfg, role)
+    entry = dict((cfg.get("models") or {}).get(role) or {}) if not isinstance((cfg.get("models") or {}).get(role),
+                                                                              str) else {}
+    entry["source"] = spec.source.removeprefix("local-dir:")
+    return model_display_name({role: entry}, role)
 
 
 def model_columns(cfg: dict, role: str) -> dict[str, str]:

@@ -10,13 +10,14 @@
 
 from __future__ import annotations
 
+import html
 from typing import Iterable, Sequence
 
 import numpy as np
 import pandas as pd
 
 from ..errors import InputError
-from ..render import Cell, Column, Table, Text, markdown_body, render_markdown
+from ..render import Cell, Column, Table, Text, html_page, markdown_body, render_html, render_markdown
 from .settings import BASELINE, ITM_METRICS
 
 
@@ -124,6 +125,11 @@ def render_itr_markdown(table: pd.DataFrame, title: str | None = None, decimals:
     return render_markdown(describe_itr(table, title, decimals))
 
 
+def render_itr_html(table: pd.DataFrame, title: str | None = None, decimals: int = 2) -> str:
+    """:func:`render_itr_markdown`'s table as a standalone HTML page (what the report shows)."""
+    return html_page(title or "Image-text retrieval", [render_html(describe_itr(table, title, decimals))])
+
+
 # --------------------------------------------------------------------------------------------
 # ITM differences (Figure 3)
 # --------------------------------------------------------------------------------------------
@@ -154,6 +160,10 @@ def render_itm_markdown(summary: pd.DataFrame, title: str | None = None) -> str:
     return render_markdown(describe_itm(summary, title))
 
 
+def render_itm_html(summary: pd.DataFrame, title: str | None = None) -> str:
+    return html_page(title or "ITM score differences", [render_html(describe_itm(summary, title))])
+
+
 # --------------------------------------------------------------------------------------------
 # zero-shot classification (Table 4)
 # --------------------------------------------------------------------------------------------
@@ -182,6 +192,18 @@ def render_classification_markdown(tables: dict[str, pd.DataFrame], title: str |
                   markdown_body(describe_classification(table, decimals)), ""]
     lines.append(CLASSIFICATION_NOTE)
     return "\n".join(lines) + "\n"
+
+
+def render_classification_html(tables: dict[str, pd.DataFrame], title: str | None = None,
+                               decimals: int = 2) -> str:
+    """:func:`render_classification_markdown` as a standalone HTML page: one table per metric."""
+    bodies = []
+    for metric, table in tables.items():
+        desc = describe_classification(table, decimals)
+        bodies.append(render_html(Table(desc.columns, desc.rows, title=f"{metric.replace('top', 'Top-')} "
+                                         "accuracy (%)", decimals=desc.decimals)))
+    bodies.append(f'<p class="note">{html.escape(CLASSIFICATION_NOTE)}</p>')
+    return html_page(title or "Zero-shot classification", bodies)
 
 
 def describe_classification(table: pd.DataFrame, decimals: int = 2) -> Table:

@@ -5,10 +5,12 @@ run's ``provenance.json`` (model roles with ids, revisions and content fingerpri
 git commit) and the study's own summary files (the filter funnel: counts per stage, as the steps wrote them).
 What each study exports and which summaries form its funnel is declared in :mod:`.studies`.
 
-Layout: YAML front matter (``pretty_name``, ``license``, ``task_categories``, ``size_categories``,
-``configs`` with ``data_files`` pointing at the parquet layout), then Dataset Summary, Dataset Structure
-(layouts, configs and splits with counts, data fields), Dataset Creation (source data, models, config,
-filter funnel), Licensing Information and Considerations / Known Limitations.
+Layout, as the Hub's dataset cards expect (``huggingface_hub.DatasetCard``): YAML metadata made with
+``DatasetCardData`` (``pretty_name``, ``license``, ``task_categories``, ``size_categories``, ``configs`` with
+``data_files`` pointing at the parquet layout), then Dataset Summary, Dataset Structure (layouts, configs and splits
+with counts; a table of every data field with its type and meaning), Dataset Creation (source data, models, how the
+data was made as a readable funnel of the steps' counts, where the full configuration is recorded), Bias, Risks, and
+Limitations, Licensing Information and Citation (the paper's BibTeX).
 """
 
 from __future__ import annotations
@@ -29,6 +31,73 @@ SKIP_KEYS = {"provenance", "config_digest", "requests_digest", "sets_digest", "s
              "warnings", "rejected_captions", "created_unix"}
 SIZE_BOUNDS = ((1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K"), (1_000_000, "100K<n<1M"),
                (10_000_000, "1M<n<10M"))
+
+
+#: meaning of the exported fields (every study); ``sim_*`` are CLIP cosine similarities of the image-filter role
+FIELD_DOCS = {
+    "id": "pair id (the MS-COCO caption id it was made from)",
+    "item_id": "item id (unique within the export)",
+    "caption": "caption of the image",
+    "caption_0": "original caption", "caption_1": "counterfactual caption (one noun replaced)",
+    "image_0": "image generated for caption_0", "image_1": "image generated for caption_1 (same seed and noise)",
+    "sim_0": "CLIP cosine similarity of image_0 and caption_0", "sim_1": "CLIP cosine similarity of image_1 and "
+    "caption_1", "sim_image": "CLIP cosine similarity of image_0 and image_1",
+    "sim_direction": "directional CLIP similarity: cosine between the image change and the caption change",
+    "seed": "random seed of the generation (reproduces the images)",
+    "p": "share of the denoising steps that copy the first prompt's self-attention (Prompt-to-Prompt; sampled)",
+    "guidance": "classifier-free guidance scale of the generation (sampled)",
+    "rank": "rank of the candidate among those that passed the filter (0 = best by sim_direction; -1 = not kept)",
+    "candidate_index": "which over-generated candidate of the set this is",
+    "set_id": "counterfactual set (all members share subject and seed, differ in the social attributes)",
+    "member_index": "member of the set (0 = base member)",
+    "segment": "attribute combination of the set (e.g. race-gender)", "subject": "occupation / subject of the set",
+    "prefix": "caption prefix shared by the set", "split": "train / validation / test split",
+    "negative_caption": "hard negative caption", "negative_image": "negative image",
+    "similarity": "cosine similarity of the edited and the original image (image-encoder features)",
+    "kept": "whether the edit was kept", "path": "file of the image in the run's results",
+}
+#: the papers' BibTeX entries (the card's Citation section)
+CITATIONS = {
+    "coco_counterfactuals": """@inproceedings{le2023cococounterfactuals,
+  title     = {{COCO}-Counterfactuals: Automatically Constructed Counterfactual Examples for Image-Text Pairs},
+  author    = {Le, Tiep and Lal, Vasudev and Howard, Phillip},
+  booktitle = {Advances in Neural Information Processing Systems (Datasets and Benchmarks Track)},
+  year      = {2023},
+  eprint    = {2309.14356},
+  archivePrefix = {arXiv}
+}""",
+    "social_counterfactuals": """@inproceedings{howard2024socialcounterfactuals,
+  title     = {{SocialCounterfactuals}: Probing and Mitigating Intersectional Social Biases in Vision-Language
+               Models with Counterfactual Examples},
+  author    = {Howard, Phillip and Madasu, Avinash and Le, Tiep and Lujan Moreno, Gustavo and
+               Bhiwandiwalla, Anahita and Lal, Vasudev},
+  booktitle = {Proceedings of the IEEE/CVF Conference on Computer Vision and Pattern Recognition (CVPR)},
+  year      = {2024},
+  eprint    = {2312.00825},
+  archivePrefix = {arXiv}
+}""",
+    "countercurate": """@inproceedings{zhang2024countercurate,
+  title     = {{CounterCurate}: Enhancing Physical and Semantic Visio-Linguistic Compositional Reasoning via
+               Counterfactual Examples},
+  author    = {Zhang, Jianrui and Cai, Mu and Xie, Tengyang and Lee, Yong Jae},
+  booktitle = {Findings of the Association for Computational Linguistics: ACL 2024},
+  year      = {2024},
+  eprint    = {2402.13254},
+  archivePrefix = {arXiv}
+}""",
+    "spurious_retrieval": """@inproceedings{kim2023spurious,
+  title     = {Exposing and Mitigating Spurious Correlations for Cross-Modal Retrieval},
+  author    = {Kim, Jae Myung and Koepke, A. Sophia and Schmid, Cordelia and Akata, Zeynep},
+  booktitle = {Proceedings of the IEEE/CVF Conference on Computer Vision and Pattern Recognition Workshops},
+  year      = {2023},
+  eprint    = {2304.03114},
+  archivePrefix = {arXiv}
+}""",
+    "cvld": """@misc{cvld,
+  title = {Debias Your {VLM} with Counterfactuals: A Unified Approach},
+  note  = {Anonymous authors, under review; cite the final version once published}
+}""",
+}
 
 
 def size_category(n: int) -> str:
@@ -77,6 +146,17 @@ def funnel(study: str, study_dir: str | Path) -> list[dict]:
     return out
 
 
+def funnel_label(key: str) -> str:
+    """A summary key as words: ``counts.rejected_by_reason.not_whole_word`` -> ``rejected: not whole word``,
+    ``candidates_generated`` -> ``candidates generated``."""
+    parts = [p for p in str(key).split(".") if p not in ("counts", "totals")]
+    if not parts:
+        return str(key)
+    words = [p.replace("_by_reason", "").replace("_", " ") for p in parts]
+    head, rest = words[0], words[1:]
+    return f"{head}: {', '.join(rest)}" if rest else head
+
+
 def markdown_table(header: list[str], rows: list[list]) -> str:
     """A compact pipe table (:class:`counterfactory.render.Table`); ``|`` escaped, newlines made spaces."""
     text = lambda v: str(v).replace("\n", " ")  # noqa: E731
@@ -116,14 +196,17 @@ def build_card(study: str, study_dir: str | Path, provenance: dict, manifests: d
         for config, c in manifests["parquet"]["configs"].items():
             configs.append({"config_name": config, "data_files": [
                 {"split": split, "path": f"parquet/{v['path']}"} for split, v in c["splits"].items()]})
-    front = {"pretty_name": spec.pretty_name + (" - offline demo" if demo else ""), "license": "other",
-             "license_name": "mixed source terms (see Licensing Information)",
-             "task_categories": list(spec.task_categories), "language": ["en"], "size_categories": [size_category(total)],
-             "tags": ["counterfactual", "synthetic", "counterfactory"]}
-    if configs:
-        front["configs"] = configs
-    lines = ["---", yaml.safe_dump(front, sort_keys=False, allow_unicode=True).rstrip(), "---", "",
-             f"# Dataset Card for {front['pretty_name']}", "", "## Dataset Summary", "", spec.summary, "",
+    from huggingface_hub import DatasetCardData
+
+    pretty = spec.pretty_name + (" - offline demo" if demo else "")
+    data = DatasetCardData(pretty_name=pretty, license="other",
+                           license_name="mixed source terms (see Licensing Information)",
+                           task_categories=list(spec.task_categories), language=["en"],
+                           size_categories=[size_category(total)], tags=["counterfactual", "synthetic",
+                                                                        "counterfactory"],
+                           configs=configs or None)
+    lines = ["---", data.to_yaml().rstrip(), "---", "",
+             f"# Dataset Card for {pretty}", "", "## Dataset Summary", "", spec.summary, "",
              f"Written by CounterFactory {provenance.get('counterfactory', '?')} from run results "
              f"(git commit `{(provenance.get('git') or {}).get('commit')}`"
              f"{', uncommitted changes' if (provenance.get('git') or {}).get('dirty') else ''}). "
@@ -136,11 +219,10 @@ def build_card(study: str, study_dir: str | Path, provenance: dict, manifests: d
               "`parquet/<config>/<split>-*.parquet` with `load_dataset(\"parquet\", data_files=...)` "
               "(images embedded).", "", "### Data Fields", ""]
     for config, c in generic["configs"].items():
-        desc = c.get("description") or {}
-        lines += [f"Config `{config}`:", ""]
-        lines += [f"- `{f}` (image){': ' + desc[f] if f in desc else ''}" for f in c.get("images", [])]
-        lines += [f"- `{f}`{': ' + desc[f] if f in desc else ''}" for f in c.get("fields", [])]
-        lines.append("")
+        desc = {**FIELD_DOCS, **(c.get("description") or {})}
+        rows = [[f"`{f}`", "image", desc.get(f, "")] for f in c.get("images", [])]
+        rows += [[f"`{f}`", (c.get("dtypes") or {}).get(f, ""), desc.get(f, "")] for f in c.get("fields", [])]
+        lines += [f"Config `{config}`:", "", markdown_table(["field", "type", "meaning"], rows), ""]
     lines += ["## Dataset Creation", "", "### Source Data", ""]
     lines += [f"- {SOURCE_LICENCES[k].split(':')[0]}" for k in spec.sources] + [""]
     rows, missing = _models(spec, provenance)
@@ -150,28 +232,63 @@ def build_card(study: str, study_dir: str | Path, provenance: dict, manifests: d
               else "No model role of this study is recorded in the provenance.", ""]
     if missing:
         lines += [f"Not recorded in this run's provenance (not used by it): {', '.join(missing)}.", ""]
-    lines += ["### Filter funnel", "", "Counts per stage, as the steps recorded them.", ""]
+    lines += ["### How the data was made", "", "Each step of the pipeline in order, with the counts it recorded "
+              "(summed over shards; the source file in parentheses).", ""]
     stages = funnel(study, study_dir)
-    for st in stages:
-        lines += [f"**{st['stage']}** ({', '.join(f'`{f}`' for f in st['files'])})", ""]
+    for i, st in enumerate(stages, 1):
+        lines += [f"{i}. **{st['stage'].replace('/', ' / ').replace('_', ' ')}** "
+                  f"({', '.join(f'`{f}`' for f in st['files'])})", ""]
         if st["kind"] == "counts":
-            lines += [markdown_table(["count", "value"], [[k, _number(v)] for k, v in st["counts"].items()]), ""]
+            lines += [f"   - {funnel_label(k)}: {_number(v)}" for k, v in st["counts"].items()] + [""]
         else:
             t = st["table"].astype(str)
-            lines += [markdown_table(list(t.columns), t.values.tolist()), ""]
+            lines += [markdown_table([c.replace("_", " ") for c in t.columns], t.values.tolist()), ""]
     if not stages:
         lines += ["No summary file of this study was found.", ""]
     cfg = (provenance.get("config") or {}).get(study)
-    lines += ["### Configuration", "", f"The `{study}` section of the run's configuration:", "", "```yaml",
-              yaml.safe_dump(cfg, sort_keys=True).rstrip() if cfg else "# not recorded in provenance.json", "```", ""]
+    lines += ["### Configuration", "",
+              (f"Every setting of the `{study}` section is recorded in the run's `provenance.json` (`config.{study}`;"
+               f" {len(_leaves(cfg))} values); the defaults and the paper sections they follow are documented in the "
+               "project's configuration reference.") if cfg else "The configuration is not recorded in "
+              "provenance.json.", ""]
     lines += ["## Licensing Information", "", "The exported data inherit the terms of their sources; no single "
               "licence covers them (front matter: `license: other`).", ""]
     lines += [f"- {SOURCE_LICENCES[k]}" for k in spec.sources]
     if demo:
         lines.append(f"- {SOURCE_LICENCES['demo']}")
-    lines += ["", "## Considerations for Using the Data", "", "### Known Limitations", ""]
+    lines += ["", "## Bias, Risks, and Limitations", ""]
+    lines += [f"- {x}" for x in bias_notes(study)]
+    lines += ["", "### Known Limitations", ""]
     lines += [f"- {x}" for x in limitations(study, provenance)]
+    lines += ["", "## Citation", "", "If you use this data, cite the paper whose method made it:", "", "```bibtex",
+              CITATIONS.get(study, "% no citation recorded for this study"), "```", "",
+              "and the software that produced it (CounterFactory, see its `CITATION.cff`)."]
     return "\n".join(lines) + "\n"
+
+
+def _leaves(node) -> list:
+    if isinstance(node, dict):
+        return [x for v in node.values() for x in _leaves(v)]
+    return [node]
+
+
+def bias_notes(study: str) -> list[str]:
+    """What a user should know about bias and risk in the study's generated data."""
+    common = ("Images are synthetic (a text-to-image or editing model generated them) and inherit that model's "
+              "training-data biases; captions come from automatic models and filters, not from human annotators.")
+    return [common] + {
+        "coco_counterfactuals": ["The noun substitutions follow the masked language model's preferences, so frequent "
+                                 "MS-COCO objects are over-represented among the counterfactual changes."],
+        "social_counterfactuals": ["The data deliberately varies race, gender and physical characteristics; use it to "
+                                   "measure and reduce social bias, not to train models to infer these attributes "
+                                   "from images of people.", "Attribute groups are the paper's fixed categories "
+                                   "and do not describe how real people identify."],
+        "countercurate": ["Negative images and captions are generated; a negative can still be plausible for the "
+                          "image, so accuracy on it has a noise floor."],
+        "spurious_retrieval": ["Inpainted regions can leave visible artefacts that a model may learn to detect."],
+        "cvld": ["Gender interventions are binary (male / female) as in the paper, which does not cover non-binary "
+                 "identities; edited faces can change more than the intended attribute."],
+    }.get(study, [])
 
 
 def limitations(study: str, provenance: dict) -> list[str]:
@@ -199,13 +316,17 @@ def limitations(study: str, provenance: dict) -> list[str]:
 
 
 def write_card(study: str, study_dir: str | Path, provenance: str | Path, export_dir: str | Path,
-               layouts: Iterable[str] = ("release", "imagefolder", "parquet"), out: str | Path | None = None) -> Path:
+               layouts: Iterable[str] = ("release", "imagefolder", "parquet"), out: str | Path | None = None,
+               manifest_paths: dict[str, str | Path] | None = None) -> Path:
     """Build the card from ``provenance`` and the manifests of ``export_dir/<layout>`` (layouts without a folder
-    are skipped) and write it to ``out`` (default ``export_dir/README.md``)."""
+    are skipped; ``manifest_paths``: layout -> its manifest kept outside the folder, else the folder's own) and
+    write it to ``out`` (default ``export_dir/README.md``)."""
     from ..io import write_text
 
     export_dir = Path(export_dir)
-    manifests = {name: read_manifest(export_dir / name) for name in layouts if (export_dir / name).is_dir()}
+    where = dict(manifest_paths or {})
+    manifests = {name: read_manifest(export_dir / name, where.get(name)) for name in layouts
+                 if (export_dir / name).is_dir()}
     if not manifests:
         raise input_error(export_dir, None, "no export layout folder (release/, imagefolder/, parquet/)",
                           "run `counterfactory export release/imagefolder` first")
@@ -220,4 +341,5 @@ def card_numbers(text: str) -> dict:
     return yaml.safe_load(text.split("---\n", 2)[1])
 
 
-__all__ = ["build_card", "card_numbers", "funnel", "limitations", "size_category", "write_card"]
+__all__ = ["CITATIONS", "FIELD_DOCS", "bias_notes", "build_card", "card_numbers", "funnel", "funnel_label",
+           "limitations", "size_category", "write_card"]

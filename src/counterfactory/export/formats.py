@@ -1,8 +1,10 @@
 """Dataset writers: the published release layouts and a generic Hugging Face layout for every study.
 
 Every writer replaces its output folder as a whole (:func:`counterfactory.io.atomic_dir`) and returns a
-manifest (files, rows per config and split) that is also written as ``manifest.json`` in the folder; the
-dataset card (:mod:`.cards`) reads those manifests. Field names follow the published releases:
+manifest (files, rows per config and split), also written to ``manifest_path`` -- outside the folder, so the
+folder holds only what a user uploads to the Hub (the workflow keeps them in ``<study>/manifests/``); without it,
+as ``manifest.json`` in the folder. The dataset card (:mod:`.cards`) and the examples grid read those manifests.
+Field names follow the published releases:
 
 * :func:`write_imagefolder` -- ``datasets`` ``imagefolder`` layout: ``<config>/<split>/metadata.jsonl`` (or
   ``metadata.parquet`` where JSON cannot keep the splits' types equal) with
@@ -130,6 +132,23 @@ def _resolve_images(table: ExportTable, frame: pd.DataFrame, where: str | Path) 
     return out
 
 
+def field_types(table: ExportTable) -> dict[str, str]:
+    """A short type name per non-image field (what the dataset card's fields table shows): ``string``, ``int64``,
+    ``float64``, ``bool``, ``list`` (arrays, e.g. boxes)."""
+    out = {}
+    for col in (c for c in table.rows.columns if c not in table.images):
+        values = table.rows[col]
+        kind = values.dtype.kind
+        if kind in "iuf":
+            out[col] = str(values.dtype)
+        elif kind == "b":
+            out[col] = "bool"
+        else:
+            first = next((v for v in values if v is not None and not (isinstance(v, float) and v != v)), None)
+            out[col] = "list" if hasattr(first, "__len__") and not isinstance(first, str) else "string"
+    return out
+
+
 def safe_name(text: str) -> str:
     return _UNSAFE.sub("_", str(text)).strip("._") or "item"
 
@@ -139,13 +158,15 @@ def _copy(src: Path, dst: Path) -> None:
     shutil.copyfile(src, dst)
 
 
-def _finish(tmp: Path, manifest: dict) -> dict:
-    write_json(tmp / MANIFEST, manifest)
+def _finish(tmp: Path, manifest: dict, where: str | Path | None = None) -> dict:
+    """Write the manifest to ``where`` (outside the dataset folder) or, without it, into the folder."""
+    write_json(Path(where) if where is not None else tmp / MANIFEST, manifest)
     return manifest
 
 
 # ------------------------------------------------------------------------------------------ imagefolder
-def write_imagefolder(tables: Iterable[ExportTable], out_dir: str | Path, *, source: str = "") -> dict:
+def write_imagefolder(tables: Iterable[ExportTable], out_dir: str | Path, *, source: str = "",
+                      manifest_path: str | Path | None = None) -> dict:
     """``<out_dir>/<config>/<split>/metadata.jsonl`` + images; returns the manifest (rows per config/split).
 
     Load: ``load_dataset("imagefolder", data_dir=<out_dir>/<config>)``. With one image column the metadata key
@@ -177,8 +198,9 @@ def write_imagefolder(tables: Iterable[ExportTable], out_dir: str | Path, *, sou
             _write_metadata(tmp / table.config, per_split)
             manifest["configs"][table.config] = {"splits": splits, "images": list(table.images),
                                                  "fields": [c for c in table.rows.columns if c not in table.images],
+                                                 "dtypes": field_types(table),
                                                  "description": table.description}
-        _finish(tmp, manifest)
+        _finish(tmp, manifest, manifest_path)
     return manifest
 
 
@@ -225,7 +247,8 @@ def _image_table(table: ExportTable, frame: pd.DataFrame, where: str | Path):
     return arrow.cast(features.arrow_schema)
 
 
-def write_parquet(tables: Iterable[ExportTable], out_dir: str | Path, *, source: str = "") -> dict:
+def write_parquet(tables: Iterable[ExportTable], out_dir: str | Path, *, source: str = "",
+                  manifest_path: str | Path | None = None) -> dict:
     """``<out_dir>/<config>/<split>-00000-of-00001.parquet`` with embedded images; returns the manifest.
 
     Load: ``load_dataset("parquet", data_files={split: <file>})`` (image columns decode to PIL images)."""
@@ -244,8 +267,9 @@ def write_parquet(tables: Iterable[ExportTable], out_dir: str | Path, *, source:
                 splits[split] = {"rows": len(frame), "path": rel}
             manifest["configs"][table.config] = {"splits": splits, "images": list(table.images),
                                                  "fields": [c for c in table.rows.columns if c not in table.images],
+                                                 "dtypes": field_types(table),
                                                  "description": table.description}
-        _finish(tmp, manifest)
+        _finish(tmp, manifest, manifest_path)
     return manifest
 
 
@@ -255,7 +279,8 @@ CAPTION_RELEASE_KEYS = ("coco-counterfactual-index", "original_caption", "counte
 EXAMPLE_KEYS = ("id", "image_0", "image_1", "caption_0", "caption_1")
 
 
-def write_coco_counterfactuals(pairs: str | Path, captions_jsonl: str | Path, out_dir: str | Path) -> dict:
+def write_coco_counterfactuals(pairs: str | Path, captions_jsonl: str | Path, out_dir: str | Path, *,
+                               manifest_path: str | Path | None = None) -> dict:
     """The Intel/COCO-Counterfactuals layout (B11) from ``images/selected_pairs.parquet`` (``id, caption_0,
     caption_1, image_0, image_1``; image paths relative to its folder) and the caption release JSONL.
 
@@ -294,7 +319,7 @@ def write_coco_counterfactuals(pairs: str | Path, captions_jsonl: str | Path, ou
                                 "captions": {"splits": {"train": {"rows": len(captions),
                                                                   "path": "coco_counterfactuals_captions.jsonl"}},
                                              "images": [], "fields": list(CAPTION_RELEASE_KEYS)}}}
-        _finish(tmp, manifest)
+        _finish(tmp, manifest, manifest_path)
     return manifest
 
 
@@ -323,7 +348,8 @@ CC_TSV_COLUMNS = ("captions", "images", "neg_captions", "neg_images")
 CC_DATASETS = ("positions", "counting", "attributes")
 
 
-def write_countercurate(datasets_dir: str | Path, out_dir: str | Path) -> dict:
+def write_countercurate(datasets_dir: str | Path, out_dir: str | Path, *,
+                        manifest_path: str | Path | None = None) -> dict:
     """CounterCurate's TSVs from ``datasets/{positions,counting,attributes}.parquet`` (columns ``item_id,
     image_path, caption, negative_caption, negative_image``; positions also ``subset``, ``split``).
 
@@ -373,12 +399,13 @@ def write_countercurate(datasets_dir: str | Path, out_dir: str | Path) -> dict:
                 splits[fname[:-4]] = {"rows": len(g), "path": fname}
             configs[name] = {"splits": splits, "images": ["images", "neg_images"], "fields": list(CC_TSV_COLUMNS)}
         manifest = {"format": "countercurate", "source": str(datasets_dir), "configs": configs}
-        _finish(tmp, manifest)
+        _finish(tmp, manifest, manifest_path)
     return manifest
 
 
 # ------------------------------------------------------------------------------------ SocialCounterfactuals
-def write_social_counterfactuals(kept: str | Path, out_dir: str | Path) -> dict:
+def write_social_counterfactuals(kept: str | Path, out_dir: str | Path, *,
+                                 manifest_path: str | Path | None = None) -> dict:
     """Intel/SocialCounterfactuals parquet (B12): :func:`.social_release.export_release` (one
     ``train`` split of ``data/train-NNNNN-of-MMMMM-<hash>.parquet`` with ``image`` bytes and the release
     fields), plus this module's ``manifest.json``."""
@@ -389,12 +416,14 @@ def write_social_counterfactuals(kept: str | Path, out_dir: str | Path) -> dict:
                 "configs": {"default": {"splits": {"train": {"rows": summary["rows"], "path": "data/train-*.parquet"}},
                                         "images": ["image"], "fields": list(RELEASE_FIELDS[1:])}},
                 "sets": summary["sets"], "segments": summary["segments"]}
-    write_json(Path(out_dir) / MANIFEST, manifest)
+    write_json(Path(manifest_path) if manifest_path is not None else Path(out_dir) / MANIFEST, manifest)
     return manifest
 
 
-def read_manifest(folder: str | Path) -> dict:
-    path = Path(folder) / MANIFEST
+def read_manifest(folder: str | Path, manifest_path: str | Path | None = None) -> dict:
+    """The manifest of an exported ``folder``: ``manifest_path`` when given (kept outside the folder), else the
+    folder's own ``manifest.json``."""
+    path = Path(manifest_path) if manifest_path is not None else Path(folder) / MANIFEST
     if not path.is_file():
         raise InputError(f"{path}: export manifest not found. Fix: run `counterfactory export` for this folder first")
     return json.loads(path.read_text(encoding="utf-8"))

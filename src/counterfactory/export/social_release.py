@@ -223,7 +223,21 @@ def _counts(frame: pd.DataFrame) -> list[dict]:
 
 
 def _readme(summary: dict) -> str:
-    lines = ["# SocialCounterfactuals-format release (written by counterfactory)", "",
+    """The release's dataset card: the Hub's YAML metadata (``DatasetCardData``: the one ``train`` split's shards
+    as ``data_files``), the layout, fields, counts per segment and the paper's citation."""
+    from huggingface_hub import DatasetCardData
+
+    from .cards import CITATIONS, size_category
+
+    meta = DatasetCardData(pretty_name="SocialCounterfactuals (reproduction)", license="other",
+                           license_name="generated images: CreativeML OpenRAIL-M use restrictions",
+                           language=["en"], task_categories=["image-to-text", "text-to-image"],
+                           size_categories=[size_category(int(summary["rows"]))],
+                           tags=["counterfactual", "synthetic", "social-bias", "counterfactory"],
+                           configs=[{"config_name": "default",
+                                     "data_files": [{"split": "train", "path": "data/train-*.parquet"}]}])
+    lines = ["---", meta.to_yaml().rstrip(), "---", "",
+             "# SocialCounterfactuals-format release (written by counterfactory)", "",
              "Layout of Intel/SocialCounterfactuals: one `train` split, parquet shards under `data/`.",
              "Load with `datasets.load_dataset(\"parquet\", data_files={\"train\": \"data/*.parquet\"})`.", "",
              "Fields: `image` (datasets Image), `caption`, `counterfactual_set` (set id), `a1_type`, `a1`, "
@@ -232,6 +246,11 @@ def _readme(summary: dict) -> str:
              f"{summary['rows']} images in {summary['sets']} counterfactual sets, {len(summary['shards'])} shard(s).",
              "", "| segment | sets | images |", "|---|---|---|"]
     lines += [f"| {s['segment']} | {s['sets']} | {s['images']} |" for s in summary["segments"]]
+    lines += ["", "## Bias, Risks, and Limitations", "",
+              "Race, gender and physical characteristics are prompt conditions of generated images, not labels of "
+              "real people; the images can show the generator's stereotypes. Use the sets to measure and reduce "
+              "social bias, not to infer these attributes.", "", "## Citation", "", "```bibtex",
+              CITATIONS["social_counterfactuals"], "```"]
     return "\n".join(lines) + "\n"
 
 

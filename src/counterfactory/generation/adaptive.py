@@ -363,26 +363,32 @@ def curve_from_files(scores_path, cfg: dict, summary_path=None, *, kind: str | N
 # --------------------------------------------------------------------------- plot
 
 def plot_curve(table: pd.DataFrame, out, score_label: str = "median selected CLIP_dir", title: str = "") -> Path:
-    """x = UNet evaluations per accepted candidate, y = median selected score (bars: quartiles); one
-    labelled point per rule (what-if rules, not implemented by the stage, drawn hollow)."""
+    """x = UNet evaluations per accepted candidate, y = median selected score (bars: quartiles); one point per
+    rule, named in the legend beside the axes (what-if rules, not implemented by the stage, drawn hollow)."""
     from ..io import save_figure
     from ..render import pyplot
 
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(5.6, 3.8))
+    fig, ax = plt.subplots(figsize=(7.6, 3.8), layout="constrained")
     t = table.dropna(subset=["unet_evals_per_accepted", "selected_median"]).sort_values("unet_evals_per_accepted")
-    ax.plot(t["unet_evals_per_accepted"], t["selected_median"], color="C0", alpha=0.3, lw=1)
+    ax.plot(t["unet_evals_per_accepted"], t["selected_median"], color="0.6", alpha=0.5, lw=1)
+    markers = "osD^vP*Xh<>p"
+    # one marker and colour per rule, named in the legend: rules of equal cost and score sit on one spot, where
+    # labels beside the points overprinted each other
     for k, (_, r) in enumerate(t.iterrows()):
         y = r["selected_median"]
+        color = f"C{k % 10}"
         ax.errorbar(r["unet_evals_per_accepted"], y, yerr=[[y - r["selected_q25"]], [r["selected_q75"] - y]],
-                    fmt="o", color="C0", mfc="C0" if r["in_stage"] else "white", capsize=3, elinewidth=0.8, alpha=0.9)
-        ax.annotate(f"{r['rule']}, {r['selection_changed']:.0%} changed", (r["unet_evals_per_accepted"], y),
-                    textcoords="offset points", xytext=(5, 5 if k % 2 == 0 else -11), fontsize=6.5)
+                    fmt=markers[k % len(markers)], color=color, mfc=color if r["in_stage"] else "white", capsize=3,
+                    elinewidth=0.8, alpha=0.9, label=f"{r['rule']}, {r['selection_changed']:.0%} changed"
+                    + ("" if r["in_stage"] else " (what-if)"))
     ax.set_xlabel("UNet evaluations per accepted candidate")
     ax.set_ylabel(score_label)
     ax.set_title(title or "Adaptive over-generation: cost vs selected score", fontsize=9)
     ax.grid(alpha=0.3)
-    fig.tight_layout()
+    if len(t):
+        ax.legend(fontsize=6.5, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False, title="rule",
+                  title_fontsize=7)
     out = save_figure(out, fig)
     plt.close(fig)
     return out

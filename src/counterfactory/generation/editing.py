@@ -364,6 +364,7 @@ class EditStage(runner.ShardStage):
         self.manifest[item["item_id"]] = _finish_item(item, candidates, *self.encoder, self.s, self.out_dir)
 
 
+@runner.locks_shard
 def edit_shard(items, method: str, out_dir: str | os.PathLike, cfg: dict | None = None,
                settings: EditSettings | None = None, batch_size: int = 10, device: Any = "auto",
                cache_dir: str | os.PathLike | None = None, progress: bool = True, *, editor=None, encoder=None,

@@ -392,6 +392,7 @@ class GroundedStage(runner.ShardStage):
         self.cache.mark_done(q.item_id, key, {"seed": str(seed)})
 
 
+@runner.locks_shard
 def run_grounded_shard(cfg: dict, requests_path: str | os.PathLike, shard: int | str, out_dir: str | os.PathLike,
                        *, pipes: dict | None = None, hook: Callable[[int, str], None] | None = None,
                        progress: bool = True) -> dict:
@@ -449,7 +450,7 @@ def _assemble(ctx: GroundedContext, shard_idx: int, bounds: tuple[int, int], par
             "shard": shard_idx, "item_range": list(bounds), "shard_size": s.shard_size,
             "requests_total": len(ctx.requests), "items": len(part),
             "items_by_kind": {kind: sum(q.kind == kind for q in part) for kind in KINDS},
-            "items_generated_this_run": generated, "pipeline_calls_this_run": calls, "batch_size": s.batch_size,
+            "batch_size": s.batch_size, "threads": runner.torch_threads(),
             "steps": s.steps, "guidance": s.guidance, "scheduled_sampling_beta": s.scheduled_sampling_beta,
             "requests_digest": requests_digest(ctx.requests), "config_digest": grounded_config_digest(ctx.cfg),
         }
@@ -459,7 +460,8 @@ def _assemble(ctx: GroundedContext, shard_idx: int, bounds: tuple[int, int], par
                               keep_work=bool((ctx.cfg.get("grounded") or {}).get("keep_work", False)))
     log.info("grounded shard %05d: %d images (%d generated now in %d pipeline calls)", shard_idx, len(part),
              generated, calls)
-    return summary
+    # this run's work counts are returned and logged, never written: a resumed shard's files are byte-identical
+    return {**summary, "items_generated_this_run": generated, "pipeline_calls_this_run": calls}
 
 
 def merge_grounded_shards(shard_dirs: Sequence[str | os.PathLike], out_dir: str | os.PathLike) -> dict:
@@ -482,12 +484,10 @@ def merge_grounded_shards(shard_dirs: Sequence[str | os.PathLike], out_dir: str 
                           f"rerun {rerun} for every shard with one --requests file")
     if summaries:
         first = next(iter(summaries.values()))
-        expected = set(range(math.ceil(first["requests_total"] / first["shard_size"])))
-        seen = [s["shard"] for s in summaries.values()]
-        if set(seen) != expected or len(seen) != len(set(seen)):
-            raise input_error(out_dir, None, f"shards {sorted(seen)} given; expected each of {sorted(expected)} once "
-                              f"({first['requests_total']} requests in shards of {first['shard_size']})",
-                              "pass every shard folder of the run exactly once")
+        expected = range(math.ceil(first["requests_total"] / first["shard_size"]))
+        runner.check_shard_plan(summaries, out_dir, expected=expected, rerun=rerun,
+                                plan=f"expected each of {list(expected)} once: {first['requests_total']} requests "
+                                     f"in shards of {first['shard_size']}")
     frames = []
     for d in map(Path, shard_dirs):
         df = pd.read_parquet(d / "generated.parquet")
@@ -502,6 +502,8 @@ def merge_grounded_shards(shard_dirs: Sequence[str | os.PathLike], out_dir: str 
     write_parquet(out_dir / "generated.parquet", merged)
     by_kind = {kind: int(sum(s["items_by_kind"].get(kind, 0) for s in summaries.values())) for kind in KINDS}
     summary = {"shards": len(summaries), "items": int(len(merged)), "items_by_kind": by_kind,
+               "batch_size": runner.common_value(summaries.values(), "batch_size"),
+               "threads": runner.common_value(summaries.values(), "threads"),
                "config_digest": digest, "requests_digest": next(iter(tables), None)}
     write_json(out_dir / "summary.json", summary)
     return summary

@@ -400,6 +400,7 @@ class InpaintStage(runner.ShardStage):
         _PNG.write(item["target"], result, key)
 
 
+@runner.locks_shard
 def inpaint_shard(items, method: str, out_dir: str | os.PathLike, batch_size: int = 8, device: Any = "auto", *,
                   settings: InpaintSettings | None = None, model=None, cfg: dict | None = None,
                   image_root: str | os.PathLike | None = None, source: str = "<items>", progress: bool = True,

@@ -20,12 +20,21 @@ clearing stale entries, the loop over batches, the progress bar, the kill hook a
   chunk (the done-marker is the verified PNG itself).
 
 Per-item randomness depends only on ``(global seed, item id, index)`` (:func:`item_seed`), never on the batch
-or the shard, and a batch is generated whole, so a killed and rerun shard writes byte-identical files.
+or the shard, and a batch is generated whole, so a killed and rerun shard writes byte-identical files (shard
+summaries hold no counts of one run's work; they record ``batch_size`` and torch's ``threads``).
+
+A stage's shard function holds :func:`shard_lock` on its folder (decorator :func:`locks_shard`): a second run on
+the same folder stops with "another run is writing this shard". Merges check the shards against their plan
+(:func:`check_shard_plan`): a shard missing or given twice is refused.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import hashlib
+import inspect
+import socket
 import json
 import logging
 import os
@@ -38,7 +47,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
-from ..errors import input_error
+from ..errors import CounterFactoryError, input_error
 from .selection import candidate_seed
 
 log = logging.getLogger(__name__)
@@ -98,6 +107,89 @@ def progress_bar(total: int, desc: str, unit: str, enabled: bool):
 
     return tqdm(total=total, desc=desc, unit=unit, disable=not enabled,
                 mininterval=1.0 if sys.stderr.isatty() else 10.0)
+
+
+def torch_threads() -> int | None:
+    """CPU threads torch computes with (``torch.get_num_threads``; None when torch is not imported). Batched
+    CPU kernels may round differently for another thread count, so shard summaries record it next to the
+    batch size."""
+    torch = sys.modules.get("torch")
+    return int(torch.get_num_threads()) if torch is not None else None
+
+
+# --------------------------------------------------------------------------- one writer per shard folder
+
+#: the lock file a running shard job holds in its output folder
+LOCK_NAME = ".counterfactory-shard.lock"
+
+
+class ShardLockedError(CounterFactoryError):
+    """Another process is writing the same shard folder."""
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:      # exists, owned by another user
+        return True
+    return True
+
+
+@contextlib.contextmanager
+def shard_lock(out_dir: str | os.PathLike):
+    """Hold ``out_dir/.counterfactory-shard.lock`` (pid and host) while a shard job writes ``out_dir``; a
+    second job on the same folder stops with :class:`ShardLockedError` instead of racing the first over the
+    work cache. A lock left by a killed job (its pid no longer runs on this host) is taken over. Released on
+    exit, also on errors and Ctrl-C."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    lock = out_dir / LOCK_NAME
+    host = socket.gethostname()
+    mine = json.dumps({"pid": os.getpid(), "host": host})
+    for attempt in range(2):
+        try:
+            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666)
+        except FileExistsError:
+            try:
+                held = json.loads(lock.read_text())
+                pid, other = int(held["pid"]), str(held["host"])
+            except (OSError, ValueError, KeyError, TypeError):
+                pid, other = None, None
+            if attempt == 0 and other == host and pid is not None and not _pid_alive(pid):
+                log.warning("%s: taking over the lock of process %d, which no longer runs (killed earlier)",
+                            lock, pid)
+                with contextlib.suppress(FileNotFoundError):
+                    lock.unlink()
+                continue
+            who = f"process {pid} on {other}" if pid is not None else "an unknown process"
+            raise ShardLockedError(
+                f"{out_dir}: another run is writing this shard ({who} holds {lock}). Fix: wait for that run to "
+                "finish, or give this run another --out-dir; if no such run is alive (e.g. its node failed), "
+                f"remove {lock} and rerun") from None
+        with os.fdopen(fd, "w") as fh:
+            fh.write(mine)
+        break
+    try:
+        yield lock
+    finally:
+        with contextlib.suppress(OSError):
+            if lock.read_text() == mine:
+                lock.unlink()
+
+
+def locks_shard(func: Callable) -> Callable:
+    """Decorator: run a stage's shard function (with an ``out_dir`` argument) under :func:`shard_lock`."""
+    signature = inspect.signature(func)
+
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        out_dir = signature.bind(*args, **kwargs).arguments["out_dir"]
+        with shard_lock(out_dir):
+            return func(*args, **kwargs)
+
+    return wrapper
 
 
 # --------------------------------------------------------------------------- caches
@@ -315,10 +407,41 @@ def load_shard_summaries(shard_dirs: Sequence[str | os.PathLike], files: Sequenc
     (:func:`counterfactory.io.check_digests`)."""
     from ..io import check_digests
 
+    resolved = [Path(d).resolve() for d in shard_dirs]
+    for i, d in enumerate(resolved):
+        if d in resolved[:i]:
+            raise input_error(shard_dirs[i], None, "shard folder listed twice", "pass each shard folder once")
     require_shard_files(shard_dirs, (*files, "summary.json"), missing, fix or f"rerun that shard's {rerun} job")
     summaries = {str(Path(d) / "summary.json"): json.loads((Path(d) / "summary.json").read_text())
                  for d in shard_dirs}
     return summaries, check_digests(summaries, what, rerun)
+
+
+def check_shard_plan(summaries: dict[str, dict], out_dir: str | os.PathLike, *, expected: Iterable[int],
+                     plan: str, rerun: str, exact: bool = True) -> None:
+    """Refuse a merge that lacks shards its plan says exist: ``summaries`` ({shard summary path: summary},
+    each with its ``shard`` number) must hold every shard of ``expected`` once (``exact``: and no other;
+    ``plan`` describes where the expected numbers come from, e.g. "12 requests in shards of 5")."""
+    seen: dict[int, str] = {}
+    for label, s in summaries.items():
+        number = int(s["shard"])
+        if number in seen:
+            raise input_error(label, None, f"shard {number} is also in {seen[number]}", "pass each shard folder once")
+        seen[number] = label
+    expected = set(expected)
+    missing = sorted(expected - set(seen))
+    extra = sorted(set(seen) - expected) if exact else []
+    if missing or extra:
+        what = "; ".join(filter(None, [f"shard(s) {missing} missing" if missing else "",
+                                       f"shard(s) {extra} not in the plan" if extra else ""]))
+        raise input_error(out_dir, None, f"{what} (given {sorted(seen)}; {plan})",
+                          f"run {rerun} for the missing shards and pass every shard folder of the run exactly once")
+
+
+def common_value(summaries: Iterable[dict], key: str):
+    """The value of ``key`` shared by every summary, or None when they differ (or none has it)."""
+    values = {json.dumps(s.get(key), sort_keys=True) for s in summaries}
+    return json.loads(values.pop()) if len(values) == 1 else None
 
 
 def relative_paths(paths: Iterable[str], shard_dir: Path, out_dir: Path) -> list[str]:

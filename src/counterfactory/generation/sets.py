@@ -416,6 +416,7 @@ class SetStage(runner.ShardStage):
         self.cache.mark_done(sid, key, {"candidates": len(rows), "batch_size": self._batch(sid), **result})
 
 
+@runner.locks_shard
 def run_set_shard(cfg: dict, sets_path: str | os.PathLike, shard: int | str, out_dir: str | os.PathLike, *,
                   engine: P2PEngine | None = None, hook: Callable[[int, str], None] | None = None,
                   progress: bool = True, scorer: Any = None) -> dict:
@@ -494,6 +495,7 @@ def _assemble(ctx: SetContext, shard_idx: int, bounds: tuple[int, int], total_se
             "candidates_per_set": ctx.sets.candidates_per_set,
             "unet_evals_per_image": totals["unet_evals"] / totals["images"] if totals["images"] else None,
             "attention_control": ctx.settings.control, "steps": ctx.settings.steps,
+            "batch_size": ctx.settings.batch_size, "threads": runner.torch_threads(),
             # off: target and CLIP settings play no part, so they are not reported
             "adaptive": ({**asdict(ctx.adaptive), "clip_role": ctx.clip_role, **asdict(ctx.clip)}
                          if ctx.adaptive.enabled else {"enabled": False}),
@@ -538,19 +540,12 @@ def merge_set_shards(shard_dirs: Sequence[str | os.PathLike], out_dir: str | os.
         groups = "; ".join(f"{str(d)[:12]}: {', '.join(v)}" for d, v in sorted(by_table.items(), key=str))
         raise input_error("set shard", None, f"shards were made from different caption-set tables ({groups})",
                           f"rerun {_RERUN} for every shard on the same --sets table, then merge again")
-    seen: dict[int, str] = {}
-    for label, s in summaries.items():
-        if s["shard"] in seen:
-            raise input_error(label, None, f"shard {s['shard']} is also in {seen[s['shard']]}",
-                              "list each shard folder once")
-        seen[s["shard"]] = label
     if summaries:
         first = next(iter(summaries.values()))
-        expected = set(range(math.ceil(first["sets_total"] / first["set_shard_size"])))
-        if set(seen) != expected:
-            raise input_error(out_dir, None, f"shard(s) {sorted(expected - set(seen))} missing "
-                              f"({first['sets_total']} sets in shards of {first['set_shard_size']})",
-                              f"run {_RERUN} for the missing shards and pass every shard folder")
+        runner.check_shard_plan(summaries, out_dir,
+                                expected=range(math.ceil(first["sets_total"] / first["set_shard_size"])),
+                                plan=f"{first['sets_total']} sets in shards of {first['set_shard_size']}",
+                                rerun=_RERUN)
     frames = []
     out_dir.mkdir(parents=True, exist_ok=True)
     with (atomic_dir(out_dir / "images") if copy_images else contextlib.nullcontext()) as tmp_images:
@@ -580,6 +575,8 @@ def merge_set_shards(shard_dirs: Sequence[str | os.PathLike], out_dir: str | os.
         for k, v in s.get("sets_by_segment", {}).items():
             segs[k] = segs.get(k, 0) + v
     summary.update(shards=len(summaries), sets_by_segment=dict(sorted(segs.items())), config_digest=digest,
+                   batch_size=runner.common_value(summaries.values(), "batch_size"),
+                   threads=runner.common_value(summaries.values(), "threads"),
                    sets_digest=next(iter(by_table), None), images_copied=copy_images)
     write_json(out_dir / "summary.json", summary)
     return summary

@@ -197,6 +197,7 @@ class ImagePairStage(runner.ShardStage):
             log.info("caption %s: none of %d candidates passed the CLIP filter", cid, len(outcome.scores))
 
 
+@runner.locks_shard
 def run_shard(cfg: dict, pairs_path: str | os.PathLike, shard: int | str, out_dir: str | os.PathLike, *,
               engine: P2PEngine | None = None, scorer=None,
               hook: Callable[[int, str], None] | None = None, progress: bool = True) -> dict:
@@ -237,11 +238,15 @@ def run_shard(cfg: dict, pairs_path: str | os.PathLike, shard: int | str, out_di
              shard_idx, lo, hi, len(rows), len(rejected))
     with runner.progress_bar(len(todo), f"images shard {shard_idx:05d}", "caption", progress) as bar:
         runner.run_stage(ImagePairStage(ctx, cache, engine, scorer), todo, hook=hook, bar=bar)
-    return _assemble_shard(ctx, shard_idx, (lo, hi), todo, rejected, cache, out_dir, ctx.selection.top_k)
+    # the plan a merge checks its shards against: every shard holding pairs of this table must be merged
+    plan = {"shard_size": size, "pairs_total": int(len(df)),
+            "source_index_max": int(df["source_index"].max()) if len(df) else -1,
+            "pairs_digest": runner.fingerprint(df[list(PAIR_COLUMNS)].to_dict("records"))}
+    return _assemble_shard(ctx, shard_idx, (lo, hi), todo, rejected, cache, out_dir, ctx.selection.top_k, plan)
 
 
 def _assemble_shard(ctx: ShardContext, shard_idx: int, bounds: tuple[int, int], todo: list[dict],
-                    rejected: list[dict], cache: runner.WorkCache, out_dir: Path, top_k: int) -> dict:
+                    rejected: list[dict], cache: runner.WorkCache, out_dir: Path, top_k: int, plan: dict) -> dict:
     """Build the shard's outputs from the per-caption cache, deterministically (source_index order)."""
     import pandas as pd
 
@@ -286,7 +291,7 @@ def _assemble_shard(ctx: ShardContext, shard_idx: int, bounds: tuple[int, int], 
         selected_df = _frame(selected_rows, SELECTED_SCHEMA)
         with_sel = selected_df["caption_id"].nunique() if len(selected_df) else 0
         summary = {
-            "shard": shard_idx, "source_index_range": list(bounds),
+            "shard": shard_idx, "source_index_range": list(bounds), **plan,
             "captions": len(todo) + len(rejected), "captions_rejected": len(rejected),
             "rejected_captions": rejected, "captions_generated": len(todo),
             "captions_with_selection": int(with_sel), "pairs_selected": len(selected_df),
@@ -295,6 +300,7 @@ def _assemble_shard(ctx: ShardContext, shard_idx: int, bounds: tuple[int, int], 
             "adaptive": ctx.selection.adaptive, "top_k": top_k, "candidates_per_pair": ctx.n_candidates,
             "attention_control": ctx.settings.control, "steps": ctx.settings.steps,
             "batch_size": ctx.settings.batch_size,   # resolved (`auto` -> the device's): the adaptive replay's layout
+            "threads": runner.torch_threads(),       # CPU kernels may round differently with another thread count
             "config_digest": images_config_digest(ctx.cfg),
         }
         return {"candidate_scores.parquet": scores_df, "selected_pairs.parquet": selected_df}, summary
@@ -304,6 +310,34 @@ def _assemble_shard(ctx: ShardContext, shard_idx: int, bounds: tuple[int, int], 
              shard_idx, summary["pairs_selected"], len(todo), totals["candidates_generated"],
              totals["candidates_passed"], totals["unet_evals"])
     return summary
+
+
+def _check_plan(loaded: dict[str, dict], out_dir: Path) -> None:
+    """Every shard of the pair table once: shards ``0 .. source_index_max // shard_size`` (later, empty shards of
+    the caption count may be passed too), all made from one pair table, their captions adding up to it."""
+    rerun = "`counterfactory images generate`"
+    if not loaded:
+        return
+    older = [label for label, s in loaded.items() if "pairs_total" not in s]
+    if older:   # written by an older version: no plan recorded; at least no gap and no shard twice
+        log.warning("%s: image shard summary without pairs_total (older version): checking only that the shard "
+                    "numbers run from 0 without a gap", older[0])
+        numbers = [int(s["shard"]) for s in loaded.values()]
+        runner.check_shard_plan(loaded, out_dir, expected=range(max(numbers) + 1), rerun=rerun, exact=False,
+                                plan="shard numbers from 0 without a gap")
+        return
+    tables = {(s["pairs_digest"], s["pairs_total"], s["source_index_max"], s["shard_size"]) for s in loaded.values()}
+    if len(tables) > 1:
+        raise input_error(out_dir, None, "the shards were made from different caption-pair tables or shard sizes",
+                          f"rerun {rerun} for every shard with one --pairs file and one images.shard_size")
+    _, total, top, size = tables.pop()
+    runner.check_shard_plan(loaded, out_dir, expected=range(top // size + 1 if top >= 0 else 0), exact=False,
+                            rerun=rerun, plan=f"{total} caption pairs with source_index up to {top} in shards "
+                                              f"of {size}")
+    held = sum(int(s.get("captions", 0)) for s in loaded.values())
+    if held != total:
+        raise input_error(out_dir, None, f"the shards hold {held} of the {total} caption pairs of their table",
+                          f"rerun {rerun} for every shard of the table and pass every shard folder")
 
 
 def merge_shards(shard_dirs: Sequence[str | os.PathLike], out_dir: str | os.PathLike) -> dict:
@@ -319,6 +353,7 @@ def merge_shards(shard_dirs: Sequence[str | os.PathLike], out_dir: str | os.Path
         "`counterfactory images generate`",
         fix="rerun that shard's `counterfactory images generate` job (snakemake does this)")
     summaries = [loaded[str(Path(d) / "summary.json")] for d in shard_dirs]
+    _check_plan(loaded, out_dir)
     for d in map(Path, shard_dirs):
         sel = pd.read_parquet(d / "selected_pairs.parquet")
         for col in ("image_0", "image_1"):
@@ -339,8 +374,8 @@ def merge_shards(shard_dirs: Sequence[str | os.PathLike], out_dir: str | os.Path
             "candidates_generated", "candidates_passed", "unet_evals", "stopped_early")
     summary = {k: int(sum(s.get(k, 0) for s in summaries)) for k in keys}
     summary["shards"] = len(summaries)
-    batch_sizes = {s.get("batch_size") for s in summaries}
-    summary["batch_size"] = batch_sizes.pop() if len(batch_sizes) == 1 else None   # None: shards differ
+    summary["batch_size"] = runner.common_value(summaries, "batch_size")   # None: shards differ
+    summary["threads"] = runner.common_value(summaries, "threads")
     summary["config_digest"] = digest
     summary["rejected_captions"] = [r for s in summaries for r in s.get("rejected_captions", [])]
     summary["unet_evals_per_selected_pair"] = (summary["unet_evals"] / summary["pairs_selected"]

@@ -36,6 +36,7 @@ __all__ = [
     "bias_amplification",
     "directional_bias_amplification",
     "lic_score",
+    "gender_balanced_split",
 ]
 
 
@@ -430,3 +431,34 @@ def lic_score(probabilities: Any, labels: Any, *, percent: bool = False) -> floa
         conf = p[np.arange(p.shape[0]), pred]
     score = float(np.mean((pred == y) * conf))
     return 100.0 * score if percent else score
+
+
+def gender_balanced_split(labels: Any, test_ratio: float = 0.1, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Train / test indices of the leakage classifier's gender-balanced split (Hirota et al. 2022's default).
+
+    ``labels``: binary 0/1 class of each example. Both classes are cut to the smaller one's size by a seeded random
+    draw (the examples left out are in neither part), then ``round(n_per_class * test_ratio)`` examples of each
+    class go to the test part and the rest to the training part. Balanced parts keep class imbalance alone from
+    raising LIC: a classifier that learns nothing scores about chance on a balanced test set. The draw depends only
+    on ``labels`` and ``seed``, so human and model captions of the same images share a split. Indices are sorted.
+    """
+    y = as_array(labels, "labels", ndim=1)
+    if y.size == 0:
+        raise ValueError("labels: is empty")
+    if np.any((y != 0) & (y != 1)):
+        raise ValueError("labels: expected 0/1 class labels")
+    if not 0.0 < float(test_ratio) < 1.0:
+        raise ValueError(f"test_ratio: expected a number in (0, 1), got {test_ratio!r}")
+    rng = np.random.default_rng(int(seed))
+    members = [np.flatnonzero(y == c) for c in (0, 1)]
+    n = min(len(m) for m in members)
+    n_test = int(round(n * float(test_ratio)))
+    if n == 0 or n_test == 0 or n_test == n:
+        raise ValueError(f"gender_balanced_split: {n} examples of the smaller class leave no train or no test part "
+                         f"at test_ratio {test_ratio}")
+    train, test = [], []
+    for m in members:
+        chosen = rng.permutation(m)[:n]
+        test.append(chosen[:n_test])
+        train.append(chosen[n_test:])
+    return np.sort(np.concatenate(train)), np.sort(np.concatenate(test))

@@ -41,6 +41,7 @@ __all__ = [
     "ndkl",
     "bias_at_k",
     "mean_bias_at_k",
+    "AP_NORMALISERS",
     "average_precision_at_k",
     "odmap_relevance",
     "odmap_at_k",
@@ -354,8 +355,34 @@ def mean_bias_at_k(rankings: Iterable[Sequence[Any]], k: int) -> float:
 # --------------------------------------------------------------------------------------------
 # AP@k and ODmAP@k
 # --------------------------------------------------------------------------------------------
-def average_precision_at_k(relevance: Any, k: int, n_relevant: int | None = None) -> float:
-    """AP@k of one ranked list: ``(1/min(k, R)) Σ_{j=1}^{k} P@j · rel_j`` in [0, 1].
+#: AP@k normalisers (the divisor of ``Σ_{j<=k} P@j · rel_j``); see :func:`average_precision_at_k`
+AP_NORMALISERS = ("min_k_relevant", "hits_in_top_k", "relevant")
+
+
+def _check_normaliser(normaliser: str) -> str:
+    if normaliser not in AP_NORMALISERS:
+        raise ValueError(f"normaliser: expected one of {', '.join(AP_NORMALISERS)}, got {normaliser!r}")
+    return normaliser
+
+
+def _ap_divisor(normaliser: str, k: int, hits_in_top: Any, total: Any) -> Any:
+    """Divisor of the summed precisions: ``min(k, R)``, ``max(1, hits in the top k)`` or ``R``."""
+    if normaliser == "hits_in_top_k":
+        return np.maximum(hits_in_top, 1)
+    if normaliser == "relevant":
+        return total
+    return np.minimum(k, total)
+
+
+def average_precision_at_k(relevance: Any, k: int, n_relevant: int | None = None, *,
+                           normaliser: str = "min_k_relevant") -> float:
+    """AP@k of one ranked list: ``(1/N) Σ_{j=1}^{k} P@j · rel_j`` in [0, 1], ``N = min(k, R)`` by default.
+
+    ``normaliser`` picks N: ``min_k_relevant`` (default) ``min(k, R)``, the information-retrieval AP@k;
+    ``hits_in_top_k`` the number of relevant items inside the top k, at least 1 (a list with no hit in
+    its top k scores 0) — pytorch-metric-learning's ``mean_average_precision`` up to release 1.6.0, the
+    library of Musgrave et al. 2020 that Kim et al. 2023 cite for mAP@k; ``relevant`` ``R`` itself (the
+    same library's rule from release 1.6.1 on).
 
     ``relevance`` is the 0/1 relevance of the retrieved items in rank order, ``P@j`` the precision of
     the top j, and ``R`` the total number of relevant items in the gallery: ``n_relevant`` if given
@@ -363,20 +390,20 @@ def average_precision_at_k(relevance: Any, k: int, n_relevant: int | None = None
     Returns ``nan`` when ``R == 0`` (no relevant item: AP is undefined; :func:`odmap_at_k` skips
     such queries). ``k > len(relevance)`` is a ``ValueError``.
 
-    Source: the standard truncated AP used for mAP@k (e.g. Musgrave et al. 2020, "A Metric Learning
-    Reality Check", for the R-normalised family); the ``min(k, R)`` normaliser is our choice for
-    ODmAP@k (Kim et al. 2023 publish no code).
+    Source: the standard truncated AP used for mAP@k; Musgrave et al. 2020, "A Metric Learning
+    Reality Check" (pytorch-metric-learning) for ``hits_in_top_k`` and ``relevant``.
 
     Not ``sklearn.metrics.average_precision_score``: sklearn computes the untruncated AP over scores,
     ``Σ_n (R_n − R_{n−1}) P_n`` over score thresholds, i.e. ``(1/R) Σ_j P@j · rel_j`` over the *whole*
     ranking with tied scores merged into one threshold. AP@k stops at rank k and divides by
-    ``min(k, R)`` (the reference notes, A4), and takes an already ranked list (ties broken by the
+    ``N`` (above), and takes an already ranked list (ties broken by the
     caller). The two agree only for ``k = len(relevance)``, every relevant item listed and no tied
-    scores; the tests check that case against sklearn.
+    scores (any normaliser); the tests check that case against sklearn.
     """
     rel = as_binary_array(relevance, "relevance")
     k = check_k(k)
     check_k_within(k, rel.size, "ranked items in relevance")
+    _check_normaliser(normaliser)
     listed = int(np.count_nonzero(rel))
     if n_relevant is None:
         total = listed
@@ -390,7 +417,7 @@ def average_precision_at_k(relevance: Any, k: int, n_relevant: int | None = None
         return float("nan")
     top = rel[:k].astype(float)
     precision = np.cumsum(top) / np.arange(1, k + 1)
-    return float(np.dot(precision, top) / min(k, total))
+    return float(np.dot(precision, top) / _ap_divisor(normaliser, k, int(top.sum()), total))
 
 
 def _class_matrix(sets: Any, name: str, vocab: dict | None) -> tuple[np.ndarray, dict | None]:
@@ -477,7 +504,8 @@ def _top_k_indices(sim: np.ndarray, k: int) -> np.ndarray:
 
 
 def odmap_at_k(similarity: Any, relevance: Any, k: int, *, percent: bool = True,
-               return_per_query: bool = False) -> float | tuple[float, np.ndarray]:
+               return_per_query: bool = False,
+               normaliser: str = "min_k_relevant") -> float | tuple[float, np.ndarray]:
     """ODmAP@k: mean AP@k of caption retrieval for synthetic (object-removed) query images.
 
     Parameters
@@ -494,18 +522,25 @@ def odmap_at_k(similarity: Any, relevance: Any, k: int, *, percent: bool = True,
     return_per_query:
         Also return the per-query AP@k array (``nan`` for skipped queries), e.g. to combine
         query chunks of a very large gallery yourself (``np.nanmean`` of the concatenation).
+    normaliser:
+        The AP@k divisor (:func:`average_precision_at_k`): ``min_k_relevant`` (default, ``min(k, R_q)``),
+        ``hits_in_top_k`` (relevant captions inside the top k, at least 1: the cited metric-learning
+        library's mAP@k, which the spurious-retrieval study's paper configuration uses) or ``relevant``
+        (``R_q``).
 
     Definition (ours; Kim et al. 2023 published no code)
     ----------------------------------------------------
     Captions are ranked by descending similarity, ties broken by ascending gallery index. For each
-    query, ``AP@k = (1/min(k, R_q)) Σ_{j=1}^{k} P@j · rel_j`` with ``R_q`` the number of relevant
-    captions in the whole gallery (see :func:`average_precision_at_k`); ODmAP@k is the mean over
-    queries. **Queries with R_q = 0 are skipped** (AP undefined); if every query is skipped,
-    ``ValueError``.
+    query, ``AP@k = (1/N_q) Σ_{j=1}^{k} P@j · rel_j`` with ``N_q`` set by ``normaliser`` (``R_q`` is
+    the number of relevant captions in the whole gallery; see :func:`average_precision_at_k`);
+    ODmAP@k is the mean over queries. **Queries with R_q = 0 are skipped** (AP undefined; the
+    metric-learning library drops such "lone" queries too); if every query is skipped, ``ValueError``.
+    A query with relevant captions but none in its top k scores 0 under every normaliser.
 
     Source: Kim, Koepke, Schmid & Akata 2023, "Exposing and Mitigating Spurious Correlations for
-    Cross-Modal Retrieval" (CVPR Workshops), §3.2 — the relevance rule; the AP@k normaliser
-    ``min(k, R_q)`` is our choice. Per query this is :func:`average_precision_at_k`, not sklearn's
+    Cross-Modal Retrieval" (CVPR Workshops), §3.2 — the relevance rule and "mAP@k" of their
+    reference [52] (Musgrave et al. 2020, pytorch-metric-learning): ``normaliser="hits_in_top_k"``.
+    The default ``min(k, R_q)`` is kept for other callers. Per query this is :func:`average_precision_at_k`, not sklearn's
     ``average_precision_score`` (untruncated, ties merged; see there why they differ).
     """
     sim = as_float_array(similarity, "similarity", ndim=2)
@@ -514,6 +549,7 @@ def odmap_at_k(similarity: Any, relevance: Any, k: int, *, percent: bool = True,
         raise ValueError(f"relevance has shape {rel.shape} but similarity has shape {sim.shape}")
     k = check_k(k)
     check_k_within(k, sim.shape[1], "gallery captions")
+    _check_normaliser(normaliser)
     n_q, n_g = sim.shape
     per_query = np.full(n_q, np.nan)
     n_rel_total = np.count_nonzero(rel, axis=1)
@@ -526,7 +562,7 @@ def odmap_at_k(similarity: Any, relevance: Any, k: int, *, percent: bool = True,
         precision = np.cumsum(hits, axis=1) / positions
         total = n_rel_total[r0:r1]
         with np.errstate(divide="ignore", invalid="ignore"):
-            ap = (precision * hits).sum(axis=1) / np.minimum(k, total)
+            ap = (precision * hits).sum(axis=1) / _ap_divisor(normaliser, k, hits.sum(axis=1), total)
         per_query[r0:r1] = np.where(total > 0, ap, np.nan)
     valid = ~np.isnan(per_query)
     if not valid.any():

@@ -1,7 +1,7 @@
 """Identity of model folders by content, and their integrity.
 
 :func:`fingerprint` of a folder is a sha256 over (relative path, sha256 of content) of every file in it (``.git``,
-``__pycache__``, ``*.lock``, logs and our manifest skipped). Per-file hashes are cached in ``file_hashes.json``
+``__pycache__``, ``*.lock``, logs, Snakemake's ``.snakemake_timestamp`` and our manifest skipped). Per-file hashes are cached in ``file_hashes.json``
 (``$COUNTERFACTORY_CACHE_DIR``, else ``$XDG_CACHE_HOME/counterfactory``, else ``~/.cache/counterfactory``) keyed by
 the resolved path and its size, mtime_ns, ctime_ns and inode, so unchanged multi-GB weights are not re-read.
 Folders built by ``counterfactory models build-tiny`` carry ``counterfactory-manifest.json`` (sha256 of every
@@ -38,7 +38,9 @@ CACHE_FORMAT = 1
 RACY_NS = 2_000_000_000
 #: folders and files that are not part of a model's content
 SKIP_DIRS = frozenset({".git", "__pycache__", ".ipynb_checkpoints", ".snakemake", ".cache"})
-SKIP_NAMES = frozenset({".DS_Store", MANIFEST_NAME})
+#: Snakemake's marker in every folder output (``directory(...)``): its mtime, not the model, changes per run
+SNAKEMAKE_TIMESTAMP = ".snakemake_timestamp"
+SKIP_NAMES = frozenset({".DS_Store", MANIFEST_NAME, SNAKEMAKE_TIMESTAMP})
 SKIP_SUFFIXES = (".lock", ".log", ".pyc", ".incomplete")
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _HEX40 = re.compile(r"[0-9a-f]{40}")
@@ -146,8 +148,8 @@ def _skipped(name: str) -> bool:
 
 def content_files(root: str | os.PathLike, skip: bool = True) -> list[tuple[str, Path]]:
     """(relative POSIX path, path) of every file under ``root``, sorted; symlinks to files count as
-    files (HF-cache snapshots). ``skip`` leaves out ``.git``, ``__pycache__``, locks, logs and our
-    manifest. Unreadable folders raise :class:`PermissionError`/:class:`OSError`."""
+    files (HF-cache snapshots). ``skip`` leaves out ``.git``, ``__pycache__``, locks, logs, Snakemake's
+    ``.snakemake_timestamp`` (written into every folder output after the job) and our manifest. Unreadable folders raise :class:`PermissionError`/:class:`OSError`."""
     root = Path(root)
 
     def fail(exc: OSError):

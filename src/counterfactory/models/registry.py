@@ -23,9 +23,12 @@ their blob names (LFS blobs are named by their sha256, other blobs by their git 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
+import signal
+import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -73,6 +76,11 @@ DEFAULT_LIBRARY = {
     "itm_vilt": "transformers",
     "itm_blip": "transformers",
     "clip_open_clip": "open_clip",
+    "negclip": "open_clip",  # CounterCurate Table 3: NegCLIP's released OpenCLIP checkpoint, loaders_clip_family
+    "alip": "open_clip",     # SocialCounterfactuals §4.2: released checkpoints, loaders_clip_family
+    "laclip": "open_clip",
+    "slip": "open_clip",
+    "vsepp": "vsepp",        # spurious-correlation retrieval §4.1: VSE++ (our torch module, counterfactory.models.vsepp)
 }
 
 
@@ -158,14 +166,44 @@ def load(cfg: dict, role: str, **kwargs) -> Any:
             f"role '{role}' ({spec.library}): local model path {spec.local_path} does not exist. "
             f"Fix: {sources.how_to_get(spec, cfg)}"
         )
-    try:
-        obj = loader(spec, kwargs)
-    except ModelLoadError:
-        raise
-    except Exception as exc:  # library errors vary (OSError, ValueError, HF hub errors ...)
-        raise ModelLoadError(_load_failure_message(spec, exc, cfg)) from exc
+    if sources.path_like(spec) and not sources.could_be_hub_id(spec):
+        raise ModelLoadError(sources.both_readings(spec, cfg))   # not a folder here, and no hub id has 2 slashes
+    with _noting_interrupts() as interrupted:
+        try:
+            obj = loader(spec, kwargs)
+        except ModelLoadError:
+            raise
+        except Exception as exc:  # library errors vary (OSError, ValueError, HF hub errors ...)
+            if interrupted["hit"]:   # Ctrl-C that the library turned into another error: the user stopped it
+                raise KeyboardInterrupt from exc
+            raise ModelLoadError(_load_failure_message(spec, exc, cfg)) from exc
     _record(spec, obj)
     return obj
+
+
+@contextlib.contextmanager
+def _noting_interrupts():
+    """Note a Ctrl-C (SIGINT) during a model load: libraries sometimes catch the ``KeyboardInterrupt`` and raise
+    another error (a half-read file, a worker thread's failure), which must end as "interrupted", not as "could not
+    load ... rebuild it". The handler in place keeps acting as before; only the main thread installs one."""
+    state = {"hit": False}
+    if threading.current_thread() is not threading.main_thread():
+        yield state
+        return
+    previous = signal.getsignal(signal.SIGINT)
+
+    def handler(signum, frame):
+        state["hit"] = True
+        if callable(previous):
+            previous(signum, frame)
+        elif previous != signal.SIG_IGN:
+            raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, handler)
+    try:
+        yield state
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _load_failure_message(spec: ModelSpec, exc: Exception, cfg: dict | None = None) -> str:
@@ -191,6 +229,9 @@ def _load_failure_message(spec: ModelSpec, exc: Exception, cfg: dict | None = No
             f"pre-fill the cache"
         )
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    if sources.path_like(spec) and resolve_hub(spec)[0] is None:
+        # 'probe/clip' may be a folder given without ./ or a hub id: neither was found, so say both readings
+        return f"{sources.both_readings(spec, cfg)} (the loader said: {first})"
     return f"role '{spec.role}' ({spec.library}): could not load {tried}: {first}. Fix: {fix}"
 
 
@@ -330,8 +371,11 @@ def verify_role(cfg: dict, role: str, *, use_cache: bool = False) -> dict:
         raise _identity_error(spec, folder, exc) from exc
     report.update(method=method, problems=problems)
     if method == "manifest":
+        builder = _manifest_builder(folder)
         report["fix"] = (f"rebuild with `counterfactory models build-tiny --config <config> --role {role} --force`"
-                         if _manifest_builder(folder) == TINY_BUILDER else
+                         if builder == TINY_BUILDER else
+                         f"rebuild with `counterfactory models build-vsepp --captions <training captions> --out {folder}`"
+                         if builder == VSEPP_BUILDER else
                          f"restore {folder} from its source (its manifest no longer matches)")
     elif method == "hf-cache":
         repo = hf_snapshot(folder)
@@ -342,6 +386,7 @@ def verify_role(cfg: dict, role: str, *, use_cache: bool = False) -> dict:
 
 
 TINY_BUILDER = "counterfactory.models.tiny"
+VSEPP_BUILDER = "counterfactory.models.vsepp"   # a fresh VSE++ folder (vsepp.build)
 
 
 def _manifest_builder(folder: Path) -> str | None:
@@ -456,6 +501,18 @@ def _load_t2i(spec: ModelSpec, kw: dict):
     return AutoPipelineForText2Image.from_pretrained(_src(spec), **extra, **_hf_kwargs(spec))
 
 
+@register_loader("vsepp")
+def _load_vsepp(spec: ModelSpec, kw: dict):
+    """``(VSEPP, VSEPPProcessor)`` from a VSE++ folder (config.json, model.safetensors, vocab.json); VSE++ has no
+    hub checkpoint: the folder is made by ``counterfactory models build-vsepp`` or by training."""
+    from .vsepp import load as load_vsepp
+
+    if not spec.is_local:
+        raise ModelLoadError(f"role '{spec.role}' (vsepp): {spec.source!r} is not a local folder, and VSE++ has no hub "
+                             f"checkpoint. Fix: {sources.how_to_get(spec)}")
+    return load_vsepp(spec.local_path)
+
+
 # loaders of the evaluation roles (ITM families, open_clip) register themselves on import
 from . import loaders_eval  # noqa: E402,F401
 from . import loaders_nsfw  # noqa: E402,F401  (the nsfw role: SocialCounterfactuals §3.4)
@@ -463,3 +520,4 @@ from . import loaders_vlm  # noqa: E402,F401  (the vlm role: CounterCurate §3.5
 from . import loaders_llm  # noqa: E402,F401  (the llm role: CounterCurate §3.4 / app. A-B, GPT-4(V) stand-in)
 from . import loaders_editing  # noqa: E402,F401  (CVLD: editor = InstructPix2Pix, image_encoder = Swin)
 from . import loaders_inpaint  # noqa: E402,F401  (inpaint = LaMa through lama-cleaner, object removal)
+from . import loaders_clip_family  # noqa: E402,F401  (alip / laclip / slip: SocialCounterfactuals §4.2 released files)

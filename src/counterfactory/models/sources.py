@@ -13,6 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from . import convert_blip
+
 if TYPE_CHECKING:
     from .registry import ModelSpec
 
@@ -77,6 +79,9 @@ def _open_clip(spec: ModelSpec) -> str:
     if spec.is_local:
         return (f"put an open_clip model folder (open_clip_config.json and the weights) at {spec.local_path}, or "
                 f"set models.{spec.role}.source to an architecture name with models.{spec.role}.pretrained")
+    released = _released_checkpoint(spec)
+    if released:
+        return released
     weights = open_clip_weights(spec)
     if weights.get("hf_hub"):
         files = weights["file"] or "--include 'open_clip_*'"
@@ -91,12 +96,59 @@ def _open_clip(spec: ModelSpec) -> str:
             "them all")
 
 
+def _released_checkpoint(spec: ModelSpec) -> str | None:
+    """A role whose ``pretrained`` is a released weights file that is not on the hub (NegCLIP, ALIP, LaCLIP, SLIP):
+    where the file comes from and where the config expects it."""
+    pretrained = str(spec.pretrained or "")
+    if not pretrained.endswith((".pt", ".pth", ".bin", ".safetensors")):
+        return None
+    from .loaders_clip_family import FAMILIES
+
+    family = FAMILIES.get(spec.role)
+    where = f"the released {family.name} checkpoint ({family.url})" if family else "the released weights file"
+    return f"download {where} to {pretrained}, or set models.{spec.role}.pretrained to where it is"
+
+
 def hub_id(spec: ModelSpec) -> str:
     """The hub repository a non-local role's ``hf download`` fetches."""
     repo = spec.source.removeprefix("hf-hub:")
     if spec.library == "sentence_transformers" and "/" not in repo:
         return f"sentence-transformers/{repo}"
     return repo
+
+
+def path_like(spec: ModelSpec) -> bool:
+    """Whether a source that is not a local folder here is also readable as a relative path (``probe/models/sd``,
+    ``models/clip``): written with a ``/`` but without ``./``, ``hf-hub:`` or an open_clip architecture name."""
+    source = spec.source
+    return (not spec.is_local and "/" in source and not source.startswith("hf-hub:") and "://" not in source
+            and not (spec.library == "open_clip" and spec.pretrained))
+
+
+def could_be_hub_id(spec: ModelSpec) -> bool:
+    """Hub repository ids are ``owner/name``: one ``/``, no empty part."""
+    parts = spec.source.removeprefix("hf-hub:").split("/")
+    return len(parts) <= 2 and all(parts)
+
+
+def both_readings(spec: ModelSpec, cfg: dict | None = None) -> str:
+    """The message for a path-like source found neither as a folder nor in the hub cache: both readings, the
+    working directory the relative path was resolved against, and the fix for each."""
+    import os
+
+    here = Path(os.getcwd()) / spec.source
+    offline = os.environ.get("HF_HUB_OFFLINE") in ("1", "true", "True")
+    hub = (f"as a hub id, {spec.source!r} is not in the Hugging Face cache"
+           + (" (HF_HUB_OFFLINE is set, so nothing is downloaded)" if offline else "") if could_be_hub_id(spec) else
+           f"as a hub id, {spec.source!r} is impossible (hub ids are 'owner/name', with one '/')")
+    fix = f"if it is a folder, give its path as ./{spec.source} or an absolute path, and make sure it exists"
+    if could_be_hub_id(spec):
+        revision = f" --revision {spec.revision}" if spec.revision else ""
+        fix += (f"; if it is a hub id, fill the Hugging Face cache{' on a connected machine' if offline else ''}: "
+                f"`hf download {hub_id(spec)}{revision}`")
+    return (f"role '{spec.role}' ({spec.library}): models.{spec.role}.source {spec.source!r} was found neither "
+            f"way: as a local folder, {here} does not exist (relative to the working directory {os.getcwd()}); "
+            f"{hub}. Fix: {fix}")
 
 
 def how_to_get(spec: ModelSpec, cfg: dict | None = None) -> str:
@@ -107,6 +159,12 @@ def how_to_get(spec: ModelSpec, cfg: dict | None = None) -> str:
         return _build_tiny(spec)
     if spec.library == "open_clip":
         return _open_clip(spec)
+    if spec.library == "vsepp":   # VSE++ has no hub checkpoint: a folder built from the training captions
+        out = spec.local_path if spec.is_local else f"resources/models/{spec.role}"
+        return (f"build it: `counterfactory models build-vsepp --captions <training captions> --out {out}` (the CNN "
+                f"from torchvision's ImageNet weights; docs/models.md#vse), and set models.{spec.role}.source to {out}")
+    if spec.is_local and (blip := convert_blip.setup_hint(spec.role, spec.local_path)):
+        return blip  # pre-trained BLIP exists only in the original layout: convert it
     if spec.is_local:
         return (f"put the model's files at {spec.local_path} (e.g. `hf download <hub id> --local-dir "
                 f"{spec.local_path}`), or set models.{spec.role}.source to a hub id")

@@ -188,11 +188,65 @@ def build_vae(out: Path, seed: int = 0) -> None:
     vae.save_pretrained(out, safe_serialization=True)
 
 
+def build_vsepp(out: Path, seed: int = 0) -> None:
+    """Tiny VSE++ (:mod:`.vsepp`: the ``tiny`` CNN, 16-d joint space, 8-d words, a one-layer GRU), its
+    vocabulary from the caption corpus (words seen twice or more), 32-pixel images, random weights."""
+    from . import vsepp
+
+    model, processor = vsepp.make(caption_corpus(seed=seed + 2), backbone="tiny", imagenet=None, seed=seed,
+                                  min_count=2, embed_size=16, word_dim=8, image_size=32, resize=32, max_length=40)
+    model.save_pretrained(out)
+    processor.save_pretrained(out)
+
+
+#: names of the tiny builders (:func:`builders`' keys, kept here so the workflow can check a config at parse
+#: time without importing the builders' libraries; tests/test_registry.py keeps the two equal). The folder
+#: name under ``tiny_models.out_dir`` picks the builder (``clip_train`` may point at ``.../tiny/clip_eval``).
+BUILDER_NAMES = frozenset({
+    "captioner", "clip_eval", "clip_filter", "clip_open_clip", "editor", "gligen", "gligen_inpaint", "image_encoder",
+    "inpaint", "itm", "itm_blip", "itm_bridgetower", "itm_flava", "itm_vilt", "llm", "lm", "mlm", "nsfw", "sd",
+    "sentence", "t2i", "vae", "vlm", "vsepp",
+})
+
+
+def tiny_sources(cfg: dict) -> list[str]:
+    """The tiny-model folders the configured roles point at (sources directly under ``tiny_models.out_dir``),
+    sorted. A folder whose name is no tiny builder is a config mistake: :class:`ConfigError` naming every
+    such ``models.<role>`` key, raised while the workflow is parsed -- before the one build job could run,
+    fail and have Snakemake delete every tiny model it declares."""
+    import difflib
+
+    from ..errors import ConfigError
+
+    tiny_dir = (cfg.get("tiny_models") or {}).get("out_dir")
+    if not tiny_dir:
+        return []
+    found, problems = set(), []
+    for role, entry in (cfg.get("models") or {}).items():
+        source, key = (entry.get("source"), f"models.{role}.source") if isinstance(entry, dict) else \
+            (entry, f"models.{role}")
+        if not isinstance(source, str) or Path(source).parent != Path(tiny_dir):
+            continue
+        name = Path(source).name
+        if name not in BUILDER_NAMES:
+            close = difflib.get_close_matches(name, sorted(BUILDER_NAMES), n=1)
+            hint = f"did you mean {str(Path(tiny_dir) / close[0])!r}? " if close else ""
+            problems.append(f"{key}: {source!r} is inside tiny_models.out_dir ({tiny_dir}) but there is no tiny "
+                            f"builder named {name!r} (the folder name picks it). Fix: {hint}correct the path, or "
+                            f"put a model that is not a tiny stand-in outside {tiny_dir}")
+            continue
+        found.add(source)
+    if problems:
+        raise ConfigError("unknown tiny model builder:\n  - " + "\n  - ".join(problems)
+                          + f"\n(tiny builders: {', '.join(sorted(BUILDER_NAMES))}; built models are left as they are)")
+    return sorted(found)
+
+
 def builders() -> dict[str, Callable[[Path, int], None]]:
     """Every role that has a tiny builder (text roles and ``vae`` here, image and evaluation roles beside)."""
     from . import tiny_editing, tiny_eval, tiny_gligen, tiny_lama, tiny_llm, tiny_nsfw, tiny_vision, tiny_vlm
 
-    return {"mlm": build_mlm, "lm": build_lm, "sentence": build_sentence, "vae": build_vae,
+    return {"mlm": build_mlm, "lm": build_lm, "sentence": build_sentence, "vae": build_vae, "vsepp": build_vsepp,
             **tiny_vision.BUILDERS, **tiny_eval.BUILDERS, **tiny_nsfw.BUILDERS, **tiny_gligen.BUILDERS,
             **tiny_vlm.BUILDERS, **tiny_llm.BUILDERS, **tiny_lama.BUILDERS, **tiny_editing.BUILDERS}
 
@@ -202,7 +256,10 @@ def build(role: str, out_dir: str | Path, seed: int = 0, force: bool = False) ->
     with ``counterfactory-manifest.json`` listing the sha256 of every file (checked by ``models check``)."""
     table = builders()
     if role not in table:
-        raise KeyError(f"no tiny builder for role {role!r}; known: {sorted(table)}")
+        from ..errors import ConfigError
+
+        raise ConfigError(f"no tiny builder named {role!r} (--role or a tiny_models.out_dir folder name). "
+                          f"Fix: use one of {', '.join(sorted(table))}")
     target = Path(out_dir) / role
     if target.exists() and not force:
         log.info("tiny %s already at %s", role, target)

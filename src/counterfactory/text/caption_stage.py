@@ -29,7 +29,7 @@ from .. import provenance
 from ..device import from_config as device_from_config
 from ..data.layouts import ACCEPTED_COLUMNS
 from ..errors import input_error, missing_input
-from ..io import check_digests, config_digest, write_json, write_parquet, write_text
+from ..io import check_digests, config_digest, read_table, write_json, write_parquet, write_text
 from ..models import registry
 from . import captions as cap
 
@@ -56,7 +56,15 @@ def read_shard(path: str | Path, shard: int, shard_size: int) -> pd.DataFrame:
     path = Path(path)
     if not path.exists():
         raise missing_input(path, "caption table", "run `counterfactory data captions` (rule `data_captions`) first")
-    table = pd.read_parquet(path)
+    if path.suffix.lower() in (".csv", ".tsv"):
+        sep = ", sep='\\t'" if path.suffix.lower() == ".tsv" else ""
+        raise input_error(path, None, f"a {path.suffix[1:].upper()} file, but the caption table must be parquet",
+                          "make the table with `counterfactory data captions` (or `data own-captions` for your own "
+                          "data), or convert yours, keeping ids as text: python -c \"import pandas as pd; "
+                          f"pd.read_csv('{path.name}'{sep}, dtype={{'caption_id': str}}).to_parquet("
+                          f"'{path.stem}.parquet', index=False)\" (columns caption_id, image_id, caption)")
+    table = read_table(path, "caption table", "regenerate it with `counterfactory data captions`",
+                       formats=("parquet",))
     for col in ("caption_id", "image_id", "caption"):
         if col not in table.columns:
             raise input_error(path, None, f"missing column {col!r}", "regenerate it with `counterfactory data captions`")

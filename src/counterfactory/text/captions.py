@@ -51,6 +51,8 @@ NOT_LOWEST_PERPLEXITY = "not_lowest_perplexity"
 EMPTY_CAPTION = "empty_caption"   # caption-level: missing, NaN, non-text or blank caption
 TOO_LONG = "too_long"             # caption (or candidate) longer than the MLM's / LM's positions
 PERPLEXITY_UNDEFINED = "perplexity_undefined"  # no scored token (1-token candidate without BOS): NaN
+# which fills may be kept (B.1.1): the authors' code, or our stricter variant
+FILL_RULES = ("reference", "strict")
 REASONS = (NOT_WHOLE_WORD, SAME_WORD, DUPLICATE, TOKEN_COUNT_CHANGED, NOT_NOUN, SIMILARITY_BELOW,
            SIMILARITY_ABOVE, NOT_LOWEST_PERPLEXITY, EMPTY_CAPTION, TOO_LONG, PERPLEXITY_UNDEFINED)
 
@@ -66,6 +68,11 @@ class EditSettings:
     similarity_high: float = 0.91
     per_caption: int = 1
     batch_size: int = 64
+    fill_rule: str = "reference"  # "reference" (the authors' code) or "strict" (ours); see check_fill
+
+    def __post_init__(self):
+        if self.fill_rule not in FILL_RULES:
+            raise ValueError(f"fill_rule must be one of {FILL_RULES}, not {self.fill_rule!r}")
 
     @classmethod
     def from_config(cls, section: dict) -> "EditSettings":
@@ -77,6 +84,7 @@ class EditSettings:
             similarity_high=float(section["similarity_high"]),
             per_caption=int(section["counterfactuals_per_caption"]),
             batch_size=int(section["batch_size"]),
+            fill_rule=str(section.get("fill_rule", "reference")),
         )
 
     def in_band(self, sim: float) -> bool:
@@ -91,6 +99,7 @@ class Fill:
     word: str  # the proposed text, stripped of the tokenizer's word-boundary marker
     word_start: bool  # the token begins a new word (carries the leading-space marker)
     rank: int  # 0 = most probable
+    sequence: str | None = None  # the whole masked text decoded with this fill (what a fill-mask pipeline returns)
 
 
 class FillMasker(Protocol):
@@ -167,21 +176,45 @@ def substitute(text: str, site: MaskSite, word: str) -> str:
     return text[: site.start] + word + text[site.end:]
 
 
+def decoded_sequence(text: str, site: MaskSite, fill: Fill) -> str:
+    """The candidate as a fill-mask pipeline returns it: the masked text decoded with the fill in place. The
+    model's own decoding when the masker gives it (``fill.sequence``); otherwise a token that does not start a
+    word is glued to the word before it, as a byte-level BPE decoder does."""
+    if fill.sequence is not None:
+        return fill.sequence
+    before = text[: site.start]
+    if not fill.word_start:
+        before = before.rstrip(" ")
+    return before + fill.word + text[site.end:]
+
+
 def check_fill(text: str, site: MaskSite, fill: Fill, tagger: Tagger, n_tokens: int,
-               fill_tags: Iterable[str]) -> tuple[str | None, str]:
-    """Return ``(reason, candidate_text)``: reason is None when the fill is acceptable."""
+               fill_tags: Iterable[str], rule: str = "reference") -> tuple[str | None, str]:
+    """Return ``(reason, candidate_text)``: reason is None when the fill is acceptable.
+
+    ``rule="reference"`` (the authors' code, B.1.1): ``text`` is the NLTK tokens joined by spaces, the candidate
+    is the decoded sequence, and a fill is kept when the candidate has the same NLTK token count and the token
+    at the noun's position is tagged as in ``fill_tags`` (any spelling: "t-shirt", "3D"). ``rule="strict"``
+    (ours): the fill replaces the noun inside the original text and must be one alphabetic word starting where
+    the noun started. Both reject the original word itself (the reference does too, through the similarity
+    band's upper bound: an unchanged caption scores ~1)."""
     word = fill.word
-    candidate = substitute(text, site, word)
-    preceded_by_space = site.start > 0 and text[site.start - 1].isspace()
-    if not word or not word.isalpha() or (preceded_by_space and not fill.word_start):
-        return NOT_WHOLE_WORD, candidate
+    if rule == "reference":
+        candidate = decoded_sequence(text, site, fill)
+        if not word.strip():
+            return NOT_WHOLE_WORD, candidate
+    else:
+        candidate = substitute(text, site, word)
+        preceded_by_space = site.start > 0 and text[site.start - 1].isspace()
+        if not word or not word.isalpha() or (preceded_by_space and not fill.word_start):
+            return NOT_WHOLE_WORD, candidate
     if word.lower() == site.original_word.lower():
         return SAME_WORD, candidate
     tagged = tagger(candidate)
     if len(tagged) != n_tokens:
         return TOKEN_COUNT_CHANGED, candidate
     tok, tag = tagged[site.position]
-    if tok != word or tag not in set(fill_tags):
+    if tag not in set(fill_tags) or (rule == "strict" and tok != word):
         return NOT_NOUN, candidate
     return None, candidate
 
@@ -193,6 +226,27 @@ class CaptionResult:
     accepted: list[dict] = field(default_factory=list)
     rejected: list[dict] = field(default_factory=list)
     counts: dict = field(default_factory=dict)
+
+
+def prompt_text_problem(text) -> str | None:
+    """Why ``text`` cannot be a caption that is passed on as a generation prompt (None when it can): not a
+    string, blank, or holding a control character (a tab, a line break, an escape or another character of
+    Unicode category Cc, or a line / paragraph separator), which a text encoder's tokenizer silently drops
+    or turns into a space, so the image would be drawn for another text than the one recorded. The shared
+    check wherever a caption becomes a prompt (model answers, request tables)."""
+    import unicodedata
+
+    if not isinstance(text, str):
+        kind = "a number" if isinstance(text, (int, float, np.number)) and not isinstance(text, bool) \
+            else f"a {type(text).__name__}"
+        return f"{text!r} is {kind}, not a string"
+    if not text.strip():
+        return "empty text"
+    for i, ch in enumerate(text):
+        if unicodedata.category(ch) in ("Cc", "Zl", "Zp"):
+            name = {"\t": "a tab", "\n": "a line break", "\r": "a carriage return"}.get(ch, "a control character")
+            return f"{text!r:.80} holds {name} (U+{ord(ch):04X}) at character {i}"
+    return None
 
 
 def usable_caption(text) -> bool:
@@ -238,6 +292,9 @@ def edit_captions(
 
     tagged_all: list[list[tuple[str, str]]] = []
     sites: list[MaskSite] = []
+    # the text each caption's nouns are masked in: the caption itself (strict), or its NLTK tokens joined by
+    # spaces (reference, as the authors' code feeds the MLM)
+    masked_source: dict[int, str] = {}
     for key, c in enumerate(captions):
         text = c.get("caption")
         if not usable_caption(text):
@@ -254,6 +311,8 @@ def edit_captions(
             continue
         tagged = tagger(text)
         tagged_all.append(tagged)
+        if settings.fill_rule == "reference":
+            text = masked_source[key] = " ".join(t for t, _ in tagged)
         if token_spans(text, [t for t, _ in tagged]) is None:
             counts["untokenisable"] += 1
             log.warning("caption %s: tokens do not align with the text; skipped", c["caption_id"])
@@ -285,10 +344,11 @@ def edit_captions(
     survivors: list[tuple[MaskSite, Fill, str]] = []
     seen: set[tuple[int, str]] = set()
     for site, proposals in zip(sites, fills):
-        text = captions[site.caption_key]["caption"]
+        text = masked_source.get(site.caption_key, captions[site.caption_key]["caption"])
         n_tokens = len(tagged_all[site.caption_key])
         for fill in proposals:
-            reason, candidate = check_fill(text, site, fill, tagger, n_tokens, settings.fill_tags)
+            reason, candidate = check_fill(text, site, fill, tagger, n_tokens, settings.fill_tags,
+                                           settings.fill_rule)
             if reason is None and (site.caption_key, candidate) in seen:
                 reason = DUPLICATE
             if reason is not None:
@@ -390,11 +450,16 @@ class HFFillMasker:
             raise ValueError("each masked text must contain exactly one mask token")
         top = logits[rows, cols].topk(top_k, dim=-1).indices.tolist()
         out = []
-        for ids in top:
+        for row, col, ids in zip(rows.tolist(), cols.tolist(), top):
+            tokens = enc["input_ids"][row][enc["attention_mask"][row].bool()].tolist()
+            position = col - int((~enc["attention_mask"][row][:col].bool()).sum())  # left padding
             fills = []
             for rank, tid in enumerate(ids):
                 word, start = self._decode(tid)
-                fills.append(Fill(word, start, rank))
+                tokens[position] = int(tid)
+                # as transformers' fill-mask pipeline builds its "sequence"
+                sequence = self.tokenizer.decode(tokens, skip_special_tokens=True)
+                fills.append(Fill(word, start, rank, sequence))
             out.append(fills)
         return out
 

@@ -52,6 +52,7 @@ from typing import Any, Callable, Iterable
 import pandas as pd
 
 from ..errors import ConfigError, InputError, ModelLoadError, input_error
+from .captions import prompt_text_problem
 
 log = logging.getLogger(__name__)
 
@@ -256,7 +257,10 @@ class AnswerCache:
 
 
 def check_answer(text: str | None, schema: dict) -> tuple[Any, str | None]:
-    """``(parsed answer, None)`` when ``text`` is JSON that satisfies ``schema``, else ``(parsed or None, reason)``."""
+    """``(parsed answer, None)`` when ``text`` is JSON that satisfies ``schema``, else ``(parsed or None, reason)``.
+    A string of the answer holding a tab, line break or other control character is invalid too (reason names the
+    field and the character, :func:`counterfactory.text.captions.prompt_text_problem`): answers become captions and
+    generation prompts, and JSON escapes such as ``\\t`` pass the schema and the constrained decoding."""
     import jsonschema
 
     if text is None or not str(text).strip():
@@ -270,7 +274,23 @@ def check_answer(text: str | None, schema: dict) -> tuple[Any, str | None]:
     if errors:
         where = ".".join(str(p) for p in errors[0].absolute_path) or "<answer>"
         return value, f"does not match the schema: {where}: {errors[0].message}"
+    for where, piece in _strings(value):    # answers become captions and prompts: no tabs or control characters
+        problem = prompt_text_problem(piece)
+        if problem and piece.strip():
+            return value, f"{where}: {problem}"
     return value, None
+
+
+def _strings(value, where: str = "<answer>"):
+    """``(path, string)`` of every string in a parsed JSON answer (depth first, in key order)."""
+    if isinstance(value, str):
+        yield where, value
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield from _strings(v, str(k) if where == "<answer>" else f"{where}.{k}")
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from _strings(v, str(i) if where == "<answer>" else f"{where}.{i}")
 
 
 # --------------------------------------------------------------------------- the model

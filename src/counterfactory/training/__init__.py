@@ -24,6 +24,7 @@ _EXPORTS = {
     "cvld": ("CVLDSettings", "balanced_subset", "sample_episode", "train_captioning", "train_classification",
              "train_retrieval"),
     "cvld_losses": ("CELEBA_PROMPTS", "VARIANTS", "cvld_itc_loss", "cvld_itm_loss"),
+    "vsepp_loss": ("hardest_negatives", "hinge_triplet_loss"),
     "prompt_tuning": ("add_prompts", "load_prompts", "prompt_parameters", "remove_prompts", "save_prompts"),
     "data": ("MANIFEST_COLUMNS", "anchors_and_partners", "counterfactual_partners", "eval_batches", "make_batches",
              "read_manifest", "step_plan"),

@@ -14,6 +14,8 @@ FLAVA for retrieval without naming the loss, so each keeps its own):
 
 * CLIP / open_clip / FLAVA: symmetric InfoNCE over image x text logits (FLAVA's global contrastive loss
   projects the unimodal [CLS] states, as ``FlavaForPreTraining`` does);
+* VSE++ (:mod:`counterfactory.models.vsepp`, Kim et al. 2023 §4.1): its hardest-negative triplet ranking loss
+  (:mod:`.vsepp_loss`), margin and max-of-hinges from the model's config;
 * BridgeTower: ``BridgeTowerForContrastiveLearning``'s loss, the mean of text->image, text->cross-modal
   and image->cross-modal cross-entropies (a test checks it equals the class's ``return_loss=True``);
 * BLIP (Kim et al. 2023 §4.1 fine-tune it with its own retrieval objective): ITC + ITM, as BLIP's
@@ -51,6 +53,7 @@ KINDS = {
     "FlavaForPreTraining": "flava",
     "FlavaModel": "flava",
     "BlipForImageTextRetrieval": "blip",
+    "VSEPP": "vsepp",   # counterfactory.models.vsepp (Kim et al. 2023 §4.1); its loss: training.vsepp_loss
 }
 #: BLIP's contrastive temperature: its starting value and the range ``blip_retrieval.py`` clamps it to
 BLIP_TEMP_INIT = 0.07
@@ -117,6 +120,12 @@ class ContrastiveModule(nn.Module):
                     "cross_embeds": out.cross_embeds, "logit_scale": self.model.logit_scale.exp()}
         if self.kind == "blip":
             return self._blip(pixel_values, input_ids, attention_mask)
+        if self.kind == "vsepp":   # the hinge settings travel with the outputs (VSE++'s loss: training.vsepp_loss)
+            img, txt = self.model(pixel_values, input_ids, attention_mask)
+            cfg = self.model.config
+            return {"image_embeds": img, "text_embeds": txt, "logit_scale": img.new_tensor(1.0),
+                    "hinge_margin": torch.tensor(float(cfg.margin), device=img.device),   # fp32 in any precision
+                    "hinge_max_violation": torch.tensor(1.0 if cfg.max_violation else 0.0, device=img.device)}
         flava = getattr(self.model, "flava", self.model)  # FlavaForPreTraining wraps a FlavaModel
         img = _features(flava.get_image_features(pixel_values=pixel_values))[:, 0, :]
         text_kw = {"input_ids": input_ids, "attention_mask": attention_mask}
@@ -243,7 +252,11 @@ def logits_of(out: dict[str, torch.Tensor]) -> torch.Tensor:
 def contrastive_loss(out: dict[str, torch.Tensor], n_pairs: int | None = None) -> torch.Tensor:
     """The model's own contrastive objective on one batch (see the module docstring); ``n_pairs`` as in
     :func:`clip_loss` (hard negatives after the pairs). BLIP: ITC + ``out["itm_loss"]`` (the mean over
-    data-parallel replicas when gathered)."""
+    data-parallel replicas when gathered). VSE++: its triplet ranking loss (:mod:`.vsepp_loss`)."""
+    if "hinge_margin" in out:
+        from .vsepp_loss import loss_of_outputs
+
+        return loss_of_outputs(out, n_pairs)
     if "itm_loss" in out:
         if n_pairs is not None and not (out["image_embeds"].shape[0] == out["text_embeds"].shape[0] == int(n_pairs)):
             raise ConfigError("training: BLIP's ITM loss scores (image, caption) pairs and cannot take unpaired "
@@ -293,6 +306,8 @@ class ContrastiveAdapter:
     def _text_limit(self) -> int:
         if self.kind == "open_clip":
             return int(getattr(self.model, "context_length", 77))
+        if self.kind == "vsepp":
+            return int(self.model.config.max_length)
         limit = int(self.model.config.text_config.max_position_embeddings)
         if self.kind == "bridgetower":  # RoBERTa positions start after the padding index
             limit -= 2
@@ -344,3 +359,6 @@ class ContrastiveAdapter:
         else:
             self.model.save_pretrained(out_dir, safe_serialization=True)
             self.processor.save_pretrained(out_dir)
+        from ..io import follow_umask
+
+        follow_umask(out_dir)  # safetensors writes its weights 0600 whatever the umask

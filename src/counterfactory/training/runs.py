@@ -142,20 +142,26 @@ def plot_curves(histories: list[str | Path], out: str | Path) -> Path:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     from ..io import save_figure
 
     runs = {}
-    for path in histories:
+    for path in histories:       # panels in the order given (the rule lists the configured mixture order)
         path = Path(path)
         runs.setdefault(path.parent.parent.name, []).append((path.parent.name, pd.read_csv(path)))
-    fig, axes = plt.subplots(1, len(runs), figsize=(4 * len(runs), 3.2), sharey=True, squeeze=False)
-    for ax, (mixture, items) in zip(axes[0], sorted(runs.items())):
+    fig, axes = plt.subplots(1, len(runs), figsize=(4 * len(runs), 3.4), sharey=True, squeeze=False,
+                             layout="constrained")
+    for ax, (mixture, items) in zip(axes[0], runs.items()):
         for seed, h in items:
-            line, = ax.plot(h["step"], h["train_loss"], lw=1, label=seed)
+            line, = ax.plot(h["step"], h["train_loss"], lw=1, label=seed.replace("seed", "seed "))
             val = h.dropna(subset=["val_loss"])
             ax.plot(val["step"], val["val_loss"], "o", ms=3, color=line.get_color())
         ax.set_title(mixture)
         ax.set_xlabel("step")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))      # optimizer steps are whole numbers
+        ax.legend(title="run", fontsize=7, title_fontsize=7, frameon=False)
     axes[0][0].set_ylabel("contrastive loss (lines: train, dots: validation)")
-    return save_figure(out, fig)
+    out = save_figure(out, fig)
+    plt.close(fig)
+    return out

@@ -190,6 +190,13 @@ def table5_markdown(rows) -> str:
     return render_markdown(describe_table5(rows))
 
 
+def table5_html(rows) -> str:
+    """Table 5 as a standalone HTML page (what the Snakemake report shows)."""
+    from ...render import html_page, render_html
+
+    return html_page(TABLE5_TITLE, [render_html(describe_table5(rows))])
+
+
 def table5_latex(rows) -> str:
     from ...render import render_latex
 

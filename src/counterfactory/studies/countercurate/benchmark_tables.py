@@ -28,6 +28,25 @@ from ...render import Cell, Column
 from .benchmarks import BENCHMARKS, RESULT_COLUMNS, SUGARCREPE_GROUP_LABELS, SUGARCREPE_LABELS
 
 
+#: the columns of the fine-tuning tables per training dataset, as the paper shows them: Flickr30k-Positions
+#: LR / AB / Both (§4.2 Table 1, §4.5 Table 4), PointQA-LookTwice accuracy (§4.3 Table 2), SugarCrepe's Add / Replace
+#: / Swap / Average (§4.4 Table 3); the runs' other metrics (Winoground-style scores, macro accuracies) stay in
+#: the summary CSV
+FINETUNE_COLUMNS = {
+    "positions": ["positions/LR/accuracy", "positions/AB/accuracy", "positions/both/accuracy"],
+    "counting": ["looktwice/all/accuracy"],
+    "attributes": [f"sugarcrepe/{g}/accuracy" for g in ("add", "replace", "swap", "average")],
+}
+
+
+def finetune_metrics(dataset: str) -> str:
+    """``--metrics`` of ``stats table`` for ``dataset``'s fine-tuning table (:data:`FINETUNE_COLUMNS`), each
+    optional (``?``: a subset a small run has no test items of is left out rather than failing)."""
+    if dataset not in FINETUNE_COLUMNS:
+        raise ConfigError(f"unknown CounterCurate dataset {dataset!r}. Fix: use one of {', '.join(FINETUNE_COLUMNS)}")
+    return ",".join(f"{m}?" for m in FINETUNE_COLUMNS[dataset])
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # tables
 # ----------------------------------------------------------------------------------------------------------------
@@ -179,6 +198,11 @@ def describe(table: BenchmarkTable, title: bool = True, label: str | None = None
 def render_markdown(table: BenchmarkTable, title: bool = True) -> str:
     """A pipe table with the title in bold and the notes below."""
     return render.render_markdown(describe(table, title))
+
+
+def render_html(tables: Sequence[BenchmarkTable], title: str = "CounterCurate: benchmark results") -> str:
+    """Every table as one standalone HTML page (what the Snakemake report shows), from :func:`describe`."""
+    return render.html_page(title, [render.render_html(describe(t)) for t in tables])
 
 
 def render_latex(table: BenchmarkTable, label: str | None = None) -> str:

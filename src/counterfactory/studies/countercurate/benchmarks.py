@@ -25,8 +25,16 @@ Benchmarks and scores (every comparison strict, a tie is wrong: reference notes 
 
 Scores ``s(caption, image)`` come from any object with ``score_pairs(images, texts)`` (aligned pairs); when it also
 has ``score_index_pairs`` (every :class:`counterfactory.scorers.Scorer`), each distinct image and caption is encoded
-once. Dual encoders (CLIP, open_clip) use their cosine, cross-encoders their ITM head (``head``). The generative VLM
-protocol of the paper (LLaVA choosing between two captions) is a scorer of the ``vlm`` module, not this one.
+once. Dual encoders (CLIP, open_clip) use their cosine, cross-encoders their ITM head (``head``).
+
+The generative VLM (LLaVA-1.5 class, :class:`.vlm.VlmScorer`) is scored as the paper scores it when its
+``vlm.protocol`` is ``choice`` (the default): it *chooses* between the positive and the negative caption given the
+ground-truth image (§4.2; §4.3, §4.4 and appendix E "the same" protocol; :func:`choice_items`). Positions: one
+question per item on the positive image I (accuracy = fraction choosing C; the Winoground-style scores of the
+quadruple do not exist for a choice); LookTwice and SugarCrepe: one question per item (``s_pos`` = the choice
+margin, ``s_neg`` = 0, so the pairwise accuracy counts the positive chosen); Winoground: one question per image
+(I0: C0 vs C1, I1: C1 vs C0), the text score only (Table 7). ``vlm.protocol: likelihood`` (ours) scores it like an
+ITM model by the summed caption log-likelihood instead.
 
 Results
 -------
@@ -254,6 +262,65 @@ def score_items(benchmark: str, items: pd.DataFrame, scorer) -> pd.DataFrame:
     return out
 
 
+def uses_choice(scorer) -> bool:
+    """Whether ``scorer`` is a generative VLM scored by two-option choice (``vlm.protocol: choice``)."""
+    return hasattr(scorer, "choice_table") and getattr(getattr(scorer, "settings", None), "protocol", None) == "choice"
+
+
+def choice_items(benchmark: str, items: pd.DataFrame, scorer) -> pd.DataFrame:
+    """``items`` with the two-option choice margins of a generative VLM (``scorer.choice_table``; margin > 0: the
+    positive chosen; a tie is wrong). Positions ``m_i`` (on I: C vs C′, §4.2 "the ground truth image");
+    LookTwice / SugarCrepe ``margin`` and ``s_pos`` = margin, ``s_neg`` = 0; Winoground ``m_i0`` (I0: C0 vs C1)
+    and ``m_i1`` (I1: C1 vs C0). All questions of a benchmark are asked in one call."""
+    out = items.copy()
+    if benchmark == "winoground":
+        images = out["image_0_path"].tolist() + out["image_1_path"].tolist()
+        pos = out["caption_0"].astype(str).tolist() + out["caption_1"].astype(str).tolist()
+        neg = out["caption_1"].astype(str).tolist() + out["caption_0"].astype(str).tolist()
+    elif benchmark in ("positions", "looktwice", "sugarcrepe"):
+        images = out["image_path"].tolist()
+        pos, neg = out["caption"].astype(str).tolist(), out["negative_caption"].astype(str).tolist()
+    else:
+        raise ConfigError(f"unknown benchmark {benchmark!r}. Fix: use one of {', '.join(BENCHMARKS)}")
+    margin = np.asarray(scorer.choose(images, pos, neg), dtype=np.float64).reshape(-1)
+    if margin.shape[0] != len(images) or np.isnan(margin).any():
+        raise InputError(f"scorer {getattr(scorer, 'name', type(scorer).__name__)}: {margin.shape[0]} choice margins "
+                         f"(NaN: {int(np.isnan(margin).sum())}) for {len(images)} {benchmark} questions. Fix: check "
+                         "the model weights and precision (fp16 overflow) and rerun")
+    n = len(out)
+    if benchmark == "winoground":
+        out["m_i0"], out["m_i1"] = margin[:n], margin[n:]
+    elif benchmark == "positions":
+        out["m_i"] = margin
+    else:
+        out["margin"], out["s_pos"], out["s_neg"] = margin, margin, 0.0
+    return out
+
+
+def summarize_choice(benchmark: str, scored: pd.DataFrame, model: str) -> pd.DataFrame:
+    """Results of :func:`choice_items`: positions ``accuracy`` per LR / AB / both (fraction of items whose positive
+    is chosen); Winoground ``text_score`` (both images choose their caption) over all and per ``collapsed_tag``;
+    LookTwice / SugarCrepe as :func:`summarize`."""
+    if benchmark == "positions":
+        rows = []
+        for subset in (*POSITION_SUBSETS, "both"):
+            part = scored if subset == "both" else scored[scored["subset"] == subset]
+            if len(part):
+                rows.append(_row(model, "positions", subset, "accuracy", float((part["m_i"] > 0).mean()), len(part)))
+        return pd.DataFrame(rows, columns=RESULT_COLUMNS)
+    if benchmark == "winoground":
+        ok = ((scored["m_i0"] > 0) & (scored["m_i1"] > 0)).to_numpy()
+        rows = [_row(model, "winoground", "all", "text_score", float(ok.mean()), len(scored))]
+        if "collapsed_tag" in scored.columns:
+            tags = scored["collapsed_tag"]
+            for tag in dict.fromkeys(tags.dropna().astype(str)):
+                mask = (tags.astype(str) == tag).to_numpy() & tags.notna().to_numpy()
+                rows.append(_row(model, "winoground", f"tag:{tag}", "text_score", float(ok[mask].mean()),
+                                 int(mask.sum())))
+        return pd.DataFrame(rows, columns=RESULT_COLUMNS)
+    return summarize(benchmark, scored, model)
+
+
 def _row(model: str, benchmark: str, subset: str, metric: str, value: float, n: int) -> dict:
     return {"model": model, "benchmark": benchmark, "subset": subset, "metric": metric, "value": float(value),
             "n": int(n)}
@@ -327,9 +394,9 @@ def summarize(benchmark: str, scored: pd.DataFrame, model: str) -> pd.DataFrame:
 
 
 def _default_scorer_factory(cfg, role, head="itm", progress=True):
-    """The role's scorer: the generative VLM (``vlm``, LLaVA class) scores a caption by its log-likelihood given
-    the image (:class:`counterfactory.studies.countercurate.vlm.VlmScorer`); every other role through
-    :func:`counterfactory.scorers.scorer_from_config`."""
+    """The role's scorer: the generative VLM (``vlm``, LLaVA class; :class:`counterfactory.studies.countercurate.vlm.
+    VlmScorer`, asked to choose between two captions or, with ``vlm.protocol: likelihood``, scoring a caption by its
+    log-likelihood given the image); every other role through :func:`counterfactory.scorers.scorer_from_config`."""
     if role == "vlm":
         from .vlm import scorer_from_config as vlm_scorer
 
@@ -354,6 +421,10 @@ def evaluate(cfg: Mapping | None, role: str, benchmark: str, *, data: str | Path
     if scorer is None:
         head = head or fill_section("countercurate.benchmarks", (cfg or {}).get("benchmarks"))["head"]
         scorer = (scorer_factory or _default_scorer_factory)(cfg, role, head=head, progress=progress)
+    if uses_choice(scorer):  # the paper's LLaVA protocol: choose between the two captions (§4.2-4.4, app. E)
+        log.info("%s: asking %d %s items to choose between two captions", role, len(items), benchmark)
+        scored = choice_items(benchmark, items, scorer)
+        return summarize_choice(benchmark, scored, model or role), scored
     log.info("%s: scoring %d %s items", role, len(items), benchmark)
     scored = score_items(benchmark, items, scorer)
     return summarize(benchmark, scored, model or role), scored

@@ -1,8 +1,9 @@
 """CounterCurate fine-tuning manifests (Zhang et al., 2024, §3.5, §4.1, §4.2): the three datasets' training pairs as
 trainer manifests per variant, and as conversation tables for the generative family.
 
-:func:`write_manifests` reads each dataset table (:func:`read_dataset`), keeps its training images (§4.2's 4:1 split
-by image; :func:`split_by_image`), holds some out for validation, and writes one trainer manifest per dataset and
+:func:`write_manifests` reads each dataset table (:func:`read_dataset`), keeps its training images (Positions' 4:1
+split by image, §4.2; all of Counting and Attributes, §4.1, or a :func:`split_by_image` option), optionally holds
+some out for validation, and writes one trainer manifest per dataset and
 variant (:func:`manifest_frame`) and the ``vlm`` conversation tables (:func:`vlm_frame`). The variants, settings and
 runs are :mod:`.training`, which re-exports every name here.
 """
@@ -113,12 +114,16 @@ def _check_files(pairs: pd.DataFrame, source: Path, needs_negative_image: bool) 
 
 
 def manifest_frame(pairs: pd.DataFrame, variant: str, dataset: str) -> pd.DataFrame:
-    """Trainer manifest rows of ``pairs`` (which carry ``split`` train/val): each pair's positive
-    (``image_path``, ``caption``) and, for ``grouping`` / ``no_grouping``, its negative (``negative_image``,
-    ``negative_caption``, ``is_counterfactual``), sharing ``pair_id`` = the item id. ``no_negatives`` keeps one
-    row per distinct positive (image, caption) of a side (Flickr30k-Attributes repeats a positive for each kind
-    of negative). The single-negative variants keep the positive rows with the pair's negative caption
-    (``no_negative_images``) or image (``no_negative_captions``) as the row's hard negative."""
+    """Trainer manifest rows of ``pairs`` (which carry ``split`` train/val).
+
+    ``grouping`` / ``no_grouping``: one *group* per distinct positive (image, caption) of a side: the positive
+    once, then every negative (``negative_image``, ``negative_caption``, ``is_counterfactual``) of its items, all
+    sharing ``pair_id`` = the first item's id (§3.5: a positive is grouped with its negatives; on
+    Flickr30k-Attributes a caption has up to three negatives -- noun, adjective, swap -- so a group has up to four
+    rows and the positive never appears twice in a batch; on Positions and Counting each item is its own group of
+    two). ``no_negatives`` keeps one row per distinct positive. The single-negative variants keep the positive
+    rows with the pair's negative caption (``no_negative_images``) or image (``no_negative_captions``) as the
+    row's hard negative."""
     base = {"pair_id": pairs["item_id"], "split": pairs["split"], "item_id": pairs["item_id"],
             "image_id": pairs["image_id"], "dataset": dataset, "subset": pairs["subset"]}
     pos = pd.DataFrame({"image_path": pairs["image_path"], "caption": pairs["caption"], "is_counterfactual": False,
@@ -130,9 +135,16 @@ def manifest_frame(pairs: pd.DataFrame, variant: str, dataset: str) -> pd.DataFr
                           else ("hard_negative_image", "negative_image"))
         return pos.assign(**{column: pairs[source].to_numpy()})[[*MANIFEST_COLUMNS, column]].reset_index(drop=True)
     else:
+        key = (pairs["split"].astype(str) + "\x1f" + pairs["image_path"].astype(str) + "\x1f"
+               + pairs["caption"].astype(str)).reset_index(drop=True)
+        first_row = key.groupby(key, sort=False).transform(lambda k: k.index[0]).to_numpy()
+        group_id = pairs["item_id"].to_numpy()[first_row]
+        pos = pos.reset_index(drop=True).assign(pair_id=group_id, order=first_row)
         neg = pd.DataFrame({"image_path": pairs["negative_image"], "caption": pairs["negative_caption"],
-                            "is_counterfactual": True, **base})
-        out = pd.concat([pos, neg]).sort_index(kind="stable")  # a pair's two rows next to each other
+                            "is_counterfactual": True, **base}).reset_index(drop=True)
+        neg = neg.assign(pair_id=group_id, order=first_row)
+        out = pd.concat([pos[~key.duplicated().to_numpy()], neg])
+        out = out.sort_values(["order", "is_counterfactual"], kind="stable")  # a group's rows together, positive first
     return out[MANIFEST_COLUMNS].reset_index(drop=True)
 
 
@@ -151,11 +163,13 @@ def write_manifests(datasets_dir: str | Path, out_dir: str | Path, cfg: Mapping 
     (``image_id, split``: train / val / test, the record of both splits) and ``summary.csv``; return the summary
     (``dataset, variant, split, rows, pairs, images``).
 
-    Only training images are used: Flickr30k-Positions' own ``split == train`` (§4.2); Counting and Attributes
-    have no split, so their images are split 4:1 (``train_fraction``, §4.2's rule, ours for these two). Then
-    ``val_fraction`` of the training images go to ``split = val`` (checkpoint selection; ours): whole images, so a
-    pair and every pair of the same image stay on one side. A missing positive or negative image file is an error
-    naming the table and the row."""
+    Only training images are used: Flickr30k-Positions' own ``split == train`` (§4.2's 4:1 split); Counting and
+    Attributes are fine-tuned on the whole curated set (``train_fraction: 1``, §4.1: their benchmarks are
+    PointQA-LookTwice and SugarCrepe), or, as an option (ours), split by image with ``train_fraction`` (0.8 =
+    §4.2's 4:1 rule). ``val_fraction`` (0 in the paper config; ours) of the training images go to ``split = val``
+    (validation, checkpoint selection with ``checkpoint: best_val``): whole images, so a pair and every pair of
+    the same image stay on one side. A missing positive or negative image file is an error naming the table and
+    the row."""
     s = settings(cfg)
     datasets_dir, out_dir = Path(datasets_dir), Path(out_dir)
     from ...io import write_csv, write_parquet

@@ -16,8 +16,9 @@ own match (:func:`counterfactory.training.model.clip_loss` with ``n_pairs``). Th
   variant — Adam(W) with beta (0.9, 0.98), weight decay 0.2 (§4.1); Attributes lr 1e-5, batch 256, 5 epochs;
   Positions lr 2.56e-5, batch 1024, 50 epochs without grouping / 15 with; Counting lr 5e-5;
 * :func:`write_manifests` (:mod:`.manifests`, importable from here too): per dataset and variant a trainer manifest
-  (``<dataset>_<variant>.parquet``) from the train split only, with a validation split by image for checkpoint
-  selection;
+  (``<dataset>_<variant>.parquet``): Positions' train split (§4.2's 4:1), all of Counting and Attributes (§4.1),
+  a validation split by image only as an option; the run keeps its final weights (``checkpoint: final``, §4.1)
+  or, as an option, the lowest validation loss;
 * :func:`vlm_train_run`: the generative family (§3.5 Figure 3b, §4.1): the ``vlm`` role (LLaVA-1.5 class) fine-tuned
   on a dataset's train pairs as conversations with next-token loss (:func:`.vlm_finetune.finetune`; lr per dataset from
   §4.1: Positions / Counting 2.56e-5, Attributes 2e-6; batch 16, 1 epoch from the ``vlm`` section), then scored
@@ -30,7 +31,8 @@ own match (:func:`counterfactory.training.model.clip_loss` with ``n_pairs``). Th
 Batch size. The paper's batch size counts positive samples: the authors' OpenCLIP loader yields
 (I, I', C, C') per sample and concatenates positives and negatives, so a Grouping batch of 1024 holds 2048 rows
 (reference code ``train/grouping``). The trainer's ``batch_size`` counts rows, so Grouping gets
-``2 * batch_size`` rows and the plain variants ``batch_size`` rows.
+``2 * batch_size`` rows (Attributes: a positive with its up to three negatives is one group, so up to
+``4 * batch_size``; :func:`.manifests.manifest_frame`) and the plain variants ``batch_size`` rows.
 
 Configuration (study section ``countercurate``, key ``training``; every key has the default below, written in the
 schema, config/schema.yaml, and listed in docs/config-reference.md)::
@@ -43,18 +45,21 @@ schema, config/schema.yaml, and listed in docs/config-reference.md)::
         counting: [grouping, no_grouping, no_negatives]
         attributes: [grouping, no_grouping]
       seeds: {first: 0, count: 3, data_seed_offset: 1}  # ours: the paper reports single runs
-      val_fraction: 0.1             # ours: images held out of the train split for checkpoint selection
-      train_fraction: 0.8           # §4.2's 4:1 split by image, applied to counting / attributes (ours)
+      val_fraction: 0.0             # §4.1: no validation split (ours, option: images held out of the train split)
+      train_fraction: 1.0           # §4.1: all of Counting / Attributes (ours, option: 0.8 = §4.2's 4:1 rule)
+      checkpoint: final             # §4.1: fixed epochs, final weights (ours, option: best_val)
       random_state: 0               # ours
       precision: null               # null = the config's precision; fp16 / bf16 = mixed precision (§4.1, Attributes)
       vlm:                          # the generative family (§4.1, Tables 1-3, 7): LLaVA-1.5 fine-tuned per dataset
         role: vlm
         datasets: null              # null: the datasets above; [] turns the generative family off
         lr: {positions: 2.56e-5, counting: 2.56e-5, attributes: 2.0e-6}   # §4.1 (other keys: section vlm)
+      retrieval: null               # §4.5 Table 5: MS-COCO retrieval set (Karpathy format) of the CLIP runs
+      retrieval_datasets: [attributes]   # Table 5: the CLIP fine-tuned on Flickr30k-Attributes
       benchmarks:                   # what each fine-tuned model is tested on (§4.2-4.4, app. E)
         positions: [positions]      # Flickr30k-Positions test split (LR / AB / both)
         counting: [looktwice]       # PointQA-LookTwice
-        attributes: [sugarcrepe]    # add winoground for appendix E
+        attributes: [sugarcrepe, winoground]   # Tables 3 / 6; app. E Table 7 (the fine-tuned LLaVA's text score)
       common:                       # every dataset (per-dataset entries may override any of these)
         optimizer: adamw_torch      # §4.1: Adam (decoupled weight decay, as in OpenCLIP's trainer)
         adam_beta1: 0.9             # §4.1
@@ -170,21 +175,24 @@ def _check(dataset: str, variant: str) -> None:
         raise ConfigError(f"unknown training variant {variant!r}. Fix: use one of {', '.join(VARIANTS)}")
 
 
-def training_section(cfg: Mapping | None, dataset: str, variant: str, train_rows: int | None = None) -> dict:
+def training_section(cfg: Mapping | None, dataset: str, variant: str, train_rows: int | None = None,
+                     group_rows: int = 2) -> dict:
     """The trainer section (every key of ``TrainSettings.SECTION_KEYS``, plus ``experiment`` and an empty
     ``eval``) of ``dataset`` trained as ``variant`` (§4.1 values; see the module docstring).
 
-    ``grouping`` uses the Grouping recipe with ``epochs_grouping`` and a batch of ``2 * batch_size`` rows (N
-    positives + their N negatives, §3.5); ``no_grouping`` and ``no_negatives`` plain batches of ``batch_size`` rows
-    with ``epochs_plain``. ``eval_every: epoch`` is resolved from ``train_rows`` (the manifest's training rows:
-    ``ceil(train_rows / batch rows)`` steps); without them it is 1 (every step)."""
+    ``grouping`` uses the Grouping recipe with ``epochs_grouping`` and a batch of ``group_rows * batch_size`` rows
+    (N positives, each with its negatives, §3.5: 2 rows per group on Positions / Counting, up to 4 on Attributes);
+    ``no_grouping`` and ``no_negatives`` plain batches of ``batch_size`` rows with ``epochs_plain``.
+    ``eval_every: epoch`` is resolved from ``train_rows`` (the manifest's training rows: ``ceil(train_rows /
+    batch rows)`` steps); without them it is 1 (every step). With ``checkpoint: final`` (§4.1) :func:`train_run`
+    replaces it by the run's step count (:func:`final_eval_every`)."""
     _check(dataset, variant)
     from ...training import TrainSettings
 
     s = settings(cfg)
     merged = {**s["common"], **s[dataset]}
     grouping = variant == "grouping"
-    rows = int(merged["batch_size"]) * (2 if grouping else 1)
+    rows = int(merged["batch_size"]) * (max(2, int(group_rows)) if grouping else 1)
     epochs = int(merged["epochs_grouping"] if grouping else merged["epochs_plain"])
     eval_every = merged["eval_every"]
     if eval_every == "epoch":
@@ -247,7 +255,11 @@ def train_run(cfg: Mapping, dataset: str, variant: str | None, manifest: str | P
             raise ConfigError("train_run: training needs a variant and a manifest. Fix: pass --variant and --manifest")
         _check(dataset, variant)
         frame = read_manifest(manifest)
-        section = training_section(cfg, dataset, variant, int((frame["split"] == "train").sum()))
+        train_frame = frame[frame["split"] == "train"].reset_index(drop=True)
+        group_rows = int(train_frame.groupby("pair_id").size().max()) if len(train_frame) else 2
+        section = training_section(cfg, dataset, variant, len(train_frame), group_rows)
+        if s["checkpoint"] == "final":
+            section["eval_every"] = final_eval_every(train_frame, section, data_seed)
     else:
         _check(dataset, variant or "grouping")
         section = training_section(cfg, dataset, variant or "grouping")
@@ -266,6 +278,17 @@ def train_run(cfg: Mapping, dataset: str, variant: str | None, manifest: str | P
     checkpoint = out_dir / "checkpoint" if train else None  # scored through the ordinary loaders
     return score_run(cfg, role, checkpoint, dataset, mixture, seed, data_seed, out_dir, data=data, images=images,
                      progress=progress)
+
+
+def final_eval_every(train_frame: pd.DataFrame, section: Mapping, data_seed: int) -> int:
+    """``eval_every`` that keeps the final weights (``checkpoint: final``, §4.1: a fixed number of epochs, no
+    selection): the run's number of steps, so the trainer validates and saves once, after the last step, and that
+    checkpoint is the one kept."""
+    from ...training.data import step_plan
+
+    plan = step_plan(train_frame, int(section["batch_size"]), int(section["epochs"]), int(data_seed),
+                     str(section["recipe"]), section.get("max_steps"))
+    return max(1, len(plan))
 
 
 def score_run(cfg: Mapping, role: str, checkpoint: str | Path | None, dataset: str, mixture: str, seed: int,
@@ -292,6 +315,11 @@ def score_run(cfg: Mapping, role: str, checkpoint: str | Path | None, dataset: s
         results.append(res)
     results = pd.concat(results, ignore_index=True)
     metrics = benchmark_rows(results)
+    spec = s["retrieval"]
+    if spec and dataset in s["retrieval_datasets"] and role == s["role"]:  # §4.5 Table 5 (the CLIP family)
+        from ...evaluation.runs import evaluate_retrieval
+
+        metrics.update(evaluate_retrieval(eval_cfg, role, spec, progress))  # Recall@K in %
     rows = pd.DataFrame([{"experiment": dataset, "mixture": mixture, "seed": int(seed), "data_seed": int(data_seed),
                           "metric": k, "value": float(v)} for k, v in metrics.items()], columns=RUN_COLUMNS)
     write_csv(out_dir / "benchmarks.csv", results)
@@ -323,7 +351,8 @@ def vlm_train_run(cfg: Mapping, dataset: str, manifests: str | Path | None, seed
         manifests = Path(manifests)
         train_file = manifests / f"{dataset}_{VLM_MIXTURE}_train.parquet"
         val_file = manifests / f"{dataset}_{VLM_MIXTURE}_val.parquet"
-        has_val = val_file.is_file() and len(pd.read_parquet(val_file)) > 0
+        # §4.1: the final weights after the fixed epochs; best_val (ours) selects on the validation pairs
+        has_val = s["checkpoint"] == "best_val" and val_file.is_file() and len(pd.read_parquet(val_file)) > 0
         run_cfg = _plain(cfg)
         run_cfg[vlm.SECTION] = {**(run_cfg.get(vlm.SECTION) or {}), "lr": float(s["vlm"]["lr"][dataset])}
         if s["precision"]:

@@ -14,10 +14,23 @@ the positive at a random position::
 
 and count the item correct when greedy decoding answers the positive's letter. Here the decision is made
 deterministically and without decoding: the answer letters' log-likelihoods ``log p("A")`` and ``log p("B")``
-after the prompt are compared (greedy decoding restricted to the two options). :func:`choose` returns the
-margin ``log p(letter of caption_a) - log p(letter of caption_b)`` (> 0: ``caption_a`` chosen); the option
-order is a seeded coin per item (``choice_order: random``, as the authors' ``random.randint(0, 1)``),
-``fixed`` (``caption_a`` is always A) or ``both`` (margins of both orders averaged: no letter bias).
+after the prompt are compared (greedy decoding restricted to the two options). That is the answer greedy
+decoding gives whenever its first token is one of the two letters, and it never produces an unparseable answer
+(free text such as "The first one" would otherwise have to be counted wrong). :func:`parse_choice` reads a
+free-text answer ("B", "(a)", "Option B.", "A. the caption", or the caption itself) for answers produced
+elsewhere. :func:`choose` returns the margin ``log p(letter of caption_a) - log p(letter of caption_b)`` (> 0:
+``caption_a`` chosen; a tie is not a choice of ``caption_a``).
+
+Option order (``choice_order``): ``random`` (the paper config, as the authors' ``random.randint(0, 1)`` per item)
+draws each item's coin from a hash of ``choice_seed`` and the item's key (its image file name and both
+captions), so an item gets the same order for every model (pre-trained and fine-tuned see identical questions),
+in any subset or row order of the benchmark and wherever the data lies; ``fixed`` (``caption_a`` is always A) or ``both`` (margins of both orders averaged:
+no letter bias, twice the cost; ours).
+
+Benchmarks (``protocol``, :mod:`.benchmarks`): ``choice`` (the paper, §4.2 "query the model to choose between
+the positive and negative captions when presented with the ground truth image", and §4.3 / §4.4 / appendix E)
+or ``likelihood`` (ours: the summed caption log-likelihood of :meth:`VlmScorer.score_pairs` as an ITM-style score;
+length-biased, kept as an option).
 
 For pairwise benchmarks that take ITM-style scorers, :class:`VlmScorer` also has ``score_pairs(images,
 texts)``: the log-likelihood of each caption as the assistant's answer to LLaVA-1.5's short-caption
@@ -34,8 +47,10 @@ Config (study section ``vlm``; defaults in the schema, ``countercurate.vlm``): `
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
+import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Sequence
@@ -95,6 +110,7 @@ class VlmSettings:
     caption_score: str
     choice_order: str
     choice_seed: int
+    protocol: str
 
     @classmethod
     def from_config(cls, cfg: dict) -> "VlmSettings":
@@ -135,6 +151,49 @@ def render_prompt(processor, text: str, system: str | None) -> str:
         return processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
     image = getattr(processor, "image_token", "<image>")
     return f"{system + ' ' if system else ''}USER: {image}\n{text} ASSISTANT:"
+
+
+def item_keys(images: Sequence[ImageLike], captions_a: Sequence[str], captions_b: Sequence[str]) -> list[str]:
+    """A stable key per item for the option order: the image's file name (not its folder, so moving the data does
+    not change the questions; the item's position when the image is an in-memory picture) and both captions."""
+    out = []
+    for i, (image, a, b) in enumerate(zip(images, captions_a, captions_b)):
+        where = Path(image).name if isinstance(image, (str, os.PathLike)) else f"#{i}"
+        out.append(f"{where}\x1f{a}\x1f{b}")
+    return out
+
+
+def option_a_first(keys: Sequence[str], seed: int) -> np.ndarray:
+    """Per item, whether ``caption_a`` is option A: a fair coin from ``sha256(seed, key)``, so the order depends on
+    the item and the seed only (not on the row's position, the batch or the model)."""
+    return np.array([hashlib.sha256(f"{int(seed)}\x1e{k}".encode()).digest()[0] % 2 == 0 for k in keys], dtype=bool)
+
+
+#: a letter answer: optional "the answer is" / "option", the letter, then a bracket, stop, colon, comma or the end
+#: (so the article in "a dog ..." is not read as option A)
+_LETTER = re.compile(r"^\W*(?:(?:the\s+)?(?:answer|option|choice)\s*(?:is)?\s*[:\-]?\s*)?\(?([ab])\s*(?:[).:,]|$)",
+                     re.IGNORECASE)
+
+
+def parse_choice(answer: str, option_a: str, option_b: str) -> str | None:
+    """The option a free-text answer names: ``"A"`` / ``"B"``, or ``None`` when it names neither (counted wrong).
+
+    Accepts the letter with any case, brackets and punctuation (``"B"``, ``"(a)"``, ``"B."``, ``"Option B"``,
+    ``"The answer is A"``, ``"A. <caption>"``; not the article of ``"a dog ..."``) and an answer that repeats
+    exactly one option's text (or the longer one when one option contains the other)."""
+    text = str(answer or "").strip()
+    m = _LETTER.match(text)
+    if m:
+        return m.group(1).upper()
+    norm = re.sub(r"[^a-z0-9 ]+", "", text.lower()).strip()
+    a = re.sub(r"[^a-z0-9 ]+", "", str(option_a).lower()).strip()
+    b = re.sub(r"[^a-z0-9 ]+", "", str(option_b).lower()).strip()
+    hits = [letter for letter, opt in ((LETTERS[0], a), (LETTERS[1], b)) if opt and opt in norm]
+    if len(hits) == 1:
+        return hits[0]
+    if len(hits) == 2 and a != b and (a in b or b in a):  # one option contains the other: the longer one
+        return LETTERS[0] if len(a) > len(b) else LETTERS[1]
+    return None  # neither option, or both named
 
 
 # --------------------------------------------------------------------------------------------
@@ -282,10 +341,14 @@ class VlmScorer(Scorer):
         return self.score_index_pairs(images, texts, ii.ravel(), tt.ravel()).reshape(len(images), len(texts))
 
     def choice_table(self, images: Sequence[ImageLike], captions_a: Sequence[str], captions_b: Sequence[str],
-                     order: str | None = None, seed: int | None = None) -> pd.DataFrame:
+                     order: str | None = None, seed: int | None = None,
+                     keys: Sequence[str] | None = None) -> pd.DataFrame:
         """One row per item: ``a_first`` (caption_a shown as option A; both orders: ``None``), ``logp_a`` /
         ``logp_b`` (log-likelihood of the letter naming caption_a / caption_b, averaged over orders for
-        ``both``), ``margin`` = logp_a - logp_b and ``choice`` (``a`` when margin > 0, else ``b``)."""
+        ``both``), ``margin`` = logp_a - logp_b and ``choice`` (``a`` when margin > 0, else ``b``).
+
+        ``keys`` name the items for the ``random`` order (default :func:`item_keys`: image path and both
+        captions)."""
         n = len(images)
         if not (len(captions_a) == len(captions_b) == n):
             raise ValueError(f"choose: {n} images, {len(captions_a)} captions_a and {len(captions_b)} captions_b; "
@@ -294,8 +357,11 @@ class VlmScorer(Scorer):
         seed = self.settings.choice_seed if seed is None else seed
         if order == "fixed":
             orders = [np.ones(n, dtype=bool)]
-        elif order == "random":  # the authors' random.randint(0, 1) per item, seeded
-            orders = [np.random.default_rng(seed).integers(0, 2, size=n) == 0]
+        elif order == "random":  # the authors' random.randint(0, 1) per item, from the item's key
+            keys = item_keys(images, captions_a, captions_b) if keys is None else list(keys)
+            if len(keys) != n:
+                raise ValueError(f"choose: {len(keys)} keys for {n} items")
+            orders = [option_a_first(keys, seed)]
         elif order == "both":
             orders = [np.ones(n, dtype=bool), np.zeros(n, dtype=bool)]
         else:
@@ -339,13 +405,14 @@ class VlmScorer(Scorer):
                     out[j] = float(step[self.encoder.answer_ids(jobs[j][1], jobs[j][2])[0]])
         return out
 
-    def choose(self, images, captions_a, captions_b, order: str | None = None, seed: int | None = None) -> np.ndarray:
+    def choose(self, images, captions_a, captions_b, order: str | None = None, seed: int | None = None,
+               keys: Sequence[str] | None = None) -> np.ndarray:
         """Margins ``log p(letter of a) - log p(letter of b)``; > 0 means the model chooses ``captions_a``."""
-        return self.choice_table(images, captions_a, captions_b, order, seed)["margin"].to_numpy(np.float64)
+        return self.choice_table(images, captions_a, captions_b, order, seed, keys)["margin"].to_numpy(np.float64)
 
     def describe(self) -> dict:
         return {**super().describe(), "kind": "generative", "caption_score": self.settings.caption_score,
-                "choice_order": self.settings.choice_order}
+                "choice_order": self.settings.choice_order, "protocol": self.settings.protocol}
 
 
 def scorer_from_config(cfg: dict, role: str = ROLE, progress: bool = False, **kw) -> VlmScorer:

@@ -56,6 +56,43 @@ def captions(s: dict, dataset: str = "coco") -> pd.DataFrame:
     return table[CAPTION_COLUMNS].reset_index(drop=True)
 
 
+def nocaps(s: dict) -> tuple[list[str], list[list[str]], list]:
+    """The nocaps validation images, their human captions and ids, from the public annotation file
+    (``data.nocaps.annotations``: COCO caption format, ``images`` with ``id`` and ``file_name``, ``annotations``
+    with ``image_id`` and ``caption``). Images without a caption are left out."""
+    import json
+
+    from ...errors import input_error
+
+    src = _paths(s, "nocaps", ("annotations", "image_root"))
+    path = Path(src["annotations"])
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise input_error(path, None, f"cannot read the nocaps annotations ({exc})",
+                          "point cvld.data.nocaps.annotations at nocaps_val_4500_captions.json") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("images"), list) or \
+            not isinstance(doc.get("annotations"), list):
+        raise input_error(path, None, "expected an object with 'images' and 'annotations' lists",
+                          "use the nocaps validation annotation file (COCO caption format)")
+    refs: dict = {}
+    for i, ann in enumerate(doc["annotations"]):
+        if not isinstance(ann, dict) or "image_id" not in ann or not isinstance(ann.get("caption"), str):
+            raise input_error(path, f"annotations[{i}]", "needs an image_id and a caption string",
+                              "use the nocaps validation annotation file")
+        refs.setdefault(ann["image_id"], []).append(ann["caption"])
+    root = Path(src["image_root"])
+    images, captions, ids = [], [], []
+    for i, img in enumerate(doc["images"]):
+        if not isinstance(img, dict) or "id" not in img or not isinstance(img.get("file_name"), str):
+            raise input_error(path, f"images[{i}]", "needs an id and a file_name", "use the nocaps validation file")
+        if img["id"] in refs:
+            images.append(str(root / img["file_name"]))
+            captions.append(refs[img["id"]])
+            ids.append(img["id"])
+    return images, captions, ids
+
+
 def unit_hash(key: str) -> float:
     """A stable number in [0, 1) from ``key`` (sha1; the same in every process)."""
     return int.from_bytes(hashlib.sha1(key.encode()).digest()[:8], "big") / 2.0 ** 64

@@ -34,7 +34,11 @@ def intervene(cfg, out_captions, out_votes, out_requests, summary_out, llm_cache
     train = caps[caps["split"] == "train"]
     train = train[data.subset_of(train["image_id"], max(s["data"]["subsets"]), s["data"]["subset_seed"])]
     source = f"{s['data']['coco']['karpathy_json']} (train captions)"
-    if s["intervention"]["text_method"] == "llm":
+    if s["intervention"]["text_method"] == "llm" and s["intervention"]["llm_prompt"] == "per_direction":
+        from .intervention import run_llm
+
+        swapped = run_llm(cfg, train, source=source, cache_path=llm_cache)
+    elif s["intervention"]["text_method"] == "llm":
         swapped = gender.run_llm(cfg, train, source=source, cache_path=llm_cache)
     else:
         _nltk(cfg)

@@ -8,13 +8,18 @@
 * **retrieval** (§4.3, §5.3, Tables 2-3): BLIP fine-tuned on a COCO subset (``coco10`` = 10 %) with the Table 3
   variant's losses; Bias@K and MaxSkew@K on FairFace, Rec@1 and mRec on the COCO and Flickr30K test splits.
 * **captioning** (§4.4, §5.4, Table 4): BLIP's captioner fine-tuned on Eq. 9; BLEU-4, CIDEr (SPICE where its Java
-  jars are installed), gender error, BiasAmp and LIC on the COCO test split.
+  jars are installed), gender error, BiasAmp and LIC on the COCO test split. LIC is Hirota et al.'s LIC_M − LIC_D
+  on gender-balanced splits (:mod:`.leakage`; ``LIC_M`` and ``LIC_D`` are kept as rows) unless ``captioning.lic``
+  is ``leakage``; the row ``LIC/definition=<name>`` records which.
 
 ``balanced`` (BLIP^Bal) downsamples the training images so both genders are equally frequent
 (:func:`counterfactory.training.cvld.balanced_subset`; images whose captions name no gender stay).
 
-A training example's counterfactual is one of its k kept edits (``editing.train_method``), drawn by a hash of
-(seed, item id): the m→k filter keeps 3 edits and the paper does not say which one a batch uses.
+§5.1 keeps the top k = 3 of m = 10 edits per example and adds the edited pairs to the training set
+(``editing.per_example: all_kept``): a COCO image's caption rows take its k kept edits (``editing.train_method``) in
+turn (:func:`spread`), so every kept edit is trained on and no original caption is repeated; ``one_per_seed`` (ours,
+former default) gives every row of an image the one edit drawn by a hash of (seed, item id). A CelebA image has one
+row (no captions), so classification trains on the drawn edit of its episode seed in both settings.
 """
 
 from __future__ import annotations
@@ -28,14 +33,16 @@ import pandas as pd
 
 from ...errors import ConfigError
 from .data import unit_hash
-from .settings import lambda_of, settings
+from .settings import FULL, lambda_of, rerank_depth, settings
 
 log = logging.getLogger(__name__)
 
 RUN_COLUMNS = ["experiment", "mixture", "seed", "data_seed", "metric", "value"]
 ROLES = {"classification": "itm_blip", "retrieval": "itm_blip", "captioning": "captioner"}
-#: ours: a stratified train/test split of the leakage classifier needs a few captions of each gender
+#: ours: the leakage classifier's split needs a few captions of each gender
 MIN_LIC_PER_GENDER = 10
+#: metric row recording which LIC a result reports (``captioning.lic``)
+LIC_RECORD = "LIC/definition="
 
 
 def counterfactual_files(manifests) -> dict[str, list[str]]:
@@ -54,6 +61,24 @@ def pick(files: dict[str, list[str]], item_id: str, seed: int) -> str:
     """The counterfactual of ``item_id`` a run with ``seed`` trains on ("" when it has none)."""
     options = files.get(item_id) or []
     return options[int(unit_hash(f"{seed}:{item_id}") * len(options))] if options else ""
+
+
+def spread(files: dict[str, list[str]], item_ids, seed: int) -> list[str]:
+    """The counterfactual of each row of an image's rows (``item_ids`` in row order, one row per caption) when every
+    kept edit is used (``editing.per_example: all_kept``, §5.1): the image's rows take its k kept edits in turn,
+    starting from :func:`pick`'s choice for ``seed``, so all k edits enter the training set and no caption is
+    repeated ("" where the image has none)."""
+    out, seen = [], {}
+    for item in item_ids:
+        options = files.get(item) or []
+        j = seen.get(item, 0)
+        seen[item] = j + 1
+        if not options:
+            out.append("")
+            continue
+        start = int(unit_hash(f"{seed}:{item}") * len(options))
+        out.append(options[(start + j) % len(options)])
+    return out
 
 
 def _train_settings(s: dict, task: str, variant: str, seed: int, progress: bool):
@@ -129,11 +154,15 @@ def _classification(cfg, s, setting, variant, seed, files, out_dir, intervention
     history = []
     for a in attributes:
         if variant != "pretrained":
-            k = int(setting.lstrip("k"))
-            episode = sample_episode(split["train"], a, k, episode=seed, id_col="image_id")
+            if setting == FULL:                  # Table 1's full-data row: the whole training split
+                episode, what = split["train"].copy(), "every image"
+            else:
+                k = int(setting.lstrip("k"))
+                episode = sample_episode(split["train"], a, k, episode=seed, id_col="image_id")
+                what = f"{k}-shot episode {seed}"
             episode = episode.assign(cf_image_path=[pick(files, f"celeba_{Path(str(i)).stem}", seed)
                                                     for i in episode["image_id"]], caption="", cf_caption="")
-            episode.attrs["source"] = f"{root} (train split, {a}, {k}-shot episode {seed})"
+            episode.attrs["source"] = f"{root} (train split, {a}, {what})"
             result = train_classification(model, processor, episode, a,
                                           _train_settings(s, "classification", variant, seed, progress))
             history += [{"attribute": a, **h} for h in result.history]
@@ -176,12 +205,28 @@ def coco_training_table(s: dict, interventions: pd.DataFrame, setting: str, vari
         images = train.drop_duplicates("image_id")[["image_id", "gender"]]
         keep = balanced_subset(images, "gender", seed=seed, id_col="image_id")["image_id"]
         train = train[train["image_id"].isin(set(keep))]
-    cf = [pick(files, f"coco_{i}", seed) for i in train["image_id"]]
+    items = [f"coco_{i}" for i in train["image_id"]]
+    if s["editing"]["per_example"] == "all_kept":
+        cf = spread(files, items, seed)
+    else:
+        cf = [pick(files, item, seed) for item in items]
     out = pd.DataFrame({"id": train["caption_id"].astype(str).to_numpy(), "image_path": train["image_path"],
                         "caption": train["caption"], "cf_image_path": cf,
                         "cf_caption": np.where(np.array(cf) != "", train["intervened"], ""),
                         "gender": train["gender"]})
     return out.reset_index(drop=True)
+
+
+def with_caption_prompt(table: pd.DataFrame, prompt: str) -> pd.DataFrame:
+    """Captioning training rows with BLIP's prompt before every caption and counterfactual caption (BLIP trains its
+    captioner on prompt + caption and generates after the same prompt)."""
+    if not prompt:
+        return table
+    out = table.copy()
+    out["caption"] = prompt + out["caption"].astype(str)
+    has_cf = out["cf_caption"].astype(str) != ""
+    out.loc[has_cf, "cf_caption"] = prompt + out.loc[has_cf, "cf_caption"].astype(str)
+    return out
 
 
 def _test(interventions: pd.DataFrame) -> tuple[list[str], list[list[str]], list]:
@@ -195,15 +240,27 @@ def _train_coco(cfg, s, task, setting, variant, seed, files, out_dir, interventi
     from ...models import registry
     from ...training.cvld import train_captioning, train_retrieval
 
+    from .resolution import set_resolution
+
     role = ROLES[task]
-    model, processor = registry.load(cfg, role)
+    size = image_size_of(s, task, variant)
+    model, processor = set_resolution(*registry.load(cfg, role), size)
     if variant == "pretrained":
         return model, processor
     table = coco_training_table(s, interventions, setting, variant, seed, files)
+    if task == "captioning":
+        table = with_caption_prompt(table, s["captioning"]["prompt"])
     table.attrs["source"] = f"COCO {setting} training captions"
     trainer = train_retrieval if task == "retrieval" else train_captioning
     trainer(model, processor, table, _train_settings(s, task, variant, seed, progress), out_dir / "checkpoint")
-    return registry.load(_with_source(cfg, role, out_dir / "checkpoint"), role)
+    return set_resolution(*registry.load(_with_source(cfg, role, out_dir / "checkpoint"), role), size)
+
+
+def image_size_of(s: dict, task: str, variant: str) -> int | None:
+    """Input size of a run (:mod:`.resolution`): the task's ``image_size``; Table 4's BLIP^PT keeps its own."""
+    if task == "captioning" and variant == "pretrained":
+        return None
+    return s[task]["image_size"]
 
 
 def _retrieval(cfg, s, setting, variant, seed, files, out_dir, interventions, progress) -> dict:
@@ -215,9 +272,11 @@ def _retrieval(cfg, s, setting, variant, seed, files, out_dir, interventions, pr
 
     model, processor = _train_coco(cfg, s, "retrieval", setting, variant, seed, files, out_dir, interventions,
                                    progress)
+    from .resolution import current_size
+
     rv = s["retrieval"]
     batch = int(rv["eval_batch_size"])
-    out: dict = {}
+    out: dict = {"image_size": current_size(model)} if model is not None else {}
     ff = s["data"]["fairface"]
     if ff["root"]:
         faces = load_fairface(ff["root"], ff["split"])
@@ -230,14 +289,34 @@ def _retrieval(cfg, s, setting, variant, seed, files, out_dir, interventions, pr
         curve = maxskew_curve(sim, faces["gender"], [k for k in rv["curve_ks"] if k <= len(faces)])
         write_csv(out_dir / "maxskew_curve.csv", curve)
         out.update({f"MaxSkewCurve@{int(r.k)}": r.max_skew for r in curve.itertuples(index=False)})
-    for name, frame in (("COCO", interventions), ("Flickr30K", None)):
+        if rv["occupations"]:                 # Figure 5 right: "a photo of a doctor / nurse"
+            occ = fairface_similarity(model, processor, faces, [f"a photo of a {o}" for o in rv["occupations"]],
+                                      batch_size=batch)
+            out.update(occupation_shares(occ, faces["gender"], rv["occupations"], rv["curve_ks"]))
+    for name, dataset, frame in (("COCO", "coco", interventions), ("Flickr30K", "flickr30k", None)):
         if frame is None:
             if not s["data"]["flickr30k"]["karpathy_json"]:
                 continue
             frame = load_captions(s, "flickr30k")
         images, caps, _ = _test(frame)
-        rec = retrieval_recall(model, processor, images, caps, rerank_k=rv["rerank_k"], batch_size=batch)
+        rec = retrieval_recall(model, processor, images, caps, rerank_k=rerank_depth(s, dataset), batch_size=batch)
         out[f"{name}:Rec@1"], out[f"{name}:mRec"] = rec["rec@1"], rec["mrec"]
+        out[f"{name}:rerank_k"] = rec["rerank_k"]          # the depth used (capped at the test set's size)
+    return out
+
+
+def occupation_shares(similarity, genders, occupations, ks) -> dict[str, float]:
+    """Figure 5 (right): ``MaleShare@K:<occupation>``, the percentage of men among the top K images of each
+    occupation query (rows of ``similarity``; ties by image order), for every K up to the number of images."""
+    from ...metrics import ranking_from_scores
+
+    male = np.array([str(g).strip().lower() == "male" for g in genders])
+    out = {}
+    for occupation, row in zip(occupations, np.asarray(similarity)):
+        ranked = male[ranking_from_scores(row)]
+        for k in ks:
+            if int(k) <= len(ranked):
+                out[f"MaleShare@{int(k)}:{occupation}"] = 100.0 * float(ranked[:int(k)].mean())
     return out
 
 
@@ -249,13 +328,26 @@ def _captioning(cfg, s, setting, variant, seed, files, out_dir, interventions, p
 
     model, processor = _train_coco(cfg, s, "captioning", setting, variant, seed, files, out_dir, interventions,
                                    progress)
+    from .resolution import current_size
+
     cp = s["captioning"]
     images, refs, ids = _test(interventions)
-    preds = generate_captions(model, processor, images, batch_size=int(cp["eval_batch_size"]), **cp["generate"])
+    preds = generate_captions(model, processor, images, batch_size=int(cp["eval_batch_size"]), prompt=cp["prompt"],
+                              **cp["generate"])
     write_csv(out_dir / "captions.csv", pd.DataFrame({"image_id": ids, "caption": preds}))
     scores = coco_caption_scores(dict(zip(ids, refs)), dict(zip(ids, preds)))
     truth = [gender_from_references(r) for r in refs]
-    out = {"BLEU-4": scores["BLEU-4"], "CIDEr": scores["CIDEr"], "SPICE": scores.get("SPICE")}
+    out = {"BLEU-4": scores["BLEU-4"], "CIDEr": scores["CIDEr"], "SPICE": scores.get("SPICE"),
+           "image_size": current_size(model)}
+    if s["data"]["nocaps"]["annotations"]:        # Table 4's zero-shot nocaps columns (public validation split)
+        from .data import nocaps
+
+        n_images, n_refs, n_ids = nocaps(s)
+        n_preds = generate_captions(model, processor, n_images, batch_size=int(cp["eval_batch_size"]),
+                                    prompt=cp["prompt"], **cp["generate"])
+        write_csv(out_dir / "nocaps_captions.csv", pd.DataFrame({"image_id": n_ids, "caption": n_preds}))
+        n_scores = coco_caption_scores(dict(zip(n_ids, n_refs)), dict(zip(n_ids, n_preds)))
+        out["nocaps:CIDEr"], out["nocaps:SPICE"] = n_scores["CIDEr"], n_scores.get("SPICE")
     out["Error"] = gender_error(preds, truth)
     try:
         out["BiasAmp"] = caption_bias_amplification(refs, preds)
@@ -266,8 +358,15 @@ def _captioning(cfg, s, setting, variant, seed, files, out_dir, interventions, p
     if len(per_gender) < 2 or per_gender.min() < MIN_LIC_PER_GENDER:
         log.warning("LIC not computed: the leakage classifier needs at least %d test images of each gender whose "
                     "references name it (have %s)", MIN_LIC_PER_GENDER, per_gender.to_dict())
+    elif cp["lic"] == "amplification":
+        from .leakage import lic_amplification
+
+        out.update(lic_amplification([preds[i] for i in gendered], [refs[i] for i in gendered],
+                                     [truth[i] for i in gendered], seeds=range(int(cp["lic_seeds"]))))
+        out[LIC_RECORD + "amplification"] = 1.0
     else:
         model_lic = lic([preds[i] for i in gendered], [truth[i] for i in gendered],
                         seeds=range(int(cp["lic_seeds"])))
-        out["LIC"] = model_lic["lic"]
+        out["LIC"] = out["LIC_M"] = model_lic["lic"]
+        out[LIC_RECORD + "leakage"] = 1.0
     return out

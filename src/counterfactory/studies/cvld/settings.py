@@ -30,6 +30,8 @@ CELEBA_ATTRIBUTES = ["Bags_Under_Eyes", "Bangs", "Black_Hair", "Blond_Hair", "Br
 #: BLIP^Bal), CVLD, and Table 3's retrieval ablations
 VARIANTS = ("pretrained", "base", "balanced", "cvld", "hard_label", "neg_only", "itc", "itm")
 EDIT_METHODS = ("ip2p", "null_text")
+#: the classification setting of Table 1's full-data row (the whole CelebA training split)
+FULL = "full"
 TEXT_METHODS = ("rule", "llm")
 
 class Settings(Sections):
@@ -82,6 +84,8 @@ def runs(s: Mapping) -> list[dict]:
                 continue
             out += [{"task": "classification", "setting": f"k{k}", "variant": variant, "seed": e}
                     for k in cl["shots"] for e in range(int(cl["episodes"]))]
+        if cl["full_data"]:                   # Table 1's full-data BLIP row
+            out.append({"task": "classification", "setting": FULL, "variant": "base", "seed": 0})
         for lam in cl["lambdas"]:
             out += [{"task": "classification", "setting": f"k{cl['figure4_shots']}", "variant": f"cvld_lam{lam:g}",
                      "seed": e} for e in range(int(cl["episodes"]))]
@@ -99,6 +103,13 @@ def runs(s: Mapping) -> list[dict]:
         if "pretrained" in names:
             out.append({"task": task, "setting": "pt", "variant": "pretrained", "seed": 0})
     return out
+
+
+def rerank_depth(s: Mapping, dataset: str) -> int:
+    """ITM re-ranking depth of the retrieval test set ``dataset`` (``coco`` or ``flickr30k``): appendix A follows
+    BLIP's standard procedure, which re-ranks the ITC top 256 on COCO and the top 128 on Flickr30K."""
+    k = s["retrieval"]["rerank_k"]
+    return int(k[dataset]) if isinstance(k, Mapping) else int(k)
 
 
 def lambda_of(s: Mapping, task: str, variant: str) -> float:

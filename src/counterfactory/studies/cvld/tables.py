@@ -1,12 +1,14 @@
 """CVLD's tables and figures in the paper's layouts, from the runs table (mean ± std over seeds or episodes,
 one-tailed Welch t-tests against plain fine-tuning, ``base``; lower is better for the fairness metrics).
 
-* Table 1: CelebA classification, DEO, ΔAcc, AP, mAcc (BLIP^PT, then per K: BLIP, CVLD).
+* Table 1: CelebA classification, DEO, ΔAcc, AP, mAcc (BLIP^PT, BLIP on the full training split, then per K: BLIP,
+  CVLD).
 * Table 2: retrieval, FairFace Bias@K / MaxSkew@K (K = 1000, 128), COCO and Flickr30K Rec@1 / mRec, per COCO subset.
 * Table 3: retrieval ablations on one subset: MaxSkew@128, COCO mRec.
-* Table 4: captioning, Error, BiasAmp, LIC, BLEU-4, CIDEr (SPICE where computed); nocaps needs its evaluation
-  server and is not run.
-* Figure 4: DEO and AP against λ (classification); Figure 5 (left): MaxSkew@K against K; Figure 9: per-attribute
+* Table 4: captioning, Error, BiasAmp, LIC, BLEU-4, CIDEr (SPICE where computed), and nocaps CIDEr / SPICE on the
+  public validation split (pycocoevalcap) where ``data.nocaps`` names it.
+* Figure 4: DEO and AP against λ (classification); Figure 5: MaxSkew@K against K (left) and the share of men among
+  the top K for "a photo of a doctor / nurse" (right); Figure 9: per-attribute
   DEO change of CVLD over fine-tuning; Figure 10: the share of men among the top K per FairFace query.
 """
 
@@ -84,6 +86,8 @@ def paper_tables(summary: pd.DataFrame, s: dict) -> list[tuple[str, object]]:
     out = []
     cl = s["classification"]
     rows = [("classification", "pretrained", LABELS["pretrained"])]
+    if cl["full_data"]:
+        rows.append(("classification_full", "base", f"{LABELS.get('base', 'base')} (full data)"))
     for k in sorted(cl["shots"], reverse=True):
         rows += [(f"classification_k{k}", v, f"{k}-shot {LABELS.get(v, v)}") for v in cl["variants"] if v != "pretrained"]
     out.append(("Table 1: image classification on CelebA (14 gender-independent attributes)",
@@ -94,8 +98,8 @@ def paper_tables(summary: pd.DataFrame, s: dict) -> list[tuple[str, object]]:
     for task, title, metrics in (
             ("retrieval", "Table 2: image-text retrieval (fairness on FairFace, Rec@1 / mRec on COCO and Flickr30K)",
              fair + ["COCO:Rec@1", "COCO:mRec", "Flickr30K:Rec@1", "Flickr30K:mRec"]),
-            ("captioning", "Table 4: image captioning on COCO (nocaps: not run, it needs the evaluation server)",
-             ["Error", "BiasAmp", "LIC", "BLEU-4", "CIDEr", "SPICE"])):
+            ("captioning", "Table 4: image captioning on COCO and zero-shot on nocaps (validation split, pycocoevalcap)",
+             ["Error", "BiasAmp", "LIC", "BLEU-4", "CIDEr", "SPICE", "nocaps:CIDEr", "nocaps:SPICE"])):
         rows = [(task, "pretrained", LABELS["pretrained"])]
         for name in subsets:
             rows += [(f"{task}_{name}", v, f"{name.replace('coco', 'COCO ')}% {LABELS.get(v, v)}")
@@ -143,13 +147,14 @@ def figure4(summary: pd.DataFrame, s: dict, out) -> Path:
 
 
 def figure5(summary: pd.DataFrame, s: dict, out) -> Path:
-    """MaxSkew@K averaged over the FairFace queries, against K, fine-tuning vs CVLD per subset."""
+    """Left: MaxSkew@K averaged over the FairFace queries, against K, fine-tuning vs CVLD per subset; right: the
+    share of men among the top K for each occupation query (``MaleShare@K:<occupation>``)."""
     from ...render import pyplot
 
     part = summary[summary["metric"].str.startswith("MaxSkewCurve@") & summary["mixture"].isin(["base", "cvld",
                                                                                                "pretrained"])]
     part = part.assign(k=part["metric"].str.split("@").str[1].astype(int)).sort_values("k")
-    fig, ax = pyplot().subplots(figsize=(4.2, 3.2))
+    fig, (ax, right) = pyplot().subplots(1, 2, figsize=(8.4, 3.2))
     for (exp, mix), g in part.groupby(["experiment", "mixture"], sort=False):
         ax.errorbar(g["k"], g["mean"], yerr=g["std"].fillna(0.0), capsize=2, marker="o", ms=3,
                     label=f"{exp.replace('retrieval_', '')} {LABELS.get(mix, mix)}")
@@ -160,6 +165,20 @@ def figure5(summary: pd.DataFrame, s: dict, out) -> Path:
     ax.grid(alpha=0.3)
     if len(part):
         ax.legend(fontsize=7)
+    occ = summary[summary["metric"].str.startswith("MaleShare@") & summary["mixture"].isin(["base", "cvld"])]
+    occ = occ.assign(k=occ["metric"].str.split("@").str[1].str.split(":").str[0].astype(int),
+                     occupation=occ["metric"].str.split(":").str[1]).sort_values("k")
+    for (exp, mix, job), g in occ.groupby(["experiment", "mixture", "occupation"], sort=False):
+        right.errorbar(g["k"], g["mean"], yerr=g["std"].fillna(0.0), capsize=2, marker="o", ms=3,
+                       label=f"{job}: {exp.replace('retrieval_', '')} {LABELS.get(mix, mix)}")
+    right.axhline(50.0, color="grey", lw=0.8, ls="--")
+    right.set_xscale("log")
+    right.set_xlabel("K")
+    right.set_ylabel("% men in the top K")
+    right.set_title("Figure 5 (right): 'a photo of a doctor / nurse'", fontsize=9)
+    right.grid(alpha=0.3)
+    if len(occ):
+        right.legend(fontsize=6)
     fig.tight_layout()
     return _savefig(fig, out)
 
@@ -211,11 +230,13 @@ def figure10(run_dirs, s: dict, out) -> Path:
     return _savefig(fig, out)
 
 
-def write_tables(runs_path, cfg, run_dirs, out_md, out_tex, out_csv, out_figures) -> None:
-    """The summary (``out_figures/summary.csv``), Tables 1-4 (Markdown, LaTeX, CSV) and Figures 4, 5, 9, 10."""
+def write_tables(runs_path, cfg, run_dirs, out_md, out_tex, out_csv, out_figures, out_html=None) -> None:
+    """The summary (``out_figures/summary.csv``), Tables 1-4 (Markdown, LaTeX, CSV and, with ``out_html``, one HTML
+    page: what the Snakemake report shows) and Figures 4, 5, 9, 10."""
     from ...io import write_csv, write_text
+    from ...render import html_page, render_html
     from ...stats import read_runs
-    from ...tables import render_latex, render_markdown, to_frame
+    from ...tables import describe, render_latex, render_markdown, to_frame
 
     s = settings(cfg)
     summary = summarize(read_runs(runs_path))
@@ -224,10 +245,11 @@ def write_tables(runs_path, cfg, run_dirs, out_md, out_tex, out_csv, out_figures
     md = ["# CVLD: debiasing BLIP with counterfactuals", "",
           "Mean ± std over seeds (classification: few-shot episodes); underlined = significantly better than "
           "BLIP (fine-tuned) by a one-tailed Welch t-test, α = 0.05; fairness metrics: lower is better.", ""]
-    tex, frames = [], []
+    tex, frames, pages = [], [], []
     for title, table in paper_tables(summary, s):
         md.append(render_markdown(table, title))
         tex.append(render_latex(table, title))
+        pages.append(render_html(describe(table, title)))
         frames.append(to_frame(table).assign(table=title))
     for name, make in (("figure4.png", lambda p: figure4(summary, s, p)), ("figure5.png", lambda p: figure5(summary, s, p)),
                        ("figure9.png", lambda p: figure9(summary, s, p)),
@@ -235,5 +257,8 @@ def write_tables(runs_path, cfg, run_dirs, out_md, out_tex, out_csv, out_figures
         make(figures / name)
         md.append(f"![{name}]({figures.name}/{name})")
     write_text(out_md, "\n".join(md) + "\n")
+    if out_html:
+        write_text(out_html, html_page("CVLD: debiasing BLIP with counterfactuals",
+                                       [f'<p class="note">{md[2]}</p>', *pages]))
     write_text(out_tex, "\n".join(tex) + "\n")
     write_csv(out_csv, pd.concat(frames, ignore_index=True) if frames else pd.DataFrame())

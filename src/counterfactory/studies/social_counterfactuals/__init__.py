@@ -11,7 +11,8 @@ Modules (library code only; the ``counterfactory social <step>`` subcommands tha
   tables and figures);
 * :mod:`.external` — the same metrics on real image-text data, PATA and VisoGender (§5.3, Table 3);
 * :mod:`.debias` — the withheld-occupation split and the debiasing evaluation (§5, 8.2), with
-  :mod:`.debias_tables` (Tables 2, 3, 16, 17);
+  :mod:`.debias_tables` (Tables 2, 3, 16, 17) and :mod:`.task_eval` (Tables 4, 5: retrieval and zero-shot accuracy
+  of the debiased models through the shared evaluation);
 * the dataset in the released layout (Intel/SocialCounterfactuals) is written by the shared export stage
   (:mod:`counterfactory.export.social_release`).
 """
@@ -45,6 +46,8 @@ def targets(view, results: str) -> list[str]:
         out += [f"{results}/probing/{stage}/figures" for stage in stages]
     if view.get("debias", {}).get("roles"):
         out.append(f"{results}/debias/tables.md")
+        if (view["debias"].get("task_eval") or {}).get("roles"):   # §5.3, Tables 4 and 5
+            out.append(f"{results}/debias/task_tables.md")
     return out
 
 

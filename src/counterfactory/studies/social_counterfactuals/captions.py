@@ -367,9 +367,10 @@ def counts_by_segment(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def _is_full_config(doc: dict) -> bool:
-    from ...config import JOB_KEY
+    from ...config import JOB_KEY, is_config_layer
 
-    return JOB_KEY in doc or "studies" in doc or STUDY in doc or doc.get("study") == STUDY
+    return (JOB_KEY in doc or "studies" in doc or STUDY in doc or doc.get("study") == STUDY
+            or is_config_layer(doc))   # an overlay of top-level keys (run_name: ...) layers like in every command
 
 
 def load_section(paths: Iterable[str | Path]) -> tuple[dict, str]:

@@ -30,6 +30,8 @@ Protocol
   :func:`pretrained_for_every_seed` lets that value stand for each seed: Welch's test then is the one-sample test of
   the debiased runs against the pre-trained value.
 * **Tables.** Tables 2, 3, 16 and 17 from the summary are :mod:`.debias_tables` (also importable from here).
+* **Task performance (§5.3, Tables 4, 5).** Runs of the roles in ``debias.task_eval.roles`` are also evaluated with
+  the shared retrieval and zero-shot classification (:mod:`.task_eval`); their metrics join ``metrics.csv``.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ import pandas as pd
 
 from ...config import fill_section
 from ...errors import ConfigError, input_error
-from . import STUDY, probe_report, probing
+from . import STUDY, probe_report, probing, task_eval
 
 log = logging.getLogger(__name__)
 
@@ -379,6 +381,8 @@ def debias_run(cfg: Mapping, role: str, segment: str, manifest: str | Path | Non
     write_csv(out_dir / "probe.csv", probe_df)
     metrics = summarize_probe(probe_df, probing.settings(cfg)["gender_type"])
     metrics.update(external_metrics(eval_cfg, role, out_dir, scorer_factory))
+    if task_eval.evaluates(opts, role):  # §5.3, Tables 4 and 5: the shared retrieval / zero-shot evaluation
+        metrics.update(task_eval.evaluate(eval_cfg, role, task_eval.task_settings(opts), progress=progress))
     rows = pd.DataFrame([{"experiment": experiment, "mixture": mixture, "seed": int(seed), "data_seed": int(data_seed),
                           "metric": k, "value": v} for k, v in metrics.items()], columns=RUN_COLUMNS)
     val = run_rows.loc[run_rows["metric"] == "val_loss", "value"]

@@ -150,6 +150,15 @@ def render_markdown(table: DebiasTable) -> str:
     return render.render_markdown(describe(table))
 
 
+def render_html(tables) -> str:
+    """Every table (a mapping or list of :class:`DebiasTable`) as one standalone HTML page (what the Snakemake
+    report shows)."""
+    from ... import render
+
+    items = list(tables.values()) if isinstance(tables, dict) else list(tables)
+    return render.html_page("SocialCounterfactuals: debiasing", [render.render_html(describe(t)) for t in items])
+
+
 def render_latex(table: DebiasTable) -> str:
     """Booktabs LaTeX with a two-level header (model, then Pre-trained / Debiased) as in the paper."""
     from ... import render

@@ -78,18 +78,36 @@ def stage_counts(candidates: pd.DataFrame, clip_sets: pd.DataFrame, nsfw_sets: p
 def stage_counts_markdown(table: pd.DataFrame) -> str:
     """Markdown rendering of :func:`stage_counts` (:func:`counterfactory.render.describe_frame`), percentages
     with a % sign."""
-    from ...render import describe_frame, markdown_body
+    from ...render import markdown_body
+
+    return markdown_body(_describe_counts(table)) + "\n"
+
+
+def _describe_counts(table: pd.DataFrame):
+    from ...render import describe_frame
 
     shown = table.copy()
     for col in (c for c in shown.columns if c.startswith("% Filtered")):
         shown[col] = [("" if pd.isna(v) else f"{float(v):.1f}%") for v in shown[col]]
-    return markdown_body(describe_frame(shown)) + "\n"
+    return describe_frame(shown)
+
+
+TABLE11_TITLE = "Table 11: counterfactual sets remaining after each filter stage, per segment"
+
+
+def stage_counts_html(table: pd.DataFrame) -> str:
+    """Table 11 as a standalone HTML page (what the Snakemake report shows), from the Markdown's description."""
+    from ...render import html_page, render_html
+
+    desc = _describe_counts(table)
+    desc.title = TABLE11_TITLE
+    return html_page("SocialCounterfactuals: filtering", [render_html(desc)])
 
 
 
 def filter_table_files(candidates_path, clip_sets, nsfw_sets, detect_sets, out_csv, out_markdown=None,
-                       captions_path=None) -> pd.DataFrame:
-    """Table 11 from the stage outputs (CSV and, optionally, Markdown)."""
+                       captions_path=None, out_html=None) -> pd.DataFrame:
+    """Table 11 from the stage outputs (CSV and, optionally, Markdown and HTML)."""
     from ...io import write_text
 
     captions = read_table(captions_path, "caption-set table", ("set_id", "segment")) if captions_path else None
@@ -101,4 +119,6 @@ def filter_table_files(candidates_path, clip_sets, nsfw_sets, detect_sets, out_c
     _write_table(out_csv, table)
     if out_markdown:
         write_text(out_markdown, stage_counts_markdown(table))
+    if out_html:
+        write_text(out_html, stage_counts_html(table))
     return table

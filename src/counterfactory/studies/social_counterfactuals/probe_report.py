@@ -110,6 +110,18 @@ def tables_markdown(tables: Mapping[str, pd.DataFrame], decimals: int = 2) -> st
     return "\n".join(f"### {title}\n\n{markdown_body(describe(t, decimals))}\n" for title, t in tables.items())
 
 
+def tables_html(tables: Mapping[str, pd.DataFrame], decimals: int = 2) -> str:
+    """Every probing table as one standalone HTML page (what the Snakemake report shows)."""
+    from ...render import html_page, render_html
+
+    bodies = []
+    for title, t in tables.items():
+        desc = describe(t, decimals)
+        desc.title = title
+        bodies.append(render_html(desc))
+    return html_page("SocialCounterfactuals: bias probing", bodies)
+
+
 def tables_latex(tables: Mapping[str, pd.DataFrame], decimals: int = 2) -> str:
     parts = []
     for title, t in tables.items():

@@ -9,6 +9,11 @@
   unchanged when ``captions.keep_unmatched``, since it still describes x', and one that loses every word is
   dropped) and ``prompt`` (a prompt template naming the classes left in the image, one of CLIP's 80 ImageNet
   templates drawn per item with a seed from its id). The captioning-model alternative is :func:`captioner`.
+
+MS-COCO class matching (:func:`matcher`, ``captions.word_matching``): appendix A counts a noun phrase for a class
+when it contains one of the class's words (``any_word``, the paper config), so "a wine glass" also matches *cup*
+(its word "glass") and "a hot dog" also matches *dog*. ``longest_match`` (ours) lets a longer entry shadow the
+shorter ones it covers, so those phrases match only *wine glass* and *hot dog*.
 """
 
 from __future__ import annotations
@@ -47,6 +52,14 @@ def templates(name_or_list) -> list[str]:
     return list(name_or_list)
 
 
+def matcher(s: dict):
+    """The MS-COCO class matcher of appendix A's table under ``captions.word_matching``."""
+    from ...text import noun_phrases as npx
+
+    rule = s["captions"]["word_matching"]
+    return npx.ClassMatcher(npx.load_matching_table(), longest_match=rule == "longest_match")
+
+
 def _flickr(dataset: str) -> bool:
     return dataset == "flickr30k"
 
@@ -60,8 +73,7 @@ def gallery(s: dict, dataset: str, captions: pd.DataFrame, classes: list[str], t
         found = [sorted(npx.flickr_mentions(phrases.get((i, k), []), classes))
                  for i, k in zip(captions["image_id"], captions["caption_index"])]
     else:
-        table = npx.load_matching_table()
-        matrix = npx.mention_matrix(captions["caption"].tolist(), classes, table, tagger)
+        matrix = npx.mention_matrix(captions["caption"].tolist(), classes, matcher(s), tagger)
         found = [[classes[j] for j in row.nonzero()[0]] for row in matrix]
     out = captions[["image_id", "split", "caption_index", "caption", "image_path"]].copy()
     out["mentions"] = found
@@ -87,7 +99,7 @@ def synthetic(s: dict, dataset: str, requests: pd.DataFrame, captions: pd.DataFr
         if _flickr(dataset):
             phrases = _phrases(s, captions[captions["image_id"].isin(set(requests["image_id"]))])
         else:
-            table = npx.load_matching_table()
+            table = matcher(s)
         for r in requests.itertuples(index=False):
             for c in by_image[r.image_id].itertuples(index=False):
                 removed = list(r.removed_categories)

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ...data.check import check_image_sizes
 from ...errors import ConfigError, input_error
 from . import regions
 
@@ -59,7 +60,7 @@ def load_captions(s: dict, dataset: str) -> pd.DataFrame:
     from ...data.karpathy import load_karpathy
 
     src = _source(s, dataset)
-    table = load_karpathy(src["karpathy_json"])
+    table = load_karpathy(src["karpathy_json"], image_root=src["image_root"])
     mapping = _split_map(s)
     table = table[table["split"].isin(mapping)].copy()
     table["split"] = table["split"].map(mapping)
@@ -159,6 +160,7 @@ def select(s: dict, params: dict, dataset: str) -> tuple[pd.DataFrame, pd.DataFr
                      "boxes": boxes, "removed_area_ratio": float(r.removed_area_ratio),
                      "shard": shard_of(item_id, shards), "segmentation": segmentation})
     requests = pd.DataFrame(rows, columns=REQUEST_COLUMNS)
+    check_image_sizes(images, zip(requests["image_id"], requests["image_path"]))   # declared = file (issue 31.1)
     return table, requests
 
 

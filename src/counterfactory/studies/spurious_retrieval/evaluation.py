@@ -5,7 +5,11 @@ ODmAP@k: the synthetic test images are the queries; the gallery is every caption
 least one class left in the image (:func:`counterfactory.metrics.odmap_relevance`'s rule, here as two boolean
 matrix products over the gallery's mention matrix); AP@k and the mean over queries are
 :func:`counterfactory.metrics.odmap_at_k` (queries without a correct caption in the gallery are skipped, and
-counted in ``ODmAP/queries_skipped``). Gallery captions are encoded once; queries are scored in chunks, so a
+counted in ``ODmAP/queries_skipped``). The AP@k divisor is ``evaluation.odmap_normaliser``: the paper's
+mAP@k of its reference [52] (pytorch-metric-learning, Musgrave et al. 2020) divides by the correct captions
+inside the top k (``hits_in_top_k``; a query with none scores 0); ``min_k_relevant`` (ours, the
+information-retrieval AP@k) and ``relevant`` are options. Every result records the one used as the metric
+row ``ODmAP/normaliser=<name>`` (value 1). Gallery captions are encoded once; queries are scored in chunks, so a
 616k-caption MS-COCO gallery never needs a full score matrix.
 
 Recall@K: the test split's images and their captions (MS-COCO 5K, Flickr30k 1K), image→text (``TR@K``) and
@@ -44,9 +48,19 @@ def relevance(removed: np.ndarray, present: np.ndarray, mentions: np.ndarray) ->
     return ((present.astype(np.float32) @ m) > 0) & ~((removed.astype(np.float32) @ m) > 0)
 
 
+#: the paper's AP@k divisor (§3.2, reference [52]'s library)
+PAPER_NORMALISER = "hits_in_top_k"
+
+
+def normaliser_metric(normaliser: str) -> str:
+    """Name of the metric row that records the AP@k normaliser of a result."""
+    return f"ODmAP/normaliser={normaliser}"
+
+
 def odmap(query_emb: np.ndarray, gallery_emb: np.ndarray, removed: np.ndarray, present: np.ndarray,
-          mentions: np.ndarray, ks) -> dict[str, float]:
-    """``ODmAP@k`` for each k (percent) and ``ODmAP/queries_skipped`` from embeddings and class indicators."""
+          mentions: np.ndarray, ks, normaliser: str = PAPER_NORMALISER) -> dict[str, float]:
+    """``ODmAP@k`` for each k (percent), ``ODmAP/queries_skipped`` and the normaliser's record row from
+    embeddings and class indicators."""
     from ...metrics import odmap_at_k
 
     n_q, n_g = len(query_emb), len(gallery_emb)
@@ -59,7 +73,7 @@ def odmap(query_emb: np.ndarray, gallery_emb: np.ndarray, removed: np.ndarray, p
         if not rel.any():
             continue
         for k in ks:
-            _, part = odmap_at_k(sim, rel, min(k, n_g), return_per_query=True)
+            _, part = odmap_at_k(sim, rel, min(k, n_g), return_per_query=True, normaliser=normaliser)
             per[k][lo:hi] = part
     out = {}
     for k in ks:
@@ -69,6 +83,7 @@ def odmap(query_emb: np.ndarray, gallery_emb: np.ndarray, removed: np.ndarray, p
     if skipped:
         log.info("ODmAP: %d of %d queries have no correct caption in the gallery (skipped)", skipped, n_q)
     out["ODmAP/queries_skipped"] = float(skipped)
+    out[normaliser_metric(normaliser)] = 1.0
     return out
 
 
@@ -80,8 +95,10 @@ def read_gallery(path) -> pd.DataFrame:
     return frame
 
 
-def evaluate(cfg, role: str, gallery_path, queries_path, ks=(1, 5, 10), progress: bool = False) -> dict[str, float]:
-    """``ODmAP@k``, ``TR@K`` and ``IR@K`` of ``role`` (its configured source, e.g. a fine-tuned checkpoint)."""
+def evaluate(cfg, role: str, gallery_path, queries_path, ks=(1, 5, 10), progress: bool = False,
+             normaliser: str = PAPER_NORMALISER) -> dict[str, float]:
+    """``ODmAP@k``, ``TR@K`` and ``IR@K`` of ``role`` (its configured source, e.g. a fine-tuned checkpoint);
+    ``normaliser`` is the AP@k divisor (``evaluation.odmap_normaliser``)."""
     from ...metrics import recall_at_k
     from ...scorers import scorer_from_config
 
@@ -97,7 +114,7 @@ def evaluate(cfg, role: str, gallery_path, queries_path, ks=(1, 5, 10), progress
         q_emb = scorer.encode_images([str(p) for p in queries["image_path"]])
         out.update(odmap(q_emb, gal_emb, class_matrix(queries["removed_categories"], classes),
                          class_matrix(queries["present_categories"], classes),
-                         class_matrix(gallery["mentions"], classes), ks))
+                         class_matrix(gallery["mentions"], classes), ks, normaliser))
     else:
         log.warning("%s: no ODmAP queries (no selected test image)", queries_path)
     test = gallery[gallery["split"] == "test"].reset_index()

@@ -6,6 +6,8 @@
   which one is drawn with a seed from the item id);
 * ``ratio_<r>`` (Figure 4): D plus ``round(r * |D|)`` rows drawn from the full D' of ``ours`` (every
   noun-phrase caption of every synthetic image, |D'| / |D| ≈ 0.4 on MS-COCO); capped at the pool with a warning;
+* ``d_prime`` and ``d_s`` (appendix B, where ``mixtures.appendix_b_*`` name the dataset): D' of ``ours`` alone, and
+  a random part D_s of D with as many rows as that D' (drawn with ``mixtures.random_state``);
 * ``queries``: the test split's synthetic images (the ``ours`` image method) with their removed and present classes.
 
 Every manifest holds the val split's real pairs (``split = val``) for checkpoint selection. Trainer columns:
@@ -23,7 +25,7 @@ import pandas as pd
 
 from ...errors import input_error
 from .captions import item_seed
-from .settings import FINETUNE, OURS, needed_variants, ratio_name
+from .settings import D_PRIME, D_S, FINETUNE, OURS, appendix_b, needed_variants, ratio_name
 
 log = logging.getLogger(__name__)
 
@@ -102,12 +104,19 @@ def write_manifests(s: dict, dataset: str, requests: pd.DataFrame, captions: pd.
                         want, len(pool), len(pool) / max(n_real, 1))
             want = len(pool)
         frames[ratio_name(r)] = pd.concat([real, pool.iloc[np.sort(order[:want])]], ignore_index=True)
+    if appendix_b(s, dataset):
+        d_prime = variant_rows(s, OURS, synthetic, files)
+        frames[D_PRIME] = d_prime
+        n = min(len(d_prime), n_real)
+        keep = np.sort(np.random.default_rng(int(s["mixtures"]["random_state"]) + 1).permutation(n_real)[:n])
+        frames[D_S] = real.iloc[keep].reset_index(drop=True)
     rows = []
     for name, frame in frames.items():
         full = pd.concat([frame, val], ignore_index=True)
         write_parquet(out_dir / f"{name}.parquet", full)
         n_syn = int(frame["is_counterfactual"].sum())
-        rows.append({"mixture": name, "real_rows": n_real, "synthetic_rows": n_syn,
+        rows.append({"mixture": name, "real_rows": int((~frame["is_counterfactual"].astype(bool)).sum()),
+                     "synthetic_rows": n_syn,
                      "ratio": n_syn / n_real if n_real else float("nan"), "val_rows": len(val)})
     image_method = s["mixtures"]["variants"][OURS]["image"]
     test = requests[(requests["split"] == "test") & requests["item_id"].isin(files[image_method])]

@@ -9,7 +9,8 @@ takes the pre-trained model — and scores it (:func:`.evaluation.evaluate`). It
 
 :func:`write_tables` lays the summary out as the paper does: Table 1 (ODmAP@1/5/10, MS-COCO left, Flickr30k right,
 rows per model: zeroshot, finetune, + Ours), Table 2 (image→text and text→image R@1/5/10), Table 3 (D' synthesis
-variants on CLIP / MS-COCO) and Figure 4 (R@1 and ODmAP@1 against |D'_sub| / |D|).
+variants on CLIP / MS-COCO), Figure 4 (R@1 and ODmAP@1 against |D'_sub| / |D|) and appendix B's table (zero-shot,
+D_s, D' and D + D': ODmAP@1 and image→text R@1).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import pandas as pd
 
 from ...errors import ConfigError
 from . import evaluation
-from .settings import FINETUNE, OURS, ZEROSHOT, ratio_of, settings, training_section
+from .settings import D_PRIME, D_S, FINETUNE, OURS, ZEROSHOT, ratio_of, settings, training_section
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +64,7 @@ def run(cfg, dataset: str, role: str, mixture: str, seed: int, data_seed: int, m
                 role=role, experiment=experiment(dataset, role), train=True)
         eval_cfg["models"][role] = {**eval_cfg["models"][role], "source": str(out_dir / "checkpoint")}
     metrics = evaluation.evaluate(eval_cfg, role, gallery, manifests / "queries.parquet", s["evaluation"]["ks"],
-                                  progress=progress)
+                                  progress=progress, normaliser=s["evaluation"]["odmap_normaliser"])
     rows = pd.DataFrame([{"experiment": experiment(dataset, role), "mixture": mixture, "seed": int(seed),
                           "data_seed": int(data_seed), "metric": k, "value": float(v)} for k, v in metrics.items()],
                         columns=RUN_COLUMNS)
@@ -100,6 +101,10 @@ def _row_label(role: str, mixture: str, s: dict) -> str:
         return f"{_model(role)} (finetune)"
     if mixture == OURS:
         return f"{_model(role)} + Ours"
+    if mixture == D_S:
+        return f"{_model(role)}: D_s (|D_s| = |D'|)"
+    if mixture == D_PRIME:
+        return f"{_model(role)}: D' only"
     spec = s["mixtures"]["variants"].get(mixture)
     if spec:
         return f"{_model(role)}: D + D' ({TEXT_LABELS[spec['text']]}, {IMAGE_LABELS[spec['image']]})"
@@ -159,6 +164,15 @@ def paper_tables(summary: pd.DataFrame, s: dict) -> list[tuple[str, object]]:
     if len(order) > 2 and cols:
         out.append(("Table 3: synthesis of D' (text, image)", build_table(
             frame, metrics=cols, mixture_order=order, mixture_info=info, row_header="Training data")))
+    datasets = [d for d in s["data"]["datasets"] if d in mx["appendix_b_datasets"]]
+    b_roles = [r for r in roles if r in mx["appendix_b_models"]]
+    frame, order, info = _by_dataset(summary[summary["experiment"].isin(
+        [experiment(d, r) for d in datasets for r in b_roles])], {**s, "data": {**s["data"], "datasets": datasets}},
+        b_roles, [ZEROSHOT, D_S, D_PRIME, OURS])
+    cols = _metric_columns(frame, ["ODmAP@1", "TR@1"])
+    if any(m.endswith(":" + D_S) or m.endswith(":" + D_PRIME) for m in order) and cols:
+        out.append(("Appendix B: D_s (|D_s| = |D'|) vs D' vs D + D' (ODmAP@1, image→text R@1)", build_table(
+            frame, metrics=cols, mixture_order=order, mixture_info=info, row_header="Training data")))
     return out
 
 
@@ -203,6 +217,20 @@ def plot_ratios(points: pd.DataFrame, out) -> Path:
     return out
 
 
+NORMALISER_NOTES = {"hits_in_top_k": "correct captions inside the top k (the paper's reference [52])",
+                    "min_k_relevant": "min(k, correct captions in the gallery) (ours)",
+                    "relevant": "correct captions in the gallery"}
+
+
+def normaliser_note(summary: pd.DataFrame) -> str:
+    """One line naming the AP@k normaliser(s) the summarised ODmAP@k results were computed with."""
+    prefix = evaluation.normaliser_metric("")
+    names = sorted({str(m)[len(prefix):] for m in summary["metric"].astype(str) if str(m).startswith(prefix)})
+    if not names:
+        return "ODmAP@k AP@k normaliser: not recorded"
+    return "ODmAP@k AP@k normaliser: " + "; ".join(f"{n} ({NORMALISER_NOTES.get(n, n)})" for n in names)
+
+
 def write_tables(summary_path, cfg, out_md, out_tex, out_csv, out_figure) -> None:
     """Tables 1-3 (Markdown, LaTeX, CSV of every cell) and Figure 4 (PNG) from a summary CSV."""
     from ...io import write_csv, write_text
@@ -213,7 +241,7 @@ def write_tables(summary_path, cfg, out_md, out_tex, out_csv, out_figure) -> Non
     summary = read_summary(summary_path)
     tables = paper_tables(summary, s)
     points = ratio_points(summary, s)
-    md = ["# Spurious correlations in cross-modal retrieval (Kim et al. 2023)", ""]
+    md = ["# Spurious correlations in cross-modal retrieval (Kim et al. 2023)", "", normaliser_note(summary), ""]
     tex, frames = [], []
     for title, table in tables:
         md.append(render_markdown(table, title))

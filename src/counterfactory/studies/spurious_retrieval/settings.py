@@ -39,6 +39,8 @@ Configuration (study section ``spurious_retrieval``)::
       ratio_models: [clip_train]
       ratio_datasets: [coco]
       random_state: 0                       # ours: which caption / which D' rows are drawn
+      appendix_b_models: [clip_train]       # appendix B: CLIP fine-tuned on D_s (|D_s| = |D'|) and on D' alone
+      appendix_b_datasets: [coco]
     training:
       models: {clip_train: clip, itm_blip: blip}   # §4.1: CLIP ViT-B and BLIP (ViT-B, BERT); role -> recipe
       seeds: {first: 0, count: 3, data_seed_offset: 1}   # ours: the paper reports single runs
@@ -70,6 +72,9 @@ IMAGE_METHODS = ("lama", "opencv", "zero", "mean", "blur")
 SPLITS = ("train", "val", "test")
 #: mixtures of every run: the fine-tuned baseline (D only), ours (D + D') and the zero-shot model
 FINETUNE, OURS, ZEROSHOT = "finetune", "ours", "zeroshot"
+#: appendix B's extra training sets: D_s (a random part of D as large as D') and D' alone
+D_S, D_PRIME = "d_s", "d_prime"
+RESERVED = (FINETUNE, ZEROSHOT, D_S, D_PRIME)
 
 RECIPES = ("clip", "blip")
 
@@ -123,7 +128,7 @@ def _check_mixtures(s: dict, image_methods) -> None:
         if spec["image"] not in IMAGE_METHODS or (used and image_methods is not None and spec["image"] not in image_methods):
             raise _fail(f"mixtures.variants.{vname}.image", f"{spec['image']!r} is not in inpaint.methods",
                         f"add it to inpaint.methods or use one of {', '.join(image_methods or IMAGE_METHODS)}")
-        if vname in (FINETUNE, ZEROSHOT) or vname.startswith("ratio_"):
+        if vname in RESERVED or vname.startswith("ratio_"):
             raise _fail(f"mixtures.variants.{vname}", "reserved name", "rename the variant")
     if OURS not in mx["variants"]:
         raise _fail("mixtures.variants", "no 'ours' variant (the D + D' rows of Tables 1-2)", "define variants.ours")
@@ -138,7 +143,7 @@ def _check_mixtures(s: dict, image_methods) -> None:
 def _check_training(s: dict) -> None:
     models = s["training"]["models"]
     if "mixtures" in s:
-        for key in ("table3_models", "ratio_models"):
+        for key in ("table3_models", "ratio_models", "appendix_b_models"):
             bad = [m for m in s["mixtures"][key] if m not in models]
             if bad:
                 raise _fail(f"mixtures.{key}", f"{', '.join(bad)} not in training.models", "list trained roles only")
@@ -148,6 +153,15 @@ def _check_evaluation(s: dict) -> None:
     ks = s["evaluation"]["ks"]
     if not ks or any(isinstance(k, bool) or not isinstance(k, int) or k < 1 for k in ks):
         raise _fail("evaluation.ks", f"{ks!r}", "use positive integers such as [1, 5, 10]")
+
+
+def inpaint_settings(s: dict):
+    """The :class:`counterfactory.generation.inpaint.InpaintSettings` of the study's ``inpaint`` section (its
+    fill keys; ``mean_of: masked`` = §4.4's mean padding, the mean colour of the removed region B^r)."""
+    from ...generation.inpaint import InpaintSettings
+
+    return InpaintSettings.from_config({k: v for k, v in s["inpaint"].items()
+                                        if k not in ("methods", "shards", "batch_size")})
 
 
 def ratio_name(ratio: float) -> str:
@@ -161,14 +175,23 @@ def ratio_of(mixture: str) -> float | None:
 
 def mixtures(s: dict, dataset: str, role: str) -> list[str]:
     """Every mixture trained for ``role`` on ``dataset`` (zero-shot excluded): finetune, ours, the Table 3
-    variants and the Figure 4 ratios where configured."""
+    variants, the Figure 4 ratios and appendix B's D_s and D' where configured."""
     mx = s["mixtures"]
     out = [FINETUNE, OURS]
     if role in mx["table3_models"] and dataset in mx["table3_datasets"]:
         out += [v for v in mx["table3"] if v not in out]
     if role in mx["ratio_models"] and dataset in mx["ratio_datasets"]:
         out += [ratio_name(r) for r in mx["ratios"]]
+    if appendix_b(s, dataset, role):
+        out += [D_S, D_PRIME]
     return out
+
+
+def appendix_b(s: dict, dataset: str, role: str | None = None) -> bool:
+    """Whether appendix B's D_s and D' runs are trained on ``dataset`` (for ``role``, or for some role)."""
+    mx = s["mixtures"]
+    roles = mx["appendix_b_models"] if role is None else [role]
+    return dataset in mx["appendix_b_datasets"] and any(r in mx["appendix_b_models"] for r in roles)
 
 
 def needed_variants(s: dict, dataset: str | None = None) -> list[str]:

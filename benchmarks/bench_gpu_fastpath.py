@@ -1,0 +1,230 @@
+"""Where the GPU time of the Prompt-to-Prompt and editing stages goes, and what raises their share of the peak
+(issue 33, part 3), measured in ONE run on true-size random-weight models (``benchmarks/true_size.py``).
+
+1. **Profile** one batched P2P call (COCO-CF pairs, the paper batch of 8, a few steps) with ``torch.profiler``:
+   the share of the wall time the GPU is busy, the busy time by kernel family (attention, matmul, convolution,
+   normalisation, element-wise / copies), the host-device synchronisations (``cudaStreamSynchronize``,
+   device-to-host copies) and the top CPU-side operators — the time the GPU waits for Python.
+2. **Variants**, each timed after a warm-up of its own shapes, same items, same steps:
+   P2P pairs at batch 8 (the paper config's ``images.batch_size``), 16 and 32; InstructPix2Pix editing
+   (CVLD) at batch 10 (m = 10 per image), 20 and 40; then, while the time budget lasts, ``torch.compile`` of
+   the UNet for the best P2P batch (its warm-up time reported apart).
+   Each row: images/s, UNet evaluations/s, achieved TFLOP/s (FLOPs of the UNet alone, so a lower bound of the
+   stage), % of the dense bf16 peak, and the ratio to the paper-batch row of its stage.
+
+Batching changes no output: every candidate's noise and parameters derive from its item id
+(``generation.selection.make_candidate``), so a larger batch is a pure speed setting.
+
+    python benchmarks/bench_gpu_fastpath.py --out gpu_fastpath.json             # CUDA, bf16, ~4 min on an H100
+    OMP_NUM_THREADS=2 python benchmarks/bench_gpu_fastpath.py --device cpu --precision fp32 \\
+        --resolution 64 --steps 1 --pairs-batches 1 2 --edit-batches 1 --no-compile  # a smoke test of the script
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import re
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_true_size as B  # noqa: E402
+import true_size as T  # noqa: E402
+
+KERNEL_FAMILIES = [
+    ("attention", re.compile(r"flash|fmha|attention|sdpa|efficient_attention|softmax", re.I)),
+    ("matmul", re.compile(r"gemm|cutlass|sm\d+_xmma|cublas|matmul|nvjet", re.I)),
+    ("convolution", re.compile(r"conv|implicit|winograd|cudnn|fprop|dgrad", re.I)),
+    ("normalisation", re.compile(r"norm", re.I)),
+    ("copies", re.compile(r"copy|memcpy|memset|cat|transpose|permute", re.I)),
+]
+
+
+def family(name: str) -> str:
+    for fam, pattern in KERNEL_FAMILIES:
+        if pattern.search(name):
+            return fam
+    return "element-wise / other"
+
+
+def profile_call(run, items, steps: int, device) -> dict:
+    """One call under ``torch.profiler``: GPU busy share, busy time by kernel family, host syncs, top CPU ops."""
+    from torch.profiler import ProfilerActivity, profile
+
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    B.sync(device)
+    t = time.perf_counter()
+    with profile(activities=acts) as prof:
+        run(items, steps)
+        B.sync(device)
+    wall = time.perf_counter() - t
+    from torch.autograd import DeviceType
+
+    by_family: dict[str, float] = defaultdict(float)
+    kernels: dict[str, float] = defaultdict(float)
+    syncs = d2h = 0
+    for ev in prof.events():
+        name = ev.name
+        if ev.device_type == DeviceType.CUDA:          # a kernel, copy or memset on the GPU
+            seconds = ev.device_time_total / 1e6
+            by_family[family(name)] += seconds
+            kernels[name[:90]] += seconds
+            if "DtoH" in name or "Device -> Host" in name:
+                d2h += 1
+        elif "StreamSynchronize" in name or "DeviceSynchronize" in name or "EventSynchronize" in name:
+            syncs += 1
+    busy = sum(by_family.values())
+    cpu_top = sorted(((ev.key, ev.self_cpu_time_total / 1e6, ev.count) for ev in prof.key_averages()),
+                     key=lambda r: -r[1])[:12]
+    return {
+        "wall_s": wall, "gpu_busy_s": busy, "gpu_busy_fraction": busy / wall if wall else None,
+        "busy_by_family_s": dict(sorted(by_family.items(), key=lambda kv: -kv[1])),
+        "top_kernels_s": dict(sorted(kernels.items(), key=lambda kv: -kv[1])[:12]),
+        "stream_synchronizations": syncs, "device_to_host_copies": d2h,
+        "top_cpu_ops_s": [{"op": k, "self_cpu_s": s, "calls": c} for k, s, c in cpu_top],
+    }
+
+
+def timed(run, counted, items, batch: int, steps: int, device) -> dict:
+    run(items[:batch], max(1, min(2, steps)))          # warm-up of this batch shape (cudnn benchmark, allocator)
+    return B.measure(run, counted, items, batch, steps, device)
+
+
+def row(stage, batch, m, flops, peak, base_rate=None, **extra) -> dict:
+    tflops = flops * m["unet_evals"] / m["wall_s"] / 1e12
+    r = {"stage": stage, "batch": batch, "items": m["items"], "images": m["images"], "wall_s": round(m["wall_s"], 3),
+         "images_per_s": m["images"] / m["wall_s"], "unet_evals_per_s": m["unet_evals"] / m["wall_s"],
+         "tflops": tflops, "peak_fraction": tflops / peak[0] if peak[0] else None, **extra}
+    r["ratio_vs_paper_batch"] = r["images_per_s"] / base_rate if base_rate else 1.0
+    B.log(f"{stage} batch {batch}{' ' + str(extra) if extra else ''}: {r['images_per_s']:.3f} images/s, "
+          f"{r['unet_evals_per_s']:.1f} evals/s, {tflops:.1f} TFLOP/s"
+          + (f" = {100 * r['peak_fraction']:.1f} % of peak" if r["peak_fraction"] else ""))
+    return r
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--precision", choices=sorted(B.DTYPES), default="bf16")
+    ap.add_argument("--steps", type=int, default=30, help="denoising steps of every timed call (paper: 100)")
+    ap.add_argument("--profile-steps", type=int, default=6)
+    ap.add_argument("--resolution", type=int, default=512)
+    ap.add_argument("--pairs-batches", type=int, nargs="+", default=[8, 16, 32], help="first = the paper batch")
+    ap.add_argument("--edit-batches", type=int, nargs="+", default=[10, 20, 40], help="first = CVLD's m = 10")
+    ap.add_argument("--no-compile", action="store_true")
+    ap.add_argument("--budget-s", type=float, default=420.0,
+                    help="skip the compile variant when this much wall time has passed")
+    ap.add_argument("--out", type=Path, default=None, help="JSON of every measurement")
+    args = ap.parse_args(argv)
+    start = time.perf_counter()
+    device = torch.device(args.device)
+    dtype = B.DTYPES[args.precision]
+    if device.type == "cuda":
+        torch.backends.cudnn.benchmark = True
+    peak = B.peak_tflops(device, args.precision, False)
+    B.log(f"device {B.device_name(device)}, {args.precision}, peak {peak[0]:.1f} TFLOP/s ({peak[1]}), "
+          f"torch {torch.__version__}")
+    opts = argparse.Namespace(resolution=args.resolution, channels_last=False, compile=False, compile_mode=None)
+    out: dict = {"device": B.device_name(device), "precision": args.precision, "steps": args.steps,
+                 "resolution": args.resolution, "peak_tflops": peak[0], "rows": []}
+
+    def save():
+        if args.out:
+            args.out.write_text(json.dumps(out, indent=2, default=str), encoding="utf-8")
+
+    with torch.no_grad():
+        # ---------------------------------------------------------------- P2P pairs (COCO-CF)
+        pipe = B.build_model("sd", device, dtype, opts)
+        flops = T.unet_flops("sd", args.resolution, args.resolution)
+        run, counted, close = B.p2p_stage("p2p_pairs", pipe, opts, device, dtype, args.steps)
+        batches = args.pairs_batches
+        items = list(range(max(batches)))
+        base = batches[0]
+        run(items[:base], 1)
+        B.log(f"profiling one batch-{base} P2P call of {args.profile_steps} steps")
+        out["profile_p2p"] = profile_call(run, items[:base], args.profile_steps, device)
+        B.log(json.dumps({k: v for k, v in out["profile_p2p"].items() if k != "top_cpu_ops_s"}, default=str))
+        save()
+        base_rate = None
+        best = (base, 0.0)
+        for b in batches:
+            m = timed(run, counted, items[:b] * max(1, base // b) if b < base else items[:b], b, args.steps, device)
+            r = row("p2p_pairs", b, m, flops, peak, base_rate)
+            base_rate = base_rate or r["images_per_s"]
+            best = max(best, (b, r["images_per_s"]), key=lambda x: x[1])
+            out["rows"].append(r)
+            save()
+        if not args.no_compile and time.perf_counter() - start < args.budget_s:
+            b = best[0]
+            B.log(f"torch.compile of the UNet, P2P batch {b}: warm-up")
+            eager = pipe.unet.forward
+            pipe.unet.forward = torch.compile(eager)
+            t = time.perf_counter()
+            try:
+                run(items[:b], 2)
+                warm = time.perf_counter() - t
+                m = B.measure(run, counted, items[:b], b, args.steps, device)
+                out["rows"].append(row("p2p_pairs", b, m, flops, peak, base_rate, compile=True,
+                                       compile_warmup_s=round(warm, 1)))
+            except Exception as err:  # noqa: BLE001 - a benchmark reports, it does not stop
+                out["compile_error"] = f"{type(err).__name__}: {err}"[:500]
+                B.log(out["compile_error"])
+            pipe.unet.forward = eager
+            save()
+        if close:
+            close()
+        del pipe, run, counted
+        gc.collect()
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+        # ---------------------------------------------------------------- InstructPix2Pix editing (CVLD)
+        pipe = B.build_model("ip2p", device, dtype, opts)
+        run, counted, _ = B.editing_stage("editing", pipe, opts, device, dtype, args.steps)
+        batches = args.edit_batches
+        items = list(range(max(batches)))
+        run(items[:batches[0]], 1)                       # the profiled shape warmed up (cudnn autotuning)
+        out["profile_editing"] = profile_call(run, items[:batches[0]], args.profile_steps, device)
+        B.log(json.dumps({k: v for k, v in out["profile_editing"].items() if k != "top_cpu_ops_s"}, default=str))
+        base_rate = None
+        for b in batches:
+            m = timed(run, counted, items[:b], b, args.steps, device)
+            r = row("editing", b, m, flops, peak, base_rate)
+            base_rate = base_rate or r["images_per_s"]
+            out["rows"].append(r)
+            save()
+        if not args.no_compile and time.perf_counter() - start < args.budget_s + 90:
+            b = batches[min(1, len(batches) - 1)]
+            B.log(f"torch.compile of the UNet, editing batch {b}: warm-up")
+            pipe.unet.forward = torch.compile(pipe.unet.forward)
+            t = time.perf_counter()
+            try:
+                run(items[:b], 2)
+                warm = time.perf_counter() - t
+                m = B.measure(run, counted, items[:b], b, args.steps, device)
+                out["rows"].append(row("editing", b, m, flops, peak, base_rate, compile=True,
+                                       compile_warmup_s=round(warm, 1)))
+            except Exception as err:  # noqa: BLE001 - a benchmark reports, it does not stop
+                out["compile_error_editing"] = f"{type(err).__name__}: {err}"[:500]
+                B.log(out["compile_error_editing"])
+            save()
+    if device.type == "cuda":
+        out["peak_memory_gib"] = torch.cuda.max_memory_allocated(device) / 2 ** 30
+    out["total_wall_s"] = time.perf_counter() - start
+    save()
+    print("\n| stage | batch | compile | images/s | UNet evals/s | TFLOP/s | % of peak | vs paper batch |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for r in out["rows"]:
+        pct = f"{100 * r['peak_fraction']:.1f}" if r["peak_fraction"] else "—"
+        print(f"| {r['stage']} | {r['batch']} | {'yes' if r.get('compile') else 'no'} | {r['images_per_s']:.3f} | "
+              f"{r['unet_evals_per_s']:.1f} | {r['tflops']:.1f} | {pct} | {r['ratio_vs_paper_batch']:.2f}x |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,60 @@
+"""``counterfactory preflight``: before a real run, check that every model role, dataset, the NLTK data, the disk and
+the accelerator's memory are in place, without loading any weights; see :mod:`counterfactory.preflight`."""
+
+from __future__ import annotations
+
+
+def _preflight(args) -> int:
+    import json
+
+    from .. import preflight
+    from ..config import load_full_config
+    from ..io import write_text
+
+    cfg = load_full_config(args.config)
+    if args.study:
+        from ..errors import ConfigError
+
+        unknown = [s for s in args.study if s not in cfg["studies"]]
+        if unknown:
+            raise ConfigError(f"--study {', '.join(unknown)}: not among the config's studies "
+                              f"({', '.join(cfg['studies'])}). Fix: name one of those")
+        cfg["studies"] = list(args.study)
+    parts = args.only or ["model", "dataset", "nltk", "disk", "gpu-memory"]
+    checks = preflight.preflight(cfg, online=False if args.offline else None, results_root=args.results_root,
+                                 throughput=args.throughput, parts=parts)
+    print(preflight.to_table(checks, only_problems=args.problems_only))
+    print(preflight.summary(checks))
+    if args.out:
+        doc = {"config": [str(c) for c in args.config], "passed": preflight.passed(checks),
+               "checks": [c.as_dict() for c in checks]}
+        write_text(args.out, json.dumps(doc, indent=2) + "\n")
+    return 0 if preflight.passed(checks) else 1
+
+
+def register(sub) -> None:
+    from . import add_config_option
+
+    p = sub.add_parser(
+        "preflight", help="check models, datasets, NLTK data, disk and GPU memory before a run (nothing loaded)",
+        description="Reads the configuration and, for every enabled study: each model role's folder, Hugging Face "
+                    "cache entry or hub repository (configuration files only, never weights) and whether its class "
+                    "fits its stage; each dataset in its official layout; the NLTK data; free disk against the "
+                    "`counterfactory plan` estimate; with a CUDA device, its memory against the largest role. Prints "
+                    "one table (check, config key, status, detail and fix); exit status 0 only when every check "
+                    "passes (statuses ok, fetch, build, skip).")
+    add_config_option(p, help="configuration file (repeatable; later files win), e.g. config/config.yaml")
+    p.add_argument("--study", action="append", metavar="NAME",
+                   help="check only this enabled study (repeatable; default: every study of `studies:`)")
+    p.add_argument("--offline", action="store_true",
+                   help="do not ask the hub about roles missing from the cache (as with HF_HUB_OFFLINE=1, but a "
+                        "missing role is reported as fetched on first use instead of failed)")
+    p.add_argument("--only", action="append", choices=["model", "dataset", "nltk", "disk", "gpu-memory"],
+                   help="run only these checks (repeatable; default: all)")
+    p.add_argument("--problems-only", action="store_true", help="print only the checks that failed")
+    p.add_argument("--throughput", metavar="JSON", default=None,
+                   help="rates for the plan's estimate (default: the packaged file; only its disk column is used)")
+    p.add_argument("--results-root", default=".", metavar="DIR",
+                   help="folder holding results/ (its file system is the one checked for space)")
+    p.add_argument("--out", metavar="JSON", help="also write the checks as JSON")
+    p.set_defaults(func=_preflight)

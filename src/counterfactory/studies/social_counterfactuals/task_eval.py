@@ -1,0 +1,144 @@
+"""Task performance of the debiased models (SocialCounterfactuals §5.3, "Impact of debiasing on task-specific
+performance"; Tables 4 and 5).
+
+Each debiasing run of a role in ``debias.task_eval.roles`` (and its pre-trained evaluation) is also evaluated with
+the shared evaluation of :mod:`counterfactory.evaluation`: image-text retrieval Recall@K on a Karpathy-format split
+(:func:`counterfactory.evaluation.runs.evaluate_retrieval`; Table 4: Flickr30K's 1K test images) and zero-shot
+top-1 accuracy (:func:`counterfactory.evaluation.classify.run_classification`; Table 5: CIFAR10, CIFAR100,
+Caltech256, ImageNet). The paper's pre-trained rows equal COCO-Counterfactuals' pre-trained CLIP rows (its Tables
+3 and 4), so the paper config evaluates with the same splits, prompts and class names. The metrics join the run's
+``metrics.csv`` rows (``<retrieval name>/image_to_text@K``, ``<retrieval name>/text_to_image@K``,
+``<dataset>/top1``), and :func:`build_tables` lays them out as the paper does: one row for the pre-trained model,
+one per debiased segment (mean over seeds, sample std as subscript). The paper reports one debiased CLIP and
+does not say which segment it was trained on; every segment's model is shown.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from typing import Any, Mapping, Sequence
+
+import pandas as pd
+
+from ...errors import ConfigError
+
+#: Table 4's column groups: the paper's "Text Retrieval" is image -> text, "Image Retrieval" text -> image
+RETRIEVAL_GROUPS = (("Text Retrieval", "image_to_text"), ("Image Retrieval", "text_to_image"))
+PRETRAINED_LABEL = "Pre-trained"
+
+
+def task_settings(opts: Mapping) -> dict:
+    """``debias.task_eval`` (the debias settings ``opts`` hold it with the schema's defaults)."""
+    return dict(opts.get("task_eval") or {})
+
+
+def evaluates(opts: Mapping, role: str) -> bool:
+    """Whether the debiasing runs of ``role`` get the task evaluation."""
+    task = task_settings(opts)
+    return role in (task.get("roles") or []) and bool(task.get("retrieval") or classification_datasets(task))
+
+
+def classification_datasets(task: Mapping) -> list[str]:
+    return list(((task.get("classification") or {}).get("datasets") or {}))
+
+
+def evaluate(cfg: Mapping, role: str, task: Mapping, progress: bool = False) -> dict[str, float]:
+    """Retrieval Recall@K and zero-shot top-1 of ``role`` as ``cfg`` loads it (the debiased checkpoint, or the
+    pre-trained model) with the shared evaluation; ``task``: the ``debias.task_eval`` settings."""
+    from ...device import with_stage_precision
+    from ...evaluation.classify import run_classification
+    from ...evaluation.runs import evaluate_retrieval
+
+    eval_cfg = copy.deepcopy(dict(cfg))
+    eval_cfg["evaluation"] = {**(eval_cfg.get("evaluation") or {}), "classification": task.get("classification") or {}}
+    eval_cfg = with_stage_precision(eval_cfg, task.get("precision"))
+    metrics: dict[str, float] = {}
+    if task.get("retrieval"):
+        spec = {"split": "test", "ks": [1, 5, 10], **task["retrieval"]}
+        metrics.update({k: v for k, v in evaluate_retrieval(eval_cfg, role, spec, progress).items()
+                        if not k.endswith("/mean")})
+    for dataset in classification_datasets(task):
+        metrics[f"{dataset}/top1"] = float(run_classification(eval_cfg, role, dataset, progress=progress)["top1"])
+    return metrics
+
+
+# --------------------------------------------------------------------------------------------
+# Tables 4 and 5
+# --------------------------------------------------------------------------------------------
+def _cell(values: pd.Series):
+    from ...render import Cell
+
+    v = values.dropna().astype(float)
+    if v.empty:
+        return None
+    return Cell(float(v.mean()), float(v.std(ddof=1)) if len(v) > 1 else math.nan, n=len(v))
+
+
+def _rows(runs: pd.DataFrame, role: str, segments: Sequence[str] | None) -> list[tuple[str, pd.DataFrame]]:
+    from .debias import DEBIASED, PRETRAINED, parse_experiment
+    from .debias_tables import segment_label
+
+    parsed = runs["experiment"].map(parse_experiment)
+    mine = runs[parsed.map(lambda rs: rs[0]) == role].assign(segment=parsed.map(lambda rs: rs[1]))
+    order = list(segments) if segments else list(dict.fromkeys(mine["segment"]))
+    out = [(PRETRAINED_LABEL, mine[mine["mixture"] == PRETRAINED])]
+    for seg in order:
+        out.append((f"Debiased {segment_label(seg)}", mine[(mine["mixture"] == DEBIASED) & (mine["segment"] == seg)]))
+    return [(label, frame) for label, frame in out if not frame.empty]
+
+
+def build_tables(runs: pd.DataFrame, roles: Sequence[str], retrieval_name: str | None, datasets: Sequence[str],
+                 ks: Sequence[int] = (1, 5, 10), segments: Sequence[str] | None = None,
+                 labels: Mapping[str, str] | None = None, decimals: int = 2) -> dict[str, Any]:
+    """Tables 4 and 5 of each role from the runs table (columns ``experiment, mixture, seed, data_seed, metric,
+    value``; experiments ``<role>:<segment>``): rows ``Pre-trained`` (the pre-trained model; every segment's
+    evaluation of it is the same model, all are averaged) and ``Debiased (<segment>)`` per segment, mean over seeds
+    with the sample std. Table 4: Text Retrieval (image -> text) and Image Retrieval (text -> image) R@K on
+    ``retrieval_name``; Table 5: top-1 accuracy per dataset. Returns ``{"table4:<role>": Table, ...}``."""
+    from ...render import Column, Table
+
+    labels = dict(labels or {})
+    tables: dict[str, Any] = {}
+    for role in roles:
+        name = labels.get(role, role)
+        rows = _rows(runs, role, segments)
+        if not rows:
+            raise ConfigError(f"debias-task-table: the runs table has no runs of role {role!r}. Fix: list roles of "
+                              f"debias.task_eval.roles whose runs were collected")
+        specs = []
+        if retrieval_name:
+            cols = [(group, f"{retrieval_name}/{direction}@{k}", f"R@{k}")
+                    for group, direction in RETRIEVAL_GROUPS for k in ks]
+            specs.append(("table4", cols, f"Table 4. Image & text retrieval of the debiased and pre-trained {name} on "
+                                          f"{retrieval_name} (Recall@K, %)."))
+        if datasets:
+            cols = [("", f"{d}/top1", d) for d in datasets]
+            specs.append(("table5", cols, f"Table 5. Zero-shot top-1 accuracy (%) of the debiased and pre-trained "
+                                          f"{name}."))
+        for key, cols, title in specs:
+            missing = [metric for _, metric, _ in cols if not runs["metric"].eq(metric).any()]
+            if missing:
+                raise ConfigError(f"debias-task-table: no {missing[0]!r} rows in the runs table. Fix: run the "
+                                  f"debiasing runs with debias.task_eval set (or drop that dataset from the table)")
+            columns = [Column(f"{name} Model", "left")] + [Column(label, "center", group) for group, _, label in cols]
+            body = [[label, *(_cell(frame.loc[frame["metric"] == metric, "value"]) for _, metric, _ in cols)]
+                    for label, frame in rows]
+            tables[f"{key}:{role}"] = Table(columns, body, title=title, decimals=decimals, std_decimals=decimals,
+                                            note="Mean over seeds, sample standard deviation as subscript.")
+    return tables
+
+
+def tables_frame(tables: Mapping[str, Any]) -> pd.DataFrame:
+    """Every cell as a long frame: ``table, row, column, mean, std, n``."""
+    from ...render import Cell
+
+    rows = []
+    for key, table in tables.items():
+        for body in table.rows:
+            for column, cell in zip(table.columns[1:], body[1:]):
+                label = f"{column.group} {column.label}".strip()
+                if isinstance(cell, Cell):
+                    rows.append({"table": key, "row": body[0], "column": label, "mean": cell.mean, "std": cell.std,
+                                 "n": cell.n})
+    return pd.DataFrame(rows, columns=["table", "row", "column", "mean", "std", "n"])
