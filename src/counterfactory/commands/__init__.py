@@ -7,6 +7,24 @@ import argparse
 import re
 
 
+def lazy_module(name: str):
+    """``name`` imported on first attribute access (``importlib.util.LazyLoader``): a command module can name the
+    step modules of every subcommand while a job imports only the one its subcommand runs (a table job then does
+    not pay for torch, which the model steps import)."""
+    import importlib.util
+    import sys
+
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.find_spec(name)
+    loader = importlib.util.LazyLoader(spec.loader)
+    spec.loader = loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    loader.exec_module(module)
+    return module
+
+
 def shard_id(text: str) -> int:
     """argparse type of ``--shard``: a non-negative integer (``00003`` as the rules write it)."""
     try:

@@ -8,11 +8,16 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import ConfigError, InputError
-from ..export import social_release as release
-from ..studies.social_counterfactuals import (STUDY, captions, debias, debias_tables, external, filtering, probe_report,
-                                              probing, task_eval)
+from ..studies.social_counterfactuals import STUDY
 from ..studies.social_counterfactuals import debias_segments as social_debias_segments
-from . import add_config_option, add_progress_option, add_renamed, add_shard_job_options
+from . import add_config_option, add_progress_option, add_renamed, add_shard_job_options, lazy_module
+
+# the step modules, each imported when its subcommand runs (the filters and probing import torch; tables do not)
+_PKG = "counterfactory.studies.social_counterfactuals"
+captions, debias, debias_tables, external, filtering, probe_report, probing, task_eval = (
+    lazy_module(f"{_PKG}.{name}") for name in ("captions", "debias", "debias_tables", "external", "filtering",
+                                               "probe_report", "probing", "task_eval"))
+release = lazy_module("counterfactory.export.social_release")
 
 
 def register(sub) -> None:
