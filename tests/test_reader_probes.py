@@ -281,3 +281,18 @@ def test_cli_captions_edit_with_a_csv_says_parquet_before_loading_models(tmp_pat
     err = capsys.readouterr().err
     assert "a CSV file, but the caption table must be parquet" in err and "to_parquet" in err
     assert "Traceback" not in err and not any(p.exists() for p in outs)
+
+
+def test_a_request_table_with_a_tab_in_a_prompt_is_refused_where_it_is_read(tmp_path):
+    """A hand-edited GLIGEN / t2i request table: a control character in a prompt names the file and the record."""
+    from counterfactory.generation.grounded_requests import read_requests
+
+    path = tmp_path / "requests.parquet"
+    pd.DataFrame([{"item_id": "a1", "kind": "t2i", "prompt": "a red\tcar on a street", "phrases": [], "boxes": []},
+                  ]).to_parquet(path, index=False)
+    with pytest.raises(InputError, match=r"requests\.parquet.*a1.*control|tab") as err:
+        read_requests(path)
+    assert "one line of plain text" in str(err.value)
+    pd.DataFrame([{"item_id": "a1", "kind": "t2i", "prompt": "a red car on a street", "phrases": [], "boxes": []},
+                  ]).to_parquet(path, index=False)
+    assert read_requests(path)[0].prompt == "a red car on a street"

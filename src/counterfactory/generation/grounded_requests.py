@@ -17,6 +17,7 @@ import numpy as np
 
 from ..errors import input_error
 from ..io import read_table
+from ..text.captions import prompt_text_problem
 from .runner import ID_PATTERN as _ID_PATTERN
 from .runner import fingerprint as _fingerprint
 
@@ -98,6 +99,9 @@ def _parse_row(path: Path, i: int, r: dict) -> GroundedRequest:
     prompt = r.get("prompt")
     if not isinstance(prompt, str) or not prompt.strip():
         raise bad("prompt is empty", "every request needs a non-empty prompt")
+    problem = prompt_text_problem(prompt)
+    if problem:   # a tab or another control character the text encoder's tokenizer would silently drop
+        raise bad(f"prompt {prompt!r}: {problem}", "write the prompt as one line of plain text")
     phrases = _as_list(r.get("phrases")) or []
     boxes_raw = _as_list(r.get("boxes")) or []
     if not isinstance(phrases, list) or not all(isinstance(p, str) and p.strip() for p in phrases):
