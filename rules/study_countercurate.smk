@@ -80,7 +80,8 @@ rule countercurate_positions_rewrite:
         models=model_inputs("llm"),
         config=job_config("llm", "positions_rewrite", "models.llm", *DEVICE_KEYS),
     output:
-        f"{S}/positions/rewrites.parquet",
+        answers=f"{S}/positions/rewrites.parquet",
+        rejected=f"{S}/positions/rewrites_rejected.parquet",
     log:
         f"{S}/logs/positions_rewrite.log",
     wildcard_constraints:
@@ -94,7 +95,8 @@ rule countercurate_positions_rewrite:
         gpu=GPU,
         hpu=HPU,
     shell:
-        "counterfactory countercurate positions-rewrite --config {input.config:q} --requests {input.requests:q} --out {output:q} > {log:q} 2>&1"
+        "counterfactory countercurate positions-rewrite --config {input.config:q} --requests {input.requests:q}"
+        " --out {output.answers:q} --rejected {output.rejected:q} > {log:q} 2>&1"
 
 
 rule countercurate_attributes:
@@ -127,7 +129,7 @@ rule countercurate_requests:
     """One grounded-generation requests table: positions (rewritten), counting inpainting, attributes t2i."""
     input:
         positions=rules.countercurate_positions.output.generation,
-        rewrites=rules.countercurate_positions_rewrite.output,
+        rewrites=rules.countercurate_positions_rewrite.output.answers,
         counting=rules.countercurate_counting.output.requests,
         attributes=rules.countercurate_attributes.output.requests,
     output:

@@ -22,6 +22,7 @@ rule cvld_intervene:
     output:
         captions=f"{S}/coco/text/captions.parquet",
         votes=f"{S}/coco/text/votes.parquet",
+        rejected=f"{S}/coco/text/rejected.parquet",
         requests=f"{S}/coco/edits/requests.parquet",
         summary=report(
             f"{S}/coco/text/summary.csv",
@@ -42,7 +43,8 @@ rule cvld_intervene:
         hpu=HPU,
     shell:
         "counterfactory cvld intervene --config {input.config:q} --out-captions {output.captions:q} --out-votes {output.votes:q}"
-        " --out-requests {output.requests:q} --out-summary {output.summary:q} > {log:q} 2>&1"
+        " --out-requests {output.requests:q} --out-rejected {output.rejected:q} --out-summary {output.summary:q}"
+        " > {log:q} 2>&1"
 
 
 rule cvld_requests:

@@ -220,7 +220,8 @@ rule spurious_tables:
         summary=rules.stats_summarize_spurious.output,
         config=job_config("data", "training", "mixtures", "evaluation"),
     output:
-        md=report(f"{S}/tables.md", category=study_title, subcategory="Tables", caption="../report/sr_tables.rst"),
+        md=f"{S}/tables.md",
+        html=report(f"{S}/tables.html", category=study_title, subcategory="Tables", caption="../report/sr_tables.rst"),
         tex=f"{S}/tables.tex",
         csv=f"{S}/tables.csv",
         figure=report(f"{S}/figure4.png", category=study_title, subcategory="Tables", caption="../report/sr_tables.rst"),
@@ -232,7 +233,7 @@ rule spurious_tables:
         CONDA_ENV
     shell:
         "counterfactory spurious tables --config {input.config:q} --summary {input.summary:q} --out-md {output.md:q} --out-tex {output.tex:q}"
-        " --out-csv {output.csv:q} --out-figure {output.figure:q} > {log:q} 2>&1"
+        " --out-csv {output.csv:q} --out-figure {output.figure:q} --out-html {output.html:q} > {log:q} 2>&1"
 
 
 STUDY_TARGETS[SR] = lambda: [f"{SR_DIR}/tables.md"] + [

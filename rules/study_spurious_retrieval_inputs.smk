@@ -67,8 +67,8 @@ def sr_inpainted_args(wildcards, input):
 
 
 def sr_run_keys(wildcards):
-    keys = ["evaluation", f"models.{wildcards.role}", *DEVICE_KEYS]
-    return keys + ([] if wildcards.mixture == sr_settings.ZEROSHOT else ["training"])
+    # every run reads training.models (a zeroshot run too: settings.has_zeroshot checks the role's recipe)
+    return ["evaluation", "training", f"models.{wildcards.role}", *DEVICE_KEYS]
 
 
 def sr_data_seed(wildcards):

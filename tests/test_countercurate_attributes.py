@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -129,14 +130,16 @@ def test_requests_have_per_caption_schemas_and_prompts():
     section = at.section_of({})
     single = at.CaptionItem("img2", 0, "A dog runs.", at.parse_markup("[/EN#7/animals A dog] runs .")[1], {})
     req, skipped = at.requests_for([_item(), single], section)
-    assert list(req["item_id"]) == ["img1/0/noun", "img1/0/adjective", "img1/0/swap", "img2/0/noun",
-                                    "img2/0/adjective"]
-    assert skipped == [("img2/0/swap", "swap", "fewer than two marked entities")]
+    assert list(req["item_id"]) == ["img1_0_noun", "img1_0_adjective", "img1_0_swap", "img2_0_noun",
+                                    "img2_0_adjective"]
+    assert skipped == [("img2_0_swap", "swap", "fewer than two marked entities")]
     prepared = llm.prepare(req)
     assert prepared[0].schema["properties"]["entity_id"]["enum"] == ["1", "2", "3", "4"]
     assert prepared[2].schema["properties"]["entity_a"]["anyOf"][1] == {"type": "null"}
     for p in prepared:
         assert "$" not in p.user and "[/EN#" in p.user and "(10, 5, 60, 120)" in p.user or p.item_id.startswith("img2")
+    odd = at.CaptionItem("a/b c", 0, "A dog runs.", at.parse_markup("[/EN#7/animals A dog] runs .")[1], {})
+    assert at.item_id_of(odd, "noun") == "a-b-c_0_noun"      # ids name the t2i images: file-name characters only
     with pytest.raises(ConfigError, match="kinds"):
         at.section_of({"attributes": {"kinds": ["colour"]}})
 
@@ -169,7 +172,7 @@ def test_collect_and_t2i_requests_from_hand_made_answers():
     assert list(neg["status"]) == ["accepted", "rejected", "rejected"]
     assert "noun changed" in neg["reason"].iloc[1] and "invalid llm answer" in neg["reason"].iloc[2]
     t2i = at.t2i_requests(neg)
-    assert t2i.to_dict("records") == [{"item_id": "img1/0/noun", "kind": "t2i",
+    assert t2i.to_dict("records") == [{"item_id": "img1_0_noun", "kind": "t2i",
                                        "prompt": "A man wearing a black jacket and blue jeans stands on the beach.",
                                        "image_id": "img1", "source_kind": "noun", "caption": CAPTION}]
 
@@ -213,3 +216,81 @@ def test_cli_is_registered():
     for name in ("positions-rewrite", "llm"):  # llm: the old name, kept as an alias
         args = parser.parse_args([name, "--config", "c.yaml", "--requests", "r.parquet", "--out", "o.parquet"])
         assert args.func is cmd._cmd_llm
+
+
+def test_off_topic_rewrite_is_a_rejected_row_and_never_the_gligen_prompt(tmp_path, monkeypatch, capsys):
+    """Issue 31 item 5: check_rewrite was never called, so "a cat sleeps on the sofa" became the GLIGEN prompt."""
+    from counterfactory.cli import main
+    from counterfactory.studies.countercurate import positions as P
+
+    pairs = pd.DataFrame({"item_id": ["i1", "i2", "i3"], "subject": "a young child", "relation": "above",
+                          "object": ["a street", "a road", "a bridge"]})
+    at.rewrite_requests(pairs).to_parquet(tmp_path / "requests.parquet")
+    said = {"i1": '{"rewrite": "a young child hovers high above a busy street"}',
+            "i2": '{"rewrite": "a cat sleeps on the sofa"}', "i3": '{"rewrite": "a young chi'}
+
+    class FakeRunner:
+        def __init__(self, cfg, settings):
+            pass
+
+        def generate(self, batch):
+            return [said[p.item_id] for p in batch]
+
+    monkeypatch.setattr(llm, "Runner", FakeRunner)
+    monkeypatch.setattr(llm, "model_identity", lambda cfg: "fake-llm")
+    answers, rejected = tmp_path / "rewrites.parquet", tmp_path / "rejected.parquet"
+    job = {"study": "countercurate", "run_name": "t", "models": {"llm": {"source": "./no-model"}}, "llm": {},
+           "positions_rewrite": {}, "counterfactory_job": {"digest": "t", "sections": ["llm", "models",
+                                                                                     "positions_rewrite"]}}
+    (tmp_path / "job.yaml").write_text(json.dumps(job))
+    assert main(["countercurate", "positions-rewrite", "--config", str(tmp_path / "job.yaml"), "--requests",
+                 str(tmp_path / "requests.parquet"), "--out", str(answers), "--rejected", str(rejected),
+                 "--cache", str(tmp_path / "cache.jsonl")]) == 0
+    assert "rejected: 1 failed_check, 1 not_json" in capsys.readouterr().out
+    got = pd.read_parquet(answers)
+    assert got["valid"].tolist() == [True, False, False]
+    assert "does not mention the subject 'a young child'" in got["error"][1]
+    rows = pd.read_parquet(rejected)
+    assert list(rows.columns) == llm.REJECTED_COLUMNS
+    assert rows[["item_id", "reason"]].values.tolist() == [["i2", "failed_check"], ["i3", "not_json"]]
+    assert rows["answer"][0] == said["i2"] and "does not mention the subject" in rows["detail"][0]
+    prompts = P.apply_rewrites(pd.DataFrame({"item_id": ["i1", "i2", "i3"], "prompt": "vanilla"}), got)
+    assert prompts["prompt"].tolist() == ["a young child hovers high above a busy street", "vanilla", "vanilla"]
+    assert prompts["prompt_source"].tolist() == ["llm", "template", "template"]
+
+
+def test_answer_menu_offers_only_checked_answers_and_steers_the_tiny_llm(tmp_path):
+    """Issue 32.11: with ``answer_menu`` (the demo's setting) the tiny random llm's constrained answers are
+    accepted negatives, so the demo runs the t2i path and the Attributes export."""
+    import torch
+    import yaml
+
+    from counterfactory.models import tiny
+
+    it = _item()
+    for kind in at.KINDS:
+        menu = at.answer_menu(it, kind, 3)
+        assert len(menu) == 3
+        for answer in menu:
+            status = (at.check_swap(it, answer) if kind == "swap" else at.check_edit(kind, it, answer))[0]
+            assert status == "accepted", (kind, answer)
+    assert at.answer_menu(it, "noun", 1)[0] == {"entity_id": "1", "changed_from": "man", "changed_to": "shirt",
+                                                "negative": "A shirt wearing a black shirt and blue jeans stands on "
+                                                            "the beach."}
+    req, _ = at.requests_for([it], at.section_of({"attributes": {"answer_menu": 2}}))
+    schema = llm.prepare(req)[2].schema
+    assert len(schema["anyOf"]) == 2 and schema["anyOf"][0]["properties"]["entity_a"] == {"enum": ["1"]}
+    assert "anyOf" not in llm.prepare(at.requests_for([it], at.section_of({}))[0])[0].schema   # paper: free text
+    demo = yaml.safe_load((Path(__file__).parents[1] / "config" / "demo.yaml").read_text())["countercurate"]
+    assert demo["attributes"]["answer_menu"] > 0
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        cfg = {"models": {"llm": {"source": str(tiny.build("llm", tmp_path / "models"))}}, "device": "cpu",
+               "llm": demo["llm"], "attributes": demo["attributes"]}
+        captions = pd.DataFrame({"image_id": ["img1"], "sentence_index": [0], "markup": [MARKUP]})
+        neg = at.run(cfg, captions, requests_out=tmp_path / "t2i.parquet")
+    finally:
+        torch.set_num_threads(threads)
+    assert list(neg["status"]) == ["accepted"] * 3, neg[["kind", "reason"]].to_string()
+    assert len(pd.read_parquet(tmp_path / "t2i.parquet")) == 3

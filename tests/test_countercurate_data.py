@@ -171,7 +171,8 @@ def test_build_positions_fixture(demo_images):
     assert len(llm) == len(gen) == 7 and (llm["task"] == "positions_rewrite").all()
     fields = json.loads(llm.set_index("item_id").loc["1000000008_4_5_ab", "fields"])
     assert fields == {"statement": "a clock is below a long bench", "subject": "a clock", "relation": "below",
-                      "object": "a long bench", "max_chars": 200}   # the llm task's own request (app. B)
+                      "object": "a long bench", "max_chars": 200,   # the llm task's own request (app. B)
+                      "require_relation_word": True}                 # (its meaning check's setting)
     assert (gen["kind"] == "generate").all()
     row = gen.set_index("item_id").loc["1000000008_4_5_ab"]
     assert row["phrases"] == ["a clock", "a long bench"] and row["prompt"] == "a clock is below a long bench"

@@ -212,13 +212,15 @@ def test_captioner_trains_and_generates_after_blips_prompt(monkeypatch, tmp_path
     assert s["captioning"]["prompt"] == "a picture of "
     seen = {}
     monkeypatch.setattr(registry, "load", lambda cfg, role: ("model", "processor"))
-    monkeypatch.setattr(tr, "train_captioning", lambda m, p, table, *a, **k: seen.setdefault("captioning", table))
+    monkeypatch.setattr(tr, "train_captioning", lambda m, p, table, *a, **k: seen.setdefault("captioning", table)
+                        is seen.setdefault("prompt", k.get("prompt")))
     monkeypatch.setattr(tr, "train_retrieval", lambda m, p, table, *a, **k: seen.setdefault("retrieval", table))
     files = {"coco_1": ["cf1.png"]}
     for task in ("captioning", "retrieval"):
-        rn._train_coco({"models": {"captioner": {}, "itm_blip": {}}}, s, task, "coco100", "cvld", 0, files, tmp_path,
+        rn._train_coco({"models": {"captioner_pretrained": {}, "itm_blip": {}}}, s, task, "coco100", "cvld", 0, files, tmp_path,
                        swapped_captions(), False)
     cap = seen["captioning"]
+    assert seen["prompt"] == "a picture of "    # the trainer leaves the prompt's tokens out of the loss
     assert cap["caption"].iloc[0] == "a picture of A man rides a horse."
     assert list(cap["cf_caption"]) == ["a picture of A woman rides a horse.", "a picture of A horse in a field.",
                                        "a picture of The woman holds her hat."] + [""] * 3

@@ -323,3 +323,57 @@ def test_llm_intervention_is_written_per_direction_as_in_appendix_b(monkeypatch)
     assert out["direction"].tolist() == req["direction"].tolist()
     with pytest.raises(ValueError, match="direction"):
         iv.instruction("A man.", "both")
+
+
+# --------------------------------------------------------------------------- meaning checks and rejected rows
+def test_vote_for_an_image_naming_no_gendered_person_is_rejected_with_its_reason(monkeypatch, tmp_path):
+    """Issue 31 item 5: the llm agreed (3 of 3) on "turn the woman into a man" for a photo of coins; an invalid
+    answer left no reason in any output. Both must be rows of the rejected table, counted in the summary."""
+    from counterfactory.studies.cvld import data as cvld_data
+    from counterfactory.studies.cvld import intervention as iv
+    from counterfactory.studies.cvld import pipeline
+
+    frame = pd.DataFrame({"caption_id": ["7_0", "7_1", "7_2", "8_0", "8_1", "8_2", "8_3"],
+                          "image_id": [7, 7, 7, 8, 8, 8, 8], "split": "train",
+                          "caption": ["A pile of coins.", "Old coins on a table.", "Some silver coins.",
+                                      "A woman rides a horse.", "A woman on a horse.", "A rider and a horse.",
+                                      "A woman and her horse."], "image_path": "x.jpg"})
+    monkeypatch.setattr(cvld_data, "captions", lambda s, dataset="coco": frame)
+    monkeypatch.setattr(cvld_data, "subset_of", lambda ids, fraction, seed=0: pd.Series(True, index=ids.index))
+
+    def fake_run_requests(cfg, requests, cache_path=None):
+        rows = []
+        for item, task in zip(requests["item_id"], requests["task"]):
+            if task == gender.INTERVENE_TASK and item == "8_3":
+                rows.append({"answer": '{"intervened": "A man and', "valid": False,
+                             "error": "not valid JSON (Unterminated string at character 14; cut off?)"})
+                continue
+            key = "intervened" if task == gender.INTERVENE_TASK else "edit_prompt"
+            text = "A man with some coins." if key == "intervened" else "turn the woman into a man"
+            rows.append({"answer": json.dumps({key: text}), "valid": True, "error": None})
+        return pd.DataFrame({"item_id": requests["item_id"], "task": requests["task"], **pd.DataFrame(rows)})
+
+    monkeypatch.setattr(llm, "run_requests", fake_run_requests)
+    out = {k: tmp_path / f"{k}.parquet" for k in ("captions", "votes", "requests", "rejected")}
+    counts = pipeline.intervene({"intervention": {"text_method": "llm"}}, out["captions"], out["votes"],
+                                out["requests"], tmp_path / "summary.csv", out_rejected=out["rejected"])
+    votes = pd.read_parquet(out["votes"]).set_index("image_id")
+    assert votes.loc[7, "votes"] == 3 and not votes.loc[7, "accepted"]
+    assert votes.loc[7, "reason"] == iv.NO_GENDERED_PERSON and votes.loc[8, "accepted"]
+    assert pd.read_parquet(out["requests"])["image_id"].tolist() == [8]
+    rejected = pd.read_parquet(out["rejected"])
+    assert list(rejected.columns) == iv.REJECTED_COLUMNS
+    assert rejected[["stage", "item_id", "task", "reason"]].values.tolist() == [
+        ["caption", "8_3", gender.INTERVENE_TASK, "not_json"], ["image", "7", "vote", iv.NO_GENDERED_PERSON]]
+    assert "not valid JSON" in rejected["detail"][0] and "turn the woman into a man" in rejected["detail"][1]
+    summary = dict(pd.read_csv(tmp_path / "summary.csv").values.tolist())
+    assert summary["rejected answers: not_json"] == 1 and summary["rejected images: no_gendered_person"] == 1
+    assert counts["accepted images"] == 1
+
+
+def test_names_gendered_person_uses_the_word_list():
+    from counterfactory.studies.cvld import intervention as iv
+
+    assert iv.names_gendered_person("A Woman with coins") and iv.names_gendered_person("he holds her bag")
+    for caption in ("a pile of coins", "a person rides", "a man-made lake", None):
+        assert not iv.names_gendered_person(caption)

@@ -333,6 +333,43 @@ def test_captioning_loss_eq9(tiny_blips):
     assert plain.item() > 0
 
 
+def test_captioning_loss_leaves_blips_prompt_out_of_the_targets(tiny_blips):
+    # BLIP trains on "a picture of " + caption with the prompt positions at -100: the loss is the mean over the
+    # caption's own tokens (and the closing [SEP]), the prompt is context only
+    model, proc = _captioner(tiny_blips)
+    prompt = "a picture of "
+    n_prompt = losses.prompt_length(proc.tokenizer, prompt)
+    assert n_prompt == len(proc.tokenizer(prompt, add_special_tokens=False).input_ids) + 1 and n_prompt > 1
+    assert losses.prompt_length(proc.tokenizer, "") == 0
+    tok = proc.tokenizer([prompt + "a man riding a horse", prompt + "a dog"], padding=True, return_tensors="pt")
+    pixels = _pixels(2)
+    ids = tok["input_ids"].clone()
+    ids[:, 0] = proc.tokenizer.bos_token_id
+    with torch.no_grad():
+        logits = model(pixel_values=pixels, input_ids=ids, attention_mask=tok["attention_mask"]).logits
+        got = losses.caption_lm_loss(model, pixels, tok["input_ids"], tok["attention_mask"], prompt_tokens=n_prompt)
+        with_prompt = losses.caption_lm_loss(model, pixels, tok["input_ids"], tok["attention_mask"])
+        cf = losses.captioning_loss(model, pixels, tok["input_ids"], tok["attention_mask"], pixels,
+                                    tok["input_ids"], tok["attention_mask"], lam=0.5, prompt_tokens=n_prompt)
+    # by hand: position t predicts token t + 1; targets are the caption tokens (index >= n_prompt), not padding
+    positions = [(b, t) for b in range(2) for t in range(n_prompt - 1, ids.shape[1] - 1)
+                 if tok["attention_mask"][b, t + 1] == 1]
+    assert len(positions) == int(tok["attention_mask"].sum()) - 2 * n_prompt
+    want = F.cross_entropy(torch.stack([logits[b, t] for b, t in positions]),
+                           torch.stack([ids[b, t + 1] for b, t in positions]),
+                           label_smoothing=model.config.text_config.label_smoothing)
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(cf, 1.5 * got)
+    assert abs(got.item() - with_prompt.item()) > 1e-4    # the prompt's tokens are not in the loss
+
+
+def test_captioning_training_checks_every_caption_carries_the_prompt(tiny_blips):
+    model, proc = _captioner(tiny_blips)
+    table = pd.DataFrame({"image_path": ["x.png"], "caption": ["a man"], "cf_image_path": [""], "cf_caption": [""]})
+    with pytest.raises(InputError, match="row 0: caption 'a man' does not begin with the captioning prompt"):
+        cvld.train_captioning(model, proc, table, cvld.CVLDSettings.for_task("captioning"), prompt="a picture of ")
+
+
 # --------------------------------------------------------------------------- episodes, BLIP^Bal
 
 def _labels_frame(n=40):

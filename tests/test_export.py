@@ -15,6 +15,7 @@ from counterfactory import studies  # noqa: E402
 from counterfactory.cli import main  # noqa: E402
 from counterfactory.errors import InputError  # noqa: E402
 from counterfactory.export import cards, formats  # noqa: E402
+from counterfactory.export import studies as export_studies  # noqa: E402
 
 BIG_SEED = 2**63 + 5          # a generation seed beyond int64
 
@@ -210,7 +211,7 @@ def test_card_lists_the_run_numbers(tmp_path):
     front = cards.card_numbers(text)
     assert front["license"] == "other" and front["size_categories"] == ["n<1K"]
     assert front["configs"] == [{"config_name": "default", "data_files": [
-        {"split": "test", "path": "parquet/default/test-00000-of-00001.parquet"}]}]
+        {"split": "test", "path": "parquet/default/test-*.parquet"}]}]
     # issue 32 item 10: the funnel reads as steps with worded counts, not JSON key paths
     assert "   - accepted: 7" in text                                     # 3 + 4 over the two caption shards
     assert "   - rejected: not whole word: 31" in text and "counts.rejected_by_reason" not in text
@@ -300,3 +301,69 @@ def test_uploaded_folders_hold_no_manifest_or_snakemake_marker(tmp_path, repo):
     rules = (repo / "rules" / "export.smk").read_text()
     assert not re.search(r"directory\(\s*f\"\{S\}/export/", rules)
     assert "manifests/export_imagefolder.json" in (repo / "rules" / "report.smk").read_text()
+
+
+def test_parquet_streams_bounded_shards_that_load_back(tmp_path):
+    """Issue 32.8: a split larger than the bound is cut into Hub-named shards; all of them load back."""
+    src = tmp_path / "src"
+    rows = pd.DataFrame({"item_id": [f"i{k}" for k in range(7)], "caption": [f"caption {k}" for k in range(7)],
+                         "image": [str(png(src / f"i{k}.png", (30 * k, 5, 9), size=(16, 16))) for k in range(7)]})
+    size = (src / "i0.png").stat().st_size
+    table = formats.ExportTable("toy", rows, ("image",), "item_id")
+    m = formats.write_parquet([table], tmp_path / "pq", max_shard_bytes=2 * size + size // 2)   # 2 images a shard
+    split = m["configs"]["toy"]["splits"]["train"]
+    assert split["files"] == [f"toy/train-{k:05d}-of-00004.parquet" for k in range(4)]
+    assert sorted(p.name for p in (tmp_path / "pq/toy").iterdir()) == [f.split("/")[1] for f in split["files"]]
+    ds = load("parquet", tmp_path, data_files={"train": str(tmp_path / "pq" / split["path"])}, split="train")
+    assert isinstance(ds.features["image"], datasets.Image) and ds.num_rows == 7 == split["rows"]
+    got = {r["item_id"]: (r["caption"], pixels(r["image"])[0, 0].tolist()) for r in ds}
+    assert got == {f"i{k}": (f"caption {k}", [30 * k, 5, 9]) for k in range(7)}
+    assert formats.shard_bounds([5, 50, 1, 1], 10) == [(0, 1), (1, 2), (2, 4)]    # an oversized row: own shard
+    assert formats.shard_bounds([], 10) == [(0, 0)]
+
+
+def spurious_study(tmp_path, with_prompt=True):
+    d = tmp_path / "results" / "spurious_retrieval"
+    ds = d / "coco"
+    (ds / "selection").mkdir(parents=True)
+    req = pd.DataFrame({"item_id": ["1_dog", "2_cat", "3_cup"], "image_id": [1, 2, 3],
+                        "split": ["train", "train", "val"], "category": ["dog", "cat", "cup"],
+                        "removed_categories": [["dog"], ["cat"], ["cup"]],
+                        "present_categories": [["person"], ["sofa"], []],
+                        "image_path": [str(png(tmp_path / "coco" / f"{i}.png", (i, 0, 0))) for i in (1, 2, 3)]})
+    req.to_parquet(ds / "selection" / "requests.parquet")
+    shard = ds / "images" / "lama" / "00000"
+    for i in ("1_dog", "2_cat", "3_cup"):
+        png(shard / f"{i}.png", (0, 9, 9))
+    pd.DataFrame({"item_id": ["1_dog", "2_cat", "3_cup"], "image_path": list(req["image_path"]),
+                  "output_path": ["1_dog.png", "2_cat.png", "3_cup.png"], "method": "lama",
+                  "key": ["k1", "k2", "k3"]}).to_parquet(shard / "shard.parquet")
+    (ds / "captions").mkdir()
+    syn = [("1_dog", 1, "train", "np_removal", 1, "a man on a bench", True),
+           ("1_dog", 1, "train", "np_removal", 0, "a man sitting", True),
+           ("3_cup", 3, "val", "np_removal", 0, "a table", True)]
+    if with_prompt:
+        syn.append(("2_cat", 2, "train", "prompt", 0, "A photo of a sofa.", True))
+    pd.DataFrame(syn, columns=["item_id", "image_id", "split", "method", "caption_index", "caption",
+                               "matched"]).to_parquet(ds / "captions" / "synthetic.parquet")
+    return d
+
+
+def test_spurious_retrieval_export_pairs_every_image_with_its_captions(tmp_path):
+    """Issue 32.7: the spurious-retrieval rows carry their captions (no image-only rows)."""
+    d = spurious_study(tmp_path)
+    (table,) = export_studies.spurious_tables(d)
+    rows = table.rows.set_index("item_id")
+    assert rows.loc["1_dog", "caption"] == "a man sitting"
+    assert list(rows.loc["1_dog", "captions"]) == ["a man sitting", "a man on a bench"]
+    assert rows.loc["2_cat", "caption"] == "A photo of a sofa." and rows.loc["2_cat", "prompt_caption"] == "A photo of a sofa."
+    assert rows.loc["3_cup", "caption"] == "a table" and "captioner_caption" not in rows.columns
+    formats.write_imagefolder([table], tmp_path / "if")
+    ds = load("imagefolder", tmp_path, data_dir=str(tmp_path / "if" / "coco_lama"), split="train")
+    assert sorted(zip(ds["item_id"], ds["caption"])) == [("1_dog", "a man sitting"), ("2_cat", "A photo of a sofa."),
+                                                         ("3_cup", "a table")]
+    (table,) = export_studies.spurious_tables(spurious_study(tmp_path / "noprompt", with_prompt=False))
+    assert sorted(table.rows["item_id"]) == ["1_dog", "3_cup"]          # 2_cat lost every caption: not exported
+    (d / "coco/captions/synthetic.parquet").unlink()
+    with pytest.raises(InputError, match="synthetic captions not found"):
+        export_studies.spurious_tables(d)

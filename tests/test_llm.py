@@ -172,3 +172,34 @@ def test_vision_language_llm_gets_the_annotated_image(tmp_path):
     # the image is part of what the model sees, so it is part of the prompt hash
     text_only = llm.run_requests(cfg, req.assign(image_path=None))
     assert (out["prompt_sha256"] != text_only["prompt_sha256"]).tolist() == [True, True, False]
+
+
+def test_task_meaning_check_and_rejected_rows_with_reason_codes(monkeypatch):
+    """Issue 31 item 5: schema-valid but unusable answers are invalid rows, and every invalid answer is a rejected
+    row with a reason code that summaries count."""
+    schema = {"type": "object", "required": ["rewrite"], "properties": {"rewrite": {"type": "string"}}}
+    task = llm.Task("test_checked", "system.txt", lambda f: schema, render=lambda f: f"answer {f['i']}",
+                    check=lambda fields, value: None if fields["word"] in value["rewrite"] else "off topic")
+    monkeypatch.setitem(llm.TASKS, task.name, task)
+    said = {"a": '{"rewrite": "a dog runs"}', "b": '{"rewrite": "a cat sleeps"}', "c": '{"rewrite": "a',
+            "d": '{"rewrite": "a\\tdog"}', "e": ""}
+
+    class FakeRunner:
+        generated = 0
+
+        def generate(self, batch):
+            return [said[p.item_id] for p in batch]
+
+    monkeypatch.setattr(llm, "model_identity", lambda cfg: "fake-llm")
+    req = pd.DataFrame({"item_id": list(said), "task": task.name,
+                        "fields": [json.dumps({"word": "dog", "i": i}) for i in range(len(said))]})
+    out = llm.run_requests({}, req, cache_path="", runner=FakeRunner())
+    assert out["valid"].tolist() == [True, False, False, False, False]
+    assert out["error"][1] == "failed the task's check: off topic"
+    rejected = llm.rejected_rows(out)
+    assert list(rejected.columns) == llm.REJECTED_COLUMNS
+    assert rejected["reason"].tolist() == ["failed_check", "not_json", "control_character", "empty_answer"]
+    assert rejected["detail"].tolist() == out["error"][1:].tolist() and rejected["answer"][0] == said["b"]
+    assert llm.reason_counts(pd.concat([rejected, rejected[:1]])) == {
+        "failed_check": 2, "control_character": 1, "empty_answer": 1, "not_json": 1}
+    assert llm.rejected_rows(out[:1]).empty and llm.reason_counts(llm.rejected_rows(out[:0])) == {}

@@ -40,7 +40,7 @@ def _expected(spec) -> tuple[str, list[str]]:
         return "hf download laion/CLIP-ViT-B-32-laion2B-s34B-b79K", [f"hf download {spec.source}`", "build-tiny"]
     if spec.library == "vsepp":  # VSE++ has no hub checkpoint: a fresh folder from the training captions (issue 30)
         return "counterfactory models build-vsepp --captions", ["build-tiny", "hf download"]
-    if spec.role in ("itm_blip", "captioner"):  # pre-trained BLIP: the original checkpoint, converted (issue 30)
+    if spec.role in ("itm_blip", "captioner_pretrained"):  # pre-trained BLIP: the original checkpoint, converted
         return "counterfactory models convert-blip --checkpoint model_base", ["build-tiny", "hf download <hub id>"]
     return f"hf download {sources.hub_id(spec)}", ["build-tiny"]
 

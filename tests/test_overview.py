@@ -82,7 +82,9 @@ def test_every_study_lists_its_roles_and_every_role_its_studies(repo, config):
               for r, v in cfg["models"].items()}
     page = overview({"config": cfg, "models": models})
     by_study = {s["study"]: s["roles"] for s in page["studies"]}
-    assert {"editor", "itm_blip", "captioner", "image_encoder"} <= set(by_study["cvld"])
+    assert {"editor", "itm_blip", "captioner_pretrained", "image_encoder"} <= set(by_study["cvld"])
+    # each study names its own captioner: CVLD pre-trained BLIP (BLIP^PT), the spurious study a COCO-trained one
+    assert "captioner" not in by_study["cvld"] and "captioner" in by_study["spurious_retrieval"]
     used = {m["role"]: m["studies"] for m in page["models"]}
     for role, study in (("editor", "CVLD"), ("gligen", "CounterCurate"), ("llm", "CounterCurate"),
                         ("t2i", "CounterCurate"), ("itm_blip", "CVLD"), ("vae", "COCO-Counterfactuals")):

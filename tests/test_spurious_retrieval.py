@@ -49,6 +49,12 @@ def test_defaults_follow_section_4_1():
     assert (blip["lr"], blip["batch_size"], blip["epochs"]) == (1e-5, 16, 2)
     assert (blip["lr_scheduler"], blip["lr_step_epochs"], blip["lr_step_gamma"]) == ("step", 0.5, 0.5)
     assert clip["weight_decay"] == 0.0                               # "Adam" = AdamW without weight decay
+    vse = s["training"]["vsepp"]                                     # VSE++: as CLIP, at lr 1e-4
+    assert (vse["lr"], vse["batch_size"], vse["epochs"], vse["optimizer"], vse["weight_decay"]) == \
+        (1e-4, 256, 10, "adamw_torch", 0.0)
+    assert (vse["lr_scheduler"], vse["lr_step_epochs"], vse["lr_step_gamma"]) == ("step", 2.0, 0.5)
+    assert s["training"]["models"] == {"clip_train": "clip", "itm_blip": "blip", "vsepp": "vsepp"}
+    assert st.training_section(s, "vsepp", 512)["max_grad_norm"] == 0.0   # §4.1 is silent: common's
     assert s["data"]["datasets"] == ["coco", "flickr30k"]
     assert s["data"]["splits"]["train"] == ["train", "restval"]       # 113,287 training images
     assert s["evaluation"]["ks"] == [1, 5, 10]
@@ -85,7 +91,7 @@ def test_defaults_follow_section_4_1():
     ({"mixtures": {"table3": ["np_nothing"]}}, "spurious_retrieval.mixtures.table3: 'np_nothing' is not a variant"),
     ({"mixtures": {"variants": {"np_zero": {"text": "np_removal", "image": "zero"}}, "table3": []}},
      "no 'ours' variant"),
-    ({"training": {"models": {"clip_train": "vsepp"}}}, "training.models.clip_train: 'vsepp' is not one of"),
+    ({"training": {"models": {"clip_train": "vse"}}}, "training.models.clip_train: 'vse' is not one of"),
     ({"mixtures": {"ratio_models": ["vse"]}}, "mixtures.ratio_models: vse not in training.models"),
     ({"inpaint": {"shards": 0}}, "inpaint.shards: 0 is less than the minimum of 1"),
     ({"evaluation": {"ks": [0, 5]}}, "spurious_retrieval.evaluation.ks"),
@@ -693,6 +699,20 @@ def test_paper_tables(summary, demo_view):
     assert t3.cells[("clip_train:np_zero", ("MS-COCO", "ODmAP@10"))].mean == pytest.approx(15 + 2 + 0.25)
 
 
+def test_vsepp_rows_carry_the_papers_labels():
+    # Tables 1-2 list VSE++ as "VSE++" (trained on D; it has no zero-shot row) and "VSE++ + Ours"
+    from counterfactory.stats import summarize
+
+    s = st.settings({"data": {"datasets": ["coco"]}, "training": {"models": {"vsepp": "vsepp", "clip_train": "clip"}},
+                     "mixtures": {"table3_models": [], "ratio_models": [], "appendix_b_models": []}})
+    rows = [{"experiment": f"coco_{role}", "mixture": m, "seed": seed, "data_seed": seed + 1, "metric": "ODmAP@1",
+             "value": float(seed)} for role in ("vsepp", "clip_train") for m in ("finetune", "ours") for seed in (0, 1)]
+    tables = dict(rn.paper_tables(summarize(pd.DataFrame(rows, columns=rn.RUN_COLUMNS), "finetune"), s))
+    t1 = next(v for k, v in tables.items() if k.startswith("Table 1"))
+    assert t1.row_labels == ["VSE++", "VSE++ + Ours", "CLIP (finetune)", "CLIP + Ours"]
+    assert rn.MODEL_LABELS["vsepp"] == "VSE++"
+
+
 def test_ratio_points(summary, demo_view):
     points = rn.ratio_points(summary, st.settings(demo_view))
     assert set(points["metric"]) == {"TR@1", "ODmAP@1"}
@@ -708,8 +728,11 @@ def test_write_tables(tmp_path, summary, demo_view):
 
     path = tmp_path / "summary.csv"
     write_csv(path, summary)
-    out = {ext: tmp_path / f"tables.{ext}" for ext in ("md", "tex", "csv", "png")}
-    rn.write_tables(path, demo_view, out["md"], out["tex"], out["csv"], out["png"])
+    out = {ext: tmp_path / f"tables.{ext}" for ext in ("md", "tex", "csv", "png", "html")}
+    rn.write_tables(path, demo_view, out["md"], out["tex"], out["csv"], out["png"], out_html=out["html"])
+    page = out["html"].read_text()   # the report's copy: every table and Figure 4's points, as HTML tables
+    assert page.startswith("<!DOCTYPE html>") and page.count("<table") == 4 and "<caption>Table 1" in page
+    assert "CLIP + Ours" in page and "Figure 4" in page and "normaliser" in page
     md = out["md"].read_text()
     assert "Table 1" in md and "Table 2" in md and "Table 3" in md and "Figure 4" in md
     assert md.index("CLIP (zeroshot)") < md.index("CLIP (finetune)") < md.index("CLIP + Ours") \
@@ -735,11 +758,14 @@ def test_runs_of_the_paper_config(paper_view):
     assert ("d_s", 0) in per["coco", "clip_train"] and ("d_prime", 2) in per["coco", "clip_train"]
     for key in (("coco", "itm_blip"), ("flickr30k", "clip_train"), ("flickr30k", "itm_blip")):
         assert len(per[key]) == 1 + 2 * 3 == 7, key
-    assert len(plan) == 43 + 3 * 7 == 64
+    # VSE++ (Tables 1-2): finetune and ours, no zero-shot row
+    for key in (("coco", "vsepp"), ("flickr30k", "vsepp")):
+        assert sorted({m for m, _ in per[key]}) == ["finetune", "ours"] and len(per[key]) == 2 * 3, key
+    assert len(plan) == 43 + 3 * 7 + 2 * 6 == 76
     assert per["coco", "itm_blip"][0] == ("zeroshot", 0)
     assert [m for m, _ in per["coco", "itm_blip"] if m == "zeroshot"] == ["zeroshot"]
     no_zero = st.settings({**dict(paper_view), "training": {**paper_view["training"], "zeroshot": False}})
-    assert len(rn.runs(no_zero)) == 64 - 4
+    assert len(rn.runs(no_zero)) == 76 - 4
 
 
 # ========================================================================================================== CLI

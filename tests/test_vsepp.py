@@ -242,3 +242,47 @@ def test_two_trainer_steps_lower_the_loss_deterministically(tiny_vsepp, dataset,
     assert all(torch.equal(p, q) for p, q in zip(a.model.parameters(), b.model.parameters()))
     reloaded, _ = registry.load(cfg_of(tmp_path / "ckpt"), ROLE)
     assert all(torch.equal(p, q) for p, q in zip(reloaded.parameters(), a.model.parameters()))
+
+
+# --------------------------------------------------------------------------- the spurious-correlation study's runs
+
+def test_spurious_vsepp_recipe_has_no_zeroshot_run_and_trains_on_the_max_of_hinges(tiny_vsepp, dataset, tmp_path,
+                                                                                    monkeypatch):
+    # Tables 1-2 have no "VSE++ (zeroshot)" row: the vsepp recipe's runs are finetune and ours only, and its run
+    # trains with VSE++'s hardest-negative loss (max of hinges, margin 0.2) from the §4.1 recipe
+    from counterfactory.io import write_parquet
+    from counterfactory.studies.spurious_retrieval import evaluation as ev
+    from counterfactory.studies.spurious_retrieval import runs as rn
+    from counterfactory.studies.spurious_retrieval import settings as st
+
+    root, frame = dataset
+    none = {"table3_models": [], "ratio_models": [], "appendix_b_models": []}
+    section = {"data": {"datasets": ["coco"]}, "mixtures": none,
+               "training": {"models": {"clip_train": "clip", ROLE: "vsepp"}, "seeds": {"count": 2},
+                            "common": {"max_steps": 1, "dataloader_workers": 0, "cpu_threads": 1},
+                            "vsepp": {"batch_size": 4}}}
+    s = st.settings(section)
+    assert (s["training"]["vsepp"]["lr"], s["training"]["vsepp"]["epochs"]) == (1e-4, 10)
+    plan = rn.runs(s)
+    assert [m for _, r, m, _ in plan if r == ROLE] == ["finetune", "finetune", "ours", "ours"]
+    assert next(m for _, r, m, _ in plan if r == "clip_train") == "zeroshot"
+    cfg = {"models": {ROLE: {"source": str(tiny_vsepp)}}, "device": "cpu", "precision": "fp32",
+           "spurious_retrieval": section}
+    with pytest.raises(ConfigError, match="'vsepp' .*no zero-shot run"):
+        rn.run(cfg, "coco", ROLE, "zeroshot", 0, 1, tmp_path, tmp_path, tmp_path / "zs")
+
+    manifests = tmp_path / "manifests"
+    write_parquet(manifests / "finetune.parquet", frame.assign(image_path=[str(root / p) for p in frame["image_path"]],
+                                                               split="train"))
+    seen = []
+    loss = vsepp_loss.hinge_triplet_loss
+    monkeypatch.setattr(vsepp_loss, "hinge_triplet_loss",
+                        lambda i, t, margin, max_violation, n_pairs=None: seen.append((margin, max_violation))
+                        or loss(i, t, margin, max_violation, n_pairs))
+    monkeypatch.setattr(ev, "evaluate", lambda cfg, role, *a, **k:   # the scoring itself: tests/test_spurious_retrieval.py
+                        {"ODmAP@1": 50.0 if str(cfg["models"][role]["source"]).endswith("checkpoint") else 0.0})
+    rows = rn.run(cfg, "coco", ROLE, "finetune", 0, 1, manifests, tmp_path / "gallery.parquet", tmp_path / "run")
+    assert seen and all(m == (pytest.approx(0.2), True) for m in seen)     # VSE++'s MH loss, margin 0.2
+    assert rows.to_dict("records") == [{"experiment": "coco_vsepp", "mixture": "finetune", "seed": 0, "data_seed": 1,
+                                        "metric": "ODmAP@1", "value": 50.0}]   # scored the trained checkpoint
+    assert (tmp_path / "run" / "checkpoint" / "vocab.json").exists()

@@ -105,7 +105,7 @@ def test_demo_dag_runs_every_rule(repo, demo_run):
     # SocialCF: 3 segments x (pre-trained once + debiased x 2 seeds); CounterCurate: Table 4's demo rows on positions
     # (pre-trained + 3) and counting (pre-trained + 2), 1 seed; retrieval: CLIP 6 columns and BLIP 3, 1 seed
     assert ran["social_debias_run"] == 3 * (1 + 2)
-    assert ran["countercurate_train_run"] == (1 + 3) + (1 + 2) and ran["spurious_run"] == 6 + 3
+    assert ran["countercurate_train_run"] == (1 + 3) + (1 + 2) and ran["spurious_run"] == 6 + 3 + 2  # + VSE++ ft, ours
     html = (work / "report.html").read_text(errors="replace")
     assert "pair_grid.png" in html and "curves.png" in html
 
@@ -243,9 +243,12 @@ def test_demo_countercurate_end_to_end(demo_run):
     counting = pd.read_parquet(out / "datasets/counting.parquet")
     assert len(counting) == 4 and counting["negative_image"].map(lambda p: Path(p).is_file()).all()
     rewrites = pd.read_parquet(out / "positions/rewrites.parquet")
-    # JSON-schema constrained decoding: even the tiny random llm's answers parse and validate
-    assert len(rewrites) == 7 and rewrites["valid"].all()
-    assert rewrites["answer"].map(lambda a: isinstance(json.loads(a)["rewrite"], str)).all()
+    # JSON-schema constrained decoding: even the tiny random llm's answers parse and validate; a rewrite that fails
+    # the meaning check (app. B: one sentence naming both objects) is invalid and a rejected row with its reason
+    assert len(rewrites) == 7 and rewrites["answer"].map(lambda a: isinstance(json.loads(a)["rewrite"], str)).all()
+    rejected = pd.read_parquet(out / "positions/rewrites_rejected.parquet")
+    assert sorted(rejected["item_id"]) == sorted(rewrites.loc[~rewrites["valid"], "item_id"])
+    assert set(rejected["reason"]) <= {"failed_check"}
     generated = pd.read_parquet(out / "generation/generated.parquet")
     assert set(generated["item_id"]) >= set(positions.loc[positions["subset"] == "AB", "item_id"])
     tables = (out / "evaluation/tables.md").read_text()
@@ -461,7 +464,8 @@ def test_paper_config_dry_run_at_paper_scale(repo, tmp_path):
     shards, n = sr["inpaint"]["shards"], sr["training"]["seeds"]["count"]
     assert counts["spurious_select"] == counts["spurious_captions"] == counts["spurious_manifests"] == 2
     assert counts["spurious_inpaint"] == (4 + 1) * shards == 320 and counts["spurious_captioner"] == 1
-    assert counts["spurious_run"] == (1 + (2 + 5 + 5 + 2) * n) + 3 * (1 + 2 * n) == 64   # + appendix B's D_s, D'
+    # + appendix B's D_s, D'; VSE++ (Tables 1-2): finetune and ours on both datasets, no zero-shot run
+    assert counts["spurious_run"] == (1 + (2 + 5 + 5 + 2) * n) + 3 * (1 + 2 * n) + 2 * 2 * n == 76
     assert counts["spurious_tables"] == 1
     # CVLD: one intervention step (COCO) and CelebA's requests; edits sharded per dataset and method; runs: Table 1
     # (2 K-shots x 10 episodes x {BLIP, CVLD} + BLIP^PT + BLIP on the full data), Figure 4 (3 more λ x 10 episodes

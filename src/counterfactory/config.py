@@ -134,7 +134,7 @@ STUDY_ROLES = {"coco_counterfactuals": ("mlm", "lm", "sentence", "sd", "clip_fil
                "social_counterfactuals": ("sd", "clip_filter", "nsfw"),
                "countercurate": ("llm", "gligen", "gligen_inpaint", "t2i"),
                "spurious_retrieval": ("inpaint", "captioner"),
-               "cvld": ("itm_blip", "captioner", "editor", "sd", "image_encoder")}
+               "cvld": ("itm_blip", "captioner_pretrained", "editor", "sd", "image_encoder")}
 #: marks a job configuration file written by the Snakefile (see :func:`write_job_config`)
 JOB_KEY = "counterfactory_job"
 

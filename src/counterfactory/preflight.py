@@ -114,6 +114,8 @@ ROLE_NEEDS: dict[str, dict] = {
     "itm_vilt": _model_type(("vilt",), "a ViLT retrieval model"),
     "itm_blip": _model_type(("blip",), "a BLIP image-text retrieval model (BlipForImageTextRetrieval)"),
     "captioner": _arch(("ForConditionalGeneration", "ImageTextToText"), "an image captioning model (paper: BLIP)"),
+    "captioner_pretrained": _arch(("ForConditionalGeneration", "ImageTextToText"),
+                                  "a pre-trained image captioning model (CVLD: BLIP^PT, converted)"),
     "nsfw": _arch(("ForImageClassification",), "an image classifier (paper: a ViT NSFW classifier)"),
     "image_encoder": _model_type(("swin", "swinv2"), "a Swin image encoder"),
     "mlm": _arch(("ForMaskedLM",), "a masked language model (paper: RoBERTa-base)"),

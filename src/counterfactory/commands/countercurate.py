@@ -165,6 +165,10 @@ def add_attributes(subparsers) -> None:
     q.add_argument("--requests", required=True, metavar="FILE.parquet",
                    help="item_id, task, fields (JSON) [, prompt, schema, image_path, boxes]")
     q.add_argument("--out", required=True, metavar="FILE.parquet", help="answers with validity and errors")
+    q.add_argument("--rejected", metavar="FILE.parquet",
+                   help="also write every rejected or unusable answer with its reason (item_id, task, answer, "
+                        "reason, detail): empty, not JSON, off-schema, or failing the task's check (an off-topic "
+                        "rewrite)")
     q.add_argument("--cache", metavar="FILE.jsonl", help="llm answer cache (default: llm.cache)")
     q.set_defaults(func=_cmd_llm)
 
@@ -191,9 +195,16 @@ def _cmd_attributes(args) -> int:
 
 def _cmd_llm(args) -> int:
     cfg = attributes.load_cfg(args.config)
+    from ..io import write_parquet
+
     answers = llm.run_requests(cfg, llm.read_requests(args.requests), args.out, cache_path=args.cache)
+    rejected = llm.rejected_rows(answers)
+    if args.rejected:
+        write_parquet(args.rejected, rejected)
+    reasons = ", ".join(f"{n} {r}" for r, n in llm.reason_counts(rejected).items())
     print(f"{int(answers['valid'].sum())}/{len(answers)} valid answers ({int(answers['cached'].sum())} from the "
-          f"cache) -> {args.out}")
+          f"cache) -> {args.out}" + (f"; rejected: {reasons}" if reasons else "")
+          + (f"; rejected rows -> {args.rejected}" if args.rejected else ""))
     return 0
 
 

@@ -53,6 +53,9 @@ def register(subparsers) -> None:
     add_renamed(p, "--out-summary", "--summary-out", required=True, metavar="FILE.csv",
                 help="counts of captions, images and requests")
     p.add_argument("--llm-cache", metavar="FILE", help="answer cache of the llm role (text_method: llm)")
+    p.add_argument("--out-rejected", metavar="FILE.parquet",
+                   help="every rejected llm answer and turned-down vote with its reason (stage, item_id, image_id, "
+                        "task, reason, detail); default: rejected.parquet beside --out-votes")
     p.set_defaults(func=_intervene)
 
     p = sub.add_parser("requests", help="§3.3 image-only intervention: editing requests for the CelebA training images "
@@ -138,7 +141,7 @@ def _intervene(args) -> int:
     from ..studies.cvld import pipeline
 
     counts = pipeline.intervene(_load(args.config), args.out_captions, args.out_votes, args.out_requests,
-                                args.out_summary, llm_cache=args.llm_cache)
+                                args.out_summary, llm_cache=args.llm_cache, out_rejected=args.out_rejected)
     print(", ".join(f"{k} {v}" for k, v in counts.items()))
     return 0
 

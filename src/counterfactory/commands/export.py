@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..export.formats import MAX_SHARD_BYTES
 from ..export.studies import STUDIES
 
 
@@ -37,7 +38,8 @@ def _imagefolder(args) -> int:
     _print(m, args.out_dir)
     if args.parquet_dir:
         _print(formats.write_parquet(tables, args.parquet_dir, source=str(args.study_dir),
-                                     manifest_path=args.manifest_parquet), args.parquet_dir)
+                                     manifest_path=args.manifest_parquet, max_shard_bytes=args.max_shard_bytes),
+               args.parquet_dir)
     return 0
 
 
@@ -56,6 +58,18 @@ def _card(args) -> int:
     out = write_card(args.study, args.study_dir, args.provenance, args.export_dir, out=args.out, manifest_paths=paths)
     print(f"dataset card -> {out}")
     return 0
+
+
+def _positive_int(text: str) -> int:
+    import argparse
+
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of bytes")
+    return value
 
 
 def _print(manifest: dict, out) -> None:
@@ -97,6 +111,10 @@ def register(sub) -> None:
                    help="write the imagefolder manifest here, outside the folder (default: inside it)")
     i.add_argument("--manifest-parquet", metavar="FILE.json",
                    help="write the parquet manifest here, outside the folder (default: inside it)")
+    i.add_argument("--max-shard-bytes", type=_positive_int, default=MAX_SHARD_BYTES, metavar="N",
+                   help="bound on the image bytes of one parquet shard; each split is streamed into "
+                        "<split>-0000K-of-0000N.parquet files of at most this size (default: 500 MiB, the size "
+                        "`datasets` shards to when it pushes to the Hub)")
     i.set_defaults(func=_imagefolder)
     c = ps.add_parser("card", help="dataset card README.md from provenance, manifests and the study's summaries",
                       description="Reads the run's provenance JSON, the exported folders' manifests and the "

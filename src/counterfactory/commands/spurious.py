@@ -229,6 +229,7 @@ def _register_steps(sub) -> None:
     t.add_argument("--out-md", required=True, metavar="FILE.md", help="the tables as Markdown")
     t.add_argument("--out-tex", required=True, metavar="FILE.tex", help="the tables as LaTeX")
     t.add_argument("--out-csv", required=True, metavar="FILE.csv", help="the tables as CSV")
+    t.add_argument("--out-html", metavar="FILE.html", help="the tables as an HTML page (what the report shows)")
     t.add_argument("--out-figure", required=True, metavar="FILE", help="Figure 4 (image file)")
     t.set_defaults(func=_tables)
 
@@ -333,6 +334,7 @@ def _run(args) -> int:
 def _tables(args) -> int:
     from ..studies.spurious_retrieval import runs
 
-    runs.write_tables(args.summary, _load(args.config), args.out_md, args.out_tex, args.out_csv, args.out_figure)
+    runs.write_tables(args.summary, _load(args.config), args.out_md, args.out_tex, args.out_csv, args.out_figure,
+                      out_html=args.out_html)
     print(f"tables -> {args.out_md}, figure -> {args.out_figure}")
     return 0

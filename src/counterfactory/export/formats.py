@@ -11,7 +11,8 @@ Field names follow the published releases:
   ``file_name`` (one image column) or ``<column>_file_name`` (several) and the other fields, the images
   beside it under ``<column>/``;
 * :func:`write_parquet` -- the same rows as parquet with the images embedded (``{"bytes", "path"}`` structs,
-  declared as ``datasets.Image`` in the schema metadata, so ``load_dataset("parquet", ...)`` decodes them);
+  declared as ``datasets.Image`` in the schema metadata, so ``load_dataset("parquet", ...)`` decodes them), each
+  split streamed into shards of bounded size (``<split>-0000K-of-0000N.parquet``);
 * :func:`write_coco_counterfactuals` -- Intel/COCO-Counterfactuals (B11): ``data/examples.jsonl`` with ``id``
   (string), ``image_0``, ``image_1`` (file stems), ``caption_0``, ``caption_1``; the images as
   ``data/images/<stem><ext>``; and the caption-only release ``coco_counterfactuals_captions.jsonl``
@@ -225,46 +226,105 @@ def _write_metadata(config_dir: Path, per_split: dict[str, list[dict]]) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- parquet
-def _image_table(table: ExportTable, frame: pd.DataFrame, where: str | Path):
-    import datasets
+#: default bound on the image bytes of one parquet shard (the size ``datasets``' ``push_to_hub`` shards to)
+MAX_SHARD_BYTES = 500 * 2**20
+#: rows per parquet row group: the writer holds one group's image bytes in memory at a time
+ROW_GROUP_ROWS = 100
+
+
+def _fields_table(table: ExportTable, frame: pd.DataFrame):
+    """The non-image fields of ``frame`` as one arrow table (JSON-ready objects, uint64 kept)."""
     import pyarrow as pa
 
-    files = _resolve_images(table, frame, where)
     rest = frame.drop(columns=list(table.images)).reset_index(drop=True).copy()
     for c in rest.columns:
         if rest[c].dtype == object or str(rest[c].dtype) in ("str", "string"):
-            values = [plain(v) for v in rest[c]]
-            rest[c] = pd.Series(values, dtype=object)
-    arrow = pa.Table.from_pandas(rest, preserve_index=False)
-    arrow = arrow.replace_schema_metadata(None)
-    struct = pa.struct([pa.field("bytes", pa.binary()), pa.field("path", pa.string())])
+            rest[c] = pd.Series([plain(v) for v in rest[c]], dtype=object)
+    return pa.Table.from_pandas(rest, preserve_index=False).replace_schema_metadata(None)
+
+
+def _image_struct():
+    import pyarrow as pa
+
+    return pa.struct([pa.field("bytes", pa.binary()), pa.field("path", pa.string())])
+
+
+def _parquet_schema(table: ExportTable, fields):
+    """``fields``' schema with the image columns first, declared as ``datasets.Image`` in the metadata."""
+    import datasets
+    import pyarrow as pa
+
+    schema = fields.schema
     for k, col in enumerate(table.images):
-        values = [None if f is None else {"bytes": f.read_bytes(), "path": f.name} for f in files[col]]
-        arrow = arrow.add_column(k, pa.field(col, struct), pa.array(values, type=struct))
-    features = datasets.Features.from_arrow_schema(arrow.schema)
+        schema = schema.insert(k, pa.field(col, _image_struct()))
+    features = datasets.Features.from_arrow_schema(schema)
     for col in table.images:
         features[col] = datasets.Image()
-    return arrow.cast(features.arrow_schema)
+    return features.arrow_schema
+
+
+def _image_chunk(table: ExportTable, fields, files: dict[str, list[Path | None]], start: int, stop: int, schema):
+    """Rows ``start:stop`` with their images' bytes read (only these rows' images are in memory)."""
+    import pyarrow as pa
+
+    chunk = fields.slice(start, stop - start)
+    for k, col in enumerate(table.images):
+        values = [None if f is None else {"bytes": f.read_bytes(), "path": f.name} for f in files[col][start:stop]]
+        chunk = chunk.add_column(k, pa.field(col, _image_struct()), pa.array(values, type=_image_struct()))
+    return chunk.cast(schema)
+
+
+def shard_bounds(sizes: list[int], max_bytes: int) -> list[tuple[int, int]]:
+    """Consecutive ``(start, stop)`` row ranges whose ``sizes`` add up to at most ``max_bytes`` each (a row larger
+    than the bound gets a shard of its own); one empty range for no rows."""
+    if max_bytes <= 0:
+        raise ValueError(f"max_bytes must be positive, got {max_bytes}")
+    bounds, start, total = [], 0, 0
+    for i, size in enumerate(sizes):
+        if i > start and total + size > max_bytes:
+            bounds.append((start, i))
+            start, total = i, 0
+        total += size
+    bounds.append((start, len(sizes)))
+    return bounds
 
 
 def write_parquet(tables: Iterable[ExportTable], out_dir: str | Path, *, source: str = "",
-                  manifest_path: str | Path | None = None) -> dict:
-    """``<out_dir>/<config>/<split>-00000-of-00001.parquet`` with embedded images; returns the manifest.
+                  manifest_path: str | Path | None = None, max_shard_bytes: int = MAX_SHARD_BYTES) -> dict:
+    """``<out_dir>/<config>/<split>-0000K-of-0000N.parquet`` with embedded images; returns the manifest.
 
-    Load: ``load_dataset("parquet", data_files={split: <file>})`` (image columns decode to PIL images)."""
+    Each split is cut into shards whose image bytes stay within ``max_shard_bytes`` (file sizes, read before
+    writing) and named as the Hub names shards; rows are streamed into each shard ``ROW_GROUP_ROWS`` at a time
+    (:class:`pyarrow.parquet.ParquetWriter`), so only one row group's images are in memory. The manifest's split
+    ``path`` is the glob of its shards (``<config>/<split>-*.parquet``), ``files`` lists them.
+    Load: ``load_dataset("parquet", data_files={split: <out_dir>/<path>})`` (image columns decode to PIL images)."""
     import pyarrow.parquet as pq
 
+    where = source or out_dir
     manifest = {"format": "parquet", "source": source, "configs": {}}
     with atomic_dir(out_dir) as tmp:
         for table in tables:
-            _check(table, source or out_dir)
+            _check(table, where)
             splits = {}
             for split, frame in table.splits():
-                arrow = _image_table(table, frame, source or out_dir)
-                rel = f"{table.config}/{split}-00000-of-00001.parquet"
+                files = _resolve_images(table, frame, where)
+                fields = _fields_table(table, frame)
+                schema = _parquet_schema(table, fields)
+                sizes = [sum(f[i].stat().st_size for f in files.values() if f[i] is not None)
+                         for i in range(len(frame))]
+                bounds = shard_bounds(sizes, max_shard_bytes)
                 (tmp / table.config).mkdir(parents=True, exist_ok=True)
-                pq.write_table(arrow, tmp / rel, row_group_size=100, compression="zstd")
-                splits[split] = {"rows": len(frame), "path": rel}
+                names = []
+                for k, (start, stop) in enumerate(bounds):
+                    rel = f"{table.config}/{split}-{k:05d}-of-{len(bounds):05d}.parquet"
+                    with pq.ParquetWriter(tmp / rel, schema, compression="zstd") as writer:
+                        for lo in range(start, stop, ROW_GROUP_ROWS):
+                            writer.write_table(_image_chunk(table, fields, files, lo, min(stop, lo + ROW_GROUP_ROWS),
+                                                            schema))
+                        if start == stop:
+                            writer.write_table(schema.empty_table())
+                    names.append(rel)
+                splits[split] = {"rows": len(frame), "path": f"{table.config}/{split}-*.parquet", "files": names}
             manifest["configs"][table.config] = {"splits": splits, "images": list(table.images),
                                                  "fields": [c for c in table.rows.columns if c not in table.images],
                                                  "dtypes": field_types(table),

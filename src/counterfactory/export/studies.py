@@ -97,12 +97,39 @@ def countercurate_tables(d: Path) -> list[ExportTable]:
     return out
 
 
+#: text methods of the spurious-retrieval captions (§3.3, Table 3) -> export column; ``caption`` is the first
+#: caption of the first method an item has
+SR_CAPTION_COLUMNS = {"np_removal": "captions", "prompt": "prompt_caption", "captioner": "captioner_caption"}
+
+
+def _spurious_captions(dataset_dir: Path) -> dict[str, dict]:
+    """item_id -> export caption fields from ``captions/synthetic.parquet`` (+ ``captions/captioner.parquet``
+    where the captioner ran): ``caption`` (one text for image-text loaders), ``captions`` (every noun-phrase-removed
+    caption of the image, §3.3), ``prompt_caption`` and ``captioner_caption`` (None where the method did not run)."""
+    frames = [_read(dataset_dir / "captions" / "synthetic.parquet", "synthetic captions")]
+    if (dataset_dir / "captions" / "captioner.parquet").is_file():
+        frames.append(pd.read_parquet(dataset_dir / "captions" / "captioner.parquet"))
+    texts = pd.concat(frames, ignore_index=True)
+    texts = texts[texts["method"].isin(SR_CAPTION_COLUMNS)].sort_values(["item_id", "caption_index"], kind="stable")
+    out: dict[str, dict] = {}
+    for item, g in texts.groupby("item_id", sort=False):
+        by = {m: [str(t) for t in gm["caption"]] for m, gm in g.groupby("method", sort=False)}
+        first = next(by[m][0] for m in SR_CAPTION_COLUMNS if by.get(m))
+        out[str(item)] = {"caption": first, "captions": by.get("np_removal", []),
+                          "prompt_caption": (by.get("prompt") or [None])[0],
+                          "captioner_caption": (by.get("captioner") or [None])[0]}
+    return out
+
+
 def spurious_tables(d: Path) -> list[ExportTable]:
-    """§3.1: images with the requested classes removed, one config per dataset and method."""
+    """§3.1, §3.3: images with the requested classes removed and their captions, one config per dataset and
+    method. Items left without any caption (every caption lost all its words) are not exported: every row is an
+    image-text pair."""
     out = []
     for requests in sorted(d.glob("*/selection/requests.parquet")):
         dataset = requests.parent.parent.name
         req = _read(requests, "inpainting requests").set_index("item_id")
+        texts = _spurious_captions(requests.parent.parent)
         for method_dir in sorted(p for p in (requests.parent.parent / "images").glob("*") if p.is_dir()):
             rows = _method_rows(method_dir, "output_path").drop(columns=["key"], errors="ignore")
             extra = req.reindex(rows["item_id"])
@@ -110,9 +137,20 @@ def spurious_tables(d: Path) -> list[ExportTable]:
                 if col in extra.columns:
                     rows[col] = extra[col].to_numpy()
             rows["original_image"] = rows.pop("image_path")     # as the requests give it (relative: to the cwd)
+            rows = rows[rows["item_id"].astype(str).isin(texts)].reset_index(drop=True)
+            fields = [texts[str(i)] for i in rows["item_id"]]
+            for col in ("caption", "captions", "prompt_caption", "captioner_caption"):
+                rows[col] = [f[col] for f in fields]
+            rows = rows.drop(columns=[c for c in ("prompt_caption", "captioner_caption") if rows[c].isna().all()])
             out.append(ExportTable(f"{dataset}_{method_dir.name}", rows, ("image", "original_image"), "item_id",
                                    description={"image": "image with the removed categories inpainted",
-                                                "original_image": "source image"}))
+                                                "original_image": "source image",
+                                                "caption": "a caption of the inpainted image (the first of "
+                                                           "captions, else prompt_caption, else captioner_caption)",
+                                                "captions": "the image's captions without the noun phrases of the "
+                                                            "removed categories (§3.3)",
+                                                "prompt_caption": "prompt template naming the categories left (§3.3)",
+                                                "captioner_caption": "the captioning model's caption (Table 3)"}))
     if not out:
         raise input_error(d, None, "no inpainted images (<dataset>/images/<method>/<shard>/shard.parquet)",
                           "run the spurious_retrieval inpainting steps first")

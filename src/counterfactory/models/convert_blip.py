@@ -79,7 +79,8 @@ _VISION = [  # (pattern inside visual_encoder., replacement inside vision_model.
 
 
 #: the original checkpoint each role of the paper config is converted from (BLIP's own fine-tuning starting points)
-ROLE_CHECKPOINTS = {"itm_blip": ("model_base.pth", "itm"), "captioner": ("model_base_capfilt_large.pth", "captioning")}
+ROLE_CHECKPOINTS = {"itm_blip": ("model_base.pth", "itm"),
+                    "captioner_pretrained": ("model_base_capfilt_large.pth", "captioning")}
 
 
 def setup_hint(role: str, folder: str | os.PathLike) -> str | None:

@@ -81,8 +81,11 @@ for _role in EVAL_ROLES:
 #: role of the image-to-text (captioning) model: Kim et al. 2023 "capt. model" (ClipCap, Table 3); BLIP
 #: captioning (Salesforce/blip-image-captioning-base) at paper scale here
 CAPTIONER_ROLE = "captioner"
+#: CVLD's captioner (§5.4, BLIP^PT): pre-trained BLIP captioning, converted from the original checkpoint
+PRETRAINED_CAPTIONER_ROLE = "captioner_pretrained"
 
 
+@register_loader(f"{PRETRAINED_CAPTIONER_ROLE}:transformers")
 @register_loader(f"{CAPTIONER_ROLE}:transformers")
 def load_captioner(spec: ModelSpec, kw: dict):
     """``(model, processor)`` of an image-to-text checkpoint: ``AutoModelForImageTextToText`` (BLIP captioning

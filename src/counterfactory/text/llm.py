@@ -105,6 +105,9 @@ class Task:
     template: str
     schema: Callable[[dict], dict]
     render: Callable[[dict], str] | None = None
+    #: the meaning check of a schema-valid answer: ``check(fields, parsed answer)`` returns the reason it is
+    #: unusable (off-topic, not what was asked) or None; run by :func:`run_requests` (:func:`check_meaning`)
+    check: Callable[[dict, Any], str | None] | None = None
 
     def user_prompt(self, fields: dict) -> str:
         if self.render is not None:
@@ -172,6 +175,7 @@ class Prepared:
     boxes: list
     prompt_sha256: str = ""
     schema_sha256: str = ""
+    fields: dict | None = None
 
 
 def prepare(requests: pd.DataFrame) -> list[Prepared]:
@@ -200,7 +204,7 @@ def prepare(requests: pd.DataFrame) -> list[Prepared]:
         if isinstance(boxes, str):
             boxes = json.loads(boxes) if boxes.strip() else []
         out.append(Prepared(item, task_name, system, str(prompt), schema, _cell(row, "image_path"),
-                            list(boxes) if boxes is not None else []))
+                            list(boxes) if boxes is not None else [], fields=fields))
     return out
 
 
@@ -279,6 +283,52 @@ def check_answer(text: str | None, schema: dict) -> tuple[Any, str | None]:
         if problem and piece.strip():
             return value, f"{where}: {problem}"
     return value, None
+
+
+#: columns of :func:`rejected_rows`: every rejected or unusable answer with its reason code and the full message
+REJECTED_COLUMNS = ["item_id", "task", "answer", "reason", "detail"]
+#: reason codes of a rejected answer (the ``reason`` column of :func:`rejected_rows`), by the start of ``error``
+CHECK_PREFIX = "failed the task's check"
+REASONS = {"empty answer": "empty_answer", "not valid JSON": "not_json", "does not match the schema": "off_schema",
+           CHECK_PREFIX: "failed_check"}
+
+
+def check_meaning(task: str, fields: dict | None, value: Any) -> str | None:
+    """The reason a schema-valid answer is unusable by the task's own check (:attr:`Task.check`), as an ``error``
+    (``"failed the task's check: <reason>"``), or None (accepted, or the task has no check)."""
+    t = TASKS.get(task)
+    if t is None or t.check is None:
+        return None
+    reason = t.check(fields or {}, value)
+    return f"{CHECK_PREFIX}: {reason}" if reason else None
+
+
+def reason_code(error: str | None) -> str:
+    """The reason code of an answer's ``error`` (:data:`REASONS`; a control character in a string: ``control_character``)."""
+    text = str(error or "")
+    for prefix, code in REASONS.items():
+        if text.startswith(prefix):
+            return code
+    return "control_character" if "(U+" in text else "invalid_answer"
+
+
+def rejected_rows(answers: pd.DataFrame) -> pd.DataFrame:
+    """The invalid answers of a :func:`run_requests` table as :data:`REJECTED_COLUMNS` rows (reason code and message),
+    so that no unusable answer is dropped without a trace."""
+    if not len(answers):
+        return pd.DataFrame(columns=REJECTED_COLUMNS)
+    bad = answers[~answers["valid"].astype(bool)]
+    return pd.DataFrame({"item_id": bad["item_id"].astype(str).to_numpy(), "task": bad["task"].to_numpy(),
+                         "answer": bad["answer"].to_numpy(), "reason": [reason_code(e) for e in bad["error"]],
+                         "detail": bad["error"].to_numpy()}, columns=REJECTED_COLUMNS)
+
+
+def reason_counts(rejected: pd.DataFrame, column: str = "reason") -> dict[str, int]:
+    """``{reason: rows}`` of a rejected table, most common first (ties by name), for summaries."""
+    if not len(rejected):
+        return {}
+    counts = rejected[column].astype(str).value_counts()
+    return {k: int(counts[k]) for k in sorted(counts.index, key=lambda k: (-counts[k], k))}
 
 
 def _strings(value, where: str = "<answer>"):
@@ -523,7 +573,8 @@ def run_requests(cfg: dict, requests: pd.DataFrame, out_path: str | os.PathLike 
 
     ``cfg`` is a study view with ``models.llm`` and an optional ``llm:`` section; ``cache_path`` (default
     ``llm.cache``) is the JSONL answer cache. The model is loaded only when some answer is not cached.
-    Invalid answers are rows with ``valid=False`` and the reason in ``error``."""
+    Invalid answers are rows with ``valid=False`` and the reason in ``error``: an answer that is empty, not JSON or
+    off-schema, and a schema-valid one that fails its task's meaning check (:func:`check_meaning`)."""
     settings = settings_of(cfg.get("llm") or {})
     cache = AnswerCache(cache_path if cache_path is not None else settings["cache"])
     prepared = prepare(requests)
@@ -563,6 +614,8 @@ def run_requests(cfg: dict, requests: pd.DataFrame, out_path: str | os.PathLike 
     for key, p in zip(keys, prepared):
         answer = cache.get(key)["answer"]
         value, error = check_answer(answer, p.schema)
+        if error is None:
+            error = check_meaning(p.task, p.fields, value)
         rows.append({"item_id": p.item_id, "task": p.task, "prompt_sha256": p.prompt_sha256,
                      "schema_sha256": p.schema_sha256, "answer": answer, "valid": error is None, "error": error,
                      "cached": key not in fresh, "model": model})

@@ -41,7 +41,7 @@ from torch import nn
 from ..errors import ConfigError, input_error
 from .cvld_losses import (CELEBA_PROMPTS, VARIANTS, RetrievalModule, captioning_loss,  # noqa: F401 (re-exported)
                           class_prompts, classification_loss, classification_logits, cvld_itc_loss, cvld_itm_loss,
-                          retrieval_variant)
+                          prompt_length, retrieval_variant)
 from .prompt_tuning import ATTR, add_prompts, prompt_parameters, save_prompts
 
 log = logging.getLogger(__name__)
@@ -382,12 +382,22 @@ def train_retrieval(model: nn.Module, processor, table: pd.DataFrame, settings: 
 
 
 def train_captioning(model: nn.Module, processor, table: pd.DataFrame, settings: CVLDSettings | None = None,
-                     out_dir: str | Path | None = None, image_root: str | Path = ".") -> CVLDResult:
+                     out_dir: str | Path | None = None, image_root: str | Path = ".", prompt: str = "") -> CVLDResult:
     """CVLD captioning fine-tuning (§4.4, §5.4) of a ``BlipForConditionalGeneration`` on
-    :func:`captioning_loss`. Saves the model, the processor and ``cvld.json``."""
+    :func:`captioning_loss`. ``prompt``: the text every caption (and counterfactual caption) begins with
+    (BLIP's "a picture of "); its tokens are context, not targets. Saves the model, the processor and
+    ``cvld.json``."""
     settings = settings or CVLDSettings.for_task("captioning")
     table = _check_table(table, "captioning")
     source, root = table.attrs.get("source", "training table"), Path(image_root)
+    for column in ("caption", "cf_caption") if prompt else ():
+        texts = table[column].astype(str)
+        bad = np.flatnonzero(~texts.str.startswith(prompt) & ~_blank(table[column]))
+        if len(bad):
+            raise input_error(source, f"row {int(bad[0])}", f"{column} {texts.iloc[bad[0]]!r} does not begin with "
+                              f"the captioning prompt {prompt!r}", "prepend the prompt to every caption "
+                              "(counterfactory.studies.cvld.runs.with_caption_prompt) or train without one")
+    n_prompt = prompt_length(processor.tokenizer, prompt)
     model.train()
     has_cf = ~_blank(table["cf_image_path"])
 
@@ -395,7 +405,8 @@ def train_captioning(model: nn.Module, processor, table: pd.DataFrame, settings:
         pixels, tokens, cf = _pool_batch(table, rows, has_cf, root, processor, settings, source, _device(model))
         n = len(rows)
         ids, mask = tokens["input_ids"], tokens["attention_mask"]
-        return captioning_loss(model, pixels[:n], ids[:n], mask[:n], pixels[n:], ids[n:], mask[n:], settings.lam)
+        return captioning_loss(model, pixels[:n], ids[:n], mask[:n], pixels[n:], ids[n:], mask[n:], settings.lam,
+                               n_prompt)
 
     history = _fit([p for p in model.parameters() if p.requires_grad], _row_keys(table), settings, step_loss)
     model.eval()

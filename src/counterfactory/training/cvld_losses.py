@@ -300,21 +300,34 @@ class RetrievalModule(nn.Module):
 
 # --------------------------------------------------------------------------- captioning (§4.4)
 
+def prompt_length(tokenizer, prompt: str) -> int:
+    """Leading token positions of a caption that begins with ``prompt`` which BLIP leaves out of its captioning
+    loss: the prompt's tokens with the start token, without the closing separator (BLIP's ``prompt_length``);
+    0 for no prompt."""
+    return max(0, len(tokenizer(prompt).input_ids) - 1) if prompt else 0
+
+
 def caption_lm_loss(model: nn.Module, pixel_values: torch.Tensor, input_ids: torch.Tensor,
-                    attention_mask: torch.Tensor) -> torch.Tensor:
+                    attention_mask: torch.Tensor, prompt_tokens: int = 0) -> torch.Tensor:
     """Eq. 9, ``-log p(T | I)``: ``BlipForConditionalGeneration``'s language-modelling loss (mean over the
     caption tokens), with BLIP's decoder input: the first token replaced by the decoder's bos token
-    (``[DEC]``, what ``generate`` starts from) and padding left out of the targets."""
+    (``[DEC]``, what ``generate`` starts from) and padding left out of the targets. ``prompt_tokens``: the first
+    positions (the start token and the prompt, :func:`prompt_length`) are context only, not targets, as in BLIP's
+    captioning fine-tuning, so the loss is the mean over the caption's own tokens."""
     ids = input_ids.clone()
     ids[:, 0] = model.config.text_config.bos_token_id
     labels = ids.masked_fill(attention_mask == 0, -100)
+    if prompt_tokens:
+        labels[:, :int(prompt_tokens)] = -100
     return model(pixel_values=pixel_values, input_ids=ids, attention_mask=attention_mask, labels=labels).loss
 
 
 def captioning_loss(model: nn.Module, pixel_values, input_ids, attention_mask, cf_pixel_values=None,
-                    cf_input_ids=None, cf_attention_mask=None, lam: float = 0.3) -> torch.Tensor:
-    """Eq. 3 with Eq. 9: ``LM(I, T) + lam * LM(I~, T~)`` over the intervened pairs (lambda 0.3, appendix C)."""
-    loss = caption_lm_loss(model, pixel_values, input_ids, attention_mask)
+                    cf_input_ids=None, cf_attention_mask=None, lam: float = 0.3, prompt_tokens: int = 0
+                    ) -> torch.Tensor:
+    """Eq. 3 with Eq. 9: ``LM(I, T) + lam * LM(I~, T~)`` over the intervened pairs (lambda 0.3, appendix C);
+    ``prompt_tokens`` as in :func:`caption_lm_loss` (both captions carry the same prompt)."""
+    loss = caption_lm_loss(model, pixel_values, input_ids, attention_mask, prompt_tokens)
     if lam and cf_pixel_values is not None and cf_pixel_values.shape[0] > 0:
-        loss = loss + lam * caption_lm_loss(model, cf_pixel_values, cf_input_ids, cf_attention_mask)
+        loss = loss + lam * caption_lm_loss(model, cf_pixel_values, cf_input_ids, cf_attention_mask, prompt_tokens)
     return loss

@@ -38,7 +38,9 @@ changed_from, changed_to, status, reason, ...``) and the ``t2i`` requests for th
 (``item_id, kind="t2i", prompt, image_id, source_kind, caption``).
 
 Appendix B: :func:`rewrite_requests` / :func:`check_rewrite` are the ``positions_rewrite`` task that turns a
-vanilla "A is above/below B" negative into one natural sentence for GLIGEN (§3.2).
+vanilla "A is above/below B" negative into one natural sentence for GLIGEN (§3.2). The task registers
+:func:`check_rewrite` as its meaning check, so the ``llm`` role marks an off-topic rewrite invalid with the reason
+(:func:`counterfactory.text.llm.check_meaning`) and it is a row of the rejected table, never a GLIGEN prompt.
 
 The captions and their phrases (reading, markup, selection) are :mod:`.attribute_captions`; its names are
 importable from here too.
@@ -93,9 +95,21 @@ def _string(max_len: int) -> dict:
     return {"type": "string", "minLength": 1, "maxLength": int(max_len)}
 
 
+def _menu_schema(fields: dict) -> dict | None:
+    """With a menu (``attributes.answer_menu``): the answer must be one of the menu's complete answers."""
+    menu = fields.get("menu")
+    if not menu:
+        return None
+    return {"anyOf": [{"type": "object", "additionalProperties": False, "required": list(choice),
+                       "properties": {k: {"enum": [v]} for k, v in choice.items()}} for choice in menu]}
+
+
 def edit_schema(fields: dict) -> dict:
     """Answer schema of the noun and adjective kinds: the changed phrase's id (one of the caption's), the phrase
     before and after, and the whole negative caption."""
+    menu = _menu_schema(fields)
+    if menu:
+        return menu
     ids = [str(i) for i in fields["entity_ids"]]
     return {"type": "object", "additionalProperties": False,
             "properties": {"entity_id": {"type": "string", "enum": ids},
@@ -107,6 +121,9 @@ def edit_schema(fields: dict) -> dict:
 
 def swap_schema(fields: dict) -> dict:
     """Answer schema of the swap kind: two phrase ids and the negative, each nullable ("None", §4.4)."""
+    menu = _menu_schema(fields)
+    if menu:
+        return menu
     ids = [str(i) for i in fields["entity_ids"]]
     nullable_id = {"anyOf": [{"type": "string", "enum": ids}, {"type": "null"}]}
     return {"type": "object", "additionalProperties": False,
@@ -132,7 +149,18 @@ def _render_attributes(template: str):
 for _kind, _schema in (("noun", edit_schema), ("adjective", edit_schema), ("swap", swap_schema)):
     _tmpl = f"{TASK_OF_KIND[_kind]}.txt"
     llm.register_task(llm.Task(TASK_OF_KIND[_kind], _tmpl, _schema, render=_render_attributes(_tmpl)))
-llm.register_task(llm.Task(REWRITE_TASK, f"{REWRITE_TASK}.txt", rewrite_schema))
+
+
+def _rewrite_check(fields: dict, answer) -> str | None:
+    """The meaning check of a ``positions_rewrite`` answer (:func:`check_rewrite`), run by the ``llm`` role on every
+    schema-valid answer, so an off-topic rewrite is an invalid answer with its reason and never a GLIGEN prompt."""
+    if not {"statement", "subject", "relation", "object"} <= set(fields):
+        return "the request lacks the statement, subject, relation and object fields the rewrite is checked against"
+    section = {k: fields[k] for k in ("require_relation_word",) if k in fields}
+    return check_rewrite(fields, answer if isinstance(answer, dict) else {}, section)[1]
+
+
+llm.register_task(llm.Task(REWRITE_TASK, f"{REWRITE_TASK}.txt", rewrite_schema, check=_rewrite_check))
 
 
 def _fmt(v: float) -> str:
@@ -155,6 +183,80 @@ def regions_text(item: CaptionItem, colours: dict[str, str] | None) -> str:
     return "\n".join([size] + lines) if lines else "(no marked phrases)"
 
 
+#: qualifiers the answer menu puts before a phrase's head noun (adjective kind)
+MENU_QUALIFIERS = ("red", "small", "wooden", "striped")
+
+
+def _replace_span(caption: str, replacements: list[tuple[str, str]]) -> str | None:
+    """``caption`` with each ``(old, new)`` phrase text replaced at its first occurrence (None when one is missing
+    or two overlap)."""
+    spans = []
+    for old, new in replacements:
+        at = caption.find(old)
+        if at < 0:
+            return None
+        spans.append((at, at + len(old), new))
+    spans.sort()
+    if any(a[1] > b[0] for a, b in zip(spans, spans[1:])):
+        return None
+    out, pos = [], 0
+    for start, end, new in spans:
+        out += [caption[pos:start], new]
+        pos = end
+    return "".join(out + [caption[pos:]])
+
+
+def answer_menu(item: CaptionItem, kind: str, size: int) -> list[dict]:
+    """Up to ``size`` complete answers of ``kind`` made from the caption itself and kept only when
+    :func:`check_edit` / :func:`check_swap` accept them: noun -- a phrase's head word replaced by another phrase's
+    head; adjective -- a qualifier (:data:`MENU_QUALIFIERS`) put before a phrase's head; swap -- two phrases
+    exchanged. ``attributes.answer_menu`` offers them to the ``llm`` as the only answers its constrained decoding
+    may write: the offline demo's tiny random model then still picks checkable answers, so every later step (t2i,
+    the Attributes dataset, its export) runs. Not a paper setting: the paper's GPT-4V writes free text (§3.4)."""
+    phrases = list({p.entity_id: p for p in reversed(item.visual_phrases())}.values())[::-1]   # first per entity
+    out: list[dict] = []
+
+    def offer(answer: dict) -> None:
+        if len(out) < size and answer not in out:
+            status = (check_swap(item, answer) if kind == "swap" else check_edit(kind, item, answer))[0]
+            if status == "accepted":
+                out.append(answer)
+
+    for p in phrases:
+        head = p.text.split()[-1] if p.text.split() else ""
+        if not head:
+            continue
+        lead = p.text[: len(p.text) - len(head)]
+        if kind == "noun":
+            for q in phrases:
+                other = q.text.split()[-1] if q.text.split() else ""
+                if other and _singular(other.lower()) != _singular(head.lower()):
+                    neg = _replace_span(item.caption, [(p.text, lead + other.lower())])
+                    if neg:
+                        offer({"entity_id": p.entity_id, "changed_from": head, "changed_to": other.lower(),
+                               "negative": neg})
+        elif kind == "adjective":
+            for q in MENU_QUALIFIERS:
+                if q not in words(p.text):
+                    neg = _replace_span(item.caption, [(p.text, f"{lead}{q} {head}")])
+                    if neg:
+                        offer({"entity_id": p.entity_id, "changed_from": head, "changed_to": f"{q} {head}",
+                               "negative": neg})
+        else:
+            for q in phrases:
+                if q.entity_id != p.entity_id:
+                    neg = _replace_span(item.caption, [(p.text, q.text), (q.text, p.text)])
+                    if neg:
+                        offer({"entity_a": p.entity_id, "entity_b": q.entity_id, "negative": neg})
+    return out
+
+
+def item_id_of(item: CaptionItem, kind: str) -> str:
+    """``<image_id>_<sentence_index>_<kind>``, made of ``[A-Za-z0-9_.-]`` only: the id also names the negative
+    image the ``t2i`` role draws for it (grounded generation's request ids)."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", f"{item.image_id}_{item.sentence_index}_{kind}")
+
+
 def requests_for(items: list[CaptionItem], section: dict, with_images: bool = False) -> tuple[pd.DataFrame, list]:
     """``(llm requests, skipped)``: one request per caption and kind; ``skipped`` lists ``(item_id, kind,
     reason)`` of captions a kind cannot apply to (no marked phrase; fewer than two entities for a swap)."""
@@ -174,12 +276,14 @@ def requests_for(items: list[CaptionItem], section: dict, with_images: bool = Fa
                   "image_note": note, "entity_ids": ids, "max_phrase_chars": section["max_phrase_chars"],
                   "max_negative_chars": len(it.caption) + section["extra_negative_chars"]}
         for kind in section["kinds"]:
-            item_id = f"{it.image_id}/{it.sentence_index}/{kind}"
+            item_id = item_id_of(it, kind)
             if len(ids) < (2 if kind == "swap" else 1):
                 skipped.append((item_id, kind, "fewer than two marked entities" if kind == "swap"
                                 else "no marked phrase"))
                 continue
-            rows.append({"item_id": item_id, "task": TASK_OF_KIND[kind], "fields": json.dumps(fields),
+            menu = answer_menu(it, kind, int(section["answer_menu"])) if section.get("answer_menu") else []
+            rows.append({"item_id": item_id, "task": TASK_OF_KIND[kind],
+                         "fields": json.dumps({**fields, "menu": menu} if menu else fields),
                          "image_path": it.image_path if colours else None, "boxes": json.dumps(boxes)})
     cols = ["item_id", "task", "fields", "image_path", "boxes"]
     return pd.DataFrame(rows, columns=cols), skipped
@@ -312,13 +416,13 @@ def _swap_split(c: list[str], n: list[str], s1: int, e1: int, s2: int, e2: int):
 def collect(items: list[CaptionItem], requests: pd.DataFrame, answers: pd.DataFrame,
             skipped: Iterable[tuple[str, str, str]] = ()) -> pd.DataFrame:
     """The negatives table: one row per request (and per skipped caption/kind) with status and reason."""
-    by_id = {f"{it.image_id}/{it.sentence_index}": it for it in items}
+    by_id = {item_id_of(it, kind): it for it in items for kind in KINDS}
     ans = answers.set_index("item_id")
     rows = []
     for req in requests.to_dict("records"):
         item_id = req["item_id"]
         kind = KIND_OF_TASK[req["task"]]
-        it = by_id[item_id.rsplit("/", 1)[0]]
+        it = by_id[item_id]
         a = ans.loc[item_id]
         base = {"item_id": item_id, "image_id": it.image_id, "image_path": it.image_path,
                 "sentence_index": it.sentence_index, "kind": kind,
@@ -331,7 +435,7 @@ def collect(items: list[CaptionItem], requests: pd.DataFrame, answers: pd.DataFr
         status, reason, rec = check_swap(it, value) if kind == "swap" else check_edit(kind, it, value)
         rows.append({**base, **rec, "status": status, "reason": reason})
     for item_id, kind, reason in skipped:
-        it = by_id[item_id.rsplit("/", 1)[0]]
+        it = by_id[item_id]
         rows.append({"item_id": item_id, "image_id": it.image_id, "image_path": it.image_path,
                      "sentence_index": it.sentence_index, "kind": kind,
                      "caption": it.caption, "markup": it.markup, "negative": None, "entity_ids": [],
@@ -368,7 +472,7 @@ def rewrite_requests(pairs: pd.DataFrame, section: dict | None = None) -> pd.Dat
                               "rewrite only the above/below negatives (app. B)")
         statement = r.get("statement") or f"{r['subject']} is {rel} {r['object']}"
         fields = {"statement": statement, "subject": r["subject"], "relation": rel, "object": r["object"],
-                  "max_chars": section["max_chars"]}
+                  "max_chars": section["max_chars"], "require_relation_word": bool(section["require_relation_word"])}
         rows.append({"item_id": str(r["item_id"]), "task": REWRITE_TASK, "fields": json.dumps(fields)})
     return pd.DataFrame(rows, columns=["item_id", "task", "fields"])
 

@@ -280,7 +280,8 @@ def _rewrite_of(answer) -> str | None:
 def apply_rewrites(requests: pd.DataFrame, rewrites) -> pd.DataFrame:
     """Generation requests with ``prompt`` replaced by the ``llm`` rewrite of the same ``item_id`` where one exists;
     ``prompt_source`` says ``llm`` or ``template``. ``rewrites`` is ``{item_id: text}`` or the ``llm`` role's result
-    table (``item_id, answer, valid``; the answer's ``rewrite`` field is used when ``valid``)."""
+    table (``item_id, answer, valid``; the answer's ``rewrite`` field is used when ``valid``: the ``llm`` role marks
+    a rewrite that fails :func:`.attributes.check_rewrite` invalid, so an off-topic rewrite never becomes a prompt)."""
     if isinstance(rewrites, pd.DataFrame):
         ok = rewrites[rewrites["valid"].astype(bool)] if "valid" in rewrites.columns else rewrites
         rewrites = {str(i): _rewrite_of(a) for i, a in zip(ok["item_id"], ok["answer"])}

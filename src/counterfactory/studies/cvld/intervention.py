@@ -11,11 +11,16 @@ towards female (the choice has no effect on captions that name nobody: the instr
 The edit-prompt round is :mod:`counterfactory.text.gender`'s ``cvld_edit_prompt`` task (appendix B's second
 template, which already covers both directions). ``llm_prompt: both_directions`` is the one-pass instruction of
 :func:`counterfactory.text.gender.run_llm` (ours: every gendered word flips, whatever the image's group).
+
+Answers are checked for meaning, not only form: a vote is accepted only for an image some caption of which names a
+gendered person (:func:`vet_votes`), and every unusable answer and turned-down vote is a row of the rejected table
+with its reason (:func:`rejected_rows`).
 """
 
 from __future__ import annotations
 
 import json
+import re
 
 import pandas as pd
 
@@ -98,3 +103,71 @@ def run_llm(cfg: dict, frame: pd.DataFrame, caption_col: str = "caption", id_col
     result = gender.parse_llm_answers(pd.concat([first, second], ignore_index=True), base, caption_col, id_col)
     result["direction"] = req["direction"].to_numpy()
     return result
+
+
+# --------------------------------------------------------------------------- rejected interventions, with reasons
+
+#: columns of :func:`rejected_rows`: one row per rejected caption answer or image vote
+REJECTED_COLUMNS = ["stage", "item_id", "image_id", "task", "reason", "detail"]
+#: reason of an image whose captions name no gendered person (its vote cannot be a gender intervention)
+NO_GENDERED_PERSON = "no_gendered_person"
+_WORD = re.compile(r"[^\W\d_]+(?:-[^\W\d_]+)*")
+
+
+def names_gendered_person(caption, words=None) -> bool:
+    """Whether ``caption`` holds a word of the gender word list (:func:`counterfactory.text.gender.load_words`: a
+    gendered person noun, title or pronoun, e.g. "woman", "boy", "her")."""
+    from ...text import gender
+
+    lex = gender.load_words(words)
+    return isinstance(caption, str) and any(w in lex.gender for w in _WORD.findall(caption.lower()))
+
+
+def vet_votes(votes: pd.DataFrame, frame: pd.DataFrame, caption_col: str = "caption", image_col: str = "image_id",
+              words=None) -> pd.DataFrame:
+    """``votes`` with a ``reason`` column: an accepted vote of an image none of whose captions names a gendered
+    person is turned down (``accepted=False``, reason :data:`NO_GENDERED_PERSON`): an instruction such as "turn the
+    woman into a man" for a photo of coins is the ``llm``'s invention, not an intervention of the image. The
+    reason of every other vote that is not accepted: ``tie``, ``no_change`` or ``too_few_votes``."""
+    gendered = set(frame.loc[frame[caption_col].map(lambda c: names_gendered_person(c, words)), image_col])
+    out = votes.copy()
+    reasons = []
+    for rec in out.to_dict("records"):
+        if rec["accepted"] and rec[image_col] not in gendered:
+            reasons.append(NO_GENDERED_PERSON)
+        elif rec["accepted"]:
+            reasons.append(None)
+        elif rec["edit_prompt"]:
+            reasons.append("too_few_votes")
+        else:
+            reasons.append("tie" if rec["votes"] else "no_change")
+    out["reason"] = pd.Series(reasons, index=out.index, dtype=object)
+    out["accepted"] = out["accepted"].astype(bool) & (out["reason"] != NO_GENDERED_PERSON)
+    return out
+
+
+def rejected_rows(swapped: pd.DataFrame, votes: pd.DataFrame, id_col: str = "caption_id",
+                  image_col: str = "image_id") -> pd.DataFrame:
+    """Every rejected or unusable ``llm`` answer of the intervention (``stage`` ``caption``: its caption id, the task
+    and reason code of :func:`counterfactory.text.llm.reason_code`, the message in ``detail``) and every vote turned
+    down for naming no gendered person (``stage`` ``image``: ``reason`` :data:`NO_GENDERED_PERSON`, the prompt in
+    ``detail``)."""
+    from ...text import llm
+
+    rows = []
+    if "llm_valid" in swapped.columns:
+        for rec in swapped[~swapped["llm_valid"].astype(bool)].to_dict("records"):
+            detail = str(rec.get("llm_error") or "invalid answer")
+            task, _, message = detail.partition(": ")
+            if not message:      # "no llm answer": the round was never asked
+                task, message = "", detail
+            code = "no_answer" if detail == "no llm answer" else llm.reason_code(message)
+            rows.append({"stage": "caption", "item_id": str(rec[id_col]), "image_id": rec[image_col], "task": task,
+                         "reason": code, "detail": detail})
+    if "reason" in votes.columns:
+        for rec in votes[votes["reason"] == NO_GENDERED_PERSON].to_dict("records"):
+            rows.append({"stage": "image", "item_id": str(rec[image_col]), "image_id": rec[image_col], "task": "vote",
+                         "reason": NO_GENDERED_PERSON,
+                         "detail": f"{rec['votes']} of {rec['n_captions']} captions voted {rec['edit_prompt']!r}, but "
+                                   "none of the image's captions names a gendered person"})
+    return pd.DataFrame(rows, columns=REJECTED_COLUMNS).astype({"image_id": object})

@@ -22,10 +22,16 @@ def _nltk(cfg) -> None:
     ensure_nltk_data(section["data_dir"], section.get("source"))
 
 
-def intervene(cfg, out_captions, out_votes, out_requests, summary_out, llm_cache=None) -> dict:
+def intervene(cfg, out_captions, out_votes, out_requests, summary_out, llm_cache=None, out_rejected=None) -> dict:
     """Intervene every training caption of the largest COCO subset (``intervention.text_method``: ``rule`` or
     ``llm``), vote per image, and write the captions (train + test; test captions are not intervened), the votes,
-    one editing request per accepted image and the funnel; returns the funnel's counts."""
+    one editing request per accepted image, the rejected answers and votes with their reasons (``out_rejected``,
+    default ``rejected.parquet`` beside the votes; :func:`.intervention.rejected_rows`) and the funnel; returns the
+    funnel's counts, rejections counted by reason.
+
+    A vote is accepted only for an image one of whose captions names a gendered person
+    (:func:`.intervention.vet_votes`): an ``llm`` can agree with itself on "turn the woman into a man" for a photo
+    of coins."""
     from ...io import write_csv, write_parquet
     from ...text import gender
 
@@ -43,16 +49,22 @@ def intervene(cfg, out_captions, out_votes, out_requests, summary_out, llm_cache
     else:
         _nltk(cfg)
         swapped = gender.swap_table(train, source=source)
-    votes = gender.majority_vote(swapped, min_agree=s["intervention"]["min_agree"])
+    from .intervention import rejected_rows, vet_votes
+
+    votes = vet_votes(gender.majority_vote(swapped, min_agree=s["intervention"]["min_agree"]), train)
+    rejected = rejected_rows(swapped, votes)
     requests = data.coco_requests(s, swapped, votes)
     test = caps[caps["split"] == "test"].assign(intervened=lambda f: f["caption"], changed=False, edit_prompt="")
     keep = ["caption_id", "image_id", "split", "caption", "image_path", "intervened", "changed", "edit_prompt"]
     write_parquet(out_captions, pd.concat([swapped[keep], test[keep]], ignore_index=True))
     write_parquet(out_votes, votes)
     write_parquet(out_requests, requests)
+    write_parquet(out_rejected or Path(out_votes).with_name("rejected.parquet"), rejected)
     counts = {"train captions": len(swapped), "changed": int(swapped["changed"].sum()),
               "train images": int(votes["image_id"].nunique()), "accepted images": int(votes["accepted"].sum())}
     counts["acceptance rate"] = round(counts["accepted images"] / max(counts["train images"], 1), 4)
+    for (stage, reason), n in rejected.groupby(["stage", "reason"]).size().items():
+        counts[f"rejected {'answers' if stage == 'caption' else 'images'}: {reason}"] = int(n)
     write_csv(summary_out, pd.DataFrame(list(counts.items()), columns=["count", "value"]))
     return counts
 

@@ -38,7 +38,7 @@ from .settings import FULL, lambda_of, rerank_depth, settings
 log = logging.getLogger(__name__)
 
 RUN_COLUMNS = ["experiment", "mixture", "seed", "data_seed", "metric", "value"]
-ROLES = {"classification": "itm_blip", "retrieval": "itm_blip", "captioning": "captioner"}
+ROLES = {"classification": "itm_blip", "retrieval": "itm_blip", "captioning": "captioner_pretrained"}
 #: ours: the leakage classifier's split needs a few captions of each gender
 MIN_LIC_PER_GENDER = 10
 #: metric row recording which LIC a result reports (``captioning.lic``)
@@ -251,8 +251,11 @@ def _train_coco(cfg, s, task, setting, variant, seed, files, out_dir, interventi
     if task == "captioning":
         table = with_caption_prompt(table, s["captioning"]["prompt"])
     table.attrs["source"] = f"COCO {setting} training captions"
-    trainer = train_retrieval if task == "retrieval" else train_captioning
-    trainer(model, processor, table, _train_settings(s, task, variant, seed, progress), out_dir / "checkpoint")
+    settings = _train_settings(s, task, variant, seed, progress)
+    if task == "captioning":   # the prompt's tokens are context, not targets (BLIP's captioning fine-tuning)
+        train_captioning(model, processor, table, settings, out_dir / "checkpoint", prompt=s["captioning"]["prompt"])
+    else:
+        train_retrieval(model, processor, table, settings, out_dir / "checkpoint")
     return set_resolution(*registry.load(_with_source(cfg, role, out_dir / "checkpoint"), role), size)
 
 

@@ -8,7 +8,7 @@ takes the pre-trained model — and scores it (:func:`.evaluation.evaluate`). It
 ``finetune`` (the paper reports single runs).
 
 :func:`write_tables` lays the summary out as the paper does: Table 1 (ODmAP@1/5/10, MS-COCO left, Flickr30k right,
-rows per model: zeroshot, finetune, + Ours), Table 2 (image→text and text→image R@1/5/10), Table 3 (D' synthesis
+rows per model: zeroshot, finetune, + Ours; VSE++ has no zero-shot row), Table 2 (image→text and text→image R@1/5/10), Table 3 (D' synthesis
 variants on CLIP / MS-COCO), Figure 4 (R@1 and ODmAP@1 against |D'_sub| / |D|) and appendix B's table (zero-shot,
 D_s, D' and D + D': ODmAP@1 and image→text R@1).
 """
@@ -23,14 +23,15 @@ import pandas as pd
 
 from ...errors import ConfigError
 from . import evaluation
-from .settings import D_PRIME, D_S, FINETUNE, OURS, ZEROSHOT, ratio_of, settings, training_section
+from .settings import (D_PRIME, D_S, FINETUNE, OURS, RECIPES, ZEROSHOT, has_zeroshot, ratio_of, settings,
+                       training_section)
 
 log = logging.getLogger(__name__)
 
 RUN_COLUMNS = ["experiment", "mixture", "seed", "data_seed", "metric", "value"]
 DATASET_LABELS = {"coco": "MS-COCO", "flickr30k": "Flickr30k"}
 #: display names of the roles (the paper's model names); other roles keep their own name
-MODEL_LABELS = {"clip_train": "CLIP", "itm_blip": "BLIP"}
+MODEL_LABELS = {"clip_train": "CLIP", "itm_blip": "BLIP", "vsepp": "VSE++"}
 TEXT_LABELS = {"np_removal": "NP removal", "prompt": "prompts", "captioner": "capt. model"}
 IMAGE_LABELS = {"lama": "inpaint", "opencv": "inpaint (OpenCV)", "zero": "zero pad.", "mean": "avg pad.",
                 "blur": "blur pad."}
@@ -49,7 +50,12 @@ def run(cfg, dataset: str, role: str, mixture: str, seed: int, data_seed: int, m
 
     s = settings(cfg)
     if mixture != ZEROSHOT and role not in s["training"]["models"]:
-        raise ConfigError(f"spurious_retrieval.training.models has no role {role!r}. Fix: add it (role: clip|blip)")
+        raise ConfigError(f"spurious_retrieval.training.models has no role {role!r}. Fix: add it "
+                          f"(role: {'|'.join(RECIPES)})")
+    if mixture == ZEROSHOT and not has_zeroshot(s, role):
+        raise ConfigError(f"spurious_retrieval: role {role!r} (recipe {s['training']['models'][role]}) has no zero-shot run: VSE++ is trained "
+                          "from scratch and Tables 1-2 have no VSE++ (zeroshot) row. Fix: run its finetune or ours "
+                          "mixture")
     if role not in (cfg.get("models") or {}):
         raise ConfigError(f"models.{role}: not configured. Fix: add the role under models")
     out_dir = Path(out_dir)
@@ -73,14 +79,15 @@ def run(cfg, dataset: str, role: str, mixture: str, seed: int, data_seed: int, m
 
 
 def runs(s: dict) -> list[tuple[str, str, str, int]]:
-    """Every (dataset, role, mixture, seed) of the configuration (zero-shot once, at the first seed)."""
+    """Every (dataset, role, mixture, seed) of the configuration (zero-shot once, at the first seed, for roles
+    with a pre-trained model: not VSE++, :func:`.settings.has_zeroshot`)."""
     from .settings import mixtures, seed_pairs
 
     out = []
     pairs = seed_pairs(s)
     for dataset in s["data"]["datasets"]:
         for role in s["training"]["models"]:
-            if s["training"]["zeroshot"]:
+            if s["training"]["zeroshot"] and has_zeroshot(s, role):
                 out.append((dataset, role, ZEROSHOT, pairs[0][0]))
             for mixture in mixtures(s, dataset, role):
                 out += [(dataset, role, mixture, seed) for seed, _ in pairs]
@@ -97,8 +104,8 @@ def _model(role: str) -> str:
 def _row_label(role: str, mixture: str, s: dict) -> str:
     if mixture == ZEROSHOT:
         return f"{_model(role)} (zeroshot)"
-    if mixture == FINETUNE:
-        return f"{_model(role)} (finetune)"
+    if mixture == FINETUNE:   # the paper's rows: "CLIP (finetune)", but plain "VSE++" (it has no zero-shot row)
+        return f"{_model(role)} (finetune)" if has_zeroshot(s, role) else _model(role)
     if mixture == OURS:
         return f"{_model(role)} + Ours"
     if mixture == D_S:
@@ -231,26 +238,35 @@ def normaliser_note(summary: pd.DataFrame) -> str:
     return "ODmAP@k AP@k normaliser: " + "; ".join(f"{n} ({NORMALISER_NOTES.get(n, n)})" for n in names)
 
 
-def write_tables(summary_path, cfg, out_md, out_tex, out_csv, out_figure) -> None:
-    """Tables 1-3 (Markdown, LaTeX, CSV of every cell) and Figure 4 (PNG) from a summary CSV."""
+def write_tables(summary_path, cfg, out_md, out_tex, out_csv, out_figure, out_html=None) -> None:
+    """Tables 1-3 (Markdown, LaTeX, CSV of every cell and, with ``out_html``, one HTML page: what the Snakemake
+    report shows) and Figure 4 (PNG) from a summary CSV."""
+    import dataclasses
+    import html
+
     from ...io import write_csv, write_text
-    from ...render import describe_frame, markdown_body
-    from ...tables import read_summary, render_latex, render_markdown, to_frame
+    from ...render import describe_frame, html_page, markdown_body, render_html
+    from ...tables import describe, read_summary, render_latex, render_markdown, to_frame
 
     s = settings(cfg)
     summary = read_summary(summary_path)
     tables = paper_tables(summary, s)
     points = ratio_points(summary, s)
-    md = ["# Spurious correlations in cross-modal retrieval (Kim et al. 2023)", "", normaliser_note(summary), ""]
-    tex, frames = [], []
-    for title, table in tables:
-        md.append(render_markdown(table, title))
-        tex.append(render_latex(table, title))
-        frames.append(to_frame(table).assign(table=title))
+    title = "Spurious correlations in cross-modal retrieval (Kim et al. 2023)"
+    md = [f"# {title}", "", normaliser_note(summary), ""]
+    tex, frames, pages = [], [], [f'<p class="note">{html.escape(md[2])}</p>']
+    for name, table in tables:
+        md.append(render_markdown(table, name))
+        tex.append(render_latex(table, name))
+        pages.append(render_html(describe(table, name)))
+        frames.append(to_frame(table).assign(table=name))
     if len(points):
-        md += ["**Figure 4: R@1 (image→text) and ODmAP@1 against |D'sub| / |D|** (ratio 0 = finetune)", "",
-               markdown_body(describe_frame(points, ".2f")), ""]
+        figure4 = "Figure 4: R@1 (image→text) and ODmAP@1 against |D'sub| / |D| (ratio 0 = finetune)"
+        md += [f"**{figure4}**", "", markdown_body(describe_frame(points, ".2f")), ""]
+        pages.append(render_html(dataclasses.replace(describe_frame(points, ".2f"), title=figure4)))
     write_text(out_md, "\n".join(md) + "\n")
+    if out_html:
+        write_text(out_html, html_page(title, pages))
     write_text(out_tex, "\n".join(tex) + "\n")
     write_csv(out_csv, pd.concat(frames, ignore_index=True) if frames else pd.DataFrame())
     plot_ratios(points, out_figure)
