@@ -7,22 +7,25 @@ import argparse
 import re
 
 
-def lazy_module(name: str):
-    """``name`` imported on first attribute access (``importlib.util.LazyLoader``): a command module can name the
-    step modules of every subcommand while a job imports only the one its subcommand runs (a table job then does
-    not pay for torch, which the model steps import)."""
-    import importlib.util
-    import sys
+class lazy_module:  # noqa: N801 - used like a module
+    """The module ``name``, imported on first attribute access: a command module can name the step modules of
+    every subcommand while a job imports only the ones its subcommand uses (a table job then does not pay for
+    torch, which the model steps import). A plain proxy, not an entry in ``sys.modules`` (tools that walk the
+    loaded modules, as torch's import does through ``inspect``, must not trigger these imports)."""
 
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.find_spec(name)
-    loader = importlib.util.LazyLoader(spec.loader)
-    spec.loader = loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    loader.exec_module(module)
-    return module
+    def __init__(self, name: str):
+        self._name = name
+        self._module = None
+
+    def __getattr__(self, attr: str):
+        if self._module is None:
+            import importlib
+
+            self._module = importlib.import_module(self._name)
+        return getattr(self._module, attr)
+
+    def __repr__(self) -> str:
+        return f"<lazy module {self._name}>"
 
 
 def shard_id(text: str) -> int:

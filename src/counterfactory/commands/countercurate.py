@@ -6,12 +6,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..data import flickr30k_entities as f30k
 from ..errors import input_error, missing_input
-from ..studies.countercurate import (STUDY, assemble, attributes, benchmark_tables, benchmarks, counting, manifests,
-                                     positions, training, vlm, vlm_finetune)
-from ..text import llm
-from . import add_config_option, add_progress_option, add_renamed, add_shard_job_options, key_values
+from ..studies.countercurate import STUDY, VLM_ROLE
+from . import add_config_option, add_progress_option, add_renamed, add_shard_job_options, key_values, lazy_module
+
+# the step modules, each imported when its subcommand runs (the VLM and training steps import torch; tables do not)
+_PKG = "counterfactory.studies.countercurate"
+(assemble, attributes, benchmark_tables, benchmarks, counting, manifests, positions, training, vlm,
+ vlm_finetune) = (lazy_module(f"{_PKG}.{name}") for name in (
+    "assemble", "attributes", "benchmark_tables", "benchmarks", "counting", "manifests", "positions", "training", "vlm",
+    "vlm_finetune"))
+f30k = lazy_module("counterfactory.data.flickr30k_entities")
+llm = lazy_module("counterfactory.text.llm")
 
 
 def register(sub) -> None:
@@ -517,7 +523,7 @@ def add_vlm(subparsers) -> None:
     t.add_argument("--out-dir", required=True, metavar="DIR",
                    help="writes DIR/model (loadable as models.vlm.source), history.csv, run.json")
     t.add_argument("--seed", type=int, required=True, help="training seed")
-    t.add_argument("--role", default=vlm.ROLE, metavar="ROLE", help=f"model role to fine-tune (default {vlm.ROLE})")
+    t.add_argument("--role", default=VLM_ROLE, metavar="ROLE", help=f"model role to fine-tune (default {VLM_ROLE})")
     add_progress_option(t)
     t.set_defaults(func=_cmd_vlm_train)
     s = subparsers.add_parser("vlm-score", help="score caption pairs with the vlm role: caption log-likelihoods "
@@ -526,7 +532,7 @@ def add_vlm(subparsers) -> None:
                                           "vlm role; writes one CSV row per input row with both captions' "
                                           "log-likelihoods and the model's two-option choice.")
     add_config_option(s)
-    s.add_argument("--role", default=vlm.ROLE, metavar="ROLE", help=f"model role (default {vlm.ROLE})")
+    s.add_argument("--role", default=VLM_ROLE, metavar="ROLE", help=f"model role (default {VLM_ROLE})")
     s.add_argument("--data", required=True, metavar="FILE.parquet",
                    help="rows image_path, caption, negative_caption (paths relative to the table's folder)")
     s.add_argument("--out", required=True, metavar="FILE.csv", help="one row per input row")

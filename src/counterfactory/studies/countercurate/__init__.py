@@ -21,3 +21,5 @@ Modules (library code only; the ``counterfactory countercurate <step>`` subcomma
 from __future__ import annotations
 
 STUDY = "countercurate"
+#: the generative VLM's model role (LLaVA-1.5 in the paper)
+VLM_ROLE = "vlm"

@@ -62,11 +62,11 @@ import torch
 from ...config import fill_section
 from ...errors import ConfigError, input_error
 from ...scorers import ImageLike, Scorer, load_image
-from . import STUDY
+from . import STUDY, VLM_ROLE
 
 log = logging.getLogger(__name__)
 
-ROLE = "vlm"
+ROLE = VLM_ROLE
 SECTION = "vlm"
 #: required columns of training / scoring tables; ``negative_image_path`` is optional
 COLUMNS = ("image_path", "caption", "negative_caption")
