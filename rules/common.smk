@@ -80,6 +80,15 @@ def job_config_text(wildcards, output):
     return JOB_CONFIG_TEXT[path]
 
 
+def display_labels(wildcards):
+    """``--label ROLE=NAME`` for every configured model role: tables name models as the config's
+    ``models.<role>.display_name`` (default: the source's last part), as issue 32 asks."""
+    from counterfactory.render import model_display_names
+
+    names = model_display_names(config["models"], list(config["models"]))
+    return " ".join(f"--label {shlex.quote(f'{role}={name}')}" for role, name in names.items())
+
+
 def model_inputs(*roles):
     """Input function: local model folders of the roles (wildcards such as ``{role}`` filled in)."""
 

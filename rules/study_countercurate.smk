@@ -294,9 +294,11 @@ rule countercurate_tables:
         study=CC,
     conda:
         CONDA_ENV
+    params:
+        labels=display_labels,
     shell:
-        "counterfactory countercurate tables --results {input:q} --out-md {output.md:q} --out-tex {output.tex:q}"
-        " --out-csv {output.csv:q} --out-html {output.html:q} > {log:q} 2>&1"
+        "counterfactory countercurate tables --results {input:q} {params.labels} --out-md {output.md:q}"
+        " --out-tex {output.tex:q} --out-csv {output.csv:q} --out-html {output.html:q} > {log:q} 2>&1"
 
 
 rule countercurate_train_manifests:

@@ -456,6 +456,9 @@ def test_paper_config_dry_run_at_paper_scale(repo, tmp_path):
     seeds = cc["training"]["seeds"]["count"]
     assert counts["countercurate_train_run"] == (5 + 3 + 2) * seeds + 3 == 53
     assert counts["countercurate_vlm_run"] == 3 * seeds + 3 and counts["stats_table_countercurate_vlm"] == 3
+    # tables name models as the paper does (models.<role>.display_name), not by role (issue 32)
+    out = proc.stdout + proc.stderr
+    assert "--label vlm=LLaVA-1.5" in out and "--label clip_open_clip=OpenCLIP" in out
     # Spurious-correlation retrieval (Kim et al. 2023): selection and captions per dataset; inpainting sharded per
     # method (MS-COCO: LaMa + Table 3's three paddings; Flickr30k: LaMa only, Table 3 is MS-COCO); runs: per dataset
     # and model zero-shot once + mixtures x seeds, CLIP on MS-COCO also Table 3's five variants, Figure 4's ratios and
