@@ -11,13 +11,17 @@
 # Stage rules (rules/<stage>.smk) are written once for every study: their paths carry a {study}
 # wildcard and their settings come from that study's config section. A study's own steps and its
 # targets are in rules/study_<study>.smk. Results: results/<run_name>/<study>/...
-from snakemake.utils import min_version
-
 from snakemake.logging import logger
+from snakemake.utils import min_version
 
 from counterfactory import preflight
 from counterfactory import workflow as wf
-from counterfactory.config import validate_config, ConfigError
+from counterfactory.config import (
+    ConfigError,
+    check_yaml_syntax,
+    validate_config,
+    workflow_role_origins,
+)
 
 min_version("9.0")
 
@@ -25,8 +29,6 @@ min_version("9.0")
 # A YAML syntax error in the workflow's config file stops the run naming the file, line and column
 # (Snakemake's own message names neither). Files given with --configfile are parsed by Snakemake before
 # this Snakefile runs: `counterfactory config check FILE...` names the line for those.
-from counterfactory.config import check_yaml_syntax
-
 try:
     check_yaml_syntax(["config/config.yaml"])
 except ConfigError as exc:
@@ -50,10 +52,7 @@ except ConfigError as exc:
 
 # Every run (a dry run too) lists each model role's source and the file that set it: a role an overlay leaves out
 # is the paper's hub model from config/config.yaml, and says so.
-from snakemake.logging import logger as role_logger
-from counterfactory.config import workflow_role_origins
-
-role_logger.info(
+logger.info(
     workflow_role_origins(
         config,
         workflow.config_settings.configfiles,
