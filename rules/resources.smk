@@ -178,6 +178,7 @@ localrules:
     social_debias_split,
     train_collect_social,
     social_debias_table,
+    social_debias_task_table,
     data_flickr30k_captions,
     countercurate_positions,
     countercurate_counting,

@@ -90,7 +90,8 @@ def cvld_interventions_arg(wildcards, input):
 
 
 def cvld_run_keys(wildcards):
-    return ["data", wildcards.task, f"models.{cvld_role(wildcards)}", *DEVICE_KEYS]
+    # editing: which kept edits a training example uses (editing.per_example, §5.1)
+    return ["data", wildcards.task, "editing", f"models.{cvld_role(wildcards)}", *DEVICE_KEYS]
 
 
 def cvld_runs(wildcards):

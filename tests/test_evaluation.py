@@ -283,7 +283,7 @@ def test_per_dataset_templates_of_the_paper_config():
     assert classify.check_templates("builtin:imagenet")[:2] == ["a bad photo of a {c}.", "a photo of many {c}."]
     assert {d: s.get("class_names") for d, s in ev["datasets"].items()} == {
         "CIFAR10": "builtin:cifar10", "CIFAR100": "builtin:cifar100", "Food101": "builtin:food101",
-        "Caltech101": "torchvision", "Caltech256": None, "ImageNet": "torchvision"}   # the reference's names
+        "Caltech101": "torchvision", "Caltech256": "torchvision", "ImageNet": "torchvision"}   # the reference's names
     assert ev["datasets"]["Caltech101"]["background_class"] is False
     assert ev["datasets"]["Caltech256"]["background_class"] is True
     assert classify.dataset_templates({"templates": ["a {c}"], "datasets": {"X": {}}}, "X") == ["a {c}"]

@@ -141,7 +141,7 @@ def test_the_snakefile_start_up_lists_every_missing_dataset_at_once(repo, tmp_pa
     assert message is not None
     keys = ["coco_counterfactuals.data.coco_root",
             "coco_counterfactuals.evaluation.classification.datasets.CIFAR10.root",
-            "coco_counterfactuals.training.eval.retrieval[0].karpathy_json", "countercurate.data.entities_root",
+            "coco_counterfactuals.training.eval.retrieval[flickr30k].karpathy_json", "countercurate.data.entities_root",
             "spurious_retrieval.data.coco.karpathy_json", "cvld.data.celeba.root"]
     rows = [line.split() for line in message.splitlines() if line.lstrip().startswith("dataset ")]
     listed = [row[1] for row in rows]

@@ -418,7 +418,7 @@ def _coco_cf(study: str, v) -> list[Need]:
         out += [Need(key, p, spec.get("format", "")) for p in paths]
     for i, spec in enumerate(retrieval_specs((v.get("training") or {}).get("eval") or {})):
         name = spec.get("name", i)
-        base = f"{study}.training.eval.retrieval[{i}]"
+        base = f"{study}.training.eval.retrieval[{name}]"   # the entry by its name, as the workflow names it
         out.append(Need(f"{base}.karpathy_json", spec.get("karpathy_json"), "karpathy"))
         images = "coco2014" if "coco" in str(name) else "flickr30k"
         out.append(Need(f"{base}.image_root", spec.get("image_root"), images))
