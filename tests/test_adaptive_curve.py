@@ -134,6 +134,14 @@ def test_bad_inputs_are_refused(tmp_path):
         ad.CurveSettings(targets=(0,))
 
 
+def test_a_run_without_candidates_gives_an_empty_curve(tmp_path):
+    """A fixed run that generated nothing (no caption passed the caption stage) replays to a curve of zeros,
+    not an error (found by `make paper-smoke`)."""
+    path = _write(tmp_path, _pair_table().iloc[:0], {"unet_evals": 0, "candidates_generated": 0, "stopped_early": 0})
+    out = ad.curve_from_files(path, _pair_cfg())
+    assert len(out) >= 1 and set(out["items"]) == {0} and set(out["unet_evals"]) == {0}
+
+
 def test_cli_writes_csv_and_plot(tmp_path):
     from counterfactory.commands import adaptive as cmd
 

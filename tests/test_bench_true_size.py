@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-import true_size as T  # noqa: E402
+import true_size as T
 
 
 def _meta_params(build) -> int:
@@ -101,3 +101,49 @@ def test_big_lama_keeps_unmasked_pixels_and_shapes():
     assert out.shape == image.shape
     assert torch.equal(out[mask.expand_as(out) == 0], image[mask.expand_as(image) == 0])
     assert not torch.allclose(out[:, :, 8:16, 8:24], image[:, :, 8:16, 8:24])
+
+
+# --------------------------------------------------------------------------- `make paper-smoke` (issue 33 part 1)
+
+def _paper_smoke_script():
+    import importlib.util
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("paper_smoke_script", root / "scripts" / "paper_smoke.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_paper_smoke_overlay_validates_and_every_paper_role_has_a_true_size_builder():
+    """config/config.yaml + config/paper_smoke.yaml is a valid config; every model role of the paper config
+    (new roles included) has a true-size builder and the overlay points it at that builder's folder -- so a
+    role added to the paper config without a builder fails here, not hours into `make paper-smoke`."""
+    from counterfactory.config import deep_merge, read_yaml, validate_config
+
+    root = Path(__file__).resolve().parents[1]
+    paper = read_yaml(root / "config" / "config.yaml")
+    overlay = read_yaml(root / "config" / "paper_smoke.yaml")
+    cfg = validate_config(deep_merge(paper, overlay), source="config/paper_smoke.yaml")
+    script = _paper_smoke_script()
+    assert set(script.ORDER) == set(script.BUILDERS)
+    out = "resources/models/true_size"
+    for role, entry in paper["models"].items():
+        folder = script.SHARED.get(role, role)
+        assert folder in script.BUILDERS, f"models.{role}: no true-size builder in scripts/paper_smoke.py"
+        spec = cfg["models"][role]
+        if role in script.RELEASED_FILES:       # a released checkpoint file of an open_clip architecture
+            assert spec["pretrained"] == f"{out}/{role}/{script.RELEASED_FILES[role]}"
+            assert spec["source"] == entry["source"]
+        else:
+            assert spec["source"] == f"{out}/{folder}", role
+    # the overlay cuts sizes but keeps the paper's studies and models
+    assert cfg["studies"] == paper["studies"]
+    assert cfg["run_name"] == "paper_smoke"
+
+
+def test_paper_smoke_vocabulary_padding_keeps_ids_and_reaches_the_true_size():
+    script = _paper_smoke_script()
+    vocab = script._pad_vocab({"<s>": 0, "a": 1, "<unused0>": 2}, 6)
+    assert len(vocab) == 6 and sorted(vocab.values()) == list(range(6))
+    assert vocab["<s>"] == 0 and vocab["a"] == 1 and vocab["<unused0>"] == 2

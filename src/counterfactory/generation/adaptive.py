@@ -227,6 +227,8 @@ def _per_unit_cost(summary: dict, path, unit: str) -> int:
     if stopped:
         raise input_error(path, None, f"{stopped} item(s) stopped early: these are adaptive-mode outputs",
                           "replay a fixed-mode run (images.adaptive.enabled: false)")
+    if evals == 0 and count == 0:   # a run with no input items (e.g. no caption passed the caption stage)
+        return 0
     if not isinstance(evals, int) or not isinstance(count, int) or count <= 0 or evals % count:
         raise input_error(path, None, f"unet_evals {evals!r} is not a whole multiple of {unit} {count!r}",
                           "pass the summary of the run whose candidates are replayed")
