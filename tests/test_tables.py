@@ -438,3 +438,15 @@ def test_the_report_registers_tables_as_html_not_markdown(repo):
                   "filter/table11.html", "probing/{{stage}}/tables.html", "debias/tables.html", "{S}/tables.html"):
         assert any(t.endswith(table) for t in tables), table
     assert ("study_spurious_retrieval.smk", "{S}/tables.html") in registered_html
+
+
+def test_coco_cf_tables_carry_the_papers_titles(repo):
+    """The HTML page, Markdown and LaTeX of Tables 3, 4 and 12 are headed by the paper's table number and content,
+    not a generic "Table" (the rule passes --title)."""
+    from counterfactory.config import load_config
+    from counterfactory.studies import coco_counterfactuals as coco_cf
+
+    training = load_config([repo / "config" / "config.yaml"])["training"]   # the COCO-CF view
+    assert coco_cf.table_title(training, "retrieval").startswith("COCO-Counterfactuals Table 3: image-text retrieval")
+    assert coco_cf.table_title(training, "classification").startswith("COCO-Counterfactuals Table 4: zero-shot")
+    assert "title=lambda wildcards: coco_cf.table_title" in (repo / "rules" / "training.smk").read_text()

@@ -37,6 +37,17 @@ def table_metrics(training: dict, table: str) -> str:
     return ",".join([f"{d}/top1" for d in ev["classification"]] + [CLASSIFICATION_MEAN])   # Table 4: ... Mean
 
 
+def table_title(training: dict, table: str) -> str:
+    """The paper's title line of one table (its number, what it holds; the first retrieval set is Table 3's)."""
+    if table.startswith("retrieval"):
+        sets = retrieval_sets(training)
+        r = sets[0] if table == "retrieval" else next(s for s in sets if f"retrieval_{s['name']}" == table)
+        number = "Table 3" if table == "retrieval" else "Table 12"
+        name = {"flickr30k": "Flickr30k", "mscoco": "MS-COCO", "coco": "MS-COCO"}.get(r["name"], r["name"])
+        return f"COCO-Counterfactuals {number}: image-text retrieval on {name} after fine-tuning (Recall@K, %)"
+    return "COCO-Counterfactuals Table 4: zero-shot image classification after fine-tuning (top-1 accuracy, %)"
+
+
 def table_mixtures(training: dict, listed=None) -> list[str]:
     """Rows of Tables 3, 4 and 12: the pre-trained row (``training.pretrained_row``), then the mixtures in the
     order ``listed`` (the config file's order: MS-COCO, base, medium, all) where given."""
