@@ -96,7 +96,10 @@ def test_demo_dag_runs_every_rule(repo, demo_run):
     # every rule of the workflow ran at least once
     # countercurate_generate's jobs are made after the countercurate_request_shards checkpoint, so the first "Job stats"
     # table cannot count them; test_demo_countercurate_end_to_end checks their images
-    assert set(listed) - {"countercurate_generate"} <= set(ran), set(listed) - set(ran)
+    # social_debias_task_table (SocialCF Tables 4/5 of the debiased CLIP) needs the Flickr30K and classification data
+    # the demo does not configure for that study (debias.task_eval.roles is empty there): the paper dry run plans it
+    # and tests/test_social_debias.py runs its command on tiny runs
+    assert set(listed) - {"countercurate_generate", "social_debias_task_table"} <= set(ran), set(listed) - set(ran)
     assert ran["captions_edit"] == 2 and ran["images_generate"] == 2  # 50 captions / 25, ~47 counterfactuals / 30
     assert ran["train_run"] == 4 * 2  # 4 mixtures x 2 demo seeds
     assert ran["train_run_pretrained"] == 1  # Tables 3, 4, 12: the pre-trained row, evaluated once
