@@ -1,4 +1,4 @@
-"""CLIP filter and selection (COCO-Counterfactuals B.1.2; metrics-and-formats §A7)."""
+"""CLIP filter and selection (COCO-Counterfactuals B.1.2; InstructPix2Pix's CLIP filter)."""
 
 from __future__ import annotations
 

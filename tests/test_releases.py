@@ -1,4 +1,4 @@
-"""Readers of the published releases (metrics-and-formats B11, B12) on the fixtures in resources/demo/releases:
+"""Readers of the published releases (Intel/COCO-Counterfactuals, Intel/SocialCounterfactuals) on the fixtures in resources/demo/releases:
 expected rows, the same evaluation / probing / debiasing functions as on generated data (tiny CLIP), round trip
 through our own SocialCounterfactuals export, and one clear error per malformed release."""
 

@@ -1,4 +1,4 @@
-"""SocialCounterfactuals release layout (Intel/SocialCounterfactuals; metrics-and-formats.md B12)."""
+"""SocialCounterfactuals release layout (Intel/SocialCounterfactuals on the Hugging Face Hub)."""
 
 from __future__ import annotations
 
