@@ -39,6 +39,7 @@ OWN_DATA_TARGETS := results/demo_own_data/coco_counterfactuals/images/selected_p
 	results/demo_own_data/coco_counterfactuals/report/pair_grid.png
 
 demo: $(STAMP)
+	$(BIN)/counterfactory config check config/demo.yaml config/demo_own_data.yaml
 	$(BIN)/snakemake all --profile profiles/local --cores $(CORES) --configfile config/demo.yaml
 	$(BIN)/snakemake all --report results/demo/report.html --configfile config/demo.yaml
 	$(BIN)/snakemake $(OWN_DATA_TARGETS) --profile profiles/local --cores $(CORES) \
@@ -51,9 +52,11 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -q --durations=15
 
 rulegraph: $(STAMP)
+	$(BIN)/counterfactory config check config/demo.yaml
 	$(BIN)/snakemake --configfile config/demo.yaml --rulegraph > results/rulegraph.dot
 
 report: $(STAMP)
+	$(BIN)/counterfactory config check config/demo.yaml
 	$(BIN)/snakemake all --profile profiles/local --report results/demo/report.html --configfile config/demo.yaml
 
 bench: $(STAMP)
@@ -63,6 +66,7 @@ bench: $(STAMP)
 # configuration with random weights (scripts/paper_smoke.py; roles already built are skipped), then the whole DAG
 # of the five studies on the demo fixtures with config/paper_smoke.yaml's cuts. Outputs: results/paper_smoke.
 paper-smoke: $(STAMP)
+	$(BIN)/counterfactory config check config/paper_smoke.yaml
 	$(BIN)/python scripts/paper_smoke.py
 	$(BIN)/snakemake all --profile profiles/local --cores $(CORES) \
 		--configfile config/config.yaml config/paper_smoke.yaml

@@ -462,3 +462,30 @@ def test_checker_flags_known_mistakes(parser, tmp_path):
     page = tmp_path / "page.md"
     page.write_text("# Title\n[ok](#title) [bad](#nothing) [gone](missing.md)\n", encoding="utf-8")
     assert len(dead_links(page)) == 2
+
+
+def test_make_targets_check_their_config_files_before_snakemake_parses_them():
+    """Snakemake parses ``--configfile`` files before any workflow code runs and reports a YAML error without file
+    or line (issue 31, item 19): every Makefile recipe that hands config files to Snakemake first runs
+    ``counterfactory config check`` on each of them, which names file, line and column."""
+    recipes: dict[str, list[str]] = {}
+    target = None
+    for line in (ROOT / "Makefile").read_text().splitlines():
+        if line and not line[0].isspace() and ":" in line and not line.startswith((".", "#", "export")) \
+                and "=" not in line.split(":")[0]:
+            target = line.split(":")[0]
+            recipes[target] = []
+        elif line.startswith("\t") and target:
+            recipes[target].append(line.strip())
+    checked_any = False
+    for name, lines in recipes.items():
+        joined = " ".join(line.rstrip("\\") for line in lines)
+        for m in re.finditer(r"snakemake\b[^;&|]*?--configfile\s+((?:[\w./-]+\.yaml\s*)+)", joined):
+            files = m.group(1).split()
+            checks = [c for c in re.findall(r"counterfactory config check\s+((?:[\w./-]+\.yaml\s*)+)", joined)]
+            checked = {f for c in checks for f in c.split()}
+            missing = [f for f in files if f not in checked and f != "config/config.yaml"]
+            assert not missing, f"Makefile target {name!r} runs Snakemake on {missing} without `counterfactory " \
+                                f"config check` first"
+            checked_any = True
+    assert checked_any
