@@ -41,7 +41,8 @@ OWN_DATA_TARGETS := results/demo_own_data/coco_counterfactuals/images/selected_p
 demo: $(STAMP)
 	$(BIN)/counterfactory config check config/demo.yaml config/demo_own_data.yaml
 	$(BIN)/snakemake all --profile profiles/local --cores $(CORES) --configfile config/demo.yaml
-	$(BIN)/snakemake all --report results/demo/report.html --configfile config/demo.yaml
+	$(BIN)/snakemake all --report results/demo/report.html --report-stylesheet report/style.css \
+		--configfile config/demo.yaml
 	$(BIN)/snakemake $(OWN_DATA_TARGETS) --profile profiles/local --cores $(CORES) \
 		--configfile config/demo.yaml config/demo_own_data.yaml
 	@echo
@@ -57,7 +58,8 @@ rulegraph: $(STAMP)
 
 report: $(STAMP)
 	$(BIN)/counterfactory config check config/demo.yaml
-	$(BIN)/snakemake all --profile profiles/local --report results/demo/report.html --configfile config/demo.yaml
+	$(BIN)/snakemake all --profile profiles/local --report results/demo/report.html \
+		--report-stylesheet report/style.css --configfile config/demo.yaml
 
 bench: $(STAMP)
 	for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done

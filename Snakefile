@@ -19,7 +19,9 @@ from counterfactory import workflow as wf
 from counterfactory.config import (
     ConfigError,
     check_yaml_syntax,
+    drop_replaced_revisions,
     validate_config,
+    workflow_layers,
     workflow_role_origins,
 )
 
@@ -42,9 +44,14 @@ configfile: "config/config.yaml"
 report: "report/workflow.rst"
 
 
-# The package's validator checks the schema, fills in its defaults and checks what a schema cannot
+# A model revision pinned in config/config.yaml belongs to its hub id: an overlay that gives the role another
+# source drops it. The package's validator checks the schema, fills in its defaults and checks what a schema cannot
 # (bound orders); a mistake stops the run with one message naming each key at fault.
 try:
+    drop_replaced_revisions(
+        config,
+        workflow_layers(workflow.config_settings.configfiles, dict(workflow.config_settings.config)),
+    )
     validate_config(config, source="Snakemake config (--configfile / --config)")
 except ConfigError as exc:
     raise WorkflowError(str(exc)) from None

@@ -249,6 +249,15 @@ def pretrained_row_args(wildcards):
     return f"--pretrained-row pretrained --pretrained-label {shlex.quote(label)}" if label else ""
 
 
+def mixture_label_args(wildcards):
+    """`stats table --mixture-label KEY=NAME` of every mixture: the paper's row names of Tables 3, 4 and 12
+    (`training.mixture_names`, default: the key)."""
+    import shlex
+
+    names = coco_cf.mixture_display_names(training(wildcards))
+    return " ".join(f"--mixture-label {shlex.quote(f'{m}={name}')}" for m, name in names.items())
+
+
 def train_eval_inputs(wildcards):
     """Everything a run evaluates on: the retrieval split and its images, the classification datasets."""
     v = view(wildcards.study)

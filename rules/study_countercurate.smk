@@ -100,11 +100,12 @@ rule countercurate_positions_rewrite:
 
 
 rule countercurate_attributes:
-    """§3.4, app. A: noun / adjective / swap negatives from the llm role, checked; t2i requests for accepted ones."""
+    """§3.4, app. A: noun / adjective / swap negatives from attributes.role (image + boxed copy), checked; t2i requests."""
     input:
         captions=rules.data_flickr30k_captions.output,
-        models=model_inputs("llm"),
-        config=job_config("llm", "attributes", "models.llm", *DEVICE_KEYS),
+        entities=cc_entities_root,
+        models=cc_attributes_model_inputs,
+        config=job_config("llm", "attributes", cc_attributes_model_key, *DEVICE_KEYS),
     output:
         negatives=f"{S}/attributes/negatives.parquet",
         requests=f"{S}/attributes/t2i_requests.parquet",
@@ -114,15 +115,16 @@ rule countercurate_attributes:
         study=CC,
     conda:
         CONDA_ENV
-    threads: accel_threads("llm")
+    threads: accel_threads("llm", "vlm")
     resources:
-        mem_mb=model_mem(32000, "llm"),
+        mem_mb=model_mem(32000, "llm", "vlm"),
         runtime=120,
         gpu=GPU,
         hpu=HPU,
     shell:
         "counterfactory countercurate attributes --config {input.config:q} --captions {input.captions:q}"
-        " --out {output.negatives:q} --out-requests {output.requests:q} > {log:q} 2>&1"
+        " --entities-root {input.entities:q} --out {output.negatives:q} --out-requests {output.requests:q}"
+        " > {log:q} 2>&1"
 
 
 rule countercurate_requests:

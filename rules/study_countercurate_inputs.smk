@@ -63,6 +63,19 @@ def cc_train_benchmark_inputs(wildcards):
     return [f for benchmark in cc_train_benchmarks(wildcards) for f in cc_benchmark_files(wildcards.study, benchmark)]
 
 
+def cc_attributes_role(wildcards):
+    """The role in GPT-4V's place for Flickr30k-Attributes (countercurate.attributes.role, §3.4, app. A)."""
+    return view(wildcards.study)["attributes"]["role"]
+
+
+def cc_attributes_model_inputs(wildcards):
+    return wf.local_model_inputs(config, cc_attributes_role(wildcards))
+
+
+def cc_attributes_model_key(wildcards):
+    return [f"models.{cc_attributes_role(wildcards)}"]
+
+
 def cc_train_model_inputs(wildcards):
     return wf.local_model_inputs(config, cc_training.settings(view(wildcards.study))["role"])
 

@@ -289,9 +289,11 @@ rule social_probe_tables:
         stage="before|after",
     conda:
         CONDA_ENV
+    params:
+        labels=display_labels,
     shell:
-        "counterfactory social probe-tables --probe {input:q} --out-md {output.md:q} --out-tex {output.tex:q}"
-        " --out-csv {output.csv:q} --out-html {output.html:q} > {log:q} 2>&1"
+        "counterfactory social probe-tables --probe {input:q} {params.labels} --out-md {output.md:q}"
+        " --out-tex {output.tex:q} --out-csv {output.csv:q} --out-html {output.html:q} > {log:q} 2>&1"
 
 
 rule social_probe_plots:
@@ -317,8 +319,10 @@ rule social_probe_plots:
         subjects=lambda wildcards: " ".join(
             f"--subject {shlex.quote(s)}" for s in view(wildcards.study)["probing"]["figure_subjects"]
         ),
+        labels=display_labels,
     shell:
-        "counterfactory social probe-plots --probe {input:q} --out-dir {output:q} {params.subjects} > {log:q} 2>&1"
+        "counterfactory social probe-plots --probe {input:q} --out-dir {output:q} {params.subjects} {params.labels}"
+        " > {log:q} 2>&1"
 
 
 STUDY_TARGETS[SCF] = lambda: social.targets(view(SCF), SCF_DIR)
@@ -412,9 +416,11 @@ rule social_debias_table:
         study=SCF,
     conda:
         CONDA_ENV
+    params:
+        labels=display_labels,
     shell:
-        "counterfactory social debias-table --runs {input:q} --out-md {output.md:q} --out-tex {output.tex:q}"
-        " --out-csv {output.csv:q} --out-html {output.html:q} > {log:q} 2>&1"
+        "counterfactory social debias-table --runs {input:q} {params.labels} --out-md {output.md:q}"
+        " --out-tex {output.tex:q} --out-csv {output.csv:q} --out-html {output.html:q} > {log:q} 2>&1"
 
 
 rule social_debias_task_table:

@@ -161,10 +161,12 @@ rule stats_table:
         metrics=lambda wildcards: coco_cf.table_metrics(training(wildcards), wildcards.table),
         order=lambda wildcards: ",".join(coco_cf.table_mixtures(training(wildcards), mixtures_as_listed(wildcards))),
         pretrained=lambda wildcards: pretrained_row_args(wildcards),
+        labels=mixture_label_args,
         title=lambda wildcards: coco_cf.table_title(training(wildcards), wildcards.table),
     shell:
         "counterfactory stats table --summary {input.summary:q} --mixture-info {input.info:q}"
-        " --metrics {params.metrics} --mixture-order {params.order} {params.pretrained} --title {params.title:q}"
+        " --metrics {params.metrics} --mixture-order {params.order} {params.pretrained} {params.labels}"
+        " --title {params.title:q}"
         " --out-md {output.md:q} --out-tex {output.tex:q} --out-csv {output.csv:q} --out-html {output.html:q}"
         " > {log:q} 2>&1"
 

@@ -445,7 +445,6 @@ def build_itm_blip(out: Path) -> None:
 
 
 def build_captioner(out: Path) -> None:
-    import torch
     from transformers import (
         BlipConfig,
         BlipForConditionalGeneration,
@@ -453,7 +452,7 @@ def build_captioner(out: Path) -> None:
         BlipProcessor,
     )
 
-    from counterfactory.models.tiny_eval import _CAPTION_SUPPRESS_BIAS
+    from counterfactory.models.tiny_eval import steer_caption_head
 
     tok = _blip_tokenizer(True)
     config = BlipConfig(text_config=dict(vocab_size=len(tok), pad_token_id=tok.pad_token_id,
@@ -461,14 +460,7 @@ def build_captioner(out: Path) -> None:
                                          eos_token_id=tok.sep_token_id))
     model = BlipForConditionalGeneration(config).eval()
     # as the tiny captioner: greedy captions of whole words (no special, filler or ## tokens)
-    suppress = [i for t, i in tok.get_vocab().items()
-                if (t in tok.all_special_tokens and t != tok.sep_token) or t.startswith(("##", "[unused"))
-                or not any(c.isalnum() for c in t) or (len(t) == 1 and t != "a")]
-    head = model.text_decoder.cls.predictions
-    with torch.no_grad():
-        head.bias[suppress] = _CAPTION_SUPPRESS_BIAS
-        if head.decoder.bias is not None and head.decoder.bias.data_ptr() != head.bias.data_ptr():
-            head.decoder.bias.copy_(head.bias)
+    steer_caption_head(model, tok, extra_prefixes=("[unused",))
     _save(model, out, BlipProcessor(image_processor=BlipImageProcessor(), tokenizer=tok))
 
 

@@ -187,7 +187,7 @@ def test_library_defaults_agree_with_the_schema():
     from counterfactory.generation.grounded import GroundedSettings
 
     grounded = fill_section("countercurate.grounded")
-    assert set(grounded) == {f.name for f in dataclasses.fields(GroundedSettings)} | {"keep_work"}
+    assert set(grounded) == {f.name for f in dataclasses.fields(GroundedSettings)} | {"keep_work", "precision"}
     assert GroundedSettings.from_config(grounded) == GroundedSettings()
     for f in dataclasses.fields(GroundedSettings):
         assert grounded[f.name] == f.default, ("GroundedSettings", f.name)

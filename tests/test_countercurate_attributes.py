@@ -126,8 +126,12 @@ def test_rewrite_task_app_b():
         at.rewrite_requests(pd.DataFrame({"item_id": ["p"], "subject": ["a"], "relation": ["left"], "object": ["b"]}))
 
 
+#: the per-kind, text-only path (ours, option): one request per caption and kind, boxes as coordinates
+PER_KIND = {"attributes": {"one_answer": False, "images": "none", "role": "llm"}}
+
+
 def test_requests_have_per_caption_schemas_and_prompts():
-    section = at.section_of({})
+    section = at.section_of(PER_KIND)
     single = at.CaptionItem("img2", 0, "A dog runs.", at.parse_markup("[/EN#7/animals A dog] runs .")[1], {})
     req, skipped = at.requests_for([_item(), single], section)
     assert list(req["item_id"]) == ["img1_0_noun", "img1_0_adjective", "img1_0_swap", "img2_0_noun",
@@ -159,7 +163,7 @@ def test_caption_selection_and_table_input():
 
 def test_collect_and_t2i_requests_from_hand_made_answers():
     it = _item()
-    req, _ = at.requests_for([it], at.section_of({}))
+    req, _ = at.requests_for([it], at.section_of(PER_KIND))
     answers = pd.DataFrame({
         "item_id": list(req["item_id"]), "prompt_sha256": ["x"] * 3, "valid": [True, True, False],
         "error": [None, None, "not valid JSON"],
@@ -187,7 +191,8 @@ def test_stage_runs_end_to_end_with_the_tiny_llm(tmp_path):
     try:
         folder = tiny.build("llm", tmp_path / "models")
         cfg = {"models": {"llm": {"source": str(folder)}}, "device": "cpu",
-               "llm": {"batch_size": 3, "max_new_tokens": 400}, "attributes": {"extra_negative_chars": 10}}
+               "llm": {"batch_size": 3, "max_new_tokens": 400},
+               "attributes": {"extra_negative_chars": 10, **PER_KIND["attributes"]}}
         captions = pd.DataFrame({"image_id": ["img1"], "sentence_index": [0], "markup": [MARKUP]})
         neg = at.run(cfg, captions, tmp_path / "neg.parquet", tmp_path / "t2i.parquet",
                      answers_out=tmp_path / "answers.parquet", cache_path=tmp_path / "cache.jsonl")
@@ -230,14 +235,14 @@ def test_off_topic_rewrite_is_a_rejected_row_and_never_the_gligen_prompt(tmp_pat
             "i2": '{"rewrite": "a cat sleeps on the sofa"}', "i3": '{"rewrite": "a young chi'}
 
     class FakeRunner:
-        def __init__(self, cfg, settings):
-            pass
+        def __init__(self, cfg, settings, role="llm"):
+            assert role == "llm"   # app. B stays with the text llm (the paper's rewrite prompt has no image)
 
         def generate(self, batch):
             return [said[p.item_id] for p in batch]
 
     monkeypatch.setattr(llm, "Runner", FakeRunner)
-    monkeypatch.setattr(llm, "model_identity", lambda cfg: "fake-llm")
+    monkeypatch.setattr(llm, "model_identity", lambda cfg, role="llm": "fake-llm")
     answers, rejected = tmp_path / "rewrites.parquet", tmp_path / "rejected.parquet"
     job = {"study": "countercurate", "run_name": "t", "models": {"llm": {"source": "./no-model"}}, "llm": {},
            "positions_rewrite": {}, "counterfactory_job": {"digest": "t", "sections": ["llm", "models",
@@ -260,10 +265,12 @@ def test_off_topic_rewrite_is_a_rejected_row_and_never_the_gligen_prompt(tmp_pat
 
 
 def test_answer_menu_offers_only_checked_answers_and_steers_the_tiny_llm(tmp_path):
-    """Issue 32.11: with ``answer_menu`` (the demo's setting) the tiny random llm's constrained answers are
-    accepted negatives, so the demo runs the t2i path and the Attributes export."""
+    """Issue 32.11: with ``answer_menu`` (the demo's setting) the tiny random model's constrained answers are
+    accepted negatives, so the demo runs the t2i path and the Attributes export -- also on the paper path the demo
+    now takes (issue 29.2: the tiny vlm sees the photograph and its boxed copy and answers once per caption)."""
     import torch
     import yaml
+    from PIL import Image
 
     from counterfactory.models import tiny
 
@@ -277,20 +284,30 @@ def test_answer_menu_offers_only_checked_answers_and_steers_the_tiny_llm(tmp_pat
     assert at.answer_menu(it, "noun", 1)[0] == {"entity_id": "1", "changed_from": "man", "changed_to": "shirt",
                                                 "negative": "A shirt wearing a black shirt and blue jeans stands on "
                                                             "the beach."}
-    req, _ = at.requests_for([it], at.section_of({"attributes": {"answer_menu": 2}}))
+    req, _ = at.requests_for([it], at.section_of({"attributes": {**PER_KIND["attributes"], "answer_menu": 2}}))
     schema = llm.prepare(req)[2].schema
     assert len(schema["anyOf"]) == 2 and schema["anyOf"][0]["properties"]["entity_a"] == {"enum": ["1"]}
-    assert "anyOf" not in llm.prepare(at.requests_for([it], at.section_of({}))[0])[0].schema   # paper: free text
+    assert "anyOf" not in llm.prepare(at.requests_for([it], at.section_of(PER_KIND))[0])[0].schema   # free text
+    one = llm.prepare(at.requests_for([it], at.section_of({"attributes": {"answer_menu": 2}}))[0])[0].schema
+    assert [len(one["properties"][k]["anyOf"]) for k in at.KINDS] == [2, 2, 2]   # one menu per kind
+    assert "anyOf" not in one["properties"]["noun"] or len(one["properties"]["noun"]["anyOf"]) == 2
     demo = yaml.safe_load((Path(__file__).parents[1] / "config" / "demo.yaml").read_text())["countercurate"]
     assert demo["attributes"]["answer_menu"] > 0
+    section = at.section_of({"attributes": demo["attributes"]})
+    assert (section["role"], section["images"], section["one_answer"]) == ("vlm", "both", True)   # the paper path
+    Image.new("RGB", (200, 150), "white").save(tmp_path / "img1.jpg")
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        cfg = {"models": {"llm": {"source": str(tiny.build("llm", tmp_path / "models"))}}, "device": "cpu",
+        cfg = {"models": {"vlm": {"source": str(tiny.build("vlm", tmp_path / "models"))}}, "device": "cpu",
                "llm": demo["llm"], "attributes": demo["attributes"]}
-        captions = pd.DataFrame({"image_id": ["img1"], "sentence_index": [0], "markup": [MARKUP]})
-        neg = at.run(cfg, captions, requests_out=tmp_path / "t2i.parquet")
+        short = "[/EN#1/people A man] holds [/EN#2/other a red kite] ."   # short answers: a faster test
+        captions = pd.DataFrame({"image_id": ["img1"], "sentence_index": [0], "markup": [short],
+                                 "image_path": [str(tmp_path / "img1.jpg")],
+                                 "boxes": [json.dumps({"1": [[10, 5, 60, 120]], "2": [[20, 30, 55, 70]]})]})
+        neg = at.run(cfg, captions, requests_out=tmp_path / "t2i.parquet", answers_out=tmp_path / "answers.parquet")
     finally:
         torch.set_num_threads(threads)
+    assert len(pd.read_parquet(tmp_path / "answers.parquet")) == 1     # one answer for the three kinds
     assert list(neg["status"]) == ["accepted"] * 3, neg[["kind", "reason"]].to_string()
     assert len(pd.read_parquet(tmp_path / "t2i.parquet")) == 3

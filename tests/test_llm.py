@@ -190,7 +190,7 @@ def test_task_meaning_check_and_rejected_rows_with_reason_codes(monkeypatch):
         def generate(self, batch):
             return [said[p.item_id] for p in batch]
 
-    monkeypatch.setattr(llm, "model_identity", lambda cfg: "fake-llm")
+    monkeypatch.setattr(llm, "model_identity", lambda cfg, role="llm": "fake-llm")
     req = pd.DataFrame({"item_id": list(said), "task": task.name,
                         "fields": [json.dumps({"word": "dog", "i": i}) for i in range(len(said))]})
     out = llm.run_requests({}, req, cache_path="", runner=FakeRunner())

@@ -19,6 +19,8 @@ from counterfactory.render import model_display_name
 
 PAPER_DATASETS = ["CIFAR10", "CIFAR100", "Food101", "Caltech101", "Caltech256", "ImageNet"]
 PAPER_MIXTURES = ["mscoco", "base", "medium", "all"]
+PAPER_MIXTURE_NAMES = ["MS-COCO", "MS-COCO + COCO-CFs (base)", "MS-COCO + COCO-CFs (medium)",
+                       "MS-COCO + COCO-CFs (all)"]
 
 
 @pytest.fixture(scope="module")
@@ -64,6 +66,7 @@ def test_coco_cf_tables_3_4_12_rows_and_columns_in_paper_order(paper_cfg, table)
     """Tables 3 (Flickr30k), 12 (MS-COCO) and 4 (zero-shot): rows pre-trained CLIP, MS-COCO, base, medium, all;
     columns R@1, R@5, R@10 per direction then Mean, or the six datasets in the paper's order then Mean."""
     from counterfactory.studies.coco_counterfactuals import (
+        mixture_display_names,
         table_metrics,
         table_mixtures,
         training_tables,
@@ -76,9 +79,12 @@ def test_coco_cf_tables_3_4_12_rows_and_columns_in_paper_order(paper_cfg, table)
     assert order == ["pretrained", *PAPER_MIXTURES]
     summary = _summary(metrics, order)
     built = tables.build_table(summary, metrics=metrics, mixture_order=order, pretrained="pretrained",
-                               pretrained_label=training["pretrained_row"])
+                               pretrained_label=training["pretrained_row"],
+                               mixture_labels=mixture_display_names(training))
     md = tables.render_markdown(built)
-    assert _rows(md) == ["None (pre-trained CLIP)", *PAPER_MIXTURES]
+    # the rows as the paper names them (B.3.1's subscripts in parentheses), never the config's keys
+    assert _rows(md) == ["None (pre-trained CLIP)", *PAPER_MIXTURE_NAMES]
+    assert [r["label"] for r in tables.to_frame(built).to_dict("records")] == _rows(md)
     if table == "classification":
         assert _header(md)[1:] == [*PAPER_DATASETS, "Mean"]
     else:
@@ -138,3 +144,30 @@ def test_role_display_names_default_to_the_model_name(paper_cfg):
                               "clip_eval") == "clip-vit-base-patch32"              # default: from the source
     assert model_display_name({"m": {"source": "resources/models/tiny/clip/"}}, "m") == "clip"
     assert model_display_name({}, "itm_vilt") == "itm_vilt"
+
+
+def test_stats_table_names_mixture_rows_as_the_paper(tmp_path, paper_cfg, capsys):
+    """``stats table --mixture-label KEY=NAME`` (what the stats_table rule passes from
+    ``training.mixture_names``, default in the schema): the rendered rows of every format carry the paper's names; a mixture
+    without a display name keeps its key; a malformed option is a clear error."""
+    from counterfactory.cli import main
+    from counterfactory.studies.coco_counterfactuals import mixture_display_names
+
+    training = wf.view(paper_cfg, "coco_counterfactuals")["training"]
+    names = mixture_display_names(training)
+    assert list(names.values()) == PAPER_MIXTURE_NAMES
+    assert mixture_display_names({"mixtures": {"mine": {"real_fraction": 1.0, "cf_fraction": 0.0}}}) == {"mine": "mine"}
+    summary_path = tmp_path / "summary.csv"
+    _summary(["flickr30k/mean"], PAPER_MIXTURES).to_csv(summary_path, index=False)
+    out = {ext: tmp_path / f"t.{ext}" for ext in ("md", "html", "tex", "csv")}
+    labels = [a for m, n in list(names.items())[:3] for a in ("--mixture-label", f"{m}={n}")]
+    assert main(["stats", "table", "--summary", str(summary_path), "--mixture-order", ",".join(PAPER_MIXTURES),
+                 *labels, "--out-md", str(out["md"]), "--out-html", str(out["html"]), "--out-tex", str(out["tex"]),
+                 "--out-csv", str(out["csv"])]) == 0
+    assert _rows(out["md"].read_text()) == [*PAPER_MIXTURE_NAMES[:3], "all"]
+    assert "MS-COCO + COCO-CFs (base)" in out["html"].read_text() and ">base<" not in out["html"].read_text()
+    assert "MS-COCO + COCO-CFs (medium)" in out["tex"].read_text()
+    assert list(pd.read_csv(out["csv"])["label"]) == [*PAPER_MIXTURE_NAMES[:3], "all"]
+    assert main(["stats", "table", "--summary", str(summary_path), "--mixture-label", "base",
+                 "--out-md", str(out["md"])]) == 2
+    assert "expected MIXTURE=NAME" in capsys.readouterr().err

@@ -368,8 +368,9 @@ def test_three_stages_end_to_end_and_table11(tmp_path):
             row["Sets After CLIP Attrib. Filter"], row["Final No. Images"]) == (4, 3, 2, 8)
     assert row["% Filtered Out (CLIP Sim.)"] == 33.3 and row["% Filtered Out (NSFW)"] == 25.0
     assert table.iloc[-1]["Attribute Types"] == "Total"
+    assert row["Attribute Types"] == "(Race, Gender)"       # Table 11's row name, not the segment key race_gender
     md = (tmp_path / "t11.md").read_text()
-    assert "| Attribute Types" in md and "33.3%" in md
+    assert "| Attribute Types" in md and "33.3%" in md and "| (Race, Gender)" in md and "race_gender" not in md
 
 
 def test_detect_missing_segment_threshold_is_config_error(tmp_path):

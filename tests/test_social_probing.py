@@ -213,11 +213,11 @@ def test_probe_runner_with_stand_in_scorer(tmp_path):
 
     # tables (Tables 12-15 layouts) and their renderings
     tables = rp.paper_tables(df)
-    dist = tables["NDKL distribution across occupations, segment race-gender"]
+    dist = tables["NDKL distribution across occupations, segment (Race, Gender)"]
     assert list(dist.columns) == ["Mean", "Std", "Min", "25%", "50%", "75%", "Max"]
     assert list(dist.index) == ["m1", "m2"]
     bias = tables["Bias@K across occupations (segments with gender; positive = male)"]
-    assert list(bias.columns) == ["m1", "m2"] and list(bias.index) == ["race-gender"]
+    assert list(bias.columns) == ["m1", "m2"] and list(bias.index) == ["(Race, Gender)"]
     assert "| m1" in rp.tables_markdown(tables) and "\\begin{tabular}" in rp.tables_latex(tables)
     assert len(rp.tables_long(tables)) > 0
 
@@ -256,6 +256,41 @@ def test_cli_probe_tables(tmp_path):
     assert rc == 0
     md = (tmp_path / "t.md").read_text()
     assert "Mean MaxSkew@K" in md and "0.65" in md
+
+
+def test_probe_tables_name_models_and_segments_as_the_paper(tmp_path, monkeypatch):
+    """Tables 2 and 12-17 (issue 32 item 2): rows and columns carry the roles' display names (``--label ROLE=NAME``,
+    what rule social_probe_tables passes from ``models.<role>.display_name``) and Table 2's segment names
+    ``(Race, Gender)``, never the config keys ``clip_eval`` / ``race_gender``."""
+    from counterfactory.cli import main
+
+    df = pd.DataFrame([dict(model=m, segment=seg, subject=s, attribute=a, given="all", label="", metric=met, k=12,
+                            value=v)
+                       for m in ("clip_eval", "itm_flava") for seg in ("race_gender", "physical_race")
+                       for s, v in (("doctor", 0.4), ("nurse", 0.9))
+                       for a, met in (("intersectional", "maxskew"), ("intersectional", "ndkl"), ("gender", "bias"))])
+    df.to_csv(tmp_path / "p.csv", index=False)
+    out = {ext: tmp_path / f"t.{ext}" for ext in ("md", "html", "csv")}
+    assert main(["social", "probe-tables", "--probe", str(tmp_path / "p.csv"), "--label", "clip_eval=CLIP",
+                 "--label", "itm_flava=FLAVA", "--out-md", str(out["md"]), "--out-html", str(out["html"]),
+                 "--out-csv", str(out["csv"])]) == 0
+    for text in (out["md"].read_text(), out["html"].read_text()):
+        assert "CLIP" in text and "FLAVA" in text and "(Race, Gender)" in text and "(Physical Char., Race)" in text
+        assert not any(key in text for key in ("clip_eval", "itm_flava", "race_gender", "physical_race"))
+    tables = rp.paper_tables(df, labels={"clip_eval": "CLIP", "itm_flava": "FLAVA"})
+    mean = tables["Mean MaxSkew@K across occupations"]
+    assert list(mean.columns) == ["CLIP", "FLAVA"] and mean.columns.name == "Model"
+    assert list(mean.index) == ["(Physical Char., Race)", "(Race, Gender)"] and mean.index.name == "Segment"
+    long = pd.read_csv(out["csv"])
+    assert "clip_eval" not in set(long["column"]) and "(Race, Gender)" in set(long["row"])
+    # the figures name the models the same way (probe-plots --label)
+    seen = []
+    monkeypatch.setattr(rp, "figure_maxskew_boxplots", lambda frame, path: seen.append(set(frame["model"])))
+    monkeypatch.setattr(rp, "figure_marginal_bars", lambda *a, **k: None)
+    monkeypatch.setattr(rp, "figure_retrieval_proportions", lambda *a, **k: None)
+    assert main(["social", "probe-plots", "--probe", str(tmp_path / "p.csv"), "--out-dir", str(tmp_path / "f"),
+                 "--label", "clip_eval=CLIP", "--label", "itm_flava=FLAVA"]) == 0
+    assert seen == [{"CLIP", "FLAVA"}]
 
 
 def test_segment_values_ignore_a_blank_third_attribute():

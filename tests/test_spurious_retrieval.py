@@ -741,6 +741,11 @@ def test_write_tables(tmp_path, summary, demo_view):
     cells = pd.read_csv(out["csv"])
     assert "CLIP + Ours" in set(cells["label"]) and cells["table"].nunique() == 3
     assert out["png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # Figure 4's points name dataset, model and metric as the paper does, never the config keys (issue 32 item 2)
+    figure4 = md[md.index("Figure 4"):]
+    assert "| Dataset   | Model   |   Ratio | Metric" in figure4 and "| MS-COCO" in figure4 and "| CLIP" in figure4
+    assert not any(key in figure4 for key in ("coco ", "clip_train", "TR@1", "| dataset", "| role"))
+    assert "clip_train" not in page[page.index("Figure 4"):]
 
 
 def test_runs_of_the_paper_config(paper_view):

@@ -49,7 +49,8 @@ def demo_run(repo, tmp_path_factory):
     cfgfile = demo_override(repo, work)
     proc = snakemake(repo, work, "all", "--configfile", str(cfgfile), timeout=3000)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-    report = snakemake(repo, work, "all", "--report", "report.html", "--configfile", str(cfgfile), timeout=600)
+    report = snakemake(repo, work, "all", "--report", "report.html", "--report-stylesheet",
+                       str(repo / "report" / "style.css"), "--configfile", str(cfgfile), timeout=600)
     assert report.returncode == 0, report.stdout[-3000:] + report.stderr[-3000:]
     return work, cfgfile, proc.stdout + proc.stderr
 
@@ -428,6 +429,14 @@ def test_paper_config_dry_run_at_paper_scale(repo, tmp_path):
     assert set(paper["training"]["eval"]["classification"]) == set(ev["classification"]["datasets"])
     # Table 3 (Flickr30k), Table 12 (MS-COCO test, A.5), Table 4 (classification); A.2
     assert counts["stats_table"] == 3 and counts["analysis_label_frequency"] == 1
+    # Tables 3, 4, 12 name their rows as the paper does (training.mixtures.<key>.display_name), not by config key
+    assert "--mixture-label 'base=MS-COCO + COCO-CFs (base)'" in proc.stdout + proc.stderr
+    # the zero-shot retrieval table names the A.1 test pairs as Table 5 does, not by an internal key
+    assert "--subset 'withheld COCO-CFs test=" in proc.stdout + proc.stderr
+    # SocialCF's probing and debiasing tables name models by their display names (issue 32 item 2)
+    shell = (proc.stdout + proc.stderr).splitlines()
+    for command in ("social probe-tables", "social debias-table"):
+        assert any(command in line and "--label clip_eval=CLIP" in line for line in shell), command
     # A.1 / Table 5: CLIP, BridgeTower and FLAVA, each pre-trained (1) and fine-tuned on 2 mixtures x 25 seeds
     assert counts["train_run_in_domain"] == 3 * (1 + 2 * 25) and counts["train_in_domain_table"] == 1
     # SocialCounterfactuals: the released pre-filter list's 181 occupations x 4 prefixes x 4 segments (Table 1's three
@@ -493,6 +502,18 @@ def test_paper_config_dry_run_at_paper_scale(repo, tmp_path):
     assert img["p_range"] == [0.1, 0.9] and img["guidance_range"] == [7.5, 15.0]
     assert (img["filter"]["image_caption_min"], img["filter"]["image_image_min"], img["filter"]["direction_min"]) \
         == (0.2, 0.7, 0.2)
+
+
+def test_make_demo_plans_as_typed_from_the_repository_root(repo):
+    """`make demo` runs Snakemake in the checkout, where ``configfile: config/config.yaml`` layers the paper config
+    under ``config/demo.yaml`` (the demo-DAG tests run in a scratch folder without it). A paper setting the demo
+    does not override -- such as SocialCF's ``debias.task_eval`` data under ``data/`` -- must not make the demo's
+    plan fail; this dry run is the demo's first command as typed, then its own-data command."""
+    for configs, targets in ((["config/demo.yaml"], ["all"]),
+                             (["config/demo.yaml", "config/demo_own_data.yaml"],
+                              ["results/demo_own_data/coco_counterfactuals/images/selected_pairs.parquet"])):
+        proc = snakemake(repo, repo, "-n", *targets, "--configfile", *configs, timeout=300)
+        assert proc.returncode == 0, f"{configs}: " + (proc.stdout[-1500:] + proc.stderr[-2500:])
 
 
 def test_rulegraph_renders(repo, tmp_path):

@@ -412,10 +412,10 @@ def describe_role_origins(origins: dict[str, dict], base: str = "config/config.y
     return "\n".join(lines)
 
 
-def workflow_role_origins(cfg: dict, configfiles: Iterable[str | os.PathLike] = (), overrides: dict | None = None,
-                          base: str = "config/config.yaml") -> str:
-    """:func:`describe_role_origins` of a Snakemake run: ``base`` (the Snakefile's ``configfile:``), then each
-    ``--configfile`` in order, then the ``--config`` pairs; the roles of the enabled studies of ``cfg``."""
+def workflow_layers(configfiles: Iterable[str | os.PathLike] = (), overrides: dict | None = None,
+                    base: str = "config/config.yaml") -> list[tuple[str, dict]]:
+    """The ``(label, mapping)`` layers of a Snakemake run's configuration in merge order: ``base`` (the
+    Snakefile's ``configfile:``), then each ``--configfile`` in order, then the ``--config`` pairs."""
     layers = [(base, read_yaml(Path(base)))] if Path(base).is_file() else []
     for f in configfiles:
         if Path(f).resolve() != Path(base).resolve():
@@ -423,7 +423,44 @@ def workflow_role_origins(cfg: dict, configfiles: Iterable[str | os.PathLike] = 
             layers.append((str(f) if shown.startswith("..") else shown, read_yaml(Path(f))))
     if overrides:
         layers.append(("--config", dict(overrides)))
-    return describe_role_origins(role_origins(layers, cfg), base)
+    return layers
+
+
+def workflow_role_origins(cfg: dict, configfiles: Iterable[str | os.PathLike] = (), overrides: dict | None = None,
+                          base: str = "config/config.yaml") -> str:
+    """:func:`describe_role_origins` of a Snakemake run (:func:`workflow_layers`); the roles of the enabled
+    studies of ``cfg``."""
+    return describe_role_origins(role_origins(workflow_layers(configfiles, overrides, base), cfg), base)
+
+
+def drop_replaced_revisions(cfg: dict, layers: Iterable[dict | tuple[str, dict]]) -> list[str]:
+    """Drop, in place, each ``models.<role>.revision`` of the merged ``cfg`` that was written for another source.
+
+    A revision pins a commit of the hub id it was written next to (the paper config pins its hub ids). When a
+    later layer (an overlay file, ``--config``) gives the role another ``source`` and no ``revision`` of its
+    own, merging would keep the old pin and ask the new source for a commit it does not have (or pin a local
+    folder); the pin is dropped instead. ``layers`` are the merged mappings (or ``(label, mapping)`` pairs) in
+    merge order. Returns the roles whose pin was dropped."""
+    source: dict[str, Any] = {}       # the role's source after each layer
+    pinned_for: dict[str, Any] = {}   # the source each role's latest revision was written for
+    for layer in layers:
+        doc = layer[1] if isinstance(layer, tuple) else layer
+        models = (doc.get("models") if isinstance(doc, dict) else None) or {}
+        for role, entry in models.items():
+            if isinstance(entry, dict):
+                source[role] = entry.get("source", source.get(role))
+                if "revision" in entry:
+                    pinned_for[role] = source[role]
+            else:                     # a bare string replaces the whole entry
+                source[role] = entry
+                pinned_for.pop(role, None)
+    dropped = []
+    for role, entry in (cfg.get("models") or {}).items():
+        if (isinstance(entry, dict) and "revision" in entry and role in pinned_for
+                and pinned_for[role] != entry.get("source")):
+            del entry["revision"]
+            dropped.append(role)
+    return dropped
 
 
 def is_config_layer(doc: dict) -> bool:
@@ -462,6 +499,7 @@ def load_config(paths: Iterable[str | os.PathLike], overrides: dict | None = Non
     cfg: dict[str, Any] = {}
     for data in docs:
         cfg = deep_merge(cfg, data)
+    drop_replaced_revisions(cfg, docs)
     validate_config(cfg, source=source)
     view = study_view(cfg, study, source=source)
     if overrides:
@@ -477,8 +515,10 @@ def load_config(paths: Iterable[str | os.PathLike], overrides: dict | None = Non
 def load_full_config(paths: Iterable[str | os.PathLike]) -> dict:
     """Load, merge and validate full configuration files (every study), without taking a view."""
     cfg: dict[str, Any] = {}
-    for p in paths:
-        cfg = deep_merge(cfg, read_yaml(Path(p)))
+    docs = [read_yaml(Path(p)) for p in paths]
+    for data in docs:
+        cfg = deep_merge(cfg, data)
+    drop_replaced_revisions(cfg, docs)
     return validate_config(cfg, source=", ".join(str(p) for p in paths))
 
 

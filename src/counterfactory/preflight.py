@@ -207,6 +207,18 @@ def _hub_reachable(repo: str, revision: str | None) -> str | None:
         return text[0] if text else type(exc).__name__
 
 
+def _cached_elsewhere(spec) -> str | None:
+    """The commits (12 characters each) the local Hugging Face cache holds for a hub role whose pinned revision it
+    lacks; None when the repository is not cached at all."""
+    from .models import pins
+
+    cached = pins.cached_repos()
+    repo = next((cached[i] for i in pins.candidates(spec) if i in cached), None)
+    if repo is None or not repo.commits or pins.resolve_pinned(repo, spec.revision):
+        return None
+    return ", ".join(c[:12] for c in repo.commits)
+
+
 def _offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes")
 
@@ -260,10 +272,19 @@ def check_role(cfg: dict, role: str, *, online: bool | None = None, quick: bool 
         out = [Check("model", key, OK, f"{repo} in the Hugging Face cache" + (f" ({commit[:12]})" if commit else ""))]
         problem = class_problem(role, spec.library, _folder_files(folder), repo)
         return out + [_class_check(role, problem, spec)]
+    if spec.revision and (elsewhere := _cached_elsewhere(spec)):
+        # cached, but not at the pinned commit: the pin is what is missing (`hf download <id> --revision <pin>`)
+        detail = (f"{repo} is in the Hugging Face cache at {elsewhere}, not at the pinned revision {spec.revision}")
+        if not online:
+            if _offline():
+                return [Check("model", f"models.{role}.revision", FAIL, f"{detail} and HF_HUB_OFFLINE is set", fix())]
+            return [Check("model", f"models.{role}.revision", FETCH, f"{detail}: downloaded on first use (needs the "
+                                                                    "network; not checked now)", fix())]
     if not online:
         if _offline():
-            return [Check("model", key, FAIL, f"{repo} is not in the Hugging Face cache and HF_HUB_OFFLINE is set",
-                          fix())]
+            pinned = f" at revision {spec.revision}" if spec.revision else ""
+            return [Check("model", key, FAIL, f"{repo} is not in the Hugging Face cache{pinned} and HF_HUB_OFFLINE is "
+                                              "set", fix())]
         return [Check("model", key, FETCH, f"{repo} is not in the Hugging Face cache: downloaded on first use "
                                            "(needs the network; not checked now)", fix())]
     why = _hub_reachable(repo, spec.revision)
@@ -319,9 +340,44 @@ def _check_open_clip(spec, cfg: dict, online: bool) -> Check:
 
 
 def model_checks(cfg: dict, *, online: bool | None = None, quick: bool = False) -> list[Check]:
-    """The model and model-class checks of every role the enabled studies use (each role once)."""
+    """The model and model-class checks of every role the enabled studies use (each role once), then the checks of
+    what a study's settings ask of a role (:func:`attributes_role_check`)."""
     roles = sorted({r for study in cfg.get("studies") or [] for r in study_roles(cfg, study)})
-    return [c for role in roles for c in check_role(cfg, role, online=online, quick=quick)]
+    out = [c for role in roles for c in check_role(cfg, role, online=online, quick=quick)]
+    return out + attributes_role_check(cfg)
+
+
+def attributes_role_check(cfg: dict) -> list[Check]:
+    """CounterCurate §3.4 / app. A: when ``countercurate.attributes.images`` asks for pictures, the answering role
+    (``attributes.role``) must be a vision-language checkpoint -- its config.json (local folder or hub cache; no
+    weights are loaded) has a ``vision_config``. Nothing is said while the model is not on disk (its model check
+    reports that)."""
+    if "countercurate" not in (cfg.get("studies") or []) or not isinstance(cfg.get("countercurate"), dict):
+        return []
+    from .models import registry
+
+    section = cfg["countercurate"].get("attributes") or {}
+    role, images = section.get("role", "vlm"), section.get("images", "both")
+    key = "countercurate.attributes.role"
+    if images == "none":
+        return []
+    if role not in (cfg.get("models") or {}):
+        return [Check("model-class", key, FAIL, f"attributes.role is {role!r}, but models.{role} is not configured",
+                      f"add models.{role} (a vision-language chat model, e.g. llava-hf/llava-1.5-7b-hf) or set "
+                      "countercurate.attributes.role to a configured vision-language role")]
+    spec = registry.model_spec(cfg, role)
+    folder = spec.local_path if spec.is_local else registry.resolve_hub(spec)[0]
+    config = _read_json(Path(folder) / "config.json") if folder is not None else None
+    if config is None:
+        return []
+    where = f"models.{role} ({spec.source})"
+    if config.get("vision_config") is not None:
+        return [Check("model-class", key, OK, f"{where} is a vision-language checkpoint (attributes.images: {images})")]
+    return [Check("model-class", key, FAIL,
+                  f"{where} has no vision_config (a text-only model), but attributes.images is {images!r}: it cannot "
+                  "see the photograph and its box-annotated copy GPT-4V saw",
+                  "set countercurate.attributes.role to a vision-language role (vlm), or images: none (text only, "
+                  "boxes as coordinates in the prompt)")]
 
 
 # --------------------------------------------------------------------------- datasets

@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import pandas as pd
 
@@ -226,7 +226,8 @@ def build_table(summary: pd.DataFrame, *, metrics: Sequence[str] | None = None,
                 mixture_order: Sequence[str] | None = None, experiment: str | None = None,
                 mixture_info: pd.DataFrame | None = None, decimals: int = 2, std_decimals: int = 1,
                 row_header: str = "Training dataset", pretrained: str | None = None,
-                pretrained_label: str | None = None, headers: Sequence[tuple[str, str]] | None = None) -> PaperTable:
+                pretrained_label: str | None = None, headers: Sequence[tuple[str, str]] | None = None,
+                mixture_labels: Mapping[str, str] | None = None) -> PaperTable:
     """Arrange summary rows into a :class:`PaperTable` and mark best and significant cells.
 
     ``metrics`` selects and orders columns: each entry is a metric name (every experiment's
@@ -241,6 +242,9 @@ def build_table(summary: pd.DataFrame, *, metrics: Sequence[str] | None = None,
 
     Columns are headed as the papers head them (:func:`metric_header`: ``R@1`` under ``Flickr30k I→T``, the
     dataset names of Table 4, ``LR / AB / Both``) unless ``headers`` gives ``(group, label)`` per selected column.
+
+    Rows are named by ``mixture_labels`` (mixture key -> the paper's row name, e.g. ``base`` -> ``MS-COCO +
+    COCO-CFs (base)``), else by the mixture info's ``label`` column, else by the key.
     """
     if decimals < 0 or std_decimals < 0:
         raise InputError("decimals must be >= 0. Fix: pass e.g. --decimals 2")
@@ -286,6 +290,9 @@ def build_table(summary: pd.DataFrame, *, metrics: Sequence[str] | None = None,
         if unknown:
             log.warning("mixture info has no row for: %s", ", ".join(unknown))
 
+    for m, name in (mixture_labels or {}).items():
+        if m in labels and str(name).strip():
+            labels[m] = str(name).strip()
     if pretrained is not None and pretrained_label:
         labels[pretrained] = pretrained_label
     if headers is not None and len(headers) != len(col_keys):

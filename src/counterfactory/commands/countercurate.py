@@ -143,15 +143,20 @@ def _cmd_counting(args) -> int:
 def add_attributes(subparsers) -> None:
     """Register ``counterfactory countercurate attributes`` and ``counterfactory countercurate positions-rewrite``
     (alias ``llm``: it answers llm requests of any task; the workflow runs it on the positions requests)."""
-    p = subparsers.add_parser("attributes", help="Flickr30k-Attributes negatives from the llm role (§3.4, app. A)",
-                              description="Reads captions with entity markup and the llm role; writes the "
-                                          "attribute negatives (accepted and rejected) and, on request, the "
-                                          "text-to-image requests of the accepted ones, the llm requests and the "
-                                          "raw llm answers.")
-    add_config_option(p, help="configuration file with models.llm and the countercurate section (repeatable; later "
-                              "files win)")
+    p = subparsers.add_parser("attributes", help="Flickr30k-Attributes negatives from the role in GPT-4V's place "
+                                                 "(§3.4, app. A)",
+                              description="Reads captions with entity markup and the role named by "
+                                          "countercurate.attributes.role (vlm: the photograph and its box-annotated "
+                                          "copy, one answer per caption); writes the attribute negatives (accepted "
+                                          "and rejected) and, on request, the text-to-image requests of the accepted "
+                                          "ones, the requests and the raw answers.")
+    add_config_option(p, help="configuration file with the answering role (models.vlm or models.llm) and the "
+                              "countercurate section (repeatable; later files win)")
     p.add_argument("--captions", required=True, metavar="FILE.parquet",
                    help="captions with entity markup (image_id, sentence_index, markup | caption + phrases)")
+    p.add_argument("--entities-root", metavar="DIR",
+                   help="Flickr30k Entities folder: the boxes and image sizes are read from its Annotations/ "
+                        "(for captions tables without a boxes column)")
     p.add_argument("--out", required=True, metavar="FILE.parquet", help="negatives, accepted and rejected")
     add_renamed(p, "--out-requests", "--requests-out", metavar="FILE.parquet",
                 help="t2i requests for the accepted negatives")
@@ -169,7 +174,7 @@ def add_attributes(subparsers) -> None:
                                           "constrained to the request's JSON schema; answers are cached.")
     add_config_option(q, help="configuration file with models.llm (repeatable; later files win)")
     q.add_argument("--requests", required=True, metavar="FILE.parquet",
-                   help="item_id, task, fields (JSON) [, prompt, schema, image_path, boxes]")
+                   help="item_id, task, fields (JSON) [, prompt, schema, image_path, boxes, images]")
     q.add_argument("--out", required=True, metavar="FILE.parquet", help="answers with validity and errors")
     q.add_argument("--rejected", metavar="FILE.parquet",
                    help="also write every rejected or unusable answer with its reason (item_id, task, answer, "
@@ -191,7 +196,8 @@ def _read_captions(path: str):
 def _cmd_attributes(args) -> int:
     cfg = attributes.load_cfg(args.config)
     negatives = attributes.run(cfg, _read_captions(args.captions), args.out, args.out_requests,
-                               args.out_llm_requests, args.out_answers, args.cache, source=args.captions)
+                               args.out_llm_requests, args.out_answers, args.cache, source=args.captions,
+                               entities_root=args.entities_root)
     counts = negatives.groupby(["kind", "status"]).size()
     for (kind, status), n in counts.items():
         print(f"{kind}: {n} {status}")

@@ -106,6 +106,12 @@ def _build_vsepp(args) -> int:
     return 0
 
 
+def _add_out(parser) -> None:
+    """``--out`` of the steps that write a model folder (convert-blip, build-vsepp): replaced atomically, with a
+    sha256 manifest (:func:`counterfactory.models.identity.save_with_manifest`)."""
+    parser.add_argument("--out", required=True, help="folder to write (replaced atomically if it exists)")
+
+
 def register(sub) -> None:
     p = sub.add_parser("models", help="model roles: build tiny offline stand-ins, check loading",
                        description="Model roles: build the offline tiny models (with a sha256 manifest) and check "
@@ -143,7 +149,7 @@ def register(sub) -> None:
     v.add_argument("--checkpoint", required=True, help="original BLIP .pth file ({'model': state_dict})")
     v.add_argument("--kind", required=True, choices=["itm", "captioning"],
                    help="itm: image-text retrieval model (ITC + ITM heads); captioning: image-to-text decoder")
-    v.add_argument("--out", required=True, help="folder to write (replaced atomically if it exists)")
+    _add_out(v)
     v.add_argument("--base", default=None,
                    help="transformers BLIP folder or hub id giving the config and processor (default: "
                         "Salesforce/blip-itm-base-coco for itm, Salesforce/blip-image-captioning-base for "
@@ -163,7 +169,7 @@ def register(sub) -> None:
                    help="training captions: a Karpathy split file (.json; its train and restval captions), a CSV / "
                         "parquet table with a caption column (a split column keeps its train rows), or a text file "
                         "with one caption per line")
-    e.add_argument("--out", required=True, help="folder to write (replaced atomically if it exists)")
+    _add_out(e)
     e.add_argument("--backbone", choices=["resnet152", "vgg19", "tiny"], default="resnet152",
                    help="image CNN (default resnet152, VSE++'s best; the spurious-retrieval paper §4.1 names vgg19)")
     e.add_argument("--imagenet-weights", default="auto",
@@ -181,3 +187,42 @@ def register(sub) -> None:
                    help="train with the sum of hinges over all negatives (VSE0) instead of the hardest negative")
     e.add_argument("--seed", type=int, default=0, help="seed of the random initial weights")
     e.set_defaults(func=_build_vsepp)
+    _register_pin(s)
+
+
+def _pin(args) -> int:
+    """Print each hub role's cached commit; write the overlay with --out. Exit 1 when a role has none."""
+    from ..io import write_text
+    from ..models import pins
+
+    cfg = load_config(args.config)
+    rows, skipped = pins.pins(cfg, roles=args.role)
+    print(pins.table(rows))
+    for line in skipped:
+        print(f"not pinned: {line}")
+    text = pins.overlay_text(rows, " ".join(args.config))
+    if args.out:
+        write_text(args.out, text)
+        print(f"wrote {args.out} ({sum(r.ok for r in rows)} of {len(rows)} hub roles pinned)")
+    else:
+        print(text, end="")
+    missing = [r for r in rows if not r.ok]
+    if missing:
+        print(f"{len(missing)} hub role(s) without a cached commit ({', '.join(r.role for r in missing)}): run the "
+              "`hf download` shown for each, then `counterfactory models pin` again")
+        return 1
+    return 0
+
+
+def _register_pin(s) -> None:
+    p = s.add_parser("pin", help="pin each hub role to the commit the local Hugging Face cache holds",
+                     description="Reads the config's models section and the local Hugging Face cache (refs/main "
+                                 "and snapshot folders; nothing is downloaded) and prints, per hub role, its "
+                                 "repository and cached commit, or the `hf download` command for a role that is "
+                                 "not cached. With --out, writes the config overlay `models: {<role>: {revision: "
+                                 "<commit>}}` (atomically) to pass after the config. A role that already pins a "
+                                 "revision keeps it. Exit status 1 when a hub role has no cached commit.")
+    add_config_option(p)
+    p.add_argument("--role", action="append", help="role to pin (repeatable; default: every hub role)")
+    p.add_argument("--out", metavar="YAML", help="overlay file to write (default: print it)")
+    p.set_defaults(func=_pin)

@@ -272,6 +272,8 @@ def add_probing(sub) -> None:
     t.add_argument("--out-csv", metavar="FILE.csv", help="every table in long form (table, row, column, value)")
     t.add_argument("--out-html", metavar="FILE.html", help="the tables as an HTML page (what the report shows)")
     t.add_argument("--decimals", type=int, default=2, help="decimals shown (default: 2)")
+    t.add_argument("--label", action="append", default=[], metavar="ROLE=NAME",
+                   help="display name of a model role (repeatable; default: the role)")
     t.set_defaults(func=_cmd_probe_tables)
 
     f = sub.add_parser("probe-plots", help="Figures 3–5 (and 6–13) from probe CSVs",
@@ -283,6 +285,8 @@ def add_probing(sub) -> None:
     f.add_argument("--marginal", default="gender:race", metavar="ATTR:GIVEN",
                    help="Figure 4: marginal attribute and the attribute it is split by (default gender:race)")
     f.add_argument("--format", default="png", choices=("png", "pdf", "svg"), help="image format (default: png)")
+    f.add_argument("--label", action="append", default=[], metavar="ROLE=NAME",
+                   help="display name of a model role in titles and legends (repeatable; default: the role)")
     f.set_defaults(func=_cmd_probe_plots)
 
 
@@ -296,12 +300,23 @@ def _cmd_probe(args) -> int:
     return 0
 
 
+def _role_labels(items) -> dict[str, str]:
+    """``--label ROLE=NAME`` options as a mapping."""
+    labels = {}
+    for item in items:
+        role, sep, name = item.partition("=")
+        if not sep or not role or not name:
+            raise ConfigError(f"--label {item!r}: expected ROLE=NAME (e.g. clip_train=CLIP)")
+        labels[role] = name
+    return labels
+
+
 def _cmd_probe_tables(args) -> int:
     from ..io import write_csv, write_text
 
     if not (args.out_md or args.out_tex or args.out_csv or args.out_html):
         raise ConfigError("probe-tables: nothing to write. Fix: pass --out-md, --out-tex, --out-csv and/or --out-html")
-    tables = probe_report.paper_tables(probing.read_probe(args.probe))
+    tables = probe_report.paper_tables(probing.read_probe(args.probe), labels=_role_labels(args.label))
     if args.out_md:
         write_text(args.out_md, probe_report.tables_markdown(tables, args.decimals))
     if args.out_html:
@@ -316,6 +331,8 @@ def _cmd_probe_tables(args) -> int:
 def _cmd_probe_plots(args) -> int:
     slug = probe_report.slug
     df = probing.read_probe(args.probe)
+    labels = _role_labels(args.label)
+    df["model"] = df["model"].map(lambda role: labels.get(role, role))    # figures name models as the tables do
     out = Path(args.out_dir)
     probe_report.figure_maxskew_boxplots(df, out / f"maxskew_boxplots.{args.format}")
     attr, _, given = args.marginal.partition(":")
@@ -517,13 +534,7 @@ def _cmd_debias_table(args) -> int:
         from ..tables import read_summary
 
         summary = read_summary(args.summary)
-    labels = {}
-    for item in args.label:
-        role, sep, name = item.partition("=")
-        if not sep or not role or not name:
-            raise ConfigError(f"--label {item!r}: expected ROLE=NAME (e.g. clip_train=CLIP)")
-        labels[role] = name
-    tables = debias_tables.build_tables(summary, roles=args.role, role_labels=labels, decimals=args.decimals,
+    tables = debias_tables.build_tables(summary, roles=args.role, role_labels=_role_labels(args.label), decimals=args.decimals,
                                  std_decimals=args.decimals)
     if args.out_md:
         write_text(args.out_md, "\n".join(debias_tables.render_markdown(t) for t in tables.values()))

@@ -113,6 +113,9 @@ def register(subparsers) -> None:
                    help="mixture of the pre-trained model's run: shown first, |D_train| = |D_train^CF| = %% CFs = 0 "
                         "(COCO-CF Tables 3, 4 and 12)")
     t.add_argument("--pretrained-label", metavar="TEXT", help="label of the --pretrained-row row (default: its name)")
+    t.add_argument("--mixture-label", action="append", default=[], metavar="MIXTURE=NAME",
+                   help="row name of a mixture, as the paper names it (e.g. base='MS-COCO + COCO-CFs (base)'); "
+                        "repeatable; default: the mixture info's label, else the mixture's key")
     t.add_argument("--title", help="caption / title line")
     t.add_argument("--label", help="LaTeX \\label")
     t.add_argument("--row-header", default="Training dataset", help="header of the mixture column")
@@ -144,6 +147,17 @@ def _correlate(args) -> int:
     return 0
 
 
+def _mixture_labels(items: list[str]) -> dict[str, str]:
+    labels = {}
+    for item in items:
+        key, sep, name = item.partition("=")
+        if not sep or not key.strip() or not name.strip():
+            raise InputError(f"--mixture-label {item!r}: expected MIXTURE=NAME. Fix: pass e.g. "
+                             "--mixture-label 'base=MS-COCO + COCO-CFs (base)'")
+        labels[key.strip()] = name.strip()
+    return labels
+
+
 def _table(args) -> int:
     if not (args.out_md or args.out_tex or args.out_csv or args.out_html):
         raise InputError("stats table: no output requested. Fix: pass --out-md, --out-tex, --out-csv and/or --out-html")
@@ -152,7 +166,8 @@ def _table(args) -> int:
     table = tables.build_table(summary, metrics=args.metrics, mixture_order=args.mixture_order,
                                experiment=args.experiment, mixture_info=info, decimals=args.decimals,
                                std_decimals=args.std_decimals, row_header=args.row_header,
-                               pretrained=args.pretrained_row, pretrained_label=args.pretrained_label)
+                               pretrained=args.pretrained_row, pretrained_label=args.pretrained_label,
+                               mixture_labels=_mixture_labels(args.mixture_label))
     if args.out_md:
         write_text(args.out_md, tables.render_markdown(table, args.title))
     if args.out_tex:

@@ -298,13 +298,13 @@ def _finish_item(item: dict, candidates: list[np.ndarray], encoder, processor, s
     return rows
 
 
-def _load(cfg: dict | None, role: str, device):
+def _load(cfg: dict | None, role: str, device, dtype=None):
     if cfg is None:
         raise ConfigError(f"editing needs the {role} model: pass it or a cfg with models.{role}")
     from ..models import loaders_editing  # noqa: F401  (registers the editor / image_encoder loaders)
     from ..models import registry
 
-    return registry.load(cfg, role, device=device)
+    return registry.load(cfg, role, device=device, **({"dtype": dtype} if dtype is not None else {}))
 
 
 class EditStage(runner.ShardStage):
@@ -369,13 +369,14 @@ def edit_shard(items, method: str, out_dir: str | os.PathLike, cfg: dict | None 
                settings: EditSettings | None = None, batch_size: int = 10, device: Any = "auto",
                cache_dir: str | os.PathLike | None = None, progress: bool = True, *, editor=None, encoder=None,
                image_root: str | os.PathLike | None = None, source: str = "<items>",
-               hook: Callable[[int, str], None] | None = None) -> dict:
+               hook: Callable[[int, str], None] | None = None, dtype: torch.dtype = torch.float32) -> dict:
     """Edit every row of ``items`` (DataFrame: ``item_id``, ``image_path`` and ``edit_prompt`` for ``ip2p`` or
     ``source_prompt``/``target_prompt`` for ``null_text``) m times, keep the k most similar to the original, and
     write ``OUT_DIR/<item_id>_<rank>.png`` and ``OUT_DIR/shard.parquet`` (module docstring).
 
     ``editor`` (an InstructPix2Pix or Stable Diffusion pipeline) and ``encoder`` (``(model, processor)``) default to
-    roles ``editor``/``sd`` and ``image_encoder`` loaded from ``cfg`` on ``device``. ``batch_size`` candidates go
+    roles ``editor``/``sd`` (weights read in ``dtype``, default fp32: the stage has no precision setting and runs
+    in the dtype it loads) and ``image_encoder`` loaded from ``cfg`` on ``device``. ``batch_size`` candidates go
     through the UNet together (ip2p mixes items; null_text batches one item's candidates). Inversions are cached
     in ``cache_dir`` (default ``OUT_DIR/.inversions``). ``hook(n, item_id)`` runs after the n-th newly written item.
     Returns ``{"items", "written", "skipped", "candidates", "method"}``."""
@@ -390,7 +391,7 @@ def edit_shard(items, method: str, out_dir: str | os.PathLike, cfg: dict | None 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     dev = device if isinstance(device, torch.device) else resolve_device(str(device))
-    pipe = editor if editor is not None else _load(cfg, "editor" if method == "ip2p" else "sd", dev).to(dev)
+    pipe = editor if editor is not None else _load(cfg, "editor" if method == "ip2p" else "sd", dev, dtype).to(dev)
     enc_model, enc_proc = encoder if encoder is not None else _load(cfg, "image_encoder", dev)
     enc_model = enc_model.to(dev)
     model_ids = {"editor": model_fingerprint(pipe), "image_encoder": _encoder_id(enc_model)}

@@ -9,6 +9,7 @@ phrase boxes). Roles: ``generate`` -> ``gligen`` (gligen/gligen-generation-text-
 ``gligen_inpaint`` (gligen/gligen-inpainting-text-box), ``t2i`` -> ``t2i`` (the open text-to-image
 pipeline standing in for DALLE-3; paper config: SDXL base, ``StableDiffusionXLPipeline``). ``t2i`` images
 are ``t2i_width x t2i_height`` (default 1024 x 1024: DALLE-3's "hd" images, §4.1, and SDXL's native size).
+The pipelines are read and run in ``grounded.precision`` (null: the config-wide ``precision``; :func:`stage_config`).
 
 Sampling follows diffusers' ``StableDiffusionGLIGENPipeline.__call__`` step by step (prompt and
 negative-prompt embeddings, per-phrase CLIP pooled embeddings and boxes padded to 30 objects for the
@@ -95,7 +96,7 @@ class GroundedSettings:
     @classmethod
     def from_config(cls, section: dict | None) -> "GroundedSettings":
         section = dict(section or {})
-        known = {f for f in cls.__dataclass_fields__} | {"keep_work"}
+        known = {f for f in cls.__dataclass_fields__} | {"keep_work", "precision"}   # read by stage_config / runner
         unknown = sorted(set(section) - known)
         if unknown:
             raise ConfigError(f"grounded: unknown key(s) {unknown}. Fix: use only {sorted(known)}")
@@ -137,6 +138,14 @@ class GroundedSettings:
         d.pop("batch_size")
         d.pop("shard_size")
         return d
+
+
+def stage_config(cfg: dict) -> dict:
+    """``cfg`` as grounded generation runs it: ``grounded.precision`` (when set) replaces the config-wide
+    ``precision`` for the GLIGEN and t2i pipelines (their weights are read and run in it); null keeps the config's."""
+    from ..device import with_stage_precision
+
+    return with_stage_precision(cfg, (cfg.get("grounded") or {}).get("precision"))
 
 
 def model_roles(cfg: dict) -> tuple[str, ...]:
@@ -369,11 +378,12 @@ class GroundedStage(runner.ShardStage):
         return plan_batches(items, self.ctx.settings.batch_size)
 
     def generate(self, batch):
+        from ..device import from_config
         from ..models import registry
 
         ctx, role = self.ctx, batch[0].role
-        if role not in self.pipes:
-            self.pipes[role] = registry.load(ctx.cfg, role)
+        if role not in self.pipes:   # read in the stage's precision (auto: fp32 on CPU), then placed in it
+            self.pipes[role] = registry.load(ctx.cfg, role, dtype=from_config(ctx.cfg)[1])
         if role not in self.placed:
             self.pipes[role] = _place(self.pipes[role], ctx.cfg)
             self.placed.add(role)
@@ -406,6 +416,7 @@ def run_grounded_shard(cfg: dict, requests_path: str | os.PathLike, shard: int |
     generated item is cached (tests use it to simulate a kill)."""
     from ..models import registry
 
+    cfg = stage_config(cfg)
     settings = GroundedSettings.from_config(cfg.get("grounded"))
     requests_path = Path(requests_path)
     reqs = read_requests(requests_path)

@@ -244,12 +244,13 @@ class P2PEngine:
 
 def build_engine(cfg: dict) -> P2PEngine:
     """Load the ``sd`` role (and the optional ``vae`` role, which then decodes instead of the
-    pipeline's own VAE) and wrap it (device/precision from :func:`counterfactory.device.from_config`)."""
+    pipeline's own VAE) in the stage's precision and wrap it (device/precision from
+    :func:`counterfactory.device.from_config`; on CPU fp32)."""
     from ..device import Performance, from_config
     from ..models import registry
 
     device, dtype = from_config(cfg)
-    pipe = registry.load(cfg, "sd")
-    vae = registry.load(cfg, "vae") if (cfg.get("models") or {}).get("vae") else None
+    pipe = registry.load(cfg, "sd", dtype=dtype)
+    vae = registry.load(cfg, "vae", dtype=dtype) if (cfg.get("models") or {}).get("vae") else None
     return P2PEngine(pipe, GenerationSettings.from_config(cfg.get("images", {}), cfg), device, dtype, vae=vae,
                      performance=Performance.from_config(cfg))

@@ -310,16 +310,10 @@ def convert(checkpoint: str | os.PathLike, kind: str, out: str | os.PathLike, ba
             image_size: int | None = None) -> Path:
     """Convert ``checkpoint`` (original BLIP layout) to a transformers folder ``out`` (written atomically, with a
     manifest naming the source checkpoint's sha256); returns ``out``."""
-    from ..io import atomic_dir
-    from .identity import write_manifest
+    from .identity import save_with_manifest
 
     checkpoint = Path(checkpoint)
     state = load_state_dict(checkpoint)
     model, processor, info = build_model(state, kind, base, image_size=image_size, path=checkpoint)
-    out = Path(out)
-    with atomic_dir(out) as tmp:
-        model.save_pretrained(tmp)
-        processor.save_pretrained(tmp)
-        write_manifest(tmp, builder=BUILDER, source_checkpoint=checkpoint.name,
-                       source_sha256=_sha256(checkpoint), **info)
-    return out
+    return save_with_manifest(out, model, processor, builder=BUILDER, source_checkpoint=checkpoint.name,
+                              source_sha256=_sha256(checkpoint), **info)

@@ -215,6 +215,20 @@ def write_manifest(folder: str | os.PathLike, **info: Any) -> Path:
     return write_json(folder / MANIFEST_NAME, manifest)
 
 
+def save_with_manifest(out: str | os.PathLike, *parts: Any, **info: Any) -> Path:
+    """Write ``parts`` (objects with ``save_pretrained``: a model, its processor) into the folder ``out``, replacing
+    it atomically (:func:`counterfactory.io.atomic_dir`), with the sha256 manifest of :func:`write_manifest`
+    (``info``: builder, role, source ...); returns ``out``."""
+    from ..io import atomic_dir
+
+    out = Path(out)
+    with atomic_dir(out) as tmp:
+        for part in parts:
+            part.save_pretrained(tmp)
+        write_manifest(tmp, **info)
+    return out
+
+
 def hf_snapshot(folder: str | os.PathLike) -> tuple[str, str] | None:
     """``(repo folder name, commit)`` when ``folder`` is a snapshot in the HF cache
     (``.../models--org--name/snapshots/<40-hex commit>``), else None."""

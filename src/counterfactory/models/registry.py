@@ -153,7 +153,12 @@ def register_loader(kind: str):
 
 
 def load(cfg: dict, role: str, **kwargs) -> Any:
-    """Load the model of ``role`` with its library's loader; raise :class:`ModelLoadError` on failure."""
+    """Load the model of ``role`` with its library's loader; raise :class:`ModelLoadError` on failure.
+
+    ``kwargs`` reach the loader: ``device`` (sentence-transformers, LaMa, ...), ``head`` (ITM families) and
+    ``dtype`` (a torch dtype: the weights are read in it -- diffusers' ``torch_dtype`` / ``dtype``, with the
+    half-precision ``variant`` when the model has one (:func:`half_variant`), transformers' ``dtype``); no
+    ``dtype`` = fp32."""
     spec = model_spec(cfg, role)
     loader = _LOADERS.get(f"{role}:{spec.library}") or _LOADERS.get(role)
     if loader is None:
@@ -407,6 +412,78 @@ def _src(spec: ModelSpec) -> str:
     return str(spec.local_path) if spec.is_local else spec.source
 
 
+#: weight variants a half-precision load prefers, in order (the hub's diffusers repositories store their
+#: half-precision weights as ``<name>.fp16.safetensors`` beside the fp32 ones, e.g. SDXL base; a bf16 load
+#: takes fp16 weights when no bf16 ones exist: half the bytes read, then one cast)
+HALF_VARIANTS = {"float16": ("fp16",), "bfloat16": ("bf16", "fp16")}
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".json")
+
+
+def _names_variant(name: str, variant: str) -> bool:
+    """Whether file ``name`` is a weight file (or shard index) of ``variant``: ``x.fp16.safetensors``,
+    ``x-00001-of-00002.fp16.safetensors``, ``x.safetensors.index.fp16.json``, legacy ``x.fp16-00001-of-00002.bin``."""
+    if not name.endswith(_WEIGHT_SUFFIXES) or (name.endswith(".json") and ".index." not in name):
+        return False
+    return any(part == variant or part.startswith(f"{variant}-") for part in name.split(".")[1:-1])
+
+
+def _model_files(spec: ModelSpec) -> list[str] | None:
+    """Relative paths (top level and one folder down) of the files of a role's model: the local folder, the hub
+    id's cached snapshot, else the hub's file list when online; None when unknown (offline and not cached)."""
+    folder = spec.local_path if spec.is_local else resolve_hub(spec)[0]
+    if folder is not None:
+        if not folder.is_dir():
+            return None
+        return [p.relative_to(folder).as_posix() for p in folder.glob("*") if p.is_file()] + \
+               [p.relative_to(folder).as_posix() for p in folder.glob("*/*") if p.is_file()]
+    if os.environ.get("HF_HUB_OFFLINE") in ("1", "true", "True"):
+        return None
+    try:
+        from huggingface_hub import list_repo_files
+
+        return list(list_repo_files(spec.source.removeprefix("hf-hub:"), revision=spec.revision))
+    except Exception:  # no network, private or unknown id: the load itself reports what is wrong
+        return None
+
+
+def half_variant(spec: ModelSpec, dtype: Any) -> str | None:
+    """The weight variant a load in ``dtype`` reads: for fp16 / bf16, the first of :data:`HALF_VARIANTS` whose files
+    the role's model has (``fp16`` for SDXL base's repository); None for fp32, or when it has none (the default
+    files are read and cast, e.g. a folder saved in fp16 under the default names)."""
+    names = HALF_VARIANTS.get(str(dtype).removeprefix("torch."), ())
+    files = _model_files(spec) if names else None
+    for variant in names:
+        if files and any(_names_variant(f.rsplit("/", 1)[-1], variant) for f in files):
+            return variant
+    return None
+
+
+def diffusers_dtype_key() -> str:
+    """The ``from_pretrained`` keyword of a diffusers load's dtype: ``dtype`` where diffusers has it (it deprecates
+    ``torch_dtype``, which older releases take alone)."""
+    import diffusers.utils
+
+    return "dtype" if hasattr(diffusers.utils, "_resolve_dtype") else "torch_dtype"
+
+
+def _diffusers_dtype(spec: ModelSpec, kw: dict) -> dict:
+    """The dtype (``torch_dtype`` / ``dtype``, :func:`diffusers_dtype_key`) and the half-precision ``variant`` when
+    the model has one, of a diffusers load, from ``registry.load(..., dtype=...)``: the weights are read in the
+    stage's precision instead of fp32 then cast (half the host memory at paper scale). No ``dtype``: fp32, asked
+    for explicitly -- left to the libraries, a folder saved in fp16 loads as two dtypes (transformers reads the text
+    encoder in its saved dtype, diffusers the UNet in fp32) and fails on its first step."""
+    import torch
+
+    dtype = kw.get("dtype") or torch.float32
+    variant = half_variant(spec, dtype)
+    return {diffusers_dtype_key(): dtype, **({"variant": variant} if variant else {})}
+
+
+def _transformers_dtype(kw: dict) -> dict:
+    """``dtype`` of a transformers load, when the caller passed ``registry.load(..., dtype=...)``."""
+    return {"dtype": kw["dtype"]} if kw.get("dtype") is not None else {}
+
+
 # --------------------------------------------------------------------------- loaders
 
 @register_loader("mlm")
@@ -414,7 +491,7 @@ def _load_mlm(spec: ModelSpec, kw: dict):
     from transformers import AutoModelForMaskedLM, AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(_src(spec), **_hf_kwargs(spec))
-    model = AutoModelForMaskedLM.from_pretrained(_src(spec), **_hf_kwargs(spec))
+    model = AutoModelForMaskedLM.from_pretrained(_src(spec), **_hf_kwargs(spec), **_transformers_dtype(kw))
     return model.eval(), tok
 
 
@@ -423,7 +500,7 @@ def _load_lm(spec: ModelSpec, kw: dict):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(_src(spec), **_hf_kwargs(spec))
-    model = AutoModelForCausalLM.from_pretrained(_src(spec), **_hf_kwargs(spec))
+    model = AutoModelForCausalLM.from_pretrained(_src(spec), **_hf_kwargs(spec), **_transformers_dtype(kw))
     return model.eval(), tok
 
 
@@ -431,13 +508,14 @@ def _load_lm(spec: ModelSpec, kw: dict):
 def _load_sentence(spec: ModelSpec, kw: dict):
     from sentence_transformers import SentenceTransformer
 
-    return SentenceTransformer(_src(spec), device=kw.get("device", "cpu"), revision=spec.revision)
+    revision = None if spec.is_local else spec.revision   # a revision pins hub ids only (schema: ignored for folders)
+    return SentenceTransformer(_src(spec), device=kw.get("device", "cpu"), revision=revision)
 
 
 def _load_hf_clip(spec: ModelSpec, kw: dict):
     from transformers import CLIPModel, CLIPProcessor
 
-    model = CLIPModel.from_pretrained(_src(spec), **_hf_kwargs(spec))
+    model = CLIPModel.from_pretrained(_src(spec), **_hf_kwargs(spec), **_transformers_dtype(kw))
     processor = CLIPProcessor.from_pretrained(_src(spec), **_hf_kwargs(spec))
     return model.eval(), processor
 
@@ -463,8 +541,8 @@ def _load_sd(spec: ModelSpec, kw: dict):
     from diffusers import StableDiffusionPipeline
 
     return StableDiffusionPipeline.from_pretrained(
-        _src(spec), safety_checker=None, requires_safety_checker=False, **_hf_kwargs(spec)
-    )
+        _src(spec), safety_checker=None, requires_safety_checker=False, **_hf_kwargs(spec),
+        **_diffusers_dtype(spec, kw))
 
 
 @register_loader("vae")
@@ -473,7 +551,7 @@ def _load_vae(spec: ModelSpec, kw: dict):
     (the paper config: ``stabilityai/sd-vae-ft-mse``, as InstructPix2Pix's generator)."""
     from diffusers import AutoencoderKL
 
-    return AutoencoderKL.from_pretrained(_src(spec), **_hf_kwargs(spec)).eval()
+    return AutoencoderKL.from_pretrained(_src(spec), **_hf_kwargs(spec), **_diffusers_dtype(spec, kw)).eval()
 
 
 @register_loader("gligen")
@@ -484,8 +562,8 @@ def _load_gligen(spec: ModelSpec, kw: dict):
     from diffusers import StableDiffusionGLIGENPipeline
 
     return StableDiffusionGLIGENPipeline.from_pretrained(
-        _src(spec), safety_checker=None, requires_safety_checker=False, **_hf_kwargs(spec)
-    )
+        _src(spec), safety_checker=None, requires_safety_checker=False, **_hf_kwargs(spec),
+        **_diffusers_dtype(spec, kw))
 
 
 @register_loader("t2i")
@@ -498,7 +576,8 @@ def _load_t2i(spec: ModelSpec, kw: dict):
 
     index = DiffusionPipeline.load_config(_src(spec), **_hf_kwargs(spec))
     extra = {"safety_checker": None, "requires_safety_checker": False} if "safety_checker" in index else {}
-    return AutoPipelineForText2Image.from_pretrained(_src(spec), **extra, **_hf_kwargs(spec))
+    return AutoPipelineForText2Image.from_pretrained(_src(spec), **extra, **_hf_kwargs(spec),
+                                                     **_diffusers_dtype(spec, kw))
 
 
 @register_loader("vsepp")

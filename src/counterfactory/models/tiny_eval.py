@@ -150,6 +150,27 @@ def build_blip(out: Path, seed: int = 0) -> None:
 _CAPTION_SUPPRESS_BIAS = -1.0e4
 
 
+def steer_caption_head(model, tok, extra_prefixes: tuple[str, ...] = ()) -> list[int]:
+    """Give the caption head of a ``BlipForConditionalGeneration`` (randomly initialised) the output bias
+    :data:`_CAPTION_SUPPRESS_BIAS` on the tokens its greedy captions should never write: special tokens other than
+    ``[SEP]``, ``##`` pieces, tokens starting with one of ``extra_prefixes`` (e.g. ``"[unused"``: a vocabulary
+    padded to its true size with filler entries), tokens without a letter or digit, and single characters but
+    ``a``; the bias is copied to the decoder's own bias when it is a separate tensor. In place; returns the
+    suppressed token ids."""
+    import torch
+
+    prefixes = ("##", *extra_prefixes)
+    suppress = [i for t, i in tok.get_vocab().items()
+                if (t in tok.all_special_tokens and t != tok.sep_token) or t.startswith(prefixes)
+                or not any(c.isalnum() for c in t) or (len(t) == 1 and t != "a")]
+    head = model.text_decoder.cls.predictions
+    with torch.no_grad():
+        head.bias[suppress] = _CAPTION_SUPPRESS_BIAS
+        if head.decoder.bias is not None and head.decoder.bias.data_ptr() != head.bias.data_ptr():
+            head.decoder.bias.copy_(head.bias)
+    return suppress
+
+
 def build_blip_captioner(out: Path, seed: int = 0) -> None:
     """Tiny ``BlipForConditionalGeneration`` + ``BlipProcessor`` for the ``captioner`` role.
 
@@ -159,8 +180,8 @@ def build_blip_captioner(out: Path, seed: int = 0) -> None:
     initialised with std 0.02 (BLIP's default, 1e-10, would make every image look alike to the decoder) and
     the text decoder with std 0.1. The language-model head's bias suppresses special tokens other than
     ``[SEP]``, ``##`` pieces, punctuation and single characters (but ``a``), so greedy decoding writes whole
-    words (ending with ``[SEP]`` or at ``max_new_tokens``). The captions carry no meaning."""
-    import torch
+    words (ending with ``[SEP]`` or at ``max_new_tokens``; :func:`steer_caption_head`). The captions carry no
+    meaning."""
     from transformers import BlipConfig, BlipForConditionalGeneration, BlipImageProcessor, BlipProcessor
 
     tok = wordpiece_tokenizer()
@@ -172,15 +193,7 @@ def build_blip_captioner(out: Path, seed: int = 0) -> None:
     config = BlipConfig(text_config=text, vision_config=dict(_vision_kwargs(), initializer_range=0.02),
                         projection_dim=TINY_WIDTH, image_text_hidden_size=TINY_WIDTH)
     model = BlipForConditionalGeneration(config).eval()
-    vocab = tok.get_vocab()
-    suppress = [i for t, i in vocab.items()
-                if (t in tok.all_special_tokens and t != tok.sep_token) or t.startswith("##")
-                or not any(c.isalnum() for c in t) or (len(t) == 1 and t != "a")]
-    head = model.text_decoder.cls.predictions
-    with torch.no_grad():
-        head.bias[suppress] = _CAPTION_SUPPRESS_BIAS
-        if head.decoder.bias is not None and head.decoder.bias.data_ptr() != head.bias.data_ptr():
-            head.decoder.bias.copy_(head.bias)
+    steer_caption_head(model, tok)
     image_processor = BlipImageProcessor(size={"height": TINY_IMAGE_SIZE, "width": TINY_IMAGE_SIZE})
     processor = BlipProcessor(image_processor=image_processor, tokenizer=tok)
     model.save_pretrained(out, safe_serialization=True)

@@ -376,13 +376,7 @@ def make(captions: Iterable[str], *, backbone: str = "resnet152", imagenet: str 
 
 def build(out: str | Path, captions: Iterable[str], **kw) -> Path:
     """:func:`make` a fresh VSE++ and write it to the folder ``out`` atomically, with a sha256 manifest."""
-    from ..io import atomic_dir
-    from .identity import write_manifest
+    from .identity import save_with_manifest
 
     model, processor = make(captions, **kw)
-    out = Path(out)
-    with atomic_dir(out) as tmp:
-        model.save_pretrained(tmp)
-        processor.save_pretrained(tmp)
-        write_manifest(tmp, builder=__name__, role="vsepp", seed=int(kw.get("seed", 0)))
-    return out
+    return save_with_manifest(out, model, processor, builder=__name__, role="vsepp", seed=int(kw.get("seed", 0)))

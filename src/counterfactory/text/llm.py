@@ -21,16 +21,31 @@ How a request is answered
   off-schema becomes a row with ``valid=False`` and the reason in ``error`` -- never an exception.
 * Answers are cached in a JSONL file keyed by (model fingerprint, ``prompt_sha256``, ``schema_sha256``,
   decoding settings): a rerun reuses them without loading the model. ``prompt_sha256`` is the sha256 of
-  the canonical JSON of the system and user messages (plus the image's sha256 when the model sees it).
+  the canonical JSON of the system and user messages, plus what the model sees of the images: for a row with
+  one ``image_path``, the file's sha256 and its ``boxes``; for a row with an ``images`` list, every image's
+  file sha256 with the boxes drawn on it, in order, and ``image_max_side`` (a file is hashed, never decoded,
+  so a rerun whose answers are all cached stays cheap).
+
+Which role answers
+------------------
+``models.llm`` by default; every entry point takes ``role=`` so that another configured chat model answers
+instead -- CounterCurate's attribute step gives GPT-4V's part to the ``vlm`` role (LLaVA-1.5 class,
+``countercurate.attributes.role``). The decoding settings (``llm:`` section) and the cache are the same.
 
 Text-only or multimodal
 -----------------------
-If ``models.llm`` is a vision-language checkpoint (its config has a ``vision_config``; loaded as
-``(model, processor)`` by :mod:`counterfactory.models.loaders_llm`), rows with an ``image_path`` are sent
-with the image -- boxes listed in the row's ``boxes`` (``[{"label", "box": [x1, y1, x2, y2], "color"}]``)
-are drawn onto it first, as the paper overlaid boxes for GPT-4V (app. A). With a text-only model the image
-is not used: tasks then describe the regions in words (box coordinates in the prompt). The multimodal path
-is tested offline with the tiny LLaVA stand-in of the ``vlm`` role configured as ``llm``.
+If the answering role is a vision-language checkpoint (its config has a ``vision_config``; loaded as
+``(model, processor)`` by :mod:`counterfactory.models.loaders_llm` or :mod:`~counterfactory.models.loaders_vlm`),
+rows with images are sent with them, each as one image entry of the chat template, in order:
+
+* ``image_path`` (+ ``boxes``): one image, with the boxes (``[{"label", "box": [x1, y1, x2, y2], "color"}]``)
+  drawn onto it first, as the paper overlaid boxes for GPT-4V (app. A);
+* ``images``: a JSON list of ``{"path", "boxes"?}``, one entry per image sent -- e.g. the plain photograph and
+  then a copy with the boxes drawn, the two pictures GPT-4V received in app. A. It takes precedence over
+  ``image_path``.
+
+With a text-only model the images are not used: tasks then describe the regions in words (box coordinates in
+the prompt). The multimodal path is tested offline with the tiny LLaVA stand-in of the ``vlm`` role.
 
 Config (``llm:`` section of the study): ``batch_size``, ``max_new_tokens``, ``cache`` (JSONL path or
 null), ``image_max_side`` (annotated images are downscaled to this longest side).
@@ -176,6 +191,42 @@ class Prepared:
     prompt_sha256: str = ""
     schema_sha256: str = ""
     fields: dict | None = None
+    #: the ``images`` column: ``[{"path", "boxes"}]``, one entry per image sent (None: ``image_path`` + ``boxes``)
+    images: list | None = None
+
+    def image_specs(self) -> list[dict]:
+        """``[{"path", "boxes"}]`` of the images of this request, in the order they are sent."""
+        if self.images is not None:
+            return self.images
+        return [{"path": self.image_path, "boxes": self.boxes}] if self.image_path else []
+
+
+def _images_cell(value, item: str) -> list | None:
+    """The ``images`` cell of a request as ``[{"path", "boxes"}]`` (None when the row has none)."""
+    if value is None or (isinstance(value, float) and pd.isna(value)):
+        return None
+    if isinstance(value, str):
+        if not value.strip():
+            return None
+        try:
+            value = json.loads(value)
+        except ValueError as exc:
+            raise input_error("requests", item, f"images is not valid JSON ({exc})",
+                              'write images as a JSON list of {"path": ..., "boxes": [...]}') from exc
+    if hasattr(value, "tolist"):
+        value = value.tolist()
+    if not isinstance(value, list):
+        raise input_error("requests", item, f"images must be a list, got {type(value).__name__}",
+                          'write images as a JSON list of {"path": ..., "boxes": [...]}')
+    out = []
+    for i, entry in enumerate(value):
+        if isinstance(entry, str):
+            entry = {"path": entry}
+        if not isinstance(entry, dict) or not isinstance(entry.get("path"), str) or not entry["path"]:
+            raise input_error("requests", item, f"images[{i}] has no path",
+                              'give every image entry a "path" (and optionally "boxes")')
+        out.append({"path": entry["path"], "boxes": list(entry.get("boxes") or [])})
+    return out or None
 
 
 def prepare(requests: pd.DataFrame) -> list[Prepared]:
@@ -204,7 +255,8 @@ def prepare(requests: pd.DataFrame) -> list[Prepared]:
         if isinstance(boxes, str):
             boxes = json.loads(boxes) if boxes.strip() else []
         out.append(Prepared(item, task_name, system, str(prompt), schema, _cell(row, "image_path"),
-                            list(boxes) if boxes is not None else [], fields=fields))
+                            list(boxes) if boxes is not None else [], fields=fields,
+                            images=_images_cell(row.get("images"), item)))
     return out
 
 
@@ -360,11 +412,11 @@ def decoding_sha256(settings: dict) -> str:
                                   "max_new_tokens": settings["max_new_tokens"]}))
 
 
-def model_identity(cfg: dict) -> str | None:
-    """Content identity of the configured ``llm`` (fingerprint, else ``commit:<hub commit>``), without loading."""
+def model_identity(cfg: dict, role: str = "llm") -> str | None:
+    """Content identity of the configured ``role`` (fingerprint, else ``commit:<hub commit>``), without loading."""
     from ..models import registry
 
-    info = registry.configured_models(cfg, ["llm"])["llm"]
+    info = registry.configured_models(cfg, [role])[role]
     if info.get("fingerprint"):
         return info["fingerprint"]
     if info.get("commit"):
@@ -372,31 +424,51 @@ def model_identity(cfg: dict) -> str | None:
     return None
 
 
-def _loaded_identity() -> str:
+def _loaded_identity(role: str = "llm") -> str:
     from ..models import registry
 
-    info = registry.loaded_models().get("llm") or {}
+    info = registry.loaded_models().get(role) or {}
     if info.get("fingerprint"):
         return info["fingerprint"]
     if info.get("commit"):
         return f"commit:{info['commit']}"
     raise registry.ModelIdentityError(
-        "role 'llm': the loaded model has neither a content fingerprint nor a hub commit, so its answers cannot "
-        "be cached safely. Fix: download the model (hf download <id>) or point models.llm.source at a folder")
+        f"role {role!r}: the loaded model has neither a content fingerprint nor a hub commit, so its answers "
+        f"cannot be cached safely. Fix: download the model (hf download <id>) or point models.{role}.source at a "
+        "folder")
 
 
-def is_multimodal(cfg: dict) -> bool:
-    """Whether the configured ``llm`` is a vision-language checkpoint (reads only its config.json)."""
+def is_multimodal(cfg: dict, role: str = "llm") -> bool:
+    """Whether the configured ``role`` is a vision-language checkpoint (reads only its config.json)."""
     from transformers import AutoConfig
 
     from ..models.loaders_llm import is_vision_language
     from ..models.registry import _hf_kwargs, _src, model_spec
 
-    spec = model_spec(cfg, "llm")
+    spec = model_spec(cfg, role)
     try:
         return is_vision_language(AutoConfig.from_pretrained(_src(spec), **_hf_kwargs(spec)))
     except Exception:  # unreadable config: the loader will report it properly when the model is needed
         return False
+
+
+def render_image(path: str, boxes: list, max_side: int):
+    """The image of one request entry as the model receives it: RGB, ``boxes`` drawn (:func:`annotate_boxes`),
+    downscaled to ``max_side`` (longest side)."""
+    from PIL import Image
+
+    try:
+        with Image.open(path) as im:
+            image = im.convert("RGB")
+    except OSError as exc:
+        raise input_error(path, None, f"image of an llm request cannot be read ({exc})", "check the image path") \
+            from exc
+    if boxes:
+        image = annotate_boxes(image, boxes)
+    if max(image.size) > max_side:
+        scale = max_side / max(image.size)
+        image = image.resize((max(1, round(image.width * scale)), max(1, round(image.height * scale))))
+    return image
 
 
 def _file_sha256(path: str) -> str:
@@ -410,17 +482,22 @@ def _file_sha256(path: str) -> str:
 
 
 class Runner:
-    """A loaded ``llm`` with the lm-format-enforcer data of its tokenizer (built once)."""
+    """A loaded chat model (``role``, default ``llm``) with the lm-format-enforcer data of its tokenizer (built
+    once)."""
 
-    def __init__(self, cfg: dict, settings: dict):
+    def __init__(self, cfg: dict, settings: dict, role: str = "llm"):
         import torch
 
         from ..device import from_config
         from ..models import registry
 
         self.settings = settings
+        self.role = role
         self.device, dtype = from_config(cfg)
-        model, second = registry.load(cfg, "llm", dtype=dtype if self.device.type != "cpu" else None)
+        dtype = dtype if self.device.type != "cpu" else None
+        model, second = registry.load(cfg, role, dtype=dtype)
+        if dtype is not None and getattr(model, "dtype", dtype) != dtype:
+            model = model.to(dtype=dtype)   # a loader that takes no dtype (the vlm role's)
         self.model = model.to(self.device)
         self.processor = second if hasattr(second, "image_processor") else None
         self.tokenizer = second.tokenizer if self.processor is not None else second
@@ -430,7 +507,7 @@ class Runner:
         if self.tokenizer.eos_token_id is not None:
             eos.add(self.tokenizer.eos_token_id)
         if not eos:
-            raise ModelLoadError("role 'llm': the tokenizer defines no end-of-sequence token. Fix: use a chat "
+            raise ModelLoadError(f"role {role!r}: the tokenizer defines no end-of-sequence token. Fix: use a chat "
                                  "checkpoint whose tokenizer or generation_config sets eos_token_id")
         self.eos_ids = sorted(eos)
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.eos_ids[0]
@@ -438,18 +515,8 @@ class Runner:
         self.torch = torch
         self.generated = 0  # rows generated by this runner (tests: cache hits generate nothing)
 
-    def _image(self, p: Prepared):
-        from PIL import Image
-
-        with Image.open(p.image_path) as im:
-            image = im.convert("RGB")
-        if p.boxes:
-            image = annotate_boxes(image, p.boxes)
-        side = self.settings["image_max_side"]
-        if max(image.size) > side:
-            scale = side / max(image.size)
-            image = image.resize((max(1, round(image.width * scale)), max(1, round(image.height * scale))))
-        return image
+    def _images(self, p: Prepared) -> list:
+        return [render_image(spec["path"], spec["boxes"], self.settings["image_max_side"]) for spec in p.image_specs()]
 
     def generate(self, batch: list[Prepared]) -> list[str]:
         """Greedy, schema-constrained answers of one batch (left padding)."""
@@ -457,16 +524,16 @@ class Runner:
         from transformers import GenerationConfig
 
         torch = self.torch
-        use_images = self.processor is not None and any(p.image_path for p in batch)
+        use_images = self.processor is not None and any(p.image_specs() for p in batch)
         texts, images = [], []
         for p in batch:
             if use_images:
-                content = ([{"type": "image"}] if p.image_path else []) + [{"type": "text", "text": p.user}]
+                shown = self._images(p)   # one image entry per picture, in order (e.g. plain, then boxes drawn)
+                content = [{"type": "image"} for _ in shown] + [{"type": "text", "text": p.user}]
                 messages = [{"role": "system", "content": [{"type": "text", "text": p.system}]},
                             {"role": "user", "content": content}]
                 texts.append(self.processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True))
-                if p.image_path:
-                    images.append(self._image(p))
+                images.extend(shown)
             else:
                 messages = [{"role": "system", "content": p.system}, {"role": "user", "content": p.user}]
                 texts.append(self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True))
@@ -523,8 +590,10 @@ def _enforcer_tokenizer_data(tokenizer, eos_ids: list[int]):
     module cannot be imported with transformers >= 5 (it imports ``transformers.tokenization_utils``).
     Tokens holding control characters are left out: lm-format-enforcer would accept them inside JSON
     strings, where JSON forbids them, so answers use plain spaces as their only whitespace. So are tokens
-    that decode to nothing or to a partial UTF-8 character (byte pieces of a multi-byte character): the
-    enforcer sees no new text after them, and a model could repeat them until ``max_new_tokens`` runs out.
+    that add nothing after other text or only a partial UTF-8 character (byte pieces of a multi-byte character):
+    the enforcer sees no new text after them, and a model could repeat them until ``max_new_tokens`` runs out.
+    A SentencePiece word-start piece ``▁`` decodes to nothing alone but to a space after text, so it is kept
+    (Llama-style vocabularies -- LLaVA's -- need it before a word that has no ``▁word`` piece).
     Characters outside the tokenizer's whole-character tokens therefore cannot be written."""
     from lmformatenforcer import TokenEnforcerTokenizerData
 
@@ -536,7 +605,7 @@ def _enforcer_tokenizer_data(tokenizer, eos_ids: list[int]):
             continue
         after_0 = tokenizer.decode([token_0, idx])[1:]
         alone = tokenizer.decode([idx])
-        if _CONTROL.search(after_0) or "\ufffd" in after_0 or not alone:
+        if _CONTROL.search(after_0) or "\ufffd" in after_0 or not after_0:
             continue  # control characters, partial UTF-8 and empty pieces: never offered (see the docstring)
         regular.append((idx, after_0, len(after_0) > len(alone)))
 
@@ -567,8 +636,10 @@ def annotate_boxes(image, boxes: Iterable[dict]):
 
 
 def run_requests(cfg: dict, requests: pd.DataFrame, out_path: str | os.PathLike | None = None,
-                 cache_path: str | os.PathLike | None = None, runner: Runner | None = None) -> pd.DataFrame:
-    """Answer every request with the ``llm`` role and return (and write to ``out_path``, parquet) a table
+                 cache_path: str | os.PathLike | None = None, runner: Runner | None = None,
+                 role: str = "llm") -> pd.DataFrame:
+    """Answer every request with the ``llm`` role (or ``role``: another configured chat model) and return (and
+    write to ``out_path``, parquet) a table
     ``item_id, task, prompt_sha256, schema_sha256, answer, valid, error, cached, model`` in request order.
 
     ``cfg`` is a study view with ``models.llm`` and an optional ``llm:`` section; ``cache_path`` (default
@@ -578,19 +649,22 @@ def run_requests(cfg: dict, requests: pd.DataFrame, out_path: str | os.PathLike 
     settings = settings_of(cfg.get("llm") or {})
     cache = AnswerCache(cache_path if cache_path is not None else settings["cache"])
     prepared = prepare(requests)
-    multimodal = any(p.image_path for p in prepared) and is_multimodal(cfg)
+    multimodal = any(p.image_specs() for p in prepared) and is_multimodal(cfg, role)
     for p in prepared:
         p.schema_sha256 = schema_sha256(p.schema)
         msg = {"system": p.system, "user": p.user}
-        if multimodal and p.image_path:
+        if multimodal and p.images is not None:   # every image, in order: its file, what is drawn, its size
+            msg["images"] = [{"sha256": _file_sha256(s["path"]), "boxes": s["boxes"]} for s in p.images]
+            msg["image_max_side"] = settings["image_max_side"]
+        elif multimodal and p.image_path:   # one image: the key of earlier versions (their caches stay valid)
             msg["image_sha256"] = _file_sha256(p.image_path)
             msg["boxes"] = p.boxes
         p.prompt_sha256 = sha256_text(canonical(msg))
     decoding = decoding_sha256(settings)
-    model = model_identity(cfg)
+    model = model_identity(cfg, role)
     if model is None:  # a hub id that is not in the local cache: identify it by loading it
-        runner = runner or Runner(cfg, settings)
-        model = _loaded_identity()
+        runner = runner or Runner(cfg, settings, role)
+        model = _loaded_identity(role)
 
     keys = [AnswerCache.key(model, p.prompt_sha256, p.schema_sha256, decoding) for p in prepared]
     todo: dict[tuple, Prepared] = {}
@@ -599,7 +673,7 @@ def run_requests(cfg: dict, requests: pd.DataFrame, out_path: str | os.PathLike 
             todo[key] = p
     fresh: set[tuple] = set()
     if todo:
-        runner = runner or Runner(cfg, settings)
+        runner = runner or Runner(cfg, settings, role)
         order = sorted(todo, key=lambda k: (len(todo[k].system) + len(todo[k].user), k[1], k[2]))
         size = settings["batch_size"]
         for start in range(0, len(order), size):
@@ -608,7 +682,7 @@ def run_requests(cfg: dict, requests: pd.DataFrame, out_path: str | os.PathLike 
             for key, answer in zip(chunk, answers):
                 cache.put(key, answer, task=todo[key].task)
                 fresh.add(key)
-            log.info("llm: %d/%d answers generated", min(start + size, len(order)), len(order))
+            log.info("%s: %d/%d answers generated", role, min(start + size, len(order)), len(order))
 
     rows = []
     for key, p in zip(keys, prepared):

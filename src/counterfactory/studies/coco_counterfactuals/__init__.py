@@ -58,6 +58,13 @@ def table_mixtures(training: dict, listed=None) -> list[str]:
     return ([PRETRAINED] if training.get("pretrained_row") else []) + order
 
 
+def mixture_display_names(training: dict) -> dict[str, str]:
+    """Row name of each mixture in Tables 3, 4 and 12, in the config's order: ``training.mixture_names[<key>]``
+    (the paper's name, e.g. ``MS-COCO + COCO-CFs (base)``), else the key."""
+    names = training.get("mixture_names") or {}
+    return {m: str(names.get(m) or m) for m in training["mixtures"]}
+
+
 def targets(view: dict, results: str) -> list[str]:
     """Every final file of the study under ``results`` (``results/<run>/coco_counterfactuals``): captions,
     image pairs, the evaluations the config enables, training tables and curves, A.2, report figures."""

@@ -20,7 +20,7 @@ development set." The unit is the counterfactual pair: a pair's two samples are 
 Every row comes from ``counterfactory train run --eval-pairs`` on the test pairs with the model's contrastive
 (ITC) head: the fine-tuned rows after training (one run per seed), the pre-trained row with ``--no-train``
 (one run), so all rows of a model share one protocol. The ITR evaluation also scores the test pairs as a
-subset (``evaluate itr --subset in_domain_test``) with the heads of ``evaluation.itr``.
+subset (``evaluate itr --subset 'withheld COCO-CFs test=...'``) with the heads of ``evaluation.itr``.
 """
 
 from __future__ import annotations

@@ -7,10 +7,21 @@
 entities or their qualifiers -- "None" when no sensible swap exists (§4.4). The negatives are then drawn by
 DALLE-3 (§3.4 "Generating negative images"; the open ``t2i`` role here).
 
-Here a local chat model in the ``llm`` role (:mod:`counterfactory.text.llm`) answers one request per caption
-and kind, constrained to a JSON schema per kind whose ``entity_id`` fields may only name the caption's own
-phrases. Every answer is then checked against what app. A demands, and an answer that breaks a rule is kept
-as a ``rejected`` row with the reason:
+Here a local chat model answers through :mod:`counterfactory.text.llm` (greedy, constrained to a JSON schema
+whose ``entity_id`` fields may only name the caption's own phrases). Which model, what it sees and how it is
+asked are the ``attributes:`` settings (defaults: as GPT-4V was asked in §3.4 / app. A):
+
+* ``role: vlm`` -- the vision-language ``vlm`` role (LLaVA-1.5 class) plays GPT-4V; ``llm`` (option) the
+  configured text model;
+* ``images: both`` -- the photograph and a copy with the entities' boxes drawn (in colours the prompt names),
+  two image entries of one request; ``annotated`` (option) only the drawn copy; ``none`` (option) no image, the
+  boxes as pixel coordinates in the prompt (the only choice for a text-only role);
+* ``one_answer: true`` -- one request per caption whose answer holds the three negatives (``noun``,
+  ``adjective``, ``swap``; swap may be null, "None" in §4.4), split by :func:`collect` into the same per-kind
+  rows; ``false`` (option) one request per caption and kind (task ``attributes_<kind>``).
+
+Every answer is then checked against what app. A demands, and an answer that breaks a rule is kept as a
+``rejected`` row with the reason:
 
 * all kinds: the negative is non-empty and differs from the caption (case, punctuation and a/an aside);
 * noun / adjective (rules 2-3 of app. A: one change, same structure): every changed word lies inside one
@@ -30,8 +41,9 @@ Inputs: a table with ``image_id, sentence_index`` and either ``markup`` (the ent
 ``caption`` plus ``phrases`` (a list of ``{text | phrase, entity_id, types, first_word_index?}``, as the
 Flickr30k Entities reader writes them); optional ``boxes`` (``{entity_id: [[x1, y1, x2, y2], ...]}``, a JSON
 string or a list of ``{entity_id, boxes}``), ``image_path``, ``width``, ``height``. When the ``llm`` is a
-vision-language model and ``image_path`` is given, the image goes with the request, boxes drawn in colours the
-prompt names (as app. A); otherwise the prompt lists the boxes in pixels.
+vision-language model and ``image_path`` is given, the images go with the request (``images`` above); the prompt
+lists the boxes in pixels either way. The workflow's captions table carries no boxes: :func:`add_boxes` reads them
+(and the image size) from the Flickr30k Entities annotations (``--entities-root``).
 
 Outputs: the negatives (``item_id, image_id, sentence_index, kind, caption, negative, entity_ids,
 changed_from, changed_to, status, reason, ...``) and the ``t2i`` requests for the accepted ones
@@ -75,6 +87,16 @@ log = logging.getLogger(__name__)
 KINDS = ("noun", "adjective", "swap")
 TASK_OF_KIND = {"noun": "attributes_noun", "adjective": "attributes_adjective", "swap": "attributes_swap"}
 KIND_OF_TASK = {v: k for k, v in TASK_OF_KIND.items()}
+#: the one-answer task (app. A: GPT-4V returned the three negatives in one answer) and its request id suffix
+ONE_TASK = "attributes_one"
+ONE_SUFFIX = "all"
+#: ``attributes.images`` -> the pictures of a request (app. A: the photograph, then the copy with boxes drawn)
+IMAGE_NOTES = {
+    "both": "Two pictures are attached: first the photograph, then the same photograph with the regions of the "
+            "marked phrases outlined in the colours listed below.",
+    "annotated": "The photograph is attached; the regions of the marked phrases are outlined in the colours below.",
+    "none": "You cannot see the photograph; the boxes below tell where each marked phrase is.",
+}
 REWRITE_TASK = "positions_rewrite"
 #: the ``attributes:`` (§3.4, app. A) and ``positions_rewrite:`` (app. B) config sections have their defaults, with
 #: their paper sections, in the schema (config/schema.yaml; docs/config-reference.md)
@@ -110,6 +132,10 @@ def edit_schema(fields: dict) -> dict:
     menu = _menu_schema(fields)
     if menu:
         return menu
+    return _edit_object(fields)
+
+
+def _edit_object(fields: dict) -> dict:
     ids = [str(i) for i in fields["entity_ids"]]
     return {"type": "object", "additionalProperties": False,
             "properties": {"entity_id": {"type": "string", "enum": ids},
@@ -132,6 +158,48 @@ def swap_schema(fields: dict) -> dict:
             "required": ["entity_a", "entity_b", "negative"]}
 
 
+def one_schema(fields: dict) -> dict:
+    """Answer schema of the one-answer task: an object with one field per asked kind (``fields["kinds"]``, in
+    :data:`KINDS` order) -- ``noun`` and ``adjective`` an edit answer (:func:`edit_schema`), ``swap`` the two
+    phrase ids and the negative, or null when no sensible swap exists (§4.4). With a menu (``fields["menus"]``,
+    per kind) a kind's value must be one of its menu's answers."""
+    menus = fields.get("menus") or {}
+    ids = [str(i) for i in fields["entity_ids"]]
+    props = {}
+    for kind in fields["kinds"]:
+        menu = _menu_schema({"menu": menus.get(kind)})
+        if menu:
+            props[kind] = menu
+        elif kind == "swap":
+            props[kind] = {"anyOf": [
+                {"type": "object", "additionalProperties": False,
+                 "properties": {"entity_a": {"type": "string", "enum": ids},
+                                "entity_b": {"type": "string", "enum": ids},
+                                "negative": _string(fields["max_negative_chars"])},
+                 "required": ["entity_a", "entity_b", "negative"]},
+                {"type": "null"}]}
+        else:
+            props[kind] = _edit_object(fields)
+    return {"type": "object", "additionalProperties": False, "properties": props, "required": list(props)}
+
+
+def _one_sections() -> dict[str, str]:
+    """The parts of ``attributes_one.txt``: ``frame`` and one paragraph per kind (``[name]`` header lines)."""
+    text = llm.prompt_text(f"{ONE_TASK}.txt")
+    parts = re.split(r"^\[(\w+)\]\s*$", text, flags=re.MULTILINE)
+    return {name: body.strip("\n") for name, body in zip(parts[1::2], parts[2::2])}
+
+
+def _render_one(fields: dict) -> str:
+    context = llm.fill(llm.prompt_text("attributes_context.txt"), fields, where="attributes_context.txt")
+    sections = _one_sections()
+    kinds = [k for k in KINDS if k in fields["kinds"]]
+    tasks = "\n\n".join(sections[k] for k in kinds)
+    names = ", ".join(f'"{k}"' for k in kinds)
+    return llm.fill(sections["frame"], {**fields, "context": context, "tasks": tasks, "fields": names},
+                    where=f"{ONE_TASK}.txt")
+
+
 def rewrite_schema(fields: dict) -> dict:
     """Answer schema of the positions rewrite (app. B): one sentence."""
     return {"type": "object", "additionalProperties": False,
@@ -149,6 +217,7 @@ def _render_attributes(template: str):
 for _kind, _schema in (("noun", edit_schema), ("adjective", edit_schema), ("swap", swap_schema)):
     _tmpl = f"{TASK_OF_KIND[_kind]}.txt"
     llm.register_task(llm.Task(TASK_OF_KIND[_kind], _tmpl, _schema, render=_render_attributes(_tmpl)))
+llm.register_task(llm.Task(ONE_TASK, f"{ONE_TASK}.txt", one_schema, render=_render_one))
 
 
 def _rewrite_check(fields: dict, answer) -> str | None:
@@ -176,7 +245,7 @@ def regions_text(item: CaptionItem, colours: dict[str, str] | None) -> str:
         seen.add(p.entity_id)
         boxes = item.boxes.get(p.entity_id, [])
         where = "; ".join("(" + ", ".join(_fmt(v) for v in b) + ")" for b in boxes) or "no box (scene or not boxed)"
-        colour = f", outlined in {colours[p.entity_id]}" if colours and p.entity_id in colours else ""
+        colour = f", outlined in {colours[p.entity_id]}" if boxes and colours and p.entity_id in colours else ""
         lines.append(f"#{p.entity_id} \"{p.text}\": {where}{colour}")
     size = f"Boxes are (x1, y1, x2, y2) in pixels of a {item.width}x{item.height} image." if item.width else \
         "Boxes are (x1, y1, x2, y2) in pixels."
@@ -257,36 +326,61 @@ def item_id_of(item: CaptionItem, kind: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", f"{item.image_id}_{item.sentence_index}_{kind}")
 
 
-def requests_for(items: list[CaptionItem], section: dict, with_images: bool = False) -> tuple[pd.DataFrame, list]:
-    """``(llm requests, skipped)``: one request per caption and kind; ``skipped`` lists ``(item_id, kind,
-    reason)`` of captions a kind cannot apply to (no marked phrase; fewer than two entities for a swap)."""
+#: columns of :func:`requests_for`' table (``images``: JSON list of ``{"path", "boxes"}``, :mod:`..text.llm`)
+REQUEST_COLUMNS = ["item_id", "task", "fields", "image_path", "boxes", "images"]
+
+
+def requests_for(items: list[CaptionItem], section: dict, with_images: bool | str = False
+                 ) -> tuple[pd.DataFrame, list]:
+    """``(llm requests, skipped)``: one request per caption and kind, or per caption with
+    ``section["one_answer"]`` (task :data:`ONE_TASK`, its ``fields["kinds"]`` the kinds asked); ``skipped`` lists
+    ``(item_id, kind, reason)`` of captions a kind cannot apply to (no marked phrase; fewer than two entities for a
+    swap). ``with_images``: ``"both"`` (the photograph, then the copy with boxes drawn), ``"annotated"`` or True
+    (the drawn copy only), ``"none"`` or False (no image; a caption without ``image_path`` is always text-only)."""
+    mode = ("annotated" if with_images else "none") if isinstance(with_images, bool) else str(with_images)
+    if mode not in IMAGE_NOTES:
+        raise ConfigError(f"attributes.images must be one of {', '.join(IMAGE_NOTES)}, got {mode!r}. Fix: use both "
+                          "(§3.4, app. A)")
+    one = bool(section.get("one_answer"))
     rows, skipped = [], []
     for it in items:
         ids = list(dict.fromkeys(p.entity_id for p in it.visual_phrases()))
+        shown = mode if it.image_path else "none"
         colours = None
         boxes = []
-        if with_images and it.image_path:
+        if shown != "none":
             colours = {eid: llm.BOX_COLORS[i % len(llm.BOX_COLORS)] for i, eid in enumerate(ids)}
             boxes = [{"label": f"#{eid}", "box": b, "color": colours[eid]}
                      for eid in ids for b in it.boxes.get(eid, [])]
-            note = "The photograph is attached; the regions of the marked phrases are outlined in the colours below."
-        else:
-            note = "You cannot see the photograph; the boxes below tell where each marked phrase is."
+        image_cols = {"image_path": None, "boxes": "[]", "images": None}
+        if shown == "annotated":    # one picture: the key of earlier versions (their answer caches stay valid)
+            image_cols.update(image_path=it.image_path, boxes=json.dumps(boxes))
+        elif shown == "both":
+            image_cols["images"] = json.dumps([{"path": it.image_path, "boxes": []},
+                                               {"path": it.image_path, "boxes": boxes}])
         fields = {"caption": it.caption, "markup": it.markup, "regions": regions_text(it, colours),
-                  "image_note": note, "entity_ids": ids, "max_phrase_chars": section["max_phrase_chars"],
+                  "image_note": IMAGE_NOTES[shown], "entity_ids": ids, "max_phrase_chars": section["max_phrase_chars"],
                   "max_negative_chars": len(it.caption) + section["extra_negative_chars"]}
-        for kind in section["kinds"]:
+        asked, menus = [], {}
+        for kind in [k for k in KINDS if k in section["kinds"]]:
             item_id = item_id_of(it, kind)
             if len(ids) < (2 if kind == "swap" else 1):
                 skipped.append((item_id, kind, "fewer than two marked entities" if kind == "swap"
                                 else "no marked phrase"))
                 continue
             menu = answer_menu(it, kind, int(section["answer_menu"])) if section.get("answer_menu") else []
+            if one:
+                asked.append(kind)
+                if menu:
+                    menus[kind] = menu
+                continue
             rows.append({"item_id": item_id, "task": TASK_OF_KIND[kind],
-                         "fields": json.dumps({**fields, "menu": menu} if menu else fields),
-                         "image_path": it.image_path if colours else None, "boxes": json.dumps(boxes)})
-    cols = ["item_id", "task", "fields", "image_path", "boxes"]
-    return pd.DataFrame(rows, columns=cols), skipped
+                         "fields": json.dumps({**fields, "menu": menu} if menu else fields), **image_cols})
+        if one and asked:
+            extra = {"kinds": asked, **({"menus": menus} if menus else {})}
+            rows.append({"item_id": item_id_of(it, ONE_SUFFIX), "task": ONE_TASK,
+                         "fields": json.dumps({**fields, **extra}), **image_cols})
+    return pd.DataFrame(rows, columns=REQUEST_COLUMNS), skipped
 
 
 # --------------------------------------------------------------------------- checking answers
@@ -413,27 +507,46 @@ def _swap_split(c: list[str], n: list[str], s1: int, e1: int, s2: int, e2: int):
     return None
 
 
+def _parts(req: dict, a, it: CaptionItem) -> list[tuple[str, str, str | None, object]]:
+    """``(kind, item_id, answer text, parsed part or None)`` of one request's answer: the request's own kind, or
+    each kind of a one-answer request (its part of the answer; a null swap is the all-null swap answer)."""
+    if req["task"] != ONE_TASK:
+        kind = KIND_OF_TASK[req["task"]]
+        return [(kind, req["item_id"], a["answer"], json.loads(a["answer"]) if a["valid"] else None)]
+    fields = req["fields"] if isinstance(req["fields"], dict) else json.loads(req["fields"])
+    whole = json.loads(a["answer"]) if a["valid"] else None
+    out = []
+    for kind in fields["kinds"]:
+        if whole is None:
+            out.append((kind, item_id_of(it, kind), a["answer"], None))
+            continue
+        part = whole.get(kind)
+        if kind == "swap" and part is None:
+            part = {"entity_a": None, "entity_b": None, "negative": None}
+        out.append((kind, item_id_of(it, kind), json.dumps(whole.get(kind), ensure_ascii=False), part))
+    return out
+
+
 def collect(items: list[CaptionItem], requests: pd.DataFrame, answers: pd.DataFrame,
             skipped: Iterable[tuple[str, str, str]] = ()) -> pd.DataFrame:
-    """The negatives table: one row per request (and per skipped caption/kind) with status and reason."""
-    by_id = {item_id_of(it, kind): it for it in items for kind in KINDS}
+    """The negatives table: one row per caption and kind (a one-answer request is split into its kinds, each
+    row's ``answer`` its part of the answer) and per skipped caption/kind, with status and reason."""
+    by_id = {item_id_of(it, kind): it for it in items for kind in (*KINDS, ONE_SUFFIX)}
     ans = answers.set_index("item_id")
     rows = []
     for req in requests.to_dict("records"):
-        item_id = req["item_id"]
-        kind = KIND_OF_TASK[req["task"]]
-        it = by_id[item_id]
-        a = ans.loc[item_id]
-        base = {"item_id": item_id, "image_id": it.image_id, "image_path": it.image_path,
-                "sentence_index": it.sentence_index, "kind": kind,
-                "caption": it.caption, "markup": it.markup, "prompt_sha256": a["prompt_sha256"], "answer": a["answer"]}
-        if not a["valid"]:
-            rows.append({**base, "negative": None, "entity_ids": [], "changed_from": None, "changed_to": None,
-                         "status": "rejected", "reason": f"invalid llm answer: {a['error']}"})
-            continue
-        value = json.loads(a["answer"])
-        status, reason, rec = check_swap(it, value) if kind == "swap" else check_edit(kind, it, value)
-        rows.append({**base, **rec, "status": status, "reason": reason})
+        it = by_id[req["item_id"]]
+        a = ans.loc[req["item_id"]]
+        for kind, item_id, answer, value in _parts(req, a, it):
+            base = {"item_id": item_id, "image_id": it.image_id, "image_path": it.image_path,
+                    "sentence_index": it.sentence_index, "kind": kind, "caption": it.caption, "markup": it.markup,
+                    "prompt_sha256": a["prompt_sha256"], "answer": answer}
+            if not a["valid"]:
+                rows.append({**base, "negative": None, "entity_ids": [], "changed_from": None, "changed_to": None,
+                             "status": "rejected", "reason": f"invalid llm answer: {a['error']}"})
+                continue
+            status, reason, rec = check_swap(it, value) if kind == "swap" else check_edit(kind, it, value)
+            rows.append({**base, **rec, "status": status, "reason": reason})
     for item_id, kind, reason in skipped:
         it = by_id[item_id]
         rows.append({"item_id": item_id, "image_id": it.image_id, "image_path": it.image_path,
@@ -508,21 +621,57 @@ def section_of(cfg: dict) -> dict:
     return fill_section("countercurate.attributes", cfg.get("attributes"))
 
 
+def add_boxes(items: list[CaptionItem], entities_root: str | Path) -> list[CaptionItem]:
+    """The items with the boxes and image size of their image from the Flickr30k Entities annotations
+    (``<entities_root>/Annotations/<image_id>.xml``), for items whose table gave no boxes: the box-annotated
+    picture and the prompt's regions of app. A. Each image's file is read once."""
+    from ...data import flickr30k_entities as f30k
+
+    cache: dict[str, object] = {}
+    for it in items:
+        if it.boxes:
+            continue
+        if it.image_id not in cache:
+            cache[it.image_id] = f30k.read_image(entities_root, it.image_id, strict=False)
+        im = cache[it.image_id]
+        it.boxes = {eid: [[float(v) for v in b] for b in e.boxes] for eid, e in im.entities.items() if e.boxes}
+        it.width, it.height = it.width or im.width, it.height or im.height
+    return items
+
+
+def attribute_role(cfg: dict, section: dict | None = None) -> str:
+    """The model role that answers (``attributes.role``); with images asked (``attributes.images`` not none) it must
+    be a vision-language checkpoint, else a :class:`ConfigError` naming the keys and the fix."""
+    section = section or section_of(cfg)
+    role = section["role"]
+    if section["images"] != "none" and not llm.is_multimodal(cfg, role):
+        raise ConfigError(
+            f"countercurate.attributes.images is {section['images']!r}, but models.{role} is not a vision-language "
+            "checkpoint (its config.json has no vision_config), so it cannot see the pictures GPT-4V saw (§3.4, "
+            f"app. A). Fix: set countercurate.attributes.role to a vision-language role (vlm), point models.{role} "
+            "at one, or set countercurate.attributes.images: none (text only, boxes as coordinates)")
+    return role
+
+
 def run(cfg: dict, captions: pd.DataFrame, out: str | Path | None = None, requests_out: str | Path | None = None,
         llm_requests_out: str | Path | None = None, answers_out: str | Path | None = None,
-        cache_path: str | Path | None = None, source: str = "captions") -> pd.DataFrame:
-    """Build the llm requests of §3.4 for ``captions``, answer them, check the answers and write the negatives
-    (``out``), the t2i requests (``requests_out``), and optionally the llm requests and raw answers."""
+        cache_path: str | Path | None = None, source: str = "captions",
+        entities_root: str | Path | None = None) -> pd.DataFrame:
+    """Build the requests of §3.4 for ``captions``, have ``attributes.role`` answer them, check the answers and
+    write the negatives (``out``), the t2i requests (``requests_out``), and optionally the requests and raw
+    answers. ``entities_root``: read the boxes from the Flickr30k Entities annotations (:func:`add_boxes`)."""
     from ...io import write_parquet
 
     section = section_of(cfg)
+    role = attribute_role(cfg, section)
     items = select_captions(read_captions(captions, source), section)
-    with_images = any(it.image_path for it in items) and llm.is_multimodal(cfg)
-    requests, skipped = requests_for(items, section, with_images=with_images)
+    if entities_root:
+        add_boxes(items, entities_root)
+    requests, skipped = requests_for(items, section, with_images=section["images"])
     if llm_requests_out:
         write_parquet(llm_requests_out, requests)
-    answers = llm.run_requests(cfg, requests, answers_out, cache_path=cache_path) if len(requests) else \
-        pd.DataFrame(columns=llm.RESULT_COLUMNS)
+    answers = llm.run_requests(cfg, requests, answers_out, cache_path=cache_path, role=role) if len(requests) \
+        else pd.DataFrame(columns=llm.RESULT_COLUMNS)
     negatives = collect(items, requests, answers, skipped)
     if out:
         write_parquet(out, negatives)

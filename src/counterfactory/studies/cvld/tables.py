@@ -123,6 +123,22 @@ def _savefig(fig, path) -> Path:
     return out
 
 
+def _k_curves(ax, curves, ylabel: str, title: str, legend: bool, legend_size: int, reference: float | None = None):
+    """One panel of curves against K on a log axis: ``curves`` yields ``(label, frame)`` with columns ``k``,
+    ``mean`` and ``std`` (error bars over seeds); ``reference``: a dashed horizontal line at that value."""
+    for label, g in curves:
+        ax.errorbar(g["k"], g["mean"], yerr=g["std"].fillna(0.0), capsize=2, marker="o", ms=3, label=label)
+    if reference is not None:
+        ax.axhline(reference, color="grey", lw=0.8, ls="--")
+    ax.set_xscale("log")
+    ax.set_xlabel("K")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=9)
+    ax.grid(alpha=0.3)
+    if legend:
+        ax.legend(fontsize=legend_size)
+
+
 def figure4(summary: pd.DataFrame, s: dict, out) -> Path:
     """DEO and AP against λ at ``classification.figure4_shots`` (λ = 0: fine-tuning, λ = 1: CVLD)."""
     from ...render import pyplot
@@ -155,30 +171,16 @@ def figure5(summary: pd.DataFrame, s: dict, out) -> Path:
                                                                                                "pretrained"])]
     part = part.assign(k=part["metric"].str.split("@").str[1].astype(int)).sort_values("k")
     fig, (ax, right) = pyplot().subplots(1, 2, figsize=(8.4, 3.2))
-    for (exp, mix), g in part.groupby(["experiment", "mixture"], sort=False):
-        ax.errorbar(g["k"], g["mean"], yerr=g["std"].fillna(0.0), capsize=2, marker="o", ms=3,
-                    label=f"{exp.replace('retrieval_', '')} {LABELS.get(mix, mix)}")
-    ax.set_xscale("log")
-    ax.set_xlabel("K")
-    ax.set_ylabel("MaxSkew@K")
-    ax.set_title("Figure 5 (left): FairFace", fontsize=9)
-    ax.grid(alpha=0.3)
-    if len(part):
-        ax.legend(fontsize=7)
+    _k_curves(ax, ((f"{exp.replace('retrieval_', '')} {LABELS.get(mix, mix)}", g)
+                   for (exp, mix), g in part.groupby(["experiment", "mixture"], sort=False)),
+              "MaxSkew@K", "Figure 5 (left): FairFace", bool(len(part)), 7)
     occ = summary[summary["metric"].str.startswith("MaleShare@") & summary["mixture"].isin(["base", "cvld"])]
     occ = occ.assign(k=occ["metric"].str.split("@").str[1].str.split(":").str[0].astype(int),
                      occupation=occ["metric"].str.split(":").str[1]).sort_values("k")
-    for (exp, mix, job), g in occ.groupby(["experiment", "mixture", "occupation"], sort=False):
-        right.errorbar(g["k"], g["mean"], yerr=g["std"].fillna(0.0), capsize=2, marker="o", ms=3,
-                       label=f"{job}: {exp.replace('retrieval_', '')} {LABELS.get(mix, mix)}")
-    right.axhline(50.0, color="grey", lw=0.8, ls="--")
-    right.set_xscale("log")
-    right.set_xlabel("K")
-    right.set_ylabel("% men in the top K")
-    right.set_title("Figure 5 (right): 'a photo of a doctor / nurse'", fontsize=9)
-    right.grid(alpha=0.3)
-    if len(occ):
-        right.legend(fontsize=6)
+    _k_curves(right, ((f"{job}: {exp.replace('retrieval_', '')} {LABELS.get(mix, mix)}", g)
+                      for (exp, mix, job), g in occ.groupby(["experiment", "mixture", "occupation"], sort=False)),
+              "% men in the top K", "Figure 5 (right): 'a photo of a doctor / nurse'", bool(len(occ)), 6,
+              reference=50.0)
     fig.tight_layout()
     return _savefig(fig, out)
 

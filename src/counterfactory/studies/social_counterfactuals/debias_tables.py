@@ -48,8 +48,9 @@ NOTE = ("Mean over seeds with the sample standard deviation as subscript; the be
 
 
 def segment_label(segment: str) -> str:
-    """``race_gender`` -> ``(Race, Gender)`` (Table 2's row names)."""
-    return "(" + ", ".join(ATTRIBUTE_LABELS.get(p, p.capitalize()) for p in str(segment).split("_")) + ")"
+    """``race_gender`` (or ``race-gender``) -> ``(Race, Gender)`` (Table 2's row names)."""
+    parts = str(segment).replace("-", "_").split("_")
+    return "(" + ", ".join(ATTRIBUTE_LABELS.get(p, p.capitalize()) for p in parts) + ")"
 
 
 @dataclasses.dataclass

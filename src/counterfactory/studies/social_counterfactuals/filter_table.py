@@ -31,8 +31,11 @@ def stage_counts(candidates: pd.DataFrame, clip_sets: pd.DataFrame, nsfw_sets: p
 
     ``candidates``: every generated image (one row each); ``*_sets``: the per-set tables of the three stages
     (a ``passed`` column); the segment of a set comes from any table with ``segment`` (``captions`` or the
-    candidates). ``% Filtered Out`` is relative to the sets entering that stage, in percent (1 decimal).
+    candidates). ``% Filtered Out`` is relative to the sets entering that stage, in percent (1 decimal). Rows are
+    named as Table 11 names them (``race_gender`` -> ``(Race, Gender)``).
     """
+    from .debias_tables import segment_label
+
     seg = _segment_map([captions, candidates, detect_sets])
     cand = candidates.assign(set_id=candidates["set_id"].astype(str))
     cand["segment"] = cand["set_id"].map(seg)
@@ -58,7 +61,7 @@ def stage_counts(candidates: pd.DataFrame, clip_sets: pd.DataFrame, nsfw_sets: p
 
     with np.errstate(invalid="ignore", divide="ignore"):
         table = pd.DataFrame({
-            "Attribute Types": order, "No. Sets": sets.to_numpy(), "Images Per Set": per_set.to_numpy(),
+            "Attribute Types": [segment_label(name) for name in order], "No. Sets": sets.to_numpy(), "Images Per Set": per_set.to_numpy(),
             "No. Images": images.to_numpy(), "Sets After CLIP Sim. Filter": a.to_numpy(),
             "% Filtered Out (CLIP Sim.)": pct(a, sets), "Sets After NSFW Filter": b.to_numpy(),
             "% Filtered Out (NSFW)": pct(b, a), "Sets After CLIP Attrib. Filter": c.to_numpy(),

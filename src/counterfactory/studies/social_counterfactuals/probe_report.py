@@ -73,15 +73,46 @@ def three_attribute_table(probe_df: pd.DataFrame, metric: str = "maxskew", stat:
     return table[order].sort_index()
 
 
-def paper_tables(probe_df: pd.DataFrame, gender_type: str = "gender") -> dict[str, pd.DataFrame]:
+def _paper_names(table: pd.DataFrame, labels: Mapping[str, str]) -> pd.DataFrame:
+    """``table`` with the papers' names: models by ``labels`` (role -> display name, e.g. ``clip_eval`` -> ``CLIP``),
+    segments as Table 2 names them (``race_gender`` -> ``(Race, Gender)``), index headers Segment / Model."""
+    from .debias_tables import segment_label
+
+    names = {"model": lambda v: labels.get(v, v), "segment": segment_label}
+    table = table.copy()
+    for axis in ("index", "columns"):
+        index = getattr(table, axis)
+        levels = list(index.names)
+        if not any(n in names for n in levels):
+            continue
+        headers = [str(n).capitalize() if n in names else n for n in levels]
+        if isinstance(index, pd.MultiIndex):
+            index = pd.MultiIndex.from_tuples([tuple(names[n](v) if n in names else v for n, v in zip(levels, key))
+                                               for key in index], names=headers)
+        else:
+            index = pd.Index([names[levels[0]](v) for v in index], name=headers[0])
+        setattr(table, axis, index)
+    return table
+
+
+def paper_tables(probe_df: pd.DataFrame, gender_type: str = "gender",
+                 labels: Mapping[str, str] | None = None) -> dict[str, pd.DataFrame]:
     """Every probing table: NDKL and MaxSkew@K distributions per segment (Tables 12–14 and the numbers behind
     Figure 3), mean / median MaxSkew@K and NDKL per segment × model (Tables 2, 16 layout), Bias@K (Tables 15, 17),
-    and for a three-attribute segment the §10.2 comparison (:func:`three_attribute_table`)."""
+    and for a three-attribute segment the §10.2 comparison (:func:`three_attribute_table`). Models are named by
+    ``labels`` (role -> display name) and segments as the paper names them (:func:`_paper_names`)."""
+    tables = _paper_tables(probe_df, gender_type)
+    return {title: _paper_names(t, dict(labels or {})) for title, t in tables.items()}
+
+
+def _paper_tables(probe_df: pd.DataFrame, gender_type: str) -> dict[str, pd.DataFrame]:
+    from .debias_tables import segment_label
+
     tables: dict[str, pd.DataFrame] = {}
     for metric, name in (("ndkl", "NDKL"), ("maxskew", "MaxSkew@K")):
         dist = distribution_table(probe_df, metric)
         for seg in dist.index.get_level_values(0).unique():
-            tables[f"{name} distribution across occupations, segment {seg}"] = dist.loc[seg]
+            tables[f"{name} distribution across occupations, segment {segment_label(seg)}"] = dist.loc[seg]
     for metric, name in (("maxskew", "MaxSkew@K"), ("ndkl", "NDKL")):
         for stat in ("mean", "median"):
             t = mean_table(probe_df, metric, stat=stat)

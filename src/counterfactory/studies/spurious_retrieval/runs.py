@@ -200,6 +200,16 @@ def ratio_points(summary: pd.DataFrame, s: dict) -> pd.DataFrame:
         .sort_values(["dataset", "role", "metric", "ratio"], kind="stable")
 
 
+def points_shown(points: pd.DataFrame) -> pd.DataFrame:
+    """Figure 4's points as the tables show them: datasets and models by the paper's names (MS-COCO, CLIP),
+    metrics as Figure 4 labels them (R@1), headed in words instead of the CSV's column keys."""
+    names = {"TR@1": "R@1", "ODmAP@1": "ODmAP@1"}
+    shown = points.assign(dataset=points["dataset"].map(lambda d: DATASET_LABELS.get(d, d)),
+                          role=points["role"].map(_model), metric=points["metric"].map(lambda m: names.get(m, m)))
+    return shown.rename(columns={"dataset": "Dataset", "role": "Model", "ratio": "Ratio", "metric": "Metric",
+                                 "mean": "Mean", "std": "Std", "n": "Runs"})
+
+
 def plot_ratios(points: pd.DataFrame, out) -> Path:
     """Figure 4: R@1 (image→text) and ODmAP@1 against |D'_sub| / |D|, mean ± std over seeds."""
     from ...render import pyplot
@@ -262,8 +272,9 @@ def write_tables(summary_path, cfg, out_md, out_tex, out_csv, out_figure, out_ht
         frames.append(to_frame(table).assign(table=name))
     if len(points):
         figure4 = "Figure 4: R@1 (image→text) and ODmAP@1 against |D'sub| / |D| (ratio 0 = finetune)"
-        md += [f"**{figure4}**", "", markdown_body(describe_frame(points, ".2f")), ""]
-        pages.append(render_html(dataclasses.replace(describe_frame(points, ".2f"), title=figure4)))
+        shown = describe_frame(points_shown(points), ".2f")
+        md += [f"**{figure4}**", "", markdown_body(shown), ""]
+        pages.append(render_html(dataclasses.replace(shown, title=figure4)))
     write_text(out_md, "\n".join(md) + "\n")
     if out_html:
         write_text(out_html, html_page(title, pages))
