@@ -258,8 +258,14 @@ def test_demo_countercurate_end_to_end(demo_run):
     tables = (out / "evaluation/tables.md").read_text()
     for title in ("Flickr30k-Positions", "PointQA-LookTwice", "SugarCrepe", "Winoground"):
         assert title in tables
-    for role in ("clip_open_clip", "vlm"):
-        assert role in tables
+    for name in ("tiny OpenCLIP", "tiny LLaVA-1.5"):   # the roles' display names (config/demo.yaml), not role keys
+        assert f"| {name} " in tables
+    assert "clip_open_clip" not in tables
+    # Flickr30k-Attributes (§3.4): the tiny vlm sees the photo and its box-annotated copy and answers all three
+    # negatives at once; each kind is accepted and becomes a text-to-image request
+    negatives = pd.read_parquet(out / "attributes/negatives.parquet")
+    assert negatives["status"].eq("accepted").all() and set(negatives["kind"]) == {"noun", "adjective", "swap"}
+    assert len(pd.read_parquet(out / "attributes/t2i_requests.parquet")) == len(negatives)
     # Table 4 layout: the demo's three training variants in the paper's order with their negative / grouping marks
     table4 = (out / "finetune/tables/positions.md").read_text().splitlines()
     rows = [[c.strip() for c in line.strip("|").split("|")] for line in table4 if line.startswith("| ")][1:]
