@@ -424,40 +424,32 @@ def build_inpaint(out: Path) -> None:
         torch.jit.save(traced, str(out / "big-lama.pt"))
 
 
-def _blip_tokenizer(captioning: bool):
+def _blip_tokenizer_and_config(captioning: bool):
+    """BLIP's BERT tokenizer (with its [DEC] / [ENC] tokens) and a ViT-B BlipConfig whose text model matches it;
+    the captioning decoder ends a caption at [SEP]."""
+    from transformers import BlipConfig
+
     tok = bert_tokenizer(30522)
     tok.add_special_tokens({"bos_token": "[DEC]", "additional_special_tokens": ["[ENC]"]})
-    return tok
+    config = BlipConfig(text_config=dict(vocab_size=len(tok), pad_token_id=tok.pad_token_id,
+                                         bos_token_id=tok.bos_token_id, sep_token_id=tok.sep_token_id,
+                                         **({"eos_token_id": tok.sep_token_id} if captioning else {})))
+    return tok, config
 
 
 def build_itm_blip(out: Path) -> None:
-    from transformers import (
-        BlipConfig,
-        BlipForImageTextRetrieval,
-        BlipImageProcessor,
-        BlipProcessor,
-    )
+    from transformers import BlipForImageTextRetrieval, BlipImageProcessor, BlipProcessor
 
-    tok = _blip_tokenizer(False)
-    config = BlipConfig(text_config=dict(vocab_size=len(tok), pad_token_id=tok.pad_token_id,
-                                         bos_token_id=tok.bos_token_id, sep_token_id=tok.sep_token_id))
+    tok, config = _blip_tokenizer_and_config(captioning=False)
     _save(BlipForImageTextRetrieval(config), out, BlipProcessor(image_processor=BlipImageProcessor(), tokenizer=tok))
 
 
 def build_captioner(out: Path) -> None:
-    from transformers import (
-        BlipConfig,
-        BlipForConditionalGeneration,
-        BlipImageProcessor,
-        BlipProcessor,
-    )
+    from transformers import BlipForConditionalGeneration, BlipImageProcessor, BlipProcessor
 
     from counterfactory.models.tiny_eval import steer_caption_head
 
-    tok = _blip_tokenizer(True)
-    config = BlipConfig(text_config=dict(vocab_size=len(tok), pad_token_id=tok.pad_token_id,
-                                         bos_token_id=tok.bos_token_id, sep_token_id=tok.sep_token_id,
-                                         eos_token_id=tok.sep_token_id))
+    tok, config = _blip_tokenizer_and_config(captioning=True)
     model = BlipForConditionalGeneration(config).eval()
     # as the tiny captioner: greedy captions of whole words (no special, filler or ## tokens)
     steer_caption_head(model, tok, extra_prefixes=("[unused",))
