@@ -217,7 +217,6 @@ def build_bridgetower(out: Path) -> None:
         BridgeTowerConfig,
         BridgeTowerForContrastiveLearning,
         BridgeTowerForImageAndTextRetrieval,
-        BridgeTowerImageProcessor,
         BridgeTowerProcessor,
     )
 
@@ -232,9 +231,19 @@ def build_bridgetower(out: Path) -> None:
             torch.nn.init.normal_(p, std=0.02)
         model.add_module(name, head)
     model.register_parameter("logit_scale", torch.nn.Parameter(torch.tensor(2.6592)))
-    image_processor = BridgeTowerImageProcessor(size={"shortest_edge": 288}, size_divisor=32,
-                                                crop_size={"height": 288, "width": 288})
-    _save(model, out, BridgeTowerProcessor(image_processor=image_processor, tokenizer=roberta_tokenizer()))
+    _save(model, out, BridgeTowerProcessor(image_processor=bridgetower_image_processor(),
+                                           tokenizer=roberta_tokenizer()))
+
+
+def bridgetower_image_processor():
+    """The hub repository's image processor: shortest edge 288, sizes a multiple of 32, centre crop 288.
+
+    BridgeTower's processor reads its crop size as ``{"shortest_edge": 288}`` (the class default), not as
+    height / width: a ``{"height", "width"}`` crop size fails inside transformers on the first image.
+    """
+    from transformers import BridgeTowerImageProcessor
+
+    return BridgeTowerImageProcessor(size={"shortest_edge": 288}, size_divisor=32)
 
 
 def build_flava(out: Path) -> None:

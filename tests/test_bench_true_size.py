@@ -147,3 +147,17 @@ def test_paper_smoke_vocabulary_padding_keeps_ids_and_reaches_the_true_size():
     vocab = script._pad_vocab({"<s>": 0, "a": 1, "<unused0>": 2}, 6)
     assert len(vocab) == 6 and sorted(vocab.values()) == list(range(6))
     assert vocab["<s>"] == 0 and vocab["a"] == 1 and vocab["<unused0>"] == 2
+
+
+def test_paper_smoke_bridgetower_processor_takes_photos_of_any_shape():
+    """The true-size run found Table 5's BridgeTower ITR failing inside transformers on the first image: the smoke
+    folder's processor carried a height/width crop size, which BridgeTower's processor cannot read. The builder
+    now writes the hub repository's settings; landscape, portrait and tiny photos all come out 288 x 288."""
+    from PIL import Image
+
+    processor = _paper_smoke_script().bridgetower_image_processor()
+    images = [Image.new("RGB", size, (i * 60, 90, 30)) for i, size in enumerate([(640, 480), (375, 500), (64, 64)])]
+    out = processor(images=images, return_tensors="pt")
+    assert tuple(out["pixel_values"].shape) == (3, 3, 288, 288)
+    assert tuple(out["pixel_mask"].shape) == (3, 288, 288)
+    assert processor.to_dict()["size"] == {"shortest_edge": 288}
