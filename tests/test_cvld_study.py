@@ -377,3 +377,23 @@ def test_cli_swap_gender_on_a_csv(tmp_path, capsys, nltk_dir):
         from counterfactory.commands.cvld import _read_table
 
         _read_table(tmp_path / "missing.csv")
+
+
+def test_table2_and_table4_head_columns_by_dataset_as_the_paper_does():
+    """Table 2 groups its columns FairFace / COCO / Flickr30K with the bare metric below (not ``COCO:Rec@1``);
+    Table 4 puts the COCO metrics under COCO and the zero-shot ones under nocaps."""
+    s = st.settings(None)
+    metrics = ["Bias@1000", "MaxSkew@1000", "COCO:Rec@1", "COCO:mRec", "Flickr30K:Rec@1", "Flickr30K:mRec",
+               "CIDEr", "nocaps:CIDEr"]
+    rows = [{"experiment": e, "mixture": m, "seed": 0, "data_seed": 0, "metric": metric, "value": 1.0}
+            for e, m in (("retrieval", "pretrained"), ("captioning", "pretrained")) for metric in metrics]
+    table = dict(tb.paper_tables(tb.summarize(pd.DataFrame(rows)), s))
+    t2 = table[next(t for t in table if t.startswith("Table 2"))]
+    assert t2.col_headers == [("FairFace", "Bias@1000"), ("FairFace", "MaxSkew@1000"), ("COCO", "Rec@1"),
+                              ("COCO", "mRec"), ("Flickr30K", "Rec@1"), ("Flickr30K", "mRec")]
+    t4 = table[next(t for t in table if t.startswith("Table 4"))]
+    assert t4.col_headers == [("COCO", "CIDEr"), ("nocaps", "CIDEr")]
+    from counterfactory.tables import render_markdown
+
+    markdown = render_markdown(t2)
+    assert "COCO:Rec@1" not in markdown and "Flickr30K" in markdown and "FairFace" in markdown

@@ -865,3 +865,25 @@ def test_variants_keep_table3_order_whatever_the_mapping_order(repo):
     cfg = load_full_config([repo / "config" / "config.yaml"])
     s = st.settings(wf.view(cfg, "spurious_retrieval"))
     assert st.needed_variants(s) == ["ours", "np_blur", "np_zero", "np_mean", "captioner", "prompts"]
+
+
+def test_tables_name_models_by_the_configs_display_names(tmp_path, summary, repo, capsys):
+    """`spurious tables --label ROLE=NAME` (the workflow passes every role's ``display_name``) names the rows, Figure
+    4's points and its legend; without labels the rows keep the paper's names."""
+    from counterfactory.io import write_csv
+
+    path = tmp_path / "summary.csv"
+    write_csv(path, summary)
+    out = {ext: tmp_path / f"tables.{ext}" for ext in ("md", "tex", "csv", "png")}
+    args = ["spurious", "tables", "--config", str(repo / "config" / "demo.yaml"), "--summary", str(path),
+            "--out-md", str(out["md"]), "--out-tex", str(out["tex"]), "--out-csv", str(out["csv"]),
+            "--out-figure", str(out["png"]), "--label", "clip_train=CLIP ViT-B/32", "--label", "itm_blip=BLIP-base"]
+    assert cli.main(args) == 0
+    md = out["md"].read_text()
+    assert "CLIP ViT-B/32 (zeroshot)" in md and "CLIP ViT-B/32 + Ours" in md and "BLIP-base (finetune)" in md
+    assert "| CLIP ViT-B/32" in md[md.index("Figure 4"):]
+    assert cli.main(args[:-4] + ["--label", "clip_train"]) != 0
+    assert "ROLE=NAME" in capsys.readouterr().err
+    labels = dict(rn.paper_tables(summary, st.settings(load_config([repo / "config" / "demo.yaml"],
+                                                                       study=STUDY))))
+    assert next(iter(labels.values())).row_labels[0] == "CLIP (zeroshot)"

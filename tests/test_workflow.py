@@ -309,7 +309,8 @@ def test_demo_spurious_retrieval_end_to_end(demo_run):
     assert per_model["coco_clip_train"] == {"zeroshot", "finetune", "ours", "np_zero", "captioner", "ratio_0.2"}
     assert {"ODmAP@1", "ODmAP@5", "ODmAP@10", "TR@1", "IR@10"} <= set(runs["metric"])
     tables = (out / "tables.md").read_text()
-    for text in ("Table 1", "Table 2", "Table 3", "Figure 4", "CLIP (zeroshot)", "CLIP + Ours", "BLIP (finetune)",
+    # rows named by the config's display names (the demo's "tiny CLIP"), passed by the rule as --label
+    for text in ("Table 1", "Table 2", "Table 3", "Figure 4", "tiny CLIP (zeroshot)", "tiny CLIP + Ours", "tiny BLIP (finetune)",
                  "NP removal, zero pad.", "capt. model, inpaint"):
         assert text in tables, text
     assert (out / "figure4.png").stat().st_size > 0

@@ -231,6 +231,8 @@ def _register_steps(sub) -> None:
     t.add_argument("--out-csv", required=True, metavar="FILE.csv", help="the tables as CSV")
     t.add_argument("--out-html", metavar="FILE.html", help="the tables as an HTML page (what the report shows)")
     t.add_argument("--out-figure", required=True, metavar="FILE", help="Figure 4 (image file)")
+    t.add_argument("--label", action="append", default=[], metavar="ROLE=NAME",
+                   help="display name of a model role (repeatable; default: the paper's CLIP / BLIP / VSE++)")
     t.set_defaults(func=_tables)
 
 
@@ -334,7 +336,10 @@ def _run(args) -> int:
 def _tables(args) -> int:
     from ..studies.spurious_retrieval import runs
 
+    from . import key_values
+
     runs.write_tables(args.summary, _load(args.config), args.out_md, args.out_tex, args.out_csv, args.out_figure,
-                      out_html=args.out_html)
+                      out_html=args.out_html,
+                      labels=dict(key_values(args.label, "--label", "ROLE=NAME (e.g. clip_train=CLIP)")))
     print(f"tables -> {args.out_md}, figure -> {args.out_figure}")
     return 0

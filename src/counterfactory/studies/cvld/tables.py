@@ -71,7 +71,18 @@ def _rekey(summary: pd.DataFrame, rows: list[tuple[str, str, str]]) -> tuple[pd.
     return frame, order, pd.DataFrame(info, columns=["mixture", "label"])
 
 
-def _table(summary, rows, metrics, row_header="Model"):
+def _header(metric: str, dataset: str) -> tuple[str, str]:
+    """The paper's ``(group, label)`` for a metric column: the dataset above the metric's name, as in Tables 1-4
+    (``COCO:Rec@1`` -> ``COCO`` / ``Rec@1``; Bias / MaxSkew under ``FairFace``; the rest under ``dataset``)."""
+    if ":" in metric:
+        group, label = metric.split(":", 1)
+        return group, label
+    if metric.startswith(("Bias@", "MaxSkew@")):
+        return "FairFace", metric
+    return dataset, metric
+
+
+def _table(summary, rows, metrics, row_header="Model", dataset=""):
     from ...tables import build_table
 
     frame, order, info = _rekey(summary, rows)
@@ -79,7 +90,8 @@ def _table(summary, rows, metrics, row_header="Model"):
     if not order or not metrics:
         return None
     return build_table(frame, metrics=metrics, mixture_order=order, mixture_info=info, row_header=row_header,
-                       decimals=3 if any(m.startswith(("Bias@", "MaxSkew")) for m in metrics) else 1)
+                       decimals=3 if any(m.startswith(("Bias@", "MaxSkew")) for m in metrics) else 1,
+                       headers=[_header(m, dataset) for m in metrics])
 
 
 def paper_tables(summary: pd.DataFrame, s: dict) -> list[tuple[str, object]]:
@@ -91,7 +103,7 @@ def paper_tables(summary: pd.DataFrame, s: dict) -> list[tuple[str, object]]:
     for k in sorted(cl["shots"], reverse=True):
         rows += [(f"classification_k{k}", v, f"{k}-shot {LABELS.get(v, v)}") for v in cl["variants"] if v != "pretrained"]
     out.append(("Table 1: image classification on CelebA (14 gender-independent attributes)",
-                _table(summary, rows, ["DEO", "ΔAcc", "AP", "mAcc"])))
+                _table(summary, rows, ["DEO", "ΔAcc", "AP", "mAcc"], dataset="CelebA")))
     ks = [int(k) for k in s["retrieval"]["fairface_ks"]]
     fair = [m for k in ks for m in (f"Bias@{k}", f"MaxSkew@{k}")]
     subsets = [subset_name(f) for f in s["data"]["subsets"]]
@@ -104,12 +116,12 @@ def paper_tables(summary: pd.DataFrame, s: dict) -> list[tuple[str, object]]:
         for name in subsets:
             rows += [(f"{task}_{name}", v, f"{name.replace('coco', 'COCO ')}% {LABELS.get(v, v)}")
                      for v in s[task]["variants"] if v != "pretrained"]
-        out.append((title, _table(summary, rows, metrics)))
+        out.append((title, _table(summary, rows, metrics, dataset="COCO")))
     rv = s["retrieval"]
     t3 = f"retrieval_{subset_name(rv['table3_subset'])}"
     rows = [(t3, v, LABELS.get(v, v)) for v in ["base"] + list(rv["table3"]) + ["cvld"]]
     out.insert(2, (f"Table 3: CVLD variants for retrieval ({t3.split('_')[1].replace('coco', 'COCO ')}%)",
-                   _table(summary, rows, [f"MaxSkew@{min(ks)}", "COCO:mRec"], row_header="Method")))
+                   _table(summary, rows, [f"MaxSkew@{min(ks)}", "COCO:mRec"], row_header="Method", dataset="COCO")))
     return [(title, table) for title, table in out if table is not None]
 
 

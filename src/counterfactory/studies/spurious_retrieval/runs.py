@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import logging
+from collections.abc import Mapping
 from pathlib import Path
 
 import pandas as pd
@@ -30,7 +31,8 @@ log = logging.getLogger(__name__)
 
 RUN_COLUMNS = ["experiment", "mixture", "seed", "data_seed", "metric", "value"]
 DATASET_LABELS = {"coco": "MS-COCO", "flickr30k": "Flickr30k"}
-#: display names of the roles (the paper's model names); other roles keep their own name
+#: display names of the roles when the caller gives none (the paper's model names); the workflow passes the
+#: config's ``models.<role>.display_name`` (``--label ROLE=NAME``), which wins; other roles keep their own name
 MODEL_LABELS = {"clip_train": "CLIP", "itm_blip": "BLIP", "vsepp": "VSE++"}
 TEXT_LABELS = {"np_removal": "NP removal", "prompt": "prompts", "captioner": "capt. model"}
 IMAGE_LABELS = {"lama": "inpaint", "opencv": "inpaint (OpenCV)", "zero": "zero pad.", "mean": "avg pad.",
@@ -97,29 +99,31 @@ def runs(s: dict) -> list[tuple[str, str, str, int]]:
 # --------------------------------------------------------------------------------------------------------------
 # tables
 # --------------------------------------------------------------------------------------------------------------
-def _model(role: str) -> str:
-    return MODEL_LABELS.get(role, role)
+def _model(role: str, labels: Mapping[str, str] | None = None) -> str:
+    return (labels or {}).get(role) or MODEL_LABELS.get(role, role)
 
 
-def _row_label(role: str, mixture: str, s: dict) -> str:
+def _row_label(role: str, mixture: str, s: dict, labels: Mapping[str, str] | None = None) -> str:
+    name = _model(role, labels)
     if mixture == ZEROSHOT:
-        return f"{_model(role)} (zeroshot)"
+        return f"{name} (zeroshot)"
     if mixture == FINETUNE:   # the paper's rows: "CLIP (finetune)", but plain "VSE++" (it has no zero-shot row)
-        return f"{_model(role)} (finetune)" if has_zeroshot(s, role) else _model(role)
+        return f"{name} (finetune)" if has_zeroshot(s, role) else name
     if mixture == OURS:
-        return f"{_model(role)} + Ours"
+        return f"{name} + Ours"
     if mixture == D_S:
-        return f"{_model(role)}: D_s (|D_s| = |D'|)"
+        return f"{name}: D_s (|D_s| = |D'|)"
     if mixture == D_PRIME:
-        return f"{_model(role)}: D' only"
+        return f"{name}: D' only"
     spec = s["mixtures"]["variants"].get(mixture)
     if spec:
-        return f"{_model(role)}: D + D' ({TEXT_LABELS[spec['text']]}, {IMAGE_LABELS[spec['image']]})"
+        return f"{name}: D + D' ({TEXT_LABELS[spec['text']]}, {IMAGE_LABELS[spec['image']]})"
     r = ratio_of(mixture)
-    return f"{_model(role)}: D + D'sub (|D'sub|/|D| = {r:g})" if r is not None else mixture
+    return f"{name}: D + D'sub (|D'sub|/|D| = {r:g})" if r is not None else mixture
 
 
-def _by_dataset(summary: pd.DataFrame, s: dict, roles, mixtures) -> tuple[pd.DataFrame, list[str], pd.DataFrame]:
+def _by_dataset(summary: pd.DataFrame, s: dict, roles, mixtures,
+                labels: Mapping[str, str] | None = None) -> tuple[pd.DataFrame, list[str], pd.DataFrame]:
     """Summary rows re-keyed as experiment = dataset label, mixture = ``role:mixture`` (one block per model)."""
     frames, order, info = [], [], []
     for role in roles:
@@ -133,7 +137,7 @@ def _by_dataset(summary: pd.DataFrame, s: dict, roles, mixtures) -> tuple[pd.Dat
             key = f"{role}:{m}"
             if any((f["mixture"] == key).any() for f in frames):
                 order.append(key)
-                info.append({"mixture": key, "label": _row_label(role, m, s)})
+                info.append({"mixture": key, "label": _row_label(role, m, s, labels)})
     frame = pd.concat(frames, ignore_index=True) if frames else summary.iloc[0:0]
     return frame, order, pd.DataFrame(info, columns=["mixture", "label"])
 
@@ -143,15 +147,16 @@ def _metric_columns(frame: pd.DataFrame, names) -> list[str]:
     return [f"{e}:{m}" for e in dict.fromkeys(frame["experiment"]) for m in names if (e, m) in present]
 
 
-def paper_tables(summary: pd.DataFrame, s: dict) -> list[tuple[str, object]]:
-    """``[(title, PaperTable)]`` of Tables 1-3 and Figure 4's numbers."""
+def paper_tables(summary: pd.DataFrame, s: dict,
+                 labels: Mapping[str, str] | None = None) -> list[tuple[str, object]]:
+    """``[(title, PaperTable)]`` of Tables 1-3 and Figure 4's numbers; ``labels``: role -> display name."""
     from ...tables import build_table
 
     ks = [int(k) for k in s["evaluation"]["ks"]]
     roles = list(s["training"]["models"])
     out = []
     main = [ZEROSHOT, FINETUNE, OURS]
-    frame, order, info = _by_dataset(summary, s, roles, main)
+    frame, order, info = _by_dataset(summary, s, roles, main, labels)
     if order:
         for title, names in (
                 ("Table 1: object decorrelation (ODmAP@k)", [f"ODmAP@{k}" for k in ks]),
@@ -166,7 +171,7 @@ def paper_tables(summary: pd.DataFrame, s: dict) -> list[tuple[str, object]]:
     frame, order, info = _by_dataset(summary[summary["experiment"].isin(
         [experiment(d, r) for d in mx["table3_datasets"] for r in mx["table3_models"]])],
         {**s, "data": {**s["data"], "datasets": [d for d in s["data"]["datasets"] if d in mx["table3_datasets"]]}},
-        [r for r in roles if r in mx["table3_models"]], t3)
+        [r for r in roles if r in mx["table3_models"]], t3, labels)
     cols = _metric_columns(frame, [f"ODmAP@{k}" for k in ks])
     if len(order) > 2 and cols:
         out.append(("Table 3: synthesis of D' (text, image)", build_table(
@@ -175,7 +180,7 @@ def paper_tables(summary: pd.DataFrame, s: dict) -> list[tuple[str, object]]:
     b_roles = [r for r in roles if r in mx["appendix_b_models"]]
     frame, order, info = _by_dataset(summary[summary["experiment"].isin(
         [experiment(d, r) for d in datasets for r in b_roles])], {**s, "data": {**s["data"], "datasets": datasets}},
-        b_roles, [ZEROSHOT, D_S, D_PRIME, OURS])
+        b_roles, [ZEROSHOT, D_S, D_PRIME, OURS], labels)
     cols = _metric_columns(frame, ["ODmAP@1", "TR@1"])
     if any(m.endswith(":" + D_S) or m.endswith(":" + D_PRIME) for m in order) and cols:
         out.append(("Appendix B: D_s (|D_s| = |D'|) vs D' vs D + D' (ODmAP@1, image→text R@1)", build_table(
@@ -200,17 +205,17 @@ def ratio_points(summary: pd.DataFrame, s: dict) -> pd.DataFrame:
         .sort_values(["dataset", "role", "metric", "ratio"], kind="stable")
 
 
-def points_shown(points: pd.DataFrame) -> pd.DataFrame:
+def points_shown(points: pd.DataFrame, labels: Mapping[str, str] | None = None) -> pd.DataFrame:
     """Figure 4's points as the tables show them: datasets and models by the paper's names (MS-COCO, CLIP),
     metrics as Figure 4 labels them (R@1), headed in words instead of the CSV's column keys."""
     names = {"TR@1": "R@1", "ODmAP@1": "ODmAP@1"}
     shown = points.assign(dataset=points["dataset"].map(lambda d: DATASET_LABELS.get(d, d)),
-                          role=points["role"].map(_model), metric=points["metric"].map(lambda m: names.get(m, m)))
+                          role=points["role"].map(lambda r: _model(r, labels)), metric=points["metric"].map(lambda m: names.get(m, m)))
     return shown.rename(columns={"dataset": "Dataset", "role": "Model", "ratio": "Ratio", "metric": "Metric",
                                  "mean": "Mean", "std": "Std", "n": "Runs"})
 
 
-def plot_ratios(points: pd.DataFrame, out) -> Path:
+def plot_ratios(points: pd.DataFrame, out, labels: Mapping[str, str] | None = None) -> Path:
     """Figure 4: R@1 (image→text) and ODmAP@1 against |D'_sub| / |D|, mean ± std over seeds."""
     from ...render import pyplot
 
@@ -220,7 +225,7 @@ def plot_ratios(points: pd.DataFrame, out) -> Path:
     for (dataset, role, metric), g in points.groupby(["dataset", "role", "metric"], sort=False):
         label, style = styles[metric]
         ax.errorbar(g["ratio"], g["mean"], yerr=g["std"].fillna(0.0), fmt=style, capsize=3,
-                    label=f"{label} ({_model(role)}, {DATASET_LABELS.get(dataset, dataset)})")
+                    label=f"{label} ({_model(role, labels)}, {DATASET_LABELS.get(dataset, dataset)})")
     ax.set_xlabel("|D'sub| / |D|")
     ax.set_ylabel("%")
     ax.grid(alpha=0.3)
@@ -248,9 +253,9 @@ def normaliser_note(summary: pd.DataFrame) -> str:
     return "ODmAP@k AP@k normaliser: " + "; ".join(f"{n} ({NORMALISER_NOTES.get(n, n)})" for n in names)
 
 
-def write_tables(summary_path, cfg, out_md, out_tex, out_csv, out_figure, out_html=None) -> None:
+def write_tables(summary_path, cfg, out_md, out_tex, out_csv, out_figure, out_html=None, labels=None) -> None:
     """Tables 1-3 (Markdown, LaTeX, CSV of every cell and, with ``out_html``, one HTML page: what the Snakemake
-    report shows) and Figure 4 (PNG) from a summary CSV."""
+    report shows) and Figure 4 (PNG) from a summary CSV; ``labels``: role -> display name (the config's)."""
     import dataclasses
     import html
 
@@ -260,7 +265,7 @@ def write_tables(summary_path, cfg, out_md, out_tex, out_csv, out_figure, out_ht
 
     s = settings(cfg)
     summary = read_summary(summary_path)
-    tables = paper_tables(summary, s)
+    tables = paper_tables(summary, s, labels)
     points = ratio_points(summary, s)
     title = "Spurious correlations in cross-modal retrieval (Kim et al. 2023)"
     md = [f"# {title}", "", normaliser_note(summary), ""]
@@ -272,7 +277,7 @@ def write_tables(summary_path, cfg, out_md, out_tex, out_csv, out_figure, out_ht
         frames.append(to_frame(table).assign(table=name))
     if len(points):
         figure4 = "Figure 4: R@1 (image→text) and ODmAP@1 against |D'sub| / |D| (ratio 0 = finetune)"
-        shown = describe_frame(points_shown(points), ".2f")
+        shown = describe_frame(points_shown(points, labels), ".2f")
         md += [f"**{figure4}**", "", markdown_body(shown), ""]
         pages.append(render_html(dataclasses.replace(shown, title=figure4)))
     write_text(out_md, "\n".join(md) + "\n")
@@ -280,4 +285,4 @@ def write_tables(summary_path, cfg, out_md, out_tex, out_csv, out_figure, out_ht
         write_text(out_html, html_page(title, pages))
     write_text(out_tex, "\n".join(tex) + "\n")
     write_csv(out_csv, pd.concat(frames, ignore_index=True) if frames else pd.DataFrame())
-    plot_ratios(points, out_figure)
+    plot_ratios(points, out_figure, labels)
