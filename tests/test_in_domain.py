@@ -131,6 +131,25 @@ def test_table5_layout_from_pretrained_and_fine_tuned_runs(tmp_path):
     assert len(csv) == 6 * 7 and csv["significant"].sum() == 7  # every CLIP COCO-CFs column
 
 
+def test_table5_names_models_by_the_configs_display_names(tmp_path):
+    """`train in-domain-table --label ROLE=NAME` (the rule passes every role's display_name) names each block."""
+    from counterfactory import cli, stats
+    from counterfactory.io import write_csv
+
+    runs = _runs({("clip_train", "pretrained"): [50.0], ("clip_train", "mscoco"): [57.0, 58.0],
+                  ("clip_train", "coco_cfs"): [60.0, 61.0]})
+    write_csv(tmp_path / "summary.csv", stats.summarize(runs, "mscoco"))
+    out = {ext: tmp_path / f"t.{ext}" for ext in ("md", "tex", "csv")}
+    assert cli.main(["train", "in-domain-table", "--summary", str(tmp_path / "summary.csv"), "--models", "clip_train",
+                     "--out-md", str(out["md"]), "--out-tex", str(out["tex"]), "--out-csv", str(out["csv"]),
+                     "--label", "clip_train=CLIP ViT-B/32", "--label", "itm_flava=FLAVA"]) == 0
+    md = out["md"].read_text()
+    import re
+
+    assert "| CLIP ViT-B/32 " in md and "None (pre-trained CLIP ViT-B/32)" in md
+    assert not re.search(r"\| CLIP\s+\|", md)     # the paper's name only where no label is given
+
+
 def test_table5_names_a_model_without_runs():
     from counterfactory import stats
     from counterfactory.studies.coco_counterfactuals import in_domain as ind

@@ -136,8 +136,9 @@ def write_in_domain(cfg: dict, pairs_path: str | Path, captions_path: str | Path
 
 
 def table5(summary: pd.DataFrame, models, mixtures=MIXTURES, decimals: int = 2,
-           std_decimals: int = 1) -> list[tuple[str, str, list]]:
-    """Table 5's rows: ``(model name, training dataset label, [Cell | None per column])``.
+           std_decimals: int = 1, labels=None) -> list[tuple[str, str, list]]:
+    """Table 5's rows: ``(model name, training dataset label, [Cell | None per column])``; ``labels`` (role ->
+    display name, the config's ``models.<role>.display_name``) override the paper's names in :data:`MODEL_NAMES`.
 
     ``summary`` is the statistics table (``counterfactory stats summarize``) of the in-domain runs, with one
     experiment per model role and the mixtures ``pretrained`` + ``mixtures``. Within a model's block the best
@@ -152,7 +153,7 @@ def table5(summary: pd.DataFrame, models, mixtures=MIXTURES, decimals: int = 2,
                               f"runs of that model (in_domain/runs/{role}/...)")
         table = build_table(summary, metrics=metrics, mixture_order=[PRETRAINED, *mixtures], experiment=role,
                             decimals=decimals, std_decimals=std_decimals)
-        name = MODEL_NAMES.get(role, role)
+        name = (labels or {}).get(role) or MODEL_NAMES.get(role, role)
         for mixture in table.row_keys:
             label = f"None (pre-trained {name})" if mixture == PRETRAINED else MIXTURE_NAMES.get(mixture, mixture)
             rows.append((name, label, [table.cells.get((mixture, key)) for key in table.col_keys]))
