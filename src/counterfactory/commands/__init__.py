@@ -65,6 +65,18 @@ def key_values(items, option: str, form: str) -> list[tuple[str, str]]:
     return out
 
 
+def add_label_option(parser: argparse.ArgumentParser,
+                     help: str = "display name of a model role (repeatable; default: the role)") -> None:
+    """``--label ROLE=NAME`` (repeatable): how a table or figure step names a model; the workflow passes every
+    role's ``models.<role>.display_name``. Read back with :func:`role_labels`."""
+    parser.add_argument("--label", action="append", default=[], metavar="ROLE=NAME", help=help)
+
+
+def role_labels(items) -> dict[str, str]:
+    """``--label ROLE=NAME`` items as a mapping (:func:`key_values`: a malformed item is a ConfigError)."""
+    return dict(key_values(items, "--label", "ROLE=NAME (e.g. clip_train=CLIP)"))
+
+
 def add_config_option(parser: argparse.ArgumentParser,
                       help: str = "configuration file (repeatable; later files win)") -> None:
     """``--config YAML`` (required, repeatable; later files win): how a study step gets its configuration;

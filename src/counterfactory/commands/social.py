@@ -10,7 +10,8 @@ from pathlib import Path
 from ..errors import ConfigError, InputError
 from ..studies.social_counterfactuals import STUDY
 from ..studies.social_counterfactuals import debias_segments as social_debias_segments
-from . import add_config_option, add_progress_option, add_renamed, add_shard_job_options, lazy_module
+from . import (add_config_option, add_label_option, add_progress_option, add_renamed, add_shard_job_options,
+               lazy_module, role_labels)
 
 # the step modules, each imported when its subcommand runs (the filters and probing import torch; tables do not)
 _PKG = "counterfactory.studies.social_counterfactuals"
@@ -272,8 +273,7 @@ def add_probing(sub) -> None:
     t.add_argument("--out-csv", metavar="FILE.csv", help="every table in long form (table, row, column, value)")
     t.add_argument("--out-html", metavar="FILE.html", help="the tables as an HTML page (what the report shows)")
     t.add_argument("--decimals", type=int, default=2, help="decimals shown (default: 2)")
-    t.add_argument("--label", action="append", default=[], metavar="ROLE=NAME",
-                   help="display name of a model role (repeatable; default: the role)")
+    add_label_option(t)
     t.set_defaults(func=_cmd_probe_tables)
 
     f = sub.add_parser("probe-plots", help="Figures 3–5 (and 6–13) from probe CSVs",
@@ -285,8 +285,7 @@ def add_probing(sub) -> None:
     f.add_argument("--marginal", default="gender:race", metavar="ATTR:GIVEN",
                    help="Figure 4: marginal attribute and the attribute it is split by (default gender:race)")
     f.add_argument("--format", default="png", choices=("png", "pdf", "svg"), help="image format (default: png)")
-    f.add_argument("--label", action="append", default=[], metavar="ROLE=NAME",
-                   help="display name of a model role in titles and legends (repeatable; default: the role)")
+    add_label_option(f, "display name of a model role in titles and legends (repeatable; default: the role)")
     f.set_defaults(func=_cmd_probe_plots)
 
 
@@ -300,23 +299,12 @@ def _cmd_probe(args) -> int:
     return 0
 
 
-def _role_labels(items) -> dict[str, str]:
-    """``--label ROLE=NAME`` options as a mapping."""
-    labels = {}
-    for item in items:
-        role, sep, name = item.partition("=")
-        if not sep or not role or not name:
-            raise ConfigError(f"--label {item!r}: expected ROLE=NAME (e.g. clip_train=CLIP)")
-        labels[role] = name
-    return labels
-
-
 def _cmd_probe_tables(args) -> int:
     from ..io import write_csv, write_text
 
     if not (args.out_md or args.out_tex or args.out_csv or args.out_html):
         raise ConfigError("probe-tables: nothing to write. Fix: pass --out-md, --out-tex, --out-csv and/or --out-html")
-    tables = probe_report.paper_tables(probing.read_probe(args.probe), labels=_role_labels(args.label))
+    tables = probe_report.paper_tables(probing.read_probe(args.probe), labels=role_labels(args.label))
     if args.out_md:
         write_text(args.out_md, probe_report.tables_markdown(tables, args.decimals))
     if args.out_html:
@@ -331,7 +319,7 @@ def _cmd_probe_tables(args) -> int:
 def _cmd_probe_plots(args) -> int:
     slug = probe_report.slug
     df = probing.read_probe(args.probe)
-    labels = _role_labels(args.label)
+    labels = role_labels(args.label)
     df["model"] = df["model"].map(lambda role: labels.get(role, role))    # figures name models as the tables do
     out = Path(args.out_dir)
     probe_report.figure_maxskew_boxplots(df, out / f"maxskew_boxplots.{args.format}")
@@ -478,7 +466,7 @@ def add_debias(sub) -> None:
     src.add_argument("--runs", metavar="CSV", help="runs table (collected metrics.csv); summarized here")
     t.add_argument("--alpha", type=float, default=0.05, help="with --runs: significance level")
     t.add_argument("--role", action="append", metavar="ROLE", help="column order (default: as in the summary)")
-    t.add_argument("--label", action="append", default=[], metavar="ROLE=NAME", help="display name of a role")
+    add_label_option(t, "display name of a role")
     t.add_argument("--out-md", metavar="FILE.md", help="the tables as Markdown")
     t.add_argument("--out-tex", metavar="FILE.tex", help="the tables as LaTeX")
     t.add_argument("--out-csv", metavar="FILE.csv", help="the tables as CSV")
@@ -534,7 +522,7 @@ def _cmd_debias_table(args) -> int:
         from ..tables import read_summary
 
         summary = read_summary(args.summary)
-    tables = debias_tables.build_tables(summary, roles=args.role, role_labels=_role_labels(args.label), decimals=args.decimals,
+    tables = debias_tables.build_tables(summary, roles=args.role, role_labels=role_labels(args.label), decimals=args.decimals,
                                  std_decimals=args.decimals)
     if args.out_md:
         write_text(args.out_md, "\n".join(debias_tables.render_markdown(t) for t in tables.values()))

@@ -153,7 +153,7 @@ def _select(args) -> int:
 # --------------------------------------------------------------------------------------------------------------
 def _register_steps(sub) -> None:
     from . import add_config_option as config
-    from . import add_progress_option, add_shard_job_options
+    from . import add_label_option, add_progress_option, add_shard_job_options
 
     c = sub.add_parser("captions", help="§3.2-3.3: the ODmAP gallery (train+val+test captions with the classes they "
                        "mention) and the synthetic captions (noun-phrase removal, prompts)",
@@ -231,8 +231,7 @@ def _register_steps(sub) -> None:
     t.add_argument("--out-csv", required=True, metavar="FILE.csv", help="the tables as CSV")
     t.add_argument("--out-html", metavar="FILE.html", help="the tables as an HTML page (what the report shows)")
     t.add_argument("--out-figure", required=True, metavar="FILE", help="Figure 4 (image file)")
-    t.add_argument("--label", action="append", default=[], metavar="ROLE=NAME",
-                   help="display name of a model role (repeatable; default: the paper's CLIP / BLIP / VSE++)")
+    add_label_option(t, "display name of a model role (repeatable; default: the paper's CLIP / BLIP / VSE++)")
     t.set_defaults(func=_tables)
 
 
@@ -336,10 +335,10 @@ def _run(args) -> int:
 def _tables(args) -> int:
     from ..studies.spurious_retrieval import runs
 
-    from . import key_values
+    from . import role_labels
 
     runs.write_tables(args.summary, _load(args.config), args.out_md, args.out_tex, args.out_csv, args.out_figure,
                       out_html=args.out_html,
-                      labels=dict(key_values(args.label, "--label", "ROLE=NAME (e.g. clip_train=CLIP)")))
+                      labels=role_labels(args.label))
     print(f"tables -> {args.out_md}, figure -> {args.out_figure}")
     return 0

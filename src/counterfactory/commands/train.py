@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ..config import load_config
 from ..errors import InputError
-from . import add_config_option, add_progress_option, add_renamed
+from . import add_config_option, add_label_option, add_progress_option, add_renamed
 
 
 def _mixtures(args) -> int:
@@ -48,10 +48,10 @@ def _in_domain_table(args) -> int:
     from ..studies.coco_counterfactuals import in_domain
     from ..tables import read_summary
 
-    from . import key_values
+    from . import role_labels
 
     rows = in_domain.table5(read_summary(args.summary), args.models.split(","), args.mixtures.split(","),
-                            labels=dict(key_values(args.label, "--label", "ROLE=NAME (e.g. clip_train=CLIP)")))
+                            labels=role_labels(args.label))
     write_text(args.out_md, in_domain.table5_markdown(rows))
     if args.out_html:
         write_text(args.out_html, in_domain.table5_html(rows))
@@ -117,8 +117,8 @@ def register(sub) -> None:
     t.add_argument("--out-tex", required=True, metavar="FILE.tex", help="the table as LaTeX")
     t.add_argument("--out-csv", required=True, metavar="FILE.csv", help="the table as CSV")
     t.add_argument("--out-html", metavar="FILE.html", help="the table as an HTML page (what the report shows)")
-    t.add_argument("--label", action="append", default=[], metavar="ROLE=NAME",
-                   help="display name of a model role (repeatable; default: the paper's CLIP / BridgeTower / Flava)")
+    add_label_option(t, "display name of a model role (repeatable; default: the paper's CLIP / BridgeTower / "
+                        "Flava)")
     t.set_defaults(func=_in_domain_table)
     r = s.add_parser("run", help="train one (mixture, seed) run, keep the best checkpoint, evaluate it",
                      description="Reads a mixture manifest and the model role; fine-tunes it for one (mixture, "
