@@ -5,25 +5,28 @@
    the share of the wall time the GPU is busy, the busy time by kernel family (attention, matmul, convolution,
    normalisation, element-wise / copies), the host-device synchronisations (``cudaStreamSynchronize``,
    device-to-host copies) and the top CPU-side operators — the time the GPU waits for Python.
-2. **Variants**, each timed after a warm-up of its own shapes, same items, same steps:
-   P2P pairs at batch 8 (the paper config's ``images.batch_size``), 16 and 32; InstructPix2Pix editing
-   (CVLD) at batch 10 (m = 10 per image), 20 and 40; then, while the time budget lasts, ``torch.compile`` of
-   the UNet for the best P2P batch (its warm-up time reported apart).
+2. **Eager rows**, each timed after a warm-up of its own shapes, same items, same steps: P2P pairs at batch 8 (the
+   paper config's ``images.batch_size``) and 32; InstructPix2Pix editing (CVLD) at batch 10 (m = 10 per image)
+   and 20. The same call is profiled for editing.
+3. **Compiled variants** at the largest batch, while the time budget lasts (each one's warm-up reported apart):
+   ``torch.compile(fullgraph=True)`` of the UNet in ``reduce-overhead`` mode (one fused graph replayed as CUDA
+   graphs: possible since the P2P control traces without a graph break), in ``default`` mode (fused, launched
+   kernel by kernel: separates fusion from launch overhead), and CUDA graphs with channels-last convolutions.
+   Each compiled row compares its images with the eager ones of the same items (max / mean levels of 255).
    Each row: images/s, UNet evaluations/s, achieved TFLOP/s (FLOPs of the UNet alone, so a lower bound of the
    stage), % of the dense bf16 peak, and the ratio to the paper-batch row of its stage.
 
 Batching changes no output: every candidate's noise and parameters derive from its item id
 (``generation.selection.make_candidate``), so a larger batch is a pure speed setting.
 
-    python benchmarks/bench_gpu_fastpath.py --out gpu_fastpath.json             # CUDA, bf16: 3.5 min on an H200
-    OMP_NUM_THREADS=2 python benchmarks/bench_gpu_fastpath.py --device cpu --precision fp32 \\
-        --resolution 64 --steps 1 --pairs-batches 1 2 --edit-batches 1 --no-compile  # a smoke test of the script
+    python benchmarks/bench_gpu_fastpath.py --out gpu_fastpath.json       # CUDA, bf16: about 7 min on an H200
+    OMP_NUM_THREADS=2 python benchmarks/bench_gpu_fastpath.py --device cpu --precision fp32 --resolution 64 \\
+        --steps 1 --profile-steps 1 --pairs-batches 1 2 --edit-batches 1 2 --backend eager  # a smoke test (CPU)
 """
 
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import re
 import sys
@@ -31,6 +34,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -104,42 +108,80 @@ def row(stage, batch, m, flops, peak, base_rate=None, **extra) -> dict:
     r["ratio_vs_paper_batch"] = r["images_per_s"] / base_rate if base_rate else 1.0
     B.log(f"{stage} batch {batch}{' ' + str(extra) if extra else ''}: {r['images_per_s']:.3f} images/s, "
           f"{r['unet_evals_per_s']:.1f} evals/s, {tflops:.1f} TFLOP/s"
-          + (f" = {100 * r['peak_fraction']:.1f} % of peak" if r["peak_fraction"] else ""))
+          + (f" = {100 * r['peak_fraction']:.1f} % of peak" if r["peak_fraction"] else "")
+          + f", {r['ratio_vs_paper_batch']:.2f}x the paper batch")
     return r
 
 
-def compiled_row(out: dict, stage: str, unet, run, counted, items, batch: int, steps: int, device, flops, peak,
-                 base_rate) -> None:
-    """``torch.compile`` of the UNet's forward, warmed up at ``batch`` (its time reported apart), timed, then the
-    eager forward put back; a compile failure is recorded, not raised."""
-    B.log(f"torch.compile of the UNet, {stage} batch {batch}: warm-up")
+def pixel_change(a: np.ndarray, b: np.ndarray) -> dict:
+    """How far two runs' uint8 images of the same items differ (levels of 255)."""
+    d = np.abs(a.astype(np.int16) - b.astype(np.int16))
+    return {"max_levels": int(d.max()), "mean_levels": float(d.mean())}
+
+
+#: the variants after the eager rows: (name, torch.compile mode, channels_last), most informative first
+VARIANTS = {
+    "cudagraphs": ("reduce-overhead", False),            # one fused graph, replayed as CUDA graphs
+    "compile": ("default", False),                       # one fused graph, launched kernel by kernel
+    "cudagraphs+channels_last": ("reduce-overhead", True),
+}
+
+
+def compiled_row(out: dict, stage: str, variant: str, unet, vae, run, counted, items, batch: int, steps: int,
+                 device, flops, peak, base_rate, reference: np.ndarray | None, backend: str = "inductor") -> None:
+    """``torch.compile(fullgraph=True)`` of the UNet's forward in ``variant``'s mode (and layout), warmed up at
+    ``batch`` (its time reported apart), timed, its images compared with the eager ones of the same items; then
+    the eager forward and layout put back. A failure is recorded, not raised."""
+    import torch._dynamo
+
+    mode, channels_last = VARIANTS[variant]
+    B.log(f"{stage} {variant} (torch.compile mode={mode}, fullgraph, channels_last={channels_last}), batch {batch}")
     eager = unet.forward
-    unet.forward = torch.compile(eager)
+    torch._dynamo.reset()
+    if channels_last:
+        unet.to(memory_format=torch.channels_last)
+        vae.to(memory_format=torch.channels_last)
+    kw = {"mode": mode} if backend == "inductor" else {"backend": backend}
+    unet.forward = torch.compile(eager, fullgraph=True, **kw)
     t = time.perf_counter()
     try:
         run(items[:batch], 2)
+        run(items[:batch], 2)                          # CUDA graphs record on the second call of a shape
         warm = time.perf_counter() - t
         m = B.measure(run, counted, items[:batch], batch, steps, device)
-        out["rows"].append(row(stage, batch, m, flops, peak, base_rate, compile=True, compile_warmup_s=round(warm, 1)))
+        extra = {"variant": variant, "compile_mode": mode, "channels_last": channels_last,
+                 "compile_warmup_s": round(warm, 1)}
+        if reference is not None:
+            extra["vs_eager_images"] = pixel_change(run.last, reference)
+        out["rows"].append(row(stage, batch, m, flops, peak, base_rate, **extra))
     except Exception as err:  # noqa: BLE001 - a benchmark reports, it does not stop
-        out[f"compile_error_{stage}"] = f"{type(err).__name__}: {err}"[:500]
-        B.log(out[f"compile_error_{stage}"])
+        out[f"error_{stage}_{variant}"] = f"{type(err).__name__}: {err}"[:800]
+        B.log(out[f"error_{stage}_{variant}"])
     finally:
         unet.forward = eager
+        if channels_last:
+            unet.to(memory_format=torch.contiguous_format)
+            vae.to(memory_format=torch.contiguous_format)
+        torch._dynamo.reset()
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--precision", choices=sorted(B.DTYPES), default="bf16")
-    ap.add_argument("--steps", type=int, default=30, help="denoising steps of every timed call (paper: 100)")
+    ap.add_argument("--steps", type=int, default=20, help="denoising steps of every timed call (paper: 100)")
     ap.add_argument("--profile-steps", type=int, default=6)
     ap.add_argument("--resolution", type=int, default=512)
-    ap.add_argument("--pairs-batches", type=int, nargs="+", default=[8, 16, 32], help="first = the paper batch")
-    ap.add_argument("--edit-batches", type=int, nargs="+", default=[10, 20, 40], help="first = CVLD's m = 10")
-    ap.add_argument("--no-compile", action="store_true")
-    ap.add_argument("--budget-s", type=float, default=420.0,
-                    help="skip the compile variant when this much wall time has passed")
+    ap.add_argument("--pairs-batches", type=int, nargs="+", default=[8, 32],
+                    help="eager rows; the first = the paper batch, the last = the batch of the compiled variants")
+    ap.add_argument("--edit-batches", type=int, nargs="+", default=[10, 20], help="first = CVLD's m = 10")
+    ap.add_argument("--variants", nargs="*", default=list(VARIANTS), choices=list(VARIANTS),
+                    help="compiled variants, in order; the first runs for both stages before any other")
+    ap.add_argument("--variant-cost-s", type=float, default=100.0,
+                    help="a variant starts only when the budget has this much left")
+    ap.add_argument("--budget-s", type=float, default=430.0, help="wall time after which no variant starts")
+    ap.add_argument("--backend", default="inductor",
+                    help="torch.compile backend; 'eager' checks the one-graph capture only (a CPU smoke test)")
     ap.add_argument("--out", type=Path, default=None, help="JSON of every measurement")
     args = ap.parse_args(argv)
     start = time.perf_counter()
@@ -158,67 +200,55 @@ def main(argv=None) -> int:
         if args.out:
             args.out.write_text(json.dumps(out, indent=2, default=str), encoding="utf-8")
 
+    def left() -> float:
+        return args.budget_s - (time.perf_counter() - start)
+
+    stages = {}
     with torch.no_grad():
-        # ---------------------------------------------------------------- P2P pairs (COCO-CF)
-        pipe = B.build_model("sd", device, dtype, opts)
-        flops = T.unet_flops("sd", args.resolution, args.resolution)
-        run, counted, close = B.p2p_stage("p2p_pairs", pipe, opts, device, dtype, args.steps)
-        batches = args.pairs_batches
-        items = list(range(max(batches)))
-        base = batches[0]
-        run(items[:base], 1)
-        B.log(f"profiling one batch-{base} P2P call of {args.profile_steps} steps")
-        out["profile_p2p"] = profile_call(run, items[:base], args.profile_steps, device)
-        B.log(json.dumps({k: v for k, v in out["profile_p2p"].items() if k != "top_cpu_ops_s"}, default=str))
-        save()
-        base_rate = None
-        best = (base, 0.0)
-        for b in batches:
-            m = timed(run, counted, items[:b] * max(1, base // b) if b < base else items[:b], b, args.steps, device)
-            r = row("p2p_pairs", b, m, flops, peak, base_rate)
-            base_rate = base_rate or r["images_per_s"]
-            best = max(best, (b, r["images_per_s"]), key=lambda x: x[1])
-            out["rows"].append(r)
-            save()
-        if not args.no_compile and time.perf_counter() - start < args.budget_s:
-            compiled_row(out, "p2p_pairs", pipe.unet, run, counted, items, best[0], args.steps, device, flops, peak,
-                         base_rate)
-            save()
-        if close:
-            close()
-        del pipe, run, counted
-        gc.collect()
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
-        # ---------------------------------------------------------------- InstructPix2Pix editing (CVLD)
-        pipe = B.build_model("ip2p", device, dtype, opts)
-        run, counted, _ = B.editing_stage("editing", pipe, opts, device, dtype, args.steps)
-        batches = args.edit_batches
-        items = list(range(max(batches)))
-        run(items[:batches[0]], 1)                       # the profiled shape warmed up (cudnn autotuning)
-        out["profile_editing"] = profile_call(run, items[:batches[0]], args.profile_steps, device)
-        B.log(json.dumps({k: v for k, v in out["profile_editing"].items() if k != "top_cpu_ops_s"}, default=str))
-        base_rate = None
-        for b in batches:
-            m = timed(run, counted, items[:b], b, args.steps, device)
-            r = row("editing", b, m, flops, peak, base_rate)
-            base_rate = base_rate or r["images_per_s"]
-            out["rows"].append(r)
-            save()
-        if not args.no_compile and time.perf_counter() - start < args.budget_s + 90:
-            compiled_row(out, "editing", pipe.unet, run, counted, items, batches[min(1, len(batches) - 1)], args.steps,
-                         device, flops, peak, base_rate)
-            save()
+        # ---------------------------------------------------------------- eager rows and profiles
+        for stage, kind, batches, runner in (("p2p_pairs", "sd", args.pairs_batches, B.p2p_stage),
+                                             ("editing", "ip2p", args.edit_batches, B.editing_stage)):
+            pipe = B.build_model(kind, device, dtype, opts)
+            flops = T.unet_flops(kind, args.resolution, args.resolution)
+            run, counted, _ = runner(stage, pipe, opts, device, dtype, args.steps)
+            items = list(range(max(batches)))
+            run(items[:batches[0]], 1)                   # the profiled shape warmed up (cudnn autotuning)
+            B.log(f"profiling one batch-{batches[0]} {stage} call of {args.profile_steps} steps")
+            out[f"profile_{stage}"] = profile_call(run, items[:batches[0]], args.profile_steps, device)
+            B.log(json.dumps({k: v for k, v in out[f"profile_{stage}"].items() if k != "top_cpu_ops_s"},
+                             default=str))
+            base_rate = None
+            for b in batches:
+                m = timed(run, counted, items[:b], b, args.steps, device)
+                r = row(stage, b, m, flops, peak, base_rate, variant="eager")
+                base_rate = base_rate or r["images_per_s"]
+                out["rows"].append(r)
+                save()
+            reference = run.last                         # eager images of items[:batches[-1]]
+            stages[stage] = (pipe, run, counted, items, batches[-1], flops, base_rate, reference)
+        # ---------------------------------------------------------------- compiled variants, best first
+        for variant in args.variants:
+            for stage, (pipe, run, counted, items, b, flops, base_rate, reference) in stages.items():
+                if left() < args.variant_cost_s:
+                    B.log(f"budget: {stage} {variant} not run ({left():.0f} s left)")
+                    out.setdefault("not_run", []).append(f"{stage} {variant}")
+                    continue
+                compiled_row(out, stage, variant, pipe.unet, pipe.vae, run, counted, items, b, args.steps, device,
+                             flops, peak, base_rate, reference, args.backend)
+                save()
     if device.type == "cuda":
         out["peak_memory_gib"] = torch.cuda.max_memory_allocated(device) / 2 ** 30
     out["total_wall_s"] = time.perf_counter() - start
     save()
-    print("\n| stage | batch | compile | images/s | UNet evals/s | TFLOP/s | % of peak | vs paper batch |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("\n| stage | batch | variant | images/s | UNet evals/s | TFLOP/s | % of peak | vs paper batch | "
+          "vs eager images (max / mean levels) |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in out["rows"]:
         pct = f"{100 * r['peak_fraction']:.1f}" if r["peak_fraction"] else "—"
-        print(f"| {r['stage']} | {r['batch']} | {'yes' if r.get('compile') else 'no'} | {r['images_per_s']:.3f} | "
-              f"{r['unet_evals_per_s']:.1f} | {r['tflops']:.1f} | {pct} | {r['ratio_vs_paper_batch']:.2f}x |")
+        diff = r.get("vs_eager_images")
+        diff = f"{diff['max_levels']} / {diff['mean_levels']:.2f}" if diff else "—"
+        print(f"| {r['stage']} | {r['batch']} | {r['variant']} | {r['images_per_s']:.3f} | "
+              f"{r['unet_evals_per_s']:.1f} | {r['tflops']:.1f} | {pct} | {r['ratio_vs_paper_batch']:.2f}x | {diff} |")
     return 0
 
 

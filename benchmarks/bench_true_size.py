@@ -144,6 +144,7 @@ def p2p_stage(stage: str, pipe, args, device, dtype, steps: int):
     def run(items, n_steps):
         engine.settings = dataclasses.replace(settings, steps=n_steps)
         res = engine.generate(prompts, [make_candidate(0, "bench", i, settings) for i in items])
+        run.last = res.images                  # the last call's images, for output comparisons
         return res.images.shape[0] * res.images.shape[1]
 
     return run, engine.unet, engine.close
@@ -186,6 +187,7 @@ def editing_stage(stage: str, pipe, args, device, dtype, steps: int):
         params = [ed.edit_params("bench", j, s, "ip2p") for j in items]
         out = ed.ip2p_edit(pipe, [image] * len(items), ["turn the man into a woman"] * len(items),
                            [p["seed"] for p in params], dataclasses.replace(s, steps=n_steps), params)
+        run.last = np.stack(out)               # the last call's images, for output comparisons
         return len(out)
 
     return run, pipe.unet, None

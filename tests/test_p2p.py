@@ -405,3 +405,44 @@ def test_vae_with_wrong_latent_channels_is_a_config_error(sd_dir):
     bad = AutoencoderKL(latent_channels=3, block_out_channels=(8,), norm_num_groups=8)
     with pytest.raises(ConfigError, match="latent channels"):
         P2PEngine(_pipe(sd_dir), _settings(), vae=bad)
+
+
+# ----------------------------------------------------------------------------- compiled UNet (issue 33, part 3)
+
+def test_p2p_control_compiles_as_one_graph_per_copy_state(sd_dir):
+    """The ip2p_self control traces whole (``fullgraph=True``: no graph break), so the compiled UNet can run as
+    CUDA graphs: one graph for the steps that copy self-attention and one for those that do not, none more for
+    later steps or a second batch, and the same images as the eager UNet."""
+    import torch._dynamo
+
+    eager = P2PEngine(_pipe(sd_dir), _settings(steps=4))
+    compiled = P2PEngine(_pipe(sd_dir), _settings(steps=4))
+    graphs = []
+
+    def backend(gm, example_inputs):          # counts the graphs Dynamo hands over, runs them as traced
+        graphs.append(gm)
+        return gm.forward
+
+    torch._dynamo.reset()
+    try:
+        compiled.unet.forward = torch.compile(compiled.unet.forward, backend=backend, fullgraph=True)
+        cands = _cands("graphs", 2, compiled.settings)
+        p = [0.4, 0.9]                        # copies at steps 0-1 (both), step 2 (one), none at step 3
+        got = compiled.generate([ORIGINAL, EDITED], cands, p_override=p)
+        assert len(graphs) == 2
+        again = compiled.generate([ORIGINAL, EDITED], _cands("graphs-2", 2, compiled.settings), p_override=p)
+        assert len(graphs) == 2 and again.images.shape == got.images.shape
+    finally:
+        torch._dynamo.reset()
+        compiled.close()
+    want = eager.generate([ORIGINAL, EDITED], cands, p_override=p)
+    eager.close()
+    np.testing.assert_allclose(got.latents, want.latents, rtol=1e-5, atol=1e-5)
+    assert not np.allclose(got.latents[:, 0], got.latents[:, 1])   # the edit did something
+
+
+def test_controller_puts_the_step_rows_on_its_device():
+    c = AttentionController("ip2p_self", device="cpu")
+    c.configure(2, 2, [1.0, 0.0])
+    c.set_step(0, 3)
+    assert c.self_src.device == torch.device("cpu") and c.self_src.tolist() == [0, 0, 2, 3, 4, 4, 6, 7]

@@ -123,11 +123,14 @@ class AttentionController:
     batches :meth:`reset` makes every processor a plain attention.
     """
 
-    def __init__(self, mode: str = "ip2p_self", self_fraction: float = 0.0):
+    def __init__(self, mode: str = "ip2p_self", self_fraction: float = 0.0, device: torch.device | str | None = None):
+        """``device``: where the UNet runs; each step's row indices are put there once in :meth:`set_step`, so
+        the compiled UNet reads them as a plain input (no host-to-device copy inside its graph)."""
         if mode not in MODES:
             raise ValueError(f"unknown attention control mode {mode!r}; use one of {MODES}")
         self.mode = mode
         self.self_fraction = float(self_fraction)
+        self.device = None if device is None else torch.device(device)
         #: how often processors ran / edited something (cumulative; for tests and diagnostics)
         self.calls = {"self": 0, "cross": 0, "self_edited": 0, "cross_edited": 0}
         self.reset()
@@ -192,6 +195,8 @@ class AttentionController:
         self._on_device = {}
         copy_self = self_on[cand] & (member > 0)
         self.self_src = torch.where(copy_self, base_rows, rows) if bool(copy_self.any()) else None
+        if self.self_src is not None and self.device is not None:
+            self.self_src = self.self_src.to(self.device)
         copy_cross = cross_on[cand] & (member > 0) & (half == 1)
         if bool(copy_cross.any()):
             self.cross_src = torch.where(copy_cross, base_rows, rows)
@@ -207,12 +212,16 @@ class AttentionController:
             self._on_device[key] = getattr(self, name).to(device)
         return self._on_device[key]
 
-    # kept out of torch.compile's graphs: its per-step state (counters, which rows copy) would otherwise be
-    # guarded on and recompile the UNet at every step (measured on an H200: 8 recompiles, then 0.22x eager)
-    @torch.compiler.disable
+    # Traceable by torch.compile without a graph break (``fullgraph=True``, CUDA graphs with ``reduce-overhead``) in
+    # the paper's ``ip2p_self`` mode: the per-step state it reads is a device tensor of row indices (an input of
+    # the graph, so a new step does not recompile) and whether anything is copied (two graphs: copy / no copy).
+    # The diagnostic counters are eager-only: an int the graph read would be guarded on and recompile the UNet
+    # at every call (measured on an H200 when this method was traced whole: 8 recompiles, then 0.22x eager).
     def edit_qkv(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, is_cross: bool):
         """Return (query, key, value), each (rows, heads, tokens, dim), with the control applied."""
-        self.calls["cross" if is_cross else "self"] += 1
+        eager = not torch.compiler.is_compiling()
+        if eager:
+            self.calls["cross" if is_cross else "self"] += 1
         if self.n_candidates == 0:
             return query, key, value
         if query.shape[0] != self.rows:
@@ -220,16 +229,23 @@ class AttentionController:
                 f"attention control was configured for {self.rows} UNet rows but got {query.shape[0]}; "
                 f"configure the controller for every batch"
             )
-        dev = query.device
         if not is_cross:
             if self.self_src is None:
                 return query, key, value
-            self.calls["self_edited"] += 1
-            src = self._dev("self_src", dev)
+            if eager:
+                self.calls["self_edited"] += 1
+            src = self.self_src if self.self_src.device == query.device else self._dev("self_src", query.device)
             return query.index_select(0, src), key.index_select(0, src), value
         if self.cross_src is None:
             return query, key, value
+        return self._edit_cross(query, key, value)
+
+    # the word-swap map gathers a data-dependent set of rows (``nonzero``): a graph break under torch.compile,
+    # taken only by ``hertz_cross``, which no paper config uses
+    @torch.compiler.disable
+    def _edit_cross(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor):
         self.calls["cross_edited"] += 1
+        dev = query.device
         src = self._dev("cross_src", dev)
         active = torch.nonzero(self.cross_map_index >= 0).flatten()
         maps = self.maps[self.cross_map_index[active]].to(device=dev, dtype=value.dtype)   # (n, Ls, Ld)

@@ -138,7 +138,7 @@ class P2PEngine:
             )
         self.latent_shape = (self.unet.config.in_channels, settings.height // self.vae_scale,
                              settings.width // self.vae_scale)
-        self.controller = AttentionController(settings.control, settings.hertz_self_fraction)
+        self.controller = AttentionController(settings.control, settings.hertz_self_fraction, self.device)
         self._original_processors = install(self.unet, self.controller)
         #: rows pushed through the UNet, summed over steps (one row = one latent at one step)
         self.unet_evals = 0
