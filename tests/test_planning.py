@@ -87,7 +87,7 @@ def test_estimated_rates_are_marked_and_counted_apart(tmp_path):
     """The packaged H100 file's t2i and null-text rows are estimates: the plan uses them, marks rate and
     GPU-hours with ≈, prints how each was derived and totals them apart; measured rows carry no mark."""
     tp = planning.load_throughput(None)
-    assert {r["stage"] for r in tp["rows"] if r.get("estimate")} == {"t2i", "null_text_edit"}
+    assert {r["stage"] for r in tp["rows"] if r.get("estimate") and not r.get("compile")} == {"t2i", "null_text_edit"}
     cfg = load_full_config([REPO / "config" / "config.yaml"])
     frame = planning.plan(cfg, tp, items={"countercurate.t2i": 360}, results_root=tmp_path)
     p = frame.set_index(["study", "stage"])
@@ -174,3 +174,26 @@ def test_cli_prints_tables_and_writes_csv(tmp_path, capsys, monkeypatch):
     # a stage that does not exist is refused with the list of stages
     assert main(["plan", "--config", str(DEMO), "--items", "cvld.nope=3"]) == 2
     assert "cvld.ip2p_coco" in capsys.readouterr().err
+
+
+def test_compiled_rates_only_when_the_config_compiles(tmp_path):
+    """``compile: true`` rows (the measured torch.compile speed-up) are the rates of a config with
+    ``performance.compile: true`` and never of one without; a stage with no compiled row keeps its eager rate."""
+    rows = [{"stage": "x", "precision": "bf16", "unet_evals_per_s": 300},
+            {"stage": "x", "precision": "bf16", "unet_evals_per_s": 420, "compile": True, "estimate": "300 x 1.4"},
+            {"stage": "y", "precision": "bf16", "unet_evals_per_s": 100}]
+    assert planning.pick_rate(rows, "x", "unet_evals_per_s", "bf16")[0] == 300
+    assert planning.pick_rate(rows, "x", "unet_evals_per_s", "bf16", compiled=True)[0] == 420
+    assert planning.pick_rate(rows, "y", "unet_evals_per_s", "bf16", compiled=True)[0] == 100
+    cfg = load_full_config([REPO / "config" / "config.yaml"])
+    tp = planning.load_throughput(None)
+    eager = planning.plan(cfg, tp, results_root=tmp_path).set_index(["study", "stage"])
+    cfg["performance"] = {**cfg.get("performance", {}), "compile": True}
+    fast = planning.plan(cfg, tp, results_root=tmp_path).set_index(["study", "stage"])
+    pairs, edit = ("coco_counterfactuals", "p2p_pairs"), ("cvld", "ip2p_coco")
+    for key in (pairs, edit):
+        assert fast.loc[key, "rate"] > 1.3 * eager.loc[key, "rate"] and fast.loc[key, "rate_estimate"]
+        assert fast.loc[key, "throughput_row"].endswith("compiled")
+        assert not eager.loc[key, "rate_estimate"] and not eager.loc[key, "throughput_row"].endswith("compiled")
+    sets = ("social_counterfactuals", "p2p_sets")          # not measured compiled: its eager rate in both
+    assert fast.loc[sets, "rate"] == eager.loc[sets, "rate"]

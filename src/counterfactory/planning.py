@@ -269,12 +269,16 @@ def load_throughput(path: str | Path | None = None) -> dict:
     return {"path": str(path), "device": device, "placeholder": placeholder, "rows": rows}
 
 
-def pick_rate(rows: list[dict], stage: str, unit: str, precision: str | None = None) -> tuple[float | None, dict | None]:
+def pick_rate(rows: list[dict], stage: str, unit: str, precision: str | None = None,
+              compiled: bool = False) -> tuple[float | None, dict | None]:
     """The rate (``unit``: ``unet_evals_per_s`` or ``images_per_s``) of ``stage`` (names compared without case and
-    punctuation): measured rows before estimated ones (a row with an ``estimate`` key says how it was derived,
-    not measured), rows of the batched mode when any (a row whose ``mode`` names a loop is the one-item
-    baseline), of ``precision`` when any, then the fastest."""
+    punctuation): rows of the fast path the config runs (``compile: true`` rows only when ``compiled``, which
+    falls back to the eager rows of a stage without any), measured rows before estimated ones (a row with an
+    ``estimate`` key says how it was derived, not measured), rows of the batched mode when any (a row whose
+    ``mode`` names a loop is the one-item baseline), of ``precision`` when any, then the fastest."""
     mine = [r for r in rows if _norm(r["stage"]) == _norm(stage) and r.get(unit)]
+    eager = [r for r in mine if not r.get("compile")]
+    mine = ([r for r in mine if r.get("compile")] or eager) if compiled else (eager or mine)
     mine = [r for r in mine if not r.get("estimate")] or mine
     batched = [r for r in mine if not re.search(r"loop|single|one", str(r.get("mode", "")), re.I)]
     mine = batched or mine
@@ -303,11 +307,12 @@ def plan(cfg: Mapping[str, Any], throughput: dict | str | Path | None = None, it
     unknown = sorted(set(items) - known)
     if unknown:
         raise ConfigError(f"--items {', '.join(unknown)}: no such stage. Fix: use one of {', '.join(sorted(known))}")
+    compiled = bool((cfg.get("performance") or {}).get("compile"))
     rows = []
     for st in _stages(cfg, Path(results_root) / "results" / str(cfg.get("run_name", "paper")), items, study_view):
         unit = "unet_evals_per_s" if st.unet_per_item is not None else "images_per_s"
-        rate, row = pick_rate(tp["rows"], st.throughput_stage, unit, cfg.get("precision")) if st.throughput_stage \
-            else (None, None)
+        rate, row = pick_rate(tp["rows"], st.throughput_stage, unit, cfg.get("precision"), compiled) \
+            if st.throughput_stage else (None, None)
         n = st.items
         evals = None if n is None or st.unet_per_item is None else round(n * st.unet_per_item)
         images = None if n is None else round(n * st.images_per_item)
@@ -322,7 +327,8 @@ def plan(cfg: Mapping[str, Any], throughput: dict | str | Path | None = None, it
             "gpu_hours": gpu_hours(work, rate) if st.throughput_stage else 0.0,
             "jobs": st.jobs,
             "throughput_row": "" if row is None else
-            f"{row.get('device', '?')} {row.get('precision', '?')} batch {row.get('batch_size', '?')}",
+            f"{row.get('device', '?')} {row.get('precision', '?')} batch {row.get('batch_size', '?')}"
+            + (" compiled" if row.get("compile") else ""),
             "rate_estimate": "" if row is None else str(row.get("estimate") or ""),
         })
     frame = pd.DataFrame(rows, columns=COLUMNS)
