@@ -192,7 +192,7 @@ def test_compiled_rates_only_when_the_config_compiles(tmp_path):
     fast = planning.plan(cfg, tp, results_root=tmp_path).set_index(["study", "stage"])
     pairs, edit = ("coco_counterfactuals", "p2p_pairs"), ("cvld", "ip2p_coco")
     for key in (pairs, edit):
-        assert fast.loc[key, "rate"] > 1.3 * eager.loc[key, "rate"] and fast.loc[key, "rate_estimate"]
+        assert fast.loc[key, "rate"] > 1.25 * eager.loc[key, "rate"] and fast.loc[key, "rate_estimate"]
         assert fast.loc[key, "throughput_row"].endswith("compiled")
         assert not eager.loc[key, "rate_estimate"] and not eager.loc[key, "throughput_row"].endswith("compiled")
     sets = ("social_counterfactuals", "p2p_sets")          # not measured compiled: its eager rate in both
