@@ -161,3 +161,48 @@ def test_paper_smoke_bridgetower_processor_takes_photos_of_any_shape():
     assert tuple(out["pixel_values"].shape) == (3, 3, 288, 288)
     assert tuple(out["pixel_mask"].shape) == (3, 288, 288)
     assert processor.to_dict()["size"] == {"shortest_edge": 288}
+
+
+# --------------------------------------------------------------------------- bench_gpu_fastpath's compiled rows
+
+def _toy_stage():
+    net, vae = nn.Conv2d(4, 4, 3, padding=1), nn.Conv2d(4, 4, 3, padding=1)
+
+    def run(items, steps):
+        x = torch.ones(len(items), 4, 2, 2)
+        for _ in range(steps):
+            x = net(x)
+        run.last = (x.detach().clamp(0, 1) * 255).round().to(torch.uint8).numpy()
+        return len(items)
+
+    return net, vae, run
+
+
+def test_fastpath_compiled_row_compares_images_and_puts_the_eager_model_back():
+    """A compiled variant is timed, compared with the eager images of the same items, and leaves the model as it
+    found it (eager forward, contiguous layout); a variant that fails is recorded, not raised."""
+    import bench_gpu_fastpath as F
+
+    net, vae, run = _toy_stage()
+    eager_forward = net.forward
+    with torch.no_grad():
+        run([0, 1], 3)
+        reference = run.last.copy()
+        out = {"rows": []}
+        F.compiled_row(out, "toy", "compile", net, vae, run, net, [0, 1], 2, 3, torch.device("cpu"), 1e9,
+                       (1e3, "test"), 1.0, reference, backend="eager")
+    row, = out["rows"]
+    assert row["variant"] == "compile" and row["vs_eager_images"] == {"max_levels": 0, "mean_levels": 0.0}
+    assert row["images"] == 2 and row["unet_evals_per_s"] > 0 and net.forward == eager_forward
+
+    def broken(items, steps):
+        assert not net.weight.is_contiguous()           # the variant's channels-last layout is in place
+        raise RuntimeError("no CUDA graphs here")
+
+    F.compiled_row(out, "toy", "cudagraphs+channels_last", net, vae, broken, net, [0, 1], 2, 3,
+                   torch.device("cpu"), 1e9, (1e3, "test"), 1.0, reference, backend="eager")
+    assert "no CUDA graphs here" in out["error_toy_cudagraphs+channels_last"] and len(out["rows"]) == 1
+    assert net.forward == eager_forward and net.weight.is_contiguous() and vae.weight.is_contiguous()
+    shifted = reference.copy()
+    shifted.flat[0] = 255 - shifted.flat[0]
+    assert F.pixel_change(shifted, reference)["max_levels"] == abs(255 - 2 * int(reference.flat[0]))
