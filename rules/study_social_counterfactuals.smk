@@ -418,8 +418,10 @@ rule social_debias_table:
         CONDA_ENV
     params:
         labels=display_labels,
+        withheld=lambda wildcards: view(wildcards.study)["debias"]["withheld_fraction"],
     shell:
-        "counterfactory social debias-table --runs {input:q} {params.labels} --out-md {output.md:q}"
+        "counterfactory social debias-table --runs {input:q} {params.labels} --withheld-fraction {params.withheld}"
+        " --out-md {output.md:q}"
         " --out-tex {output.tex:q} --out-csv {output.csv:q} --out-html {output.html:q} > {log:q} 2>&1"
 
 

@@ -303,6 +303,23 @@ def test_table_layouts():
     assert row["mean"].iloc[0] == -0.19 and not row["best"].iloc[0]
 
 
+def test_table_captions_state_the_configured_withheld_share(tmp_path):
+    """The captions say how many occupations were withheld: the paper's 20 % by default, the config's
+    ``debias.withheld_fraction`` when the rule passes it (the smoke overlay withholds half)."""
+    assert "withholding counterfactual sets for 20% of the occupations" in dt.build_tables(hand_summary())["table2"].caption
+    half = dt.build_tables(hand_summary(), withheld_fraction=0.5)
+    assert all("for 50% of the occupations" in t.caption for t in half.values())
+    with pytest.raises(ConfigError, match="withheld_fraction"):
+        dt.build_tables(hand_summary(), withheld_fraction=20)
+    from counterfactory.cli import main
+
+    summary = tmp_path / "summary.csv"
+    hand_summary().to_csv(summary, index=False)
+    assert main(["social", "debias-table", "--summary", str(summary), "--withheld-fraction", "0.25",
+                 "--out-md", str(tmp_path / "t.md")]) == 0
+    assert "for 25% of the occupations" in (tmp_path / "t.md").read_text()
+
+
 def test_table_ignores_significance_of_the_wrong_direction(caplog):
     s = hand_summary()
     s.loc[s["metric"] == "maxskew_mean", "alternative"] = "greater"
@@ -419,7 +436,14 @@ def test_task_tables_in_the_papers_layout():
                                                         ("Image Retrieval", "R@1")]
     assert [r[0] for r in t4.rows] == ["Pre-trained", "Debiased (Race, Gender)"]   # segments without runs: no row
     pre, deb = t4.rows
-    assert (pre[1].mean, pre[2].mean, pre[1].n) == (pytest.approx(67.1), pytest.approx(69.4), 3)
+    # the three segments' evaluations of the pre-trained model at seed 0 are one value, not three replicates
+    assert (pre[1].mean, pre[2].mean, pre[1].n) == (pytest.approx(67.1), pytest.approx(69.4), 1)
+    assert math.isnan(pre[1].std)
+    more = pd.concat([_task_runs(), pd.DataFrame([
+        {"experiment": f"clip_train:{seg}", "mixture": "pretrained", "seed": 1, "data_seed": 2,
+         "metric": "flickr30k/image_to_text@1", "value": 67.5} for seg in ("race_gender", "physical_race")])])
+    pre2 = task_eval.build_tables(more, ["clip_train"], "flickr30k", [], ks=[1])["table4:clip_train"].rows[0][1]
+    assert (pre2.n, pre2.mean, pre2.std) == (2, pytest.approx(67.3), pytest.approx(0.2828, 1e-3))
     assert isinstance(deb[1], Cell) and deb[1].mean == pytest.approx(69.2) and deb[1].std == pytest.approx(0.2828, 1e-3)
     assert [c.label for c in t5.columns] == ["CLIP Model", "ImageNet"] and t5.rows[1][1].mean == pytest.approx(55.38)
     md = render_markdown(t4)

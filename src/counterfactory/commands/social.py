@@ -472,6 +472,9 @@ def add_debias(sub) -> None:
     t.add_argument("--out-csv", metavar="FILE.csv", help="the tables as CSV")
     t.add_argument("--out-html", metavar="FILE.html", help="the tables as an HTML page (what the report shows)")
     t.add_argument("--decimals", type=int, default=2, help="decimals shown (default: 2)")
+    t.add_argument("--withheld-fraction", type=float, default=0.2, metavar="F",
+                   help="share of occupations the runs withheld, as the captions state it (the config's "
+                        "debias.withheld_fraction; default: the paper's 0.2)")
     t.set_defaults(func=_cmd_debias_table)
 
     k = sub.add_parser("debias-task-table",
@@ -522,8 +525,9 @@ def _cmd_debias_table(args) -> int:
         from ..tables import read_summary
 
         summary = read_summary(args.summary)
-    tables = debias_tables.build_tables(summary, roles=args.role, role_labels=role_labels(args.label), decimals=args.decimals,
-                                 std_decimals=args.decimals)
+    tables = debias_tables.build_tables(summary, roles=args.role, role_labels=role_labels(args.label),
+                                        decimals=args.decimals, std_decimals=args.decimals,
+                                        withheld_fraction=args.withheld_fraction)
     if args.out_md:
         write_text(args.out_md, "\n".join(debias_tables.render_markdown(t) for t in tables.values()))
     if args.out_html:

@@ -27,13 +27,13 @@ log = logging.getLogger(__name__)
 TABLES: dict[str, tuple[str, str, str, str]] = {
     "table2": ("maxskew_mean", "maxskew_mean", "min",
                "Table 2. Mean of MaxSkew@K for pre-trained and debiased variants, estimated by withholding "
-               "counterfactual sets for 20% of the occupations."),
+               "counterfactual sets for {withheld} of the occupations."),
     "table16": ("ndkl_mean", "ndkl_mean", "min",
                 "Table 16. Mean of NDKL for pre-trained and debiased variants, estimated by withholding "
-                "counterfactual sets for 20% of the occupations."),
+                "counterfactual sets for {withheld} of the occupations."),
     "table17": ("bias_mean", "absbias_mean", "abs",
                 "Table 17. Bias@K for pre-trained and debiased variants, estimated by withholding counterfactual "
-                "sets for 20% of the occupations (segments with gender; positive = male)."),
+                "sets for {withheld} of the occupations (segments with gender; positive = male)."),
 }
 for _dataset, _name in (("visogender", "VisoGender"), ("pata", "PATA")):
     TABLES[f"table3_{_dataset}"] = (
@@ -67,10 +67,16 @@ class DebiasTable:
 
 def build_tables(summary: pd.DataFrame, *, roles: Sequence[str] | None = None, segments: Sequence[str] | None = None,
                  role_labels: Mapping[str, str] | None = None, decimals: int = 2,
-                 std_decimals: int = 2) -> dict[str, DebiasTable]:
+                 std_decimals: int = 2, withheld_fraction: float = 0.2) -> dict[str, DebiasTable]:
     """Tables 2, 16 and 17 from a stats summary of debiasing runs (rows: segments; columns: model × pre-trained /
-    debiased). A table with no row in the summary is left out (Table 17 without a gender segment)."""
+    debiased). A table with no row in the summary is left out (Table 17 without a gender segment). The captions
+    state ``withheld_fraction``, the share of occupations the runs withheld (``debias.withheld_fraction``; the
+    paper's 20 %)."""
     from ...render import Cell
+
+    if not 0 < withheld_fraction < 1:
+        raise ConfigError(f"withheld_fraction {withheld_fraction!r}. Fix: pass debias.withheld_fraction, in (0, 1)")
+    withheld = f"{100 * withheld_fraction:g}%"
 
     need = {"experiment", "metric", "mixture", "mean", "std", "n", "significant"}
     missing = sorted(need - set(summary.columns))
@@ -93,6 +99,7 @@ def build_tables(summary: pd.DataFrame, *, roles: Sequence[str] | None = None, s
     labels = {r: (role_labels or {}).get(r, r) for r in role_order}
     out: dict[str, DebiasTable] = {}
     for name, (metric, test_metric, best_rule, caption) in TABLES.items():
+        caption = caption.format(withheld=withheld)
         sel = df[df["metric"] == metric]
         if sel.empty:
             continue

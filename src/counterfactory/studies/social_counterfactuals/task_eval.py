@@ -82,7 +82,12 @@ def _rows(runs: pd.DataFrame, role: str, segments: Sequence[str] | None) -> list
     parsed = runs["experiment"].map(parse_experiment)
     mine = runs[parsed.map(lambda rs: rs[0]) == role].assign(segment=parsed.map(lambda rs: rs[1]))
     order = list(segments) if segments else list(dict.fromkeys(mine["segment"]))
-    out = [(PRETRAINED_LABEL, mine[mine["mixture"] == PRETRAINED])]
+    pretrained = mine[mine["mixture"] == PRETRAINED]
+    if "seed" in pretrained.columns and not pretrained.empty:
+        # every segment's evaluation of the pre-trained model at one seed is the same model on the same data: one
+        # value per seed, so the std is over seeds, not over copies (one seed: no std)
+        pretrained = pretrained.groupby(["seed", "metric"], as_index=False)["value"].mean()
+    out = [(PRETRAINED_LABEL, pretrained)]
     for seg in order:
         out.append((f"Debiased {segment_label(seg)}", mine[(mine["mixture"] == DEBIASED) & (mine["segment"] == seg)]))
     return [(label, frame) for label, frame in out if not frame.empty]
@@ -93,7 +98,7 @@ def build_tables(runs: pd.DataFrame, roles: Sequence[str], retrieval_name: str |
                  labels: Mapping[str, str] | None = None, decimals: int = 2) -> dict[str, Any]:
     """Tables 4 and 5 of each role from the runs table (columns ``experiment, mixture, seed, data_seed, metric,
     value``; experiments ``<role>:<segment>``): rows ``Pre-trained`` (the pre-trained model; every segment's
-    evaluation of it is the same model, all are averaged) and ``Debiased (<segment>)`` per segment, mean over seeds
+    evaluation of it at one seed is the same model, so they count once per seed) and ``Debiased (<segment>)`` per segment, mean over seeds
     with the sample std. Table 4: Text Retrieval (image -> text) and Image Retrieval (text -> image) R@K on
     ``retrieval_name``; Table 5: top-1 accuracy per dataset. Returns ``{"table4:<role>": Table, ...}``."""
     from ...render import Column, Table
