@@ -188,7 +188,7 @@ def make_table(tmp_path):
     return path
 
 
-def test_probe_runner_with_stand_in_scorer(tmp_path):
+def test_probe_runner_with_stand_in_scorer(tmp_path, monkeypatch):
     path = make_table(tmp_path)
     scorers = {}
 
@@ -227,8 +227,22 @@ def test_probe_runner_with_stand_in_scorer(tmp_path):
     write_csv(tmp_path / "probe.csv", df)
     back = pr.read_probe(tmp_path / "probe.csv")
     assert len(back) == len(df) and (back["label"] == "").sum() == (df["label"] == "").sum()
+    closed = []
+    real = rp._pyplot()
+
+    class _Recording:                          # pyplot, but remembers the figures it closes
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+        def close(self, fig):
+            closed.append([ax.get_title() for ax in fig.axes])
+            real.close(fig)
+
+    monkeypatch.setattr(rp, "_pyplot", _Recording)
     assert rp.figure_maxskew_boxplots(back, tmp_path / "f3.png").stat().st_size > 0
     assert rp.figure_marginal_bars(back, tmp_path / "f4.png").stat().st_size > 0
+    assert closed[0] == ["(Race, Gender)"]                      # segments named as the tables name them
+    assert closed[1] == ["(Race, Gender): marginal gender by race"]
     assert rp.figure_retrieval_proportions(back, tmp_path / "f5.png", "doctor").stat().st_size > 0
 
 

@@ -184,6 +184,7 @@ def figure_maxskew_boxplots(probe_df: pd.DataFrame, out: str | Path, metric: str
     """Figure 3 / 6: per segment, a box plot of MaxSkew@K across occupations per model; the maximum (red) and
     minimum (green) occupations are circled and named (ties: the first name alphabetically, "+n more")."""
     from ...io import save_figure
+    from .debias_tables import segment_label
 
     sel = per_subject(probe_df, metric)
     if sel.empty:
@@ -205,7 +206,7 @@ def figure_maxskew_boxplots(probe_df: pd.DataFrame, out: str | Path, metric: str
                 text = names[0] + (f" (+{len(names) - 1})" if len(names) > 1 else "")
                 ax.scatter([x], [v], s=40, facecolors="none", edgecolors=colour, zorder=3)
                 ax.annotate(text, (x, v), textcoords="offset points", xytext=(5, dy), fontsize=7, color=colour)
-        ax.set_title(seg)
+        ax.set_title(segment_label(seg))                 # "(Physical Char., Gender)", as the tables name it
         ax.set_ylabel("MaxSkew@K" if metric == "maxskew" else metric)
     fig.tight_layout()
     path = save_figure(out, fig)
@@ -218,6 +219,7 @@ def figure_marginal_bars(probe_df: pd.DataFrame, out: str | Path, attribute: str
     """Figure 4 / 7: mean across occupations of the marginal ``attribute`` MaxSkew@K computed on the images of each
     value of ``given_type``; grouped bars, one group per model, one bar per value."""
     from ...io import save_figure
+    from .debias_tables import segment_label
 
     sel = probe_df[(probe_df["metric"] == metric) & (probe_df["attribute"] == attribute)
                    & probe_df["given"].astype(str).str.startswith(f"{given_type}=")
@@ -233,7 +235,7 @@ def figure_marginal_bars(probe_df: pd.DataFrame, out: str | Path, attribute: str
         t.columns = [c.split("=", 1)[1] for c in t.columns]
         t.plot.bar(ax=ax, rot=0, width=0.8)
         ax.set_ylabel(f"mean {attribute} MaxSkew@K")
-        ax.set_title(f"{seg}: marginal {attribute} by {given_type}")
+        ax.set_title(f"{segment_label(seg)}: marginal {attribute} by {given_type}")
         ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
     path = save_figure(out, fig)
