@@ -11,7 +11,9 @@
 3. **Compiled variants** at the largest batch, while the time budget lasts (each one's warm-up reported apart):
    ``torch.compile(fullgraph=True)`` of the UNet in ``reduce-overhead`` mode (one fused graph replayed as CUDA
    graphs: possible since the P2P control traces without a graph break), in ``default`` mode (fused, launched
-   kernel by kernel: separates fusion from launch overhead), and CUDA graphs with channels-last convolutions.
+   kernel by kernel: separates fusion from launch overhead), the production path of ``performance.compile:
+   true`` (``counterfactory.device.compile_module``, its graph breaks counted), ``max-autotune`` (autotuned
+   kernels; minutes of warm-up), and CUDA graphs with channels-last convolutions.
    Each compiled row compares its images with the eager ones of the same items (max / mean levels of 255).
    Each row: images/s, UNet evaluations/s, achieved TFLOP/s (FLOPs of the UNet alone, so a lower bound of the
    stage), % of the dense bf16 peak, and the ratio to the paper-batch row of its stage.
@@ -20,6 +22,8 @@ Batching changes no output: every candidate's noise and parameters derive from i
 (``generation.selection.make_candidate``), so a larger batch is a pure speed setting.
 
     python benchmarks/bench_gpu_fastpath.py --out gpu_fastpath.json       # CUDA, bf16: about 7 min on an H200
+    python benchmarks/bench_gpu_fastpath.py --out gpu_fastpath.json --variants cudagraphs config_compile \
+        max_autotune --budget-s 540                  # the production path and max-autotune beside CUDA graphs
     OMP_NUM_THREADS=2 python benchmarks/bench_gpu_fastpath.py --device cpu --precision fp32 --resolution 64 \\
         --steps 1 --profile-steps 1 --pairs-batches 1 2 --edit-batches 1 2 --backend eager  # a smoke test (CPU)
 """
@@ -119,12 +123,29 @@ def pixel_change(a: np.ndarray, b: np.ndarray) -> dict:
     return {"max_levels": int(d.max()), "mean_levels": float(d.mean())}
 
 
-#: the variants after the eager rows: (name, torch.compile mode, channels_last), most informative first
+#: the variants after the eager rows: name -> (torch.compile mode, channels_last, how), most informative first.
+#: how = "forward": ``torch.compile(unet.forward, fullgraph=True)``; "config": the path a run takes with
+#: ``performance.compile: true`` (``counterfactory.device.compile_module``: ``module.compile(mode=...)``,
+#: graph breaks allowed), to check that the production path reaches the same speed
 VARIANTS = {
-    "cudagraphs": ("reduce-overhead", False),            # one fused graph, replayed as CUDA graphs
-    "compile": ("default", False),                       # one fused graph, launched kernel by kernel
-    "cudagraphs+channels_last": ("reduce-overhead", True),
+    "cudagraphs": ("reduce-overhead", False, "forward"),   # one fused graph, replayed as CUDA graphs
+    "compile": ("default", False, "forward"),              # one fused graph, launched kernel by kernel
+    "config_compile": ("reduce-overhead", False, "config"),  # performance: {compile: true, compile_mode: ...}
+    "max_autotune": ("max-autotune", False, "forward"),    # autotuned GEMM / conv kernels + CUDA graphs (slow warm-up)
+    "cudagraphs+channels_last": ("reduce-overhead", True, "forward"),
 }
+
+
+def graph_breaks(clear: bool = False) -> int | None:
+    """Graph breaks Dynamo has counted (``clear``: start counting again); None where the counter is unavailable."""
+    try:
+        from torch._dynamo.utils import counters
+    except ImportError:
+        return None
+    n = int(sum(counters["graph_break"].values()))
+    if clear:
+        counters["graph_break"].clear()
+    return n
 
 
 def compiled_row(out: dict, stage: str, variant: str, unet, vae, run, counted, items, batch: int, steps: int,
@@ -134,15 +155,23 @@ def compiled_row(out: dict, stage: str, variant: str, unet, vae, run, counted, i
     the eager forward and layout put back. A failure is recorded, not raised."""
     import torch._dynamo
 
-    mode, channels_last = VARIANTS[variant]
-    B.log(f"{stage} {variant} (torch.compile mode={mode}, fullgraph, channels_last={channels_last}), batch {batch}")
+    mode, channels_last, how = VARIANTS[variant]
+    B.log(f"{stage} {variant} (torch.compile mode={mode}, {how}, channels_last={channels_last}), batch {batch}")
     eager = unet.forward
     torch._dynamo.reset()
+    graph_breaks(clear=True)
     if channels_last:
         unet.to(memory_format=torch.channels_last)
         vae.to(memory_format=torch.channels_last)
-    kw = {"mode": mode} if backend == "inductor" else {"backend": backend}
-    unet.forward = torch.compile(eager, fullgraph=True, **kw)
+    if how == "config" and backend == "inductor":
+        from counterfactory.device import compile_module
+
+        compile_module(unet, mode, device)
+    elif how == "config":
+        unet.compile(backend=backend)
+    else:
+        kw = {"mode": mode} if backend == "inductor" else {"backend": backend}
+        unet.forward = torch.compile(eager, fullgraph=True, **kw)
     t = time.perf_counter()
     try:
         run(items[:batch], 2)
@@ -153,12 +182,16 @@ def compiled_row(out: dict, stage: str, variant: str, unet, vae, run, counted, i
                  "compile_warmup_s": round(warm, 1)}
         if reference is not None:
             extra["vs_eager_images"] = pixel_change(run.last, reference)
+        if how == "config":
+            extra["graph_breaks"] = graph_breaks()
         out["rows"].append(row(stage, batch, m, flops, peak, base_rate, **extra))
     except Exception as err:  # noqa: BLE001 - a benchmark reports, it does not stop
         out[f"error_{stage}_{variant}"] = f"{type(err).__name__}: {err}"[:800]
         B.log(out[f"error_{stage}_{variant}"])
     finally:
         unet.forward = eager
+        if getattr(unet, "_compiled_call_impl", None) is not None:
+            unet._compiled_call_impl = None            # undo nn.Module.compile
         if channels_last:
             unet.to(memory_format=torch.contiguous_format)
             vae.to(memory_format=torch.contiguous_format)

@@ -203,6 +203,19 @@ def test_fastpath_compiled_row_compares_images_and_puts_the_eager_model_back():
                    torch.device("cpu"), 1e9, (1e3, "test"), 1.0, reference, backend="eager")
     assert "no CUDA graphs here" in out["error_toy_cudagraphs+channels_last"] and len(out["rows"]) == 1
     assert net.forward == eager_forward and net.weight.is_contiguous() and vae.weight.is_contiguous()
+    graphs = []
+
+    def counting(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    with torch.no_grad():                               # the production path (performance.compile: module.compile)
+        F.compiled_row(out, "toy", "config_compile", net, vae, run, net, [0, 1], 2, 3, torch.device("cpu"), 1e9,
+                       (1e3, "test"), 1.0, reference, backend=counting)
+    config_row = out["rows"][-1]
+    assert config_row["variant"] == "config_compile" and config_row["vs_eager_images"]["max_levels"] == 0
+    assert graphs, "the module was not compiled"
+    assert config_row["graph_breaks"] == 0 and net._compiled_call_impl is None and net.forward == eager_forward
     shifted = reference.copy()
     shifted.flat[0] = 255 - shifted.flat[0]
     assert F.pixel_change(shifted, reference)["max_levels"] == abs(255 - 2 * int(reference.flat[0]))
