@@ -128,6 +128,35 @@ def test_paper_config_counts_and_items_from_earlier_outputs(tmp_path):
     assert p.loc[("coco_counterfactuals", "p2p_pairs"), "items_source"] == str(table)
 
 
+def test_a_small_configured_dataset_caps_the_paper_counts(tmp_path, monkeypatch):
+    """Before any step ran, a stage whose data are in place is planned at what those data can give at most, not at
+    the paper's size (the true-size smoke run's preflight asked for 43 GB for the demo fixtures): a pair per COCO
+    caption, a spurious / CVLD image per Karpathy training image (train + restval). Without the files: the paper."""
+    monkeypatch.chdir(REPO)
+    cfg = load_full_config([DEMO])
+
+    def train_images(path):
+        return sum(img["split"] in ("train", "restval") for img in json.loads((REPO / path).read_text())["images"])
+
+    captions = len(json.loads((REPO / "resources/demo/annotations/captions_val2017.json").read_text())["annotations"])
+    p = planning.plan(cfg, TP, results_root=tmp_path).set_index(["study", "stage"])
+    coco = p.loc[("coco_counterfactuals", "p2p_pairs")]
+    assert coco["items"] == captions < 24508 and coco["items_source"].startswith("upper bound")
+    assert coco["unet_evals"] == captions * coco["unet_evals_per_item"]
+    odmap = train_images(cfg["spurious_retrieval"]["data"]["coco"]["karpathy_json"])
+    assert p.loc[("spurious_retrieval", "lama_coco"), "items"] == odmap < 45467
+    assert p.loc[("spurious_retrieval", "lama_coco"), "disk_bytes"] == planning.disk_bytes(odmap, 480, 640)
+    cvld = train_images(cfg["cvld"]["data"]["coco"]["karpathy_json"])
+    subset = max(cfg["cvld"]["data"]["subsets"])
+    assert p.loc[("cvld", "ip2p_coco"), "items"] == round(subset * cvld)
+    # the same config with its files moved away: the paper's counts
+    cfg["spurious_retrieval"]["data"]["coco"]["karpathy_json"] = str(tmp_path / "absent.json")
+    cfg["cvld"]["data"]["coco"]["karpathy_json"] = str(tmp_path / "absent.json")
+    p = planning.plan(cfg, TP, results_root=tmp_path).set_index(["study", "stage"])
+    assert p.loc[("spurious_retrieval", "lama_coco"), "items"] == 45467
+    assert p.loc[("cvld", "ip2p_coco"), "items"] == round(subset * planning.KARPATHY_COCO_TRAIN)
+
+
 def test_job_stats_parsing():
     out = "Building DAG of jobs...\nJob stats:\njob              count\n-------------  -------\nall  1\n" \
           "images_generate  501\ncountercurate_generate  12\nsocial_generate  188\nmodels_build_tiny  1\n" \

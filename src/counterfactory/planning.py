@@ -20,8 +20,10 @@ Definitions
     iterations, then Prompt-to-Prompt on source + target rows of the m candidates with CFG).
 * **Items** come, in this order, from ``items`` overrides (``"study.stage": n``), from the stage's input table
   when an earlier run wrote it under ``results/<run_name>/<study>/``, from the configuration when it determines
-  them (SocialCounterfactuals' caption sets), else from the paper's counts (each cited in ``items_source``);
-  where none exists the row stays blank.
+  them (SocialCounterfactuals' caption sets), else from the paper's counts (each cited in ``items_source``),
+  capped by what the configured data can give at most when its file is in place (a caption pair per caption; a
+  spurious or CVLD image per Karpathy training image; a t2i image per negative kind per Flickr30k image), so a
+  small or own dataset is not planned at the paper's size; where none exists the row stays blank.
 * **Disk**: PNG bytes per image = ``height x width x`` :data:`BYTES_PER_PIXEL` (a documented estimate: photographic
   Stable Diffusion PNGs at 512x512 are about 0.3-0.5 MB, i.e. about 1.45 bytes per pixel; noise compresses worse,
   flat images better). Only images the stage keeps are counted (candidates are not written unless configured).
@@ -106,6 +108,25 @@ def _items(key: tuple[str, str], overrides: Mapping[str, int], table: Path | Non
     return fallback or PAPER_ITEMS.get(key, (None, "unknown: run the step that writes the input table, or --items"))
 
 
+def _karpathy_images(path, splits=("train", "restval")) -> int | None:
+    """Images of ``splits`` (default: the training images, train + restval, §4.1 of Kim et al.; CVLD app. B) in a
+    configured Karpathy file; None when the file is not in place or not readable (the paper count is used then)."""
+    if not path or not Path(path).is_file():
+        return None
+    try:
+        images = json.loads(Path(path).read_text(encoding="utf-8"))["images"]
+        return sum(1 for img in images if img.get("split") in splits)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def _capped(paper: tuple[int, str], most: int | None, what: str) -> tuple[int, str]:
+    """The paper's count, or what the configured data can give at most (``what``) when that is fewer."""
+    if most is None or most >= paper[0]:
+        return paper
+    return most, f"upper bound: {most:,} {what} (paper: {paper[1]})"
+
+
 # --------------------------------------------------------------------------- the studies
 
 
@@ -113,12 +134,15 @@ def _coco(view, res: Path, items: Mapping[str, int]) -> list[Stage]:
     from . import workflow
 
     img = view["images"]
+    path = workflow.caption_json(view)
+    configured = workflow._count(str(path), view["data"].get("limit_images")) if path.exists() else None
     n, src = _items(("coco_counterfactuals", "p2p_pairs"), items,
-                    res / "captions" / "counterfactual_captions.parquet")
+                    res / "captions" / "counterfactual_captions.parquet",
+                    fallback=_capped(PAPER_ITEMS[("coco_counterfactuals", "p2p_pairs")], configured,
+                                     f"caption pairs, one per caption of {path}"))
     per = 2 * 2 * int(img["candidates_per_pair"]) * int(img["steps"])
     kept = 2 * int(img["filter"]["top_k"]) + (2 * int(img["candidates_per_pair"]) if img.get("save_all_candidates") else 0)
-    path = workflow.caption_json(view)
-    captions = workflow._count(str(path), view["data"].get("limit_images")) if path.exists() else COCO_VAL2017_CAPTIONS
+    captions = COCO_VAL2017_CAPTIONS if configured is None else configured
     jobs = max(1, math.ceil(captions / int(img["shard_size"])))   # image jobs shard the input captions
     return [Stage("coco_counterfactuals", "p2p_pairs", n, src, per, kept, int(img["height"]), int(img["width"]),
                   "p2p_pairs", jobs)]
@@ -193,7 +217,12 @@ def _spurious(view, res: Path, items: Mapping[str, int]) -> list[Stage]:
     s = sr.settings(view)
     out = []
     for ds in s["data"]["datasets"]:
-        n, src = _items(("spurious_retrieval", ds), items, res / ds / "selection" / "requests.parquet")
+        karpathy = (s["data"].get(ds) or {}).get("karpathy_json")
+        train = s["data"]["splits"]["train"]
+        most = _karpathy_images(karpathy, tuple([train] if isinstance(train, str) else train))
+        n, src = _items(("spurious_retrieval", ds), items, res / ds / "selection" / "requests.parquet",
+                        fallback=_capped(PAPER_ITEMS[("spurious_retrieval", ds)], most,
+                                         f"training images in {karpathy}"))
         h, w = _SOURCE_SIZE.get(ds, (512, 512))
         methods = sr.image_methods(s, ds)
         shards = int(s["inpaint"]["shards"])
@@ -221,8 +250,11 @@ def _cvld(view, res: Path, items: Mapping[str, int]) -> list[Stage]:
     cl = s["classification"]
     shots = set(cl["shots"]) | ({cl["figure4_shots"]} if cl["lambdas"] else set())
     episodes = len(cl["attributes"]) * 2 * sum(shots) * int(cl["episodes"])
-    fallback = {"coco": (round(subset * KARPATHY_COCO_TRAIN),
-                         f"upper bound: every image of the {subset:.0%} COCO subset accepted (§3.3, app. B)"),
+    coco_json = (s["data"].get("coco") or {}).get("karpathy_json")
+    coco_train = _karpathy_images(coco_json)
+    fallback = {"coco": (round(subset * (KARPATHY_COCO_TRAIN if coco_train is None else coco_train)),
+                         f"upper bound: every image of the {subset:.0%} COCO subset accepted (§3.3, app. B)"
+                         + ("" if coco_train is None else f"; {coco_train:,} training images in {coco_json}")),
                 "celeba": (min(episodes, CELEBA_TRAIN),
                            "upper bound: attributes x 2K shots x episodes, no image shared (app. A)")}
     per = {"ip2p": 3 * knobs.m * knobs.steps,
