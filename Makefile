@@ -70,6 +70,7 @@ bench: $(STAMP)
 paper-smoke: $(STAMP)
 	$(BIN)/counterfactory config check config/paper_smoke.yaml
 	$(BIN)/python scripts/paper_smoke.py
+	$(BIN)/counterfactory preflight --config config/config.yaml --config config/paper_smoke.yaml
 	$(BIN)/snakemake all --profile profiles/local --cores $(CORES) \
 		--configfile config/config.yaml config/paper_smoke.yaml
 
