@@ -212,3 +212,29 @@ def test_word_start_piece_of_a_llama_vocabulary_is_offered(tiny_vlm):
     assert tok.decode([space]) == ""
     data = llm._enforcer_tokenizer_data(tok, [tok.eos_token_id])
     assert space in {idx for idx, _, _ in data.regular_tokens}
+
+
+def test_a_prompt_beyond_the_models_context_is_warned_once(tiny_vlm, photo, caplog):
+    """The true-size run's LLaVA-shaped vlm (TinyLLaVA's 2,048 positions) got 3,134-token prompts (two pictures +
+    the app. A prompt) with no word from us: answers from positions the model never saw. Now the runner says so,
+    once, with the fix; within the context it stays silent."""
+    import logging
+
+    runner = llm.Runner(_cfg(tiny_vlm), llm.settings_of({"max_new_tokens": 4}), role="vlm")
+    text_config = runner.model.config.get_text_config()
+    assert llm.context_length(runner.model) == text_config.max_position_embeddings
+    schema = {"type": "object", "additionalProperties": False, "required": ["a"],
+              "properties": {"a": {"type": "string", "enum": ["yes", "no"]}}}
+    req = pd.DataFrame({"item_id": ["r1", "r2"], "task": "adhoc", "prompt": ["first", "second"],
+                        "schema": json.dumps(schema), "images": json.dumps([{"path": str(photo)}])})
+    with caplog.at_level(logging.WARNING, logger="counterfactory.text.llm"):
+        llm.run_requests(_cfg(tiny_vlm), req, runner=runner, role="vlm")
+    assert not getattr(runner, "over_context", 0) and "exceeds the model's context" not in caplog.text
+    text_config.max_position_embeddings = 8           # shorter than any prompt with a picture
+    with caplog.at_level(logging.WARNING, logger="counterfactory.text.llm"):
+        llm.run_requests(_cfg(tiny_vlm), req.assign(item_id=["r3", "r4"], prompt=["third", "fourth"]),
+                         runner=runner, role="vlm")
+        llm.run_requests(_cfg(tiny_vlm), req.assign(item_id=["r5", "r6"], prompt=["fifth", "sixth"]),
+                         runner=runner, role="vlm")
+    assert runner.over_context > 8
+    assert caplog.text.count("exceeds the model's context of 8 positions") == 1 and "one_answer: false" in caplog.text
