@@ -188,3 +188,33 @@ def test_a_half_precision_folder_loads_as_one_dtype(tiny_dir, tmp_path):
     for asked in (torch.float32, None):   # the stage's dtype, and a caller that names none
         pipe = registry.load(_cfg(sd=half), "sd", **({"dtype": asked} if asked else {}))
         assert _dtypes(pipe) == {torch.float32}
+
+
+@pytest.mark.parametrize("role", ["vlm", "llm", "nsfw", "itm_bridgetower", "captioner"])
+def test_transformers_roles_read_a_half_precision_checkpoint_in_fp32_unless_asked(role, tmp_path):
+    """transformers 5 reads a checkpoint in its saved dtype by default. The true-size run's vlm (saved in fp16, as
+    llava-hf/llava-1.5-7b-hf is) was fine-tuned with fp16 master weights on the CPU's reference GEMM, 20+ min for
+    two steps. Every transformers role now reads fp32 unless the caller asks for a dtype, as the registry says."""
+    from counterfactory.models import tiny
+
+    folder = tiny.build(role, tmp_path)
+    model = registry.load(_cfg(**{role: folder}), role)
+    model = model[0] if isinstance(model, tuple) else model
+    model.to(dtype=torch.float16).save_pretrained(folder, safe_serialization=True)   # as the hub stores it
+    loaded = registry.load(_cfg(**{role: folder}), role)
+    loaded = loaded[0] if isinstance(loaded, tuple) else loaded
+    assert {p.dtype for p in loaded.parameters()} == {torch.float32}
+    if role in ("vlm", "llm"):      # the roles whose callers read in their precision
+        asked = registry.load(_cfg(**{role: folder}), role, dtype=torch.bfloat16)[0]
+        assert {p.dtype for p in asked.parameters()} == {torch.bfloat16}
+
+
+def test_the_vlm_scorer_reads_the_checkpoint_in_the_scoring_precision(tmp_path, monkeypatch):
+    from counterfactory.models import tiny
+    from counterfactory.studies.countercurate import vlm
+
+    folder = tiny.build("vlm", tmp_path)
+    seen, real = [], registry.load
+    monkeypatch.setattr(registry, "load", lambda cfg, role, **kw: seen.append(kw.get("dtype")) or real(cfg, role, **kw))
+    scorer = vlm.scorer_from_config({**_cfg(vlm=folder), "device": "cpu", "precision": "bf16"}, "vlm")
+    assert seen == [torch.bfloat16] and scorer is not None

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from ..errors import ModelLoadError
 from . import registry
-from .registry import ModelSpec, _hf_kwargs, _src, register_loader
+from .registry import ModelSpec, _hf_kwargs, _src, _transformers_dtype, register_loader
 
 #: evaluation roles that hold an image-text matching (or CLIP) model
 EVAL_ROLES = ("itm", "itm_bridgetower", "itm_flava", "itm_vilt", "itm_blip", "clip_open_clip")
@@ -64,7 +64,7 @@ def load_itm_transformers(spec: ModelSpec, kw: dict):
         # the contrastive heads live in the same checkpoint (bridgetower-large-itm-mlm-itc)
         cls_name = "BridgeTowerForContrastiveLearning"
     cls = getattr(transformers, cls_name)
-    model = cls.from_pretrained(_src(spec), **_hf_kwargs(spec))
+    model = cls.from_pretrained(_src(spec), **_hf_kwargs(spec), **_transformers_dtype(kw))
     processor = AutoProcessor.from_pretrained(_src(spec), **_hf_kwargs(spec))
     return model.eval(), processor
 
@@ -98,6 +98,6 @@ def load_captioner(spec: ModelSpec, kw: dict):
             f"Fix: point models.{spec.role}.source at a captioning checkpoint "
             f"(e.g. Salesforce/blip-image-captioning-base)"
         )
-    model = AutoModelForImageTextToText.from_pretrained(_src(spec), **_hf_kwargs(spec))
+    model = AutoModelForImageTextToText.from_pretrained(_src(spec), **_hf_kwargs(spec), **_transformers_dtype(kw))
     processor = AutoProcessor.from_pretrained(_src(spec), **_hf_kwargs(spec))
     return model.eval(), processor

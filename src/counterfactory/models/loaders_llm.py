@@ -19,7 +19,7 @@ passes a torch dtype through to ``from_pretrained``. The tiny offline stand-in i
 from __future__ import annotations
 
 from ..errors import ModelLoadError
-from .registry import ModelSpec, _hf_kwargs, _src, register_loader
+from .registry import ModelSpec, _hf_kwargs, _src, _transformers_dtype, register_loader
 
 
 def is_vision_language(config) -> bool:
@@ -32,9 +32,7 @@ def load_llm_transformers(spec: ModelSpec, kw: dict):
     """``(model, tokenizer)`` of a causal chat LM, or ``(model, processor)`` of a vision-language chat model."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText, AutoProcessor, AutoTokenizer
 
-    extra = _hf_kwargs(spec)
-    if kw.get("dtype") is not None:
-        extra["dtype"] = kw["dtype"]
+    extra = {**_hf_kwargs(spec), **_transformers_dtype(kw)}
     config = AutoConfig.from_pretrained(_src(spec), **_hf_kwargs(spec))
     if is_vision_language(config):
         processor = AutoProcessor.from_pretrained(_src(spec), **_hf_kwargs(spec))

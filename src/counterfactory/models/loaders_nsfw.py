@@ -10,7 +10,7 @@ names come from the checkpoint's ``config.id2label``. The tiny offline stand-in 
 
 from __future__ import annotations
 
-from .registry import ModelSpec, _hf_kwargs, _src, register_loader
+from .registry import ModelSpec, _hf_kwargs, _src, _transformers_dtype, register_loader
 
 
 @register_loader("nsfw:transformers")
@@ -18,6 +18,6 @@ def load_nsfw_transformers(spec: ModelSpec, kw: dict):
     """``(model, image_processor)`` of an image-classification checkpoint (Falconsai/nsfw_image_detection)."""
     from transformers import AutoImageProcessor, AutoModelForImageClassification
 
-    model = AutoModelForImageClassification.from_pretrained(_src(spec), **_hf_kwargs(spec))
+    model = AutoModelForImageClassification.from_pretrained(_src(spec), **_hf_kwargs(spec), **_transformers_dtype(kw))
     processor = AutoImageProcessor.from_pretrained(_src(spec), **_hf_kwargs(spec))
     return model.eval(), processor

@@ -12,7 +12,7 @@ checkpoint written by ``counterfactory countercurate vlm-train`` (LoRA already m
 
 from __future__ import annotations
 
-from .registry import ModelSpec, _hf_kwargs, _src, register_loader
+from .registry import ModelSpec, _hf_kwargs, _src, _transformers_dtype, register_loader
 
 
 @register_loader("vlm:transformers")
@@ -20,7 +20,7 @@ def load_vlm_transformers(spec: ModelSpec, kw: dict):
     """``(LlavaForConditionalGeneration, processor)`` of a LLaVA-1.5-class checkpoint (id or folder)."""
     from transformers import AutoProcessor, LlavaForConditionalGeneration
 
-    model = LlavaForConditionalGeneration.from_pretrained(_src(spec), **_hf_kwargs(spec))
+    model = LlavaForConditionalGeneration.from_pretrained(_src(spec), **_hf_kwargs(spec), **_transformers_dtype(kw))
     processor = AutoProcessor.from_pretrained(_src(spec), **_hf_kwargs(spec))
     if getattr(processor, "tokenizer", None) is None or getattr(processor, "image_processor", None) is None:
         raise ValueError(f"{type(processor).__name__} has no tokenizer and image processor; a LLaVA checkpoint "

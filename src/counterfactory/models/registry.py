@@ -480,8 +480,13 @@ def _diffusers_dtype(spec: ModelSpec, kw: dict) -> dict:
 
 
 def _transformers_dtype(kw: dict) -> dict:
-    """``dtype`` of a transformers load, when the caller passed ``registry.load(..., dtype=...)``."""
-    return {"dtype": kw["dtype"]} if kw.get("dtype") is not None else {}
+    """``dtype`` of a transformers load: the caller's ``registry.load(..., dtype=...)``, else fp32 asked for
+    explicitly. transformers 5 reads a checkpoint in its saved dtype by default (``dtype="auto"``): LLaVA-1.5's
+    fp16 or Qwen2.5's bf16 weights would then run in half precision on the CPU (its slow reference GEMM) and be
+    trained as half-precision master weights (AdamW updates of lr 2e-6 lost to rounding)."""
+    import torch
+
+    return {"dtype": kw.get("dtype") or torch.float32}
 
 
 # --------------------------------------------------------------------------- loaders

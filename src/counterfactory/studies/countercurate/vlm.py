@@ -421,8 +421,8 @@ def scorer_from_config(cfg: dict, role: str = ROLE, progress: bool = False, **kw
     from ...device import from_config
     from ...models import registry
 
-    model, processor = registry.load(cfg, role)
     device, dtype = from_config(cfg)
+    model, processor = registry.load(cfg, role, dtype=dtype)   # read in the scoring precision (7B: half the memory)
     return VlmScorer(model, processor, settings=VlmSettings.from_config(cfg), name=role, device=device,
                      dtype=dtype, progress=progress, **kw)
 
