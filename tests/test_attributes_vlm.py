@@ -229,7 +229,7 @@ def test_a_prompt_beyond_the_models_context_is_warned_once(tiny_vlm, photo, capl
                         "schema": json.dumps(schema), "images": json.dumps([{"path": str(photo)}])})
     with caplog.at_level(logging.WARNING, logger="counterfactory.text.llm"):
         llm.run_requests(_cfg(tiny_vlm), req, runner=runner, role="vlm")
-    assert not getattr(runner, "over_context", 0) and "exceeds the model's context" not in caplog.text
+    assert runner.over_context == 0 and "exceeds the model's context" not in caplog.text
     text_config.max_position_embeddings = 8           # shorter than any prompt with a picture
     with caplog.at_level(logging.WARNING, logger="counterfactory.text.llm"):
         llm.run_requests(_cfg(tiny_vlm), req.assign(item_id=["r3", "r4"], prompt=["third", "fourth"]),

@@ -145,6 +145,10 @@ def test_a_small_configured_dataset_caps_the_paper_counts(tmp_path, monkeypatch)
     assert coco["unet_evals"] == captions * coco["unet_evals_per_item"]
     odmap = train_images(cfg["spurious_retrieval"]["data"]["coco"]["karpathy_json"])
     assert p.loc[("spurious_retrieval", "lama_coco"), "items"] == odmap < 45467
+    karpathy = REPO / cfg["spurious_retrieval"]["data"]["coco"]["karpathy_json"]
+    assert planning._karpathy_images(karpathy, ("restval", "train")) == odmap      # any order of the split names
+    assert planning._karpathy_images(karpathy, ("test",)) == sum(
+        img["split"] == "test" for img in json.loads(karpathy.read_text())["images"])
     assert p.loc[("spurious_retrieval", "lama_coco"), "disk_bytes"] == planning.disk_bytes(odmap, 480, 640)
     cvld = train_images(cfg["cvld"]["data"]["coco"]["karpathy_json"])
     subset = max(cfg["cvld"]["data"]["subsets"])

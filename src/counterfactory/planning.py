@@ -22,8 +22,8 @@ Definitions
   when an earlier run wrote it under ``results/<run_name>/<study>/``, from the configuration when it determines
   them (SocialCounterfactuals' caption sets), else from the paper's counts (each cited in ``items_source``),
   capped by what the configured data can give at most when its file is in place (a caption pair per caption; a
-  spurious or CVLD image per Karpathy training image; a t2i image per negative kind per Flickr30k image), so a
-  small or own dataset is not planned at the paper's size; where none exists the row stays blank.
+  spurious or CVLD image per Karpathy training image), so a small or own dataset is not planned at the paper's
+  size; where none exists the row stays blank.
 * **Disk**: PNG bytes per image = ``height x width x`` :data:`BYTES_PER_PIXEL` (a documented estimate: photographic
   Stable Diffusion PNGs at 512x512 are about 0.3-0.5 MB, i.e. about 1.45 bytes per pixel; noise compresses worse,
   flat images better). Only images the stage keeps are counted (candidates are not written unless configured).
@@ -37,9 +37,11 @@ Definitions
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -113,9 +115,18 @@ def _karpathy_images(path, splits=("train", "restval")) -> int | None:
     configured Karpathy file; None when the file is not in place or not readable (the paper count is used then)."""
     if not path or not Path(path).is_file():
         return None
+    path = Path(path).resolve()
+    counts = _split_counts(str(path), path.stat().st_mtime_ns)
+    return None if counts is None else sum(counts.get(name, 0) for name in set(splits))
+
+
+@functools.lru_cache(maxsize=8)
+def _split_counts(path: str, mtime_ns: int) -> dict[str, int] | None:
+    """Images per split of one Karpathy file, read once per file version (the real dataset_coco.json is about
+    150 MB, and the spurious and CVLD studies both read it); None when it is not readable."""
     try:
         images = json.loads(Path(path).read_text(encoding="utf-8"))["images"]
-        return sum(1 for img in images if img.get("split") in splits)
+        return dict(Counter(str(img.get("split")) for img in images))
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
 
