@@ -22,7 +22,7 @@ Batching changes no output: every candidate's noise and parameters derive from i
 (``generation.selection.make_candidate``), so a larger batch is a pure speed setting.
 
     python benchmarks/bench_gpu_fastpath.py --out gpu_fastpath.json       # CUDA, bf16: about 7 min on an H200
-    python benchmarks/bench_gpu_fastpath.py --out gpu_fastpath.json --variants cudagraphs config_compile \
+    python benchmarks/bench_gpu_fastpath.py --out gpu_fastpath.json --variants cudagraphs config_compile \\
         max_autotune --budget-s 540                  # the production path and max-autotune beside CUDA graphs
     OMP_NUM_THREADS=2 python benchmarks/bench_gpu_fastpath.py --device cpu --precision fp32 --resolution 64 \\
         --steps 1 --profile-steps 1 --pairs-batches 1 2 --edit-batches 1 2 --backend eager  # a smoke test (CPU)
