@@ -4,6 +4,7 @@ from pathlib import Path
 
 from counterfactory import studies
 from counterfactory.data.classification import dataset_input_files
+from counterfactory.data.karpathy import layout_problem as karpathy_layout_problem
 from counterfactory.data.own import OwnSource
 from counterfactory.export import studies as export_studies
 from counterfactory.studies import social_counterfactuals as social
@@ -126,7 +127,29 @@ def source_data(path, key, fix="see the study's page in docs/studies/"):
     DAG stops with the config key that names it, so a dry run reports missing data up front."""
     if not Path(path).exists():
         raise WorkflowError(f"{path} not found (config key {key}). Fix: put the data there or change {key}; {fix}")
+    try:
+        wf.check_source_read(config, key, str(path))
+    except ConfigError as exc:
+        raise WorkflowError(str(exc)) from None
     return str(path)
+
+
+def check_karpathy_layout(spec, key, splits):
+    """Stop the DAG when a sample of a Karpathy file's images is not at image_root/filepath/filename."""
+    problem = karpathy_layout_problem(spec["karpathy_json"], spec["image_root"] or "<unset>", splits)
+    if problem:
+        raise WorkflowError(f"{key}: {problem}. Fix: point {key}.image_root (or the catalogue's dataset root) there")
+
+
+def retrieval_set_files(spec, key, splits=None):
+    """A Karpathy split file and its image folder, as inputs; a sample of the images the job will open
+    (image_root/filepath/filename) must be there, so a wrong image_root stops the DAG, not the job after training."""
+    files = [
+        source_data(spec["karpathy_json"], f"{key}.karpathy_json"),
+        source_data(spec["image_root"], f"{key}.image_root"),
+    ]
+    check_karpathy_layout(spec, key, splits or [spec.get("split", "test")])
+    return files
 
 
 def coco_captions_json(wildcards):
@@ -265,10 +288,7 @@ def train_eval_inputs(wildcards):
     out = []
     key = f"{wildcards.study}.training.eval.retrieval"
     for spec in retrieval_specs(v["training"]["eval"]):
-        out += [
-            source_data(spec["karpathy_json"], f"{key}[{spec['name']}].karpathy_json"),
-            source_data(spec["image_root"], f"{key}[{spec['name']}].image_root"),
-        ]
+        out += retrieval_set_files(spec, f"{key}[{spec['name']}]")
 
     out += classification_inputs(wildcards)
     return out

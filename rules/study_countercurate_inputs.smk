@@ -60,7 +60,13 @@ def cc_train_benchmarks(wildcards):
 
 
 def cc_train_benchmark_inputs(wildcards):
-    return [f for benchmark in cc_train_benchmarks(wildcards) for f in cc_benchmark_files(wildcards.study, benchmark)]
+    """The benchmarks' data and, for Table 5's runs (§4.5), the MS-COCO retrieval split and its images."""
+    files = [f for benchmark in cc_train_benchmarks(wildcards) for f in cc_benchmark_files(wildcards.study, benchmark)]
+    s = cc_training.settings(view(wildcards.study))
+    spec = cc_training.retrieval_spec(view(wildcards.study))
+    if spec and wildcards.dataset in s["retrieval_datasets"]:
+        files += retrieval_set_files(spec, f"{wildcards.study}.training.retrieval")
+    return files
 
 
 def cc_attributes_role(wildcards):

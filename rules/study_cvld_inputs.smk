@@ -8,8 +8,11 @@ def cvld(wildcards):
 
 
 def cvld_coco_inputs(wildcards):
-    src = cvld(wildcards)["data"]["coco"]
-    return [source_data(src.get("karpathy_json") or "<unset>", f"{wildcards.study}.data.coco.karpathy_json")]
+    data = cvld(wildcards)["data"]
+    key = f"{wildcards.study}.data.coco"
+    files = [source_data(data["coco"].get("karpathy_json") or "<unset>", f"{key}.karpathy_json")]
+    check_karpathy_layout(data["coco"], key, [n for names in data["splits"].values() for n in names])
+    return files
 
 
 def cvld_celeba_inputs(wildcards):

@@ -76,11 +76,7 @@ def social_task_data(wildcards):
     key = f"{wildcards.study}.debias.task_eval"
     out = []
     if task.get("retrieval"):
-        spec = task["retrieval"]
-        out += [
-            source_data(spec["karpathy_json"], f"{key}.retrieval.karpathy_json"),
-            source_data(spec["image_root"], f"{key}.retrieval.image_root"),
-        ]
+        out += retrieval_set_files(task["retrieval"], f"{key}.retrieval")
     for name, spec in ((task.get("classification") or {}).get("datasets") or {}).items():
         out += dataset_input_files(spec, name)
     return out

@@ -12,6 +12,7 @@ def sr_source_inputs(wildcards):
     src = sr(wildcards)["data"][wildcards.dataset]
     key = f"{wildcards.study}.data.{wildcards.dataset}"
     files = [source_data(src.get("karpathy_json") or "<unset>", f"{key}.karpathy_json")]
+    check_karpathy_layout(src, key, [n for names in sr(wildcards)["data"]["splits"].values() for n in names])
     if wildcards.dataset == "coco":
         files += [source_data(p, f"{key}.instances") for p in src.get("instances") or ["<unset>"]]
     else:

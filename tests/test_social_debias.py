@@ -373,7 +373,7 @@ def _task_eval(repo):
     demo = repo / "resources" / "demo"
     return {"roles": ["clip_train"],
             "retrieval": {"name": "flickr30k", "karpathy_json": str(demo / "karpathy" / "dataset_coco.json"),
-                          "image_root": str(demo / "val2017"), "split": "test", "ks": [1, 5, 10]},
+                          "image_root": str(demo), "split": "test", "ks": [1, 5, 10]},
             "classification": {"templates": ["a photo of a {c}"], "topk": [1],
                                "datasets": {"CIFAR10": {"format": "cifar10",
                                                         "root": str(demo / "classification" / "cifar-10-batches-py")}}}}

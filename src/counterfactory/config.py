@@ -207,7 +207,13 @@ def _check_semantics(cfg: dict, source: str) -> None:
 
 
 def validate_config(cfg: dict, source: str = "<config>") -> dict:
-    """Validate a full configuration in place (filling schema defaults) and return it; raise :class:`ConfigError`."""
+    """Validate a full configuration in place (filling schema defaults) and return it; raise :class:`ConfigError`.
+    The studies' data paths the config leaves out are first filled from the data catalogue
+    (:func:`counterfactory.data.catalogue.resolve`)."""
+    from .data import catalogue
+
+    if isinstance(cfg.get("data", {}), dict) and isinstance(cfg.get("data_root", ""), str):
+        catalogue.resolve(cfg)
     schema = load_schema()
     validator = _filling_validator()(schema)
     errors = sorted(validator.iter_errors(cfg), key=lambda e: list(e.absolute_path))

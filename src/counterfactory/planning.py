@@ -120,15 +120,13 @@ def _karpathy_images(path, splits=("train", "restval")) -> int | None:
     return None if counts is None else sum(counts.get(name, 0) for name in set(splits))
 
 
-@functools.lru_cache(maxsize=8)
 def _split_counts(path: str, mtime_ns: int) -> dict[str, int] | None:
-    """Images per split of one Karpathy file, read once per file version (the real dataset_coco.json is about
-    150 MB, and the spurious and CVLD studies both read it); None when it is not readable."""
-    try:
-        images = json.loads(Path(path).read_text(encoding="utf-8"))["images"]
-        return dict(Counter(str(img.get("split")) for img in images))
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return None
+    """Images per split of one Karpathy file (:func:`counterfactory.data.karpathy.summary`: read once per file
+    version); None when it is not readable."""
+    from .data.karpathy import summary
+
+    info = summary(path)
+    return None if info is None else dict(info["counts"])
 
 
 def _capped(paper: tuple[int, str], most: int | None, what: str) -> tuple[int, str]:

@@ -47,6 +47,7 @@ class Check:
     status: str     # ok | fetch | build | skip | FAIL
     detail: str = ""
     fix: str = ""
+    path: str = ""  # the file or folder a dataset check is about (grouping, the download script)
 
     @property
     def passed(self) -> bool:
@@ -425,10 +426,20 @@ class Need:
     source: str
     inside: tuple[str, ...] = ()   # entries a folder must hold (its official layout)
     problem: str = ""              # set when the layout is known to be wrong without looking (a reader's error)
+    image_root: str | None = None  # a Karpathy file: the folder its <filepath>/<filename> paths start from
+    splits: tuple[str, ...] = ()   # ... and the splits the enabled rules read (a sample of each is looked up)
+
+
+def _karpathy(key: str, spec: dict, splits, source: str) -> list[Need]:
+    """A Karpathy split file and its image folder: the file, the folder, and a sample of the images the rules will
+    open (``image_root/filepath/filename``) of each split read."""
+    splits = (splits,) if isinstance(splits, str) else tuple(splits or ())
+    return [Need(f"{key}.karpathy_json", spec.get("karpathy_json"), "karpathy",
+                 image_root=spec.get("image_root"), splits=splits),
+            Need(f"{key}.image_root", spec.get("image_root"), source)]
 
 
 def _coco_cf(study: str, v) -> list[Need]:
-    from .data.classification import dataset_input_files
     from .data.own import OwnSource
     from .training.runs import retrieval_specs
 
@@ -457,27 +468,38 @@ def _coco_cf(study: str, v) -> list[Need]:
     datasets = classification.get("datasets") or {}
     used = set(datasets) if classification.get("models") else set()
     used |= set((v.get("training") or {}).get("eval", {}).get("classification") or []) & set(datasets)
-    for name in [n for n in datasets if n in used]:
+    out += _classification_needs(f"{study}.evaluation.classification.datasets", datasets, used)
+    for i, spec in enumerate(retrieval_specs((v.get("training") or {}).get("eval") or {})):
+        name = spec.get("name", i)
+        base = f"{study}.training.eval.retrieval[{name}]"   # the entry by its name, as the workflow names it
+        out += _karpathy(base, spec, spec.get("split", "test"), _images_source(spec))
+    return out
+
+
+def _images_source(spec: dict) -> str:
+    name = spec.get("dataset") or ("coco2014" if "coco" in str(spec.get("name", "")) else "flickr30k")
+    return "coco2014" if name == "coco2014" else "flickr30k"
+
+
+def _classification_needs(key: str, datasets: dict, names) -> list[Need]:
+    """The files a classification dataset's reader opens (its official layout), as the rules declare them."""
+    from .data.classification import dataset_input_files
+
+    out = []
+    for name in [n for n in datasets if n in set(names)]:
         spec = datasets[name]
-        key = f"{study}.evaluation.classification.datasets.{name}.root"
+        root_key = f"{key}.{name}.root"
         if not spec.get("root") or not Path(spec["root"]).exists():
-            out.append(Need(key, spec.get("root"), spec.get("format", "")))
+            out.append(Need(root_key, spec.get("root"), spec.get("format", "")))
             continue
         try:
             paths = dataset_input_files(spec, name)
         except Exception as exc:   # the reader's own check of the layout, a missing class-index file
             why = str(exc).splitlines()[0].split(" Fix: ")[0].rstrip(".")
             field = next((f for f in ("class_index", "class_names") if f"{name}.{f}" in why), "root")
-            out.append(Need(key.rsplit(".", 1)[0] + f".{field}", spec.get(field), spec.get("format", ""),
-                            problem=why))
+            out.append(Need(f"{key}.{name}.{field}", spec.get(field), spec.get("format", ""), problem=why))
             continue
-        out += [Need(key, p, spec.get("format", "")) for p in paths]
-    for i, spec in enumerate(retrieval_specs((v.get("training") or {}).get("eval") or {})):
-        name = spec.get("name", i)
-        base = f"{study}.training.eval.retrieval[{name}]"   # the entry by its name, as the workflow names it
-        out.append(Need(f"{base}.karpathy_json", spec.get("karpathy_json"), "karpathy"))
-        images = "coco2014" if "coco" in str(name) else "flickr30k"
-        out.append(Need(f"{base}.image_root", spec.get("image_root"), images))
+        out += [Need(root_key, p, spec.get("format", "")) for p in paths]
     return out
 
 
@@ -493,6 +515,14 @@ def _social(study: str, v) -> list[Need]:
     release = v.get("release") or {}
     if release.get("root"):
         out.append(Need(f"{study}.release.root", release["root"], "release"))
+    task = (v.get("debias") or {}).get("task_eval") or {}
+    if task.get("roles") and (v.get("debias") or {}).get("roles"):   # §5.3, Tables 4 and 5
+        key = f"{study}.debias.task_eval"
+        if task.get("retrieval"):
+            spec = task["retrieval"]
+            out += _karpathy(f"{key}.retrieval", spec, spec.get("split", "test"), _images_source(spec))
+        datasets = (task.get("classification") or {}).get("datasets") or {}
+        out += _classification_needs(f"{key}.classification.datasets", datasets, datasets)
     return out
 
 
@@ -512,6 +542,9 @@ def _countercurate(study: str, v) -> list[Need]:
     for name in [b for b in CC_BENCHMARK_KEYS if b in benchmarks]:
         section = (v.get("benchmarks") or {}).get(name) or {}
         out += [Need(f"{study}.benchmarks.{name}.{k}", section.get(k), name) for k in CC_BENCHMARK_KEYS[name]]
+    spec = cc_training.retrieval_spec(v)
+    if spec:   # §4.5 Table 5: MS-COCO retrieval of the CLIP fine-tuned on Flickr30k-Attributes
+        out += _karpathy(f"{study}.training.retrieval", spec, spec.get("split", "test"), _images_source(spec))
     return out
 
 
@@ -523,8 +556,8 @@ def _spurious(study: str, v) -> list[Need]:
     for ds in s["data"]["datasets"]:
         src = s["data"].get(ds) or {}
         key = f"{study}.data.{ds}"
-        out.append(Need(f"{key}.karpathy_json", src.get("karpathy_json"), "karpathy"))
-        out.append(Need(f"{key}.image_root", src.get("image_root"), "coco2014" if ds == "coco" else "flickr30k"))
+        splits = [name for names in (s["data"].get("splits") or {}).values() for name in names] or None
+        out += _karpathy(key, src, splits, "coco2014" if ds == "coco" else "flickr30k")
         if ds == "coco":
             out += [Need(f"{key}.instances[{i}]", p, "coco2014") for i, p in enumerate(src.get("instances") or [None])]
         else:
@@ -539,16 +572,17 @@ def _cvld(study: str, v) -> list[Need]:
     data = cv.settings(v)["data"]
     out = [Need(f"{study}.data.celeba.root", data["celeba"].get("root"), "celeba",
                 ("list_attr_celeba.txt", "list_eval_partition.txt", "img_align_celeba/")),
-           Need(f"{study}.data.coco.karpathy_json", data["coco"].get("karpathy_json"), "karpathy"),
-           Need(f"{study}.data.coco.image_root", data["coco"].get("image_root"), "coco2014")]
+           *_karpathy(f"{study}.data.coco", data["coco"],
+                      [n for names in (data.get("splits") or {}).values() for n in names], "coco2014")]
     if data["fairface"].get("root"):
         split = data["fairface"].get("split") or "val"
         out.append(Need(f"{study}.data.fairface.root", data["fairface"]["root"], "fairface",
                         (f"fairface_label_{split}.csv", f"{split}/")))
     if data["flickr30k"].get("karpathy_json"):
-        out.append(Need(f"{study}.data.flickr30k.karpathy_json", data["flickr30k"]["karpathy_json"], "karpathy"))
-        if data["flickr30k"].get("image_root"):
-            out.append(Need(f"{study}.data.flickr30k.image_root", data["flickr30k"]["image_root"], "flickr30k"))
+        out += _karpathy(f"{study}.data.flickr30k", data["flickr30k"], "test", "flickr30k")
+    if data["nocaps"].get("annotations"):
+        out += [Need(f"{study}.data.nocaps.annotations", data["nocaps"]["annotations"], "nocaps"),
+                Need(f"{study}.data.nocaps.image_root", data["nocaps"].get("image_root"), "nocaps")]
     return out
 
 
@@ -581,22 +615,33 @@ def dataset_checks(cfg: dict) -> list[Check]:
         seen.add((need.key, need.path))
         study = need.key.split(".", 1)[0]
         if need.problem:
-            out.append(Check("dataset", need.key, FAIL, need.problem, _fix(need, study)))
+            out.append(Check("dataset", need.key, FAIL, need.problem, _fix(need, study), need.path or ""))
             continue
         if not need.path:
             out.append(Check("dataset", need.key, FAIL, "not set", _fix(need, study)))
             continue
         path = Path(need.path)
         if not path.exists():
-            out.append(Check("dataset", need.key, FAIL, f"{path} not found", _fix(need, study)))
+            out.append(Check("dataset", need.key, FAIL, f"{path} not found", _fix(need, study), str(path)))
             continue
         missing = [name for name in need.inside if not (path / name.rstrip("/")).exists()
                    or (name.endswith("/") and not (path / name.rstrip("/")).is_dir())]
         if missing:
             out.append(Check("dataset", need.key, FAIL, f"{path} lacks {', '.join(missing)} (official layout)",
-                             _fix(need, study)))
+                             _fix(need, study), str(path)))
             continue
-        out.append(Check("dataset", need.key, OK, str(path)))
+        if need.image_root:   # a Karpathy file: are its images where the rules will open them?
+            from .data.karpathy import layout_problem
+
+            problem = layout_problem(path, need.image_root, need.splits or None)
+            if problem:
+                image_key = need.key.rsplit(".", 1)[0] + ".image_root"
+                out.append(Check("dataset", image_key, FAIL, problem,
+                                 f"point {image_key} (or the catalogue's data.<dataset>.root) at the folder holding "
+                                 f"the split file's folders ({_DOCS.get(study, 'docs/')}, docs/data.md)",
+                                 str(need.image_root)))
+                continue
+        out.append(Check("dataset", need.key, OK, str(path), "", str(path)))
     return out
 
 
@@ -729,8 +774,138 @@ def to_table(checks: list[Check], *, only_problems: bool = False) -> str:
 
 def summary(checks: list[Check]) -> str:
     failed = [c for c in checks if not c.passed]
-    return (f"preflight: {len(checks)} checks, {len(failed)} failed" if failed
-            else f"preflight: all {len(checks)} checks passed")
+    if not failed:
+        return f"preflight: all {len(checks)} checks passed"
+    kinds: dict[str, int] = {}
+    for c in failed:
+        kind = "model" if c.check.startswith("model") else c.check
+        kinds[kind] = kinds.get(kind, 0) + 1
+    return (f"preflight: {len(checks)} checks, {len(failed)} failed ("
+            + ", ".join(f"{n} {k}" for k, n in kinds.items()) + ")")
+
+
+def _wrap(text: str, indent: str, width: int = 110) -> list[str]:
+    import textwrap
+
+    return textwrap.wrap(text, width=width, initial_indent=indent, subsequent_indent=indent + "  ",
+                         break_on_hyphens=False, break_long_words=False) or [indent]
+
+
+def _dataset_block(cfg: dict | None, name: str, items: list[tuple], shown: set | None = None) -> list[str]:
+    """One catalogue dataset of one study: a missing folder is one line with its source; otherwise each file that
+    is missing or wrong, with the config keys that name it; the source once."""
+    from .data import catalogue
+
+    known = cfg is not None and name in catalogue.DATASETS
+    failed = [it for it in items if it[0] == FAIL]
+    if not known:
+        lines = ["  other data"]
+        for status, detail, fix, keys in items:
+            lines += _wrap(f"{status:<5} {detail}", "    ")
+            lines += _wrap("key: " + ", ".join(keys), "          ")
+            if fix and status == FAIL:
+                lines += _wrap(f"fix: {fix}", "          ")
+        return lines
+    d = catalogue.DATASETS[name]
+    root = catalogue.dataset_root(cfg, name)
+    keys = [k.split(".", 1)[1] if "." in k else k for it in failed for k in it[3]]
+    if failed and not Path(root).exists():
+        if shown is not None and name in shown:
+            return _wrap(f"FAIL  data.{name}: {root}/ does not exist (above); read through: "
+                         + ", ".join(dict.fromkeys(keys)), "  ")
+        if shown is not None:
+            shown.add(name)
+        lines = _wrap(f"FAIL  data.{name}: {root}/ does not exist ({d.title}, {d.size})", "  ")
+        lines += _wrap("get: " + d.source + f"; licence: {d.licence}; layout: docs/data.md", "        ")
+        lines += _wrap("read through: " + ", ".join(dict.fromkeys(keys)), "        ")
+        return lines
+    status = FAIL if failed else OK
+    lines = [f"  {status:<5} data.{name} ({root})"]
+    for st, detail, fix, item_keys in items:
+        if st == OK:
+            continue
+        lines += _wrap(f"{st:<5} {detail}", "    ")
+        lines += _wrap("key: " + ", ".join(item_keys), "          ")
+    if failed:
+        lines += _wrap("get: " + d.source + f"; licence: {d.licence}; layout: docs/data.md", "        ")
+    return lines
+
+
+def render(checks: list[Check], cfg: dict | None = None, *, only_problems: bool = False) -> str:
+    """The checks for a person: the summary first, then one block per study (its datasets, each path once with
+    every config key that names it, grouped by catalogue dataset), the model roles, then NLTK / disk / GPU; short
+    lines, each failure with its fix."""
+    from .data import catalogue
+
+    rows = [c for c in checks if not only_problems or not c.passed]
+    lines = [summary(checks)]
+    shown: set[str] = set()
+    blocks: dict[str, list[Check]] = {}
+    for c in rows:
+        if c.check == "dataset":
+            group = c.key.split(".", 1)[0]
+        elif c.check.startswith("model"):
+            group = "model roles (shared by the studies)"
+        else:
+            group = "NLTK data, disk, accelerator"
+        blocks.setdefault(group, []).append(c)
+    for group, members in blocks.items():
+        lines += ["", group]
+        if group in _DOCS:
+            merged: dict[tuple, list[str]] = {}
+            for c in members:
+                merged.setdefault((c.status, c.detail, c.fix, c.path), []).append(c.key)
+            by_dataset: dict[str, list[tuple]] = {}
+            for (status, detail, fix, path), keys in merged.items():
+                name = (catalogue.owner(cfg, path) if cfg is not None and path else None) or "other"
+                by_dataset.setdefault(name, []).append((status, detail, fix, keys))
+            for name, items in by_dataset.items():
+                lines += _dataset_block(cfg, name, items, shown)
+        else:
+            for c in members:
+                lines += _wrap(f"{c.status:<5} {c.key}: {c.detail}", "  ")
+                if c.fix and not c.passed:
+                    lines += _wrap(f"fix: {c.fix}", "        ")
+    return "\n".join(lines)
+
+
+def download_script(checks: list[Check], cfg: dict) -> str:
+    """A shell script that makes the folders of every missing dataset and model file and says, per dataset, where to
+    get it (source, size, licence from the catalogue); hub roles that are not cached get their `hf download` line
+    with the pinned revision. Nothing is downloaded by writing it; the user reads and runs it."""
+    import shlex
+
+    from .data import catalogue
+
+    failed = [c for c in checks if not c.passed]
+    out = ["#!/usr/bin/env bash", "# Written by `counterfactory preflight --script`: what is still missing for this "
+           "configuration.", "# Datasets need an account or a licence agreement: each block says where to get it; "
+           "hub models download with `hf`.", "set -euo pipefail", ""]
+    seen: set[str] = set()
+    for name, d in catalogue.DATASETS.items():
+        missing = [c for c in failed if c.check == "dataset" and c.path
+                   and catalogue.owner(cfg, c.path) == name]
+        if not missing:
+            continue
+        root = catalogue.dataset_root(cfg, name)
+        out += [f"# --- data.{name}: {d.title} ({d.size}; licence: {d.licence})", f"# source: {d.source}",
+                f"mkdir -p {shlex.quote(root)}"]
+        for c in missing:
+            if c.path not in seen:
+                seen.add(c.path)
+                out.append(f"# missing: {c.path}  ({c.key})")
+        out.append("")
+    others = [c for c in failed if c.check == "dataset" and c.path not in seen]
+    for c in others:
+        out += [f"# {c.key}: {c.detail}", f"# fix: {c.fix}", ""]
+    for c in failed:
+        if c.check.startswith("model"):
+            command = c.fix[c.fix.find("`") + 1:c.fix.find("`", c.fix.find("`") + 1)] if "`" in c.fix else ""
+            out.append(f"# {c.key}: {c.detail}")
+            out.append(command if command.startswith(("hf ", "counterfactory ", "mkdir ", "wget ", "curl "))
+                       else f"# fix: {c.fix}")
+            out.append("")
+    return "\n".join(out) + "\n"
 
 
 def startup(cfg: dict) -> tuple[list[Check], str | None]:
@@ -745,7 +920,7 @@ def startup(cfg: dict) -> tuple[list[Check], str | None]:
     datasets = sum(c.check == "dataset" for c in failed)
     models = len(failed) - datasets
     message = (f"{len(failed)} problem(s) before the run can start ({datasets} dataset(s), {models} model "
-               f"role(s)); each with its config key and where to get it:\n{to_table(failed)}\n"
+               f"role(s)); each with its config key and where to get it:\n{render(failed, cfg)}\n"
                "Fix: put each in place or change its key (an evaluation dataset can be switched off, "
                "docs/own-data.md); `counterfactory preflight --config <config>` checks again, with disk and NLTK "
                "data; the offline demo runs with `--configfile config/demo.yaml`.")

@@ -164,7 +164,7 @@ def demo_config(repo: Path, workdir: Path, edit=None, name: str | None = None, o
     study["data"]["karpathy_json"] = str(demo / "karpathy" / "dataset_coco.json")
     retrieval = study["training"]["eval"]["retrieval"] or []
     for spec in [retrieval] if isinstance(retrieval, dict) else retrieval:
-        spec.update(karpathy_json=str(demo / "karpathy" / "dataset_coco.json"), image_root=str(demo / "val2017"))
+        spec.update(karpathy_json=str(demo / "karpathy" / "dataset_coco.json"), image_root=str(demo))
     for spec in study["evaluation"]["classification"]["datasets"].values():
         for key in ("root", "class_index", "class_names"):
             if key in spec and not str(spec[key]).startswith("builtin:"):

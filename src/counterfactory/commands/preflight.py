@@ -23,8 +23,14 @@ def _preflight(args) -> int:
     parts = args.only or ["model", "dataset", "nltk", "disk", "gpu-memory"]
     checks = preflight.preflight(cfg, online=False if args.offline else None, results_root=args.results_root,
                                  throughput=args.throughput, parts=parts)
-    print(preflight.to_table(checks, only_problems=args.problems_only))
-    print(preflight.summary(checks))
+    if args.table:
+        print(preflight.to_table(checks, only_problems=args.problems_only))
+        print(preflight.summary(checks))
+    else:
+        print(preflight.render(checks, cfg, only_problems=args.problems_only))
+    if args.script:
+        write_text(args.script, preflight.download_script(checks, cfg))
+        print(f"wrote {args.script}: the folders and sources of what is missing (read it, then run it)")
     if args.out:
         doc = {"config": [str(c) for c in args.config], "passed": preflight.passed(checks),
                "checks": [c.as_dict() for c in checks]}
@@ -57,4 +63,10 @@ def register(sub) -> None:
     p.add_argument("--results-root", default=".", metavar="DIR",
                    help="folder holding results/ (its file system is the one checked for space)")
     p.add_argument("--out", metavar="JSON", help="also write the checks as JSON")
+    p.add_argument("--script", metavar="FILE",
+                   help="also write a shell script with the folders, sources, sizes and licences of every missing "
+                        "dataset and the download command of every missing hub model (pinned revisions)")
+    p.add_argument("--table", action="store_true",
+                   help="print one aligned row per check (config key, status, detail / fix) instead of the grouped "
+                        "report")
     p.set_defaults(func=_preflight)

@@ -13,10 +13,16 @@ An image id used by two records is an error naming both (a later record would si
 earlier one in every per-image table). With ``image_root``, every image of the chosen split(s) must exist as
 ``image_root/filepath/filename``: a missing one is an error naming the Karpathy file and record, at the step that
 reads the file rather than at the first step that opens the image (one folder listing per ``filepath``).
+
+:func:`image_paths` is the one way every reader turns rows into image paths (``image_root/filepath/filename``, the
+official layout: COCO's ``filepath`` is ``train2014`` / ``val2014``, Flickr30k has none); a ``filepath`` or
+``filename`` that would leave ``image_root`` (``..``, an absolute path) is an error naming the record.
 """
 
 from __future__ import annotations
 
+import functools
+import json
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -185,3 +191,88 @@ def load_karpathy(path: str | Path, split: str | Iterable[str] | None = None,
     if image_root is not None:
         _check_files(path, images, index, Path(image_root))
     return frame
+
+
+def _escapes(part: str) -> bool:
+    p = Path(part)
+    return p.is_absolute() or ".." in p.parts
+
+
+def image_paths(table: pd.DataFrame, image_root: str | Path, source: str | Path = "Karpathy split file") -> list[str]:
+    """``image_root/filepath/filename`` of every row of a :func:`load_karpathy` table (the official layout). A
+    ``filepath`` or ``filename`` with ``..`` or an absolute path is refused (it would read outside ``image_root``)."""
+    root = Path(image_root)
+    out = []
+    cache: dict[tuple[str, str], str] = {}
+    for fp, fn in zip(table["filepath"], table["filename"]):
+        key = (fp or "", fn)
+        if key not in cache:
+            if _escapes(key[0]) or _escapes(fn):
+                raise input_error(Path(source), f"image {fn!r} (filepath {fp!r})",
+                                  f"the image path leaves image_root ({root})",
+                                  "give filepath / filename relative to image_root, without '..' (the official "
+                                  "files use train2014 / val2014 and bare file names)")
+            cache[key] = str(root / key[0] / fn) if key[0] else str(root / fn)
+        out.append(cache[key])
+    return out
+
+
+
+#: images per split a layout check looks up (preflight and the DAG's input functions)
+SAMPLE_PER_SPLIT = 20
+
+
+@functools.lru_cache(maxsize=8)
+def _summary(path: str, mtime_ns: int, size: int) -> dict | None:
+    try:
+        images = json.loads(Path(path).read_text(encoding="utf-8"))["images"]
+        counts: dict[str, int] = {}
+        samples: dict[str, list[tuple[str, str]]] = {}
+        for img in images:
+            split = str(img.get("split"))
+            counts[split] = counts.get(split, 0) + 1
+            if len(samples.setdefault(split, [])) < SAMPLE_PER_SPLIT:
+                samples[split].append((str(img.get("filepath") or ""), str(img["filename"])))
+        return {"counts": counts, "samples": samples}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def summary(path: str | Path) -> dict | None:
+    """``{"counts": {split: images}, "samples": {split: [(filepath, filename), ...]}}`` of a Karpathy file (the
+    first :data:`SAMPLE_PER_SPLIT` images of each split), read once per file version (the real dataset_coco.json is
+    about 150 MB and several studies read it); None when the file is missing or not readable as one."""
+    p = Path(path)
+    if not p.is_file():
+        return None
+    p = p.resolve()
+    st = p.stat()
+    return _summary(str(p), st.st_mtime_ns, st.st_size)
+
+
+def layout_problem(path: str | Path, image_root: str | Path, splits: Iterable[str] | None = None) -> str | None:
+    """Why the images of a Karpathy file are not where the workflow will open them (``image_root/filepath/filename``,
+    checked on a sample of each split read); None when the sample is in place or the file cannot be read (its own
+    check says so)."""
+    info = summary(path)
+    if info is None:
+        return None
+    root = Path(image_root)
+    wanted = list(splits) if splits else list(info["samples"])
+    missing, looked, example = 0, 0, None
+    for split in wanted:
+        for fp, fn in info["samples"].get(split, []):
+            if _escapes(fp) or _escapes(fn):
+                return (f"{path}: image {fn!r} (filepath {fp!r}) leaves image_root {root}; give paths relative to "
+                        "it, without '..'")
+            looked += 1
+            target = root / fp / fn if fp else root / fn
+            if not target.is_file():
+                missing += 1
+                example = example or target
+    if not missing:
+        return None
+    folders = sorted({fp for split in wanted for fp, _ in info["samples"].get(split, []) if fp})
+    expect = (f"{root}/{{{','.join(folders)}}}/<filename>" if folders else f"{root}/<filename>")
+    return (f"{missing} of {looked} sampled images of split(s) {', '.join(wanted)} not found, e.g. {example}; the "
+            f"split file's layout is {expect} (image_root holds the split file's filepath folders)")

@@ -35,17 +35,17 @@ def _recall_metrics(name: str, sim: np.ndarray, text_image: np.ndarray, ks) -> d
 def evaluate_retrieval(cfg: dict, role: str, spec: dict, progress: bool = False) -> dict[str, float]:
     """Image-text retrieval Recall@K on a Karpathy-format split (Flickr30k 1K test in Table 3, the MS-COCO
     test set in Table 12)."""
-    from ..data.karpathy import load_karpathy
+    from ..data.karpathy import image_paths, load_karpathy
     from ..scorers import scorer_from_config
 
-    table = load_karpathy(spec["karpathy_json"], split=spec["split"])
-    images = list(dict.fromkeys(table["filename"]))
+    table = load_karpathy(spec["karpathy_json"], split=spec["split"], image_root=spec["image_root"])
+    paths = image_paths(table, spec["image_root"], spec["karpathy_json"])   # image_root/filepath/filename
+    images = list(dict.fromkeys(paths))
     index = {name: i for i, name in enumerate(images)}
     scorer = scorer_from_config(cfg, role, head="itc", progress=progress)
-    root = Path(spec["image_root"])
-    img = scorer.encode_images([str(root / name) for name in images])
+    img = scorer.encode_images(images)
     txt = scorer.encode_texts(table["caption"].tolist())
-    return _recall_metrics(spec["name"], img @ txt.T, np.array([index[f] for f in table["filename"]]), spec["ks"])
+    return _recall_metrics(spec["name"], img @ txt.T, np.array([index[p] for p in paths]), spec["ks"])
 
 
 def evaluate_pairs(cfg: dict, role: str, pairs_path: str | Path, name: str, ks=(1, 5, 10),

@@ -160,9 +160,12 @@ def how_to_get(spec: ModelSpec, cfg: dict | None = None) -> str:
     if spec.library == "open_clip":
         return _open_clip(spec)
     if spec.library == "vsepp":   # VSE++ has no hub checkpoint: a folder built from the training captions
-        out = spec.local_path if spec.is_local else f"resources/models/{spec.role}"
-        return (f"build it: `counterfactory models build-vsepp --captions <training captions> --out {out}` (the CNN "
-                f"from torchvision's ImageNet weights; docs/models.md#vse), and set models.{spec.role}.source to {out}")
+        out = spec.local_path if spec.is_local else f"data/models/{spec.role}"
+        captions = ((cfg or {}).get("spurious_retrieval") or {}).get("data", {}).get("coco", {}).get("karpathy_json") \
+            or "data/coco2014/dataset_coco.json"
+        return (f"build it: `counterfactory models build-vsepp --captions {captions} --backbone vgg19 --bidirectional "
+                f"--out {out}` (§4.1's VGG19 + Bi-GRU; the CNN from torchvision's ImageNet weights; "
+                f"docs/models.md#vse), and set models.{spec.role}.source to {out}")
     if spec.is_local and (blip := convert_blip.setup_hint(spec.role, spec.local_path)):
         return blip  # pre-trained BLIP exists only in the original layout: convert it
     if spec.is_local:

@@ -140,6 +140,15 @@ def settings(cfg: Mapping | None) -> dict:
     return out
 
 
+def retrieval_spec(cfg: Mapping | None) -> dict | None:
+    """Table 5's MS-COCO retrieval set when a run of the enabled training reads it (a dataset of
+    ``retrieval_datasets`` is trained); else None. The rules declare its files and preflight checks them from here."""
+    s = settings(cfg)
+    if s["retrieval"] and set(s["retrieval_datasets"]) & set(s["datasets"]):
+        return s["retrieval"]
+    return None
+
+
 def variants_info() -> pd.DataFrame:
     """Mixture info for :func:`counterfactory.tables.build_table`: each variant's label and Table 4 columns."""
     rows = []

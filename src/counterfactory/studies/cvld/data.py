@@ -37,16 +37,14 @@ def _paths(s: dict, dataset: str, keys: tuple[str, ...]) -> dict:
 
 def captions(s: dict, dataset: str = "coco") -> pd.DataFrame:
     """:data:`CAPTION_COLUMNS` of the Karpathy file's train (train + restval) and test images."""
-    from ...data.karpathy import load_karpathy
+    from ...data.karpathy import image_paths, load_karpathy
 
     src = _paths(s, dataset, ("karpathy_json", "image_root"))
     table = load_karpathy(src["karpathy_json"])
     mapping = {name: ours for ours, theirs in s["data"]["splits"].items() for name in theirs}
     table = table[table["split"].isin(mapping)].copy()
     table["split"] = table["split"].map(mapping)
-    root = Path(src["image_root"])
-    table["image_path"] = [str(root / fp / fn) if fp else str(root / fn)
-                           for fp, fn in zip(table["filepath"], table["filename"])]
+    table["image_path"] = image_paths(table, src["image_root"], src["karpathy_json"])
     table["caption_id"] = table["image_id"].astype(str) + "_" + \
         table.groupby("image_id", sort=False).cumcount().astype(str)
     limit = s["data"]["limit_test"]

@@ -57,16 +57,14 @@ def _split_map(s: dict) -> dict[str, str]:
 def load_captions(s: dict, dataset: str) -> pd.DataFrame:
     """:data:`CAPTION_COLUMNS` for every image of the Karpathy file in a mapped split (COCO: ``image_id`` = COCO
     id; Flickr30k: the image's file stem, as Flickr30k Entities names it)."""
-    from ...data.karpathy import load_karpathy
+    from ...data.karpathy import image_paths, load_karpathy
 
     src = _source(s, dataset)
     table = load_karpathy(src["karpathy_json"], image_root=src["image_root"])
     mapping = _split_map(s)
     table = table[table["split"].isin(mapping)].copy()
     table["split"] = table["split"].map(mapping)
-    root = Path(src["image_root"])
-    table["image_path"] = [str(root / fp / fn) if fp else str(root / fn)
-                           for fp, fn in zip(table["filepath"], table["filename"])]
+    table["image_path"] = image_paths(table, src["image_root"], src["karpathy_json"])
     if dataset == "flickr30k":
         table["image_id"] = table["filename"].map(lambda f: Path(f).stem)
         table = _flickr_sentences(src["entities_root"], table)
