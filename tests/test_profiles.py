@@ -103,6 +103,66 @@ def test_workflow_profile_works_from_a_fresh_clone(tmp_path):
     assert cluster.resolve_profile("gaudi") == (REPO / "profiles" / "gaudi", REPO / "profiles" / "gaudi" / "config.yaml")
 
 
+@pytest.mark.parametrize("name", ["slurm", "gaudi"])
+def test_profile_by_name_from_the_repository_root(name, tmp_path):
+    """`snakemake --profile slurm all` as typed in the repository root, for a user whose ~/.config/snakemake is
+    empty: Snakemake finds the profile name in the working directory (the links `slurm`, `gaudi` into
+    profiles/; docs/cluster.md). The site values come from CF_SLURM_* (the cluster check is skipped here)."""
+    link = REPO / name
+    assert link.is_symlink() and link.resolve() == (REPO / "profiles" / name).resolve(), link
+    home = tmp_path / "home"
+    home.mkdir()
+    env = _env(tmp_path, HOME=str(home), XDG_CONFIG_HOME=str(home / ".config"), CF_SLURM_PARTITION="cpu",
+               CF_SLURM_GPU_PARTITION="gpu")
+    env.pop("XDG_CONFIG_DIRS", None)
+    proc = subprocess.run([str(BIN / "snakemake"), "--profile", name, "all", "-n", "--configfile", "config/demo.yaml"],
+                          capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    assert f"Using profile {name} for setting default command line arguments." in out
+    assert not (home / ".config" / "snakemake").exists()
+    # the profile's site values reached the jobs: it was loaded, YTE and counterfactory.cluster included
+    jobs = _jobs(out)
+    assert jobs["captions_edit"]["resources"]["slurm_partition"] == "gpu", jobs["captions_edit"]
+    assert jobs["models_build_tiny"]["resources"]["slurm_partition"] == "cpu", jobs["models_build_tiny"]
+    if name == "gaudi":
+        assert jobs["captions_edit"]["resources"]["gres"] == "gpu:1" and jobs["captions_edit"]["resources"]["hpu"] == "1"
+    # and it selects the Slurm executor (a dry run prints no executor, so ask Snakemake's own parser)
+    parsed = subprocess.run([sys.executable, "-c", "from snakemake.cli import parse_args; "
+                             f"print(parse_args(['--profile', {name!r}, 'all', '-n'])[1].executor)"],
+                            capture_output=True, text=True, env=env, cwd=REPO, timeout=120)
+    assert parsed.stdout.splitlines()[-1:] == ["slurm"], parsed.stdout + parsed.stderr
+
+
+def _failing_sinfo(tmp_path) -> Path:
+    """A login node whose Slurm controller cannot be reached: sinfo exists and fails (squeue: the plugin needs it)."""
+    fake = tmp_path / "fakebin"
+    fake.mkdir()
+    (fake / "sinfo").write_text("#!/bin/sh\necho 'slurm_load_partitions: Unable to contact slurm controller "
+                                "(connect failure)' >&2\nexit 1\n")
+    (fake / "squeue").write_text("#!/bin/sh\nexit 0\n")
+    for tool in fake.iterdir():
+        tool.chmod(0o755)
+    return fake
+
+
+@pytest.mark.parametrize("how", [["--profile", "slurm"], ["--workflow-profile", "profiles/gaudi"]])
+def test_failed_cluster_check_prints_one_line_with_the_fix(how, tmp_path):
+    """The profile's live check fails: one line naming the problem and the fix, exit 1, no usage text."""
+    env = _env(tmp_path, PATH=f"{_failing_sinfo(tmp_path)}:{BIN}:{os.environ['PATH']}", HOME=str(tmp_path))
+    env.pop(cluster.SKIP_CHECK_ENV)
+    proc = subprocess.run([str(BIN / "snakemake"), *how, "all", "-n", "--configfile", "config/demo.yaml"],
+                          capture_output=True, text=True, env=env, cwd=REPO, timeout=120)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out[-3000:]
+    assert "usage:" not in out and "Traceback" not in out, out[-3000:]
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1, proc.stderr
+    assert "does not fit this cluster: sinfo failed (exit 1): slurm_load_partitions" in errors[0]
+    assert "login node" in errors[0] and f"{cluster.SKIP_CHECK_ENV}=1 skips this check" in errors[0]
+    assert len(out.strip().splitlines()) <= 2, out  # Snakemake's "Using profile ..." line and the error
+
+
 # --------------------------------------------------------------------------- per-rule resources
 
 #: accelerator rules whose jobs a dry run cannot list yet: their number comes from a checkpoint's output

@@ -1,10 +1,12 @@
-"""A real Slurm run: `snakemake --workflow-profile profiles/slurm` submits a slice of the demo DAG through sbatch.
+"""A real Slurm run: `snakemake --workflow-profile profiles/slurm` submits a slice of the demo DAG through sbatch;
+`snakemake --profile slurm` from the repository root stops with one line when the site does not fit.
 
 scripts/slurm/start_local_slurm.sh installs Debian's Slurm + munge (apt-get, waiting for an apt/dpkg lock
 another process holds) and starts a single-node
 cluster with two fake GPUs (GRES) and two partitions, cpu (default) and gpu; the profiles are used the
-way a user does (straight from the checkout with Snakemake's `--workflow-profile`, checked with
-`counterfactory cluster check-profile`) and pointed at the local partitions through CF_SLURM_* variables.
+way a user does (straight from the checkout: `--profile slurm` in the repository root, Snakemake's
+`--workflow-profile` elsewhere; checked with `counterfactory cluster check-profile`) and pointed at the local
+partitions through CF_SLURM_* variables.
 
 The slice: tiny stand-in models (one job), the NLTK data, COCO check and caption table (local
 rules), one caption shard declared on a GPU (`device: auto`), and `flaky_probe` -- a test-only rule in
@@ -133,10 +135,13 @@ def test_setup_checks_the_cluster(slurm_profile):
     proc = _run([str(BIN / "counterfactory"), "cluster", "check-profile", "--profile", "slurm"], bad, REPO)
     assert proc.returncode == 1
     assert "partition 'nope'" in proc.stdout and "partitions: cpu, gpu" in proc.stdout
-    # the same check runs when Snakemake loads the profile
-    proc = _run([str(BIN / "snakemake"), "--workflow-profile", "profiles/slurm", "-n", "provenance"], bad, REPO)
-    assert proc.returncode != 0
-    assert "partition 'nope' (from CF_SLURM_GPU_PARTITION) does not exist here" in proc.stderr
+    # the same check runs when Snakemake loads the profile, as typed in the repository root: one line, no usage
+    proc = _run([str(BIN / "snakemake"), "--profile", "slurm", "-n", "all", "--configfile", "config/demo.yaml"],
+                bad, REPO)
+    assert proc.returncode == 1
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1 and "usage:" not in proc.stdout + proc.stderr, proc.stderr
+    assert "partition 'nope' (from CF_SLURM_GPU_PARTITION) does not exist here; partitions: cpu, gpu" in errors[0]
     # gaudi profile: the GRES name must exist on the accelerator partition
     proc = _run([str(BIN / "counterfactory"), "cluster", "check-profile", "--profile", "gaudi"],
                 {**env, "CF_SLURM_GRES": "hpu"}, REPO)

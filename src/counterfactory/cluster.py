@@ -1,7 +1,9 @@
 """Cluster profiles: what Snakemake's profile mechanism leaves to the workflow -- site settings and a checker.
 
-Snakemake itself finds the profiles: ``snakemake --workflow-profile profiles/slurm`` (or ``--workflow-profile
-slurm``, looked up under ``profiles/`` next to the Snakefile) works from a fresh clone with no set-up step, and
+Snakemake itself finds the profiles, from a fresh clone with no set-up step: ``snakemake --profile slurm all``
+from the repository root (Snakemake looks a ``--profile`` name up in the working directory first, where the links
+``slurm`` and ``gaudi`` lead to ``profiles/``; docs/cluster.md says why), or ``snakemake --workflow-profile
+profiles/slurm`` (``--workflow-profile slurm`` is looked up under ``profiles/`` next to the Snakefile) from anywhere.
 Snakemake rejects unknown options itself. What a profile cannot hold is the site: a workflow profile
 overrides a user's own ``--profile`` key by key (``default-resources``, ``set-resources`` as a whole), so
 partitions and accounts cannot be layered in from there.
@@ -19,11 +21,12 @@ written in the profiles; they come from, in increasing priority:
 
 The profiles call :func:`profile_site` when Snakemake loads them (YTE ``__definitions__``); it also
 checks the values against the running cluster (``sinfo``, ``scontrol``), so an unknown partition, a
-GPU partition without the GRES, or a status command that cannot work stops ``snakemake
---workflow-profile profiles/slurm`` before anything is submitted. :func:`check_profile` (``counterfactory cluster
-check-profile``) checks a whole profile for what Snakemake accepts silently: resource, rule and group
-names that do not exist in this workflow, GRES strings and options the Slurm plugin refuses only at
-submission, and the same cluster checks; key typos it names with the closest valid option.
+GPU partition without the GRES, or a status command that cannot work stops ``snakemake --profile slurm``
+before anything is submitted, with one line per problem naming the fix (:func:`profile_site`).
+:func:`check_profile` (``counterfactory cluster check-profile``) checks a whole profile for what Snakemake
+accepts silently: resource, rule and group names that do not exist in this workflow, GRES strings and options
+the Slurm plugin refuses only at submission, and the same cluster checks; key typos it names with the closest
+valid option.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -251,10 +255,12 @@ def site_settings(profile: str = "slurm", env: dict | None = None, check: bool |
     if check:
         problems = cluster_problems(_placements_from_site(site), site.status_command, site.status_delay, run=run)
         if problems:
-            raise ClusterConfigError(
-                f"profile {profile!r} does not fit this cluster:\n  - " + "\n  - ".join(problems)
-                + f"\n(`counterfactory cluster show-site --profile {profile}` shows the settings; "
-                f"{SKIP_CHECK_ENV}=1 skips this check)")
+            hint = (f"(`counterfactory cluster show-site --profile {profile}` shows the settings; "
+                    f"{SKIP_CHECK_ENV}=1 skips this check)")
+            if len(problems) == 1:  # the common case (e.g. sinfo cannot reach the cluster): one line
+                raise ClusterConfigError(f"profile {profile!r} does not fit this cluster: {problems[0]} {hint}")
+            raise ClusterConfigError(f"profile {profile!r} does not fit this cluster:\n  - " + "\n  - ".join(problems)
+                                     + f"\n{hint}")
     return site
 
 
@@ -318,7 +324,8 @@ def cluster_info(run: Callable | None = None) -> ClusterInfo:
     run = run or _run
     rc, out = run(["sinfo", "--noheader", "--format=%P|%G|%f|%c"])
     if rc != 0:
-        raise ClusterConfigError(f"sinfo failed (exit {rc}): {out.strip()[:300]}. Is Slurm reachable from here?")
+        raise ClusterConfigError(f"sinfo failed (exit {rc}): {' '.join(out.split())[:300]}. Is Slurm reachable from "
+                                 f"here? Start Snakemake on a login node of the cluster")
     parts: dict[str, dict] = {}
     default = None
     for line in out.splitlines():
@@ -446,13 +453,17 @@ class ProfileReport:
 
 
 def resolve_profile(profile: str) -> tuple[Path, Path] | None:
-    """``(folder, config file)`` of a profile, found as Snakemake finds it: a path; else ``profiles/NAME`` of
-    this workflow (``--workflow-profile NAME``); else NAME in $XDG_CONFIG_HOME/snakemake or /etc/xdg/snakemake
-    (``--profile NAME``)."""
+    """``(folder, config file)`` of a profile, found as Snakemake finds it: ``profiles/NAME`` of this workflow
+    (``--workflow-profile NAME``); else a path; else NAME in the working directory, $XDG_CONFIG_HOME/snakemake or
+    /etc/xdg/snakemake (``--profile NAME``)."""
     from snakemake.cli import get_profile_dir
 
-    if not os.path.exists(profile) and (PROFILE_DIR / profile).is_dir():
-        profile = str(PROFILE_DIR / profile)
+    # a bare name of this workflow's profiles: its folder under profiles/ (the repository root's `slurm` and
+    # `gaudi` links, which `snakemake --profile NAME` finds there, lead to the same folder)
+    ours = PROFILE_DIR / profile
+    if os.sep not in profile and ours.is_dir() and (not os.path.exists(profile)
+                                                   or Path(profile).resolve() == ours.resolve()):
+        profile = str(ours)
     found = get_profile_dir(profile)
     return (Path(found[0]), Path(found[1])) if found else None
 
@@ -524,8 +535,8 @@ def check_profile(profile: str, snakefile: str | Path | None = None, live: bool 
         return ProfileReport(None, errors=[
             f"profile {profile!r} not found: it is no folder, no profile of this workflow ({PROFILE_DIR}: "
             f"{', '.join(sorted(p.name for p in PROFILE_DIR.iterdir() if p.is_dir()))}; what "
-            f"`--workflow-profile NAME` reads) and not in $XDG_CONFIG_HOME/snakemake or /etc/xdg/snakemake "
-            f"(`--profile NAME`). Fix: pass the profile's folder, e.g. profiles/slurm"])
+            f"`--workflow-profile NAME` reads) and not in the working directory, $XDG_CONFIG_HOME/snakemake or "
+            f"/etc/xdg/snakemake (`--profile NAME`). Fix: pass the profile's folder, e.g. profiles/slurm"])
     _, config_file = found
     report = ProfileReport(config_file)
     global _DEFER_LIVE_CHECK
@@ -629,5 +640,16 @@ _DEFER_LIVE_CHECK = False
 
 def profile_site(profile: str = "slurm") -> SiteSettings:
     """What the profiles call while Snakemake loads them: site settings, checked against the cluster
-    unless :func:`check_profile` is loading the profile (it collects the problems itself)."""
-    return site_settings(profile, check=False if _DEFER_LIVE_CHECK else None)
+    unless :func:`check_profile` is loading the profile (it collects the problems itself).
+
+    A problem ends Snakemake here with ``Error: <problem and fix>`` on stderr (one line per problem) and exit
+    status 1: raised, it would reach Snakemake's argument parser (configargparse wraps every exception of a
+    profile file as a parse error), which prints its whole usage text (~120 lines) before the message.
+    ``SystemExit`` is no ``Exception``, so YTE, configargparse and Snakemake let it through unchanged."""
+    if _DEFER_LIVE_CHECK:
+        return site_settings(profile, check=False)
+    try:
+        return site_settings(profile)
+    except ClusterConfigError as exc:
+        print(f"Error: {exc}", file=sys.stderr)
+        raise SystemExit(1) from None

@@ -1,7 +1,8 @@
 """``counterfactory cluster``: check the Slurm / Gaudi profiles and show their site settings (docs/cluster.md).
 
-Snakemake reads the profiles from the checkout itself (``snakemake all --workflow-profile profiles/slurm``);
-these commands check what Snakemake accepts silently and show where each site value comes from:
+Snakemake reads the profiles from the checkout itself (``snakemake --profile slurm all`` from the repository
+root, or ``snakemake all --workflow-profile profiles/slurm``); these commands check what Snakemake accepts
+silently and show where each site value comes from:
 
   counterfactory cluster check-profile --profile slurm
   counterfactory cluster show-site --profile slurm
