@@ -281,7 +281,82 @@ def blip(tmp_path_factory):
     return BlipForImageTextRetrieval.from_pretrained(out), BlipProcessor.from_pretrained(out)
 
 
-def test_scoring_runs_and_is_batch_size_invariant(blip):
+#: raw scores of the tiny BLIP at two batch sizes agree to this (float rounding of other GEMM shapes: ~1e-7)
+SCORE_ATOL = 1e-5
+
+
+def _offsets(n_img: int, n_txt: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Handmade (ITC, ITM logit) offsets whose gaps are all >= 1: ITC a random order of every pair, the ITM logit
+    a random order scaled by the pair count, so that it dominates the fused ``ITM + ITC`` score."""
+    rng = np.random.default_rng(seed)
+    n = n_img * n_txt
+    return (rng.permutation(n).reshape(n_img, n_txt).astype(np.float32),
+            n * rng.permutation(n).reshape(n_img, n_txt).astype(np.float32))
+
+
+class _Offset:
+    """A real scorer (its batch size recorded in ``seen``) whose scores get a fixed offset per (image, text)."""
+
+    def __init__(self, scorer, offset: np.ndarray, seen: list):
+        self.scorer, self.offset = scorer, offset
+        seen.append(scorer.batch_size)
+
+    def score_matrix(self, images, texts):
+        real = self.scorer.score_matrix(images, texts)
+        assert real.shape == self.offset.shape
+        return real + self.offset
+
+    def score_index_pairs(self, images, texts, image_idx, text_idx):
+        assert (len(images), len(texts)) == self.offset.shape
+        return self.scorer.score_index_pairs(images, texts, image_idx, text_idx) + self.offset[image_idx, text_idx]
+
+
+@pytest.fixture
+def decisive(monkeypatch):
+    """Rankings of the tiny BLIP are float-rounding noise: it scores every image of a text within ~1e-3 of the
+    others (its image embeddings hardly differ), so batch shapes or CPUs reorder them (text->image R@1 91.7 at batch
+    size 2, 66.7 at 32). ``decisive(n_img, n_txt, seed)`` makes retrieval_recall's scorers add :func:`_offsets` to
+    the real scores (which still run, at the batch size asked for); returns the offsets and the batch sizes seen."""
+
+    def install(n_img: int, n_txt: int, seed: int):
+        itc_off, itm_off = _offsets(n_img, n_txt, seed)
+        seen = {"itc": [], "itm": []}
+        real_itc, real_itm = cvld._itc, cvld._itm
+        monkeypatch.setattr(cvld, "_itc", lambda m, p, bs: _Offset(real_itc(m, p, bs), itc_off, seen["itc"]))
+        monkeypatch.setattr(cvld, "_itm", lambda m, p, bs, kind: _Offset(real_itm(m, p, bs, kind), itm_off,
+                                                                         seen["itm"]))
+        return itc_off, itm_off, seen
+
+    return install
+
+
+def _assert_decisive(*real: np.ndarray) -> None:
+    """The real scores added to the offsets (gaps >= 1) cannot reorder them: their spreads sum to well below 1."""
+    spread = sum(float(np.ptp(r)) for r in real)
+    assert spread < 0.5, f"the tiny BLIP's scores spread over {spread:.3g}: make the offsets' gaps larger"
+
+
+def _reference_recall(itc: np.ndarray, itm: np.ndarray | None, owner: np.ndarray, ks, rerank_k: int | None) -> dict:
+    """BLIP's retrieval evaluation by brute force: per query the ``rerank_k`` best candidates by ITC, ordered by
+    ITM + ITC, above all others (``rerank_k=None``: ITC order); a hit: a positive among the first K <= rerank_k."""
+    n_img, n_txt = itc.shape
+    fused = itc if itm is None else itc + itm
+
+    def ranked(itc_row, fused_row):
+        order = sorted(range(len(itc_row)), key=lambda c: -itc_row[c])
+        return order if rerank_k is None else sorted(order[:rerank_k], key=lambda c: -fused_row[c])
+
+    out = {}
+    for k in ks:
+        t2i = [owner[j] in ranked(itc[:, j], fused[:, j])[:k] for j in range(n_txt)]
+        i2t = [bool(set(ranked(itc[i], fused[i])[:k]) & set(np.flatnonzero(owner == i))) for i in range(n_img)]
+        out[f"text_to_image@{k}"], out[f"image_to_text@{k}"] = 100 * np.mean(t2i), 100 * np.mean(i2t)
+    return out
+
+
+def test_scoring_runs_and_is_batch_size_invariant(blip, decisive):
+    from counterfactory.scorers import BlipItcScorer, BlipItmScorer
+
     model, proc = blip
     test = load_celeba(CELEBA, "test")
     ff = load_fairface(FAIRFACE, "val")
@@ -303,14 +378,41 @@ def test_scoring_runs_and_is_batch_size_invariant(blip):
     ret = cvld.fairface_retrieval(model, proc, ff, ks=(1000, 8))
     assert set(ret.loc[ret["k"] == 1000, "k_used"]) == {20} and len(ret) == 22
     assert ret["max_skew"].between(0, math.log(2) + 1e-9).all()
+
+    # retrieval: the scores it ranks (ITC cosines, ITM logits of every pair) agree across batch sizes up to rounding
     images = list(ff["image_path"][:6])
     captions = [[f"a photo of person {i}", "a face"] for i in range(6)]
+    flat = [c for caps in captions for c in caps]
+    owner = np.repeat(np.arange(6), 2)
+    itc_real = {bs: BlipItcScorer(model, proc, batch_size=bs, progress=False).score_matrix(images, flat)
+                for bs in (2, 32)}
+    pairs = np.divmod(np.arange(6 * 12), 12)
+    itm_real = {bs: BlipItmScorer(model, proc, itm_score="logit", batch_size=bs, progress=False)
+                .score_index_pairs(images, flat, *pairs).reshape(6, 12) for bs in (2, 32)}
+    np.testing.assert_allclose(itc_real[2], itc_real[32], atol=SCORE_ATOL)
+    np.testing.assert_allclose(itm_real[2], itm_real[32], atol=SCORE_ATOL)
+    # ... and the Recall@K of decisive scores (the real ones plus offsets spaced >= 1) does not depend on it either
+    itc_off, itm_off, seen = decisive(6, 12, seed=6)
+    _assert_decisive(itc_real[32], itm_real[32])
     r_small = cvld.retrieval_recall(model, proc, images, captions, rerank_k=10, batch_size=2)
     r_big = cvld.retrieval_recall(model, proc, images, captions, rerank_k=10, batch_size=32)
-    assert r_small == pytest.approx(r_big) and r_small["rerank_k"] == 6
-    assert r_small["mrec"] == pytest.approx(np.mean([r_small[f"text_to_image@{k}"] for k in (1, 5, 10)]))
+    assert seen == {"itc": [2, 32], "itm": [2, 32]}                   # the real scorers ran at both batch sizes
+    ks = (1, 5, 10)
+    expected = _reference_recall(itc_real[32] + itc_off, itm_real[32] + itm_off, owner, ks, rerank_k=10)
+    itc_ranked = _reference_recall(itc_real[32] + itc_off, None, owner, ks, rerank_k=None)
+    full_rerank = _reference_recall(itc_real[32] + itc_off, itm_real[32] + itm_off, owner, ks, rerank_k=12)
+    # the design exercises both rules: the ITM re-ranking changes R@1 and R@5, and the 2 texts outside an image's
+    # ITC top 10 stay below the re-ranked ones (re-ranking all 12 would change image->text R@1/5/10)
+    assert {k for k in expected if expected[k] != itc_ranked[k]} >= {"text_to_image@1", "image_to_text@1"}
+    assert {k for k in expected if expected[k] != full_rerank[k]} == {f"image_to_text@{k}" for k in ks}
+    for got in (r_small, r_big):
+        assert {k: got[k] for k in expected} == pytest.approx(expected)
+    assert r_small == r_big and r_small["rerank_k"] == 6
+    assert r_small["rec@1"] == pytest.approx(expected["text_to_image@1"]) == 100 / 3
+    assert r_small["mrec"] == pytest.approx(np.mean([expected[f"text_to_image@{k}"] for k in ks]))
     itc_only = cvld.retrieval_recall(model, proc, images, captions, rerank_k=None)
-    assert itc_only["rerank_k"] is None and itc_only["text_to_image@10"] == 100.0
+    assert itc_only["rerank_k"] is None and seen["itm"] == [2, 32]   # no ITM pass without re-ranking
+    assert {k: itc_only[k] for k in itc_ranked} == pytest.approx(itc_ranked)
 
 
 def test_generate_captions_batch_invariant(tmp_path):
@@ -328,20 +430,25 @@ def test_generate_captions_batch_invariant(tmp_path):
     assert not any(c.startswith("a picture of") for c in one)
 
 
-def test_retrieval_rerank_fuses_itm_logit_and_itc(blip):
-    """With rerank_k >= every set size, BLIP's procedure scores every pair by ITM logit + ITC cosine."""
+def test_retrieval_rerank_fuses_itm_logit_and_itc(blip, decisive):
+    """With rerank_k >= every set size, BLIP's procedure scores every pair by ITM logit + ITC cosine. On decisive
+    scores (offsets spaced >= 1 on the real ones: the tiny model's own rankings are rounding noise)."""
     from counterfactory.metrics.retrieval import recall_at_k
     from counterfactory.scorers import BlipItcScorer, BlipItmScorer
 
     model, proc = blip
     images = list(load_fairface(FAIRFACE)["image_path"][:5])
     texts = ["a man", "a woman", "a smiling person", "a face with glasses", "a photo"]
-    full = (BlipItmScorer(model, proc, progress=False).score_matrix(images, texts)
-            + BlipItcScorer(model, proc, progress=False).score_matrix(images, texts))
-    expected = recall_at_k(full, np.arange(5), (1, 5, 10))
+    itm = BlipItmScorer(model, proc, progress=False).score_matrix(images, texts)
+    itc = BlipItcScorer(model, proc, progress=False).score_matrix(images, texts)
+    itc_off, itm_off, _ = decisive(5, 5, seed=4)
+    _assert_decisive(itm, itc)
+    expected = recall_at_k(itm + itm_off + itc + itc_off, np.arange(5), (1, 5, 10))
+    assert expected != recall_at_k(itc + itc_off, np.arange(5), (1, 5, 10))    # the ITM logit changes the ranking
     got = cvld.retrieval_recall(model, proc, images, texts, text_image=range(5), rerank_k=16)
     for key, value in expected.items():
         assert got[key] == pytest.approx(value), key
+    assert (got["text_to_image@1"], got["image_to_text@1"]) == (20.0, 40.0)
     with pytest.raises(Exception, match="rerank_k"):
         cvld.retrieval_recall(model, proc, images, texts, text_image=range(5), rerank_k=2)
 

@@ -4,7 +4,6 @@ rule, calibration, label-file errors, Table 11 and the tiny NSFW classifier thro
 from __future__ import annotations
 
 import argparse
-import hashlib
 from pathlib import Path
 
 import numpy as np
@@ -426,15 +425,17 @@ def test_tiny_nsfw_builds_loads_and_flags_deterministically(tmp_path):
     assert a.shape == (6, 2) and np.allclose(a.sum(axis=1), 1)
     assert not S.nsfw_flags(a, ["normal", "nsfw"]).any()          # the tiny model leans to "normal"
     cut = float(np.median(a[:, 1]))
+    # decisive: run_nsfw scores at its own batch size, so no probability may lie within rounding of the cut
+    assert np.abs(a[:, 1] - cut).min() > 1e-4
     frame = pd.DataFrame({"set_id": ["s0", "s0", "s1", "s1", "s2", "s2"], "candidate_index": 0,
                           "member_index": [0, 1] * 3, "caption": "x", "image_path": paths})
     sets, kept = F.run_nsfw({**cfg, "filter": {"nsfw": {"threshold": cut}}}, frame)
     flagged = a[:, 1] >= cut
     assert sets["passed"].tolist() == [not flagged[0:2].any(), not flagged[2:4].any(), not flagged[4:6].any()]
     assert len(kept) == 2 * int(sets["passed"].sum())
-    digest = hashlib.sha256(np.round(a, 5).tobytes()).hexdigest()
-    c = F.NsfwClassifier.from_config(cfg).probabilities(paths)
-    assert hashlib.sha256(np.round(c, 5).tobytes()).hexdigest() == digest
+    # the default batch size: the same probabilities up to float rounding (a digest of values rounded to 5 decimals
+    # is no such check: one of these lies 4e-9 from a rounding boundary, so rounding noise may flip its 5th decimal)
+    np.testing.assert_allclose(F.NsfwClassifier.from_config(cfg).probabilities(paths), a, atol=1e-6)
 
 
 def test_stages_a_and_c_run_with_the_tiny_clip_scorer(tmp_path):
