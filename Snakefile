@@ -104,7 +104,7 @@ STARTUP = preflight.StartupGate()
 rule all:
     default_target: True
     input:
-        lambda wildcards: STARTUP.check(config, workflow.dryrun, logger.warning),
+        startup_check,
         [target for study in STUDIES for target in STUDY_TARGETS[study]()],
         f"{RESULTS}/provenance.json",
         f"{RESULTS}/report/overview.html",

@@ -1,9 +1,9 @@
 """Dry-run the paper-scale DAG of all five studies and report its size, build time and peak memory.
 
-Stand-in data of the right shape is written to a temporary folder (:mod:`counterfactory.testing`): a fake COCO
-root with the shape of MS-COCO val2017 (25,014 captions over 5,000 images; empty image files), empty evaluation
-datasets, and the demo's Flickr30k Entities / LookTwice / SugarCrepe / Winoground / CelebA / FairFace fixtures at
-the paper config's paths. ``config/config.yaml`` runs against it unchanged otherwise, with every study it enables
+Stand-in data of the right shape is written to a temporary folder (:func:`counterfactory.testing.official_tree`):
+every dataset of the data catalogue under ``data/`` in its official layout, COCO 2017 with the shape of val2017
+(25,014 captions over 5,000 images; empty image files), the other datasets with a handful of items (the demo's
+fixtures where a reader needs rows). ``config/config.yaml`` runs against it unchanged, with every study it enables
 (COCO-Counterfactuals: 100 candidates per caption, 4 mixtures x 25 seeds; SocialCounterfactuals: 1,872 caption
 sets; CounterCurate; spurious-correlation retrieval; CVLD). The run is ``snakemake -n all`` (no job runs), the
 way a user checks a paper-scale run before submitting it.
@@ -38,7 +38,7 @@ import yaml
 
 from counterfactory.config import studies as all_studies
 from counterfactory.planning import job_counts, jobs_by_study
-from counterfactory.testing import fake_coco_root, fake_evaluation_data
+from counterfactory.testing import official_tree
 
 REPO = Path(__file__).resolve().parents[1]
 GOAL_SECONDS = 30.0
@@ -90,12 +90,11 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="cf-dag-scale-") as tmp:
         tmp = Path(tmp)
         t0 = time.perf_counter()
-        root = fake_coco_root(tmp / "coco", args.captions, args.images)
-        fake_evaluation_data(tmp / "work", REPO / "config" / "config.yaml")
+        official_tree(tmp / "work" / "data", coco_captions=args.captions, coco_images=args.images)
         setup_s = time.perf_counter() - t0
         override = tmp / "scale.yaml"
-        overrides.setdefault("data", {})["coco_root"] = str(root)
-        shared = {"run_name", "device", "precision", "seed", "models", "tiny_models", "nltk", "studies"}
+        shared = {"run_name", "device", "precision", "seed", "models", "tiny_models", "nltk", "studies", "data",
+                  "data_root"}
         own = set(all_studies()) - {STUDY}   # a key under another study's name goes to that study's section
         doc = {k: v for k, v in overrides.items() if k in shared or k in own}
         doc[STUDY] = {k: v for k, v in overrides.items() if k not in shared and k not in own}
@@ -109,7 +108,7 @@ def main(argv=None) -> int:
     for section, values in overrides.items():   # the COCO-CF sections (other studies are keyed by name)
         if isinstance(values, dict) and isinstance(cfg.get(section), dict):
             cfg[section].update(values)
-    print(f"fake COCO root: {args.captions:,} captions over {args.images:,} images (written in {setup_s:.1f} s)")
+    print(f"official data tree: COCO 2017 with {args.captions:,} captions over {args.images:,} images (written in {setup_s:.1f} s)")
     print(f"config: captions.shard_size={cfg['captions']['shard_size']}, images.shard_size={cfg['images']['shard_size']},"
           f" candidates_per_pair={cfg['images']['candidates_per_pair']},"
           f" {len(cfg['training']['mixtures'])} mixtures x {cfg['training']['seeds']['count']} seeds")

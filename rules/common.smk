@@ -1,5 +1,6 @@
 # Helpers shared by the rule files.
 import shlex
+import sys
 from pathlib import Path
 
 from counterfactory import studies
@@ -139,6 +140,16 @@ def check_karpathy_layout(spec, key, splits):
     problem = karpathy_layout_problem(spec["karpathy_json"], spec["image_root"] or "<unset>", splits)
     if problem:
         raise WorkflowError(f"{key}: {problem}. Fix: point {key}.image_root (or the catalogue's dataset root) there")
+
+
+def startup_check(wildcards):
+    """Input function of `all`: the start-up check (STARTUP, Snakefile). A failure ends the run with the grouped
+    table above and exit status 1, not with Snakemake's traceback of this function."""
+    try:
+        return STARTUP.check(config, workflow.dryrun, logger.warning)
+    except preflight.PreflightError as exc:
+        logger.error(str(exc))
+        sys.exit(1)
 
 
 def retrieval_set_files(spec, key, splits=None):

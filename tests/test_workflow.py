@@ -412,14 +412,12 @@ def test_paper_config_dry_run_at_paper_scale(repo, tmp_path):
     """The paper config's DAG against a COCO root of val2017's shape (25,014 captions over 5,000 images): the
     job counts that follow from the paper, and the paper's settings in the jobs' own config files."""
     from counterfactory.config import load_config
-    from counterfactory.testing import fake_coco_root, fake_evaluation_data
+    from counterfactory.testing import official_tree
 
-    root = fake_coco_root(tmp_path / "coco", n_captions=25014, n_images=5000)
-    fake_evaluation_data(tmp_path, repo / "config" / "config.yaml")
-    override = tmp_path / "paper-test.yaml"
-    override.write_text(yaml.safe_dump({"coco_counterfactuals": {"data": {"coco_root": str(root)}}}))
+    # the unchanged paper config: its data_root (data/) below the working directory, in the official layouts
+    official_tree(tmp_path / "data", coco_captions=25014, coco_images=5000)
     proc = snakemake(repo, tmp_path, "-n", "-p", "all", "--configfile", str(repo / "config" / "config.yaml"),
-                     str(override), timeout=300)
+                     timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     counts = job_counts(proc.stdout + proc.stderr)
     assert not (tmp_path / ".snakemake" / "counterfactory").exists()  # a dry run writes no job configuration

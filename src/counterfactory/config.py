@@ -76,12 +76,30 @@ def fill_section(dotted: str, value: Any = None, source: str = "<config>") -> di
     against its sub-schema with the schema defaults filled in: what the section of a validated view holds. Library
     code and tests that start from a partial section use this instead of restating defaults. A mistake is a
     :class:`ConfigError` naming the full dotted key."""
+    mtime = schema_path().stat().st_mtime
+    try:
+        text = json.dumps(value, default=str)   # key order kept: mapping order is table order
+    except (TypeError, ValueError):
+        text = None
+    if text is not None:
+        hit = _FILLED.get((dotted, mtime, text))
+        if hit is not None:
+            return copy.deepcopy(hit)
     instance = copy.deepcopy(dict(value)) if isinstance(value, dict) else ({} if value is None else copy.deepcopy(value))
-    validator = _section_validator(dotted, schema_path().stat().st_mtime)
+    validator = _section_validator(dotted, mtime)
     errors = sorted(validator.iter_errors(instance), key=lambda e: list(e.absolute_path))
     if errors:
         raise _errors_to_config_error(errors, source, prefix=dotted)
+    if text is not None:
+        if len(_FILLED) > 512:
+            _FILLED.clear()
+        _FILLED[(dotted, mtime, text)] = copy.deepcopy(instance)
     return instance
+
+
+#: filled sections by (section, schema version, JSON of the value): input functions ask for the same settings once
+#: per job (a paper-scale DAG: ~3,400 times); a copy is handed out each time
+_FILLED: dict[tuple[str, float, str], Any] = {}
 
 
 @functools.lru_cache(maxsize=None)
@@ -305,11 +323,13 @@ def _select(view: dict, keys: Iterable[str]) -> dict:
     return out
 
 
-def job_config(cfg: dict, study: str | None, keys: Iterable[str]) -> dict:
+def job_config(cfg: dict, study: str | None, keys: Iterable[str], view: dict | None = None) -> dict:
     """The part of ``study``'s view a job depends on: ``keys`` are dotted section names. A study's job also carries
     ``run_name``; a shared job (``study`` None: tiny models, NLTK data) does not, so runs with other run names
-    (the own-data demo) reuse its outputs instead of rebuilding them."""
-    view = study_view(cfg, study) if study else {k: cfg[k] for k in SHARED_SECTIONS if k in cfg}
+    (the own-data demo) reuse its outputs instead of rebuilding them. ``view``: the study's view, when the caller
+    has it already (the Snakefile caches it)."""
+    if view is None:
+        view = study_view(cfg, study) if study else {k: cfg[k] for k in SHARED_SECTIONS if k in cfg}
     keys = sorted(set(keys) | ({"run_name"} if study else set()))
     data = _select(view, keys)
     if study:
@@ -340,14 +360,25 @@ def write_job_config(cfg: dict, study: str | None, keys: Iterable[str],
     return path
 
 
+#: YAML text of each job configuration already rendered in this process, by digest and sections: a paper-scale DAG
+#: has ~3,700 jobs but a few hundred distinct configurations, and rendering YAML dominated its planning time
+_JOB_TEXT: dict[tuple[str, tuple[str, ...]], str] = {}
+
+
 def job_config_file(cfg: dict, study: str | None, keys: Iterable[str],
-                    folder: str | os.PathLike = ".snakemake/counterfactory/jobs") -> tuple[str, str]:
+                    folder: str | os.PathLike = ".snakemake/counterfactory/jobs",
+                    view: dict | None = None) -> tuple[str, str]:
     """``(path, YAML text)`` of the job configuration :func:`write_job_config` writes, without writing it
     (the Snakefile plans with the path and a local rule writes the text, so parsing writes nothing)."""
-    data = job_config(cfg, study, keys)
+    data = job_config(cfg, study, keys, view=view)
     key = digest(data)
-    data[JOB_KEY] = {"digest": key, "sections": sorted(set(keys))}
-    return str(Path(folder) / f"{key[:20]}.yaml"), yaml.safe_dump(data, sort_keys=True)
+    sections = tuple(sorted(set(keys)))
+    text = _JOB_TEXT.get((key, sections))
+    if text is None:
+        data[JOB_KEY] = {"digest": key, "sections": list(sections)}
+        dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+        text = _JOB_TEXT[(key, sections)] = yaml.dump(data, Dumper=dumper, sort_keys=True)
+    return str(Path(folder) / f"{key[:20]}.yaml"), text
 
 
 def yaml_syntax_error(path: str | os.PathLike, exc: Exception) -> ConfigError:
@@ -401,6 +432,10 @@ def role_origins(layers: Iterable[tuple[str, dict]], cfg: dict | None = None) ->
     if cfg is not None:
         used = {r for study in cfg.get("studies") or () for r in STUDY_ROLES.get(study, ())}
         origins = {r: o for r, o in origins.items() if r in used}
+        for role, o in origins.items():   # as resolved ({models}/... from the data catalogue)
+            entry = (cfg.get("models") or {}).get(role)
+            if isinstance(entry, dict) and isinstance(entry.get("source"), str):
+                o["source"] = entry["source"]
     return dict(sorted(origins.items()))
 
 

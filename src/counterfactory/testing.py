@@ -30,114 +30,67 @@ def fake_coco_root(root: Path, n_captions: int, n_images: int, width: int = 640,
     return root
 
 
-def fake_evaluation_data(workdir: Path, config_path: Path, study: str = "coco_counterfactuals") -> list[Path]:
-    """Empty stand-ins, under ``workdir``, for every evaluation dataset ``config_path`` names with a
-    relative path (classification roots and class files, the retrieval split and its images)."""
-    section = yaml.safe_load(Path(config_path).read_text())[study]
-    made = []
-
-    def touch(rel: str, folder: bool) -> None:
-        path = workdir / rel
-        if Path(rel).is_absolute() or path.exists():
-            return
-        if folder:
-            path.mkdir(parents=True, exist_ok=True)
-        else:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text("{}" if rel.endswith(".json") else "")
-        made.append(path)
-
-    from .data.classification import LAYOUTS
-
-    for spec in section.get("evaluation", {}).get("classification", {}).get("datasets", {}).values():
-        touch(spec["root"], True)
-        layout = LAYOUTS.get(spec.get("format"))
-        for need in (layout.needs if layout else ()):
-            folder = need == "images"  # the rest are files (CIFAR pickles, Food-101 meta/*.json)
-            touch(str(Path(spec["root"]) / need), folder)
-        for key in ("class_index", "class_names"):
-            if spec.get(key) and not str(spec[key]).startswith("builtin:") and spec[key] != "torchvision":
-                touch(spec[key], False)   # a file (builtin maps and torchvision names are no files)
-    retrieval = section.get("training", {}).get("eval", {}).get("retrieval") or []
-    for spec in [retrieval] if isinstance(retrieval, dict) else retrieval:
-        touch(spec["image_root"], True)
-        touch(spec["karpathy_json"], False)
-    return made + fake_countercurate_data(workdir, config_path) + fake_spurious_data(workdir, config_path) \
-        + fake_cvld_data(workdir, config_path)
+def _karpathy_doc(dataset: str, images: list[tuple[str, str, str, int]]) -> dict:
+    """A Karpathy split file: (filepath, filename, split, id) per image, one sentence each."""
+    out = []
+    for k, (fp, fn, split, image_id) in enumerate(images):
+        record = {"filename": fn, "imgid": k, "split": split, "sentids": [k],
+                  "sentences": [{"raw": f"A dog number {k} sits on a table.", "tokens": ["a", "dog"], "imgid": k,
+                                 "sentid": k}]}
+        if fp:
+            record["filepath"] = fp
+        if dataset == "coco":
+            record["cocoid"] = image_id
+        out.append(record)
+    return {"images": out, "dataset": dataset}
 
 
-def fake_spurious_data(workdir: Path, config_path: Path) -> list[Path]:
-    """Stand-ins under ``workdir`` for the spurious-correlation study's relative paths: empty Karpathy split and
-    instances files, the image roots, and the demo's Flickr30k Entities (official layout) copied there."""
-    data = (yaml.safe_load(Path(config_path).read_text()).get("spurious_retrieval") or {}).get("data") or {}
-    demo = Path(__file__).resolve().parents[2] / "resources" / "demo"
-    made = []
-    for name in ("coco", "flickr30k"):
-        src = data.get(name) or {}
-        for rel, kind in [(src.get("karpathy_json"), "file"), (src.get("image_root"), "dir"),
-                          (src.get("entities_root"), "flickr30k_entities"), *[(p, "file") for p in src.get("instances") or []]]:
-            made += _stand_in(workdir, rel, kind, demo)
-    return made
-
-
-def fake_cvld_data(workdir: Path, config_path: Path) -> list[Path]:
-    """Stand-ins under ``workdir`` for the CVLD data ``config_path`` names with relative paths: empty Karpathy files
-    and image roots, and the demo CelebA and FairFace fixtures (official layouts) copied there."""
-    data = (yaml.safe_load(Path(config_path).read_text()).get("cvld") or {}).get("data") or {}
-    demo = Path(__file__).resolve().parents[2] / "resources" / "demo"
-    made = []
-    wanted = [((data.get(n) or {}).get("karpathy_json"), "file") for n in ("coco", "flickr30k")]
-    wanted += [((data.get(n) or {}).get("image_root"), "dir") for n in ("coco", "flickr30k")]
-    wanted += [((data.get(n) or {}).get("root"), n) for n in ("celeba", "fairface")]
-    for rel, kind in wanted:
-        made += _stand_in(workdir, rel, kind, demo)
-    return made
-
-
-def _stand_in(workdir: Path, rel, kind: str, demo: Path) -> list[Path]:
-    """``workdir/rel`` made as an empty folder (``dir``), a ``{}`` file (``file``) or a copy of the demo folder
-    ``kind``; nothing for an empty, absolute or existing path."""
+def official_tree(data_root: Path, coco_captions: int = 50, coco_images: int = 120, per_split: int = 3) -> Path:
+    """Every dataset of the data catalogue (:mod:`counterfactory.data.catalogue`) under ``data_root`` in its official
+    layout, with the official file names and a handful of items: empty image files, small but well-formed
+    annotation files (the demo's fixtures where a reader needs real rows). For dry runs of the unchanged paper
+    config (``data_root: data`` below the working directory) and the DAG benchmark; nothing here is real data."""
     import shutil
 
-    if not rel or Path(rel).is_absolute() or (workdir / rel).exists():
-        return []
-    target = workdir / rel
-    target.parent.mkdir(parents=True, exist_ok=True)
-    if kind == "dir":
-        target.mkdir()
-    elif kind == "file":
-        target.write_text("{}")
-    else:
-        shutil.copytree(demo / kind, target)
-    return [target]
-
-
-def fake_countercurate_data(workdir: Path, config_path: Path) -> list[Path]:
-    """Stand-ins under ``workdir`` for the CounterCurate data ``config_path`` names with relative paths: the
-    demo's Flickr30k Entities, LookTwice, SugarCrepe and Winoground files (official layouts) copied there."""
-    import shutil
-
-    cc = yaml.safe_load(Path(config_path).read_text()).get("countercurate") or {}
+    root = Path(data_root)
     demo = Path(__file__).resolve().parents[2] / "resources" / "demo"
-    made = []
-
-    def copy(rel: str | None, source: Path) -> None:
-        if not rel or Path(rel).is_absolute() or (workdir / rel).exists():
-            return
-        target = workdir / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        (shutil.copytree if source.is_dir() else shutil.copyfile)(source, target)
-        made.append(target)
-
-    copy((cc.get("data") or {}).get("entities_root"), demo / "flickr30k_entities")
-    bench = cc.get("benchmarks") or {}
-    sources = {"looktwice": {"dataset": demo / "looktwice/looktwiceqa_dataset.json", "images": demo / "looktwice/images"},
-               "sugarcrepe": {"root": demo / "sugarcrepe", "images": demo / "val2017"},
-               "winoground": {"examples": demo / "winoground/examples.jsonl", "images": demo / "winoground/images"}}
-    for name, keys in sources.items():
-        for key, source in keys.items():
-            copy((bench.get(name) or {}).get(key), source)
-    return made
+    fake_coco_root(root / "coco2017", n_captions=coco_captions, n_images=coco_images)
+    # COCO 2014: train2014/ val2014/ and the Karpathy file whose filepath names them
+    c14 = root / "coco2014"
+    images, instances = [], {"train2014": [], "val2014": []}
+    splits = ["train", "restval", "val", "test"]
+    for i, split in enumerate(s for s in splits for _ in range(per_split)):
+        folder = "train2014" if split == "train" else "val2014"
+        image_id = 100 + i
+        name = f"COCO_{folder}_{image_id:012d}.jpg"
+        (c14 / folder).mkdir(parents=True, exist_ok=True)
+        (c14 / folder / name).write_bytes(b"")
+        images.append((folder, name, split, image_id))
+        instances[folder].append({"id": image_id, "file_name": name, "width": 640, "height": 480})
+    (c14 / "annotations").mkdir(exist_ok=True)
+    for folder, imgs in instances.items():
+        (c14 / "annotations" / f"instances_{folder}.json").write_text(json.dumps(
+            {"info": {}, "licenses": [], "images": imgs, "annotations": [],
+             "categories": [{"id": 18, "name": "dog", "supercategory": "animal"}]}))
+    (c14 / "dataset_coco.json").write_text(json.dumps(_karpathy_doc("coco", images)))
+    # Flickr30k (images named as Flickr30k Entities names them) and Flickr30k Entities
+    ids = sorted(p.stem for p in (demo / "flickr30k_entities" / "Sentences").glob("*.txt"))
+    f30 = root / "flickr30k"
+    (f30 / "flickr30k-images").mkdir(parents=True, exist_ok=True)
+    for image_id in ids:
+        (f30 / "flickr30k-images" / f"{image_id}.jpg").write_bytes(b"")
+    kinds = ["train", "val", "test"]
+    f_images = [("", f"{image_id}.jpg", kinds[k % 3], k) for k, image_id in enumerate(ids)]
+    (f30 / "dataset_flickr30k.json").write_text(json.dumps(_karpathy_doc("flickr30k", f_images)))
+    entities = root / "flickr30k_entities"
+    for part in ("Sentences", "Annotations"):
+        shutil.copytree(demo / "flickr30k_entities" / part, entities / part, dirs_exist_ok=True)
+    # the rest: the demo's fixtures are already in the official layouts
+    for name in ("celeba", "fairface", "looktwice", "winoground", "pata", "visogender", "sugarcrepe",
+                 "classification"):
+        shutil.copytree(demo / name, root / name, dirs_exist_ok=True)
+    (root / "models").mkdir(exist_ok=True)
+    return root
 
 
 def demo_config(repo: Path, workdir: Path, edit=None, name: str | None = None, overlays=(), **top) -> Path:
@@ -156,6 +109,7 @@ def demo_config(repo: Path, workdir: Path, edit=None, name: str | None = None, o
     demo = workdir / "demo data"
     if not demo.exists():
         demo.symlink_to(repo / "resources" / "demo", target_is_directory=True)
+    cfg["data_root"] = str(demo)   # the catalogue's datasets (PATA, CelebA, ...) through the same link
     study["data"]["coco_root"] = str(demo)
     source = study["data"].get("source") or {}
     for key in ("path", "image_root", "boxes_json"):

@@ -26,14 +26,26 @@ def _view_cached(text: str, study: str) -> ConfigView:
     return study_view(json.loads(text), study)
 
 
+_TEXT: dict[int, tuple[dict, str]] = {}
+
+
+def _text(cfg: dict) -> str:
+    """The configuration's JSON text, made once per config object: the Snakefile's ``config`` is not changed after
+    it is validated, and input functions ask for a view once per job."""
+    hit = _TEXT.get(id(cfg))
+    if hit is None or hit[0] is not cfg:
+        hit = _TEXT[id(cfg)] = (cfg, json.dumps(cfg, default=str))
+    return hit[1]
+
+
 def view(cfg: dict, study: str) -> ConfigView:
     """The study's view of the configuration (shared sections + the study's own at top level); cached by
-    content, so input functions may call it for every job. Treat it as read-only.
+    content, so input functions may call it for every job. Treat it (and ``cfg``) as read-only.
 
     Mappings keep the order the config files give them (JSON objects keep insertion order): the order of
     ``training.mixtures`` or ``evaluation.classification.datasets`` is the order of the paper's table rows and
     columns, so the cache key is order-sensitive too (never ``sort_keys``)."""
-    return _view_cached(json.dumps(cfg, default=str), study)
+    return _view_cached(_text(cfg), study)
 
 
 def caption_json(study_cfg: dict) -> Path:
@@ -95,7 +107,7 @@ def shard_ids(n_items: int, shard_size: int) -> list[str]:
 def job_config_file(cfg: dict, study: str | None, keys) -> tuple[str, str]:
     """``(path, text)`` of one job's configuration: the listed (dotted) sections of ``study``'s view, in a
     file named by their digest. Nothing is written: the Snakefile's ``config_write_job`` rule writes it."""
-    return _job_config_file(cfg, study, keys)
+    return _job_config_file(cfg, study, keys, view=view(cfg, study) if study else None)
 
 
 def run_config_file(cfg: dict, folder: str | Path = ".snakemake/counterfactory/runs") -> tuple[str, str]:

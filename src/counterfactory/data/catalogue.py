@@ -75,9 +75,11 @@ DATASETS: dict[str, Dataset] = {d.name: d for d in [
             "FairFace (padding 1.25)", "fairface-img-margin125-trainval.zip and fairface_label_val.csv from "
             "https://github.com/joojs/fairface", "0.6 GB (val)", "CC BY 4.0", (_CVLD,)),
     Dataset("sugarcrepe", "sugarcrepe",
-            {"root": "", "add_obj": "add_obj.json", "replace_rel": "replace_rel.json"},
-            "SugarCrepe", "data/*.json of https://github.com/RAIVNLab/sugar-crepe (images: COCO 2017 val)", "3 MB",
-            "MIT", (_CC,), "the seven category files (add_att.json ... swap_obj.json) side by side"),
+            {"root": "", "data": "data/"},
+            "SugarCrepe", "the data/ folder of https://github.com/RAIVNLab/sugar-crepe (images: COCO 2017 val)", "3 MB",
+            "MIT", (_CC,), "the seven category files in data/",
+            tuple(f"data/{c}.json" for c in ("add_att", "add_obj", "replace_att", "replace_obj", "replace_rel",
+                                              "swap_att", "swap_obj"))),
     Dataset("winoground", "winoground",
             {"examples": "examples.jsonl", "images": "images/"},
             "Winoground", "data/examples.jsonl and data/images.zip of https://huggingface.co/datasets/facebook/"

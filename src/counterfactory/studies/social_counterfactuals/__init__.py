@@ -19,6 +19,8 @@ Modules (library code only; the ``counterfactory social <step>`` subcommands tha
 
 from __future__ import annotations
 
+import functools
+
 STUDY = "social_counterfactuals"
 
 #: probing runs on the data before the NSFW / detectability stages (§4.2) and after them (§10)
@@ -27,9 +29,18 @@ PROBE_STAGES = ("before", "after")
 
 def n_sets(view) -> int:
     """Caption sets the config yields (prefixes x subjects x segments), without building the captions."""
+    import json
+
+    return _n_sets(json.dumps(view.get("captions"), sort_keys=True, default=str))
+
+
+@functools.lru_cache(maxsize=16)
+def _n_sets(section_json: str) -> int:
+    import json
+
     from .captions import resolve_section
 
-    section = resolve_section(view.get("captions"))
+    section = resolve_section(json.loads(section_json))
     return len(section["prefixes"]) * len(section["subjects"]) * len(section["segments"])
 
 

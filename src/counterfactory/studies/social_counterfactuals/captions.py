@@ -64,9 +64,17 @@ def default_lists() -> dict:
     Read from the packaged ``resources/social/attributes.yaml``; a fresh copy on every call. ``subjects`` is
     Table 18 (the occupations that survived the filters), ``subjects_released`` the authors' pre-filter list
     as released (261 entries, duplicates included); :func:`named_subjects` gives the lists a config names."""
-    with open(_RESOURCE, encoding="utf-8") as fh:
-        data = yaml.safe_load(fh)
-    return data
+    import copy
+    import os
+
+    return copy.deepcopy(_parsed_lists(str(_RESOURCE), os.stat(_RESOURCE).st_mtime_ns))
+
+
+@functools.lru_cache(maxsize=2)
+def _parsed_lists(path: str, mtime_ns: int) -> dict:
+    """The packaged lists, parsed once per file version (a paper-scale dry run asks for them once per job)."""
+    with open(path, encoding="utf-8") as fh:
+        return yaml.safe_load(fh)
 
 
 #: named subject lists (config ``captions.subjects: <name>``) -> key of ``resources/social/attributes.yaml``
