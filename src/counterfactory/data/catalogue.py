@@ -186,8 +186,6 @@ BINDINGS: dict[str, Any] = {
     f"{_CVLD}.data.flickr30k.karpathy_json": _m("flickr30k", "karpathy_json"),
     f"{_CVLD}.data.flickr30k.image_root": _m("flickr30k", "images"),
     f"{_CVLD}.data.fairface.root": _m("fairface", "root"),
-    f"{_CVLD}.data.nocaps.annotations": _m("nocaps", "annotations"),
-    f"{_CVLD}.data.nocaps.image_root": _m("nocaps", "images"),
 }
 
 #: where retrieval sets (``{name, dataset, split, ks}``: ``karpathy_json`` and ``image_root`` from the dataset)
