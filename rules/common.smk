@@ -4,7 +4,7 @@ import sys
 from pathlib import Path
 
 from counterfactory import studies
-from counterfactory.data.classification import dataset_input_files
+from counterfactory.data.classification import dataset_input_files as _dataset_input_files
 from counterfactory.data.karpathy import layout_problem as karpathy_layout_problem
 from counterfactory.data.own import OwnSource
 from counterfactory.export import studies as export_studies
@@ -140,6 +140,17 @@ def check_karpathy_layout(spec, key, splits):
     problem = karpathy_layout_problem(spec["karpathy_json"], spec["image_root"] or "<unset>", splits)
     if problem:
         raise WorkflowError(f"{key}: {problem}. Fix: point {key}.image_root (or the catalogue's dataset root) there")
+
+
+def dataset_input_files(spec, name):
+    """The files a classification dataset's reader opens (its official layout), each checked as a source read."""
+    files = _dataset_input_files(spec, name)
+    for path in files:
+        try:
+            wf.check_source_read(config, f"classification dataset {name}", str(path))
+        except ConfigError as exc:
+            raise WorkflowError(str(exc)) from None
+    return files
 
 
 def startup_check(wildcards):
