@@ -129,7 +129,7 @@ def source_data(path, key, fix="see the study's page in docs/studies/"):
     if not Path(path).exists():
         raise WorkflowError(f"{path} not found (config key {key}). Fix: put the data there or change {key}; {fix}")
     try:
-        wf.check_source_read(config, key, str(path))
+        preflight.check_source_read(config, key, str(path))
     except ConfigError as exc:
         raise WorkflowError(str(exc)) from None
     return str(path)
@@ -147,7 +147,7 @@ def dataset_input_files(spec, name):
     files = _dataset_input_files(spec, name)
     for path in files:
         try:
-            wf.check_source_read(config, f"classification dataset {name}", str(path))
+            preflight.check_source_read(config, f"classification dataset {name}", str(path))
         except ConfigError as exc:
             raise WorkflowError(str(exc)) from None
     return files

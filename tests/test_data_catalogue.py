@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from counterfactory.config import load_full_config, validate_config
-from counterfactory.data import catalogue
+from counterfactory import catalogue
 from counterfactory.data.karpathy import image_paths, layout_problem, load_karpathy
 from counterfactory.errors import CounterFactoryError
 
@@ -132,7 +132,7 @@ def test_the_demo_reads_the_catalogue_under_its_own_data_root():
 def test_docs_data_page_shows_the_generated_tree():
     text = (REPO / "docs" / "data.md").read_text(encoding="utf-8")
     assert catalogue.DOC_BEGIN + "\n" + catalogue.tree_markdown() + catalogue.DOC_END in text, \
-        "docs/data.md is stale: run python -c 'from counterfactory.data.catalogue import write_doc; write_doc()'"
+        "docs/data.md is stale: run python -c 'from counterfactory.catalogue import write_doc; write_doc()'"
     for name in catalogue.DATASETS:
         assert f"data.{name}.root" in text
 

@@ -350,7 +350,10 @@ def test_cli_split_and_pretrained_run(tiny_clip, images_table, repo, tmp_path):
     own = tmp_path / "social.yaml"
     own.write_text(yaml.safe_dump({"run_name": "t", "studies": ["social_counterfactuals"],
                                    # the paper config's Tables 4 / 5 evaluation needs Flickr30K, ImageNet, ...: off here
-                                   "social_counterfactuals": {"debias": {"task_eval": {"roles": []}}},
+                                   # and §5.3's PATA / VisoGender probes of the debiased model likewise
+                                   "social_counterfactuals": {"debias": {"task_eval": {"roles": []}},
+                                                              "probing": {"pata": {"files_list": None},
+                                                                          "visogender": {"image_dir": None}}},
                                    "models": {"clip_train": {"source": str(tiny_clip)}}}))
     config = ["--config", str(repo / "config" / "config.yaml"), "--config", str(own)]
     assert main(["social", "debias-split", *config, "--images", str(images_table), "--out-dir",

@@ -227,8 +227,8 @@ def _check_semantics(cfg: dict, source: str) -> None:
 def validate_config(cfg: dict, source: str = "<config>") -> dict:
     """Validate a full configuration in place (filling schema defaults) and return it; raise :class:`ConfigError`.
     The studies' data paths the config leaves out are first filled from the data catalogue
-    (:func:`counterfactory.data.catalogue.resolve`)."""
-    from .data import catalogue
+    (:func:`counterfactory.catalogue.resolve`)."""
+    from . import catalogue
 
     if isinstance(cfg.get("data", {}), dict) and isinstance(cfg.get("data_root", ""), str):
         catalogue.resolve(cfg)
@@ -432,10 +432,11 @@ def role_origins(layers: Iterable[tuple[str, dict]], cfg: dict | None = None) ->
     if cfg is not None:
         used = {r for study in cfg.get("studies") or () for r in STUDY_ROLES.get(study, ())}
         origins = {r: o for r, o in origins.items() if r in used}
-        for role, o in origins.items():   # as resolved ({models}/... from the data catalogue)
-            entry = (cfg.get("models") or {}).get(role)
-            if isinstance(entry, dict) and isinstance(entry.get("source"), str):
-                o["source"] = entry["source"]
+        from . import catalogue
+
+        for o in origins.values():   # a {models}/... source as the data catalogue resolves it
+            if o["source"].startswith("{"):
+                o["source"] = catalogue.expand(cfg, o["source"])
     return dict(sorted(origins.items()))
 
 

@@ -794,7 +794,7 @@ def _wrap(text: str, indent: str, width: int = 110) -> list[str]:
 def _dataset_block(cfg: dict | None, name: str, items: list[tuple], shown: set | None = None) -> list[str]:
     """One catalogue dataset of one study: a missing folder is one line with its source; otherwise each file that
     is missing or wrong, with the config keys that name it; the source once."""
-    from .data import catalogue
+    from . import catalogue
 
     known = cfg is not None and name in catalogue.DATASETS
     failed = [it for it in items if it[0] == FAIL]
@@ -808,7 +808,7 @@ def _dataset_block(cfg: dict | None, name: str, items: list[tuple], shown: set |
         return lines
     d = catalogue.DATASETS[name]
     root = catalogue.dataset_root(cfg, name)
-    keys = [k.split(".", 1)[1] if "." in k else k for it in failed for k in it[3]]
+    keys = [k for it in failed for k in it[3]]
     if failed and not Path(root).exists():
         if shown is not None and name in shown:
             return _wrap(f"FAIL  data.{name}: {root}/ does not exist (above); read through: "
@@ -835,7 +835,7 @@ def render(checks: list[Check], cfg: dict | None = None, *, only_problems: bool 
     """The checks for a person: the summary first, then one block per study (its datasets, each path once with
     every config key that names it, grouped by catalogue dataset), the model roles, then NLTK / disk / GPU; short
     lines, each failure with its fix."""
-    from .data import catalogue
+    from . import catalogue
 
     rows = [c for c in checks if not only_problems or not c.passed]
     lines = [summary(checks)]
@@ -875,7 +875,7 @@ def download_script(checks: list[Check], cfg: dict) -> str:
     with the pinned revision. Nothing is downloaded by writing it; the user reads and runs it."""
     import shlex
 
-    from .data import catalogue
+    from . import catalogue
 
     failed = [c for c in checks if not c.passed]
     out = ["#!/usr/bin/env bash", "# Written by `counterfactory preflight --script`: what is still missing for this "
@@ -951,3 +951,32 @@ class StartupGate:
         elif self.message and not dry_run:
             raise PreflightError(self.message)
         return []
+
+
+# --------------------------------------------------------------------------- what the DAG reads = what preflight checks
+
+_CHECKED: dict[int, tuple[dict, frozenset]] = {}
+
+
+def preflight_paths(cfg: dict) -> frozenset:
+    """Every dataset path preflight checks for ``cfg`` (normalised), computed once per config object."""
+    hit = _CHECKED.get(id(cfg))
+    if hit is None or hit[0] is not cfg:
+        paths = frozenset(os.path.normpath(n.path) for n in dataset_requirements(cfg) if n.path)
+        hit = _CHECKED[id(cfg)] = (cfg, paths)
+    return hit[1]
+
+
+def check_source_read(cfg: dict, key: str, path: str) -> None:
+    """The DAG's input functions call this for every user-provided file they declare: it must be one preflight
+    checks (or inside one of its folders), so `counterfactory preflight` and the DAG's own check cannot drift. With
+    ``COUNTERFACTORY_DATA_READS=<file>`` each read is also appended there (``key<TAB>path``; the tests compare)."""
+    norm = os.path.normpath(str(path))
+    checked = preflight_paths(cfg)
+    if norm not in checked and not any(norm.startswith(p.rstrip(os.sep) + os.sep) for p in checked):
+        raise ConfigError(f"{key}: the workflow reads {path}, which counterfactory.preflight does not check "
+                          "(an internal inconsistency). Fix: add it to the study's needs in counterfactory/preflight.py")
+    log = os.environ.get("COUNTERFACTORY_DATA_READS")
+    if log:
+        with open(log, "a", encoding="utf-8") as fh:
+            fh.write(f"{key}\t{norm}\n")

@@ -46,7 +46,7 @@ def _karpathy_doc(dataset: str, images: list[tuple[str, str, str, int]]) -> dict
 
 
 def official_tree(data_root: Path, coco_captions: int = 50, coco_images: int = 120, per_split: int = 3) -> Path:
-    """Every dataset of the data catalogue (:mod:`counterfactory.data.catalogue`) under ``data_root`` in its official
+    """Every dataset of the data catalogue (:mod:`counterfactory.catalogue`) under ``data_root`` in its official
     layout, with the official file names and a handful of items: empty image files, small but well-formed
     annotation files (the demo's fixtures where a reader needs real rows). For dry runs of the unchanged paper
     config (``data_root: data`` below the working directory) and the DAG benchmark; nothing here is real data."""

@@ -13,11 +13,9 @@ from __future__ import annotations
 import functools
 import json
 import math
-import os
 from pathlib import Path
 
 from .config import ConfigView, digest, study_view
-from .errors import ConfigError
 from .config import job_config_file as _job_config_file
 
 
@@ -147,34 +145,3 @@ def seed_pairs(training: dict) -> list[tuple[int, int]]:
     from .training.runs import seed_pairs as _pairs
 
     return _pairs(training)
-
-
-# --------------------------------------------------------------------------- what the DAG reads = what preflight checks
-
-_CHECKED: dict[int, tuple[dict, frozenset]] = {}
-
-
-def preflight_paths(cfg: dict) -> frozenset:
-    """Every dataset path preflight checks for ``cfg`` (normalised), computed once per config object."""
-    hit = _CHECKED.get(id(cfg))
-    if hit is None or hit[0] is not cfg:
-        from .preflight import dataset_requirements
-
-        paths = frozenset(os.path.normpath(n.path) for n in dataset_requirements(cfg) if n.path)
-        hit = _CHECKED[id(cfg)] = (cfg, paths)
-    return hit[1]
-
-
-def check_source_read(cfg: dict, key: str, path: str) -> None:
-    """The DAG's input functions call this for every user-provided file they declare: it must be one preflight
-    checks (or inside one of its folders), so `counterfactory preflight` and the DAG's own check cannot drift. With
-    ``COUNTERFACTORY_DATA_READS=<file>`` each read is also appended there (``key<TAB>path``; the tests compare)."""
-    norm = os.path.normpath(str(path))
-    checked = preflight_paths(cfg)
-    if norm not in checked and not any(norm.startswith(p.rstrip(os.sep) + os.sep) for p in checked):
-        raise ConfigError(f"{key}: the workflow reads {path}, which counterfactory.preflight does not check "
-                          "(an internal inconsistency). Fix: add it to the study's needs in counterfactory/preflight.py")
-    log = os.environ.get("COUNTERFACTORY_DATA_READS")
-    if log:
-        with open(log, "a", encoding="utf-8") as fh:
-            fh.write(f"{key}\t{norm}\n")

@@ -45,7 +45,7 @@ def _build_tiny(spec: ModelSpec) -> str:
 
 
 def _big_lama(spec: ModelSpec) -> str:
-    path = spec.local_path if spec.is_local else Path("resources/models/big-lama")
+    path = spec.local_path if spec.is_local else Path("data/models/big-lama")
     folder = path.parent if path.suffix == ".pt" else path
     target = path if path.suffix == ".pt" else path / BIG_LAMA_FILE
     return (f"download Big LaMa, lama-cleaner's release file {BIG_LAMA_URL} (md5 {BIG_LAMA_MD5}): "
