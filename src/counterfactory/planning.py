@@ -37,11 +37,9 @@ Definitions
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 import re
-from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -112,21 +110,12 @@ def _items(key: tuple[str, str], overrides: Mapping[str, int], table: Path | Non
 
 def _karpathy_images(path, splits=("train", "restval")) -> int | None:
     """Images of ``splits`` (default: the training images, train + restval, §4.1 of Kim et al.; CVLD app. B) in a
-    configured Karpathy file; None when the file is not in place or not readable (the paper count is used then)."""
-    if not path or not Path(path).is_file():
-        return None
-    path = Path(path).resolve()
-    counts = _split_counts(str(path), path.stat().st_mtime_ns)
-    return None if counts is None else sum(counts.get(name, 0) for name in set(splits))
-
-
-def _split_counts(path: str, mtime_ns: int) -> dict[str, int] | None:
-    """Images per split of one Karpathy file (:func:`counterfactory.data.karpathy.summary`: read once per file
-    version); None when it is not readable."""
+    configured Karpathy file; None when the file is not in place or not readable (the paper count is used then).
+    The file is read once per version (:func:`counterfactory.data.karpathy.summary`)."""
     from .data.karpathy import summary
 
-    info = summary(path)
-    return None if info is None else dict(info["counts"])
+    info = summary(path) if path else None
+    return None if info is None else sum(info["counts"].get(name, 0) for name in set(splits))
 
 
 def _capped(paper: tuple[int, str], most: int | None, what: str) -> tuple[int, str]:
