@@ -13,12 +13,14 @@ rule images_adaptive_curve:
     output:
         csv=report(
             f"{S}/images/adaptive_curve.csv",
+            labels=result_label("images/adaptive_curve.csv"),
             category=study_title,
             subcategory="Over-generation",
             caption="../report/adaptive.rst",
         ),
         png=report(
             f"{S}/images/adaptive_curve.png",
+            labels=result_label("images/adaptive_curve.png"),
             category=study_title,
             subcategory="Over-generation",
             caption="../report/adaptive.rst",
@@ -42,12 +44,14 @@ rule images_adaptive_curve_social:
     output:
         csv=report(
             f"{S}/generation/adaptive_curve.csv",
+            labels=result_label("generation/adaptive_curve.csv"),
             category=study_title,
             subcategory="Over-generation",
             caption="../report/adaptive.rst",
         ),
         png=report(
             f"{S}/generation/adaptive_curve.png",
+            labels=result_label("generation/adaptive_curve.png"),
             category=study_title,
             subcategory="Over-generation",
             caption="../report/adaptive.rst",

@@ -38,6 +38,18 @@ def study_title(wildcards):
     return studies.title(wildcards.study)
 
 
+def result_label(relpath):
+    """``report(labels=...)``: the result's short name in the report (study folder path ``relpath``, with the
+    rule's wildcards; counterfactory.report_labels names it from the paper's table / figure numbers)."""
+    from counterfactory import report_labels
+
+    def value(wildcards):
+        fill = dict(wildcards.items())
+        return report_labels.labels(relpath.format(**fill), fill.get("study"))
+
+    return value
+
+
 # Job configurations: path -> YAML text, filled while the DAG is planned; the local rule config_write_job writes them.
 JOB_CONFIG_TEXT = {}
 

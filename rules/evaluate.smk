@@ -53,6 +53,7 @@ rule evaluate_itr_table:
     output:
         csv=report(
             f"{S}/evaluation/itr_table.csv",
+            labels=result_label("evaluation/itr_table.csv"),
             caption="../report/evaluation_itr.rst",
             category=study_title,
             subcategory="Zero-shot image-text retrieval",
@@ -60,6 +61,7 @@ rule evaluate_itr_table:
         md=f"{S}/evaluation/itr_table.md",
         html=report(
             f"{S}/evaluation/itr_table.html",
+            labels=result_label("evaluation/itr_table.html"),
             caption="../report/evaluation_itr.rst",
             category=study_title,
             subcategory="Zero-shot image-text retrieval",
@@ -116,6 +118,7 @@ rule evaluate_itm_summary:
     output:
         csv=report(
             f"{S}/evaluation/itm_differences.csv",
+            labels=result_label("evaluation/itm_differences.csv"),
             caption="../report/evaluation_itm.rst",
             category=study_title,
             subcategory="ITM score differences",
@@ -123,12 +126,14 @@ rule evaluate_itm_summary:
         md=f"{S}/evaluation/itm_differences.md",
         html=report(
             f"{S}/evaluation/itm_differences.html",
+            labels=result_label("evaluation/itm_differences.html"),
             caption="../report/evaluation_itm.rst",
             category=study_title,
             subcategory="ITM score differences",
         ),
         png=report(
             f"{S}/evaluation/itm_differences.png",
+            labels=result_label("evaluation/itm_differences.png"),
             caption="../report/evaluation_itm.rst",
             category=study_title,
             subcategory="ITM score differences",
@@ -188,6 +193,7 @@ rule evaluate_classify_table:
     output:
         csv=report(
             f"{S}/evaluation/classification.csv",
+            labels=result_label("evaluation/classification.csv"),
             caption="../report/evaluation_classification.rst",
             category=study_title,
             subcategory="Zero-shot classification",
@@ -195,12 +201,14 @@ rule evaluate_classify_table:
         md=f"{S}/evaluation/classification.md",
         html=report(
             f"{S}/evaluation/classification.html",
+            labels=result_label("evaluation/classification.html"),
             caption="../report/evaluation_classification.rst",
             category=study_title,
             subcategory="Zero-shot classification",
         ),
         png=report(
             f"{S}/evaluation/classification.png",
+            labels=result_label("evaluation/classification.png"),
             caption="../report/evaluation_classification.rst",
             category=study_title,
             subcategory="Zero-shot classification",

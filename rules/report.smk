@@ -9,6 +9,7 @@ rule report_pair_grid:
     output:
         report(
             f"{S}/report/pair_grid.png",
+            labels=result_label("report/pair_grid.png"),
             category=study_title,
             subcategory="Counterfactuals",
             caption="../report/pair_grid.rst",
@@ -30,6 +31,7 @@ rule report_caption_examples:
     output:
         report(
             f"{S}/report/caption_examples.csv",
+            labels=result_label("report/caption_examples.csv"),
             category=study_title,
             subcategory="Counterfactuals",
             caption="../report/caption_examples.rst",
@@ -49,7 +51,12 @@ rule report_overview:
     input:
         rules.provenance.output,
     output:
-        report(f"{RESULTS}/report/overview.html", category="Run overview", caption="../report/overview.rst"),
+        report(
+            f"{RESULTS}/report/overview.html",
+            category="Run overview",
+            labels={"result": "which data and models this run used"},
+            caption="../report/overview.rst",
+        ),
     log:
         f"{RESULTS}/logs/report/overview.log",
     conda:
@@ -64,7 +71,11 @@ rule report_examples:
         f"{S}/manifests/export_imagefolder.json",
     output:
         report(
-            f"{S}/report/examples.png", category=study_title, subcategory="Examples", caption="../report/examples.rst"
+            f"{S}/report/examples.png",
+            labels=result_label("report/examples.png"),
+            category=study_title,
+            subcategory="Examples",
+            caption="../report/examples.rst",
         ),
     log:
         f"{S}/logs/report/examples.log",

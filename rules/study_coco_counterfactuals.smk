@@ -67,6 +67,7 @@ rule analysis_label_frequency:
     output:
         table=report(
             f"{S}/training/label_frequency.csv",
+            labels=result_label("training/label_frequency.csv"),
             category=study_title,
             subcategory="Training",
             caption="../report/label_frequency.rst",
@@ -74,6 +75,7 @@ rule analysis_label_frequency:
         correlation=f"{S}/training/label_frequency_correlation.json",
         human_taxonomy=report(
             f"{S}/training/human_taxonomy.csv",
+            labels=result_label("training/human_taxonomy.csv"),
             category=study_title,
             subcategory="Training",
             caption="../report/human_taxonomy.rst",
@@ -190,6 +192,7 @@ rule train_in_domain_table:
         md=f"{S}/in_domain/table.md",
         html=report(
             f"{S}/in_domain/table.html",
+            labels=result_label("in_domain/table.html"),
             category=study_title,
             subcategory="Training",
             caption="../report/in_domain.rst",

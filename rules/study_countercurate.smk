@@ -229,6 +229,7 @@ rule countercurate_datasets:
         attributes=f"{S}/datasets/attributes.parquet",
         summary=report(
             f"{S}/datasets/summary.csv",
+            labels=result_label("datasets/summary.csv"),
             category=study_title,
             subcategory="Datasets",
             caption="../report/cc_datasets.rst",
@@ -284,6 +285,7 @@ rule countercurate_tables:
         md=f"{S}/evaluation/tables.md",
         html=report(
             f"{S}/evaluation/tables.html",
+            labels=result_label("evaluation/tables.html"),
             category=study_title,
             subcategory="Evaluation",
             caption="../report/cc_tables.rst",
@@ -398,6 +400,7 @@ rule stats_table_countercurate:
         md=f"{S}/finetune/tables/{{dataset}}.md",
         html=report(
             f"{S}/finetune/tables/{{dataset}}.html",
+            labels=result_label("finetune/tables/{dataset}.html"),
             category=study_title,
             subcategory="Fine-tuning",
             caption="../report/cc_training.rst",
@@ -491,6 +494,7 @@ use rule stats_table_countercurate as stats_table_countercurate_vlm with:
         md=f"{S}/finetune/tables/{{dataset}}_vlm.md",
         html=report(
             f"{S}/finetune/tables/{{dataset}}_vlm.html",
+            labels=result_label("finetune/tables/{dataset}_vlm.html"),
             category=study_title,
             subcategory="Fine-tuning",
             caption="../report/cc_training.rst",

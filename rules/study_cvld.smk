@@ -26,6 +26,7 @@ rule cvld_intervene:
         requests=f"{S}/coco/edits/requests.parquet",
         summary=report(
             f"{S}/coco/text/summary.csv",
+            labels=result_label("coco/text/summary.csv"),
             category=study_title,
             subcategory="Interventions",
             caption="../report/cvld_intervene.rst",
@@ -149,13 +150,20 @@ rule cvld_tables:
         config=job_config("data", "classification", "retrieval", "captioning", "seeds"),
     output:
         md=f"{S}/tables.md",
-        html=report(f"{S}/tables.html", category=study_title, subcategory="Tables", caption="../report/cvld_tables.rst"),
+        html=report(
+            f"{S}/tables.html",
+            labels=result_label("tables.html"),
+            category=study_title,
+            subcategory="Tables",
+            caption="../report/cvld_tables.rst",
+        ),
         tex=f"{S}/tables.tex",
         csv=f"{S}/tables.csv",
         summary=f"{S}/figures/summary.csv",
         figures=[
             report(
                 f"{S}/figures/figure{n}.png",
+                labels=result_label(f"figures/figure{n}.png"),
                 category=study_title,
                 subcategory="Figures",
                 caption="../report/cvld_tables.rst",

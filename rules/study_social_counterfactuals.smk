@@ -219,6 +219,7 @@ rule social_filter_table:
         md=f"{S}/filter/table11.md",
         html=report(
             f"{S}/filter/table11.html",
+            labels=result_label("filter/table11.html"),
             category=study_title,
             subcategory="Filtering",
             caption="../report/social_filter.rst",
@@ -276,6 +277,7 @@ rule social_probe_tables:
         md=f"{S}/probing/{{stage}}/tables.md",
         html=report(
             f"{S}/probing/{{stage}}/tables.html",
+            labels=result_label("probing/{stage}/tables.html"),
             category=study_title,
             subcategory="Bias probing",
             caption="../report/social_probe.rst",
@@ -304,6 +306,7 @@ rule social_probe_plots:
         report(
             directory(f"{S}/probing/{{stage}}/figures"),
             patterns=["{name}.png"],
+            labels=result_label("probing/{stage}/figures/{name}.png"),
             category=study_title,
             subcategory="Bias probing",
             caption="../report/social_probe.rst",
@@ -404,6 +407,7 @@ rule social_debias_table:
         md=f"{S}/debias/tables.md",
         html=report(
             f"{S}/debias/tables.html",
+            labels=result_label("debias/tables.html"),
             category=study_title,
             subcategory="Debiasing",
             caption="../report/social_debias.rst",
@@ -434,6 +438,7 @@ rule social_debias_task_table:
         md=f"{S}/debias/task_tables.md",
         html=report(
             f"{S}/debias/task_tables.html",
+            labels=result_label("debias/task_tables.html"),
             category=study_title,
             subcategory="Debiasing",
             caption="../report/social_debias.rst",

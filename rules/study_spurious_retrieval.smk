@@ -23,6 +23,7 @@ rule spurious_select:
         requests=f"{SD}/selection/requests.parquet",
         summary=report(
             f"{SD}/selection/summary.csv",
+            labels=result_label("{dataset}/selection/summary.csv"),
             category=study_title,
             subcategory="Object removal",
             caption="../report/sr_select.rst",
@@ -221,10 +222,22 @@ rule spurious_tables:
         config=job_config("data", "training", "mixtures", "evaluation"),
     output:
         md=f"{S}/tables.md",
-        html=report(f"{S}/tables.html", category=study_title, subcategory="Tables", caption="../report/sr_tables.rst"),
+        html=report(
+            f"{S}/tables.html",
+            labels=result_label("tables.html"),
+            category=study_title,
+            subcategory="Tables",
+            caption="../report/sr_tables.rst",
+        ),
         tex=f"{S}/tables.tex",
         csv=f"{S}/tables.csv",
-        figure=report(f"{S}/figure4.png", category=study_title, subcategory="Tables", caption="../report/sr_tables.rst"),
+        figure=report(
+            f"{S}/figure4.png",
+            labels=result_label("figure4.png"),
+            category=study_title,
+            subcategory="Tables",
+            caption="../report/sr_tables.rst",
+        ),
     log:
         f"{S}/logs/tables.log",
     wildcard_constraints:

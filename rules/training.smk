@@ -109,7 +109,13 @@ rule train_collect:
         runs_of("metrics.csv"),
         pretrained_run,
     output:
-        report(f"{S}/training/runs.csv", category=study_title, subcategory="Training", caption="../report/runs.rst"),
+        report(
+            f"{S}/training/runs.csv",
+            labels=result_label("training/runs.csv"),
+            category=study_title,
+            subcategory="Training",
+            caption="../report/runs.rst",
+        ),
     log:
         f"{S}/logs/training/runs_table.log",
     conda:
@@ -147,6 +153,7 @@ rule stats_table:
         md=f"{S}/training/tables/{{table}}.md",
         html=report(
             f"{S}/training/tables/{{table}}.html",
+            labels=result_label("training/tables/{table}.html"),
             category=study_title,
             subcategory="Training",
             caption="../report/tables.rst",
@@ -176,7 +183,13 @@ rule train_plot_curves:
     input:
         runs_of("history.csv"),
     output:
-        report(f"{S}/training/curves.png", category=study_title, subcategory="Training", caption="../report/curves.rst"),
+        report(
+            f"{S}/training/curves.png",
+            labels=result_label("training/curves.png"),
+            category=study_title,
+            subcategory="Training",
+            caption="../report/curves.rst",
+        ),
     log:
         f"{S}/logs/training/curves.log",
     conda:

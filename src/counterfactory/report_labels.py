@@ -1,0 +1,107 @@
+"""Short names of the results in ``snakemake --report`` (issue 44): the ``labels`` of every ``report()`` item.
+
+Without labels Snakemake's navigation panel shows each result as its path, cut to the panel's width, so the eight
+entries of COCO-Counterfactuals → Training all read ``results/demo/coco_counterfactuals/trainin…``. Each rule
+passes ``labels=result_label("<path under the study folder, with its wildcards>")`` (rules/common.smk), which
+names the result from :data:`LABELS`: the paper's table or figure number first, then what it shows.
+
+The panel sorts entries by their label text (``localeCompare``); single-digit numbers are padded with a figure
+space (U+2007, as wide as a digit) so that "Table 3" sorts before "Table 12" and numbers line up.
+"""
+
+from __future__ import annotations
+
+import re
+
+#: the one label column of every result (a second column would turn into Snakemake's on/off toggle wherever a
+#: subcategory holds two results)
+COLUMN = "result"
+
+FIGURE_SPACE = "\u2007"
+
+#: (regex over the path under the study folder, label template over its named groups), first match wins
+LABELS: list[tuple[str, str]] = [
+    # COCO-Counterfactuals
+    (r"captions?/?.*caption_examples\.csv|report/caption_examples\.csv", "§3.1 counterfactual captions (CSV)"),
+    (r"report/pair_grid\.png", "§3.2 counterfactual image pairs"),
+    (r"evaluation/itr_table\.html", "Table 2 · zero-shot image-text retrieval"),
+    (r"evaluation/itr_table\.csv", "Table 2 · zero-shot image-text retrieval (CSV)"),
+    (r"evaluation/itm_differences\.html", "Figure 3 · ITM score differences (table)"),
+    (r"evaluation/itm_differences\.csv", "Figure 3 · ITM score differences (CSV)"),
+    (r"evaluation/itm_differences\.png", "Figure 3 · ITM score differences"),
+    (r"evaluation/classification\.html", "Table 4 · zero-shot classification, pre-trained"),
+    (r"evaluation/classification\.csv", "Table 4 · zero-shot classification, pre-trained (CSV)"),
+    (r"evaluation/classification\.png", "Table 4 · zero-shot classification, pre-trained (plot)"),
+    (r"training/tables/retrieval\.html", "Table 3 · retrieval after fine-tuning"),
+    (r"training/tables/retrieval_(?P<name>.+)\.html", "Table 12 · retrieval after fine-tuning, {name}"),
+    (r"training/tables/classification\.html", "Table 4 · zero-shot classification after fine-tuning"),
+    (r"training/tables/(?P<name>.+)\.html", "table {name} after fine-tuning"),
+    (r"in_domain/table\.html", "Table 5 · in-domain COCO-CFs test set"),
+    (r"training/label_frequency\.csv", "Table 6 · label frequency vs accuracy change (CSV)"),
+    (r"training/human_taxonomy\.csv", "A.3.2 human-related subjects (CSV)"),
+    (r"training/runs\.csv", "every fine-tuning run (CSV)"),
+    (r"training/curves\.png", "loss curves of the fine-tuning runs"),
+    (r"images/adaptive_curve\.png", "adaptive over-generation (ours)"),
+    (r"images/adaptive_curve\.csv", "adaptive over-generation (ours, CSV)"),
+    (r"report/examples\.png", "exported examples"),
+    # SocialCounterfactuals
+    (r"filter/table11\.html", "Table 11 · sets left after each filter"),
+    (r"probing/(?P<stage>before|after)/tables\.html", "Tables 2, 12-15 · bias probing, {stage} filtering"),
+    (r"probing/(?P<stage>before|after)/figures/maxskew_boxplots\.png", "Figure 3 · MaxSkew per model, {stage} filtering"),
+    (r"probing/(?P<stage>before|after)/figures/marginal_(?P<attr>[^_]+)_by_(?P<given>.+)\.png",
+     "Figure 4 · marginal {attr} by {given}, {stage} filtering"),
+    (r"probing/(?P<stage>before|after)/figures/proportions_(?P<name>.+)\.png",
+     "Figure 5 · retrieved attribute shares, {name}, {stage} filtering"),
+    (r"probing/(?P<stage>before|after)/figures/(?P<name>.+)\.png", "figure {name}, {stage} filtering"),
+    (r"debias/tables\.html", "Tables 2, 16, 17 · debiasing (bias after fine-tuning)"),
+    (r"debias/task_tables\.html", "debiasing: task accuracy after fine-tuning"),
+    (r"generation/adaptive_curve\.png", "adaptive over-generation (ours)"),
+    (r"generation/adaptive_curve\.csv", "adaptive over-generation (ours, CSV)"),
+    # CounterCurate
+    (r"datasets/summary\.csv", "Flickr30k-Positions / -Counting / -Attributes sizes (CSV)"),
+    (r"evaluation/tables\.html", "Tables 1-4, 6, 8 · evaluation of every model"),
+    (r"finetune/tables/(?P<name>.+)_vlm\.html", "fine-tuning the VLM on {name}"),
+    (r"finetune/tables/(?P<name>.+)\.html", "Tables 4, 8 · fine-tuning on {name}"),
+    # Spurious-correlation retrieval
+    (r"(?P<name>[^/]+)/selection/summary\.csv", "§3.1 region selection on {name} (CSV)"),
+    (r"tables\.html", "Tables 1-4 · the paper's tables"),
+    (r"figure4\.png", "Figure 4 · R@1 and ODmAP@1 vs share of synthetic data"),
+    # CVLD
+    (r"coco/text/summary\.csv", "§3.3 caption interventions (CSV)"),
+    (r"figures/figure4\.png", "Figure 4 · DEO and AP vs λ"),
+    (r"figures/figure5\.png", "Figure 5 · few-shot classification"),
+    (r"figures/figure9\.png", "Figure 9 · appendix figure 9"),
+    (r"figures/figure10\.png", "Figure 10 · appendix figure 10"),
+]
+
+#: study-specific wording where one path means different things in two studies
+STUDY_LABELS: dict[str, dict[str, str]] = {
+    "spurious_retrieval": {"tables.html": "Tables 1-3 · ODmAP@k, R@K, synthesis of D′"},
+    "cvld": {"tables.html": "Tables 1-4 · classification, retrieval, captioning"},
+}
+
+
+def pad_numbers(text: str) -> str:
+    """``Table 3`` -> ``Table <figure space>3`` so that labels sort by number (up to 99)."""
+    return re.sub(r"\b(Tables?|Figures?) (\d)(?!\d)", lambda m: f"{m.group(1)} {FIGURE_SPACE}{m.group(2)}", text)
+
+
+def label(relpath: str, study: str | None = None) -> str:
+    """The short name of the result at ``relpath`` (its path under the study folder)."""
+    rel = relpath.replace("\\", "/").lstrip("./")
+    special = (STUDY_LABELS.get(study or "") or {}).get(rel)
+    if special:
+        return pad_numbers(special)
+    for pattern, template in LABELS:
+        m = re.fullmatch(pattern, rel)
+        if m:
+            return pad_numbers(template.format(**{k: v.replace("_", " ") for k, v in m.groupdict().items()}))
+    return rel
+
+
+def labels(relpath: str, study: str | None = None) -> dict[str, str]:
+    """``report(..., labels=...)``'s value for one result."""
+    return {COLUMN: label(relpath, study)}
+
+
+__all__ = ["COLUMN", "LABELS", "STUDY_LABELS", "label", "labels", "pad_numbers"]
