@@ -64,8 +64,19 @@ def model_display_names(models: "Mapping | None", roles) -> dict[str, str]:
 
 
 def escape_md(text: str) -> str:
-    """A Markdown pipe-table cell: ``|`` escaped."""
-    return str(text).replace("|", "\\|")
+    """A Markdown pipe-table cell or inline text from config or data: ``|`` escaped and ``<``, ``>`` written as
+    entities, so markup in a name (``<script>``) is shown as text wherever the Markdown is rendered."""
+    return str(text).replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def code_span(text: str) -> str:
+    """``text`` as one Markdown code span whatever it holds: fenced by one backtick more than its longest run of
+    backticks (CommonMark), padded with a space where it starts or ends with one; markup inside is inert."""
+    text = str(text).replace("\n", " ")
+    runs = [len(r) for r in re.findall(r"`+", text)]
+    fence = "`" * (max(runs, default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
 
 
 def escape_tex(text: str) -> str:
@@ -227,8 +238,8 @@ def _frame(table: Table, fmt: str, header) -> "pd.DataFrame":
     import pandas as pd
 
     raw = [fmt == "md" and c.align == "auto" for c in table.columns]
-    rows = [[v if r and not isinstance(v, (Cell, Text)) else format_value(v, fmt, table) for v, r in zip(row, raw)]
-            for row in table.rows]
+    rows = [[v if r and not isinstance(v, (Cell, Text, str)) else format_value(v, fmt, table) for v, r in zip(row, raw)]
+            for row in table.rows]     # numbers of auto columns go raw to tabulate; text is escaped
     frame = pd.DataFrame(rows, columns=range(len(table.columns)), dtype=object)
     frame.columns = header
     return frame
@@ -326,10 +337,10 @@ def html_page(title: str, bodies: Sequence[str]) -> str:
 def describe_frame(frame: "pd.DataFrame", floatfmt: str = "g", index: bool = False) -> Table:
     """A plain data frame (and its index, with ``index``) as a :class:`Table` of ``auto`` columns: headers and
     values written as given, numbers with ``floatfmt`` (what ``DataFrame.to_markdown(floatfmt=...)`` writes)."""
-    columns = [Column(Text(str(c)), "auto") for c in frame.columns]
+    columns = [Column(str(c), "auto") for c in frame.columns]
     rows = [list(r) for r in frame.to_numpy()]       # as tabulate reads a frame (one dtype for all columns)
     if index:
         name = frame.index.name
-        columns.insert(0, Column(Text("" if name is None else str(name)), "auto"))
+        columns.insert(0, Column("" if name is None else str(name), "auto"))
         rows = [[idx, *r] for idx, r in zip(frame.index, rows)]
     return Table(columns, rows, floatfmt=floatfmt)

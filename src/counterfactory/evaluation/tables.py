@@ -95,7 +95,7 @@ CLASSIFICATION_NOTE = ("Zero-shot: each class is scored by the cosine between th
 
 
 def describe_itr(table: pd.DataFrame, title: str | None = None, decimals: int = 2) -> Table:
-    """Table 2 layout as a :class:`counterfactory.render.Table` (Markdown cells; names are not escaped)."""
+    """Table 2 layout as a :class:`counterfactory.render.Table` (names from config and data are escaped per format)."""
     metrics = [c for c in table.columns if "@" in c and not c.endswith("rel%")]
     ordered = [m for m in metrics if m.startswith("TR")] + [m for m in metrics if m.startswith("IR")]
     cells = []
@@ -115,7 +115,7 @@ def describe_itr(table: pd.DataFrame, title: str | None = None, decimals: int = 
         cells.append(texts)
     columns = [Column("Model", "left"), Column("Evaluated dataset", "left")]
     columns += [Column(Text(f"{m[:2]} R@{m.split('@')[1]}"), "right") for m in ordered]
-    rows = [[Text(model), Text(dataset), *map(Text, texts)]
+    rows = [[model, dataset, *map(Text, texts)]           # names from config / data: escaped per format
             for model, dataset, texts in zip(_blank_repeats(table["model"]), table["dataset"].astype(str), cells)]
     return Table(columns, rows, title=title or None, note=ITR_NOTE)
 
@@ -146,14 +146,14 @@ def itm_summary(per_pair: pd.DataFrame) -> pd.DataFrame:
 
 
 def describe_itm(summary: pd.DataFrame, title: str | None = None) -> Table:
-    """The ITM summary as a :class:`counterfactory.render.Table` (names are not escaped)."""
+    """The ITM summary as a :class:`counterfactory.render.Table` (names escaped per format)."""
     texts = zip(_blank_repeats(summary["model"]), summary["metric"].astype(str), summary["n"].astype(int).astype(str),
                 [f"{v:.4g}" for v in summary["mean"]],
                 ["n/a" if not np.isfinite(v) else f"{v:.4g}" for v in summary["std"]],
                 [f"{v:.4g}" for v in summary["median"]], [f"{v:.1f}" for v in summary["pct_below_zero"]])
     columns = [Column("Model", "left"), Column("Metric", "left")] + [Column(h, "right") for h in
                                                                       ("n", "Mean", "Std", "Median", "% < 0")]
-    return Table(columns, [list(map(Text, row)) for row in texts], title=title or None, note=ITM_NOTE)
+    return Table(columns, [list(row) for row in texts], title=title or None, note=ITM_NOTE)
 
 
 def render_itm_markdown(summary: pd.DataFrame, title: str | None = None) -> str:
@@ -207,9 +207,9 @@ def render_classification_html(tables: dict[str, pd.DataFrame], title: str | Non
 
 
 def describe_classification(table: pd.DataFrame, decimals: int = 2) -> Table:
-    """One metric's :func:`classification_table` as a :class:`counterfactory.render.Table` (names not escaped)."""
+    """One metric's :func:`classification_table` as a :class:`counterfactory.render.Table` (names escaped per format)."""
     cols = [c for c in table.columns if c not in ("model", "role")]
-    columns = [Column("Model", "left")] + [Column(Text(str(c)), "right") for c in cols]
-    rows = [[Text(str(model))] + [None if pd.isna(v) else Cell(v) for v in values]
+    columns = [Column("Model", "left")] + [Column(str(c), "right") for c in cols]
+    rows = [[str(model)] + [None if pd.isna(v) else Cell(v) for v in values]
             for model, values in zip(table["model"], table[cols].itertuples(index=False))]
     return Table(columns, rows, decimals=decimals)

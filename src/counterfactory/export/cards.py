@@ -22,7 +22,7 @@ import pandas as pd
 import yaml
 
 from ..errors import input_error
-from ..render import Column, Table, markdown_body
+from ..render import Column, Table, Text, code_span, escape_md, markdown_body
 from .formats import read_manifest
 from .studies import SOURCE_LICENCES, is_demo, load_json, study_export
 
@@ -158,9 +158,15 @@ def funnel_label(key: str) -> str:
 
 
 def markdown_table(header: list[str], rows: list[list]) -> str:
-    """A compact pipe table (:class:`counterfactory.render.Table`); ``|`` escaped, newlines made spaces."""
-    text = lambda v: str(v).replace("\n", " ")  # noqa: E731
+    """A compact pipe table (:class:`counterfactory.render.Table`); text escaped (``|``, markup), newlines made
+    spaces; a :class:`~counterfactory.render.Text` (a :func:`code` span) is written as given."""
+    text = lambda v: v if isinstance(v, Text) else str(v).replace("\n", " ")  # noqa: E731
     return markdown_body(Table([Column(text(h)) for h in header], [[text(v) for v in r] for r in rows], compact=True))
+
+
+def code(value) -> Text:
+    """A table cell of ``value`` as one code span (a backtick or markup in it stays inside; ``|`` escaped)."""
+    return Text(code_span(value).replace("|", "\\|"))
 
 
 def _number(v: float) -> str:
@@ -175,13 +181,13 @@ def _models(spec, provenance: dict) -> tuple[list[list[str]], list[str]]:
         if m is None:
             missing.append(role)
             continue
-        rows.append([role, f"`{m.get('source')}`", m.get("library") or "", str(m.get("revision") or m.get("commit")
-                     or "-"), f"`{(m.get('fingerprint') or '-')[:16]}`"])
+        rows.append([role, code(m.get('source')), m.get("library") or "", str(m.get("revision") or m.get("commit")
+                     or "-"), code((m.get('fingerprint') or '-')[:16])])
     return rows, missing
 
 
 def _layout_rows(name: str, manifest: dict) -> list[list[str]]:
-    return [[name, config, split, str(v["rows"]), f"`{v['path']}`" if v.get("path") else "-"]
+    return [[name, config, split, str(v["rows"]), code(v['path']) if v.get("path") else "-"]
             for config, c in manifest["configs"].items() for split, v in c["splits"].items()]
 
 
@@ -207,8 +213,8 @@ def build_card(study: str, study_dir: str | Path, provenance: dict, manifests: d
                            configs=configs or None)
     lines = ["---", data.to_yaml().rstrip(), "---", "",
              f"# Dataset Card for {pretty}", "", "## Dataset Summary", "", spec.summary, "",
-             f"Written by CounterFactory {provenance.get('counterfactory', '?')} from run results "
-             f"(git commit `{(provenance.get('git') or {}).get('commit')}`"
+             f"Written by CounterFactory {escape_md(provenance.get('counterfactory', '?'))} from run results "
+             f"(git commit {code_span((provenance.get('git') or {}).get('commit'))}"
              f"{', uncommitted changes' if (provenance.get('git') or {}).get('dirty') else ''}). "
              f"{total} items in the generic layout.", "",
              "## Dataset Structure", "", "### Layouts and counts", ""]
@@ -220,9 +226,9 @@ def build_card(study: str, study_dir: str | Path, provenance: dict, manifests: d
               "(images embedded).", "", "### Data Fields", ""]
     for config, c in generic["configs"].items():
         desc = {**FIELD_DOCS, **(c.get("description") or {})}
-        rows = [[f"`{f}`", "image", desc.get(f, "")] for f in c.get("images", [])]
-        rows += [[f"`{f}`", (c.get("dtypes") or {}).get(f, ""), desc.get(f, "")] for f in c.get("fields", [])]
-        lines += [f"Config `{config}`:", "", markdown_table(["field", "type", "meaning"], rows), ""]
+        rows = [[code(f), "image", desc.get(f, "")] for f in c.get("images", [])]
+        rows += [[code(f), (c.get("dtypes") or {}).get(f, ""), desc.get(f, "")] for f in c.get("fields", [])]
+        lines += [f"Config {code_span(config)}:", "", markdown_table(["field", "type", "meaning"], rows), ""]
     lines += ["## Dataset Creation", "", "### Source Data", ""]
     lines += [f"- {SOURCE_LICENCES[k].split(':')[0]}" for k in spec.sources] + [""]
     rows, missing = _models(spec, provenance)
@@ -236,10 +242,10 @@ def build_card(study: str, study_dir: str | Path, provenance: dict, manifests: d
               "(summed over shards; the source file in parentheses).", ""]
     stages = funnel(study, study_dir)
     for i, st in enumerate(stages, 1):
-        lines += [f"{i}. **{st['stage'].replace('/', ' / ').replace('_', ' ')}** "
-                  f"({', '.join(f'`{f}`' for f in st['files'])})", ""]
+        lines += [f"{i}. **{escape_md(st['stage'].replace('/', ' / ').replace('_', ' '))}** "
+                  f"({', '.join(code_span(f) for f in st['files'])})", ""]
         if st["kind"] == "counts":
-            lines += [f"   - {funnel_label(k)}: {_number(v)}" for k, v in st["counts"].items()] + [""]
+            lines += [f"   - {escape_md(funnel_label(k))}: {_number(v)}" for k, v in st["counts"].items()] + [""]
         else:
             t = st["table"].astype(str)
             lines += [markdown_table([c.replace("_", " ") for c in t.columns], t.values.tolist()), ""]

@@ -227,6 +227,7 @@ def _readme(summary: dict) -> str:
     as ``data_files``), the layout, fields, counts per segment and the paper's citation."""
     from huggingface_hub import DatasetCardData
 
+    from ..render import escape_md
     from .cards import CITATIONS, size_category
 
     meta = DatasetCardData(pretty_name="SocialCounterfactuals (reproduction)", license="other",
@@ -245,7 +246,7 @@ def _readme(summary: dict) -> str:
              "two-attribute sets), `segment`, `subject`, `member_index` (0 = base member).", "",
              f"{summary['rows']} images in {summary['sets']} counterfactual sets, {len(summary['shards'])} shard(s).",
              "", "| segment | sets | images |", "|---|---|---|"]
-    lines += [f"| {s['segment']} | {s['sets']} | {s['images']} |" for s in summary["segments"]]
+    lines += [f"| {escape_md(s['segment'])} | {s['sets']} | {s['images']} |" for s in summary["segments"]]
     lines += ["", "## Bias, Risks, and Limitations", "",
               "Race, gender and physical characteristics are prompt conditions of generated images, not labels of "
               "real people; the images can show the generator's stereotypes. Use the sets to measure and reduce "

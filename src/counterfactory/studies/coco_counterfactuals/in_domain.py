@@ -171,14 +171,14 @@ def describe_table5(rows):
     """Table 5 as the shared table description (:class:`counterfactory.render.Table`); the model's name on the
     first row of its block only. Kept as before: cells use 2 / 1 decimals whatever ``table5`` was given, and the
     Markdown names are not escaped."""
-    from ...render import Column, Table, Text, escape_tex
+    from ...render import Column, Table
 
     columns = [Column("Pre-trained model", "left"), Column("Training dataset", "left")]
     columns += [Column(h, "center") for _, h in TABLE5_COLUMNS]
     records, last = [], None
     for name, label, cells in rows:
         shown = name if name != last else ""
-        records.append([Text(shown, escape_tex(shown)), Text(label, escape_tex(label)), *cells])
+        records.append([shown, label, *cells])          # names from config: escaped per format
         last = name
     return Table(columns, records, title=TABLE5_TITLE,
                  caption="Image-text retrieval performance on a withheld COCO-CFs test set.", label="tab:in-domain",

@@ -142,11 +142,11 @@ def _columns(table: DebiasTable) -> list[tuple[str, str]]:
 def describe(table: DebiasTable):
     """``table`` as the shared table description (:class:`counterfactory.render.Table`): rows are segments,
     columns model (group) x Pre-trained / Debiased. The Markdown row names are not escaped (kept as before)."""
-    from ...render import Column, Table, Text, escape_tex
+    from ...render import Column, Table
 
     columns = [Column("Intersectional Bias", "left")] + [Column(MIXTURE_LABELS[m], "center", group=table.role_labels[r])
                                                           for r, m in _columns(table)]
-    rows = [[Text(segment_label(seg), escape_tex(segment_label(seg)))]
+    rows = [[segment_label(seg)]                     # text: escaped per format
             + [table.cells.get((seg, r, m)) for r, m in _columns(table)] for seg in table.segments]
     return Table(columns, rows, title=table.caption, label=f"tab:debias-{table.name}", note=NOTE,
                  decimals=table.decimals, std_decimals=table.std_decimals)

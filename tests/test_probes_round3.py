@@ -1,0 +1,69 @@
+"""Issue 45 (reliability and security round 3): each case's reproduction, named after the case."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from counterfactory.errors import InputError
+
+EVIL = "<script>alert(1)</script>"
+
+
+# ------------------------------------------------------------------------------------------ case 1 / 12
+def test_case01_markup_from_config_or_data_is_escaped_in_every_table_writer():
+    """A display name / dataset name of markup is written as text in every HTML and Markdown table writer."""
+    from counterfactory import evaluation, render
+    from counterfactory.evaluation.settings import ITM_METRICS
+
+    long = pd.DataFrame([{"role": "clip_eval", "model": EVIL, "dataset": d, "metric": m, "value": v}
+                         for d, base in (("MS-COCO", 50.0), (EVIL + "ds", 40.0))
+                         for m, v in (("TR@1", base), ("IR@1", base - 5))])
+    table = evaluation.itr_table(long)
+    outputs = [evaluation.render_itr_html(table, "Table 2"), evaluation.render_itr_markdown(table)]
+    results = [{"model": EVIL, "role": "clip_eval", "dataset": d, "top1": 50.0} for d in ("CIFAR10", EVIL)]
+    wide = evaluation.classification_table(results)
+    outputs += [evaluation.render_classification_html({"top1": wide}, "T4"),
+                evaluation.render_classification_markdown({"top1": wide})]
+    per_pair = pd.DataFrame([{"role": "r", "model": EVIL, **{m: 0.1 for m in ITM_METRICS}}])
+    summary = evaluation.itm_summary(per_pair)
+    outputs += [evaluation.render_itm_html(summary), evaluation.render_itm_markdown(summary)]
+    frame = pd.DataFrame({EVIL: [EVIL]})
+    desc = render.describe_frame(frame)
+    outputs += [render.render_html(desc), render.render_markdown(desc)]
+    for text in outputs:
+        assert "<script" not in text, text
+        assert "&lt;script&gt;" in text
+    # the bold marks of the retrieval table still work
+    assert "<strong>" in outputs[0]
+
+
+def test_case12_card_code_spans_and_text_survive_backticks_and_markup(tmp_path):
+    from counterfactory.export import cards
+
+    prov = {"models": {"mlm": {"source": "a`b" + EVIL, "library": EVIL, "fingerprint": "f" * 20}}}
+    rows, _ = cards._models(cards.study_export("coco_counterfactuals"), prov)
+    text = cards.markdown_table(["role", "id / path", "library", "revision", "fingerprint"], rows)
+    assert "<script" not in text.replace("``a`b<script>alert(1)</script>``", "")
+    assert "``a`b<script>alert(1)</script>``" in text      # one code span (longer fence), markup inert inside it
+    assert "&lt;script&gt;" in text                         # the plain library cell is escaped
+
+
+def test_case01_table5_and_release_card_escape_names():
+    from counterfactory import stats
+    from counterfactory.export import social_release
+    from counterfactory.studies.coco_counterfactuals import in_domain
+
+    summary = stats.summarize(pd.DataFrame([{"experiment": "clip_train", "mixture": mix, "seed": s, "data_seed": s,
+                                             "metric": m, "value": 40.0 + s + i}
+                                            for i, mix in enumerate(("pretrained", "mscoco", "coco_cfs"))
+                                            for s in ((1,) if mix == "pretrained" else (1, 2))
+                                            for m, _ in in_domain.TABLE5_COLUMNS]), "mscoco")
+    rows = in_domain.table5(summary, ["clip_train"], labels={"clip_train": EVIL})
+    for text in (in_domain.table5_html(rows), in_domain.table5_markdown(rows)):
+        assert "<script" not in text and "&lt;script&gt;" in text
+    readme = social_release._readme({"rows": 1, "sets": 1, "shards": ["a"],
+                                     "segments": [{"segment": EVIL, "sets": 1, "images": 1}]})
+    assert "<script" not in readme and "&lt;script&gt;" in readme
