@@ -111,10 +111,10 @@ def test_paper_config_counts_and_items_from_earlier_outputs(tmp_path):
     coco = p.loc[("coco_counterfactuals", "p2p_pairs")]
     # §3.3: 24,508 pairs x (2 x 2 x 100 candidates x 100 steps); 25,014 captions in jobs of 50 -> 501
     assert coco["unet_evals"] == 24508 * 40000 and coco["jobs"] == 501
-    # §3.2, §8.4: the released pre-filter list (181 occupations once case duplicates are merged) x 4 prefixes x 4
-    # segments (Table 1's 12 + 10 + 30 captions a set and §10.2's 60) = 2,896 sets
+    # §3.2, §8.4: the released pre-filter list as published (261 entries, repeats included) x 4 prefixes x 4
+    # segments (Table 1's 12 + 10 + 30 captions a set and §10.2's 60) = 4,176 sets
     social = p.loc[("social_counterfactuals", "p2p_sets")]
-    assert social["unet_evals"] == 2 * 181 * 4 * (52 + 60) * 100 * 100 and social["jobs"] == 290
+    assert social["unet_evals"] == 2 * 261 * 4 * (52 + 60) * 100 * 100 and social["jobs"] == 418
     # CounterCurate t2i before the LLM ran: 3 kinds x the first caption of 31,783 Flickr30k Entities images
     assert p.loc[("countercurate", "t2i"), "items"] == 3 * 31783
     assert p.loc[("countercurate", "t2i"), "items_source"].startswith("upper bound")

@@ -64,32 +64,60 @@ def test_paper_scale_counts_with_260_occupations(defaults):
 
 def test_released_prefilter_list_is_shipped_and_is_the_default(defaults):
     """§3.2, §8.4: the paper generates from the pre-filter list (its "260 occupations"); the authors' release holds
-    261 entries, 181 distinct ignoring case. Table 18 (the survivors) stays available by name."""
+    261 entries, 244 distinct as written and 181 ignoring case. The default list is the release as published (every
+    entry, release order); Table 18 (the survivors) stays available by name."""
     released = defaults["subjects_released"]
     assert len(released) == 261 and len(set(released)) == 244 and len({s.casefold() for s in released}) == 181
     assert released[:3] == ["barber", "coach", "businessperson"] and released[-1] == "receptionist"
-    merged = C.named_subjects("released")
+    assert C.named_subjects("released") == released
+    merged = C.named_subjects("released", dedup="case")
     assert len(merged) == 181 == len({s.casefold() for s in merged})
     assert merged[:3] == ["barber", "coach", "businessperson"] and "Audiologist" in merged and "audiologist" not in merged
+    exact = C.named_subjects("released", dedup="exact")
+    assert len(exact) == 244 and "Accountant" in exact and "accountant" in exact
     table18 = {s.casefold() for s in defaults["subjects"]}
     assert table18 - {s.casefold() for s in merged} == {"real estate developer"}   # released as "real-estate developer"
     assert C.named_subjects("table18") == defaults["subjects"]
-    assert C.resolve_section({})["subjects"] == merged == C.resolve_section({"subjects": "released"})["subjects"]
+    assert C.resolve_section({})["subjects"] == released == C.resolve_section({"subjects": "released"})["subjects"]
+    assert C.resolve_section({"subjects_dedup": "case"})["subjects"] == merged
     assert C.resolve_section({"subjects": "table18"})["subjects"] == defaults["subjects"]
     with pytest.raises(ConfigError, match="subjects"):
         C.resolve_section({"subjects": "table 18"})
+    with pytest.raises(ConfigError, match="subjects_dedup"):
+        C.resolve_section({"subjects_dedup": "casefold"})
 
 
-def test_released_list_counts():
-    """The counts the paper config produces: 181 occupations x 4 prefixes x (12 + 10 + 30) (§3.2, §8.4, Table 11;
-    the paper's 260 entries give 54,080 captions / 3,120 sets)."""
+def test_released_list_as_published_counts():
+    """Issue 42 item 1: the release as published, 261 entries -> 261 x 4 = 1,044 race-gender sets (the authors' own
+    race_gender_occupation.jsonl), 54,288 captions in 3,132 sets over Table 1's segments (the paper's 260: 54,080 /
+    3,120); de-duplication is an option: exact (244) and case (181)."""
     frame = C.build_caption_sets({})
     counts = C.counts_by_segment(frame).set_index("segment")
-    assert counts.loc["race_gender"].tolist() == [724, 8_688, 12]
-    assert counts.loc["physical_gender"].tolist() == [724, 7_240, 10]
-    assert counts.loc["physical_race"].tolist() == [724, 21_720, 30]
-    assert len(frame) == 37_648 and frame["set_id"].nunique() == 2_172 and frame["caption"].is_unique
+    assert counts.loc["race_gender"].tolist() == [1_044, 12_528, 12]
+    assert counts.loc["physical_gender"].tolist() == [1_044, 10_440, 10]
+    assert counts.loc["physical_race"].tolist() == [1_044, 31_320, 30]
+    assert len(frame) == 54_288 and frame["set_id"].nunique() == 3_132
     assert "A photo of a White male barber" in set(frame["caption"])
+    # "doctor" is released twice: two sets per prefix and segment, the second's id marked, the same captions
+    doctor = frame[(frame["subject"] == "doctor") & (frame["segment"] == "race_gender") & (frame["prefix_index"] == 0)]
+    ids = doctor["set_id"].unique().tolist()                                 # release order
+    assert len(ids) == 2 and "-doctor-2-" in ids[1] and "-doctor-2-" not in ids[0]
+    first, second = (doctor[doctor["set_id"] == i]["caption"].tolist() for i in ids)
+    assert first == second
+    assert C.make_set_id(["race", "gender"], 0, "doctor") in ids              # the first entry keeps its old id
+    for dedup, subjects in (("exact", 244), ("case", 181)):
+        other = C.build_caption_sets({"subjects_dedup": dedup})
+        assert other["set_id"].nunique() == 3 * 4 * subjects and other["caption"].is_unique
+        assert len(other) == 4 * subjects * (12 + 10 + 30)
+    assert len(C.build_caption_sets({"subjects_dedup": "case"})) == 37_648
+
+
+def test_user_list_repeats_follow_subjects_dedup():
+    section = {"subjects": ["doctor", "nurse", "Doctor", "doctor"], "segments": [["race", "gender"]],
+               "prefixes": ["A photo of a"]}
+    assert C.build_caption_sets(section)["set_id"].nunique() == 4
+    assert C.build_caption_sets({**section, "subjects_dedup": "exact"})["set_id"].nunique() == 3
+    assert C.build_caption_sets({**section, "subjects_dedup": "case"})["subject"].unique().tolist() == ["doctor", "nurse"]
 
 
 def test_paper_config_subjects_are_the_released_list(repo):
@@ -97,7 +125,8 @@ def test_paper_config_subjects_are_the_released_list(repo):
 
     view = load_config([repo / "config" / "config.yaml"], study="social_counterfactuals")
     assert view["captions"]["subjects"] == "released"                       # §3.2, §8.4
-    assert len(C.resolve_section(view["captions"])["subjects"]) == 181
+    assert view["captions"]["subjects_dedup"] == "none"                     # issue 42 item 1: as published
+    assert len(C.resolve_section(view["captions"])["subjects"]) == 261
     demo = load_config([repo / "config" / "config.yaml", repo / "config" / "demo.yaml"],
                        study="social_counterfactuals")
     assert C.resolve_section(demo["captions"])["subjects"] == ["academic", "accountant"]   # demo unchanged
@@ -238,7 +267,7 @@ def test_three_attribute_segment(defaults):
     ({"segments": [["race", "race"]]}, "segments[0]"),
     ({"segments": [["race", "gender"], ["gender", "race"]]}, "segments[1]"),
     ({"segments": []}, "segments"),
-    ({"subjects": ["doctor", "nurse", "Doctor"]}, "subjects"),
+    ({"subjects": ["doctor", "nurse", "doctor"], "subjects_dedup": "none ignoring case"}, "subjects_dedup"),
     ({"subjects": []}, "subjects"),
     ({"prefixes": ["A photo of a", "A photo of a"]}, "prefixes"),
     ({"max_subjects": 0}, "max_subjects"),

@@ -444,26 +444,26 @@ def test_paper_config_dry_run_at_paper_scale(repo, tmp_path):
         assert any(command in line and "--label clip_eval=CLIP" in line for line in shell), command
     # A.1 / Table 5: CLIP, BridgeTower and FLAVA, each pre-trained (1) and fine-tuned on 2 mixtures x 25 seeds
     assert counts["train_run_in_domain"] == 3 * (1 + 2 * 25) and counts["train_in_domain_table"] == 1
-    # SocialCounterfactuals: the released pre-filter list's 181 occupations x 4 prefixes x 4 segments (Table 1's three
-    # pairs and §10.2's physical x race x gender) = 2,896 caption sets (§3.2, §8.4; 4,160 with the paper's 260
-    # entries, duplicates included), 10 per image job; probing before / after the filters for each of Figure 3's six
+    # SocialCounterfactuals: the released pre-filter list's 261 entries (as published, repeats included) x 4 prefixes
+    # x 4 segments (Table 1's three pairs and §10.2's physical x race x gender) = 4,176 caption sets (§3.2, §8.4;
+    # 4,160 with the paper's 260), 10 per image job; probing before / after the filters for each of Figure 3's six
     # models (§4.2); debiasing CLIP, ALIP and FLAVA (§5.1) per two-attribute segment and seed fine-tuned, plus the
     # (deterministic) pre-trained model once per model and segment; Tables 4 and 5 (§5.3) once
     social = yaml.safe_load((repo / "config" / "config.yaml").read_text())["social_counterfactuals"]
     assert counts["social_captions"] == 1
-    assert counts["social_generate"] == math.ceil(181 * 4 * 4 / social["images"]["set_shard_size"]) == 290
+    assert counts["social_generate"] == math.ceil(261 * 4 * 4 / social["images"]["set_shard_size"]) == 418
     assert counts["social_probe"] == 2 * len(social["probing"]["roles"]) == 2 * 6
     assert counts["social_debias_run"] == 3 * 3 * (social["debias"]["seeds"]["count"] + 1) == 54
     assert counts["social_debias_table"] == counts["social_debias_task_table"] == 1
     for rule in ("social_filter_clip", "social_filter_nsfw", "social_filter_detect"):
-        assert counts[rule] == 290   # the filters run per generation shard (8.1 M images at 181 occupations)
+        assert counts[rule] == 418   # the filters run per generation shard (11.7 M images at 261 entries)
     assert counts["social_filter_merge"] == counts["social_filter_table"] == 1
     from counterfactory.studies.social_counterfactuals import captions as social_captions
 
     per_segment = social_captions.counts_by_segment(social_captions.build_caption_sets(social["captions"]))
     assert per_segment.set_index("segment")["captions_per_set"].to_dict() == {
         "race_gender": 12, "physical_gender": 10, "physical_race": 30, "physical_race_gender": 60}   # §10.2: @60
-    assert (per_segment["sets"].sum(), per_segment["captions"].sum()) == (2896, 81088)   # 37,648 + 43,440 (§10.2)
+    assert (per_segment["sets"].sum(), per_segment["captions"].sum()) == (4176, 116928)   # 54,288 + 62,640 (§10.2)
     # CounterCurate: every evaluated model on the four benchmarks (§4); the datasets are built once
     cc = yaml.safe_load((repo / "config" / "config.yaml").read_text())["countercurate"]
     assert counts["countercurate_evaluate"] == len(cc["evaluation"]["roles"]) * 4

@@ -3,8 +3,9 @@
 A caption is the template ⟨p⟩⟨a1⟩⟨a2⟩⟨s⟩ (§3.2): a prefix ``p`` (the four of Table 19, e.g. "A photo of a"),
 one value of each attribute type of a *segment* (race × gender, physical characteristic × gender, physical
 characteristic × race: Table 1) and a subject ``s`` (an occupation: by default the authors' released
-pre-filter list, the paper's "260 occupations" — 181 once the release's case duplicates are merged; Table 18's
-156 survivors as the named list ``table18``). A *counterfactual set* holds
+pre-filter list as published, the paper's "260 occupations": 261 entries in release order, 244 distinct as written,
+181 ignoring case; ``subjects_dedup`` (none / exact / case) drops repeated entries, off in the paper config; Table
+18's 156 survivors as the named list ``table18``). A *counterfactual set* holds
 every caption of one (segment, prefix, subject): one member per combination of attribute values, in the
 order of ``itertools.product`` over the configured value lists, so a race × gender set has 6 × 2 = 12
 members, physical × gender 10 and physical × race 30. With 260 occupations and 4 prefixes this is
@@ -24,7 +25,9 @@ is filled ("A photo of an Asian male doctor", "an obese ...", "a European ...", 
 read as "you", 'o' read as "w", letter-by-letter initialisms).
 
 Set ids are ``<segment>-p<prefix index>-<subject slug>-<10 hex of sha256>`` of (attribute types of the
-segment, prefix index, subject): stable when other subjects are added, removed or reordered.
+segment, prefix index, subject): stable when other subjects are added, removed or reordered. A subject listed again
+(``subjects_dedup: none``, as the release lists "doctor" twice) makes its own sets, the n-th repeat's ids carrying
+``-<n + 1>`` after the slug and the repeat number in the hash; their captions are those of the first entry.
 
 CLI: ``counterfactory social captions --config FILE [--config FILE2 ...] --out FILE.parquet``.
 """
@@ -50,7 +53,10 @@ STUDY = "social_counterfactuals"
 SECTION = f"{STUDY}.captions"
 #: keys of the section; a key left out or set to null takes its value from :func:`default_lists`
 #: (``subjects``: a list, or the name of a packaged list, :data:`SUBJECT_LISTS`; null = :data:`DEFAULT_SUBJECT_LIST`)
-SECTION_KEYS = ("prefixes", "attributes", "subjects", "segments", "max_subjects", "article_a", "article_an")
+SECTION_KEYS = ("prefixes", "attributes", "subjects", "subjects_dedup", "segments", "max_subjects", "article_a",
+                "article_an")
+#: ``subjects_dedup`` values: keep every entry / drop entries equal to an earlier one as written / ignoring case
+SUBJECT_DEDUP = ("none", "exact", "case")
 _RESOURCE = Path(__file__).resolve().parents[2] / "resources" / "social" / "attributes.yaml"
 _TYPE_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 _ARTICLE = re.compile(r"\b(an|a)(\s+)([^\s]+)", re.IGNORECASE)
@@ -83,21 +89,44 @@ SUBJECT_LISTS = {"released": "subjects_released", "table18": "subjects"}
 DEFAULT_SUBJECT_LIST = "released"
 
 
-def named_subjects(name: str, source: str | None = None) -> list[str]:
-    """The packaged subject list ``name`` (:data:`SUBJECT_LISTS`), each occupation once.
+def named_subjects(name: str, source: str | None = None, dedup: str = "none") -> list[str]:
+    """The packaged subject list ``name`` (:data:`SUBJECT_LISTS`), spaces normalised, through :func:`dedup_subjects`.
 
-    ``released``: the authors' pre-filter list in release order with the entries that repeat an earlier one
-    ignoring case and extra spaces dropped (261 entries -> 181 occupations; the tokenizers lower-case, so such
-    entries are the same prompt); ``table18``: Table 18 as printed (156)."""
+    ``released``: the authors' pre-filter list as published, in release order (261 entries; ``dedup="exact"``: 244,
+    ``dedup="case"``: 181 — the CLIP and BERT-uncased tokenizers lower-case, so case repeats are the same prompt);
+    ``table18``: Table 18 as printed (156)."""
     if name not in SUBJECT_LISTS:
         raise _fail("subjects", f"unknown subject list {name!r}",
                     f"name one of {', '.join(SUBJECT_LISTS)} or give the occupations as a list", source)
+    return dedup_subjects([_norm(str(item)) for item in default_lists()[SUBJECT_LISTS[name]]], dedup, source)
+
+
+def dedup_subjects(subjects: Iterable[str], dedup: str, source: str | None = None) -> list[str]:
+    """``subjects`` with the entries that repeat an earlier one dropped: ``none`` keeps every entry (the release as
+    published), ``exact`` drops repeats as written, ``case`` repeats ignoring case (first occurrence kept)."""
+    if dedup not in SUBJECT_DEDUP:
+        raise _fail("subjects_dedup", f"must be one of {', '.join(SUBJECT_DEDUP)}, got {dedup!r}",
+                    "set none (every entry, the paper config), exact or case", source)
+    subjects = list(subjects)
+    if dedup == "none":
+        return subjects
+    key = (lambda t: t) if dedup == "exact" else str.casefold
     out, seen = [], set()
-    for item in default_lists()[SUBJECT_LISTS[name]]:
-        text = _norm(str(item))
-        if text.casefold() not in seen:
-            seen.add(text.casefold())
+    for text in subjects:
+        if key(text) not in seen:
+            seen.add(key(text))
             out.append(text)
+    return out
+
+
+def subject_occurrences(subjects: Iterable[str]) -> list[int]:
+    """For each entry, how many earlier entries read the same (0 = first; spaces normalised, case kept)."""
+    counts: dict[str, int] = {}
+    out = []
+    for s in subjects:
+        text = _norm(s)
+        out.append(counts.get(text, 0))
+        counts[text] = out[-1] + 1
     return out
 
 
@@ -192,7 +221,8 @@ def _fail(key: str, problem: str, fix: str, source: str | None) -> ConfigError:
     return ConfigError(f"{where}{SECTION}.{key}: {problem}. Fix: {fix}")
 
 
-def _string_list(value: Any, key: str, source: str | None, *, allow_empty_string: bool = False) -> list[str]:
+def _string_list(value: Any, key: str, source: str | None, *, allow_empty_string: bool = False,
+                 allow_repeats: bool = False) -> list[str]:
     if not isinstance(value, list):
         raise _fail(key, f"must be a list of strings, got {type(value).__name__}",
                     f"write it as a YAML list ({key}: [value1, value2, ...])", source)
@@ -205,7 +235,7 @@ def _string_list(value: Any, key: str, source: str | None, *, allow_empty_string
                         "quote the value or remove the entry", source)
         text = _norm(item)
         folded = text.casefold()
-        if folded in seen:
+        if folded in seen and not allow_repeats:
             raise _fail(key, f"duplicate value {item!r} (entries {seen[folded]} and {i}, compared ignoring case "
                              "and extra spaces)", "remove one of them", source)
         seen[folded] = i
@@ -252,10 +282,15 @@ def resolve_section(section: dict | None, source: str | None = None) -> dict:
             owner[v.casefold()] = atype
         attrs[atype] = vals
 
+    from ...config import fill_section
+
+    dedup = section.get("subjects_dedup")
+    if dedup is None:   # the schema's default (§3.2, §8.4: the release as published)
+        dedup = fill_section(SECTION, {})["subjects_dedup"]
     subjects_raw = section.get("subjects")
     if subjects_raw is None or isinstance(subjects_raw, str):
         subjects_raw = named_subjects(DEFAULT_SUBJECT_LIST if subjects_raw is None else subjects_raw, source)
-    subjects = _string_list(subjects_raw, "subjects", source)
+    subjects = dedup_subjects(_string_list(subjects_raw, "subjects", source, allow_repeats=True), dedup, source)
     max_subjects = section.get("max_subjects")
     if max_subjects is not None:
         if isinstance(max_subjects, bool) or not isinstance(max_subjects, int) or max_subjects < 1:
@@ -297,8 +332,8 @@ def resolve_section(section: dict | None, source: str | None = None) -> dict:
     if both:
         raise _fail("article_a", f"{sorted(both)[0]!r} is in both article_a and article_an",
                     "keep the word in one list", source)
-    return {"prefixes": prefixes, "attributes": attrs, "subjects": subjects, "segments": segments,
-            "max_subjects": max_subjects, **extra}
+    return {"prefixes": prefixes, "attributes": attrs, "subjects": subjects, "subjects_dedup": dedup,
+            "segments": segments, "max_subjects": max_subjects, **extra}
 
 
 # --------------------------------------------------------------------------------------------- building
@@ -309,12 +344,16 @@ def segment_name(types: Iterable[str]) -> str:
     return "_".join(types)
 
 
-def make_set_id(types: Iterable[str], prefix_index: int, subject: str) -> str:
-    """Stable id of the set of (segment ``types``, prefix number, subject); independent of every other subject."""
+def make_set_id(types: Iterable[str], prefix_index: int, subject: str, occurrence: int = 0) -> str:
+    """Stable id of the set of (segment ``types``, prefix number, subject); independent of every other subject.
+    ``occurrence``: the repeat number of a subject listed again (0 = its first entry, the id as before)."""
     types = list(types)
-    key = json.dumps([types, int(prefix_index), _norm(subject)], separators=(",", ":"), ensure_ascii=False)
+    parts = [types, int(prefix_index), _norm(subject)] + ([int(occurrence)] if occurrence else [])
+    key = json.dumps(parts, separators=(",", ":"), ensure_ascii=False)
     digest = hashlib.sha256(key.encode("utf-8")).hexdigest()[:10]
     slug = re.sub(r"[^a-z0-9]+", "-", _norm(subject).lower()).strip("-")[:32].strip("-") or "subject"
+    if occurrence:
+        slug = f"{slug}-{int(occurrence) + 1}"
     return f"{segment_name(types)}-p{int(prefix_index)}-{slug}-{digest}"
 
 
@@ -336,12 +375,14 @@ def build_caption_sets(section: dict | None, source: str | None = None) -> pd.Da
     cfg = resolve_section(section, source)
     width = max(3, max(len(s) for s in cfg["segments"]))
     ea, ean = cfg["article_a"], cfg["article_an"]
-    rows = []
+    rows, repeat = [], []
+    occurrences = subject_occurrences(cfg["subjects"])
     for types in cfg["segments"]:
         combos = list(itertools.product(*(cfg["attributes"][t] for t in types)))
         for p_index, prefix in enumerate(cfg["prefixes"]):
-            for subject in cfg["subjects"]:
-                sid = make_set_id(types, p_index, subject)
+            for subject, occurrence in zip(cfg["subjects"], occurrences):
+                sid = make_set_id(types, p_index, subject, occurrence)
+                repeat.extend([occurrence > 0] * len(combos))
                 for member, values in enumerate(combos):
                     row = {"set_id": sid, "segment": segment_name(types), "prefix_index": p_index,
                            "prefix": prefix, "subject": subject, "member_index": member, "n_members": len(combos)}
@@ -355,7 +396,7 @@ def build_caption_sets(section: dict | None, source: str | None = None) -> pd.Da
     frame["prefix_index"] = frame["prefix_index"].astype("int32")
     frame["member_index"] = frame["member_index"].astype("int32")
     frame["n_members"] = frame["n_members"].astype("int32")
-    dup = frame["caption"].duplicated()
+    dup = frame["caption"].duplicated() & ~pd.Series(repeat, index=frame.index)   # a repeated entry repeats its captions
     if dup.any():
         first = frame.loc[dup, "caption"].iloc[0]
         raise ConfigError(f"{source + ': ' if source else ''}{SECTION}: the caption {first!r} is produced twice "
