@@ -67,3 +67,16 @@ def test_case01_table5_and_release_card_escape_names():
     readme = social_release._readme({"rows": 1, "sets": 1, "shards": ["a"],
                                      "segments": [{"segment": EVIL, "sets": 1, "images": 1}]})
     assert "<script" not in readme and "&lt;script&gt;" in readme
+
+
+# ------------------------------------------------------------------------------------------ case 2
+@pytest.mark.parametrize("name", [".", "..", "a/b", "../x", "/abs"])
+def test_case02_run_name_is_one_plain_path_component(repo, tmp_path, name):
+    from counterfactory.config import ConfigError, load_config
+
+    overlay = tmp_path / "run.yaml"
+    overlay.write_text(json.dumps({"run_name": name}))
+    with pytest.raises(ConfigError, match="run_name"):
+        load_config([repo / "config" / "demo.yaml", overlay])
+    overlay.write_text("run_name: demo.v2\n")
+    assert load_config([repo / "config" / "demo.yaml", overlay])["run_name"] == "demo.v2"

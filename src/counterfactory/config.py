@@ -195,6 +195,10 @@ def _errors_to_config_error(errors, source: str, prefix: str = "") -> ConfigErro
 def _check_semantics(cfg: dict, source: str) -> None:
     """Checks a JSON schema cannot express (orders of bounds); one error naming every key at fault."""
     problems = []
+    run_name = cfg.get("run_name")
+    if isinstance(run_name, str) and (run_name in (".", "..") or Path(run_name).name != run_name):
+        problems.append(f"  run_name: {run_name!r} is not one plain folder name (results/{run_name}/ would "
+                        "leave results/); use letters, digits, '_', '-' and '.' other than '.' or '..' alone")
     for study in cfg.get("studies", []) or []:
         section = cfg.get(study) or {}
         cap = section.get("captions") or {}
