@@ -7,10 +7,10 @@ outside the mask are exactly the input pixels (pasted back):
 
 * ``zero`` -- the masked pixels are set to 0 (black).
 * ``mean`` -- the masked pixels are set to one colour: the per-channel mean, rounded to the nearest
-  integer, of the pixels *outside* the mask (``mean_of: unmasked``, default; an image that is masked
-  everywhere falls back to the mean of the whole image). The paper's text (§4, "Impact of different
-  methods") says "the average pixel values of B^r", i.e. of the removed region itself; that reading is
-  available as ``mean_of: masked`` (it leaks the removed object's mean colour into ``x'``).
+  integer, of the removed region itself (``mean_of: masked``, the schema's default: the paper's text, §4
+  "Impact of different methods", says "the average pixel values of B^r"), or of the pixels *outside* the mask
+  (``mean_of: unmasked``, ours: it does not leak the removed object's mean colour into ``x'``; an image that
+  is masked everywhere falls back to the mean of the whole image).
 * ``blur`` -- the masked pixels are taken from a Gaussian blur of the whole image
   (``cv2.GaussianBlur``, ``BORDER_REFLECT_101``) with standard deviation ``blur_sigma`` (pixels) and a
   square kernel of side ``blur_kernel`` (odd; 0 = ``2 * ceil(3 * sigma) + 1``).
@@ -71,6 +71,7 @@ import numpy as np
 
 from ..errors import ConfigError, InputError, input_error
 from ..models.loaders_inpaint import LAMA_FILE, _quiet_lama_cleaner, lama_file, load_lama  # noqa: F401
+from ..settings import schema_defaults
 from . import runner
 from .inpaint_inputs import (_item_mask, _read_image, _resolve, _segmentation_mask, boxes_to_mask,  # noqa: F401
                              item_rows)
@@ -92,20 +93,22 @@ MANIFEST_SCHEMA = {
 
 
 @dataclass(frozen=True)
+@schema_defaults("spurious_retrieval.inpaint")
 class InpaintSettings:
-    """Settings of the fill methods (see the module docstring); :meth:`from_config` reads a config section."""
+    """Settings of the fill methods (see the module docstring); :meth:`from_config` reads a config section. The
+    defaults are the schema's (``spurious_retrieval.inpaint``)."""
 
-    mean_of: str = "unmasked"
-    blur_sigma: float = 8.0
-    blur_kernel: int = 0
-    cv2_flag: str = "INPAINT_TELEA"
-    cv2_radius: int = 4
-    dilate: int = 0
-    hd_strategy: str = "Original"
-    hd_strategy_crop_margin: int = 128
-    hd_strategy_crop_trigger_size: int = 800
-    hd_strategy_resize_limit: int = 1280
-    batched: bool = True
+    mean_of: str
+    blur_sigma: float
+    blur_kernel: int
+    cv2_flag: str
+    cv2_radius: int
+    dilate: int
+    hd_strategy: str
+    hd_strategy_crop_margin: int
+    hd_strategy_crop_trigger_size: int
+    hd_strategy_resize_limit: int
+    batched: bool
 
     def __post_init__(self):
         if self.mean_of not in ("unmasked", "masked"):
@@ -198,7 +201,7 @@ def fill_zero(image: np.ndarray, mask: np.ndarray) -> np.ndarray:
     return out
 
 
-def mean_colour(image: np.ndarray, mask: np.ndarray, mean_of: str = "unmasked") -> np.ndarray:
+def mean_colour(image: np.ndarray, mask: np.ndarray, mean_of: str = InpaintSettings.mean_of) -> np.ndarray:
     """The ``uint8`` RGB colour of ``mean``: per-channel mean of the unmasked (or masked) pixels, rounded
     half to even; falls back to the whole image when that set is empty."""
     region = ~mask if mean_of == "unmasked" else mask
@@ -206,7 +209,7 @@ def mean_colour(image: np.ndarray, mask: np.ndarray, mean_of: str = "unmasked") 
     return np.rint(pixels.astype(np.float64).mean(axis=0)).astype(np.uint8)
 
 
-def fill_mean(image: np.ndarray, mask: np.ndarray, mean_of: str = "unmasked") -> np.ndarray:
+def fill_mean(image: np.ndarray, mask: np.ndarray, mean_of: str = InpaintSettings.mean_of) -> np.ndarray:
     """Masked pixels set to :func:`mean_colour`."""
     out = image.copy()
     out[mask] = mean_colour(image, mask, mean_of)
