@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -27,8 +28,27 @@ def test_paper_thresholds():
     assert (PAPER.image_caption_min, PAPER.image_image_min, PAPER.direction_min) == (0.2, 0.7, 0.2)
     t = FilterThresholds.from_config({"image_caption_min": -0.1, "direction_min": 0.0})
     assert (t.image_caption_min, t.image_image_min, t.direction_min) == (-0.1, 0.7, 0.0)
-    assert PAPER.direction_rel_tol == DIRECTION_REL_TOL == 1e-3
+    assert PAPER.direction_rel_tol == 0.0 and DIRECTION_REL_TOL == 1e-3        # issue 42 item 9: off, the option 1e-3
     assert FilterThresholds.from_config({"direction_rel_tol": 0.01}).direction_rel_tol == 0.01
+
+
+def test_paper_config_has_no_direction_tolerance():
+    """Issue 42 item 9: B.1.2 / InstructPix2Pix's filter (the reference) rejects no pair for an "undefined"
+    direction; the paper config leaves direction_rel_tol off, only an exactly zero difference has none."""
+    from counterfactory.config import load_config
+
+    repo = Path(__file__).resolve().parents[1]
+    view = load_config([repo / "config" / "config.yaml"], study="coco_counterfactuals")
+    th = FilterThresholds.from_config(view["images"]["filter"])
+    assert th.direction_rel_tol == 0.0
+    rng = np.random.default_rng(0)
+    t0, t1, i0 = rng.normal(size=(1, 16)), rng.normal(size=(1, 16)), rng.normal(size=(1, 16))
+    near = pair_scores(t0, t1, i0, i0 * (1 + 1e-5), rel_tol=th.direction_rel_tol)   # a tiny difference: scored
+    assert not near[DIRECTION_UNDEFINED].any() and np.isfinite(near["sim_direction"]).all()
+    same = pair_scores(t0, t1, i0, i0, rel_tol=th.direction_rel_tol)                  # none at all: undefined
+    assert same[DIRECTION_UNDEFINED].all() and apply_thresholds(same, th)[1][0].endswith(DIRECTION_UNDEFINED)
+    demo = load_config([repo / "config" / "config.yaml", repo / "config" / "demo.yaml"], study="coco_counterfactuals")
+    assert demo["images"]["filter"]["direction_rel_tol"] == DIRECTION_REL_TOL     # the option, on in the demo
 
 
 @pytest.mark.parametrize("key,edge", [("sim_0", 0.2), ("sim_1", 0.2), ("sim_image", 0.7), ("sim_direction", 0.2)])
@@ -136,7 +156,8 @@ def scorer(tmp_path_factory):
     from counterfactory.models import tiny
 
     path = tiny.build("clip_filter", tmp_path_factory.mktemp("tiny_clip"))
-    cfg = {"device": "cpu", "precision": "fp32", "models": {"clip_filter": {"source": str(path)}}}
+    cfg = {"device": "cpu", "precision": "fp32", "models": {"clip_filter": {"source": str(path)}},
+           "images": {"filter": {"direction_rel_tol": DIRECTION_REL_TOL}}}   # the option (paper config: 0, off)
     return ClipScorer.from_config(cfg)
 
 

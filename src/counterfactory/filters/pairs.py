@@ -24,9 +24,12 @@ it can pass ``sim_direction >= 0.2`` by chance. So ``sim_direction`` is NaN ("un
 ``||I1 - I0||`` or ``||T1 - T0||`` (raw features, before normalisation) is below
 :data:`DIRECTION_REL_TOL` (1e-3) times the mean norm of the two embeddings; the candidate is rejected
 with reason ``direction_undefined`` (logged at debug level: identical pairs are expected, not a bug).
-The tolerance is ``FilterThresholds.direction_rel_tol`` (config key ``images.filter.direction_rel_tol``
-when the schema allows it). 1e-3 is four orders of magnitude above fp32 noise and about ten times below
-the smallest difference of two distinct generated images we observed; raise it for fp16 scorers.
+The tolerance is ``FilterThresholds.direction_rel_tol`` (config key ``images.filter.direction_rel_tol``).
+This rejection is ours: the reference filter (InstructPix2Pix's) has none, so the paper config and
+:data:`PAPER_DIRECTION_REL_TOL` leave it off (0: a direction is undefined only when a difference is exactly
+zero, which gives a non-finite score). 1e-3 (:data:`DIRECTION_REL_TOL`, the option) is four orders of
+magnitude above fp32 noise and about ten times below the smallest difference of two distinct generated
+images we observed; raise it for fp16 scorers.
 """
 
 from __future__ import annotations
@@ -45,6 +48,8 @@ SCORE_COLUMNS = ("sim_0", "sim_1", "sim_image", "sim_direction")
 #: ``||x1 - x0|| < DIRECTION_REL_TOL * mean(||x0||, ||x1||)`` (image or text features) makes the
 #: directional similarity undefined (NaN, rejection reason :data:`DIRECTION_UNDEFINED`)
 DIRECTION_REL_TOL = 1e-3
+#: the paper config's tolerance: off, as the reference filter (COCO-Counterfactuals B.1.2, InstructPix2Pix's)
+PAPER_DIRECTION_REL_TOL = 0.0
 DIRECTION_UNDEFINED = "direction_undefined"
 NON_FINITE = "non_finite_score"
 
@@ -60,8 +65,9 @@ class FilterThresholds:
     image_caption_min: float = 0.2
     image_image_min: float = 0.7
     direction_min: float = 0.2
-    #: relative tolerance below which a feature difference has no direction (see module docstring)
-    direction_rel_tol: float = DIRECTION_REL_TOL
+    #: relative tolerance below which a feature difference has no direction (see module docstring); off (0) as
+    #: the reference filter
+    direction_rel_tol: float = PAPER_DIRECTION_REL_TOL
 
     @classmethod
     def from_config(cls, filt: dict) -> "FilterThresholds":
@@ -69,7 +75,7 @@ class FilterThresholds:
             image_caption_min=float(filt.get("image_caption_min", 0.2)),
             image_image_min=float(filt.get("image_image_min", 0.7)),
             direction_min=float(filt.get("direction_min", 0.2)),
-            direction_rel_tol=float(filt.get("direction_rel_tol", DIRECTION_REL_TOL)),
+            direction_rel_tol=float(filt.get("direction_rel_tol", PAPER_DIRECTION_REL_TOL)),
         )
 
 
@@ -86,10 +92,12 @@ def _cos(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def _negligible(a: np.ndarray, b: np.ndarray, rel_tol: float) -> np.ndarray:
-    """Rows where ``||b - a|| < rel_tol * mean(||a||, ||b||)`` (raw, unnormalised features)."""
+    """Rows where ``||b - a|| < rel_tol * mean(||a||, ||b||)`` (raw, unnormalised features), or ``b == a`` (a zero
+    difference has no direction at any tolerance, 0 included)."""
     scale = 0.5 * (np.linalg.norm(a, axis=-1) + np.linalg.norm(b, axis=-1))
+    diff = np.linalg.norm(b - a, axis=-1)
     with np.errstate(invalid="ignore"):
-        return np.linalg.norm(b - a, axis=-1) < rel_tol * scale
+        return (diff < rel_tol * scale) | (diff == 0)
 
 
 def pair_scores(text_0: Any, text_1: Any, image_0: Any, image_1: Any,
