@@ -10,10 +10,11 @@ Protocol
   subject is ever on both sides ("no overlap between the occupations used for training and testing", §5.2).
 * **Training data (§5.1).** Per segment, every kept image of the training subjects with its own caption
   (:func:`write_manifests`); ``pair_id`` is ``set_id#candidate_index``, so a counterfactual set's images form one
-  group. §8.2 names no validation set and no model selection (1 epoch, the final weights). We keep a small
-  validation split *by set* (``val_fraction``, default 5 %, ours) only to log a validation loss; with
+  group. §8.2 names no validation set and no model selection (1 epoch, the final weights): ``val_fraction: 0``
+  (the schema default and the paper config) trains on every set (run_one then logs its loss on the training rows).
+  Ours, option: ``val_fraction > 0`` holds whole sets out to log a validation loss (they are not trained on); with
   ``checkpoint: final`` (default) the trainer evaluates once, after the last step, so the kept weights are the
-  final ones, as in the paper. ``val_fraction: 0`` trains on every set (run_one then validates on the training rows).
+  final ones, as in the paper.
 * **Fine-tuning (§8.2).** "We fine-tune CLIP with learning rates of 7e-6, 5e-6 and 9e-6 for (Race, Gender),
   (Physical Char., Gender) and (Physical Char., Race) respectively for 1 epoch and a batch size of 32. For the FLAVA
   and ALIP, we follow the same fine-tuning setting as CLIP." :func:`training_section` overrides those keys of the
