@@ -66,3 +66,23 @@ def test_the_eight_coco_cf_training_entries_are_distinct_and_sort_in_table_order
     assert label("probing/after/figures/marginal_gender_by_race.png") == pad_numbers(
         "Figure 4 · marginal gender by race, after filtering")
     assert all(re.compile(p) for p, _ in LABELS)
+
+
+def test_every_caption_says_random_tiny_models_only_when_a_role_is_one():
+    """Issue 44 item 3: each result's caption carries the warning on a demo run and not on a run with real roles."""
+    import jinja2
+    from docutils.core import publish_parts
+    from types import SimpleNamespace
+
+    env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True)     # as snakemake.report sets it up
+    warning = "Random tiny models: the numbers show that the pipeline runs, not what the papers found."
+    captions = [p for p in sorted((REPO / "report").glob("*.rst")) if p.name != "workflow.rst"]
+    assert len(captions) >= 20
+    for models, expected in (({"clip": {"source": "resources/models/tiny/clip"}, "lm": {"source": "gpt2"}}, True),
+                             ({"clip": {"source": "openai/clip-vit-base-patch32"}}, False)):
+        config = {"models": models, "tiny_models": {"out_dir": "resources/models/tiny"}}
+        for path in captions:
+            text = env.from_string(path.read_text(encoding="utf-8")).render(snakemake=SimpleNamespace(config=config))
+            html = publish_parts(text, writer_name="html", settings_overrides={"report_level": 2,
+                                                                               "halt_level": 2})["body"]
+            assert (html.count(warning) == 1) is expected, (path.name, html)
