@@ -109,7 +109,8 @@ def test_table6_from_pipeline_outputs(repo, tmp_path):
         tmp_path / "pre.csv", index=False)
     cfg = {"training": {"baseline": "mscoco", "eval": {"classification": ["CIFAR10"]}},
            "evaluation": {"classification": {"datasets": {"CIFAR10": {
-               "format": "cifar10", "root": str(repo / "resources/demo/classification/cifar-10-batches-py")}}}}}
+               "format": "cifar10", "root": str(repo / "resources/demo/classification/cifar-10-batches-py"),
+               "trust_unofficial_pickle": True}}}}}
     table = label_frequency_table(cfg, tmp_path / "p.parquet", tmp_path / "c.parquet", tmp_path / "runs.csv",
                                   tmp_path / "pre.csv", "clip_eval")
     assert table.to_dict("records") == [{"dataset": "CIFAR10", "label_frequency": 2, "mixture": "all",
@@ -132,7 +133,8 @@ def test_table6_leaves_out_the_pretrained_row(repo, tmp_path):
         tmp_path / "pre.csv", index=False)
     cfg = {"training": {"baseline": "mscoco", "eval": {"classification": ["CIFAR10"]}},
            "evaluation": {"classification": {"datasets": {"CIFAR10": {
-               "format": "cifar10", "root": str(repo / "resources/demo/classification/cifar-10-batches-py")}}}}}
+               "format": "cifar10", "root": str(repo / "resources/demo/classification/cifar-10-batches-py"),
+               "trust_unofficial_pickle": True}}}}}
     table = label_frequency_table(cfg, tmp_path / "p.parquet", tmp_path / "c.parquet", tmp_path / "runs.csv",
                                   tmp_path / "pre.csv", "clip_eval")
     assert table["mixture"].tolist() == ["all"]

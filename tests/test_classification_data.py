@@ -32,7 +32,7 @@ def _script():
 
 
 def test_cifar10_layout_and_pixels():
-    ds = read_cifar10(FIX)  # parent folder is accepted too
+    ds = read_cifar10(FIX, trust_unofficial_pickle=True)  # parent folder is accepted too
     assert ds.root.name == "cifar-10-batches-py"
     assert len(ds) == 30 and len(ds.classes) == 10
     assert ds.classes[:3] == ["airplane", "automobile", "bird"]
@@ -46,7 +46,7 @@ def test_cifar10_layout_and_pixels():
 
 
 def test_cifar100_fine_labels():
-    ds = read_cifar100(FIX / "cifar-100-python")
+    ds = read_cifar100(FIX / "cifar-100-python", trust_unofficial_pickle=True)
     assert len(ds.classes) == 100 and len(ds) == 20
     assert ds.classes[1] == "aquarium fish" and ds.class_ids[1] == "aquarium_fish"
     assert ds.classes[-1] == "worm"
@@ -61,13 +61,13 @@ def test_cifar_str_keys_and_bad_shape(tmp_path):
     data = np.zeros((2, 3072), dtype=np.uint8)
     (root / "batches.meta").write_bytes(pickle.dumps(meta))
     (root / "test_batch").write_bytes(pickle.dumps({"data": data, "labels": [0, 1]}))
-    assert read_cifar10(root).classes == ["a", "b"]
+    assert read_cifar10(root, trust_unofficial_pickle=True).classes == ["a", "b"]
     (root / "test_batch").write_bytes(pickle.dumps({"data": data[:, :100], "labels": [0, 1]}))
     with pytest.raises(InputError, match=r"test_batch.*3072"):
-        read_cifar10(root)
+        read_cifar10(root, trust_unofficial_pickle=True)
     (root / "test_batch").write_bytes(b"not a pickle")
     with pytest.raises(InputError, match="CIFAR pickle"):
-        read_cifar10(root)
+        read_cifar10(root, trust_unofficial_pickle=True)
 
 
 def test_food101_test_split_only():
@@ -141,7 +141,7 @@ def test_builtin_maps_cover_the_datasets():
     assert maps["imagenet"]["n01440764"] == "tench" and maps["imagenet"]["n01608432"] == "kite (bird of prey)"
     assert list(maps["imagenet"].values())[-1] == "toilet paper"
     # the fixtures' classes (real ids) are all in the maps
-    cifar100 = read_cifar100(FIX / "cifar-100-python")
+    cifar100 = read_cifar100(FIX / "cifar-100-python", trust_unofficial_pickle=True)
     assert resolve_class_names("builtin:cifar100", cifar100.class_ids, []) == cifar100.classes
 
 
@@ -187,7 +187,8 @@ def test_imagenet_unknown_wnid(tmp_path):
 
 
 def test_load_dataset_options(tmp_path):
-    ds = load_dataset("C10", {"format": "cifar10", "root": str(FIX / "cifar-10-batches-py"), "max_per_class": 1})
+    ds = load_dataset("C10", {"format": "cifar10", "root": str(FIX / "cifar-10-batches-py"), "max_per_class": 1,
+                              "trust_unofficial_pickle": True})
     assert len(ds) == 10 and ds.name == "C10"
     names = tmp_path / "names.txt"
     names.write_text("fish\ngold fish\nshark\n")
@@ -230,9 +231,12 @@ def test_fixtures_read_by_stock_torchvision():
     assert folder.classes == ["n01440764", "n01443537", "n01484850"] and len(folder) == 6
 
 
-def test_cifar_checksum_differs_from_release_is_a_warning(caplog):
-    with caplog.at_level("WARNING", logger="counterfactory.data.classification"):
+def test_cifar_checksum_differs_from_release_is_refused_unless_trusted(caplog):
+    """issue 45 case 3: an unofficial pickle is refused (it could run code), read with a warning when opted in."""
+    with pytest.raises(InputError, match="trust_unofficial_pickle"):
         read_cifar100(FIX)
+    with caplog.at_level("WARNING", logger="counterfactory.data.classification"):
+        read_cifar100(FIX, trust_unofficial_pickle=True)
     assert "md5 differs from the official CIFAR-100 release" in caplog.text
 
 

@@ -80,3 +80,57 @@ def test_case02_run_name_is_one_plain_path_component(repo, tmp_path, name):
         load_config([repo / "config" / "demo.yaml", overlay])
     overlay.write_text("run_name: demo.v2\n")
     assert load_config([repo / "config" / "demo.yaml", overlay])["run_name"] == "demo.v2"
+
+
+# ------------------------------------------------------------------------------------------ case 3
+class _Boom:
+    def __reduce__(self):
+        import os
+
+        return (os.system, ("touch BOOM_RAN",))
+
+
+def test_case03_a_tampered_cifar_pickle_is_refused_and_never_runs(tmp_path, monkeypatch, repo):
+    import pickle
+    import shutil
+
+    import numpy as np
+
+    from counterfactory.data.classification import load_dataset, read_cifar10
+
+    monkeypatch.chdir(tmp_path)
+    root = tmp_path / "cifar-10-batches-py"
+    shutil.copytree(repo / "resources/demo/classification/cifar-10-batches-py", root)
+    (root / "test_batch").write_bytes(pickle.dumps({"data": np.zeros((1, 3072), np.uint8), "labels": [0],
+                                                    "x": _Boom()}))
+    with pytest.raises(InputError, match=r"trust_unofficial_pickle") as err:
+        load_dataset("CIFAR10", {"format": "cifar10", "root": str(root)})
+    assert "test_batch" in str(err.value) and "md5" in str(err.value)
+    assert not (tmp_path / "BOOM_RAN").exists()
+    # opted in: read with a restricted unpickler, which still refuses the os.system global
+    with pytest.raises(InputError, match="os.system|posix.system|not allowed"):
+        load_dataset("CIFAR10", {"format": "cifar10", "root": str(root), "trust_unofficial_pickle": True})
+    assert not (tmp_path / "BOOM_RAN").exists()
+    # a plain re-packed copy reads when opted in
+    assert len(read_cifar10(repo / "resources/demo/classification", trust_unofficial_pickle=True)) == 30
+
+
+def test_case03_a_torchscript_lama_file_is_verified_before_loading(tmp_path):
+    """TorchScript can run code: big-lama.pt must be the official file (lama-cleaner's md5) or a tiny build whose
+    counterfactory manifest checks out; anything else is refused before torch.jit.load."""
+    from counterfactory.errors import ModelLoadError
+    from counterfactory.models import loaders_inpaint as I
+    from counterfactory.models import tiny
+
+    folder = tiny.build("inpaint", tmp_path / "models")
+    assert I.verify_lama(folder / "big-lama.pt") == "manifest"
+    stray = tmp_path / "stray"
+    stray.mkdir()
+    (stray / "big-lama.pt").write_bytes((folder / "big-lama.pt").read_bytes())
+    with pytest.raises(ModelLoadError, match="md5"):
+        I.load_lama(stray, device="cpu")
+    # a tampered tiny build: the manifest no longer matches
+    with open(folder / "big-lama.pt", "ab") as fh:
+        fh.write(b"x")
+    with pytest.raises(ModelLoadError, match="manifest"):
+        I.load_lama(folder, device="cpu")

@@ -6,9 +6,12 @@ and the fix, and returns image paths (or CIFAR's decoded array) with labels.
 =============  ==========================================================================================
 format         ``root`` (the data folder or a parent of it) and what is read
 =============  ==========================================================================================
-``cifar10``    ``cifar-10-batches-py/`` (``torchvision.datasets.CIFAR10``, test split): ``test_batch`` and
-               ``batches.meta`` (``label_names``). The training batches need not be present; a checksum
-               that differs from the official release is logged as a warning (torchvision would refuse).
+``cifar10``    ``cifar-10-batches-py/`` (``torchvision.datasets.CIFAR10``'s layout, test split): ``test_batch``
+               and ``batches.meta`` (``label_names``). The training batches need not be present. The files are
+               pickles, and unpickling can run code: a file whose md5 is not the official release's is refused
+               unless ``trust_unofficial_pickle: true`` is set for the dataset (then a warning: results are not
+               comparable), and every CIFAR file is read by a restricted unpickler that builds only dicts, lists,
+               strings, numbers and numpy arrays (:func:`safe_unpickle`).
 ``cifar100``   ``cifar-100-python/`` (``CIFAR100``, test split): ``test`` (``fine_labels``) and ``meta``
                (``fine_label_names``): the 100 fine classes.
 ``food101``    ``food-101/`` (``Food101``, split test): ``meta/test.json`` (``{class: ["class/id", ...]}``;
@@ -212,36 +215,66 @@ def _file_dataset(name, fmt, root, class_ids: list[str], classes: list[str], pat
 # --------------------------------------------------------------------------------------------
 # readers (torchvision.datasets, download=False; our checks and messages on top)
 # --------------------------------------------------------------------------------------------
-def _cifar_test_split(fmt: str):
-    """torchvision's CIFAR10/CIFAR100 reading only the test split from the data folder itself.
+#: the only globals a CIFAR pickle may name (numpy's array reconstruction)
+_PICKLE_GLOBALS = {("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
+                   ("numpy", "ndarray"), ("numpy", "dtype"), ("numpy.core.multiarray", "scalar"),
+                   ("numpy._core.multiarray", "scalar"), ("_codecs", "encode")}
 
-    torchvision checks the md5 of *every* split (the five training batches too) against the official
-    release and refuses anything else; here only the test split is read (the training files need not be
-    present) and a checksum that differs from the release is a warning, so tiny re-packed copies (the
-    demo fixtures) read too. Which files: ``test_list``/``meta`` of the torchvision class."""
+
+class _RestrictedUnpickler(pickle.Unpickler):
+    def find_class(self, module, name):
+        if (module, name) in _PICKLE_GLOBALS:
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(f"global {module}.{name} is not allowed in a dataset pickle (only numpy "
+                                     "arrays, dicts, lists, strings and numbers); unpickling it could run code")
+
+
+def safe_unpickle(path: str | os.PathLike):
+    """``pickle.load`` of ``path`` (latin-1, as torchvision reads the Python-2 CIFAR pickles) that builds only
+    plain containers and numpy arrays: any other global (``os.system`` in a ``__reduce__``) is an
+    ``UnpicklingError``, so a tampered file cannot run code."""
+    with open(path, "rb") as fh:
+        return _RestrictedUnpickler(fh, encoding="latin1").load()
+
+
+class _CifarTestSplit:
+    """torchvision's CIFAR10/CIFAR100 test-split reading (``data`` (N, 32, 32, 3), ``targets``, ``classes``) with
+    :func:`safe_unpickle` instead of ``pickle.load``; only the test split and ``meta`` are read (the training
+    batches need not be present)."""
+
+    def __init__(self, folder: Path, base):
+        entry = safe_unpickle(folder / base.test_list[0][0])
+        self.data = np.vstack([entry["data"]]).reshape(-1, 3, 32, 32).transpose((0, 2, 3, 1))
+        self.targets = entry["labels"] if "labels" in entry else entry["fine_labels"]
+        meta = safe_unpickle(folder / base.meta["filename"])
+        self.classes = meta[base.meta["key"]]
+
+
+def _read_cifar(fmt: str, root, name: str, max_per_class: int | None,
+                trust_unofficial_pickle: bool = False) -> ClassificationDataset:
     from torchvision.datasets import CIFAR10, CIFAR100
-
-    base = CIFAR10 if fmt == "cifar10" else CIFAR100
-
-    class TestSplit(base):
-        base_folder = ""                       # root is the cifar-10-batches-py / cifar-100-python folder
-        train_list: list = []
-        test_list = [[base.test_list[0][0], None]]
-        meta = {**base.meta, "md5": None}
-
-    return base, TestSplit
-
-
-def _read_cifar(fmt: str, root, name: str, max_per_class: int | None) -> ClassificationDataset:
     from torchvision.datasets.utils import check_integrity
 
     folder = locate(fmt, root, name)
     title = LAYOUTS[fmt].title
-    base, test_split = _cifar_test_split(fmt)
+    base = CIFAR10 if fmt == "cifar10" else CIFAR100
     test_file, meta_file = base.test_list[0][0], base.meta["filename"]
     fix = f"re-extract the official {LAYOUTS[fmt].archive} (the python version)"
+    for file, md5 in ((test_file, base.test_list[0][1]), (meta_file, base.meta["md5"])):
+        if not (folder / file).is_file() or check_integrity(str(folder / file), md5):
+            continue
+        if not trust_unofficial_pickle:
+            raise input_error(folder / file, None, f"md5 differs from the official {title} release; the file is a "
+                              "pickle, and loading a pickle can run code, so an unverified copy is not read",
+                              f"{fix}, or, if you made or trust this copy, set {_key(name, 'trust_unofficial_pickle')}"
+                              ": true (it is then read by a restricted unpickler that builds only arrays, and "
+                              "results are not comparable with published numbers)")
+        log.warning("%s: md5 differs from the official %s release (%s is set); results are not comparable "
+                    "with published numbers", folder / file, title, _key(name, "trust_unofficial_pickle"))
     try:
-        ds = test_split(str(folder), train=False, download=False)
+        ds = _CifarTestSplit(folder, base)
+    except FileNotFoundError as exc:
+        raise input_error(Path(exc.filename or folder), None, "missing", fix) from exc
     except (pickle.UnpicklingError, EOFError, UnicodeDecodeError, AttributeError, ImportError, TypeError) as exc:
         raise input_error(folder / test_file, None, f"{test_file} or {meta_file} is not a readable CIFAR pickle "
                           f"({type(exc).__name__}: {exc})", fix) from exc
@@ -251,10 +284,6 @@ def _read_cifar(fmt: str, root, name: str, max_per_class: int | None) -> Classif
     except ValueError as exc:  # torchvision reshapes data to (N, 3, 32, 32)
         raise input_error(folder / test_file, "data", f"expected shape (N, 3072) (rows of 1024 R, 1024 G, 1024 B "
                           f"bytes), could not reshape ({exc})", fix) from exc
-    for file, md5 in ((test_file, base.test_list[0][1]), (meta_file, base.meta["md5"])):
-        if not check_integrity(str(folder / file), md5):
-            log.warning("%s: md5 differs from the official %s release; results are not comparable with "
-                        "published numbers", folder / file, title)
     class_ids = [str(c) for c in ds.classes]
     labels = np.asarray(ds.targets, dtype=np.int64)
     if labels.shape[0] != ds.data.shape[0]:
@@ -268,14 +297,18 @@ def _read_cifar(fmt: str, root, name: str, max_per_class: int | None) -> Classif
                                  class_ids=class_ids)
 
 
-def read_cifar10(root, name: str = "CIFAR10", max_per_class: int | None = None, **_) -> ClassificationDataset:
-    """CIFAR-10 test split (``torchvision.datasets.CIFAR10``)."""
-    return _read_cifar("cifar10", root, name, max_per_class)
+def read_cifar10(root, name: str = "CIFAR10", max_per_class: int | None = None, trust_unofficial_pickle: bool = False,
+                 **_) -> ClassificationDataset:
+    """CIFAR-10 test split (``torchvision.datasets.CIFAR10``'s files; unofficial copies need
+    ``trust_unofficial_pickle``)."""
+    return _read_cifar("cifar10", root, name, max_per_class, trust_unofficial_pickle)
 
 
-def read_cifar100(root, name: str = "CIFAR100", max_per_class: int | None = None, **_) -> ClassificationDataset:
-    """CIFAR-100 test split, the 100 fine classes (``torchvision.datasets.CIFAR100``)."""
-    return _read_cifar("cifar100", root, name, max_per_class)
+def read_cifar100(root, name: str = "CIFAR100", max_per_class: int | None = None, trust_unofficial_pickle: bool = False,
+                  **_) -> ClassificationDataset:
+    """CIFAR-100 test split, the 100 fine classes (``torchvision.datasets.CIFAR100``'s files; unofficial copies
+    need ``trust_unofficial_pickle``)."""
+    return _read_cifar("cifar100", root, name, max_per_class, trust_unofficial_pickle)
 
 
 def read_food101(root, name: str = "Food101", max_per_class: int | None = None, **_) -> ClassificationDataset:
@@ -556,7 +589,8 @@ def load_dataset(name: str, spec: dict[str, Any]) -> ClassificationDataset:
     if reference and fmt in ("imagenet", "caltech256"):
         torchvision_class_names(fmt, [], class_index, name)   # fails early, naming the fix
     ds = READERS[fmt](spec["root"], name=name, max_per_class=spec.get("max_per_class"), class_index=class_index,
-                      background_class=spec.get("background_class", True))
+                      background_class=spec.get("background_class", True),
+                      trust_unofficial_pickle=bool(spec.get("trust_unofficial_pickle", False)))
     if reference:
         ds.classes = torchvision_class_names(fmt, ds.class_ids, class_index, name)
     else:

@@ -8,6 +8,11 @@ check) and, as the module may have been imported before, also sets the module co
 are restored afterwards. lama-cleaner's load-error handler deletes a model file whose md5 is not the official
 one and calls ``exit``; it is replaced by one that raises while the model loads, so a damaged or tiny model
 file is never deleted. lama-cleaner's loguru messages (two INFO lines per image) are disabled.
+
+A TorchScript file is a program, not only weights (``torch.jit.load`` runs its code), so before loading
+:func:`verify_lama` checks it: the official ``big-lama.pt`` (lama-cleaner's md5 :data:`LAMA_OFFICIAL_MD5`) or a
+tiny stand-in whose ``counterfactory-manifest.json`` (written by ``counterfactory models build-tiny``) lists it
+with its sha256; anything else is refused (docs/models.md#files-that-can-run-code).
 """
 
 from __future__ import annotations
@@ -60,6 +65,42 @@ def lama_file(source: str | os.PathLike) -> Path:
     return file
 
 
+#: md5 of the official big-lama.pt (lama_cleaner.model.lama.LAMA_MODEL_MD5, the release the paper's tool uses)
+LAMA_OFFICIAL_MD5 = "e3aa4aaa15225a33ec84f9f4bc47e500"
+
+
+def verify_lama(file: str | os.PathLike) -> str:
+    """How the TorchScript ``file`` is trusted: ``"official"`` (its md5 is :data:`LAMA_OFFICIAL_MD5`) or
+    ``"manifest"`` (its folder's build-tiny manifest lists it and every file matches); else
+    :class:`ModelLoadError` (nothing is loaded: TorchScript can run code)."""
+    import hashlib
+
+    from .identity import MANIFEST_NAME, verify_folder
+
+    file = Path(file)
+    md5 = hashlib.md5()
+    with open(file, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            md5.update(chunk)
+    if md5.hexdigest() == LAMA_OFFICIAL_MD5:
+        return "official"
+    manifest = file.parent / MANIFEST_NAME
+    if manifest.is_file():
+        method, problems = verify_folder(file.parent)
+        if not problems:
+            return "manifest"
+        raise ModelLoadError(
+            f"role 'inpaint' (lama_cleaner): {file} is not what {manifest} lists ({problems[0]['path']}: "
+            f"{problems[0]['problem']}); a TorchScript file can run code, so it is not loaded. Fix: rebuild it "
+            "(`counterfactory models build-tiny --config <config> --role inpaint`) or use the official big-lama.pt")
+    raise ModelLoadError(
+        f"role 'inpaint' (lama_cleaner): {file} has md5 {md5.hexdigest()}, not the official big-lama.pt's "
+        f"{LAMA_OFFICIAL_MD5}, and no counterfactory manifest vouches for it; a TorchScript file can run code, so "
+        "it is not loaded. Fix: download https://github.com/Sanster/models/releases/download/add_big_lama/"
+        "big-lama.pt, or build the tiny stand-in (`counterfactory models build-tiny --config <config> --role "
+        "inpaint`)")
+
+
 def load_lama(source: str | os.PathLike, device: Any = "auto"):
     """lama-cleaner's ``LaMa`` model on the local TorchScript file ``source`` (a ``.pt`` file or a folder
     holding ``big-lama.pt``), on ``device`` (a config value for :func:`~counterfactory.device.resolve_device`
@@ -70,6 +111,7 @@ def load_lama(source: str | os.PathLike, device: Any = "auto"):
     from ..device import resolve_device
 
     file = lama_file(source).resolve()
+    verify_lama(file)
     dev = device if isinstance(device, torch.device) else resolve_device(str(device))
     _quiet_lama_cleaner()
     with _LAMA_LOCK:
