@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
 from counterfactory.errors import CounterFactoryError
-from counterfactory.overview import data_sources, study_roles, write_overview
+from counterfactory.overview import study_roles, write_overview
 
 
 def _provenance(tmp_path):
@@ -30,13 +31,6 @@ def _provenance(tmp_path):
     return path
 
 
-def test_data_sources_name_every_path_key_and_skip_nulls():
-    section = {"data": {"coco_root": "a", "split": "val2017", "limit_images": None},
-               "retrieval": [{"karpathy_json": "k.json", "image_root": "img"}], "instances": ["i1.json", "i2.json"]}
-    assert data_sources(section) == [("data.coco_root", "a"), ("retrieval[0].karpathy_json", "k.json"),
-                                     ("retrieval[0].image_root", "img"), ("instances", "i1.json, i2.json")]
-
-
 def test_study_roles_are_required_roles_plus_roles_the_section_names():
     roles = {"mlm", "lm", "sentence", "sd", "clip_filter", "itm_flava", "editor", "vlm"}
     section = {"evaluation": {"itm": {"models": ["itm_flava", "not_a_role"]}}}
@@ -48,11 +42,14 @@ def test_study_roles_are_required_roles_plus_roles_the_section_names():
 
 def test_overview_page_lists_studies_data_models_and_counts(tmp_path):
     out = tmp_path / "report" / "overview.html"
-    page = write_overview(_provenance(tmp_path), out)
+    reads = [("cvld.data.celeba.root", "data/celeba"), ("cvld.data.fairface.root", "data/ff/a.csv"),
+             ("cvld.data.fairface.root", "data/ff/val"), ("coco_counterfactuals.data.coco_root", "data/coco")]
+    page = write_overview(_provenance(tmp_path), out, reads=lambda cfg: reads)
     assert [s["study"] for s in page["studies"]] == ["coco_counterfactuals", "cvld"]
     cvld = page["studies"][1]
     assert cvld["outputs"] == 2                 # results/r1b/... belongs to another run
-    assert cvld["data"] == [("data.celeba.root", "data/celeba")]
+    # issue 44 item 4: only what the jobs read, one row per key (nothing from the config's other path keys)
+    assert cvld["data"] == [("data.celeba.root", "data/celeba"), ("data.fairface.root", "data/ff/a.csv, data/ff/val")]
     vlm = next(m for m in page["models"] if m["role"] == "vlm")
     assert vlm["studies"] == []                 # configured but used by no enabled study
     text = out.read_text()
@@ -120,3 +117,46 @@ def test_every_command_the_overview_cites_exists(tmp_path):
                 break                               # an argument of the command (CONFIG, a file)
             assert word in sub.choices, (command, word)
             parser = sub.choices[word]
+
+
+def test_without_the_reads_the_page_says_so_and_guesses_nothing(tmp_path):
+    out = tmp_path / "o.html"
+    page = write_overview(_provenance(tmp_path), out)
+    assert all(s["data"] is None for s in page["studies"])
+    assert "not recorded" in out.read_text() and "data/coco" not in out.read_text()
+
+
+@pytest.mark.parametrize("source, warned", [("resources/models/tiny/mlm", True), ("roberta-base", False)])
+def test_the_overview_warns_when_a_role_is_a_tiny_stand_in(tmp_path, source, warned):
+    from counterfactory.report_labels import TINY_WARNING
+
+    path = _provenance(tmp_path)
+    prov = json.loads(path.read_text())
+    prov["config"]["models"] = {"mlm": {"source": source}, "lm": {"source": "gpt2"}}
+    path.write_text(json.dumps(prov))
+    out = tmp_path / "o.html"
+    write_overview(path, out)
+    assert (TINY_WARNING in out.read_text()) is warned
+
+
+def test_demo_overview_lists_what_the_demo_reads_and_no_option_value(repo, tmp_path):
+    """The demo config through the command's own reader: SpuriousCF's Flickr30k part is off in the demo (nothing of
+    it is read) and CounterCurate's ``attributes.images: both`` is an option, not a path."""
+    from counterfactory.commands.report import _overview
+    from counterfactory.config import load_full_config
+    from types import SimpleNamespace
+
+    cfg = load_full_config([repo / "config" / "demo.yaml"])
+    path = tmp_path / "provenance.json"
+    path.write_text(json.dumps({"config": cfg, "models": {}}, default=str))
+    out = tmp_path / "overview.html"
+    cwd = os.getcwd()
+    os.chdir(repo)
+    try:
+        assert _overview(SimpleNamespace(provenance=str(path), out=str(out))) == 0
+    finally:
+        os.chdir(cwd)
+    text = out.read_text()
+    assert "attributes.images" not in text and ": <code>both</code>" not in text
+    assert "data.flickr30k" not in text and "resources/demo/celeba" in text
+    assert "not recorded" not in text

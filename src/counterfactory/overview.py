@@ -11,19 +11,15 @@ from __future__ import annotations
 import datetime as _dt
 import html
 import json
-import re
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from . import studies
 from .config import STUDY_ROLES
 from .errors import input_error
 from .io import atomic_path
 from .render import model_display_name
-
-#: config keys that name source data (a path, a root folder, an annotation file)
-_DATA_KEY = re.compile(r"(^|_)(root|json|path|dir|instances|file|files|images|image_root|tsv|csv)$")
-
+from .report_labels import tiny_warning
 
 def _leaves(node: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
     if isinstance(node, dict):
@@ -36,22 +32,10 @@ def _leaves(node: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
         yield prefix, node
 
 
-def data_sources(section: dict) -> list[tuple[str, str]]:
-    """``(config key, value)`` for every source-data path a study section names (null entries skipped)."""
-    out = []
-    for key, value in _leaves(section):
-        last = re.sub(r"\[\d+\]$", "", key.rsplit(".", 1)[-1])
-        if value in (None, "", []) or not _DATA_KEY.search(last):
-            continue
-        if isinstance(value, (str, list)) and not isinstance(value, bool):
-            out.append((key, ", ".join(map(str, value)) if isinstance(value, list) else value))
-    return out
-
-
 #: roles that only serve another role: the optional ``vae`` decodes the ``sd`` role's latents (COCO-CF B.1.2)
 COMPANION_ROLES = {"vae": "sd"}
 #: commands the page tells a reader to run (a test checks that each exists)
-COMMANDS = ("counterfactory models check", "counterfactory provenance --verify")
+COMMANDS = ("counterfactory models check", "counterfactory provenance --verify", "counterfactory report overview")
 
 
 def study_roles(study: str, section: dict, roles: set[str]) -> list[str]:
@@ -76,8 +60,25 @@ def _code(text: Any) -> str:
     return f"<code>{html.escape(str(text))}</code>"
 
 
-def overview(provenance: dict) -> dict:
-    """The page's content as data: run facts, one row per study, one per model role."""
+def reads_by_study(reads: list[tuple[str, str]] | None, study: str) -> list[tuple[str, str]] | None:
+    """``(config key under the study, paths)`` of the files and folders the study's jobs read, one row per key (a
+    key naming several files, e.g. a classification dataset's, lists them all); None when not known."""
+    if reads is None:
+        return None
+    rows: dict[str, list[str]] = {}
+    for key, path in reads:
+        if key.startswith(study + "."):
+            paths = rows.setdefault(key[len(study) + 1:], [])
+            if str(path) not in paths:
+                paths.append(str(path))
+    return [(k, ", ".join(v)) for k, v in rows.items()]
+
+
+def overview(provenance: dict, reads: list[tuple[str, str]] | None = None) -> dict:
+    """The page's content as data: run facts, one row per study, one per model role. ``reads``: ``(config key,
+    path)`` of every source-data file or folder the run's jobs take as inputs (counterfactory.preflight's
+    ``dataset_requirements``, which the DAG's input functions are checked against); without it the page says that
+    the data read was not recorded instead of guessing from the config's keys."""
     cfg = provenance.get("config") or {}
     run = cfg.get("run_name", "?")
     models = provenance.get("models") or {}
@@ -92,7 +93,7 @@ def overview(provenance: dict) -> dict:
         prefix = f"results/{run}/{study}/"
         rows.append({
             "study": study, "title": studies.title(study), "paper": studies.STUDIES.get(study, ("", ""))[1],
-            "data": data_sources(section), "roles": roles,
+            "data": reads_by_study(reads, study), "roles": roles,
             "outputs": sum(1 for o in outputs if str(o.get("path", "")).startswith(prefix)),
         })
     model_rows = [{"role": role, "name": model_display_name(cfg.get("models") or {role: m}, role),
@@ -106,6 +107,7 @@ def overview(provenance: dict) -> dict:
         "git": provenance.get("git") or {}, "packages": provenance.get("packages") or {},
         "device": cfg.get("device"), "precision": cfg.get("precision"), "seed": cfg.get("seed"),
         "nltk": (provenance.get("nltk_data") or {}).get("mode"),
+        "warning": tiny_warning(cfg.get("models") or models, cfg),
     }
 
 
@@ -121,7 +123,10 @@ def render(page: dict) -> str:
     ]
     study_rows = []
     for s in page["studies"]:
-        data = "<br>".join(f"{_code(k)}: {_code(v)}" for k, v in s["data"]) or "generated from the study's templates"
+        if s["data"] is None:
+            data = "not recorded (rebuild the overview with <code>counterfactory report overview</code>)"
+        else:
+            data = "<br>".join(f"{_code(k)}: {_code(v)}" for k, v in s["data"]) or "none (generated from the study's templates)"
         study_rows.append([f"<b>{html.escape(s['title'])}</b><br><small>{html.escape(s['paper'])}</small>", data,
                            ", ".join(_code(r) for r in s["roles"]) or "—", str(s["outputs"])])
     model_rows = [[_code(m["role"]), html.escape(m["name"]), _code(m["source"]), html.escape(str(m["library"] or "")),
@@ -129,13 +134,18 @@ def render(page: dict) -> str:
                    html.escape(", ".join(m["studies"]) or "no enabled study")] for m in page["models"]]
     packages = [[html.escape(k), _code(v)] for k, v in sorted(page["packages"].items())]
     style = ("body{font-family:sans-serif;margin:1em;}table{border-collapse:collapse;margin:0.5em 0 1.5em;}"
-             "td,th{border:1px solid #ccc;padding:4px 8px;vertical-align:top;text-align:left;}th{background:#f3f3f3;}")
+             "td,th{border:1px solid #ccc;padding:4px 8px;vertical-align:top;text-align:left;}th{background:#f3f3f3;}"
+             ".warning{border-left:6px solid #d97706;background:#fef3c7;padding:0.5em 1em;margin:0.5em 0 1em;}")
+    warning = [f"<p class='warning'><b>{html.escape(page['warning'])}</b></p>"] if page.get("warning") else []
     return "\n".join([
         "<!doctype html>", "<html><head><meta charset='utf-8'>",
         f"<title>CounterFactory run {html.escape(page['run_name'])}</title><style>{style}</style></head><body>",
-        f"<h1>CounterFactory run {_code(page['run_name'])}</h1>", _table(["", ""], facts),
+        f"<h1>CounterFactory run {_code(page['run_name'])}</h1>", *warning, _table(["", ""], facts),
         "<h2>Studies that ran</h2>",
-        _table(["study (paper)", "source data (config key: value)", "model roles", "outputs recorded"], study_rows),
+        "<p>Source data: the files and folders each study's jobs took as inputs in this run (parts the config "
+        "turns off read nothing and are not listed), with the config key that names each.</p>",
+        _table(["study (paper)", "source data read (config key: path)", "model roles", "outputs recorded"],
+               study_rows),
         "<h2>Models</h2>",
         ("<p>Every role as configured, with the content fingerprint of the files that were loaded "
          "(sha256 over the folder's files). <code>counterfactory models check --config CONFIG</code> checks and "
@@ -148,8 +158,10 @@ def render(page: dict) -> str:
     ])
 
 
-def write_overview(provenance_json: str | Path, out: str | Path) -> dict:
-    """Read ``provenance.json`` and write the overview page to ``out``; returns the page's content."""
+def write_overview(provenance_json: str | Path, out: str | Path,
+                   reads: Callable[[dict], list[tuple[str, str]]] | None = None) -> dict:
+    """Read ``provenance.json`` and write the overview page to ``out``; returns the page's content. ``reads``:
+    the run's config -> ``(config key, path)`` of the source data its jobs read (see :func:`overview`)."""
     path = Path(provenance_json)
     try:
         provenance = json.loads(path.read_text(encoding="utf-8"))
@@ -159,7 +171,7 @@ def write_overview(provenance_json: str | Path, out: str | Path) -> dict:
     if not isinstance(provenance, dict) or "config" not in provenance:
         raise input_error(path, None, "has no 'config' entry: it is not a CounterFactory provenance file",
                           "point --provenance at results/<run>/provenance.json")
-    page = overview(provenance)
+    page = overview(provenance, reads(provenance["config"]) if reads else None)
     with atomic_path(out) as tmp:
         Path(tmp).write_text(render(page), encoding="utf-8")
     return page

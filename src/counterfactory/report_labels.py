@@ -104,4 +104,36 @@ def labels(relpath: str, study: str | None = None) -> dict[str, str]:
     return {COLUMN: label(relpath, study)}
 
 
-__all__ = ["COLUMN", "LABELS", "STUDY_LABELS", "label", "labels", "pad_numbers"]
+
+
+# --------------------------------------------------------------------------- random tiny stand-ins (issue 44 item 3)
+
+#: the one sentence every page of a run with tiny stand-ins carries (report/workflow.rst and the captions say it too;
+#: tests keep them equal)
+TINY_WARNING = "Random tiny models: the numbers show that the pipeline runs, not what the papers found."
+DEFAULT_TINY_DIR = "resources/models/tiny"
+
+
+def tiny_roles(models: dict | None, cfg: dict | None = None) -> list[str]:
+    """Roles of ``models`` (role -> spec or source) whose source is a folder directly under the tiny models' folder
+    (``tiny_models.out_dir`` of ``cfg``, else ``resources/models/tiny``): randomly initialised stand-ins."""
+    tiny = str(((cfg or {}).get("tiny_models") or {}).get("out_dir") or DEFAULT_TINY_DIR).rstrip("/") + "/"
+    out = []
+    for role, spec in sorted((models or {}).items()):
+        source = spec.get("source") if isinstance(spec, dict) else spec
+        if isinstance(source, str) and (source.startswith(tiny) or f"/{tiny}" in source):
+            out.append(role)
+    return out
+
+
+def tiny_warning(models: dict | None, cfg: dict | None = None) -> str | None:
+    """The warning with its count (``3 of 30 model roles ...``), or None when no role is a tiny stand-in."""
+    roles = tiny_roles(models, cfg)
+    if not roles:
+        return None
+    return (f"{TINY_WARNING} {len(roles)} of {len(models or {})} model roles are randomly initialised stand-ins; "
+            "every table and figure is noise.")
+
+
+__all__ = ["COLUMN", "LABELS", "STUDY_LABELS", "TINY_WARNING", "label", "labels", "pad_numbers", "tiny_roles",
+           "tiny_warning"]

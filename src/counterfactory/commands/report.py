@@ -32,8 +32,17 @@ def _examples(args) -> int:
 
 def _overview(args) -> int:
     from ..overview import write_overview
+    from ..preflight import dataset_requirements
 
-    page = write_overview(args.provenance, args.out)
+    def reads(cfg: dict) -> list[tuple[str, str]] | None:
+        """What the run's jobs read: the DAG declares exactly preflight's dataset paths as inputs (the input
+        functions check each against them; tests/test_data_catalogue.py compares the two)."""
+        try:
+            return [(n.key, n.path) for n in dataset_requirements(cfg) if n.path]
+        except (KeyError, TypeError, AttributeError):   # a provenance file of an older config layout
+            return None
+
+    page = write_overview(args.provenance, args.out, reads=reads)
     print(f"overview of run {page['run_name']}: {len(page['studies'])} studies, {len(page['models'])} model roles "
           f"-> {args.out}")
     return 0
