@@ -159,6 +159,21 @@ def test_paper_config_trains_on_every_training_set(repo, images_table, split, tm
     assert summary.set_index("part").loc["val", "sets"] > 0
 
 
+def test_debias_fine_tuning_runs_in_its_own_precision(repo):
+    """Issue 42 item 2: debias fine-tuning has its precision key (debias.precision), fp32 in the paper config as the
+    authors' recipe trains; run_one's stage_config puts it in place of the config-wide precision (auto)."""
+    from counterfactory.config import load_config
+    from counterfactory.training.runs import stage_config
+
+    view = load_config([repo / "config" / "config.yaml"], study="social_counterfactuals")
+    assert db.settings(view)["precision"] == "fp32" and view["precision"] == "auto"
+    section = db.training_section(view, "race_gender")
+    assert section["precision"] == "fp32"
+    assert stage_config({**dict(view), "training": section})["precision"] == "fp32"
+    off = db.training_section({"precision": "auto", "debias": {"precision": None}}, "race_gender")
+    assert stage_config({"precision": "auto", "training": off})["precision"] == "auto"
+
+
 # ------------------------------------------------------------------ one run on a tiny CLIP
 def test_debias_run_end_to_end(tiny_clip, images_table, manifests, split, tmp_path):
     out, _ = manifests

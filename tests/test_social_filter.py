@@ -372,6 +372,34 @@ def test_three_stages_end_to_end_and_table11(tmp_path):
     assert "| Attribute Types" in md and "33.3%" in md and "| (Race, Gender)" in md and "race_gender" not in md
 
 
+def test_every_filter_stage_loads_its_model_in_its_own_precision(tmp_path, monkeypatch, repo):
+    """Issue 42 item 2: the CLIP, NSFW and detectability stages each have a precision key; the paper config scores in
+    fp32 whatever the config-wide precision (auto = bf16 on CUDA); null falls back to the config-wide one."""
+    from counterfactory.config import load_config
+
+    view = load_config([repo / "config" / "config.yaml"], study="social_counterfactuals")
+    assert [view["filter"][k]["precision"] for k in ("clip", "nsfw", "detectability")] == ["fp32"] * 3
+    assert view["precision"] == "auto"
+    seen = []
+    monkeypatch.setattr(F, "_dual_scorer", lambda cfg, role, batch, progress: seen.append(cfg["precision"]) or FakeScorer())
+    monkeypatch.setattr(F.NsfwClassifier, "from_config",
+                        classmethod(lambda cls, cfg, *a, **k: seen.append(cfg["precision"]) or FakeClassifier()))
+    captions, candidates = _toy_tables(tmp_path)
+    cfg = {"precision": "auto", "filter": {"clip": {"image_caption_min": 0.2, "image_image_min": 0.2},
+                                           "detectability": {"thresholds": {"race_gender": {"gender": 4, "race": 3}}}}}
+    frame = F.read_images(candidates)
+    F.run_clip(cfg, frame)
+    F.run_nsfw(cfg, frame)
+    F.run_detect(cfg, frame, pd.read_parquet(captions))
+    assert seen == ["fp32"] * 3
+    seen.clear()
+    cfg["filter"]["clip"]["precision"] = None
+    cfg["filter"]["nsfw"] = {"precision": "bf16"}
+    F.run_clip(cfg, frame)
+    F.run_nsfw(cfg, frame)
+    assert seen == ["auto", "bf16"]
+
+
 def test_detect_missing_segment_threshold_is_config_error(tmp_path):
     captions, candidates = _toy_tables(tmp_path)
     cfg = {"filter": {"detectability": {"thresholds": {"physical_race": {"race": 1, "physical": 1}}}}}

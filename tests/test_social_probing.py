@@ -246,6 +246,25 @@ def test_probe_runner_with_stand_in_scorer(tmp_path, monkeypatch):
     assert rp.figure_retrieval_proportions(back, tmp_path / "f5.png", "doctor").stat().st_size > 0
 
 
+def test_probing_loads_its_models_in_probing_precision(tmp_path, repo):
+    """Issue 42 item 2: probing (and the debias probes, which run probe()) has its own precision key; the paper
+    config probes in fp32 whatever the config-wide precision (auto = bf16 on CUDA); null keeps the config's."""
+    from counterfactory.config import load_config
+
+    view = load_config([repo / "config" / "config.yaml"], study="social_counterfactuals")
+    assert view["probing"]["precision"] == "fp32" and view["precision"] == "auto"
+    path = make_table(tmp_path)
+    seen = []
+
+    def factory(cfg, role):
+        seen.append(cfg["precision"])
+        return FakeScorer(seed=0)
+
+    pr.probe({"precision": "auto"}, ["m1"], path, scorer_factory=factory)
+    pr.probe({"precision": "auto", "probing": {"precision": None}}, ["m1"], path, scorer_factory=factory)
+    assert seen == ["fp32", "auto"]
+
+
 def test_images_table_errors(tmp_path):
     from counterfactory.errors import InputError
 

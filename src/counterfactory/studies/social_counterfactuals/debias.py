@@ -278,6 +278,7 @@ def training_section(cfg: Mapping, segment: str, opts: Mapping | None = None) ->
     if "eval_batch_size" not in opts["trainer"]:
         base["eval_batch_size"] = int(opts["batch_size"])
     base["no_decay"] = list(base.get("no_decay") or ())
+    base["precision"] = opts["precision"]   # debias.precision (training.precision's place: run_one's stage_config)
     base["eval"] = {}  # no default evaluation: the probe is the evaluation
     return base
 

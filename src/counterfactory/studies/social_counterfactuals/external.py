@@ -32,7 +32,7 @@ from ...errors import ConfigError
 from ...metrics.retrieval import bias_at_k, ranking_from_scores
 from . import STUDY
 from .probing import FEMALE_VALUES, MALE_VALUES
-from .probing import _attribute_rows, _default_scorer_factory, _gender_word
+from .probing import _attribute_rows, _default_scorer_factory, _gender_word, probe_config
 
 log = logging.getLogger(__name__)
 
@@ -157,6 +157,7 @@ def _run(cfg, roles, paths: list[str], texts: list[str], make_rows, scorer_facto
                           "(how a record maps to its downloaded file)")
     factory = scorer_factory or _default_scorer_factory
     rows = []
+    cfg = probe_config(cfg) if cfg is not None else cfg   # probing.precision
     for role in roles:
         scorer = factory(cfg, role)
         image_emb, text_emb = _encode(scorer, paths, texts)

@@ -126,6 +126,17 @@ class FilterSettings:
     template: str
     thresholds: dict
     objective: str
+    #: each stage's precision (``filter.<stage>.precision``; None = the config-wide precision)
+    clip_precision: str | None
+    nsfw_precision: str | None
+    detect_precision: str | None
+
+
+def stage_config(cfg: Mapping, precision: str | None) -> Mapping:
+    """``cfg`` as one filter stage loads its model: the stage's precision replaces the config-wide one."""
+    from ...device import with_stage_precision
+
+    return with_stage_precision(cfg, precision)
 
 
 def _cfg_fail(key: str, problem: str, fix: str) -> ConfigError:
@@ -170,6 +181,7 @@ def settings(cfg: Mapping) -> FilterSettings:
         nsfw_threshold=None if nsfw["threshold"] is None else float(nsfw["threshold"]),
         detect_role=det["role"], template=template, thresholds=check_thresholds(det["thresholds"]),
         objective=det["objective"],
+        clip_precision=clip["precision"], nsfw_precision=nsfw["precision"], detect_precision=det["precision"],
     )
 
 
@@ -263,7 +275,7 @@ def run_clip(cfg: Mapping, images: pd.DataFrame, scorer: Any = None,
     Captions are embedded once each; images in chunks of ``filter.chunk_images`` whole sets."""
     st = settings(cfg)
     images = _prepare(images)
-    scorer = scorer or _dual_scorer(cfg, st.clip_role, st.batch_size, progress)
+    scorer = scorer or _dual_scorer(stage_config(cfg, st.clip_precision), st.clip_role, st.batch_size, progress)
     codes, keys = _codes(images)
     uniq, inverse = np.unique(images["caption"].astype(str).to_numpy(), return_inverse=True)
     text_emb = np.asarray(scorer.encode_texts(list(uniq))) if len(uniq) else None   # one row per distinct caption
@@ -282,7 +294,8 @@ def run_nsfw(cfg: Mapping, images: pd.DataFrame, classifier: Any = None,
     """Stage (b): ``(per-set table, surviving images)``; ``classifier`` has ``labels`` and
     ``probabilities(paths)`` (default: :class:`NsfwClassifier` of the ``filter.nsfw.role`` model)."""
     st = settings(cfg)
-    classifier = classifier or NsfwClassifier.from_config(cfg, st.nsfw_role, st.batch_size, progress)
+    classifier = classifier or NsfwClassifier.from_config(stage_config(cfg, st.nsfw_precision), st.nsfw_role,
+                                                          st.batch_size, progress)
     labels = list(classifier.labels)
     if [x.lower() for x in labels].count(st.nsfw_label.lower()) != 1:
         raise ConfigError(f"{SECTION}.nsfw.label: {st.nsfw_label!r} is not one of the classifier's labels "
@@ -366,7 +379,7 @@ def run_detect(cfg: Mapping, images: pd.DataFrame, captions: pd.DataFrame | None
             raise ConfigError(f"{SECTION}.detectability.thresholds.{segment}: threshold for attribute type "
                               f"{unknown[0]!r}, which segment {segment!r} does not have (its types: "
                               f"{', '.join(sorted(types))}). Fix: remove it or correct the type name")
-    scorer = scorer or _dual_scorer(cfg, st.detect_role, st.batch_size, progress)
+    scorer = scorer or _dual_scorer(stage_config(cfg, st.detect_precision), st.detect_role, st.batch_size, progress)
     text_emb = np.asarray(scorer.encode_texts(prompts), dtype=np.float64) if len(frame) else None
     codes, keys = _codes(frame)
     slots = _slot_columns(frame)

@@ -363,16 +363,25 @@ def probe_frame(frame: pd.DataFrame, scorer, model: str, opts: Mapping, *, segme
     return pd.DataFrame(rows, columns=PROBE_COLUMNS)
 
 
+def probe_config(cfg):
+    """``cfg`` as probing loads its models: ``probing.precision`` replaces the config-wide precision (None: kept)."""
+    from ...device import with_stage_precision
+
+    return with_stage_precision(cfg, settings(cfg)["precision"])
+
+
 def probe(cfg, roles: Sequence[str], images_table_path: str | Path, *, segments: Sequence[str] | None = None,
           subjects: Sequence[str] | None = None,
           scorer_factory: Callable[[Any, str], Any] | None = None) -> pd.DataFrame:
     """Probe every model role on the kept-images table (§4, §10.1): the long table of :data:`PROBE_COLUMNS`.
 
     ``scorer_factory(cfg, role)`` builds a dual-encoder scorer (default: ``scorer_from_config(cfg, role,
-    head="itc")``); one model is loaded at a time and released before the next."""
+    head="itc")``), given ``cfg`` in ``probing.precision`` (:func:`probe_config`); one model is loaded at a time and
+    released before the next."""
     from ...device import release_memory
 
     opts = settings(cfg)
+    cfg = probe_config(cfg)
     roles = list(roles or opts.get("roles") or [])
     if not roles:
         raise ConfigError("no model role to probe. Fix: pass --role ROLE (repeatable) or set probing.roles")
