@@ -222,6 +222,14 @@ def test_card_lists_the_run_numbers(tmp_path):
     assert "| mlm | `resources/models/tiny/mlm` | transformers | - | `979d60282801e6f0` |" in text
     assert "Not recorded in this run's provenance (not used by it): lm, sentence, sd, vae, clip_filter" in text
     assert "CC BY 4.0" in text and "random" in text                      # demo limitation
+    # issue 44: the warning right under the title (the only role is a tiny stand-in)
+    from counterfactory.report_labels import TINY_WARNING
+
+    assert text.index(f"> **{TINY_WARNING} 1 of 1 model roles") < text.index("## Dataset Summary")
+    real = dict(prov, models={"mlm": dict(prov["models"]["mlm"], source="roberta-base")})
+    (tmp_path / "provenance.json").write_text(json.dumps(real))
+    assert TINY_WARNING not in cards.write_card("coco_counterfactuals", d, tmp_path / "provenance.json",
+                                                export, out=tmp_path / "real.md").read_text()
     # the config is pointed to (provenance.json), not pasted in
     assert "similarity_low" not in text and "`config.coco_counterfactuals`" in text
     # every field documented with its type: the selection scores too

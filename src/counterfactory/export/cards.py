@@ -191,6 +191,14 @@ def _layout_rows(name: str, manifest: dict) -> list[list[str]]:
             for config, c in manifest["configs"].items() for split, v in c["splits"].items()]
 
 
+def _tiny_banner(provenance: dict) -> list[str]:
+    """Issue 44: a card of data made with random tiny stand-in models says so first, in one quoted line."""
+    from ..report_labels import tiny_warning
+
+    warning = tiny_warning(provenance.get("models"), provenance.get("config"))
+    return [f"> **{warning}**", ""] if warning else []
+
+
 def build_card(study: str, study_dir: str | Path, provenance: dict, manifests: dict[str, dict]) -> str:
     """The card's Markdown. ``manifests``: layout folder name (relative to the card) -> its manifest."""
     spec = study_export(study)
@@ -212,7 +220,7 @@ def build_card(study: str, study_dir: str | Path, provenance: dict, manifests: d
                                                                         "counterfactory"],
                            configs=configs or None)
     lines = ["---", data.to_yaml().rstrip(), "---", "",
-             f"# Dataset Card for {pretty}", "", "## Dataset Summary", "", spec.summary, "",
+             f"# Dataset Card for {pretty}", "", *_tiny_banner(provenance), "## Dataset Summary", "", spec.summary, "",
              f"Written by CounterFactory {escape_md(provenance.get('counterfactory', '?'))} from run results "
              f"(git commit {code_span((provenance.get('git') or {}).get('commit'))}"
              f"{', uncommitted changes' if (provenance.get('git') or {}).get('dirty') else ''}). "
