@@ -199,6 +199,7 @@ localrules:
     stats_summarize_spurious,
     spurious_tables,
     cvld_requests,
+    cvld_edit_merge,
     train_collect_cvld,
     cvld_tables,
 

@@ -97,6 +97,25 @@ rule cvld_edit:
         " --shard {wildcards.shard} --out-dir {params.out_dir:q} --threads {threads} --no-progress > {log:q} 2>&1"
 
 
+rule cvld_edit_merge:
+    """A dataset's edit shard manifests of one method in one manifest: a training run reads one file (one DAG edge
+    per run instead of one per run and shard)."""
+    input:
+        cvld_edit_shard_files,
+    output:
+        f"{S}/{{dataset}}/edits/{{method}}/edits.parquet",
+    log:
+        f"{S}/logs/{{dataset}}/edit_merge_{{method}}.log",
+    wildcard_constraints:
+        study=CV,
+        dataset="coco|celeba",
+        method="ip2p|null_text",
+    conda:
+        CONDA_ENV
+    shell:
+        "counterfactory cvld edit-merge --shards {input:q} --out {output:q} > {log:q} 2>&1"
+
+
 rule cvld_run:
     """§4-5: one task / setting / variant / seed (classification: episode) trained (unless pretrained) and scored."""
     input:
@@ -186,9 +205,7 @@ rule cvld_tables:
 
 
 STUDY_TARGETS[CV] = lambda: [f"{CV_DIR}/tables.md", f"{CV_DIR}/coco/text/summary.csv"] + [
-    f"{CV_DIR}/{dataset}/edits/{method}/{i:05d}/shard.parquet"
-    for s in [cvld_settings.settings(view(CV))]
+    f"{CV_DIR}/{dataset}/edits/{method}/edits.parquet"
     for dataset in ("coco", "celeba")
-    for method in s["editing"]["methods"]
-    for i in range(s["editing"]["shards"])
+    for method in cvld_settings.settings(view(CV))["editing"]["methods"]
 ]

@@ -55,12 +55,18 @@ def cvld_needs_edits(wildcards):
     return wildcards.variant not in ("pretrained", "base", "balanced")
 
 
-def cvld_edit_shards(wildcards, dataset):
-    s = cvld(wildcards)
+def cvld_edit_shard_files(wildcards):
+    """The shard manifests of one dataset and method (``cvld_edit_merge``'s input)."""
     return [
-        f"{RESULTS}/{wildcards.study}/{dataset}/edits/{s['editing']['train_method']}/{i:05d}/shard.parquet"
-        for i in range(s["editing"]["shards"])
+        f"{RESULTS}/{wildcards.study}/{wildcards.dataset}/edits/{wildcards.method}/{i:05d}/shard.parquet"
+        for i in range(cvld(wildcards)["editing"]["shards"])
     ]
+
+
+def cvld_edit_shards(wildcards, dataset):
+    """The merged edit manifest of the train method (``cvld_edit_merge``'s output)."""
+    s = cvld(wildcards)
+    return [f"{RESULTS}/{wildcards.study}/{dataset}/edits/{s['editing']['train_method']}/edits.parquet"]
 
 
 def cvld_run_inputs(wildcards):

@@ -189,6 +189,34 @@ def test_counterfactual_choice_is_deterministic_and_spread(tmp_path):
     assert rn.pick(files, "coco_1", 3) == rn.pick(files, "coco_1", 3) and rn.pick(files, "coco_9", 0) == ""
 
 
+def test_merged_edit_manifest_gives_the_runs_the_same_files_as_its_shards(tmp_path, capsys):
+    from counterfactory.cli import main
+    from counterfactory.errors import ConfigError
+
+    method = tmp_path / "celeba" / "edits" / "ip2p"
+    shards = []
+    for shard, items in (("00000", ["a", "b"]), ("00001", ["c"])):
+        (method / shard).mkdir(parents=True)
+        rows = [{"item_id": f"celeba_{i}", "candidate": c, "seed": c, "params": "{}", "similarity": 0.5 - c / 10,
+                 "kept": c < 2, "rank": c if c < 2 else -1, "path": f"celeba_{i}_{c}.png"}
+                for i in items for c in range(3)]
+        pd.DataFrame(rows).to_parquet(method / shard / "shard.parquet")
+        shards.append(str(method / shard / "shard.parquet"))
+    out = method / "edits.parquet"
+    assert main(["cvld", "edit-merge", "--shards", *shards, "--out", str(out)]) == 0
+    merged = pd.read_parquet(out)
+    assert len(merged) == 9 and merged["path"].iloc[0] == "00000/celeba_a_0.png"
+    assert rn.counterfactual_files([out]) == rn.counterfactual_files(shards)   # the same paths, best first
+    assert rn.counterfactual_files([out])["celeba_c"] == [str(method / "00001" / f"celeba_c_{r}.png") for r in (0, 1)]
+    merged.loc[0, "path"] = "../../elsewhere.png"
+    merged.to_parquet(out)
+    with pytest.raises(ConfigError, match="leaves the manifest's folder"):
+        rn.counterfactual_files([out])
+    # a shard of another method's folder: one line naming the file, nothing written
+    assert main(["cvld", "edit-merge", "--shards", shards[0], "--out", str(tmp_path / "edits.parquet")]) != 0
+    assert "not a shard of" in capsys.readouterr().err and not (tmp_path / "edits.parquet").exists()
+
+
 def test_coco_training_table_pairs_captions_with_their_intervention():
     s = st.settings({"cvld": {"data": {"subsets": [1.0]}}})
     caps = swapped_captions()

@@ -494,6 +494,8 @@ def test_paper_config_dry_run_at_paper_scale(repo, tmp_path):
     cv = yaml.safe_load((repo / "config" / "config.yaml").read_text())["cvld"]
     assert counts["cvld_intervene"] == counts["cvld_requests"] == counts["cvld_tables"] == 1
     assert counts["cvld_edit"] == 2 * len(cv["editing"]["methods"]) * cv["editing"]["shards"] == 1024
+    # one merged manifest per dataset and method: a run reads one file, not 256 shards
+    assert counts["cvld_edit_merge"] == 2 * len(cv["editing"]["methods"]) == 4
     assert counts["cvld_run"] == (2 * 10 * 2 + 1 + 1) + 3 * 10 + 2 * (2 * 3 * 3 + 1) + 4 * 3 == 122
     # what the image jobs will run with (their job config files): §3.2 / B.1.2
     jobs = [load_config([f]) for f in planned_job_configs(proc.stdout + proc.stderr, tmp_path / "planned")]

@@ -76,6 +76,13 @@ def register(subparsers) -> None:
     p.add_argument("--cache-dir", metavar="DIR", help="null-text inversion cache (default: OUT_DIR/../inversions)")
     p.set_defaults(func=_edit)
 
+    p = sub.add_parser("edit-merge", help="the edit shard manifests of one method in one manifest (what runs read)",
+                       description="Concatenates the shard manifests (<method>/<shard>/shard.parquet, in the order "
+                                   "given) into <method>/edits.parquet, paths kept relative to it.")
+    p.add_argument("--shards", nargs="+", required=True, metavar="SHARD.parquet", help="the shards' manifests")
+    p.add_argument("--out", required=True, metavar="FILE.parquet", help="the merged manifest (<method>/edits.parquet)")
+    p.set_defaults(func=_edit_merge)
+
     p = sub.add_parser("run", help="§4-5: train (unless pretrained) and evaluate one task / setting / variant / seed",
                        description="Reads the config, the edit manifests of the train method and the intervened "
                                    "captions; trains BLIP (unless the variant is pretrained) and evaluates it, "
@@ -87,7 +94,8 @@ def register(subparsers) -> None:
     p.add_argument("--variant", required=True,
                    help="training variant: pretrained, base, balanced, or a counterfactual method / loss variant")
     p.add_argument("--seed", required=True, type=int, help="seed (classification: the episode)")
-    p.add_argument("--edits", nargs="*", default=[], metavar="SHARD.parquet", help="edit manifests of the train method")
+    p.add_argument("--edits", nargs="*", default=[], metavar="FILE.parquet",
+                   help="edit manifests of the train method (its merged edits.parquet, or its shards' shard.parquet)")
     p.add_argument("--interventions", metavar="FILE.parquet", help="from `cvld intervene --out-captions`")
     p.add_argument("--out-dir", required=True, metavar="DIR", help="the run's folder (metrics.csv and details)")
     add_progress_option(p)
@@ -164,6 +172,14 @@ def _edit(args) -> int:
     result = pipeline.edit(_load(args.config), args.requests, args.method, args.shard, args.out_dir,
                            cache_dir=args.cache_dir, progress=not args.no_progress)
     print(f"shard {args.shard} ({args.method}): {result}")
+    return 0
+
+
+def _edit_merge(args) -> int:
+    from ..studies.cvld import pipeline
+
+    rows = pipeline.edit_merge(args.shards, args.out)
+    print(f"{len(args.shards)} shard manifests, {rows} rows -> {args.out}")
     return 0
 
 

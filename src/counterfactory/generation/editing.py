@@ -412,6 +412,31 @@ def edit_shard(items, method: str, out_dir: str | os.PathLike, cfg: dict | None 
             "method": method}
 
 
+def merge_manifests(shard_manifests: Sequence[str | os.PathLike], out: str | os.PathLike) -> int:
+    """Concatenate edit shard manifests (``<method>/<shard>/shard.parquet``, in the order given) into one manifest
+    ``out`` in their parent folder (``<method>/edits.parquet``), each ``path`` prefixed with its shard's folder so
+    that it stays relative to the manifest; returns the row count. A training run then reads one file instead of
+    one per shard (the DAG has one edge per run, not one per run and shard)."""
+    import pandas as pd
+
+    from ..io import write_parquet
+
+    out = Path(out)
+    frames = []
+    for path in shard_manifests:
+        path = Path(path)
+        if path.parent.parent.resolve() != out.parent.resolve():
+            raise ConfigError(f"{path}: not a shard of {out.parent} (<method>/<shard>/shard.parquet). Fix: merge "
+                              "the shards of one method into that method's folder")
+        frame = pd.read_parquet(path)
+        frame["path"] = [f"{path.parent.name}/{Path(str(p)).name}" for p in frame["path"]]
+        frames.append(frame)
+    merged = (pd.concat(frames, ignore_index=True) if frames
+              else pd.DataFrame({k: pd.Series(dtype=v) for k, v in MANIFEST_SCHEMA.items()}))
+    write_parquet(out, merged)
+    return len(merged)
+
+
 def _encoder_id(model) -> str:
     path = getattr(model, "name_or_path", None) or getattr(model.config, "_name_or_path", None)
     if path and Path(path).is_dir():

@@ -106,3 +106,10 @@ def edit(cfg, requests_path, method: str, shard: int, out_dir, cache_dir=None, p
     cache = cache_dir or Path(out_dir).parent.parent / "inversions"
     return edit_shard(part, method, out_dir, cfg=cfg, settings=knobs, batch_size=int(ed["batch_size"]),
                       device=cfg.get("device", "auto"), cache_dir=cache, progress=progress, source=str(requests_path))
+
+
+def edit_merge(shard_manifests, out) -> int:
+    """The edit shard manifests of one dataset and method in one ``edits.parquet`` (what the training runs read)."""
+    from ...generation.editing import merge_manifests
+
+    return merge_manifests(shard_manifests, out)

@@ -46,15 +46,25 @@ LIC_RECORD = "LIC/definition="
 
 
 def counterfactual_files(manifests) -> dict[str, list[str]]:
-    """item id -> the paths of its kept edits, best first, from edit shard manifests (``shard.parquet``)."""
+    """item id -> the paths of its kept edits, best first, from edit manifests: a method's merged ``edits.parquet``
+    (paths ``<shard>/<file>``) or its shard manifests (``<shard>/shard.parquet``, paths ``<file>``); a path is read
+    relative to its manifest's folder and may not leave it."""
     out: dict[str, list[str]] = {}
     for path in manifests:
         frame = pd.read_parquet(path)
         kept = frame[frame["kept"]].sort_values(["item_id", "rank"], kind="stable")
         base = Path(path).parent
         for item, part in kept.groupby("item_id", sort=False):
-            out[str(item)] = [p if Path(p).is_absolute() else str(base / Path(p).name) for p in part["path"]]
+            out[str(item)] = [p if Path(p).is_absolute() else str(base / _inside(path, p)) for p in part["path"]]
     return out
+
+
+def _inside(manifest, p: str) -> Path:
+    rel = Path(p)
+    if ".." in rel.parts:
+        raise ConfigError(f"{manifest}: edit path {p!r} leaves the manifest's folder. Fix: rebuild the manifest "
+                          "with `counterfactory cvld edit` / `cvld edit-merge`")
+    return rel
 
 
 def pick(files: dict[str, list[str]], item_id: str, seed: int) -> str:
