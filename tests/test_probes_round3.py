@@ -134,3 +134,48 @@ def test_case03_a_torchscript_lama_file_is_verified_before_loading(tmp_path):
         fh.write(b"x")
     with pytest.raises(ModelLoadError, match="manifest"):
         I.load_lama(folder, device="cpu")
+
+
+# ------------------------------------------------------------------------------------------ case 4
+def test_case04_karpathy_paths_outside_image_root_are_refused_before_reading(tmp_path):
+    """A filepath of ../elsewhere is refused by load_karpathy (with image_root) itself, naming the record and the
+    fix, before the folder outside the root is listed."""
+    from PIL import Image
+
+    from counterfactory.data.karpathy import load_karpathy
+
+    (tmp_path / "root").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    Image.new("RGB", (4, 4)).save(tmp_path / "elsewhere" / "a.jpg")
+    for fp, fn in (("../elsewhere", "a.jpg"), ("", "../elsewhere/a.jpg"), (str(tmp_path / "elsewhere"), "a.jpg")):
+        doc = {"images": [{"filepath": fp, "filename": fn, "split": "test", "cocoid": 1,
+                           "sentences": [{"raw": "a dog", "sentid": 1}]}]}
+        (tmp_path / "k.json").write_text(json.dumps(doc))
+        with pytest.raises(InputError, match=r"leaves image_root.*Fix: write the paths in k.json relative"):
+            load_karpathy(tmp_path / "k.json", image_root=tmp_path / "root")
+
+
+def test_case04_every_reader_joining_a_root_with_a_data_path_refuses_escapes(tmp_path):
+    from counterfactory.data import check, fairface, sugarcrepe, winoground
+
+    root = tmp_path / "root"
+    root.mkdir()
+    # FairFace: the CSV's file column
+    (root / "fairface_label_val.csv").write_text("file,age,gender,race,service_test\n../x.jpg,20-29,Male,White,True\n")
+    with pytest.raises(InputError, match="leaves"):
+        fairface.load_fairface(root, "val")
+    # SugarCrepe: the JSON's filename
+    (tmp_path / "sc").mkdir()
+    (tmp_path / "sc" / "replace_obj.json").write_text(json.dumps(
+        {"0": {"filename": "../../etc/passwd", "caption": "a", "negative_caption": "b"}}))
+    with pytest.raises(InputError, match="leaves"):
+        sugarcrepe.read_category(tmp_path / "sc" / "replace_obj.json", "replace_obj", images_root=root)
+    # Winoground: the image stems
+    (tmp_path / "w.jsonl").write_text(json.dumps({"id": 0, "caption_0": "a", "caption_1": "b", "image_0": "../x",
+                                                  "image_1": "y", "tag": "t", "secondary_tag": "",
+                                                  "num_main_preds": 1, "collapsed_tag": "Object"}) + "\n")
+    with pytest.raises(InputError, match="leaves"):
+        winoground.read_winoground(tmp_path / "w.jsonl", root, check_images=False)
+    # the COCO layout check: file names from the annotation JSON
+    with pytest.raises(InputError, match="leaves"):
+        check.scan_images(root, ["../x.jpg"])

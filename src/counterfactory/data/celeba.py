@@ -20,6 +20,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..errors import input_error
+from .paths import join_under
 
 #: CelebA's 40 attributes in the order of ``list_attr_celeba.txt`` (``Male`` is index 20)
 ATTRIBUTES: tuple[str, ...] = (
@@ -143,7 +144,8 @@ def load_celeba(root: str | Path, split: str | None = "test", *, check_images: b
     if split is not None:
         attrs = attrs[attrs["split"] == SPLIT_ALIASES[split]].reset_index(drop=True)
     image_dir = root / IMAGE_DIR
-    paths = [str((image_dir / i).resolve()) for i in attrs["image_id"]]
+    paths = [str(join_under(image_dir, i, source=root / ATTR_FILE, record=f"image {i!r}",
+                            key="the CelebA img_align_celeba folder").resolve()) for i in attrs["image_id"]]
     if check_images:
         absent = [p for p in paths if not Path(p).is_file()]
         if absent:

@@ -24,6 +24,7 @@ from collections import Counter
 from pathlib import Path
 
 from ..errors import describe_path, input_error
+from .paths import join_under
 
 HOW_TO_GET = (
     "download MS-COCO 2017 from the COCO website's download page (https://cocodataset.org/#download): "
@@ -178,7 +179,8 @@ def scan_images(folder: str | Path, names) -> tuple[list[tuple[str, str]], dict[
     folder = Path(folder)
     out, sizes = [], {}
     for name in names:
-        problem, dims = inspect_image(folder / name)
+        problem, dims = inspect_image(join_under(folder, name, source=folder, record=f"image {name!r}",
+                                                 key="the image folder"))
         if problem:
             out.append((name, problem))
         elif dims is not None:

@@ -23,6 +23,7 @@ import pandas as pd
 
 from ..errors import input_error
 from ..io import read_utf8
+from .paths import join_under
 
 AGES = ("0-2", "3-9", "10-19", "20-29", "30-39", "40-49", "50-59", "60-69", "more than 70")
 GENDERS = ("Male", "Female")
@@ -70,7 +71,8 @@ def load_fairface(root: str | Path, split: str = "val", *, check_images: bool = 
                 if rec[col] not in values:
                     raise input_error(path, f"line {lineno}", f"{col} {rec[col]!r} is not one of {list(values)}",
                                       FIX)
-            rows.append({"image_id": rec["file"], "image_path": str((root / rec["file"]).resolve()),
+            image = join_under(root, rec["file"], source=path, record=f"line {lineno}", key="the FairFace root")
+            rows.append({"image_id": rec["file"], "image_path": str(image.resolve()),
                          "age": rec["age"], "gender": rec["gender"], "race": rec["race"],
                          "service_test": SERVICE_TEST[rec["service_test"]]})
     if not rows:

@@ -30,6 +30,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import input_error
+from .paths import escapes, join_under
 from .coco import read_json
 
 COLUMNS = ["image_id", "filename", "filepath", "split", "sentid", "caption"]
@@ -108,6 +109,10 @@ def _check_files(path: Path, images: list, index: list[int] | None, image_root: 
     missing = []
     for k, img in enumerate(images):
         fp, fn = img.get("filepath") or "", img["filename"]
+        if _escapes(fp) or _escapes(fn):    # refused before anything outside image_root is listed
+            i = index[k] if index is not None else k
+            join_under(image_root, fp, fn, source=path, record=f"images[{i}] ({fn!r}, filepath {fp!r})",
+                       key="image_root")
         if fp not in listed:
             try:
                 with os.scandir(image_root / fp) as entries:
@@ -194,8 +199,7 @@ def load_karpathy(path: str | Path, split: str | Iterable[str] | None = None,
 
 
 def _escapes(part: str) -> bool:
-    p = Path(part)
-    return p.is_absolute() or ".." in p.parts
+    return escapes(part)
 
 
 def image_paths(table: pd.DataFrame, image_root: str | Path, source: str | Path = "Karpathy split file") -> list[str]:
@@ -208,10 +212,8 @@ def image_paths(table: pd.DataFrame, image_root: str | Path, source: str | Path 
         key = (fp or "", fn)
         if key not in cache:
             if _escapes(key[0]) or _escapes(fn):
-                raise input_error(Path(source), f"image {fn!r} (filepath {fp!r})",
-                                  f"the image path leaves image_root ({root})",
-                                  "give filepath / filename relative to image_root, without '..' (the official "
-                                  "files use train2014 / val2014 and bare file names)")
+                join_under(root, key[0], fn, source=source, record=f"image {fn!r} (filepath {fp!r})",
+                           key="image_root")
             cache[key] = str(root / key[0] / fn) if key[0] else str(root / fn)
         out.append(cache[key])
     return out

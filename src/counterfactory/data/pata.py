@@ -38,6 +38,7 @@ from urllib.parse import unquote, urlparse
 import pandas as pd
 
 from ..errors import input_error
+from .paths import join_under
 from .coco import read_json
 
 log = logging.getLogger(__name__)
@@ -69,7 +70,7 @@ def resolve_image(image_dir: str | Path | None, pattern: str, fields: dict) -> s
     except (KeyError, IndexError, ValueError) as exc:
         raise input_error(pattern, None, f"image name pattern cannot be formatted ({exc!r})",
                           f"use only the fields {', '.join(sorted(fields))}") from exc
-    path = Path(image_dir) / name
+    path = join_under(image_dir, name, source=pattern, record=f"fields {fields}", key="the PATA image folder")
     if any(c in name for c in "*?["):
         hits = sorted(glob.glob(glob.escape(str(Path(image_dir))) + os.sep + name))
         hits = [h for h in hits if os.path.isfile(h)]

@@ -52,6 +52,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import input_error, missing_input
+from .paths import join_under
 from ..io import utf8_lines
 
 #: keys of ``data/examples.jsonl`` (B11)
@@ -395,7 +396,7 @@ def read_social_counterfactuals(root: str | os.PathLike, images: str | os.PathLi
                 img = rec["image"]
                 data = img.get("bytes") if isinstance(img, dict) else None
                 if not data and isinstance(img, dict) and img.get("path"):
-                    ref = Path(root) / img["path"]
+                    ref = join_under(root, img["path"], source=shard, record=where, key="the release folder")
                     data = ref.read_bytes() if ref.is_file() else None
                 if not data:
                     raise input_error(shard, where, "the image has no bytes (and no readable path)",

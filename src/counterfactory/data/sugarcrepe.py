@@ -26,6 +26,7 @@ import pandas as pd
 
 from ..errors import describe_path, input_error
 from .coco import read_json
+from .paths import join_under
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +79,8 @@ def read_category(path: str | Path, category: str, images_root: str | Path | Non
         for k in KEYS:
             if not isinstance(rec[k], str) or not rec[k].strip():
                 raise input_error(path, where, f"{k!r} is {rec[k]!r}, not a non-empty string", FIX)
-        image_path = str(root / rec["filename"]) if root is not None else None
+        image_path = (str(join_under(root, rec["filename"], source=path, record=where, key="the images root"))
+                      if root is not None else None)
         rows.append({"category": category, "item_id": str(key), "filename": rec["filename"], "image_path": image_path,
                      "caption": rec["caption"], "negative_caption": rec["negative_caption"]})
     if category in OFFICIAL_COUNTS and len(rows) != OFFICIAL_COUNTS[category]:

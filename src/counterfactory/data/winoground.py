@@ -24,6 +24,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..errors import describe_path, input_error
+from .paths import join_under
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +79,9 @@ def read_winoground(examples: str | Path, images_dir: str | Path | None = None, 
         return frame[COLUMNS]
     root = Path(images_dir).resolve()
     for side in ("image_0", "image_1"):
-        frame[f"{side}_path"] = [str(root / f"{stem}{ext}") for stem in frame[side]]
+        frame[f"{side}_path"] = [str(join_under(root, f"{stem}{ext}", source=examples, record=f"id {i}",
+                                                key="benchmarks.winoground.images"))
+                                 for i, stem in zip(frame["id"], frame[side])]
         if check_images:
             exists = frame[f"{side}_path"].map(lambda p: Path(p).is_file())
             if not exists.all():
