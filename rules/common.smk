@@ -99,8 +99,10 @@ def display_labels(wildcards):
     ``models.<role>.display_name`` (default: the source's last part), as issue 32 asks."""
     from counterfactory.render import model_display_names
 
-    names = model_display_names(config["models"], list(config["models"]))
-    return " ".join(f"--label {shlex.quote(f'{role}={name}')}" for role, name in names.items())
+    from counterfactory.report_labels import name_flags
+
+    # shell: {params.labels.flags}; the report's "Job parameters" read "mlm, lm, clip_eval: tiny CLIP, ..."
+    return name_flags("--label", model_display_names(config["models"], list(config["models"])))
 
 
 def model_inputs(*roles):
@@ -302,8 +304,12 @@ def pretrained_row_args(wildcards):
     """`stats table` options of the pre-trained row (Tables 3, 4 and 12), or nothing."""
     import shlex
 
+    from counterfactory.report_labels import CliFlags
+
     label = training(wildcards).get("pretrained_row")
-    return f"--pretrained-row pretrained --pretrained-label {shlex.quote(label)}" if label else ""
+    if not label:
+        return CliFlags("", "no pre-trained row")
+    return CliFlags(f"--pretrained-row pretrained --pretrained-label {shlex.quote(label)}", f"row {label!r}")
 
 
 def mixture_label_args(wildcards):
@@ -311,8 +317,9 @@ def mixture_label_args(wildcards):
     (`training.mixture_names`, default: the key)."""
     import shlex
 
-    names = coco_cf.mixture_display_names(training(wildcards))
-    return " ".join(f"--mixture-label {shlex.quote(f'{m}={name}')}" for m, name in names.items())
+    from counterfactory.report_labels import name_flags
+
+    return name_flags("--mixture-label", coco_cf.mixture_display_names(training(wildcards)))
 
 
 def train_eval_inputs(wildcards):

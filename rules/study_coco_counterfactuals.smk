@@ -210,7 +210,7 @@ rule train_in_domain_table:
         mixtures=lambda wildcards: ",".join(view(wildcards.study)["in_domain"]["mixtures"]),
         labels=display_labels,
     shell:
-        "counterfactory train in-domain-table --summary {input:q} --models {params.models} {params.labels}"
+        "counterfactory train in-domain-table --summary {input:q} --models {params.models} {params.labels.flags}"
         " --mixtures {params.mixtures} --out-md {output.md:q} --out-tex {output.tex:q} --out-csv {output.csv:q}"
         " --out-html {output.html:q} > {log:q} 2>&1"
 

@@ -301,7 +301,7 @@ rule countercurate_tables:
     params:
         labels=display_labels,
     shell:
-        "counterfactory countercurate tables --results {input:q} {params.labels} --out-md {output.md:q}"
+        "counterfactory countercurate tables --results {input:q} {params.labels.flags} --out-md {output.md:q}"
         " --out-tex {output.tex:q} --out-csv {output.csv:q} --out-html {output.html:q} > {log:q} 2>&1"
 
 

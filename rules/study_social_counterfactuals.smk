@@ -294,7 +294,7 @@ rule social_probe_tables:
     params:
         labels=display_labels,
     shell:
-        "counterfactory social probe-tables --probe {input:q} {params.labels} --out-md {output.md:q}"
+        "counterfactory social probe-tables --probe {input:q} {params.labels.flags} --out-md {output.md:q}"
         " --out-tex {output.tex:q} --out-csv {output.csv:q} --out-html {output.html:q} > {log:q} 2>&1"
 
 
@@ -324,7 +324,7 @@ rule social_probe_plots:
         ),
         labels=display_labels,
     shell:
-        "counterfactory social probe-plots --probe {input:q} --out-dir {output:q} {params.subjects} {params.labels}"
+        "counterfactory social probe-plots --probe {input:q} --out-dir {output:q} {params.subjects} {params.labels.flags}"
         " > {log:q} 2>&1"
 
 
@@ -424,7 +424,7 @@ rule social_debias_table:
         labels=display_labels,
         withheld=lambda wildcards: view(wildcards.study)["debias"]["withheld_fraction"],
     shell:
-        "counterfactory social debias-table --runs {input:q} {params.labels} --withheld-fraction {params.withheld}"
+        "counterfactory social debias-table --runs {input:q} {params.labels.flags} --withheld-fraction {params.withheld}"
         " --out-md {output.md:q}"
         " --out-tex {output.tex:q} --out-csv {output.csv:q} --out-html {output.html:q} > {log:q} 2>&1"
 

@@ -248,7 +248,7 @@ rule spurious_tables:
         labels=display_labels,
     shell:
         "counterfactory spurious tables --config {input.config:q} --summary {input.summary:q} --out-md {output.md:q} --out-tex {output.tex:q}"
-        " --out-csv {output.csv:q} --out-figure {output.figure:q} --out-html {output.html:q} {params.labels} > {log:q} 2>&1"
+        " --out-csv {output.csv:q} --out-figure {output.figure:q} --out-html {output.html:q} {params.labels.flags} > {log:q} 2>&1"
 
 
 STUDY_TARGETS[SR] = lambda: [f"{SR_DIR}/tables.md"] + [

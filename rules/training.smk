@@ -172,7 +172,7 @@ rule stats_table:
         title=lambda wildcards: coco_cf.table_title(training(wildcards), wildcards.table),
     shell:
         "counterfactory stats table --summary {input.summary:q} --mixture-info {input.info:q}"
-        " --metrics {params.metrics} --mixture-order {params.order} {params.pretrained} {params.labels}"
+        " --metrics {params.metrics} --mixture-order {params.order} {params.pretrained.flags} {params.labels.flags}"
         " --title {params.title:q}"
         " --out-md {output.md:q} --out-tex {output.tex:q} --out-csv {output.csv:q} --out-html {output.html:q}"
         " > {log:q} 2>&1"

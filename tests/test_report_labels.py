@@ -86,3 +86,25 @@ def test_every_caption_says_random_tiny_models_only_when_a_role_is_one():
             html = publish_parts(text, writer_name="html", settings_overrides={"report_level": 2,
                                                                                "halt_level": 2})["body"]
             assert (html.count(warning) == 1) is expected, (path.name, html)
+
+
+def test_job_parameters_read_as_names_and_the_shell_still_gets_flags():
+    """Issue 44 item 3: the report's "Job parameters" showed ``labels=--label mlm=mlm --label lm=lm ...``."""
+    import pickle
+
+    from snakemake.iocontainers import Namedlist
+    from snakemake.logging import format_dict
+    from snakemake.utils import format as snakemake_format
+
+    from counterfactory.report_labels import CliFlags, name_flags
+
+    params = Namedlist(fromdict={"labels": name_flags("--label", {"mlm": "mlm", "clip_eval": "tiny CLIP"}),
+                                 "pretrained": CliFlags("", "no pre-trained row")})
+    assert format_dict(params) == "labels=mlm, clip_eval: tiny CLIP, pretrained=no pre-trained row"
+    assert snakemake_format("x {params.labels.flags} {params.pretrained.flags}y", params=params) == (
+        "x --label mlm=mlm --label 'clip_eval=tiny CLIP' y")
+    # what Snakemake records for its rerun check (repr) is the flags, as before
+    assert repr(params.labels) == repr("--label mlm=mlm --label 'clip_eval=tiny CLIP'")
+    assert pickle.loads(pickle.dumps(params.labels)).readable == "mlm, clip_eval: tiny CLIP"
+    rules = "\n".join(p.read_text(encoding="utf-8") for p in (REPO / "rules").glob("*.smk"))
+    assert "{params.labels}" not in rules and "{params.labels.flags}" in rules

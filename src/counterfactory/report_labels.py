@@ -135,5 +135,41 @@ def tiny_warning(models: dict | None, cfg: dict | None = None) -> str | None:
             "every table and figure is noise.")
 
 
-__all__ = ["COLUMN", "LABELS", "STUDY_LABELS", "TINY_WARNING", "label", "labels", "pad_numbers", "tiny_roles",
+# --------------------------------------------------------------------------- readable job parameters (issue 44 item 3)
+
+
+class CliFlags(str):
+    """A rule parameter that is command-line flags for the shell command (spell it ``{params.x.flags}``) and reads
+    as ``readable`` in the report's "Job parameters": Snakemake writes a job's parameters with ``format()``, which
+    this class answers with the readable text. Its ``str`` value (what Snakemake records to decide reruns, through
+    ``repr``) stays the flags, so a rule switched to it does not rerun."""
+
+    readable: str
+
+    def __new__(cls, flags: str, readable: str) -> "CliFlags":
+        obj = super().__new__(cls, flags)
+        obj.readable = readable
+        return obj
+
+    @property
+    def flags(self) -> str:
+        return str(str.__str__(self))
+
+    def __format__(self, spec: str) -> str:
+        return self.readable if not spec else format(self.flags, spec)
+
+    def __reduce__(self):
+        return (CliFlags, (self.flags, self.readable))
+
+
+def name_flags(option: str, names: dict[str, str]) -> CliFlags:
+    """``--option KEY=NAME`` for each entry, shown as ``KEY: NAME, ...`` (``KEY`` alone where the two agree)."""
+    import shlex
+
+    flags = " ".join(f"{option} {shlex.quote(f'{k}={v}')}" for k, v in names.items())
+    readable = ", ".join(k if str(v) == str(k) else f"{k}: {v}" for k, v in names.items()) or "none"
+    return CliFlags(flags, readable)
+
+
+__all__ = ["CliFlags", "name_flags", "COLUMN", "LABELS", "STUDY_LABELS", "TINY_WARNING", "label", "labels", "pad_numbers", "tiny_roles",
            "tiny_warning"]
