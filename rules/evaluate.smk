@@ -70,9 +70,11 @@ rule evaluate_itr_table:
         f"{S}/logs/evaluation/itr_table.log",
     conda:
         CONDA_ENV
+    params:
+        labels=display_labels,   # display names are table-only: a rename reruns the tables, not the evaluations
     shell:
         "counterfactory evaluate itr-table --inputs {input:q} --out-csv {output.csv:q} --out-md {output.md:q}"
-        " --out-html {output.html:q} > {log:q} 2>&1"
+        " --out-html {output.html:q} {params.labels.flags} > {log:q} 2>&1"
 
 
 rule evaluate_itm:
@@ -144,9 +146,11 @@ rule evaluate_itm_summary:
         CONDA_ENV
     params:
         bins=lambda wildcards: eval_section(wildcards, "itm")["bins"],
+        labels=display_labels,
     shell:
         "counterfactory evaluate itm-summary --inputs {input:q} --bins {params.bins} --out-csv {output.csv:q}"
-        " --out-md {output.md:q} --out-html {output.html:q} --out-png {output.png:q} > {log:q} 2>&1"
+        " --out-md {output.md:q} --out-html {output.html:q} --out-png {output.png:q} {params.labels.flags}"
+        " > {log:q} 2>&1"
 
 
 rule evaluate_classify:
@@ -219,7 +223,8 @@ rule evaluate_classify_table:
         CONDA_ENV
     params:
         order=lambda wildcards: ",".join(eval_section(wildcards, "classification")["datasets"]),
+        labels=display_labels,
     shell:
         "counterfactory evaluate classify-table --inputs {input:q} --dataset-order {params.order}"
         " --out-csv {output.csv:q} --out-md {output.md:q} --out-html {output.html:q} --out-png {output.png:q}"
-        " > {log:q} 2>&1"
+        " {params.labels.flags} > {log:q} 2>&1"

@@ -451,6 +451,9 @@ rule social_debias_task_table:
         study=SCF,
     conda:
         CONDA_ENV
+    params:
+        labels=display_labels,   # display names are table-only (left out of job configurations)
     shell:
         "counterfactory social debias-task-table --config {input.config:q} --runs {input.runs:q} --out-md {output.md:q}"
-        " --out-tex {output.tex:q} --out-csv {output.csv:q} --out-html {output.html:q} > {log:q} 2>&1"
+        " --out-tex {output.tex:q} --out-csv {output.csv:q} --out-html {output.html:q} {params.labels.flags}"
+        " > {log:q} 2>&1"

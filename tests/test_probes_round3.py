@@ -179,3 +179,49 @@ def test_case04_every_reader_joining_a_root_with_a_data_path_refuses_escapes(tmp
     # the COCO layout check: file names from the annotation JSON
     with pytest.raises(InputError, match="leaves"):
         check.scan_images(root, ["../x.jpg"])
+
+
+# ------------------------------------------------------------------------------------------ case 5
+def test_case05_a_display_name_is_in_no_job_configuration(repo, tmp_path):
+    """Renaming a model changes no job configuration (evaluation, training, export jobs keep their digests):
+    display names reach only the table steps, as --label flags."""
+    import copy
+
+    from counterfactory.config import job_config_file, load_full_config
+
+    cfg = load_full_config([repo / "config" / "config.yaml", repo / "config" / "demo.yaml"])
+    renamed = copy.deepcopy(cfg)
+    renamed["models"]["clip_eval"]["display_name"] = "tiny CLIP 2"
+    renamed["models"]["itm_flava"]["display_name"] = EVIL
+    for keys in (["models.clip_eval", "evaluation"], ["models.itm_flava", "training"], ["models"]):
+        before = job_config_file(cfg, "coco_counterfactuals", keys)
+        after = job_config_file(renamed, "coco_counterfactuals", keys)
+        assert before == after and "display_name" not in after[1]
+
+
+def test_case05_table_steps_name_models_from_label_flags(tmp_path):
+    from counterfactory.cli import main
+
+    rows = [{"role": "clip_eval", "model": "clip_eval", "dataset": d, "metric": m, "value": v}
+            for d, base in (("MS-COCO", 50.0), ("COCO-CFs", 40.0)) for m, v in (("TR@1", base), ("IR@1", base - 5))]
+    pd.DataFrame(rows).to_csv(tmp_path / "itr.csv", index=False)
+    assert main(["evaluate", "itr-table", "--inputs", str(tmp_path / "itr.csv"), "--out-csv", str(tmp_path / "t.csv"),
+                 "--out-md", str(tmp_path / "t.md"), "--label", "clip_eval=tiny CLIP 2"]) == 0
+    assert "tiny CLIP 2" in (tmp_path / "t.md").read_text()
+    (tmp_path / "c.json").write_text(json.dumps({"role": "clip_eval", "model": "clip_eval", "dataset": "CIFAR10",
+                                                 "top1": 50.0}))
+    assert main(["evaluate", "classify-table", "--inputs", str(tmp_path / "c.json"), "--out-csv",
+                 str(tmp_path / "c.csv"), "--out-md", str(tmp_path / "c.md"), "--label", "clip_eval=X 2"]) == 0
+    assert "X 2" in (tmp_path / "c.md").read_text()
+
+
+def test_case05_only_table_rules_take_display_names(repo):
+    """display_labels (the rule parameter that carries display names) is used by table / figure steps only."""
+    import re
+
+    for path in (repo / "rules").glob("*.smk"):
+        text = path.read_text()
+        for block in re.split(r"\nrule ", text)[1:]:
+            name = block.split(":", 1)[0]
+            if "display_labels" in block:
+                assert re.search(r"table|plot|summary|figure|tables", name), (path.name, name)

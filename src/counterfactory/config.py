@@ -327,15 +327,30 @@ def _select(view: dict, keys: Iterable[str]) -> dict:
     return out
 
 
+#: settings under ``models.<role>`` that only name things in tables, figures, the report and cards; they are left out
+#: of every job configuration, so renaming a model reruns no evaluation, training or export job: table steps get
+#: the names as ``--label ROLE=NAME`` flags (rule params), which rerun exactly those steps
+TABLE_ONLY_MODEL_KEYS = ("display_name",)
+
+
+def _drop_table_only(data: dict) -> None:
+    for entry in (data.get("models") or {}).values():
+        if isinstance(entry, dict):
+            for k in TABLE_ONLY_MODEL_KEYS:
+                entry.pop(k, None)
+
+
 def job_config(cfg: dict, study: str | None, keys: Iterable[str], view: dict | None = None) -> dict:
     """The part of ``study``'s view a job depends on: ``keys`` are dotted section names. A study's job also carries
     ``run_name``; a shared job (``study`` None: tiny models, NLTK data) does not, so runs with other run names
-    (the own-data demo) reuse its outputs instead of rebuilding them. ``view``: the study's view, when the caller
-    has it already (the Snakefile caches it)."""
+    (the own-data demo) reuse its outputs instead of rebuilding them. Display names
+    (:data:`TABLE_ONLY_MODEL_KEYS`) are left out. ``view``: the study's view, when the caller has it already (the
+    Snakefile caches it)."""
     if view is None:
         view = study_view(cfg, study) if study else {k: cfg[k] for k in SHARED_SECTIONS if k in cfg}
     keys = sorted(set(keys) | ({"run_name"} if study else set()))
     data = _select(view, keys)
+    _drop_table_only(data)
     if study:
         data["study"] = study
     return data

@@ -8,7 +8,7 @@ import logging
 
 from ..errors import ConfigError
 from ..io import save_figure, write_csv, write_json, write_parquet, write_text
-from . import add_config_option, add_progress_option
+from . import add_config_option, add_label_option, add_progress_option, role_labels
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +54,7 @@ def register(subparsers) -> None:
     t.add_argument("--out-html", metavar="FILE.html", help="the table as an HTML page (what the report shows)")
     t.add_argument("--title", default="Zero-shot image-text retrieval on COCO-Counterfactuals",
                    help="title line of the Markdown table")
+    add_label_option(t)
     t.set_defaults(func=_itr_table)
 
     m = sub.add_parser("itm", help="per-pair ITM score differences IR_r, IR_c, TR_r, TR_c of one model",
@@ -77,6 +78,7 @@ def register(subparsers) -> None:
     s.add_argument("--bins", type=int, default=40, help="histogram bins per panel (default 40)")
     s.add_argument("--title", default="ITM score differences on COCO-Counterfactuals",
                    help="title of the Markdown table and the plot")
+    add_label_option(s)
     s.set_defaults(func=_itm_summary)
 
     c = sub.add_parser("classify", help="zero-shot top-k accuracy of one model on one dataset",
@@ -99,7 +101,17 @@ def register(subparsers) -> None:
     ct.add_argument("--out-png", metavar="FILE.png", help="also plot the table here")
     ct.add_argument("--dataset-order", help="comma-separated dataset order (default: as given)")
     ct.add_argument("--title", default="Zero-shot classification accuracy", help="title of the table and the plot")
+    add_label_option(ct)
     ct.set_defaults(func=_classify_table)
+
+
+def _relabel(frame, labels: dict):
+    """The ``model`` column named by ``--label ROLE=NAME`` (the config's display names: a table-only setting, so
+    the per-model results carry the model's own name and a rename reruns only the tables)."""
+    if labels and "role" in frame.columns:
+        frame = frame.copy()
+        frame["model"] = [labels.get(r, m) for r, m in zip(frame["role"], frame["model"])]
+    return frame
 
 
 def _itr(args) -> int:
@@ -127,7 +139,7 @@ def _itr(args) -> int:
 def _itr_table(args) -> int:
     from .. import evaluation
 
-    long = evaluation.read_itr_results(args.inputs)
+    long = _relabel(evaluation.read_itr_results(args.inputs), role_labels(args.label))
     table = evaluation.itr_table(long)
     write_csv(args.out_csv, table)
     write_text(args.out_md, evaluation.render_itr_markdown(table, args.title))
@@ -152,7 +164,7 @@ def _itm(args) -> int:
 def _itm_summary(args) -> int:
     from .. import evaluation
 
-    per_pair = evaluation.read_itm_results(args.inputs)
+    per_pair = _relabel(evaluation.read_itm_results(args.inputs), role_labels(args.label))
     summary = evaluation.itm_summary(per_pair)
     write_csv(args.out_csv, summary)
     write_text(args.out_md, evaluation.render_itm_markdown(summary, args.title))
@@ -180,7 +192,9 @@ def _classify_table(args) -> int:
 
     from .. import evaluation
 
-    results = evaluation.read_classification_results(args.inputs)
+    labels = role_labels(args.label)
+    results = [{**r, "model": labels.get(r.get("role"), r.get("model"))} for r in
+               evaluation.read_classification_results(args.inputs)]
     order = [d.strip() for d in args.dataset_order.split(",") if d.strip()] if args.dataset_order else None
     metrics = sorted({k for r in results for k in r if k.startswith("top") and k[3:].isdigit()},
                      key=lambda k: int(k[3:]))

@@ -490,6 +490,7 @@ def add_debias(sub) -> None:
     k.add_argument("--out-csv", metavar="FILE.csv", help="the tables as CSV")
     k.add_argument("--out-html", metavar="FILE.html", help="the tables as an HTML page (what the report shows)")
     k.add_argument("--decimals", type=int, default=2, help="decimals shown (default: 2)")
+    add_label_option(k, "display name of a role (the workflow passes models.<role>.display_name)")
     k.set_defaults(func=_cmd_debias_task_table)
 
 
@@ -557,7 +558,8 @@ def _cmd_debias_task_table(args) -> int:
     tables = task_eval.build_tables(read_runs(args.runs), roles, retrieval.get("name"),
                                     task_eval.classification_datasets(task), ks=retrieval.get("ks") or (1, 5, 10),
                                     segments=social_debias_segments(cfg),
-                                    labels=model_display_names(cfg.get("models"), roles), decimals=args.decimals)
+                                    labels={**model_display_names(cfg.get("models"), roles), **role_labels(args.label)},
+                                    decimals=args.decimals)
     if args.out_md:
         write_text(args.out_md, "\n".join(render_markdown(t) for t in tables.values()))
     if args.out_html:
