@@ -45,8 +45,35 @@ def test_compact_and_auto_columns():
     compact = Table([Column("a|b"), Column("c")], [["x", "p|q"]], compact=True)
     assert render.markdown_body(compact) == "| a\\|b | c |\n|---|---|\n| x | p\\|q |"
     frame = pd.DataFrame({"m": [0.1234, math.nan], "n": [3, 4]}, index=pd.Index(["a", "b"], name="seg"))
-    assert render.markdown_body(render.describe_frame(frame, ".2f", index=True)) == frame.to_markdown(floatfmt=".2f")
-    assert render.markdown_body(render.describe_frame(frame)) == frame.to_markdown(index=False)
+    # a missing number prints as the missing mark, not "nan" (issue 44: "Std nan" in SpuriousCF's Figure 4 table)
+    assert render.markdown_body(render.describe_frame(frame, ".2f", index=True)) == (
+        "| seg   |    m |    n |\n|:------|-----:|-----:|\n| a     | 0.12 | 3.00 |\n| b     | –    | 4.00 |")
+    assert frame.fillna(0).to_markdown(index=False) == render.markdown_body(
+        render.describe_frame(frame.fillna(0)))                                  # otherwise as pandas writes it
+    assert render.markdown_body(render.describe_frame(frame)) == (
+        "|      m |   n |\n|-------:|----:|\n| 0.1234 |   3 |\n| –      |   4 |")
+    assert "nan" not in render.render_html(render.describe_frame(frame, ".2f"))
+
+
+def test_carets_are_superscripts_and_a_one_run_table_has_no_subscript_note():
+    """Issue 44: CVLD's BLIP^PT / BLIP^Bal printed with raw carets; the subscript note stood under tables whose
+    cells have no standard deviation."""
+    from counterfactory.tables import NOTE, NOTE_ONE_RUN, PaperTable, describe
+
+    label = render.script_label("COCO 100% BLIP^Bal")
+    assert label.get("html") == "COCO 100% BLIP<sup>Bal</sup>" and label.get("md") == label.get("html")
+    assert label.get("tex") == "COCO 100\\% BLIP$^{\\text{Bal}}$"
+    assert render.script_label("Hard label") == "Hard label"
+
+    def table(std):
+        t = PaperTable(row_keys=["pretrained"], row_labels=["BLIP^PT"], info_columns=[], info={"pretrained": {}},
+                       col_keys=[("e", "m")], col_labels=["m"])
+        t.cells[("pretrained", ("e", "m"))] = Cell(mean=1.0, std=std, n=1 if math.isnan(std) else 3)
+        return describe(t)
+
+    assert table(math.nan).note == NOTE_ONE_RUN and table(0.5).note == NOTE
+    html = render.render_html(table(math.nan))
+    assert "BLIP<sup>PT</sup>" in html and "^" not in html and "subscript" not in html
 
 
 def test_text_falls_back_to_escaped_markdown_in_latex():

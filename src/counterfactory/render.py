@@ -95,7 +95,8 @@ def markdown_table(frame: "pd.DataFrame", align: Sequence[str], floatfmt: str = 
         return frame.to_markdown(index=False, tablefmt="pipe", colalign=tuple(align), disable_numparse=True)
     colalign = tuple("global" if a else x for a, x in zip(auto, align))
     return frame.to_markdown(index=False, tablefmt="pipe", colalign=colalign,
-                             disable_numparse=[i for i, a in enumerate(auto) if not a], floatfmt=floatfmt)
+                             disable_numparse=[i for i, a in enumerate(auto) if not a], floatfmt=floatfmt,
+                             missingval=MISSING_MD)
 
 
 # --------------------------------------------------------------------------------------------
@@ -226,8 +227,25 @@ def format_value(value: Value, fmt: str, table: Table) -> str:
     if isinstance(value, Text):
         return value.get(fmt)
     if isinstance(value, float):
+        if math.isnan(value):          # a missing number (e.g. the std of one run) prints as the missing mark
+            return MISSING[fmt]
         return ESCAPE[fmt](format(value, table.floatfmt))
     return ESCAPE[fmt](value)
+
+
+def script_label(text: str) -> str | Text:
+    """A label with ``^X`` marks (CVLD's ``BLIP^PT``, ``BLIP^Bal``) as superscripts in every format (HTML and
+    Markdown ``<sup>``, LaTeX ``$^{\\text{X}}$``); other text unchanged."""
+    if not re.search(r"\^[A-Za-z0-9]", str(text)):
+        return text
+    md = re.sub(r"\^([A-Za-z0-9]+)", r"<sup>\1</sup>", escape_md(text))
+    tex = "".join(_TEX_ESCAPES.get(ch, ch) if ch != "^" else ch for ch in str(text))
+    tex = re.sub(r"\^([A-Za-z0-9]+)", r"$^{\\text{\1}}$", tex)
+    return Text(md, tex, md)
+
+
+def _is_nan(value) -> bool:
+    return isinstance(value, float) and math.isnan(value)
 
 
 def _label(value: str | Text, fmt: str) -> str:
@@ -238,8 +256,9 @@ def _frame(table: Table, fmt: str, header) -> "pd.DataFrame":
     import pandas as pd
 
     raw = [fmt == "md" and c.align == "auto" for c in table.columns]
-    rows = [[v if r and not isinstance(v, (Cell, Text, str)) else format_value(v, fmt, table) for v, r in zip(row, raw)]
-            for row in table.rows]     # numbers of auto columns go raw to tabulate; text is escaped
+    rows = [[(None if _is_nan(v) else v) if r and not isinstance(v, (Cell, Text, str)) else format_value(v, fmt, table)
+             for v, r in zip(row, raw)]
+            for row in table.rows]     # numbers of auto columns go raw to tabulate (NaN as None: its missing mark)
     frame = pd.DataFrame(rows, columns=range(len(table.columns)), dtype=object)
     frame.columns = header
     return frame

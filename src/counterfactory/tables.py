@@ -21,6 +21,7 @@ shares): Markdown (a pipe table; ``**x**``, ``<u>x</u>``, std as ``<sub>std</sub
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
@@ -346,6 +347,9 @@ def cell_plain(cell: Cell | None, decimals: int = 2, std_decimals: int = 1) -> s
 
 NOTE = ("Mean over runs with the sample standard deviation as subscript; best mean per column in bold; "
         "underlined: one-tailed t-test shows a significant improvement over the baseline.")
+#: the note of a table where no cell has a standard deviation (one run per row): no subscript is shown
+NOTE_ONE_RUN = ("One run per row (no standard deviation); best value per column in bold; underlined: one-tailed "
+                "t-test shows a significant improvement over the baseline.")
 
 
 def _info_value(text: str) -> render.Value:
@@ -360,10 +364,12 @@ def describe(table: PaperTable, title: str | None = None, label: str | None = No
     columns += [Column(Text(INFO_HEADERS_MD[c], INFO_HEADERS_TEX[c]), "right") for c in table.info_columns]
     headers = table.col_headers or [("", c) for c in table.col_labels]
     columns += [Column(label, "center", group) for group, label in headers]
-    rows = [[lab] + [_info_value(table.info[m].get(c, "")) for c in table.info_columns]
+    rows = [[render.script_label(lab)] + [_info_value(table.info[m].get(c, "")) for c in table.info_columns]
             + [table.cells.get((m, k)) for k in table.col_keys]
             for m, lab in zip(table.row_keys, table.row_labels)]
-    return render.Table(columns, rows, title=title.strip() if title else None, label=label, note=NOTE,
+    shown_std = any(math.isfinite(c.std) for c in table.cells.values())
+    return render.Table(columns, rows, title=title.strip() if title else None, label=label,
+                        note=NOTE if shown_std else NOTE_ONE_RUN,
                         decimals=table.decimals, std_decimals=table.std_decimals)
 
 

@@ -15,6 +15,7 @@ one-tailed Welch t-tests against plain fine-tuning, ``base``; lower is better fo
 from __future__ import annotations
 
 import logging
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -135,14 +136,29 @@ def _savefig(fig, path) -> Path:
     return out
 
 
+def plot_label(text: str) -> str:
+    """A row name for matplotlib: ``BLIP^PT`` -> ``BLIP$^{\\mathrm{PT}}$`` (a superscript, not a caret)."""
+    return re.sub(r"\^([A-Za-z0-9]+)", r"$^{\\mathrm{\1}}$", str(text))
+
+
 def _k_curves(ax, curves, ylabel: str, title: str, legend: bool, legend_size: int, reference: float | None = None):
     """One panel of curves against K on a log axis: ``curves`` yields ``(label, frame)`` with columns ``k``,
-    ``mean`` and ``std`` (error bars over seeds); ``reference``: a dashed horizontal line at that value."""
+    ``mean`` and ``std`` (error bars over seeds); ``reference``: a dashed horizontal line at that value. The K
+    axis is ticked at the Ks measured, written as plain numbers (matplotlib's log ticks wrote 3×10⁰ and 4×10⁰
+    on top of each other)."""
+    from matplotlib.ticker import NullLocator
+
+    ks: set[int] = set()
     for label, g in curves:
-        ax.errorbar(g["k"], g["mean"], yerr=g["std"].fillna(0.0), capsize=2, marker="o", ms=3, label=label)
+        ax.errorbar(g["k"], g["mean"], yerr=g["std"].fillna(0.0), capsize=2, marker="o", ms=3,
+                    label=plot_label(label))
+        ks |= {int(k) for k in g["k"]}
     if reference is not None:
         ax.axhline(reference, color="grey", lw=0.8, ls="--")
     ax.set_xscale("log")
+    if ks:
+        ax.set_xticks(sorted(ks), [str(k) for k in sorted(ks)])
+        ax.xaxis.set_minor_locator(NullLocator())
     ax.set_xlabel("K")
     ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=9)
@@ -167,6 +183,7 @@ def figure4(summary: pd.DataFrame, s: dict, out) -> Path:
         g = part[part["metric"] == metric]
         ax.errorbar(g["lam"], g["mean"], yerr=g["std"].fillna(0.0), fmt=style, capsize=3, label=metric)
     ax.set_xlabel("λ")
+    ax.set_ylabel("DEO / AP (%)")
     ax.set_title(f"Figure 4: {cl['figure4_shots']}-shot CelebA", fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
@@ -228,19 +245,20 @@ def figure10(run_dirs, s: dict, out) -> Path:
         table = pd.read_csv(path)
         k = min(table["k"])
         for r in table[(table["k"] == k) & (table["query"] != "mean")].itertuples(index=False):
-            rows.append({"variant": f"{parts[-3]} {LABELS.get(parts[-2], parts[-2])}", "query": r.query,
+            rows.append({"variant": plot_label(f"{parts[-3]} {LABELS.get(parts[-2], parts[-2])}"), "query": r.query,
                          "male_share": (1 + float(r.bias)) / 2})
     frame = pd.DataFrame(rows, columns=["variant", "query", "male_share"])
-    fig, ax = pyplot().subplots(figsize=(6.0, 3.4))
+    fig, ax = pyplot().subplots(figsize=(7.6, 3.4))
     if len(frame):
         wide = frame.groupby(["query", "variant"])["male_share"].mean().unstack()
         wide.index = [q.replace("a photo of a ", "").replace(" person", "") for q in wide.index]
         wide.plot.bar(ax=ax, width=0.8)
         ax.axhline(0.5, color="grey", lw=0.8, ls="--")
-        ax.legend(fontsize=6)
+        # beside the axes, not over the bars (a share of 1.0 reaches the top of the plot)
+        ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
     ax.set_ylabel("share of men in the top K")
     ax.set_title("Figure 10: gender ratio per FairFace query", fontsize=9)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 0.78, 1))
     return _savefig(fig, out)
 
 
