@@ -243,6 +243,17 @@ def test_probe_runner_with_stand_in_scorer(tmp_path, monkeypatch):
     assert rp.figure_marginal_bars(back, tmp_path / "f4.png").stat().st_size > 0
     assert closed[0] == ["(Race, Gender)"]                      # segments named as the tables name them
     assert closed[1] == ["(Race, Gender): marginal gender by race"]
+    # issue 44: an all-zero panel says why instead of showing empty axes
+    zero = back.assign(value=back["value"].where(back["attribute"] != "gender", 0.0))
+    texts = []
+    monkeypatch.setattr(rp, "_pyplot", type("_Texts", (), {"__getattr__": lambda self, n: getattr(real, n),
+                                                           "close": lambda self, fig: texts.append(
+                                                               [t.get_text() for ax in fig.axes for t in ax.texts])
+                                                           or real.close(fig)}))
+    rp.figure_marginal_bars(zero, tmp_path / "f4_zero.png")
+    assert texts == [[rp.ZERO_NOTE]]
+    rp.figure_marginal_bars(back.assign(value=0.5), tmp_path / "f4_bars.png")
+    assert texts[1] == []
     assert rp.figure_retrieval_proportions(back, tmp_path / "f5.png", "doctor").stat().st_size > 0
 
 

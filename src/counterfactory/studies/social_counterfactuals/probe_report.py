@@ -214,6 +214,11 @@ def figure_maxskew_boxplots(probe_df: pd.DataFrame, out: str | Path, metric: str
     return path
 
 
+#: what an all-zero marginal panel means (MaxSkew@K = 0 for every model and group)
+ZERO_NOTE = ("Every value is 0: the top K of each group had the same attribute shares as all of\n"
+             "that group's images (as when K covers all of a group's images: the demo's small sets)")
+
+
 def figure_marginal_bars(probe_df: pd.DataFrame, out: str | Path, attribute: str = "gender",
                          given_type: str = "race", metric: str = "maxskew") -> Path:
     """Figure 4 / 7: mean across occupations of the marginal ``attribute`` MaxSkew@K computed on the images of each
@@ -237,6 +242,10 @@ def figure_marginal_bars(probe_df: pd.DataFrame, out: str | Path, attribute: str
         ax.set_ylabel(f"mean {attribute} MaxSkew@K")
         ax.set_title(f"{segment_label(seg)}: marginal {attribute} by {given_type}")
         ax.legend(fontsize=7, ncol=2)
+        if not (t.abs().to_numpy() > 1e-12).any():    # issue 44: say why the panel has no bars
+            ax.set_ylim(-0.05, 1.0)
+            ax.text(0.5, 0.6, ZERO_NOTE, transform=ax.transAxes, ha="center", va="center", fontsize=8, wrap=True,
+                    bbox={"boxstyle": "round", "facecolor": "#fef3c7", "edgecolor": "#d97706"})
     fig.tight_layout()
     path = save_figure(out, fig)
     plt.close(fig)
