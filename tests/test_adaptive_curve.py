@@ -205,7 +205,8 @@ def test_replay_equals_the_real_adaptive_mode(tmp_path, tiny_models):
         evals = accepted = 0
         for cid, _, original, counterfactual in PAIRS:
             real = overgenerate_caption(engine, scorer, thresholds, cid, original, counterfactual, 6, 0,
-                                        SelectionSettings(top_k=1, adaptive=True, target_accepted=t))
+                                        SelectionSettings(score_images="decoded", top_k=1, adaptive=True,
+                                                          target_accepted=t))
             rep = ad.replay_item(items[cid], rule, ad.top_k_selector(1))
             assert rep.candidates == len(real.scores) and rep.unet_evals == real.unet_evals, (t, cid)
             assert rep.selected == tuple(i for _, i, _, _ in real.selected), (t, cid)

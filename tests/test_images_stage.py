@@ -257,3 +257,89 @@ def test_vae_role_decodes_and_keys_the_cache(tmp_path, models, cfg, engine):
     for name, tensor in pipe_vae.state_dict().items():
         torch.testing.assert_close(own.vae.state_dict()[name], tensor)
     own.close()
+
+
+# ------------------------------------------------------------------ issue 42 items 7 and 8 (B.1.2 fidelity)
+def test_paper_config_runs_the_image_stage_as_fp16_autocast_over_fp32_weights(models):
+    """Issue 42 item 7: B.1.2's generator (InstructPix2Pix's) ran generation and the CLIP filter under fp16 autocast
+    over fp32 weights; images.autocast (true in the paper config) does that, false casts the weights (pure)."""
+    import torch
+
+    from counterfactory.device import engine_dtypes
+    from counterfactory.filters import ClipScorer
+
+    paper = load_config([REPO / "config" / "config.yaml"], study="coco_counterfactuals")
+    assert paper["images"]["precision"] == "fp16" and paper["images"]["autocast"] is True
+    assert engine_dtypes(torch.float16, True) == (torch.float32, torch.float16)
+    assert engine_dtypes(torch.float16, False) == (torch.float16, None)
+    assert engine_dtypes(torch.float32, True) == (torch.float32, None)
+    # on CPU fp16 falls back to fp32, so the mechanism is checked with bf16 (CPU autocast supports it)
+    cfg = _cfg(models, precision="bf16")
+    cfg = {**dict(cfg), "precision": "bf16", "device": "cpu"}
+    auto = build_engine(cfg, autocast=True)
+    assert {p.dtype for p in auto.unet.parameters()} == {torch.float32} and auto.autocast_dtype == torch.bfloat16
+    pure = build_engine(cfg, autocast=False)
+    assert {p.dtype for p in pure.unet.parameters()} == {torch.bfloat16} and pure.autocast_dtype is None
+    scorer = ClipScorer.from_config(cfg, autocast=True)
+    assert scorer.dtype == torch.float32 and scorer.autocast_dtype == torch.bfloat16
+    from counterfactory.generation.selection import make_candidate
+
+    cand = [make_candidate(0, "101_0", 0, auto.settings)]
+    a = auto.generate(["a red bus", "a red truck"], cand)
+    b = pure.generate(["a red bus", "a red truck"], cand)
+    assert a.latents.dtype == np.float32 and np.isfinite(a.latents).all()
+    assert not np.array_equal(a.latents, b.latents)       # two different computations, both options work
+    emb = scorer.embed_images(a.images[0])
+    assert np.isfinite(emb).all()
+
+
+def test_shard_stage_builds_engine_and_filter_with_the_configured_autocast(tmp_path, models, monkeypatch):
+    from counterfactory.filters import ClipScorer
+    from counterfactory.generation import shards
+
+    seen = {}
+    real_build, real_scorer = shards.build_engine, ClipScorer.from_config.__func__
+
+    def fake_build(cfg, autocast=False):
+        seen["engine"] = autocast
+        return real_build(cfg, autocast=autocast)
+
+    def fake_scorer(cls, cfg, *a, autocast=False, **k):
+        seen["scorer"] = autocast
+        return real_scorer(cls, cfg, *a, autocast=autocast, **k)
+
+    monkeypatch.setattr(shards, "build_engine", fake_build)
+    monkeypatch.setattr(ClipScorer, "from_config", classmethod(fake_scorer))
+    pairs = _write_pairs(tmp_path / "pairs.parquet")
+    run_shard(_cfg(models, candidates_per_pair=1), pairs, 0, tmp_path / "a", progress=False)
+    assert seen == {"engine": True, "scorer": True}              # the schema default, as the paper config
+    run_shard(_cfg(models, candidates_per_pair=1, autocast=False), pairs, 0, tmp_path / "b", progress=False)
+    assert seen == {"engine": False, "scorer": False}
+
+
+def test_clip_filter_scores_the_decoded_images_before_quantisation(tmp_path, cfg, engine, scorer):
+    """Issue 42 item 8: InstructPix2Pix's filter (B.1.2) scores the decoded float images; the PNGs are what is saved.
+    images.filter.score_images: decoded (paper config) scores those; png (option) the saved 8-bit images."""
+    from counterfactory.filters import FilterThresholds
+    from counterfactory.generation.selection import SelectionSettings, make_candidate, overgenerate_caption
+
+    paper = load_config([REPO / "config" / "config.yaml"], study="coco_counterfactuals")
+    assert paper["images"]["filter"]["score_images"] == "decoded"
+    cand = [make_candidate(0, "101_0", i, engine.settings) for i in range(2)]
+    res = engine.generate(["A man riding a horse.", "A man riding a cow."], cand, float_images=True)
+    assert res.float_images.dtype == np.float32 and res.float_images.shape == res.images.shape
+    assert np.array_equal((res.float_images * 255).round().astype(np.uint8), res.images)   # the PNGs' pixels
+    assert not np.array_equal(res.float_images * 255, res.images.astype(np.float32))     # quantisation changed them
+    th = FilterThresholds.from_config(cfg["images"]["filter"])
+    out = {}
+    for mode in ("decoded", "png"):
+        out[mode] = overgenerate_caption(engine, scorer, th, "101_0", "A man riding a horse.", "A man riding a cow.",
+                                         2, int(cfg["seed"]), SelectionSettings(score_images=mode, top_k=1))
+    fl = scorer.score_pairs("A man riding a horse.", "A man riding a cow.", res.float_images[:, 0],
+                            res.float_images[:, 1])
+    q = scorer.score_pairs("A man riding a horse.", "A man riding a cow.", res.images[:, 0], res.images[:, 1])
+    got_decoded = [s["sim_0"] for s in out["decoded"].scores]
+    got_png = [s["sim_0"] for s in out["png"].scores]
+    np.testing.assert_allclose(got_decoded, fl["sim_0"], rtol=0, atol=1e-6)
+    np.testing.assert_allclose(got_png, q["sim_0"], rtol=0, atol=1e-6)
+    assert not np.allclose(fl["sim_0"], q["sim_0"], rtol=0, atol=1e-9)

@@ -118,6 +118,26 @@ def resolve_dtype(precision: str = "auto", device: torch.device | None = None) -
     return getattr(torch, _DTYPES[precision])
 
 
+def engine_dtypes(dtype: torch.dtype, autocast: bool) -> tuple[torch.dtype, torch.dtype | None]:
+    """``(weight dtype, autocast dtype or None)`` of a stage run in ``dtype``: with ``autocast`` and a half ``dtype``
+    the weights stay fp32 and the forward passes run under ``torch.autocast`` in ``dtype`` (COCO-Counterfactuals
+    B.1.2: the InstructPix2Pix generator's fp16 autocast); otherwise the weights are cast to ``dtype`` (pure)."""
+    import torch
+    if autocast and dtype != torch.float32:
+        return torch.float32, dtype
+    return dtype, None
+
+
+def autocast_context(device: torch.device, dtype: torch.dtype | None):
+    """``torch.autocast`` on ``device`` in ``dtype``; a no-op context for None."""
+    import contextlib
+
+    import torch
+    if dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=dtype)
+
+
 def from_config(cfg: dict) -> tuple[torch.device, torch.dtype]:
     device = resolve_device(cfg.get("device", "auto"))
     return device, resolve_dtype(cfg.get("precision", "auto"), device)

@@ -13,8 +13,9 @@ Brooks et al., CVPR 2023, and its public generator):
   ``sim_direction`` (descending, ties by candidate index) and the top ``k`` are kept (k = 1 in the
   paper: "the best image pair is chosen").
 
-Scores are computed from the 8-bit images that are written to disk, so they can be recomputed from
-the stored PNGs. A non-finite score never passes: the candidate is rejected with reason
+Scores are computed from the decoded float images before 8-bit quantisation, as InstructPix2Pix's
+filter scores them (config ``images.filter.score_images: decoded``); ``png`` (ours, option) scores the 8-bit
+images that are written to disk, so the scores can be recomputed from the stored PNGs. A non-finite score never passes: the candidate is rejected with reason
 ``non_finite_score`` and a warning is logged.
 
 **Undefined direction.** The same image embedded at two batch positions (or with a different number
@@ -199,14 +200,17 @@ class ClipScorer:
     """Embeds uint8 images and texts with the ``clip_filter`` role (transformers or open_clip)."""
 
     def __init__(self, loaded: Any, library: str, device: torch.device, dtype: torch.dtype = torch.float32,
-                 batch_size: int = 32, direction_rel_tol: float = DIRECTION_REL_TOL, performance=None):
-        """``performance``: a :class:`counterfactory.device.Performance` (fast path), None = plain placement."""
+                 batch_size: int = 32, direction_rel_tol: float = DIRECTION_REL_TOL, performance=None,
+                 autocast_dtype: torch.dtype | None = None):
+        """``performance``: a :class:`counterfactory.device.Performance` (fast path), None = plain placement.
+        ``dtype``: the weights'; ``autocast_dtype``: embed under ``torch.autocast`` in it (None = no autocast)."""
         from ..device import place
 
         self.library = library
         self.direction_rel_tol = float(direction_rel_tol)
         self.device = device
         self.dtype = dtype
+        self.autocast_dtype = autocast_dtype
         self.batch_size = int(batch_size)
         if library == "open_clip":
             model, _, tokenizer = loaded
@@ -227,20 +231,29 @@ class ClipScorer:
         self.std = torch.tensor(std, dtype=torch.float32).view(1, 3, 1, 1)
 
     @classmethod
-    def from_config(cls, cfg: dict, role: str = "clip_filter", batch_size: int = 32) -> "ClipScorer":
-        from ..device import Performance, from_config, resolve_batch_size
+    def from_config(cls, cfg: dict, role: str = "clip_filter", batch_size: int = 32,
+                    autocast: bool = False) -> "ClipScorer":
+        """``autocast``: a half precision embeds under autocast over fp32 weights (the image stage's
+        ``images.autocast``, as the InstructPix2Pix generator's filter); False = weights cast to it."""
+        from ..device import Performance, engine_dtypes, from_config, resolve_batch_size
         from ..models import registry
 
         device, dtype = from_config(cfg)
+        dtype, compute = engine_dtypes(dtype, autocast)
         spec = registry.model_spec(cfg, role)
         filt = ((cfg["images"] if "images" in cfg else None) or {}).get("filter") or {}   # optional section
         return cls(registry.load(cfg, role), spec.library, device, dtype,
                    batch_size=resolve_batch_size(batch_size, cfg, "clip_image"),
                    direction_rel_tol=FilterThresholds.from_config(filt).direction_rel_tol,
-                   performance=Performance.from_config(cfg))
+                   performance=Performance.from_config(cfg), autocast_dtype=compute)
 
     def _pixels(self, images: np.ndarray) -> torch.Tensor:
-        x = torch.from_numpy(np.ascontiguousarray(images)).permute(0, 3, 1, 2).float() / 255.0
+        """uint8 images (/ 255) or float images already in [0, 1] (the decoded images before quantisation),
+        (n, H, W, 3) -> normalised CLIP input."""
+        images = np.ascontiguousarray(images)
+        x = torch.from_numpy(images).permute(0, 3, 1, 2).float()
+        if images.dtype == np.uint8:
+            x = x / 255.0
         if tuple(x.shape[-2:]) != self.size:
             x = torch.nn.functional.interpolate(x, size=self.size, mode="bicubic", align_corners=False)
         return (x - self.mean) / self.std
@@ -253,31 +266,37 @@ class ClipScorer:
 
     @torch.no_grad()
     def embed_images(self, images: np.ndarray) -> np.ndarray:
-        """uint8 (n, H, W, 3) -> (n, d) float64 features (not yet normalised)."""
+        """uint8 or float in [0, 1] (n, H, W, 3) -> (n, d) float64 features (not yet normalised)."""
+        from ..device import autocast_context
+
         feats = []
         for s in range(0, len(images), self.batch_size):
             px = self._pixels(images[s:s + self.batch_size]).to(self.device, self.dtype)
-            if self.library == "open_clip":
-                f = self.model.encode_image(px)
-            else:
-                f = self._features(self.model.get_image_features(pixel_values=px))
+            with autocast_context(self.device, self.autocast_dtype):
+                if self.library == "open_clip":
+                    f = self.model.encode_image(px)
+                else:
+                    f = self._features(self.model.get_image_features(pixel_values=px))
             feats.append(f.float().cpu().numpy().astype(np.float64))
         return np.concatenate(feats) if feats else np.zeros((0, 0))
 
     @torch.no_grad()
     def embed_texts(self, texts: Sequence[str]) -> np.ndarray:
         """(n, d) float64 text features (truncated to the model's context length)."""
+        from ..device import autocast_context
+
         texts = list(texts)
-        if self.library == "open_clip":
-            f = self.model.encode_text(self.tokenizer(texts).to(self.device))
-        else:
-            tok = self.tokenizer(texts, padding=True, truncation=True, return_tensors="pt").to(self.device)
-            f = self._features(self.model.get_text_features(input_ids=tok["input_ids"],
-                                                            attention_mask=tok["attention_mask"]))
+        with autocast_context(self.device, self.autocast_dtype):
+            if self.library == "open_clip":
+                f = self.model.encode_text(self.tokenizer(texts).to(self.device))
+            else:
+                tok = self.tokenizer(texts, padding=True, truncation=True, return_tensors="pt").to(self.device)
+                f = self._features(self.model.get_text_features(input_ids=tok["input_ids"],
+                                                                attention_mask=tok["attention_mask"]))
         return f.float().cpu().numpy().astype(np.float64)
 
     def score_pairs(self, text_0: str, text_1: str, images_0: np.ndarray, images_1: np.ndarray) -> dict[str, np.ndarray]:
-        """Scores of ``n`` candidate pairs for one caption pair; images uint8 (n, H, W, 3).
+        """Scores of ``n`` candidate pairs for one caption pair; images uint8 or float in [0, 1] (n, H, W, 3).
 
         Identical images (or texts) give ``sim_direction`` NaN and ``direction_undefined`` True whatever
         their batch positions: their feature difference is rounding noise, below the tolerance."""

@@ -93,21 +93,27 @@ class GenerationSettings:
 
 @dataclass
 class BatchResult:
-    """Images ``uint8 (B, G, H, W, 3)`` and final latents ``float32 (B, G, C, h, w)`` of a batch."""
+    """Images ``uint8 (B, G, H, W, 3)`` and final latents ``float32 (B, G, C, h, w)`` of a batch; with
+    ``generate(..., float_images=True)`` also the decoded images before 8-bit quantisation, ``float32 (B, G, H, W,
+    3)`` in [0, 1] (what InstructPix2Pix's CLIP filter scores)."""
 
     candidates: list[Candidate]
     images: np.ndarray
     latents: np.ndarray
+    float_images: np.ndarray | None = None
 
 
 class P2PEngine:
     """Batched Prompt-to-Prompt sampler around a diffusers ``StableDiffusionPipeline``."""
 
     def __init__(self, pipe, settings: GenerationSettings, device: torch.device | str = "cpu",
-                 dtype: torch.dtype = torch.float32, vae=None, performance=None):
+                 dtype: torch.dtype = torch.float32, vae=None, performance=None,
+                 autocast_dtype: torch.dtype | None = None):
         """``vae``: an ``AutoencoderKL`` that replaces the pipeline's own for decoding (the ``vae``
         model role; the InstructPix2Pix generator decoded with SD's fine-tuned MSE VAE); None = the
-        pipeline's VAE. ``performance``: the fast path (:class:`counterfactory.device.Performance`)."""
+        pipeline's VAE. ``performance``: the fast path (:class:`counterfactory.device.Performance`).
+        ``dtype``: the weights' (and latents') dtype; ``autocast_dtype``: run text encoder, UNet and VAE under
+        ``torch.autocast`` in this dtype (:func:`engine_dtypes`; None = no autocast)."""
         import diffusers
 
         from ..device import place
@@ -115,6 +121,7 @@ class P2PEngine:
         self.settings = settings
         self.device = torch.device(device)
         self.dtype = dtype
+        self.autocast_dtype = autocast_dtype
         self.unet = place(pipe.unet, self.device, dtype, performance, compile=True)
         if vae is not None:
             latent = getattr(vae.config, "latent_channels", None)
@@ -156,12 +163,17 @@ class P2PEngine:
         if prompt not in self._embed_cache:
             ids = self.tokenizer(prompt, padding="max_length", max_length=self.tokenizer.model_max_length,
                                  truncation=True).input_ids
-            with torch.no_grad():
+            with torch.no_grad(), self._autocast():
                 emb = self.text_encoder(torch.tensor([ids], device=self.device))[0]
             if len(self._embed_cache) > 256:
                 self._embed_cache.clear()
             self._embed_cache[prompt] = (list(ids), emb)
         return self._embed_cache[prompt]
+
+    def _autocast(self):
+        from ..device import autocast_context
+
+        return autocast_context(self.device, self.autocast_dtype)
 
     # -------------------------------------------------------------- sampling
     def _initial_latent(self, gen: torch.Generator, scheduler) -> torch.Tensor:
@@ -170,8 +182,9 @@ class P2PEngine:
 
     @torch.no_grad()
     def generate(self, prompts: Sequence[str], candidates: Sequence[Candidate],
-                 p_override: Sequence[float] | None = None) -> BatchResult:
-        """Sample every candidate for the group ``prompts`` = [base, edit_1, ..., edit_K] in one batch."""
+                 p_override: Sequence[float] | None = None, float_images: bool = False) -> BatchResult:
+        """Sample every candidate for the group ``prompts`` = [base, edit_1, ..., edit_K] in one batch;
+        ``float_images``: also return the decoded images before quantisation (:class:`BatchResult`)."""
         prompts = list(prompts)
         cands = list(candidates)
         g, b = len(prompts), len(cands)
@@ -206,7 +219,8 @@ class P2PEngine:
             for i, t in enumerate(timesteps):
                 self.controller.set_step(i, len(timesteps))
                 model_in = scheduler.scale_model_input(torch.cat([latents, latents]), t)
-                eps = self.unet(model_in, t, encoder_hidden_states=text).sample
+                with self._autocast():
+                    eps = self.unet(model_in, t, encoder_hidden_states=text).sample
                 eps_u, eps_c = eps.chunk(2)
                 eps = eps_u + guidance * (eps_c - eps_u)
                 # every member of a candidate draws the same sampler noise from the candidate's stream
@@ -223,34 +237,48 @@ class P2PEngine:
                 self.unet_evals += 2 * b * g
         finally:
             self.controller.reset()
-        images = self.decode(latents)
+        decoded = self.decode_float(latents)
+        images = quantise(decoded)
         return BatchResult(
             candidates=cands,
             images=images.reshape(b, g, *images.shape[1:]),
             latents=latents.float().cpu().numpy().reshape(b, g, *latents.shape[1:]),
+            float_images=decoded.reshape(b, g, *decoded.shape[1:]) if float_images else None,
         )
 
     @torch.no_grad()
     def decode(self, latents: torch.Tensor, chunk: int = 8) -> np.ndarray:
         """Latents -> uint8 (n, H, W, 3), rounding like diffusers' ``numpy_to_pil``; ``chunk`` latents
         per VAE call bound the decoder's memory at 512x512."""
+        return quantise(self.decode_float(latents, chunk))
+
+    @torch.no_grad()
+    def decode_float(self, latents: torch.Tensor, chunk: int = 8) -> np.ndarray:
+        """Latents -> float32 (n, H, W, 3) in [0, 1], before 8-bit quantisation (:func:`quantise`)."""
         out = []
         for s in range(0, latents.shape[0], chunk):
-            x = self.vae.decode(latents[s:s + chunk] / self.vae.config.scaling_factor).sample
-            x = (x.float() / 2 + 0.5).clamp(0, 1).permute(0, 2, 3, 1).cpu().numpy()
-            out.append((x * 255).round().astype(np.uint8))
+            with self._autocast():
+                x = self.vae.decode(latents[s:s + chunk].to(self.dtype) / self.vae.config.scaling_factor).sample
+            out.append((x.float() / 2 + 0.5).clamp(0, 1).permute(0, 2, 3, 1).cpu().numpy())
         return np.concatenate(out)
 
 
-def build_engine(cfg: dict) -> P2PEngine:
+def quantise(images: np.ndarray) -> np.ndarray:
+    """Float images in [0, 1] -> uint8, rounding like diffusers' ``numpy_to_pil`` (what the PNGs hold)."""
+    return (np.asarray(images, dtype=np.float32) * 255).round().astype(np.uint8)
+
+
+def build_engine(cfg: dict, autocast: bool = False) -> P2PEngine:
     """Load the ``sd`` role (and the optional ``vae`` role, which then decodes instead of the
     pipeline's own VAE) in the stage's precision and wrap it (device/precision from
-    :func:`counterfactory.device.from_config`; on CPU fp32)."""
-    from ..device import Performance, from_config
+    :func:`counterfactory.device.from_config`; on CPU fp32). ``autocast``: a half precision runs as autocast over
+    fp32 weights (``coco_counterfactuals.images.autocast``, :func:`engine_dtypes`); False = weights cast to it."""
+    from ..device import Performance, engine_dtypes, from_config
     from ..models import registry
 
     device, dtype = from_config(cfg)
-    pipe = registry.load(cfg, "sd", dtype=dtype)
-    vae = registry.load(cfg, "vae", dtype=dtype) if (cfg.get("models") or {}).get("vae") else None
-    return P2PEngine(pipe, GenerationSettings.from_config(cfg.get("images", {}), cfg), device, dtype, vae=vae,
-                     performance=Performance.from_config(cfg))
+    weights, compute = engine_dtypes(dtype, autocast)
+    pipe = registry.load(cfg, "sd", dtype=weights)
+    vae = registry.load(cfg, "vae", dtype=weights) if (cfg.get("models") or {}).get("vae") else None
+    return P2PEngine(pipe, GenerationSettings.from_config(cfg.get("images", {}), cfg), device, weights, vae=vae,
+                     performance=Performance.from_config(cfg), autocast_dtype=compute)

@@ -81,6 +81,9 @@ class CaptionOutcome:
 
 @dataclass(frozen=True)
 class SelectionSettings:
+    #: what the CLIP filter scores: ``decoded`` (the float images before quantisation, B.1.2 / InstructPix2Pix's
+    #: filter) or ``png`` (the saved 8-bit images); config ``images.filter.score_images`` (default in the schema)
+    score_images: str
     top_k: int = 1
     adaptive: bool = False
     target_accepted: int | None = None
@@ -106,9 +109,13 @@ def overgenerate_caption(engine: P2PEngine, scorer, thresholds, caption_id: str,
     evals0 = engine.unet_evals
     n_passed = 0
     stopped = False
+    decoded = selection.score_images == "decoded"
+    if not decoded and selection.score_images != "png":
+        raise ValueError(f"images.filter.score_images: {selection.score_images!r} is not decoded or png")
     for batch in candidate_batches(global_seed, caption_id, n, engine.settings):
-        res = engine.generate([original, counterfactual], batch)
-        sc = scorer.score_pairs(original, counterfactual, res.images[:, 0], res.images[:, 1])
+        res = engine.generate([original, counterfactual], batch, float_images=decoded)
+        scored = res.float_images if decoded else res.images       # the PNGs hold res.images either way
+        sc = scorer.score_pairs(original, counterfactual, scored[:, 0], scored[:, 1])
         labels = [f"{caption_id}#{c.index}" for c in batch]
         passed, reasons = apply_thresholds(sc, thresholds, labels)
         for j, c in enumerate(batch):

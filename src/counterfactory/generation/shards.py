@@ -22,6 +22,7 @@ from typing import Any, Callable, Sequence
 from ..data.layouts import SELECTED_SCHEMA
 from ..errors import input_error
 from ..io import read_table
+from ..settings import schema_default
 from . import runner
 from .sampler import GenerationSettings, P2PEngine, build_engine
 from .selection import SelectionSettings, overgenerate_caption
@@ -88,8 +89,9 @@ class ShardContext:
 
 def stage_config(cfg: dict) -> dict:
     """``cfg`` as the image stage runs it: ``images.precision`` (when set) replaces the config-wide ``precision``
-    for the Prompt-to-Prompt engine and the CLIP filter. The paper config sets fp16, as the InstructPix2Pix
-    generator B.1.2 follows ran both (fp16 autocast); null keeps the config's precision (the fast path)."""
+    for the Prompt-to-Prompt engine and the CLIP filter. The paper config sets fp16 with ``images.autocast: true``,
+    as the InstructPix2Pix generator B.1.2 follows ran both (fp16 autocast over fp32 weights); ``autocast: false``
+    casts the weights (pure fp16); null keeps the config's precision (the fast path)."""
     from ..device import with_stage_precision
 
     return with_stage_precision(cfg, (cfg.get("images") or {}).get("precision"))
@@ -104,6 +106,8 @@ def _shard_context(cfg: dict) -> ShardContext:
     adaptive = images.get("adaptive", {})
     settings = GenerationSettings.from_config(images, cfg)
     selection = SelectionSettings(
+        score_images=str(filt["score_images"] if "score_images" in filt
+                         else schema_default("coco_counterfactuals.images.filter.score_images")),
         top_k=int(filt.get("top_k", 1)),
         adaptive=bool(adaptive.get("enabled", False)),
         target_accepted=adaptive.get("target_accepted"),
@@ -168,13 +172,16 @@ class ImagePairStage(runner.ShardStage):
     def generate(self, batch):
         ctx = self.ctx
         for r in batch:
+            images = ctx.cfg.get("images", {})
+            autocast = bool(images["autocast"] if "autocast" in images
+                            else schema_default("coco_counterfactuals.images.autocast"))   # B.1.2: fp16 autocast
             if self.engine is None:
-                self.engine = build_engine(ctx.cfg)
+                self.engine = build_engine(ctx.cfg, autocast=autocast)
             if self.scorer is None:
                 from ..filters import ClipScorer
 
                 self.scorer = ClipScorer.from_config(
-                    ctx.cfg, batch_size=ctx.cfg.get("images", {}).get("filter", {}).get("batch_size", 32))
+                    ctx.cfg, batch_size=images.get("filter", {}).get("batch_size", 32), autocast=autocast)
             yield r, overgenerate_caption(self.engine, self.scorer, ctx.thresholds, r["caption_id"], r["original"],
                                           r["counterfactual"], ctx.n_candidates, ctx.global_seed, ctx.selection)
 
