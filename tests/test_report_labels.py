@@ -108,3 +108,38 @@ def test_job_parameters_read_as_names_and_the_shell_still_gets_flags():
     assert pickle.loads(pickle.dumps(params.labels)).readable == "mlm, clip_eval: tiny CLIP"
     rules = "\n".join(p.read_text(encoding="utf-8") for p in (REPO / "rules").glob("*.smk"))
     assert "{params.labels}" not in rules and "{params.labels.flags}" in rules
+
+
+DOT = """digraph snakemake_dag {
+    graph[bgcolor=white, margin=0];
+    node[shape=box, style=rounded, fontname=sans,                 fontsize=10, penwidth=2];
+    edge[penwidth=2, color=grey];
+\t0[label = "all", color = "0.00 0.6 0.85", style="rounded"];
+\t1[label = "cvld_tables", color = "0.29 0.6 0.85", style="rounded"];
+\t2[label = "config_write_job", color = "0.03 0.6 0.85", style="rounded"];
+\t3[label = "models_build_tiny", color = "0.30 0.6 0.85", style="rounded"];
+\t1 -> 0
+\t2 -> 1
+\t2 -> 0
+\t3 -> 1
+}
+"""
+
+
+def test_the_rule_graph_leaves_out_the_bookkeeping_rules(tmp_path, capsys):
+    """Issue 44 item 6: config_write_job and models_build_tiny have edges into almost every rule."""
+    from counterfactory.cli import main
+    from counterfactory.report_labels import drop_rules
+
+    text, dropped = drop_rules(DOT)
+    assert dropped == ["config_write_job", "models_build_tiny"]
+    assert "config_write_job\"" not in text and "2 -> 1" not in text and "3 -> 1" not in text
+    assert "\t1 -> 0" in text and 'not drawn: config_write_job, models_build_tiny' in text
+    assert text.rstrip().endswith("}")
+    (tmp_path / "g.dot").write_text(DOT)
+    assert main(["report", "rulegraph", str(tmp_path / "g.dot"), "--out", str(tmp_path / "o.dot")]) == 0
+    assert (tmp_path / "o.dot").read_text() == text
+    assert main(["report", "rulegraph", str(tmp_path / "g.dot"), "--drop", "all", "--out", str(tmp_path / "a.dot")]) == 0
+    assert '"all"' not in (tmp_path / "a.dot").read_text() and "models_build_tiny" in (tmp_path / "a.dot").read_text()
+    makefile = (REPO / "Makefile").read_text()
+    assert "counterfactory report rulegraph" in makefile and "rulegraph_$$s.dot" in makefile

@@ -171,5 +171,35 @@ def name_flags(option: str, names: dict[str, str]) -> CliFlags:
     return CliFlags(flags, readable)
 
 
-__all__ = ["CliFlags", "name_flags", "COLUMN", "LABELS", "STUDY_LABELS", "TINY_WARNING", "label", "labels", "pad_numbers", "tiny_roles",
+# --------------------------------------------------------------------------- a readable rule graph (issue 44 item 6)
+
+#: rules that feed almost every other rule (each job's config file, the tiny stand-in models, NLTK data): drawn, they
+#: turn `snakemake --rulegraph` into a hairball
+BOOKKEEPING_RULES = ("config_write_job", "models_build_tiny", "nltk_prepare")
+
+
+def drop_rules(dot: str, rules: tuple[str, ...] | list[str] = BOOKKEEPING_RULES) -> tuple[str, list[str]]:
+    """``snakemake --rulegraph`` output (Graphviz) without the nodes of ``rules`` and their edges, with a graph
+    label naming what was left out; returns the text and the rules that were dropped."""
+    node = re.compile(r'^\s*(\d+)\s*\[label\s*=\s*"([^"]+)"')
+    edge = re.compile(r"^\s*(\d+)\s*->\s*(\d+)")
+    dropped_ids, dropped = set(), []
+    for line in dot.splitlines():
+        m = node.match(line)
+        if m and m.group(2) in rules:
+            dropped_ids.add(m.group(1))
+            dropped.append(m.group(2))
+    out = []
+    for line in dot.splitlines():
+        m, e = node.match(line), edge.match(line)
+        if (m and m.group(1) in dropped_ids) or (e and (e.group(1) in dropped_ids or e.group(2) in dropped_ids)):
+            continue
+        out.append(line)
+        if dropped and line.lstrip().startswith("edge["):
+            out.append(f'    graph[label="not drawn: {", ".join(dropped)} (each feeds almost every rule)", '
+                       'labelloc=t, fontname=sans, fontsize=10];')
+    return "\n".join(out) + "\n", dropped
+
+
+__all__ = ["BOOKKEEPING_RULES", "CliFlags", "drop_rules", "name_flags", "COLUMN", "LABELS", "STUDY_LABELS", "TINY_WARNING", "label", "labels", "pad_numbers", "tiny_roles",
            "tiny_warning"]

@@ -48,6 +48,23 @@ def _overview(args) -> int:
     return 0
 
 
+def _rulegraph(args) -> int:
+    import sys
+    from pathlib import Path
+
+    from ..io import write_text
+    from ..report_labels import BOOKKEEPING_RULES, drop_rules
+
+    text = sys.stdin.read() if args.dot == "-" else Path(args.dot).read_text(encoding="utf-8")
+    if "digraph" not in text:
+        print(f"error: {args.dot} is not Graphviz output of `snakemake --rulegraph`", file=sys.stderr)
+        return 2
+    out, dropped = drop_rules(text, tuple(args.drop or BOOKKEEPING_RULES))
+    write_text(args.out, out)
+    print(f"rule graph without {', '.join(dropped) or 'nothing'} -> {args.out}")
+    return 0
+
+
 def register(sub) -> None:
     p = sub.add_parser("report", help="figures and tables for the Snakemake report",
                        description="Figures, tables and the front page of the Snakemake report.")
@@ -81,3 +98,12 @@ def register(sub) -> None:
     o.add_argument("--provenance", required=True, help="results/<run>/provenance.json")
     o.add_argument("--out", required=True, help="output HTML")
     o.set_defaults(func=_overview)
+    r = s.add_parser("rulegraph", help="a readable rule graph: `snakemake --rulegraph` without the bookkeeping rules",
+                     description="Reads `snakemake --rulegraph` output (a file, or - for standard input) and writes it "
+                                 "without the rules that feed almost every other rule (config_write_job, "
+                                 "models_build_tiny, nltk_prepare), naming them in the graph's label.")
+    r.add_argument("dot", help="the rule graph (Graphviz .dot), or - for standard input")
+    r.add_argument("--out", required=True, help="output .dot")
+    r.add_argument("--drop", action="append", metavar="RULE",
+                   help="a rule to leave out (repeatable; default: config_write_job, models_build_tiny, nltk_prepare)")
+    r.set_defaults(func=_rulegraph)
