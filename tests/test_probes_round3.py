@@ -225,3 +225,50 @@ def test_case05_only_table_rules_take_display_names(repo):
             name = block.split(":", 1)[0]
             if "display_labels" in block:
                 assert re.search(r"table|plot|summary|figure|tables", name), (path.name, name)
+
+
+# ------------------------------------------------------------------------------------------ case 6
+def _tree_bytes(folder):
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_case06_tiny_builds_are_byte_reproducible_across_processes(tmp_path):
+    """The same builder and seed give the same bytes in another process (string-hash order: TorchScript constants)
+    and another folder (a temporary build path recorded as _name_or_path)."""
+    import os
+    import subprocess
+    import sys
+
+    script = ("import sys; from pathlib import Path; from counterfactory.models import tiny\n"
+              "for r in ('inpaint', 'editor'): tiny.build(r, Path(sys.argv[1]))\n")
+    for i, seed in enumerate(("1", "2")):
+        subprocess.run([sys.executable, "-c", script, str(tmp_path / f"b{i}")], check=True, capture_output=True,
+                       env={**os.environ, "PYTHONHASHSEED": seed})
+    for role in ("inpaint", "editor"):
+        a, b = _tree_bytes(tmp_path / "b0" / role), _tree_bytes(tmp_path / "b1" / role)
+        assert a.keys() == b.keys() and [k for k in a if a[k] != b[k]] == []
+        assert not any(b"/tmp" in v for k, v in a.items() if k.endswith(".json"))
+
+
+def test_case06_a_missing_model_folder_in_a_job_is_a_model_error_naming_the_key(tmp_path):
+    """A job's partial view without tiny_models: a mistyped local source is reported as the model's problem
+    (models.mlm.source, the folder), not as an internal missing-section message."""
+    from counterfactory.config import ConfigView
+    from counterfactory.errors import ModelLoadError
+    from counterfactory.models import registry
+
+    view = ConfigView({"models": {"mlm": {"source": str(tmp_path / "tinyy" / "mlm")}}, "study": "coco_counterfactuals"},
+                      partial=True)
+    with pytest.raises(ModelLoadError) as err:
+        registry.load(view, "mlm", device="cpu")
+    assert "tiny_models" not in str(err.value).split("Fix")[0] and "tinyy" in str(err.value)
+
+
+def test_case06_the_tiny_build_job_has_no_roles_parameter(repo):
+    """A role leaving the tiny folder must change no parameter of models_build_tiny (Snakemake's params trigger
+    would rebuild every stand-in): the roles are read from the output folders in the shell command."""
+    text = (repo / "rules" / "setup.smk").read_text()
+    block = text[text.index("rule models_build_tiny:"):].split("\n\n\n")[0]
+    params = block[block.index("params:"):block.index("shell:")]
+    assert "roles" not in params.split("#")[0] and "TINY_MODELS" not in params
+    assert "basename" in block

@@ -29,7 +29,9 @@ DEFAULT_TINY_DIR = "resources/models/tiny"
 
 def tiny_dir(cfg: dict | None) -> Path:
     """The folder of the tiny stand-ins: ``tiny_models.out_dir`` of ``cfg``, else the builder's default."""
-    return Path((((cfg or {}).get("tiny_models") or {}).get("out_dir")) or DEFAULT_TINY_DIR)
+    # dict.get: a job's partial view need not carry tiny_models (a model error must not become a missing-section one)
+    section = dict.get(cfg, "tiny_models") if isinstance(cfg, dict) else None
+    return Path(((section or {}).get("out_dir")) or DEFAULT_TINY_DIR)
 
 
 def is_tiny(spec: ModelSpec, cfg: dict | None = None) -> bool:

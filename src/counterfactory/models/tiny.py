@@ -17,6 +17,7 @@ import gzip
 import json
 import logging
 import random
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -242,6 +243,19 @@ def tiny_sources(cfg: dict) -> list[str]:
     return sorted(found)
 
 
+_NAME_OR_PATH = re.compile(r'"_name_or_path": "(/[^"]*)"')
+
+
+def _forget_build_paths(folder: Path) -> None:
+    """Blank every ``"_name_or_path"`` that records an absolute (temporary) folder of the build, so a tiny model's
+    bytes depend on its builder and seed only (byte-reproducible builds, unchanged fingerprints on a rebuild)."""
+    for path in sorted(folder.rglob("*.json")):
+        text = path.read_text(encoding="utf-8")
+        fixed = _NAME_OR_PATH.sub('"_name_or_path": ""', text)
+        if fixed != text:
+            path.write_text(fixed, encoding="utf-8")
+
+
 def builders() -> dict[str, Callable[[Path, int], None]]:
     """Every role that has a tiny builder (text roles and ``vae`` here, image and evaluation roles beside)."""
     from . import tiny_editing, tiny_eval, tiny_gligen, tiny_lama, tiny_llm, tiny_nsfw, tiny_vision, tiny_vlm
@@ -268,6 +282,7 @@ def build(role: str, out_dir: str | Path, seed: int = 0, force: bool = False) ->
 
     with atomic_dir(target) as tmp:
         table[role](tmp, seed)
+        _forget_build_paths(Path(tmp))
         # sha256 of every file, so `counterfactory models check` can tell a damaged copy
         write_manifest(tmp, builder=TINY_BUILDER, role=role, seed=seed)
     log.info("built tiny %s at %s", role, target)

@@ -16,6 +16,7 @@ meaning (random weights): it exercises the machinery, not inpainting quality.
 
 from __future__ import annotations
 
+import os
 import warnings
 from pathlib import Path
 
@@ -29,18 +30,33 @@ LAMA_FILE = "big-lama.pt"
 WIDTH = 16
 
 
+class _Conv(nn.Module):
+    """A 2-D convolution (``weight``, ``bias``, ``stride``, ``padding``) without ``nn.Conv2d``'s TorchScript
+    constants, whose order follows Python's per-process string hashing: the scripted file is byte-reproducible."""
+
+    def __init__(self, cin: int, cout: int, kernel: int, stride: int = 1, padding: int = 0):
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(cout, cin, kernel, kernel))
+        self.bias = nn.Parameter(torch.zeros(cout))
+        self.stride = stride
+        self.padding = padding
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.conv2d(x, self.weight, self.bias, self.stride, self.padding)
+
+
 class TinyLaMa(nn.Module):
     """``forward(image [B,3,H,W] in [0,1], mask [B,1,H,W] 0/1 of any dtype) -> [B,3,H,W] in [0,1]``
     (H, W multiples of 4; lama-cleaner pads to multiples of 8)."""
 
     def __init__(self, width: int = WIDTH):
         super().__init__()
-        self.enc1 = nn.Conv2d(4, width, 3, padding=1)
-        self.enc2 = nn.Conv2d(width, width, 3, stride=2, padding=1)
-        self.enc3 = nn.Conv2d(width, width, 3, stride=2, padding=1)
-        self.dec2 = nn.Conv2d(2 * width, width, 3, padding=1)
-        self.dec1 = nn.Conv2d(2 * width, width, 3, padding=1)
-        self.out = nn.Conv2d(width, 3, 1)
+        self.enc1 = _Conv(4, width, 3, padding=1)
+        self.enc2 = _Conv(width, width, 3, stride=2, padding=1)
+        self.enc3 = _Conv(width, width, 3, stride=2, padding=1)
+        self.dec2 = _Conv(2 * width, width, 3, padding=1)
+        self.dec1 = _Conv(2 * width, width, 3, padding=1)
+        self.out = _Conv(width, 3, 1)
 
     def forward(self, image: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         mask = (mask > 0).to(image.dtype)
@@ -78,6 +94,25 @@ def build_inpaint(out: Path, seed: int = 0) -> None:
         warnings.filterwarnings("ignore", category=FutureWarning, module=r"torch\.jit")
         scripted = torch.jit.script(tiny_lama(seed))
         torch.jit.save(scripted, str(out / LAMA_FILE))
+    _fix_serialization_id(out / LAMA_FILE)
+
+
+def _fix_serialization_id(path: Path) -> None:
+    """Rewrite the TorchScript archive with its random ``serialization_id`` record replaced by one derived from the
+    other records (and fixed timestamps), so the same seed gives the same bytes in every run."""
+    import hashlib
+    import zipfile
+
+    with zipfile.ZipFile(path) as zf:
+        records = [(info.filename, zf.read(info)) for info in zf.infolist()]
+    digest = hashlib.sha256(b"".join(d for n, d in records if not n.endswith("/serialization_id"))).hexdigest()
+    tmp = path.with_name(path.name + ".tmp")
+    with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_STORED) as zf:
+        for name, data in records:
+            if name.endswith("/serialization_id"):
+                data = str(int(digest[:32], 16)).encode()
+            zf.writestr(zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0)), data)
+    os.replace(tmp, path)
 
 
 BUILDERS = {"inpaint": build_inpaint}
