@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -186,3 +187,20 @@ def test_tiny_wordpiece_tokenizer_round_trip(model_dir):
     tokens = proc.tokenizer.convert_ids_to_tokens(ids)
     assert tokens[0] == "[CLS]" and tokens[-1] == "[SEP]" and "[UNK]" not in tokens
     assert "dog" in tokens and "beach" in tokens
+
+
+def test_paper_config_figure3_bridgetower_is_the_itm_script_checkpoint():
+    """Issue 42 item 11: Figure 3's ITM score differences use the checkpoint of the authors' ITM-score script,
+    BridgeTower/bridgetower-large-itm-mlm (role itm); ITR (Table 2) and A.1 keep bridgetower-large-itm-mlm-itc."""
+    from counterfactory.config import load_config
+
+    repo = Path(__file__).resolve().parents[1]
+    view = load_config([repo / "config" / "config.yaml"], study="coco_counterfactuals")
+    models = view["models"]
+    itm_roles, itr_roles = view["evaluation"]["itm"]["models"], view["evaluation"]["itr"]["models"]
+    bridgetower_itm = [r for r in itm_roles if "bridgetower" in models[r]["source"].lower()]
+    assert [models[r]["source"] for r in bridgetower_itm] == ["BridgeTower/bridgetower-large-itm-mlm"]
+    assert models["itm_bridgetower"]["source"] == "BridgeTower/bridgetower-large-itm-mlm-itc" and "itm_bridgetower" in itr_roles
+    assert models[bridgetower_itm[0]]["display_name"] == "BridgeTower"
+    demo = load_config([repo / "config" / "config.yaml", repo / "config" / "demo.yaml"], study="coco_counterfactuals")
+    assert demo["evaluation"]["itm"]["models"] == itm_roles and demo["models"]["itm"]["source"].startswith("resources/")
