@@ -45,7 +45,11 @@ def result_label(relpath):
 
     def value(wildcards):
         fill = dict(wildcards.items())
-        return report_labels.labels(relpath.format(**fill), fill.get("study"))
+        try:
+            path = relpath.format(**fill)
+        except (KeyError, IndexError):  # a wildcard the report did not pass: name the pattern
+            path = relpath
+        return report_labels.labels(path, fill.get("study"))
 
     return value
 
