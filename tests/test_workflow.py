@@ -173,6 +173,26 @@ def test_demo_exports_cards_and_combined_report(demo_run):
         assert studies.title(study) in html
 
 
+def test_demo_report_in_a_browser(demo_run, tmp_path, record_property):
+    """Issue 44: the demo's report in headless Chromium (tests/browser.py): a click on COCO-Counterfactuals'
+    Table 3 headline opens the table in the content pane, named in the navigation panel; the front page carries the
+    random-tiny-models warning. Skips, naming the reason, only without Chromium (.ci/run installs it)."""
+    from browser import SKIP_REASON, Chromium, check_headline_opens, find_chromium
+
+    from counterfactory.report_labels import TINY_WARNING
+
+    chromium = find_chromium()
+    if chromium is None:
+        pytest.skip(SKIP_REASON)
+    work, _, _ = demo_run
+    with Chromium(chromium, tmp_path / "profile") as browser:
+        got = check_headline_opens(browser, work / "report.html", "Table 3: zero-shot image-text retrieval", "R@1",
+                                   "retrieval after fine-tuning", tmp_path / "shots")
+    record_property("front_page_screenshot", got["front_png"])
+    assert got["frame"]["w"] > 700 and got["table"]["h"] > 0
+    assert TINY_WARNING in got["front_text"]
+
+
 def test_demo_own_data_through_caption_and_image_stages(repo, demo_run):
     """Issue 15: the demo's "own data" run — a folder of four photos with a caption CSV (config/demo_own_data.yaml)
     — goes through COCO-Counterfactuals' caption and image stages in place of MS-COCO (the tiny models of the demo
