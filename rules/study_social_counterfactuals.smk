@@ -445,6 +445,7 @@ rule social_debias_task_table:
         ),
         tex=f"{S}/debias/task_tables.tex",
         csv=f"{S}/debias/task_tables.csv",
+        seeds=f"{S}/debias/task_tables_seeds.csv",
     log:
         f"{S}/logs/debias/task_tables.log",
     wildcard_constraints:
@@ -455,5 +456,5 @@ rule social_debias_task_table:
         labels=display_labels,   # display names are table-only (left out of job configurations)
     shell:
         "counterfactory social debias-task-table --config {input.config:q} --runs {input.runs:q} --out-md {output.md:q}"
-        " --out-tex {output.tex:q} --out-csv {output.csv:q} --out-html {output.html:q} {params.labels.flags}"
-        " > {log:q} 2>&1"
+        " --out-tex {output.tex:q} --out-csv {output.csv:q} --out-html {output.html:q}"
+        " --out-seeds-csv {output.seeds:q} {params.labels.flags} > {log:q} 2>&1"

@@ -466,12 +466,12 @@ def test_task_tables_in_the_papers_layout():
 
     tables = task_eval.build_tables(_task_runs(), ["clip_train"], "flickr30k", ["ImageNet"], ks=[1],
                                     segments=["race_gender", "physical_gender", "physical_race"],
-                                    labels={"clip_train": "CLIP"})
+                                    labels={"clip_train": "CLIP"}, paper_segment="race_gender")
     assert list(tables) == ["table4:clip_train", "table5:clip_train"]
     t4, t5 = tables["table4:clip_train"], tables["table5:clip_train"]
     assert [(c.group, c.label) for c in t4.columns] == [("", "CLIP Model"), ("Text Retrieval", "R@1"),
                                                         ("Image Retrieval", "R@1")]
-    assert [r[0] for r in t4.rows] == ["Pre-trained", "Debiased (Race, Gender)"]   # segments without runs: no row
+    assert [r[0] for r in t4.rows] == ["Pre-trained CLIP", "Debiased CLIP"]   # §5.3; segments without runs: no row
     pre, deb = t4.rows
     # the three segments' evaluations of the pre-trained model at seed 0 are one value, not three replicates
     assert (pre[1].mean, pre[2].mean, pre[1].n) == (pytest.approx(67.1), pytest.approx(69.4), 1)
@@ -484,7 +484,7 @@ def test_task_tables_in_the_papers_layout():
     assert isinstance(deb[1], Cell) and deb[1].mean == pytest.approx(69.2) and deb[1].std == pytest.approx(0.2828, 1e-3)
     assert [c.label for c in t5.columns] == ["CLIP Model", "ImageNet"] and t5.rows[1][1].mean == pytest.approx(55.38)
     md = render_markdown(t4)
-    assert "Text Retrieval R@1" in md and "| Debiased (Race, Gender)" in md and "69.20<sub>0.28</sub>" in md
+    assert "Text Retrieval R@1" in md and "| Debiased CLIP " in md and "69.20<sub>0.28</sub>" in md
     assert "Text Retrieval" in render_latex(t4) and "$69.20_{0.28}$" in render_latex(t4)
     frame = task_eval.tables_frame(tables)
     assert len(frame) == 2 * 2 + 2 * 1
@@ -492,6 +492,28 @@ def test_task_tables_in_the_papers_layout():
         task_eval.build_tables(_task_runs(), ["clip_train"], None, ["CIFAR10"])
     with pytest.raises(ConfigError, match="no runs of role 'alip'"):
         task_eval.build_tables(_task_runs(), ["alip"], "flickr30k", [])
+
+
+def test_debiased_clip_is_the_race_gender_model_with_other_segments_as_extra_rows(repo):
+    """Issue 42 item 3: §5.3 ("we conduct analyses of CLIP after debiasing for Race-Gender intersectional bias ... we
+    hereafter refer to this model as Debiased CLIP"): Tables 4 and 5 show that model as "Debiased CLIP" (mean and std
+    over seeds, each seed's value in the seeds frame); the other segments' models follow as extra rows."""
+    from counterfactory.config import load_config
+    from counterfactory.studies.social_counterfactuals import task_eval
+
+    view = load_config([repo / "config" / "config.yaml"], study="social_counterfactuals")
+    assert db.settings(view)["paper_segment"] == "race_gender"
+    runs = pd.concat([_task_runs(), pd.DataFrame([
+        {"experiment": "clip_train:physical_gender", "mixture": "debiased", "seed": s, "data_seed": s + 1,
+         "metric": "flickr30k/image_to_text@1", "value": v} for s, v in ((0, 60.0), (1, 61.0))])])
+    segments = ["physical_gender", "race_gender", "physical_race"]        # config order: the paper's row still first
+    kw = dict(ks=[1], segments=segments, labels={"clip_train": "CLIP"}, paper_segment="race_gender")
+    t4 = task_eval.build_tables(runs, ["clip_train"], "flickr30k", [], **kw)["table4:clip_train"]
+    assert [r[0] for r in t4.rows] == ["Pre-trained CLIP", "Debiased CLIP", "Debiased CLIP (Physical Char., Gender)"]
+    seeds = task_eval.seed_frame(runs, ["clip_train"], "flickr30k", [], **kw)
+    deb = seeds[(seeds["row"] == "Debiased CLIP") & (seeds["column"] == "Text Retrieval R@1")]
+    assert deb["seed"].tolist() == [0, 1] and deb["value"].mean() == pytest.approx(t4.rows[1][1].mean)
+    assert set(seeds["row"]) == {r[0] for r in t4.rows}
 
 
 def test_cli_task_table(repo, tmp_path):

@@ -481,14 +481,17 @@ def add_debias(sub) -> None:
                        help="Tables 4, 5: retrieval and zero-shot accuracy of the debiased models (§5.3)",
                        description="Reads the runs table of the debiasing runs (metrics.csv of each run collected) "
                                    "and the config (debias.task_eval); writes Table 4 (image & text retrieval R@K) "
-                                   "and Table 5 (zero-shot top-1 accuracy) per evaluated role, pre-trained and "
-                                   "debiased per segment, as Markdown, LaTeX, CSV and HTML.")
+                                   "and Table 5 (zero-shot top-1 accuracy) per evaluated role: the pre-trained and "
+                                   "the debiased model (debias.paper_segment, §5.3's Race-Gender 'Debiased CLIP'), "
+                                   "then the other segments' debiased models, as Markdown, LaTeX, CSV and HTML.")
     add_config_option(k)
     k.add_argument("--runs", required=True, metavar="CSV", help="runs table (collected metrics.csv)")
     k.add_argument("--out-md", metavar="FILE.md", help="the tables as Markdown")
     k.add_argument("--out-tex", metavar="FILE.tex", help="the tables as LaTeX")
     k.add_argument("--out-csv", metavar="FILE.csv", help="the tables as CSV")
     k.add_argument("--out-html", metavar="FILE.html", help="the tables as an HTML page (what the report shows)")
+    k.add_argument("--out-seeds-csv", metavar="FILE.csv",
+                   help="every seed's value behind each cell (table, row, column, seed, value)")
     k.add_argument("--decimals", type=int, default=2, help="decimals shown (default: 2)")
     add_label_option(k, "display name of a role (the workflow passes models.<role>.display_name)")
     k.set_defaults(func=_cmd_debias_task_table)
@@ -545,21 +548,25 @@ def _cmd_debias_task_table(args) -> int:
     from ..render import html_page, model_display_names, render_html, render_latex, render_markdown
     from ..stats import read_runs
 
-    if not (args.out_md or args.out_tex or args.out_csv or args.out_html):
-        raise ConfigError("debias-task-table: nothing to write. Fix: pass --out-md, --out-tex, --out-csv and/or "
-                          "--out-html")
+    if not (args.out_md or args.out_tex or args.out_csv or args.out_html or args.out_seeds_csv):
+        raise ConfigError("debias-task-table: nothing to write. Fix: pass --out-md, --out-tex, --out-csv, "
+                          "--out-seeds-csv and/or --out-html")
     cfg = _load_config(args.config)
-    task = task_eval.task_settings(debias.settings(cfg))
+    opts = debias.settings(cfg)
+    task = task_eval.task_settings(opts)
     roles = list(task.get("roles") or [])
     if not roles:
         raise ConfigError("debias-task-table: debias.task_eval.roles is empty. Fix: list the debiased roles to "
                           "evaluate (Tables 4, 5: the CLIP role)")
     retrieval = task.get("retrieval") or {}
-    tables = task_eval.build_tables(read_runs(args.runs), roles, retrieval.get("name"),
-                                    task_eval.classification_datasets(task), ks=retrieval.get("ks") or (1, 5, 10),
-                                    segments=social_debias_segments(cfg),
-                                    labels={**model_display_names(cfg.get("models"), roles), **role_labels(args.label)},
-                                    decimals=args.decimals)
+    runs = read_runs(args.runs)
+    layout = dict(ks=retrieval.get("ks") or (1, 5, 10), segments=social_debias_segments(cfg),
+                  labels={**model_display_names(cfg.get("models"), roles), **role_labels(args.label)},
+                  paper_segment=opts["paper_segment"])
+    datasets = task_eval.classification_datasets(task)
+    tables = task_eval.build_tables(runs, roles, retrieval.get("name"), datasets, decimals=args.decimals, **layout)
+    if args.out_seeds_csv:
+        write_csv(args.out_seeds_csv, task_eval.seed_frame(runs, roles, retrieval.get("name"), datasets, **layout))
     if args.out_md:
         write_text(args.out_md, "\n".join(render_markdown(t) for t in tables.values()))
     if args.out_html:

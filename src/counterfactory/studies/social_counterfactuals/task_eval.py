@@ -8,9 +8,11 @@ top-1 accuracy (:func:`counterfactory.evaluation.classify.run_classification`; T
 Caltech256, ImageNet). The paper's pre-trained rows equal COCO-Counterfactuals' pre-trained CLIP rows (its Tables
 3 and 4), so the paper config evaluates with the same splits, prompts and class names. The metrics join the run's
 ``metrics.csv`` rows (``<retrieval name>/image_to_text@K``, ``<retrieval name>/text_to_image@K``,
-``<dataset>/top1``), and :func:`build_tables` lays them out as the paper does: one row for the pre-trained model,
-one per debiased segment (mean over seeds, sample std as subscript). The paper reports one debiased CLIP and
-does not say which segment it was trained on; every segment's model is shown.
+``<dataset>/top1``), and :func:`build_tables` lays them out as the paper does: "Pre-trained CLIP" and "Debiased
+CLIP", the model debiased on the Race-Gender segment (§5.3: "we conduct analyses of CLIP after debiasing for
+Race-Gender intersectional bias ... we hereafter refer to this model as Debiased CLIP"; ``debias.paper_segment``),
+mean over seeds with the sample std as subscript; the other segments' debiased models follow as extra rows
+("Debiased CLIP (Physical Char., Gender)", ...). :func:`seed_frame` gives every seed's value of each row.
 """
 
 from __future__ import annotations
@@ -75,30 +77,52 @@ def _cell(values: pd.Series):
     return Cell(float(v.mean()), float(v.std(ddof=1)) if len(v) > 1 else math.nan, n=len(v))
 
 
-def _rows(runs: pd.DataFrame, role: str, segments: Sequence[str] | None) -> list[tuple[str, pd.DataFrame]]:
+def _rows(runs: pd.DataFrame, role: str, segments: Sequence[str] | None, name: str,
+          paper_segment: str | None = None) -> list[tuple[str, pd.DataFrame]]:
+    """``(row label, runs)`` of one role: ``Pre-trained <name>``, ``Debiased <name>`` (the ``paper_segment`` model,
+    §5.3), then ``Debiased <name> (<segment>)`` for every other segment with runs."""
     from .debias import DEBIASED, PRETRAINED, parse_experiment
     from .debias_tables import segment_label
 
     parsed = runs["experiment"].map(parse_experiment)
     mine = runs[parsed.map(lambda rs: rs[0]) == role].assign(segment=parsed.map(lambda rs: rs[1]))
     order = list(segments) if segments else list(dict.fromkeys(mine["segment"]))
+    if paper_segment in order:
+        order = [paper_segment] + [s for s in order if s != paper_segment]
     pretrained = mine[mine["mixture"] == PRETRAINED]
     if "seed" in pretrained.columns and not pretrained.empty:
         # every segment's evaluation of the pre-trained model at one seed is the same model on the same data: one
         # value per seed, so the std is over seeds, not over copies (one seed: no std)
         pretrained = pretrained.groupby(["seed", "metric"], as_index=False)["value"].mean()
-    out = [(PRETRAINED_LABEL, pretrained)]
+    out = [(f"{PRETRAINED_LABEL} {name}", pretrained)]
     for seg in order:
-        out.append((f"Debiased {segment_label(seg)}", mine[(mine["mixture"] == DEBIASED) & (mine["segment"] == seg)]))
+        label = f"Debiased {name}" if seg == paper_segment else f"Debiased {name} {segment_label(seg)}"
+        out.append((label, mine[(mine["mixture"] == DEBIASED) & (mine["segment"] == seg)]))
     return [(label, frame) for label, frame in out if not frame.empty]
+
+
+def _specs(retrieval_name: str | None, datasets: Sequence[str], ks: Sequence[int], name: str) -> list[tuple]:
+    """``(table key, [(column group, metric, column label)], title)`` of Tables 4 and 5."""
+    specs = []
+    if retrieval_name:
+        cols = [(group, f"{retrieval_name}/{direction}@{k}", f"R@{k}") for group, direction in RETRIEVAL_GROUPS for k in ks]
+        specs.append(("table4", cols, f"Table 4. Image & text retrieval of the debiased and pre-trained {name} on "
+                                      f"{retrieval_name} (Recall@K, %)."))
+    if datasets:
+        cols = [("", f"{d}/top1", d) for d in datasets]
+        specs.append(("table5", cols, f"Table 5. Zero-shot top-1 accuracy (%) of the debiased and pre-trained {name}."))
+    return specs
 
 
 def build_tables(runs: pd.DataFrame, roles: Sequence[str], retrieval_name: str | None, datasets: Sequence[str],
                  ks: Sequence[int] = (1, 5, 10), segments: Sequence[str] | None = None,
-                 labels: Mapping[str, str] | None = None, decimals: int = 2) -> dict[str, Any]:
+                 labels: Mapping[str, str] | None = None, decimals: int = 2,
+                 paper_segment: str | None = None) -> dict[str, Any]:
     """Tables 4 and 5 of each role from the runs table (columns ``experiment, mixture, seed, data_seed, metric,
-    value``; experiments ``<role>:<segment>``): rows ``Pre-trained`` (the pre-trained model; every segment's
-    evaluation of it at one seed is the same model, so they count once per seed) and ``Debiased (<segment>)`` per segment, mean over seeds
+    value``; experiments ``<role>:<segment>``): rows ``Pre-trained <name>`` (the pre-trained model; every segment's
+    evaluation of it at one seed is the same model, so they count once per seed), ``Debiased <name>`` (the
+    ``paper_segment`` model, §5.3's "Debiased CLIP": Race-Gender) and ``Debiased <name> (<segment>)`` for the other
+    segments (extra rows; with ``paper_segment`` None every debiased row names its segment), mean over seeds
     with the sample std. Table 4: Text Retrieval (image -> text) and Image Retrieval (text -> image) R@K on
     ``retrieval_name``; Table 5: top-1 accuracy per dataset. Returns ``{"table4:<role>": Table, ...}``."""
     from ...render import Column, Table
@@ -107,20 +131,11 @@ def build_tables(runs: pd.DataFrame, roles: Sequence[str], retrieval_name: str |
     tables: dict[str, Any] = {}
     for role in roles:
         name = labels.get(role, role)
-        rows = _rows(runs, role, segments)
+        rows = _rows(runs, role, segments, name, paper_segment)
         if not rows:
             raise ConfigError(f"debias-task-table: the runs table has no runs of role {role!r}. Fix: list roles of "
                               f"debias.task_eval.roles whose runs were collected")
-        specs = []
-        if retrieval_name:
-            cols = [(group, f"{retrieval_name}/{direction}@{k}", f"R@{k}")
-                    for group, direction in RETRIEVAL_GROUPS for k in ks]
-            specs.append(("table4", cols, f"Table 4. Image & text retrieval of the debiased and pre-trained {name} on "
-                                          f"{retrieval_name} (Recall@K, %)."))
-        if datasets:
-            cols = [("", f"{d}/top1", d) for d in datasets]
-            specs.append(("table5", cols, f"Table 5. Zero-shot top-1 accuracy (%) of the debiased and pre-trained "
-                                          f"{name}."))
+        specs = _specs(retrieval_name, datasets, ks, name)
         for key, cols, title in specs:
             missing = [metric for _, metric, _ in cols if not runs["metric"].eq(metric).any()]
             if missing:
@@ -132,6 +147,24 @@ def build_tables(runs: pd.DataFrame, roles: Sequence[str], retrieval_name: str |
             tables[f"{key}:{role}"] = Table(columns, body, title=title, decimals=decimals, std_decimals=decimals,
                                             note="Mean over seeds, sample standard deviation as subscript.")
     return tables
+
+
+def seed_frame(runs: pd.DataFrame, roles: Sequence[str], retrieval_name: str | None, datasets: Sequence[str],
+               ks: Sequence[int] = (1, 5, 10), segments: Sequence[str] | None = None,
+               labels: Mapping[str, str] | None = None, paper_segment: str | None = None) -> pd.DataFrame:
+    """Every seed's value behind each cell of :func:`build_tables` (same arguments): ``table, row, column, seed,
+    value``, e.g. each seed's "Debiased CLIP" (§5.3 reports one run; the tables show the mean and std over seeds)."""
+    labels = dict(labels or {})
+    out = []
+    for role in roles:
+        name = labels.get(role, role)
+        for key, cols, _ in _specs(retrieval_name, datasets, ks, name):
+            for label, frame in _rows(runs, role, segments, name, paper_segment):
+                for group, metric, col in cols:
+                    for r in frame[frame["metric"] == metric].itertuples(index=False):
+                        out.append({"table": f"{key}:{role}", "row": label, "column": f"{group} {col}".strip(),
+                                    "seed": int(r.seed), "value": float(r.value)})
+    return pd.DataFrame(out, columns=["table", "row", "column", "seed", "value"])
 
 
 def tables_frame(tables: Mapping[str, Any]) -> pd.DataFrame:
