@@ -372,6 +372,30 @@ def test_three_stages_end_to_end_and_table11(tmp_path):
     assert "| Attribute Types" in md and "33.3%" in md and "| (Race, Gender)" in md and "race_gender" not in md
 
 
+def test_table11_total_covers_its_three_segments_and_section_10_2_has_its_own_table(tmp_path):
+    """Issue 42 item 5: Table 11 (§3.4) covers the three two-attribute segments; §10.2's physical x race x gender
+    segment is filtered the same way but stays out of the total, in a table of its own."""
+    cand, sets = [], []
+    for seg, members, n_sets in (("race_gender", 4, 3), ("physical_race_gender", 8, 2)):
+        types = seg.split("_")
+        for s in range(n_sets):
+            sid = f"{seg}-p0-s{s}"
+            for m in range(members):
+                cand.append({"set_id": sid, "candidate_index": 0, "member_index": m, "segment": seg,
+                             **{f"a{i + 1}_type": (types[i] if i < len(types) else "") for i in range(3)},
+                             "image_path": f"{sid}/{m}.png"})
+            sets.append({"set_id": sid, "candidate_index": 0, "passed": s == 0, "n_images": members})
+    cand, sets = pd.DataFrame(cand), pd.DataFrame(sets)
+    table = F.stage_counts(cand, sets, sets, sets)
+    assert table["Attribute Types"].tolist() == ["(Race, Gender)", "Total", "(Physical Char., Race, Gender)"]
+    total = table.iloc[1]
+    assert (total["No. Sets"], total["No. Images"], total["Final No. Images"]) == (3, 12, 4)   # race_gender only
+    md = F.stage_counts_markdown(table)
+    first, second = md.split("§10.2", 1)
+    assert "| Total" in first and "(Physical Char., Race, Gender)" not in first
+    assert "(Physical Char., Race, Gender)" in second and "ours" in second and "| Total" not in second
+
+
 def test_every_filter_stage_loads_its_model_in_its_own_precision(tmp_path, monkeypatch, repo):
     """Issue 42 item 2: the CLIP, NSFW and detectability stages each have a precision key; the paper config scores in
     fp32 whatever the config-wide precision (auto = bf16 on CUDA); null falls back to the config-wide one."""

@@ -1,5 +1,9 @@
 """Table 11 of SocialCounterfactuals (§3.4): candidate sets remaining after each filter stage, per segment.
 
+Table 11 covers the paper's three two-attribute segments (Table 1) and their total; a segment of more attribute
+types (§10.2's physical × race × gender) gets its own row after the total, outside it, and its own table in the
+Markdown / HTML (its detectability thresholds are ours: §10.2 prints none).
+
 :func:`stage_counts` builds it from the candidate-image table and the per-set tables of the three stages
 (:mod:`.filtering`), :func:`stage_counts_markdown` renders it, :func:`filter_table_files` does both from and
 to files (``counterfactory social filter-table``).
@@ -25,9 +29,24 @@ def _segment_map(frames: Sequence[pd.DataFrame | None]) -> dict[str, str]:
     return out
 
 
+def _n_types(segment: str, frames: Sequence[pd.DataFrame | None]) -> int:
+    """Attribute types of a segment: its non-blank ``a<i>_type`` columns (caption or candidate table), else the
+    parts of its name (``physical_race_gender`` -> 3)."""
+    for f in frames:
+        if f is None or "segment" not in f.columns:
+            continue
+        cols = [c for c in f.columns if c.startswith("a") and c.endswith("_type") and c[1:-5].isdigit()]
+        rows = f[f["segment"].astype(str) == segment]
+        if cols and len(rows):
+            first = rows.iloc[0]
+            return sum(1 for c in cols if isinstance(first[c], str) and first[c].strip())
+    return len(str(segment).split("_"))
+
+
 def stage_counts(candidates: pd.DataFrame, clip_sets: pd.DataFrame, nsfw_sets: pd.DataFrame,
                  detect_sets: pd.DataFrame, captions: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Table 11: candidate sets remaining after each stage, per segment, plus a total row.
+    """Table 11: candidate sets remaining after each stage, per two-attribute segment, their total row, then any
+    segment of more attribute types (§10.2) after the total (not counted in it; :func:`split_table`).
 
     ``candidates``: every generated image (one row each); ``*_sets``: the per-set tables of the three stages
     (a ``passed`` column); the segment of a set comes from any table with ``segment`` (``captions`` or the
@@ -43,6 +62,9 @@ def stage_counts(candidates: pd.DataFrame, clip_sets: pd.DataFrame, nsfw_sets: p
         missing = cand.loc[cand["segment"].isna(), "set_id"].iloc[0]
         raise InputError(f"set {missing!r} has no segment. Fix: pass the caption-set table (--captions)")
     order = list(dict.fromkeys(cand["segment"]))
+    n_types = {s: _n_types(s, [captions, candidates]) for s in order}
+    order = [s for s in order if n_types[s] <= 2] + [s for s in order if n_types[s] > 2]   # Table 11's first
+    paper_rows = [i for i, s in enumerate(order) if n_types[s] <= 2]
 
     def passed_by_segment(frame: pd.DataFrame, weight: str | None = None) -> pd.Series:
         f = frame[_as_bool(frame["passed"])]
@@ -70,12 +92,24 @@ def stage_counts(candidates: pd.DataFrame, clip_sets: pd.DataFrame, nsfw_sets: p
         total = {"Attribute Types": "Total", "Images Per Set": ""}
         for col in ("No. Sets", "No. Images", "Sets After CLIP Sim. Filter", "Sets After NSFW Filter",
                     "Sets After CLIP Attrib. Filter", "Final No. Images"):
-            total[col] = int(table[col].sum())
+            total[col] = int(table[col].iloc[paper_rows].sum())   # Table 11's segments only
         total["% Filtered Out (CLIP Sim.)"] = pct(total["Sets After CLIP Sim. Filter"], total["No. Sets"])
         total["% Filtered Out (NSFW)"] = pct(total["Sets After NSFW Filter"], total["Sets After CLIP Sim. Filter"])
         total["% Filtered Out (CLIP Attrib.)"] = pct(total["Sets After CLIP Attrib. Filter"],
                                                      total["Sets After NSFW Filter"])
-    return pd.concat([table, pd.DataFrame([total])], ignore_index=True)
+    n_paper = len(paper_rows)
+    return pd.concat([table.iloc[:n_paper], pd.DataFrame([total]), table.iloc[n_paper:]], ignore_index=True)
+
+
+def split_table(table: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """:func:`stage_counts`' frame as (Table 11: the two-attribute segments and their total, the rows after the
+    total: segments of more attribute types, §10.2)."""
+    total = int(table.index[table["Attribute Types"] == "Total"][0])
+    return table.iloc[:total + 1].reset_index(drop=True), table.iloc[total + 1:].reset_index(drop=True)
+
+
+SECTION_10_2_TITLE = ("§10.2: the three-attribute segment, filtered like Table 11's (not part of Table 11; its "
+                      "detectability thresholds are ours, §10.2 prints none)")
 
 
 def stage_counts_markdown(table: pd.DataFrame) -> str:
@@ -83,7 +117,11 @@ def stage_counts_markdown(table: pd.DataFrame) -> str:
     with a % sign."""
     from ...render import markdown_body
 
-    return markdown_body(_describe_counts(table)) + "\n"
+    paper, extra = split_table(table)
+    out = markdown_body(_describe_counts(paper)) + "\n"
+    if len(extra):
+        out += f"\n**{SECTION_10_2_TITLE}**\n\n" + markdown_body(_describe_counts(extra)) + "\n"
+    return out
 
 
 def _describe_counts(table: pd.DataFrame):
@@ -102,9 +140,15 @@ def stage_counts_html(table: pd.DataFrame) -> str:
     """Table 11 as a standalone HTML page (what the Snakemake report shows), from the Markdown's description."""
     from ...render import html_page, render_html
 
-    desc = _describe_counts(table)
+    paper, extra = split_table(table)
+    desc = _describe_counts(paper)
     desc.title = TABLE11_TITLE
-    return html_page("SocialCounterfactuals: filtering", [render_html(desc)])
+    parts = [render_html(desc)]
+    if len(extra):
+        more = _describe_counts(extra)
+        more.title = SECTION_10_2_TITLE
+        parts.append(render_html(more))
+    return html_page("SocialCounterfactuals: filtering", parts)
 
 
 
