@@ -73,6 +73,14 @@ rule analysis_label_frequency:
             caption="../report/label_frequency.rst",
         ),
         correlation=f"{S}/training/label_frequency_correlation.json",
+        md=f"{S}/training/table6.md",
+        html=report(
+            f"{S}/training/table6.html",
+            labels=result_label("training/table6.html"),
+            category=study_title,
+            subcategory="Training",
+            caption="../report/label_frequency.rst",
+        ),
         human_taxonomy=report(
             f"{S}/training/human_taxonomy.csv",
             labels=result_label("training/human_taxonomy.csv"),
@@ -92,7 +100,8 @@ rule analysis_label_frequency:
         "counterfactory analysis label-frequency --config {input.config:q} --pairs {input.pairs:q} --captions {input.captions:q}"
         " --runs {input.runs:q}"
         " --pretrained {input.pretrained:q} --pretrained-role {params.role} --out {output.table:q}"
-        " --correlation {output.correlation:q} --human-taxonomy {output.human_taxonomy:q} > {log:q} 2>&1"
+        " --correlation {output.correlation:q} --out-md {output.md:q} --out-html {output.html:q}"
+        " --human-taxonomy {output.human_taxonomy:q} > {log:q} 2>&1"
 
 
 # Appendix A.1 (Table 5): the withheld in-domain COCO-CFs test set. Every model of in_domain.models (CLIP,

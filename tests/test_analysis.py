@@ -191,3 +191,24 @@ def test_label_frequency_command_writes_the_human_taxonomy(repo, tmp_path):
                  "--human-taxonomy", str(out)]) == 0
     total = pd.read_csv(out).set_index("subject").loc["total"]
     assert total["image_text_pairs"] == 2 and total["counterfactual_pairs"] == 1
+
+
+def test_table6_in_the_papers_wide_layout():
+    """Issue 42 item 12: appendix A.2's Table 6 is wide: IR Dataset, COCO-CFs Label Frequency and one Δ column per
+    fine-tuned mixture (base, medium, all), rows by decreasing Δ of the first (CIFAR100 ... Food101)."""
+    from counterfactory.render import render_html, render_markdown
+    from counterfactory.studies.coco_counterfactuals.label_frequency import table6
+
+    paper = {"CIFAR100": (3446, 2.50, 2.63, 1.80), "Food101": (28, -1.04, -2.05, -2.11),
+             "Caltech101": (354, 2.31, 2.55, 2.45)}
+    long = pd.DataFrame([{"dataset": d, "label_frequency": f, "mixture": m, "delta": v}
+                         for d, (f, *deltas) in paper.items() for m, v in zip(("base", "medium", "all"), deltas)])
+    corr = correlate_or_explain(long, "label_frequency", "delta", source="t")
+    t = table6(long, corr)
+    assert [c.label for c in t.columns] == ["IR Dataset", "COCO-CFs Label Frequency", "COCO-CFs (base) Δ",
+                                            "COCO-CFs (medium) Δ", "COCO-CFs (all) Δ"]
+    assert [r[0] for r in t.rows] == ["CIFAR100", "Caltech101", "Food101"]
+    assert t.rows[0][1:] == [3446, 2.50, 2.63, 1.80]
+    md = render_markdown(t)
+    assert "| CIFAR100" in md and "3446" in md and "-2.11" in md and "r = " in md
+    assert "Food101" in render_html(t)

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 def _label_frequency(args) -> int:
     from ..studies.coco_counterfactuals.label_frequency import (correlate_or_explain, human_taxonomy_table,
-                                                                label_frequency_table, released_subjects)
+                                                                label_frequency_table, released_subjects, table6)
     from ..config import load_config
-    from ..io import write_csv, write_json
+    from ..io import write_csv, write_json, write_text
+    from ..render import html_page, render_html, render_markdown
 
     cfg = load_config(args.config)
     if args.human_taxonomy:   # A.3.2: needs only the released pairs and their altered subjects
@@ -21,6 +22,12 @@ def _label_frequency(args) -> int:
     write_csv(args.out, table)
     result = correlate_or_explain(table, "label_frequency", "delta", source=args.out)
     write_json(args.correlation, result)
+    if args.out_md or args.out_html:   # Table 6 as the paper lays it out
+        wide = table6(table, result)
+        if args.out_md:
+            write_text(args.out_md, render_markdown(wide))
+        if args.out_html:
+            write_text(args.out_html, html_page("COCO-Counterfactuals: Table 6", [render_html(wide)]))
     print(table.to_string(index=False))
     print(f"pearson r = {result['pearson_r']}, p = {result['pearson_p']} (n = {result['n']})")
     return 0
@@ -48,6 +55,8 @@ def register(sub) -> None:
     lf.add_argument("--pretrained-role", default="clip_eval", help="row of the pre-trained model")
     lf.add_argument("--out", required=True, help="table CSV: dataset, label_frequency, mixture, delta")
     lf.add_argument("--correlation", required=True, help="JSON with Pearson / Spearman and n")
+    lf.add_argument("--out-md", metavar="FILE.md", help="Table 6 in the paper's wide layout (Markdown)")
+    lf.add_argument("--out-html", metavar="FILE.html", help="Table 6 in the paper's wide layout (HTML page)")
     lf.add_argument("--human-taxonomy", metavar="FILE.csv",
                     help="also write appendix A.3.2's count of image-text pairs whose altered subject is one of its "
                          "14 human-related words (per word and in total)")

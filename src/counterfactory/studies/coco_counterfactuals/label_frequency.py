@@ -182,6 +182,35 @@ def label_frequency_table(cfg: dict, pairs_path: str | Path, captions_path: str 
     return pd.DataFrame(rows, columns=["dataset", "label_frequency", "mixture", "delta"])
 
 
+def table6(long: pd.DataFrame, correlation: dict | None = None, decimals: int = 2):
+    """Table 6 in the paper's wide layout (appendix A.2): one row per image-recognition dataset with its COCO-CFs
+    Label Frequency and one Δ column per fine-tuned mixture (``COCO-CFs (base) Δ``, ``(medium)``, ``(all)``: mean
+    top-1 over seeds minus pre-trained CLIP's, percentage points), rows in decreasing Δ of the first mixture (the
+    paper's order: CIFAR100 ... Food101); ``correlation`` (:func:`correlate_or_explain`) is stated below it.
+    ``long``: :func:`label_frequency_table`'s frame. A :class:`counterfactory.render.Table`."""
+    from ...render import Column, Table
+
+    mixtures = list(dict.fromkeys(long["mixture"].astype(str)))
+    wide = long.pivot_table(index=["dataset", "label_frequency"], columns="mixture", values="delta", sort=False)
+    wide = wide.reset_index()
+    if mixtures:
+        wide = wide.sort_values(mixtures[0], ascending=False, kind="stable")
+    columns = [Column("IR Dataset", "left"), Column("COCO-CFs Label Frequency", "right")] + [
+        Column(f"COCO-CFs ({m}) Δ", "right") for m in mixtures]
+    rows = [[str(r["dataset"]), int(r["label_frequency"]), *(float(r[m]) if pd.notna(r[m]) else None for m in mixtures)]
+            for _, r in wide.iterrows()]
+    note = None
+    if correlation:
+        if correlation.get("pearson_r") is None:
+            note = f"Pearson correlation: {correlation.get('note', 'undefined')}."
+        else:
+            note = (f"Pearson correlation of label frequency and the {correlation['n']} Δ values: r = "
+                    f"{correlation['pearson_r']:.3f}, p = {correlation['pearson_p']:.3f} (the paper: 0.522, p = 0.026).")
+    return Table(columns, rows, title="Table 6: Frequency of class label occurrence in COCO-CFs and absolute change "
+                 "(Δ) in performance relative to pre-trained CLIP after training on various sizes of COCO-CFs",
+                 note=note, decimals=decimals, floatfmt=f".{decimals}f")
+
+
 def correlate_or_explain(table: pd.DataFrame, x: str, y: str, source: str) -> dict:
     """Pearson/Spearman of ``x`` vs ``y``; when undefined (n < 3, a constant column) a record saying why."""
     from ...stats import correlate
