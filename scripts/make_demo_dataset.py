@@ -1,5 +1,10 @@
 #!/usr/bin/env python
-"""Regenerate the demo dataset under resources/demo/ in the official MS-COCO 2017 and Karpathy formats.
+"""Regenerate the demo's COCO datasets under resources/demo/ in the official MS-COCO 2017 / 2014 and Karpathy
+layouts of the data catalogue (docs/data.md): ``coco2017/{val2017,annotations}``, ``coco2014/{val2014,annotations,
+dataset_coco.json}`` (the same photos under their 2014 names; the Karpathy file splits them 7 train / 2 val / 3 test,
+as the spurious-correlation study's demo needs every split) and the demo's two cuts, other Karpathy splits of the same
+photos: ``cuts/dataset_coco_test.json`` (all test; ``cuts/dataset_coco_cvld.json``, 8 train / 4 test with gendered
+captions, is hand-written and left alone).
 
 Source images: twelve photographs bundled inside the scikit-image wheel (``skimage/data``), each public
 domain or CC0 (see resources/demo/LICENSES.md). The script fetches the wheel from PyPI with
@@ -24,6 +29,10 @@ from pathlib import Path
 from PIL import Image
 
 SKIMAGE = "scikit-image==0.26.0"
+#: the demo's Karpathy split of coco2014/dataset_coco.json (cocoid -> split; the rest test): every split occurs,
+#: for the spurious-correlation study
+SPLIT_ODMAP = {101: "train", 103: "train", 105: "train", 106: "train", 108: "train", 109: "train", 110: "train",
+               111: "val", 112: "val"}
 LONG_SIDE = 256
 
 # (coco-style id, file in skimage/data, licence, captions, boxes [(category_id, x, y, w, h) in source px,
@@ -122,9 +131,9 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         wheel = args.wheel or fetch_wheel(Path(tmp))
-        (args.out / "val2017").mkdir(parents=True, exist_ok=True)
-        (args.out / "annotations").mkdir(parents=True, exist_ok=True)
-        (args.out / "karpathy").mkdir(parents=True, exist_ok=True)
+        c17, c14, cuts = args.out / "coco2017", args.out / "coco2014", args.out / "cuts"
+        for folder in (c17 / "val2017", c17 / "annotations", c14 / "val2014", c14 / "annotations", cuts):
+            folder.mkdir(parents=True, exist_ok=True)
         images, captions, instances, karpathy, licences = [], [], [], [], []
         ann_id, sent_id = 1, 0
         with zipfile.ZipFile(wheel) as zf:
@@ -133,7 +142,8 @@ def main(argv=None) -> int:
                 scale = LONG_SIDE / max(im.size)
                 small = im.resize((round(im.width * scale), round(im.height * scale)), Image.Resampling.LANCZOS)
                 name = f"{image_id:012d}.jpg"
-                small.save(args.out / "val2017" / name, quality=85, optimize=True)
+                small.save(c17 / "val2017" / name, quality=85, optimize=True)
+                small.save(c14 / "val2014" / f"COCO_val2014_{name}", quality=85, optimize=True)
                 images.append({"license": 1, "file_name": name, "coco_url": "", "height": small.height,
                                "width": small.width, "date_captured": "", "flickr_url": "", "id": image_id})
                 sentences = []
@@ -153,18 +163,29 @@ def main(argv=None) -> int:
                                       "area": round(bx[2] * bx[3], 2), "iscrowd": 0, "image_id": image_id,
                                       "bbox": bx, "category_id": cat, "id": ann_id})
                     ann_id += 1
-                karpathy.append({"filepath": "val2017", "sentids": [s["sentid"] for s in sentences], "filename": name,
-                                 "imgid": image_id, "split": "test", "sentences": sentences, "cocoid": image_id})
+                karpathy.append({"filepath": "val2014", "sentids": [s["sentid"] for s in sentences],
+                                 "filename": f"COCO_val2014_{name}", "imgid": image_id, "split": "test",
+                                 "sentences": sentences, "cocoid": image_id})
                 licences.append(f"| {name} | skimage/data/{source} | {licence} |")
         info = {"description": "CounterFactory demo (COCO 2017 format)", "version": "1.0", "year": 2026}
         lic = [{"id": 1, "name": "Public domain / CC0", "url": ""}]
         cats = [{"supercategory": s, "id": i, "name": n} for i, n, s in CATEGORIES]
         dump = lambda obj, path: path.write_text(json.dumps(obj, indent=1) + "\n")  # noqa: E731
         dump({"info": info, "licenses": lic, "images": images, "annotations": captions},
-             args.out / "annotations" / "captions_val2017.json")
+             c17 / "annotations" / "captions_val2017.json")
         dump({"info": info, "licenses": lic, "images": images, "annotations": instances, "categories": cats},
-             args.out / "annotations" / "instances_val2017.json")
-        dump({"images": karpathy, "dataset": "coco"}, args.out / "karpathy" / "dataset_coco.json")
+             c17 / "annotations" / "instances_val2017.json")
+        images14 = [{**im, "file_name": f"COCO_val2014_{im['file_name']}"} for im in images]
+        dump({"info": {**info, "description": "CounterFactory demo (COCO 2014 format: the demo photos as val2014)"},
+              "licenses": lic, "images": images14, "annotations": instances, "categories": cats},
+             c14 / "annotations" / "instances_val2014.json")
+        dump({"info": info, "licenses": lic, "images": [], "annotations": [], "categories": cats},
+             c14 / "annotations" / "instances_train2014.json")
+        # (cuts/dataset_coco_cvld.json is written by hand: the same photos, 8 train / 4 test, with captions that
+        # name a gendered person, so CVLD's interventions have something to swap; this script leaves it alone)
+        for path, splits in ((c14 / "dataset_coco.json", SPLIT_ODMAP), (cuts / "dataset_coco_test.json", {})):
+            rows = [{**row, "split": splits.get(row["cocoid"], "test")} for row in karpathy]
+            dump({"images": rows, "dataset": "coco"}, path)
         (args.out / "LICENSES.md").write_text(
             "# Demo images\n\nTwelve sample photographs bundled in the scikit-image wheel "
             f"({SKIMAGE}, `skimage/data`), resized to {LONG_SIDE} px on the long side. Captions and boxes "

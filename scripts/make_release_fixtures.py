@@ -1,6 +1,6 @@
 """Regenerate the tiny stand-ins of the published releases under resources/demo/releases/ (layouts:
 Intel/COCO-Counterfactuals and Intel/SocialCounterfactuals on the Hugging Face Hub). Nothing in them comes from the releases: the COCO-Counterfactuals pairs are
-three demo photos (resources/demo/val2017) and a colour-changed copy of each, with demo captions and one noun
+three demo photos (resources/demo/coco2017/val2017) and a colour-changed copy of each, with demo captions and one noun
 swapped; the SocialCounterfactuals images are flat colour squares.
 
     python scripts/make_release_fixtures.py            # rewrites the files (byte-identical on one machine)
@@ -26,7 +26,7 @@ from PIL import Image, ImageOps
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "resources" / "demo" / "releases"
-DEMO = REPO / "resources" / "demo" / "val2017"
+DEMO = REPO / "resources" / "demo" / "coco2017" / "val2017"
 
 #: id, original caption, counterfactual caption, zip folder ("images/" or "")
 COCO = [

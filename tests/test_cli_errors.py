@@ -84,7 +84,7 @@ def test_real_write_into_a_folder_path(tmp_path, capsys, repo):
     out.mkdir()                                   # the output path is a directory
     (out / "keep").write_text("x")
     rc = cli.main(["data", "captions", "--captions-json",
-                   str(repo / "resources" / "demo" / "annotations" / "captions_val2017.json"), "--out", str(out)])
+                   str(repo / "resources" / "demo" / "coco2017" / "annotations" / "captions_val2017.json"), "--out", str(out)])
     err = capsys.readouterr().err
     assert rc == 2 and str(out) in err and "Fix:" in err and "Traceback" not in err
     assert (out / "keep").exists()
@@ -97,7 +97,7 @@ def test_real_read_only_folder(tmp_path, capsys, repo):
     ro.chmod(0o555)
     try:
         rc = cli.main(["data", "captions", "--captions-json",
-                       str(repo / "resources" / "demo" / "annotations" / "captions_val2017.json"),
+                       str(repo / "resources" / "demo" / "coco2017" / "annotations" / "captions_val2017.json"),
                        "--out", str(ro / "out.parquet")])
     finally:
         ro.chmod(0o755)

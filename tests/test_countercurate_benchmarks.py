@@ -20,7 +20,7 @@ from counterfactory.studies.countercurate import benchmark_tables as bt
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "resources" / "demo"
-SC_DATA, SC_IMAGES = DEMO / "sugarcrepe" / "data", DEMO / "val2017"
+SC_DATA, SC_IMAGES = DEMO / "sugarcrepe" / "data", DEMO / "coco2017" / "val2017"
 LT = DEMO / "looktwice"
 WG = DEMO / "winoground"
 

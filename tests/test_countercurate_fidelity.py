@@ -15,7 +15,7 @@ from counterfactory.studies.countercurate import vlm
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "resources" / "demo"
-SC = {"root": str(DEMO / "sugarcrepe" / "data"), "images": str(DEMO / "val2017")}
+SC = {"root": str(DEMO / "sugarcrepe" / "data"), "images": str(DEMO / "coco2017" / "val2017")}
 WG = {"examples": str(DEMO / "winoground" / "examples.jsonl"), "images": str(DEMO / "winoground" / "images")}
 
 

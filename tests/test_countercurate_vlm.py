@@ -279,7 +279,7 @@ def test_evaluate_asks_the_tiny_vlm_to_choose(tiny_vlm):
 
     demo = Path(__file__).resolve().parents[1] / "resources" / "demo"
     cfg = {**_cfg(tiny_vlm), "benchmarks": {"sugarcrepe": {"root": str(demo / "sugarcrepe" / "data"),
-                                                           "images": str(demo / "val2017")}}}
+                                                           "images": str(demo / "coco2017" / "val2017")}}}
     res, items = bm.evaluate(cfg, "vlm", "sugarcrepe", progress=False)
     sc = vlm.scorer_from_config(cfg)
     margins = sc.choose(items["image_path"].tolist(), items["caption"].tolist(), items["negative_caption"].tolist())

@@ -129,6 +129,50 @@ def test_the_demo_reads_the_catalogue_under_its_own_data_root():
             assert str(path).startswith("resources/demo"), (key, path)
 
 
+def _strings(node):
+    if isinstance(node, dict):
+        for v in node.values():
+            yield from _strings(v)
+    elif isinstance(node, list):
+        for v in node:
+            yield from _strings(v)
+    elif isinstance(node, str):
+        yield node
+
+
+#: what the demo config may name below its data_root besides the root itself: its documented cuts (other splits of
+#: the same 12 coco2014 photos); the own-data overlay names its own CSV
+DEMO_CUTS = {"resources/demo/cuts/dataset_coco_test.json", "resources/demo/cuts/dataset_coco_cvld.json"}
+
+
+def test_the_demo_walks_the_paper_layout():
+    """Issue 40 item 6: config/demo.yaml names no dataset path but data_root and its cuts, so every demo run reads
+    the datasets where the paper config reads them (COCO 2017 / 2014, Flickr30k's images, SugarCrepe's val2017
+    photos, the spurious study's Karpathy file and instances), and the Karpathy layouts resolve on disk."""
+    raw = yaml.safe_load((REPO / "config" / "demo.yaml").read_text())
+    named = {s for s in _strings(raw) if "resources/demo" in s}
+    assert named <= {"resources/demo"} | DEMO_CUTS, named - DEMO_CUTS
+    assert all((REPO / c).is_file() for c in DEMO_CUTS)
+    cfg = load_full_config([REPO / "config" / "config.yaml", REPO / "config" / "demo.yaml"])
+    assert cfg["coco_counterfactuals"]["data"]["coco_root"] == "resources/demo/coco2017"
+    cc = cfg["countercurate"]
+    assert cc["data"]["images"] == "resources/demo/flickr30k/flickr30k-images"
+    assert cc["benchmarks"]["sugarcrepe"]["images"] == "resources/demo/coco2017/val2017"
+    sr = cfg["spurious_retrieval"]["data"]["coco"]
+    assert sr["karpathy_json"] == "resources/demo/coco2014/dataset_coco.json"
+    assert sr["image_root"] == "resources/demo/coco2014"
+    assert sr["instances"] == ["resources/demo/coco2014/annotations/instances_train2014.json",
+                               "resources/demo/coco2014/annotations/instances_val2014.json"]
+    sets = cfg["coco_counterfactuals"]["training"]["eval"]["retrieval"]
+    cv = cfg["cvld"]["data"]["coco"]
+    for spec in [sr, cv, *sets]:
+        assert spec["image_root"] == "resources/demo/coco2014"
+        assert layout_problem(REPO / spec["karpathy_json"], REPO / spec["image_root"]) is None, spec
+        # the official names: filepath val2014, COCO_val2014_<id>.jpg
+        assert all(p.startswith("resources/demo/coco2014/val2014/COCO_val2014_") for p in
+                   image_paths(load_karpathy(REPO / spec["karpathy_json"]), "resources/demo/coco2014"))
+
+
 def test_docs_data_page_shows_the_generated_tree():
     text = (REPO / "docs" / "data.md").read_text(encoding="utf-8")
     assert catalogue.DOC_BEGIN + "\n" + catalogue.tree_markdown() + catalogue.DOC_END in text, \

@@ -426,10 +426,10 @@ def test_itm_random_pool_is_the_paper_subset_on_the_demo_fixtures(repo):
     from counterfactory.data.coco import load_coco_captions
 
     demo = repo / "resources" / "demo"
-    captions = load_coco_captions(demo / "annotations" / "captions_val2017.json")
+    captions = load_coco_captions(demo / "coco2017" / "annotations" / "captions_val2017.json")
     captions = captions.assign(caption_id=captions["caption_id"].astype(str), image_id=captions["image_id"].astype(str))
     first = captions.drop_duplicates("image_id").head(4)       # one caption of each of four images: the "subset"
-    synth = sorted((demo / "val2017").glob("*.jpg"))[:2]        # any existing files stand in for the generated pair
+    synth = sorted((demo / "coco2017" / "val2017").glob("*.jpg"))[:2]        # any existing files stand in for the generated pair
     pairs = pd.DataFrame({"id": first["caption_id"].to_numpy(), "caption_id": first["caption_id"].to_numpy(),
                           "image_id": first["image_id"].to_numpy(), "caption_0": first["caption"].to_numpy(),
                           "caption_1": [f"{c} (edited)" for c in first["caption"]],
@@ -439,13 +439,13 @@ def test_itm_random_pool_is_the_paper_subset_on_the_demo_fixtures(repo):
     paper = load_config([repo / "config" / "config.yaml"])
     pool = evaluation.settings(paper)["itm"]["random_pool"]
     assert pool == "subset"
-    draws = pd.concat([evaluation.itm_inputs(pairs, captions, demo / "val2017", seed=s, pool=pool) for s in range(20)])
+    draws = pd.concat([evaluation.itm_inputs(pairs, captions, demo / "coco2017" / "val2017", seed=s, pool=pool) for s in range(20)])
     assert set(draws["C_r"]) <= set(pairs["caption_0"])
     assert set(draws["random_caption_id"]) <= set(pairs["caption_id"])
     assert (draws["I_r"] != draws["I_o"]).all()
     assert set(draws["I_r"]) <= set(draws["I_o"])
     # every val2017 caption (the old paper-config pool) reaches captions outside the subset
-    full = pd.concat([evaluation.itm_inputs(pairs, captions, demo / "val2017", seed=s, pool="all") for s in range(20)])
+    full = pd.concat([evaluation.itm_inputs(pairs, captions, demo / "coco2017" / "val2017", seed=s, pool="all") for s in range(20)])
     assert not set(full["C_r"]) <= set(pairs["caption_0"])
     # the demo keeps drawing from every caption of its tiny val2017
     assert evaluation.settings(load_config([repo / "config" / "demo.yaml"]))["itm"]["random_pool"] == "all"

@@ -18,7 +18,7 @@ from counterfactory.errors import CounterFactoryError, InputError
 from counterfactory.data import nltk_data as nd
 
 REPO = Path(__file__).resolve().parents[1]
-DEMO_CAPTIONS = REPO / "resources/demo/annotations/captions_val2017.json"
+DEMO_CAPTIONS = REPO / "resources/demo/coco2017/annotations/captions_val2017.json"
 
 
 @pytest.fixture

@@ -138,7 +138,7 @@ def test_a_small_configured_dataset_caps_the_paper_counts(tmp_path, monkeypatch)
     def train_images(path):
         return sum(img["split"] in ("train", "restval") for img in json.loads((REPO / path).read_text())["images"])
 
-    captions = len(json.loads((REPO / "resources/demo/annotations/captions_val2017.json").read_text())["annotations"])
+    captions = len(json.loads((REPO / "resources/demo/coco2017/annotations/captions_val2017.json").read_text())["annotations"])
     p = planning.plan(cfg, TP, results_root=tmp_path).set_index(["study", "stage"])
     coco = p.loc[("coco_counterfactuals", "p2p_pairs")]
     assert coco["items"] == captions < 24508 and coco["items_source"].startswith("upper bound")

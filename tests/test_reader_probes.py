@@ -80,7 +80,7 @@ def test_spurious_select_refuses_instances_declared_at_twice_the_image_size(tmp_
     from counterfactory.studies.spurious_retrieval import settings as st
 
     monkeypatch.chdir(repo)
-    doc = json.loads((repo / "resources/demo/annotations/instances_val2017.json").read_text())
+    doc = json.loads((repo / "resources/demo/coco2017/annotations/instances_val2017.json").read_text())
     for im in doc["images"]:
         im["width"], im["height"] = 2 * im["width"], 2 * im["height"]
     for a in doc["annotations"]:
@@ -114,7 +114,7 @@ def test_coco_image_size_must_be_positive(tmp_path, fx, key, value):
 # ----------------------------------------------------------------------------------------------- items 7, 8
 def test_karpathy_duplicate_cocoid_is_an_error(tmp_path, repo):
     """Probe: a duplicate cocoid silently dropped an image (2 of 13 spurious-retrieval candidates lost)."""
-    doc = json.loads((repo / "resources/demo/karpathy/dataset_coco_odmap.json").read_text())
+    doc = json.loads((repo / "resources/demo/coco2014/dataset_coco.json").read_text())
     doc["images"][3]["cocoid"] = doc["images"][1]["cocoid"]
     path = tmp_path / "dataset_coco.json"
     path.write_text(json.dumps(doc))
@@ -132,15 +132,15 @@ def test_karpathy_filename_that_does_not_exist_fails_at_selection(tmp_path, repo
     from counterfactory.studies.spurious_retrieval import settings as st
 
     monkeypatch.chdir(repo)
-    doc = json.loads((repo / "resources/demo/karpathy/dataset_coco_odmap.json").read_text())
-    assert len(load_karpathy(repo / "resources/demo/karpathy/dataset_coco_odmap.json", image_root="resources/demo"))
+    doc = json.loads((repo / "resources/demo/coco2014/dataset_coco.json").read_text())
+    assert len(load_karpathy(repo / "resources/demo/coco2014/dataset_coco.json", image_root="resources/demo/coco2014"))
     doc["images"][2]["filename"] = "000000999999.jpg"
     path = tmp_path / "odmap.json"
     path.write_text(json.dumps(doc))
     with pytest.raises(InputError) as err:
-        load_karpathy(path, image_root=repo / "resources/demo")
+        load_karpathy(path, image_root=repo / "resources/demo/coco2014")
     msg = str(err.value)
-    assert "odmap.json, record images[2] (000000999999.jpg)" in msg and "val2017/000000999999.jpg not found" in msg
+    assert "odmap.json, record images[2] (000000999999.jpg)" in msg and "val2014/000000999999.jpg not found" in msg
     assert "(1 of 12 images missing)" in msg and "image_root" in msg
     load_karpathy(path)                                   # without image_root the files are not looked at
     s = copy.deepcopy(st.settings(load_config([repo / "config" / "demo.yaml"], study="spurious_retrieval")))
@@ -152,9 +152,9 @@ def test_karpathy_filename_that_does_not_exist_fails_at_selection(tmp_path, repo
 # ----------------------------------------------------------------------------------------------- item 9
 def test_own_data_image_outside_the_image_root_is_an_error(tmp_path, repo):
     """Probe: a ``../`` path was accepted without a note, and the image was not a declared workflow input."""
-    shutil.copy(repo / "resources/demo/val2017/000000000101.jpg", tmp_path / "outside.jpg")
+    shutil.copy(repo / "resources/demo/coco2017/val2017/000000000101.jpg", tmp_path / "outside.jpg")
     (tmp_path / "table").mkdir()
-    shutil.copy(repo / "resources/demo/val2017/000000000101.jpg", tmp_path / "table" / "inside.jpg")
+    shutil.copy(repo / "resources/demo/coco2017/val2017/000000000101.jpg", tmp_path / "table" / "inside.jpg")
     (tmp_path / "table" / "captions.csv").write_text("image,caption\ninside.jpg,a photo\n../outside.jpg,a photo\n")
     with pytest.raises(InputError) as err:
         load_own_data({"kind": "table", "path": str(tmp_path / "table" / "captions.csv")})
@@ -207,7 +207,7 @@ def test_zero_byte_flickr30k_image_is_named(tmp_path, repo):
     """Probe: ``countercurate positions`` failed with "cannot identify image file" and a generic fix."""
     images = tmp_path / "flickr30k-images"
     images.mkdir()
-    shutil.copy(repo / "resources/demo/flickr30k_entities/flickr30k-images/1000000002.jpg", images)
+    shutil.copy(repo / "resources/demo/flickr30k/flickr30k-images/1000000002.jpg", images)
     (images / "1000000001.jpg").write_bytes(b"")
     assert f30k.image_path(images, "1000000002").endswith("1000000002.jpg")
     assert f30k.image_path(images, "1000000003") is None                 # absent: no image, as before
@@ -218,7 +218,7 @@ def test_zero_byte_flickr30k_image_is_named(tmp_path, repo):
 
 def test_own_data_caption_that_is_a_number_says_so(tmp_path, repo):
     """Probe: a JSON Lines caption 5 was reported as "empty caption '5'"."""
-    shutil.copy(repo / "resources/demo/val2017/000000000101.jpg", tmp_path / "a.jpg")
+    shutil.copy(repo / "resources/demo/coco2017/val2017/000000000101.jpg", tmp_path / "a.jpg")
     (tmp_path / "c.jsonl").write_text('{"image": "a.jpg", "caption": "a photo"}\n{"image": "a.jpg", "caption": 5}\n')
     with pytest.raises(InputError) as err:
         load_own_data({"kind": "table", "path": str(tmp_path / "c.jsonl")})

@@ -105,7 +105,7 @@ def test_check_coco_root_failures_explain_download(tmp_path, fx):
 
 def test_cli_captions_and_limit(tmp_path, repo):
     out = tmp_path / "c.parquet"
-    demo = repo / "resources" / "demo" / "annotations" / "captions_val2017.json"
+    demo = repo / "resources" / "demo" / "coco2017" / "annotations" / "captions_val2017.json"
     assert main(["data", "captions", "--captions-json", str(demo), "--out", str(out)]) == 0
     table = pd.read_parquet(out)
     doc = json.loads(demo.read_text())
@@ -124,7 +124,7 @@ def test_cli_reports_bad_input_clearly(tmp_path, fx, capsys):
 
 
 def test_demo_dataset_is_consistent(repo):
-    root = repo / "resources" / "demo"
+    root = repo / "resources" / "demo" / "coco2017"
     table = load_coco_captions(root / "annotations" / "captions_val2017.json")
     assert table["image_id"].nunique() >= 10
     sizes = table.groupby("image_id").size()
@@ -134,7 +134,12 @@ def test_demo_dataset_is_consistent(repo):
         with Image.open(root / "val2017" / img["file_name"]) as im:
             assert im.size == (img["width"], img["height"])
     assert check_coco_root(root)["image_files"] == len(doc["images"])
-    assert len(load_karpathy(root / "karpathy" / "dataset_coco.json", split="test")) == len(table)
+    karpathy = root.parent / "cuts" / "dataset_coco_test.json"
+    assert len(load_karpathy(karpathy, split="test", image_root=root.parent / "coco2014")) == len(table)
+    # COCO 2014: the same photos under their val2014 names, byte for byte
+    for img in doc["images"]:
+        assert (root.parent / "coco2014" / "val2014" / f"COCO_val2014_{img['file_name']}").read_bytes() == \
+            (root / "val2017" / img["file_name"]).read_bytes()
 
 
 # --- wrong types, instances and Karpathy errors, checksums, limits, the other CLI steps -------------------------
@@ -246,7 +251,7 @@ def test_karpathy_split_filter_keeps_file_indices_and_checks_names(tmp_path, fx)
 
 
 def test_count_captions_limit_matches_cli(tmp_path, repo, fx):
-    demo = repo / "resources" / "demo" / "annotations" / "captions_val2017.json"
+    demo = repo / "resources" / "demo" / "coco2017" / "annotations" / "captions_val2017.json"
     for n in (1, 3, 100):
         out = tmp_path / f"c{n}.parquet"
         assert main(["data", "captions", "--captions-json", str(demo), "--out", str(out),
@@ -303,7 +308,7 @@ def test_cli_check_coco_karpathy_instances(tmp_path, repo, fx):
     assert main(["data", "check-coco", "--root", str(root), "--out", str(tmp_path / "r2.json"),
                  "--checksums", str(sums)]) == 2
     out = tmp_path / "k.parquet"
-    assert main(["data", "karpathy", "--json", str(repo / "resources/demo/karpathy/dataset_coco.json"),
+    assert main(["data", "karpathy", "--json", str(repo / "resources/demo/coco2014/dataset_coco.json"),
                  "--split", "test", "--out", str(out)]) == 0
     assert pd.read_parquet(out)["split"].eq("test").all()
     boxes = tmp_path / "b.parquet"
@@ -313,7 +318,7 @@ def test_cli_check_coco_karpathy_instances(tmp_path, repo, fx):
 
 
 def test_demo_rows_match_json_and_boxes_fit(repo):
-    root = repo / "resources" / "demo"
+    root = repo / "resources" / "demo" / "coco2017"
     doc = json.loads((root / "annotations" / "captions_val2017.json").read_text())
     table = load_coco_captions(root / "annotations" / "captions_val2017.json")
     by_id = {a["id"]: a for a in doc["annotations"]}
@@ -326,8 +331,8 @@ def test_demo_rows_match_json_and_boxes_fit(repo):
     for box in anns.itertuples():
         assert 0 <= box.x and box.x + box.w <= size.at[box.image_id, "width"] + 0.01
         assert 0 <= box.y and box.y + box.h <= size.at[box.image_id, "height"] + 0.01
-    assert (root / "LICENSES.md").exists()
-    total = sum(p.stat().st_size for p in root.rglob("*") if p.is_file() and "classification" not in p.parts)
+    assert (root.parent / "LICENSES.md").exists()
+    total = sum(p.stat().st_size for p in root.parent.rglob("*") if p.is_file() and "classification" not in p.parts)
     assert total < 1_500_000
 
 

@@ -98,8 +98,8 @@ def test_coco_release_evaluations(coco_pairs, tmp_path, tiny_clip):
     from counterfactory.evaluation.itr import run_itr
 
     captions = tmp_path / "captions.parquet"
-    load_coco_captions(REPO / "resources" / "demo" / "annotations" / "captions_val2017.json").to_parquet(captions)
-    cfg = _cfg("coco_counterfactuals", tiny_clip, data={"coco_root": str(REPO / "resources" / "demo")})
+    load_coco_captions(REPO / "resources" / "demo" / "coco2017" / "annotations" / "captions_val2017.json").to_parquet(captions)
+    cfg = _cfg("coco_counterfactuals", tiny_clip, data={"coco_root": str(REPO / "resources" / "demo" / "coco2017")})
     itr = run_itr(cfg, "clip_eval", coco_pairs, captions, progress=False)
     cf = itr[itr["dataset"] == "COCO-CFs"]
     assert (cf["n_pairs"].iloc[0], cf["n_images"].iloc[0], cf["n_texts"].iloc[0]) == (3, 6, 6)

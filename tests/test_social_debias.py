@@ -408,8 +408,8 @@ def test_cli_split_and_pretrained_run(tiny_clip, images_table, repo, tmp_path):
 def _task_eval(repo):
     demo = repo / "resources" / "demo"
     return {"roles": ["clip_train"],
-            "retrieval": {"name": "flickr30k", "karpathy_json": str(demo / "karpathy" / "dataset_coco.json"),
-                          "image_root": str(demo), "split": "test", "ks": [1, 5, 10]},
+            "retrieval": {"name": "flickr30k", "karpathy_json": str(demo / "cuts" / "dataset_coco_test.json"),
+                          "image_root": str(demo / "coco2014"), "split": "test", "ks": [1, 5, 10]},
             "classification": {"templates": ["a photo of a {c}"], "topk": [1],
                                "datasets": {"CIFAR10": {"format": "cifar10",
                                                         "root": str(demo / "classification" / "cifar-10-batches-py"),

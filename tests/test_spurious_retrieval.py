@@ -256,7 +256,7 @@ def test_select_on_the_demo(repo, demo_selection):
         ("person", ["person", "backpack"], [])
     assert len(multi["boxes"]) == 2
     # splits are the Karpathy file's (the demo re-split), on the table and on the requests
-    karpathy = json.loads((repo / "resources/demo/karpathy/dataset_coco_odmap.json").read_text())
+    karpathy = json.loads((repo / "resources/demo/coco2014/dataset_coco.json").read_text())
     split_of = {im["cocoid"]: im["split"] for im in karpathy["images"]}
     assert sorted(collections_count(split_of.values()).items()) == [("test", 3), ("train", 7), ("val", 2)]
     assert all(split_of[i] == sp for i, sp in zip(table["image_id"], table["split"]))
@@ -275,7 +275,7 @@ def test_demo_request_boxes_are_the_pixels_of_the_removed_objects(repo, demo_sel
     from counterfactory.generation.inpaint import boxes_to_mask
 
     s, table, requests = demo_selection
-    images, objects, _ = rg.coco_objects(repo / "resources/demo/annotations/instances_val2017.json")
+    images, objects, _ = rg.coco_objects(repo / "resources/demo/coco2014/annotations/instances_val2014.json")
     size = images.set_index("image_id")
     for r in requests.itertuples(index=False):
         w, h = int(size.at[r.image_id, "width"]), int(size.at[r.image_id, "height"])
@@ -807,7 +807,7 @@ def test_flickr30k_path_on_the_demo_entities(tmp_path, monkeypatch, repo):
         for k, (i, s) in enumerate(zip(ids, splits))]}
     (tmp_path / "flickr.json").write_text(json.dumps(doc))
     s = S.settings({"data": {"datasets": ["flickr30k"], "flickr30k": {
-        "karpathy_json": str(tmp_path / "flickr.json"), "image_root": str(root / "flickr30k-images"),
+        "karpathy_json": str(tmp_path / "flickr.json"), "image_root": str(repo / "resources/demo/flickr30k/flickr30k-images"),
         "entities_root": str(root)}}})
     caps = data.load_captions(s, "flickr30k")
     assert caps.groupby("split")["image_id"].nunique().to_dict() == {"train": 5, "val": 1, "test": 2}

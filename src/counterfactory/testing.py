@@ -105,49 +105,23 @@ def demo_config(repo: Path, workdir: Path, edit=None, name: str | None = None, o
     cfg = yaml.safe_load((repo / "config" / "demo.yaml").read_text())
     for overlay in overlays:
         cfg = deep_merge(cfg, yaml.safe_load((repo / "config" / overlay).read_text()))
-    study = cfg["coco_counterfactuals"]
     demo = workdir / "demo data"
     if not demo.exists():
         demo.symlink_to(repo / "resources" / "demo", target_is_directory=True)
-    cfg["data_root"] = str(demo)   # the catalogue's datasets (PATA, CelebA, ...) through the same link
-    study["data"]["coco_root"] = str(demo)
-    source = study["data"].get("source") or {}
-    for key in ("path", "image_root", "boxes_json"):
-        if source.get(key) and not Path(source[key]).is_absolute():
-            source[key] = str(demo / Path(source[key]).relative_to("resources/demo"))
-    study["data"]["karpathy_json"] = str(demo / "karpathy" / "dataset_coco.json")
-    retrieval = study["training"]["eval"]["retrieval"] or []
-    for spec in [retrieval] if isinstance(retrieval, dict) else retrieval:
-        spec.update(karpathy_json=str(demo / "karpathy" / "dataset_coco.json"), image_root=str(demo))
-    for spec in study["evaluation"]["classification"]["datasets"].values():
-        for key in ("root", "class_index", "class_names"):
-            if key in spec and not str(spec[key]).startswith("builtin:"):
-                spec[key] = str(repo / spec[key])
-    probing = (cfg.get("social_counterfactuals") or {}).get("probing") or {}
-    for dataset in ("pata", "visogender"):
-        for key, value in (probing.get(dataset) or {}).items():
-            if key in ("files_list", "captions_json", "image_dir", "oo_tsv", "op_tsv") and value:
-                probing[dataset][key] = str(repo / value)
-    cc = cfg.get("countercurate") or {}
-    if (cc.get("data") or {}).get("entities_root"):
-        cc["data"]["entities_root"] = str(repo / cc["data"]["entities_root"])
-    for section in (cc.get("benchmarks") or {}).values():
-        if isinstance(section, dict):
-            for key in ("dataset", "images", "root", "examples", "imgs_list"):
-                if section.get(key):
-                    section[key] = str(repo / section[key])
-    sr = ((cfg.get("spurious_retrieval") or {}).get("data") or {}).get("coco") or {}
-    for key in ("karpathy_json", "image_root"):
-        if sr.get(key):
-            sr[key] = str(demo / Path(sr[key]).relative_to("resources/demo"))
-    if sr.get("instances"):
-        sr["instances"] = [str(demo / Path(p).relative_to("resources/demo")) for p in sr["instances"]]
-    cv = (cfg.get("cvld") or {}).get("data") or {}
-    for spec, keys in [(cv.get("coco") or {}, ("karpathy_json", "image_root")), (cv.get("celeba") or {}, ("root",)),
-                       (cv.get("fairface") or {}, ("root",))]:
-        for key in keys:
-            if spec.get(key):
-                spec[key] = str(demo / Path(spec[key]).relative_to("resources/demo"))
+    # every dataset of the catalogue through the link (the demo config names no dataset path of its own) ...
+    cfg["data_root"] = str(demo)
+
+    def moved(value):   # ... and the few paths it does name (own data, the demo's cuts) too
+        if isinstance(value, str) and value.startswith("resources/demo/"):
+            return str(demo / Path(value).relative_to("resources/demo"))
+        if isinstance(value, dict):
+            return {k: moved(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [moved(v) for v in value]
+        return value
+
+    cfg = moved(cfg)
+    study = cfg["coco_counterfactuals"]
     if edit:
         edit(study)
     cfg.update(top)
