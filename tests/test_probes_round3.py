@@ -272,3 +272,43 @@ def test_case06_the_tiny_build_job_has_no_roles_parameter(repo):
     params = block[block.index("params:"):block.index("shell:")]
     assert "roles" not in params.split("#")[0] and "TINY_MODELS" not in params
     assert "basename" in block
+
+
+# ------------------------------------------------------------------------------------------ case 7
+def _png16(path, value=None):
+    import numpy as np
+    from PIL import Image
+
+    arr = (np.arange(32 * 32).reshape(32, 32) * 64).astype(np.uint16) if value is None else \
+        np.full((32, 32), value, np.uint16)
+    Image.fromarray(arr).save(path)
+    return arr
+
+
+def test_case07_16bit_pngs_are_scaled_not_clipped_by_every_loader(tmp_path):
+    import numpy as np
+    from PIL import Image
+
+    from counterfactory import scorers
+    from counterfactory.rgb import open_rgb, to_rgb
+
+    arr = _png16(tmp_path / "g16.png")
+    expected = np.rint(arr / 257.0).astype(np.uint8)
+    rgb = open_rgb(tmp_path / "g16.png")
+    assert rgb.mode == "RGB" and np.array_equal(np.asarray(rgb)[..., 0], expected)
+    assert (np.asarray(rgb) == 255).mean() < 0.01
+    assert np.array_equal(np.asarray(scorers.load_image(tmp_path / "g16.png")), np.asarray(rgb))
+    with Image.open(tmp_path / "g16.png") as im:
+        assert np.array_equal(np.asarray(scorers.load_image(im)), np.asarray(rgb))
+    # an 8-bit image is unchanged
+    Image.fromarray(expected, mode="L").save(tmp_path / "g8.png")
+    assert np.array_equal(np.asarray(open_rgb(tmp_path / "g8.png"))[..., 0], expected)
+    with pytest.raises(InputError, match="f.tif"):
+        to_rgb(Image.fromarray(np.zeros((4, 4), np.float32)), tmp_path / "f.tif")
+
+
+def test_case07_no_module_converts_to_rgb_by_itself(repo):
+    """One shared loader: no `.convert("RGB")` outside counterfactory.rgb."""
+    offenders = [str(p.relative_to(repo)) for p in (repo / "src" / "counterfactory").rglob("*.py")
+                 if 'convert("RGB")' in p.read_text(encoding="utf-8") and p.name != "rgb.py"]
+    assert offenders == []

@@ -11,6 +11,7 @@ import pandas as pd
 
 from .io import save_figure
 from .render import pyplot
+from .rgb import to_rgb
 
 
 def pair_grid(pairs_path: str | Path, out: str | Path, n: int = 8, wrap: int = 38) -> Path:
@@ -27,7 +28,7 @@ def pair_grid(pairs_path: str | Path, out: str | Path, n: int = 8, wrap: int = 3
     for ax_row, (_, r) in zip(axes, rows.iterrows()):
         for k, ax in enumerate(ax_row):
             with Image.open(r[f"image_{k}"]) as im:
-                ax.imshow(im.convert("RGB"))
+                ax.imshow(to_rgb(im, r[f"image_{k}"]))
             ax.set_xticks([])
             ax.set_yticks([])
             caption = r[f"caption_{k}"]
@@ -187,7 +188,7 @@ def export_grid(imagefolder: str | Path, out: str | Path, n: int = 3, wrap: int 
             ax.axis("off")
         for ax, (path, text) in zip(ax_row, panels):
             with Image.open(folder / path) as im:
-                ax.imshow(im.convert("RGB"))
+                ax.imshow(to_rgb(im, folder / path))
             ax.set_title("\n".join(textwrap.wrap(text, wrap)[:4]), fontsize=6)
         if named:
             ax_row[0].text(-0.08, 0.5, name, transform=ax_row[0].transAxes, rotation=90, ha="right",

@@ -48,6 +48,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .errors import ConfigError, input_error
+from .rgb import to_rgb
 
 log = logging.getLogger(__name__)
 
@@ -69,11 +70,12 @@ def load_image(image: ImageLike):
     from PIL import Image, UnidentifiedImageError
 
     if isinstance(image, Image.Image):
-        return image.convert("RGB") if image.mode != "RGB" else image
+        return image if image.mode == "RGB" else to_rgb(image)
     path = Path(os.fspath(image))
     try:
         with Image.open(path) as im:
-            return im.convert("RGB")
+            im.load()
+            return to_rgb(im, path)
     except FileNotFoundError:
         raise input_error(path, None, "image file not found",
                           "check that the image stage / dataset wrote this file, or fix the path") from None

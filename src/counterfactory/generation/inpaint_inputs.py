@@ -20,6 +20,7 @@ import numpy as np
 
 from ..errors import input_error
 from .runner import ID_PATTERN as _ID_PATTERN
+from ..rgb import to_rgb
 
 if TYPE_CHECKING:
     from .inpaint import InpaintSettings
@@ -73,7 +74,7 @@ def _read_image(path: Path, source: str, item_id: str) -> tuple[np.ndarray, byte
     try:
         data = path.read_bytes()
         with Image.open(io.BytesIO(data)) as im:
-            return np.asarray(im.convert("RGB")), data
+            return np.asarray(to_rgb(im, path)), data
     except FileNotFoundError:
         raise input_error(source, item_id, f"image {path} not found",
                           "check image_path (relative paths are relative to image_root)") from None

@@ -36,6 +36,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..errors import ConfigError, ModelLoadError
+from ..rgb import to_rgb
 
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
@@ -174,7 +175,7 @@ class VSEPPImageProcessor:
             transforms.Normalize(config.image_mean, config.image_std)])
 
     def __call__(self, images=None, return_tensors: str = "pt") -> dict[str, torch.Tensor]:
-        return {"pixel_values": torch.stack([self.transform(im.convert("RGB")) for im in images])}
+        return {"pixel_values": torch.stack([self.transform(to_rgb(im)) for im in images])}
 
 
 class VSEPPProcessor:

@@ -68,6 +68,7 @@ import pandas as pd
 
 from ..errors import ConfigError, InputError, ModelLoadError, input_error
 from .captions import prompt_text_problem
+from ..rgb import to_rgb
 
 log = logging.getLogger(__name__)
 
@@ -459,7 +460,7 @@ def render_image(path: str, boxes: list, max_side: int):
 
     try:
         with Image.open(path) as im:
-            image = im.convert("RGB")
+            image = to_rgb(im, path)
     except OSError as exc:
         raise input_error(path, None, f"image of an llm request cannot be read ({exc})", "check the image path") \
             from exc

@@ -43,6 +43,7 @@ from .cvld_losses import (CELEBA_PROMPTS, VARIANTS, RetrievalModule, captioning_
                           class_prompts, classification_loss, classification_logits, cvld_itc_loss, cvld_itm_loss,
                           prompt_length, retrieval_variant)
 from .prompt_tuning import ATTR, add_prompts, prompt_parameters, save_prompts
+from ..rgb import to_rgb
 
 log = logging.getLogger(__name__)
 
@@ -219,7 +220,7 @@ def _images(paths: Sequence[str], rows: Sequence[int], root: Path, processor, so
         full = root / str(path)
         try:
             with Image.open(full) as im:
-                images.append(im.convert("RGB"))
+                images.append(to_rgb(im, full))
         except (OSError, ValueError) as exc:
             raise input_error(source, f"row {row}", f"cannot read image {full} ({exc})",
                               "fix the path (relative to the image root) or the file") from exc

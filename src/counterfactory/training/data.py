@@ -18,6 +18,7 @@ import torch
 
 from ..errors import input_error
 from .model import N_PAIRS
+from ..rgb import to_rgb
 
 MANIFEST_COLUMNS = ("image_path", "caption", "is_counterfactual", "pair_id")
 #: optional manifest columns: a row's own hard negatives, a caption or an image with no partner of its own
@@ -161,7 +162,7 @@ def load_images(frame: pd.DataFrame, rows: Sequence[int], root: Path, column: st
         path = root / str(frame.iloc[r][column])
         try:
             with Image.open(path) as im:
-                out.append(im.convert("RGB"))
+                out.append(to_rgb(im, path))
         except (OSError, ValueError) as exc:
             raise input_error(path, f"manifest row {r}", f"cannot read image ({exc})", "fix or drop that row") from exc
     return out

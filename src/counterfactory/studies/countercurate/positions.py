@@ -49,6 +49,7 @@ import pandas as pd
 from ...config import fill_section
 from ...data import flickr30k_entities as f30k
 from ...errors import input_error
+from ...rgb import to_rgb
 
 log = logging.getLogger(__name__)
 
@@ -318,7 +319,7 @@ def write_flipped_images(image_ids: Iterable[str], images_dir: str | Path, out_d
                 raise input_error(src, f"image {image_id}", "image not found",
                                   "pass --images DIR holding the Flickr30k <id>.jpg files")
             with Image.open(src) as im:
-                write_png(target, ImageOps.mirror(im.convert("RGB")))
+                write_png(target, ImageOps.mirror(to_rgb(im, src)))
         done[image_id] = os.fspath(target.resolve())
     log.info("flipped images: %d in %s", len(done), out_dir)
     return done
