@@ -312,3 +312,34 @@ def test_case07_no_module_converts_to_rgb_by_itself(repo):
     offenders = [str(p.relative_to(repo)) for p in (repo / "src" / "counterfactory").rglob("*.py")
                  if 'convert("RGB")' in p.read_text(encoding="utf-8") and p.name != "rgb.py"]
     assert offenders == []
+
+
+# ------------------------------------------------------------------------------------------ case 8
+def test_case08_an_empty_cvld_test_split_stops_before_training(repo, tmp_path):
+    from counterfactory.config import load_config
+    from counterfactory.studies.cvld import runs
+
+    cfg = load_config([repo / "config" / "config.yaml", repo / "config" / "demo.yaml"], study="cvld")
+    table = pd.DataFrame({"image_id": [1, 1, 2], "caption_id": ["1_0", "1_1", "2_0"], "split": ["train"] * 3,
+                          "caption": ["a man", "a man sits", "a woman"], "intervened": ["a woman", "a woman sits",
+                                                                                          "a man"],
+                          "image_path": ["a.jpg", "a.jpg", "b.jpg"]})
+    table.to_parquet(tmp_path / "interventions.parquet")
+    with pytest.raises(InputError, match=r"interventions.parquet.*split 'test'.*no test captions"):
+        runs.run(cfg, "retrieval", "coco_100", "cvld", 0, [], tmp_path / "run",
+                 interventions=tmp_path / "interventions.parquet")
+    assert not (tmp_path / "run" / "checkpoint").exists()
+
+
+def test_case08_cvld_captions_refuse_a_karpathy_file_without_test_images(repo, tmp_path):
+    from counterfactory.config import load_config
+    from counterfactory.studies.cvld import data, settings
+
+    s = settings.settings(load_config([repo / "config" / "config.yaml", repo / "config" / "demo.yaml"], study="cvld"))
+    doc = json.loads(open(s["data"]["coco"]["karpathy_json"]).read())
+    for img in doc["images"]:
+        img["split"] = "train"
+    (tmp_path / "k.json").write_text(json.dumps(doc))
+    s["data"]["coco"]["karpathy_json"] = str(tmp_path / "k.json")
+    with pytest.raises(InputError, match=r"k.json.*split 'test'.*no images in the test split"):
+        data.captions(s, "coco")

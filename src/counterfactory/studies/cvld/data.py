@@ -44,6 +44,14 @@ def captions(s: dict, dataset: str = "coco") -> pd.DataFrame:
     mapping = {name: ours for ours, theirs in s["data"]["splits"].items() for name in theirs}
     table = table[table["split"].isin(mapping)].copy()
     table["split"] = table["split"].map(mapping)
+    for split in ("train", "test") if dataset == "coco" else ("test",):   # checked before any work (issue 45.8)
+        if not (table["split"] == split).any():
+            from ...errors import input_error
+
+            theirs = ", ".join(k for k, v in mapping.items() if v == split)
+            raise input_error(src["karpathy_json"], f"split {split!r}", f"no images in the {split} split (Karpathy "
+                              f"splits {theirs}; cvld.data.splits); the runs would train or evaluate on nothing",
+                              f"use a Karpathy file with {split} images or change cvld.data.splits")
     table["image_path"] = image_paths(table, src["image_root"], src["karpathy_json"])
     table["caption_id"] = table["image_id"].astype(str) + "_" + \
         table.groupby("image_id", sort=False).cumcount().astype(str)

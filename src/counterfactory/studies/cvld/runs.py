@@ -131,15 +131,46 @@ def run(cfg, task: str, setting: str, variant: str, seed: int, edits, out_dir, i
         raise ConfigError(f"models.{role}: not configured. Fix: add the role under models (docs/studies/cvld.md)")
     out_dir = Path(out_dir)
     files = counterfactual_files(edits) if variant not in ("pretrained", "base", "balanced") else {}
+    source = "the interventions table"
     if interventions is not None and not isinstance(interventions, pd.DataFrame):
+        source = str(interventions)
         interventions = pd.read_parquet(interventions)
     if task != "classification" and interventions is None:
         raise ConfigError(f"cvld run --task {task}: no --interventions table. Fix: pass `cvld intervene --out-captions`")
+    if task != "classification":
+        check_splits(s, task, setting, variant, interventions, source)
     runner = {"classification": _classification, "retrieval": _retrieval, "captioning": _captioning}[task]
     metrics = runner(cfg, s, setting, variant, int(seed), files, out_dir, interventions, progress)
     rows = _rows(f"{task}_{setting}" if setting != "pt" else task, variant, seed, metrics)
     write_csv(out_dir / "metrics.csv", rows)
     return rows
+
+
+def check_splits(s: dict, task: str, setting: str, variant: str, interventions: pd.DataFrame, source: str) -> None:
+    """Before any model is loaded or trained: the COCO test split of ``interventions`` (the file ``source``) holds
+    images, and so does the run's training subset (unless ``pretrained``); an empty one is an error naming the
+    file and the split (it would otherwise fail only after training, at the evaluation)."""
+    from ...errors import input_error
+    from .data import subset_of
+    from .settings import subset_name
+
+    splits = interventions["split"].astype(str) if "split" in interventions.columns else pd.Series(dtype=str)
+    counts = splits.value_counts().to_dict()
+    found = ", ".join(f"{k}: {v}" for k, v in sorted(counts.items())) or "no rows"
+    fix = ("rerun `cvld intervene` on a Karpathy file whose test and train splits both hold images (check "
+           "cvld.data.coco.karpathy_json)")
+    if not counts.get("test"):
+        raise input_error(source, "split 'test'", f"no test captions for cvld run --task {task} to evaluate on "
+                          f"(captions per split: {found})", fix)
+    if variant == "pretrained":
+        return
+    fractions = {subset_name(f): f for f in s["data"]["subsets"]}
+    train = interventions[splits == "train"]
+    if setting in fractions:
+        train = train[subset_of(train["image_id"], fractions[setting], s["data"]["subset_seed"])]
+    if train.empty:
+        raise input_error(source, "split 'train'", f"no training captions in the COCO subset {setting!r} "
+                          f"(captions per split: {found})", fix)
 
 
 # ---------------------------------------------------------------------------------------------- classification
