@@ -343,3 +343,31 @@ def test_case08_cvld_captions_refuse_a_karpathy_file_without_test_images(repo, t
     s["data"]["coco"]["karpathy_json"] = str(tmp_path / "k.json")
     with pytest.raises(InputError, match=r"k.json.*split 'test'.*no images in the test split"):
         data.captions(s, "coco")
+
+
+# ------------------------------------------------------------------------------------------ case 9
+def test_case09_llm_interventions_are_checked_for_meaning_with_a_rejection_row():
+    """The llm's intervened caption must be the rule-based gender swap (in the request's direction); noise or an
+    unrelated rewrite is an invalid answer (failed the task's check) with a rejection row, and asks no edit prompt."""
+    from counterfactory.studies.cvld import intervention as iv
+    from counterfactory.text import gender, llm
+
+    check = lambda fields, text: llm.check_meaning(gender.INTERVENE_TASK, fields, {"intervened": text})  # noqa: E731
+    assert check({"caption": "A man rides his bike."}, "A woman rides her bike") is None
+    assert check({"caption": "A man and a woman eat.", "direction": "to_female"}, "A woman and a woman eat.") is None
+    assert check({"caption": "A cat sleeps."}, "A cat sleeps.") is None
+    for fields, text in (({"caption": "A man rides his bike."}, ":342342342 :342342"),
+                         ({"caption": "A man rides his bike."}, "A woman rides her horse."),
+                         ({"caption": "A man and a woman eat.", "direction": "to_female"}, "A woman and a man eat.")):
+        error = check(fields, text)
+        assert error and error.startswith(llm.CHECK_PREFIX) and "rule-based swap gives" in error
+    # per-direction requests carry their direction, so the check knows which words flip
+    frame = pd.DataFrame({"caption_id": ["1_0"], "image_id": [1], "caption": ["A boy runs."]})
+    assert json.loads(iv.requests(frame)["fields"][0])["direction"] == "to_female"
+    # an answer that failed the check becomes a rejection row with its reason
+    answers = pd.DataFrame({"item_id": ["1_0"], "task": [gender.INTERVENE_TASK], "answer": ['{"intervened": ":34"}'],
+                            "valid": [False], "error": [check({"caption": "A boy runs."}, ":34")]})
+    parsed = gender.parse_llm_answers(answers, frame)
+    assert parsed["intervened"].tolist() == [None]
+    rejected = iv.rejected_rows(parsed, pd.DataFrame(columns=["image_id", "reason"]))
+    assert rejected["reason"].tolist() == ["failed_check"] and "rule-based swap" in rejected["detail"][0]

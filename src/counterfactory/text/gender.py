@@ -190,14 +190,15 @@ def _owns_nothing(lex: GenderWords, j: int, tokens: list[str], tags: list[str]) 
     return False
 
 
-def swap_gender(caption: str, words: GenderWords | str | Path | None = None, tagger: Tagger | None = None) -> Swap:
+def swap_gender(caption: str, words: GenderWords | str | Path | None = None, tagger: Tagger | None = None,
+                only: str | None = None) -> Swap:
     """Flip the gender of every listed word of ``caption`` (both directions, §3.2-3.3, app. B rules).
 
     Words are whole words (letters joined by hyphens); a trailing "'s" stays (a plural possessive follows
     the new plural: "ladies'" -> "gentlemen's"), capitals follow the source word (Man -> Woman, MAN -> WOMAN)
     and every other character is kept. Words of ``by_pos`` ("her", "his")
     are resolved with ``tagger`` (default ``nltk.pos_tag`` on the lower-cased tokens), called only when such
-    a word occurs."""
+    a word occurs. ``only`` (``male`` / ``female``): flip only the words of that gender (one direction)."""
     lex = load_words(words)
     spans = [(m.start(), m.end(), m.group()) for m in _TOKEN.finditer(caption)]
     tokens = [t.lower() for _, _, t in spans]
@@ -211,6 +212,8 @@ def swap_gender(caption: str, words: GenderWords | str | Path | None = None, tag
         word = tokens[i]
         if start < last:
             continue  # the possessive mark of the previous word, already written
+        if only is not None and lex.gender.get(word) != only:
+            continue
         if word in lex.swap:
             target = lex.swap[word]
         elif word in lex.by_pos:
@@ -348,7 +351,55 @@ def edit_prompt_schema(fields: dict) -> dict:
             "properties": {"edit_prompt": {"type": "string", "minLength": 1, "maxLength": MAX_PROMPT_CHARS}}}
 
 
-llm.register_task(llm.Task(INTERVENE_TASK, f"{INTERVENE_TASK}.txt", intervene_schema))
+#: source gender of an intervention direction (``fields["direction"]`` of a per-direction request)
+DIRECTION_SOURCE = {"to_male": "female", "to_female": "male"}
+
+
+def _words_of(text: str) -> list[str]:
+    tokens = [m.group().lower() for m in _TOKEN.finditer(str(text))]
+    while tokens and not re.match(_LETTERS, tokens[-1]):     # a final full stop or quote is not content
+        tokens.pop()
+    return tokens
+
+
+def intervention_problem(caption: str, intervened: str, direction: str | None = None,
+                         words: GenderWords | str | Path | None = None) -> str | None:
+    """Why ``intervened`` is not a gender intervention of ``caption`` (None: it is): it must be the caption with its
+    gendered words swapped (:func:`swap_gender`; ``direction`` ``to_male`` / ``to_female``: only the words of the
+    other gender), word for word, case and a final full stop aside. "her" / "his" may take any of their
+    part-of-speech counterparts (no tagger needed), so the check is the rule-based swapper's meaning, not its
+    tagging."""
+    lex = load_words(words)
+    only = DIRECTION_SOURCE.get(direction) if direction else None
+    expected = swap_gender(caption, lex, tagger=lambda tokens: [(t, "NN") for t in tokens], only=only).intervened
+    want, got, orig = _words_of(expected), _words_of(intervened), _words_of(caption)
+    ok = len(want) == len(got)
+    if ok:
+        for i, (w, g) in enumerate(zip(want, got)):
+            if w == g:
+                continue
+            source = orig[i] if len(orig) == len(want) else None
+            if source in lex.by_pos and (only is None or lex.gender.get(source) == only) \
+                    and g in set(lex.by_pos[source].values()):
+                continue
+            ok = False
+            break
+    if ok:
+        return None
+    return (f"the intervened caption is not the caption with its gendered words swapped (the rule-based swap "
+            f"gives {expected!r})")
+
+
+def _intervene_check(fields: dict, answer) -> str | None:
+    """The meaning check of a ``cvld_intervene`` answer (:func:`intervention_problem`), run by the ``llm`` role on
+    every schema-valid answer: noise or an unrelated rewrite is an invalid answer with its reason, never an
+    editing request."""
+    if "caption" not in fields or not isinstance(answer, dict):
+        return "the request has no caption to check the answer against"
+    return intervention_problem(str(fields["caption"]), str(answer.get("intervened", "")), fields.get("direction"))
+
+
+llm.register_task(llm.Task(INTERVENE_TASK, f"{INTERVENE_TASK}.txt", intervene_schema, check=_intervene_check))
 llm.register_task(llm.Task(EDIT_TASK, f"{EDIT_TASK}.txt", edit_prompt_schema))
 
 

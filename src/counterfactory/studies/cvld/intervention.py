@@ -12,9 +12,12 @@ The edit-prompt round is :mod:`counterfactory.text.gender`'s ``cvld_edit_prompt`
 template, which already covers both directions). ``llm_prompt: both_directions`` is the one-pass instruction of
 :func:`counterfactory.text.gender.run_llm` (ours: every gendered word flips, whatever the image's group).
 
-Answers are checked for meaning, not only form: a vote is accepted only for an image some caption of which names a
+Answers are checked for meaning, not only form: an intervened caption must be the caption with its gendered words
+swapped in the request's direction, as the rule-based swapper does it
+(:func:`counterfactory.text.gender.intervention_problem`, the ``cvld_intervene`` task's check; otherwise the answer is
+invalid and no edit prompt is asked for it), a vote is accepted only for an image some caption of which names a
 gendered person (:func:`vet_votes`), and every unusable answer and turned-down vote is a row of the rejected table
-with its reason (:func:`rejected_rows`).
+with its reason (:func:`rejected_rows`; a failed swap check: ``failed_check``).
 """
 
 from __future__ import annotations
@@ -79,7 +82,7 @@ def requests(frame: pd.DataFrame, caption_col: str = "caption", id_col: str = "c
     dirs = directions(frame, caption_col, image_col)
     rows = []
     for rec, direction in zip(frame.to_dict("records"), dirs):
-        fields = {"caption": rec[caption_col]}
+        fields = {"caption": rec[caption_col], "direction": direction}   # the answer is checked in this direction
         rows.append({"item_id": str(rec[id_col]), "task": gender.INTERVENE_TASK,
                      "fields": json.dumps(fields, ensure_ascii=False),
                      "prompt": instruction(str(rec[caption_col]), direction),
