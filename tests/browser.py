@@ -50,8 +50,11 @@ class Chromium:
                 "--disable-extensions", "--mute-audio", f"--user-data-dir={profile}",
                 f"--window-size={width},{height}", "about:blank"]
         script = f'exec "$@" 3<&{cmd_r} 4>&{res_w} {cmd_r}<&- {res_w}>&-'
-        self.proc = subprocess.Popen(["bash", "-c", script, "chromium", *args], pass_fds=(cmd_r, res_w),
-                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        Path(profile).mkdir(parents=True, exist_ok=True)
+        self.log = Path(profile) / "chromium.log"      # a file, not a pipe nobody reads: Chromium never blocks on it
+        with open(self.log, "wb") as log:
+            self.proc = subprocess.Popen(["bash", "-c", script, "chromium", *args], pass_fds=(cmd_r, res_w),
+                                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log)
         os.close(cmd_r)
         os.close(res_w)
         self._next = 0
@@ -103,7 +106,7 @@ class Chromium:
             while ident not in self._answers:
                 left = deadline - time.monotonic()
                 if left <= 0 or self.proc.poll() is not None:
-                    err = self.proc.stderr.read().decode(errors="replace")[-2000:] if self.proc.poll() is not None else ""
+                    err = self.log.read_text(errors="replace")[-2000:] if self.proc.poll() is not None else ""
                     raise BrowserError(f"{method}: no answer from Chromium within {self.timeout} s {err}")
                 self._cond.wait(min(left, 0.5))
             answer = self._answers.pop(ident)
