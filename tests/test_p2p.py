@@ -446,3 +446,44 @@ def test_controller_puts_the_step_rows_on_its_device():
     c.configure(2, 2, [1.0, 0.0])
     c.set_step(0, 3)
     assert c.self_src.device == torch.device("cpu") and c.self_src.tolist() == [0, 0, 2, 3, 4, 4, 6, 7]
+
+
+def test_euler_ancestral_uses_the_reference_sigmas():
+    """Issue 42 item 10: the reference (InstructPix2Pix's generator, B.1.2) samples with k-diffusion's Euler-ancestral
+    over the CompVis sigma table, log-linear between table entries; diffusers' scheduler interpolates sigma linearly
+    (8.5e-5 relative apart at 100 steps). The engine uses the reference's. Values: k-diffusion 0.1.1.post1,
+    CompVisDenoiser.get_sigmas(100) on SD v1.5's schedule (scaled_linear betas 0.00085 to 0.012, 1000 steps)."""
+    from diffusers import EulerAncestralDiscreteScheduler
+
+    from counterfactory.generation.sampler import compvis_sigmas
+
+    sch = EulerAncestralDiscreteScheduler(beta_start=0.00085, beta_end=0.012, beta_schedule="scaled_linear",
+                                          num_train_timesteps=1000, steps_offset=1)
+    ours = compvis_sigmas(sch.alphas_cumprod, 100)
+    k_diffusion = [14.6146469116, 13.7524929047, 12.9524354935, 1.588632226, 0.138615936, 0.098694928,
+                   0.0291675366, 0.0]
+    np.testing.assert_allclose(ours[[0, 1, 2, 50, 97, 98, 99, 100]], k_diffusion, rtol=1e-6, atol=1e-9)
+    sch.set_timesteps(100)
+    diffusers_own = sch.sigmas.double().numpy()
+    assert len(diffusers_own) == len(ours) == 101
+    rel = np.abs(diffusers_own[:-1] - ours[:-1]) / ours[:-1]
+    assert 1e-5 < rel.max() < 2e-4              # close, not the same: the reference's are used
+    at_table = compvis_sigmas(sch.alphas_cumprod, 1000)[::-1][1:]   # integer times: the table itself
+    np.testing.assert_allclose(at_table, np.sqrt((1 - sch.alphas_cumprod.double().numpy()) /
+                                                 sch.alphas_cumprod.double().numpy()), rtol=1e-9)
+
+
+def test_engine_scheduler_carries_the_reference_sigmas(tmp_path):
+    from counterfactory.generation.sampler import GenerationSettings, P2PEngine, compvis_sigmas
+    from counterfactory.models import registry, tiny
+
+    path = tiny.build("sd", tmp_path)
+    pipe = registry.load({"device": "cpu", "precision": "fp32", "models": {"sd": {"source": str(path)}}}, "sd")
+    settings = GenerationSettings(steps=7, height=32, width=32, scheduler="euler_ancestral", control="ip2p_self",
+                                  p_range=(0.1, 0.9), guidance_range=(7.5, 15.0), hertz_self_fraction=0.0,
+                                  negative_prompt="", batch_size=1)
+    engine = P2PEngine(pipe, settings)
+    scheduler = engine.make_scheduler()
+    np.testing.assert_allclose(scheduler.sigmas.double().numpy(), compvis_sigmas(scheduler.alphas_cumprod, 7),
+                               rtol=1e-6)
+    assert float(scheduler.init_noise_sigma) == pytest.approx(float(scheduler.sigmas[0]))
