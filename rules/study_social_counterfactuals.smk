@@ -217,6 +217,8 @@ rule social_filter_table:
     output:
         csv=f"{S}/filter/table11.csv",
         md=f"{S}/filter/table11.md",
+        table18_csv=f"{S}/filter/table18.csv",
+        table18_md=f"{S}/filter/table18.md",
         html=report(
             f"{S}/filter/table11.html",
             labels=result_label("filter/table11.html"),
@@ -233,7 +235,8 @@ rule social_filter_table:
     shell:
         "counterfactory social filter-table --config {input.config:q} --candidates {input.candidates:q} --clip {input.clip:q}"
         " --nsfw {input.nsfw:q} --detect {input.detect:q} --captions {input.captions:q} --out-csv {output.csv:q}"
-        " --out-md {output.md:q} --out-html {output.html:q} > {log:q} 2>&1"
+        " --out-md {output.md:q} --out-html {output.html:q} --out-table18-csv {output.table18_csv:q}"
+        " --out-table18-md {output.table18_md:q} > {log:q} 2>&1"
 
 
 rule social_probe:

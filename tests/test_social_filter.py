@@ -370,6 +370,15 @@ def test_three_stages_end_to_end_and_table11(tmp_path):
     assert row["Attribute Types"] == "(Race, Gender)"       # Table 11's row name, not the segment key race_gender
     md = (tmp_path / "t11.md").read_text()
     assert "| Attribute Types" in md and "33.3%" in md and "| (Race, Gender)" in md and "race_gender" not in md
+    # Table 18 (issue 42 item 6): the occupations left after all three stages
+    F.filter_table_files(candidates, out / "clip" / "sets.parquet", out / "nsfw" / "sets.parquet",
+                         out / "det" / "sets.csv", tmp_path / "t11b.csv", None, captions,
+                         out_table18_csv=tmp_path / "t18.csv", out_table18_md=tmp_path / "t18.md")
+    t18 = pd.read_csv(tmp_path / "t18.csv")
+    assert t18.to_dict("records") == [{"subject": "doctor", "sets_kept": 2, "segments": "race_gender"}]
+    assert "Table 18" in (tmp_path / "t18.md").read_text() and "| doctor" in (tmp_path / "t18.md").read_text()
+    empty = F.surviving_subjects(det.assign(passed=False), pd.read_parquet(captions))
+    assert empty.empty
 
 
 def test_table11_total_covers_its_three_segments_and_section_10_2_has_its_own_table(tmp_path):

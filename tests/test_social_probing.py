@@ -241,7 +241,7 @@ def test_probe_runner_with_stand_in_scorer(tmp_path, monkeypatch):
     monkeypatch.setattr(rp, "_pyplot", _Recording)
     assert rp.figure_maxskew_boxplots(back, tmp_path / "f3.png").stat().st_size > 0
     assert rp.figure_marginal_bars(back, tmp_path / "f4.png").stat().st_size > 0
-    assert closed[0] == ["(Race, Gender)"]                      # segments named as the tables name them
+    assert closed[0] == ["(a) (Race, Gender)"]                  # segments named as the tables name them
     assert closed[1] == ["(Race, Gender): marginal gender by race"]
     # issue 44: an all-zero panel says why instead of showing empty axes
     zero = back.assign(value=back["value"].where(back["attribute"] != "gender", 0.0))
@@ -274,6 +274,36 @@ def test_probing_loads_its_models_in_probing_precision(tmp_path, repo):
     pr.probe({"precision": "auto"}, ["m1"], path, scorer_factory=factory)
     pr.probe({"precision": "auto", "probing": {"precision": None}}, ["m1"], path, scorer_factory=factory)
     assert seen == ["fp32", "auto"]
+
+
+def test_figure3_panels_and_models_in_the_papers_order(tmp_path, monkeypatch):
+    """Issue 42 item 6 (Figure 3): panels (a) Race-Gender, (b) Physical Char.-Gender, (c) Physical Char.-Race, then
+    any other segment; models in the probe table's (probing.roles) order, as Figure 3 lists them."""
+    assert rp.figure_segments(["physical_race", "physical_race_gender", "race_gender", "physical_gender"]) == [
+        "race_gender", "physical_gender", "physical_race", "physical_race_gender"]
+    rows = []
+    for model in ("SLIP", "ALIP", "CLIP"):                        # the roles' order, not alphabetical
+        for seg in ("physical_race", "race_gender", "physical_gender"):
+            for subj, v in (("doctor", 0.1), ("nurse", 0.3)):
+                rows.append({"model": model, "segment": seg, "subject": subj, "attribute": pr.INTERSECTIONAL,
+                             "given": pr.ALL, "label": "", "metric": "maxskew", "k": 4, "value": v})
+    frame = pd.DataFrame(rows, columns=pr.PROBE_COLUMNS)
+    seen = []
+    real = rp._pyplot()
+
+    class _Recording:
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+        def close(self, fig):
+            seen.append([(ax.get_title(), [t.get_text() for t in ax.get_xticklabels()]) for ax in fig.axes])
+            real.close(fig)
+
+    monkeypatch.setattr(rp, "_pyplot", _Recording)
+    rp.figure_maxskew_boxplots(frame, tmp_path / "f3.png")
+    assert [t for t, _ in seen[0]] == ["(a) (Race, Gender)", "(b) (Physical Char., Gender)",
+                                       "(c) (Physical Char., Race)"]
+    assert all(models == ["SLIP", "ALIP", "CLIP"] for _, models in seen[0])
 
 
 def test_images_table_errors(tmp_path):

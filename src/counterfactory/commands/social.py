@@ -194,6 +194,9 @@ def add_filtering(subparsers) -> None:
     add_renamed(p, "--out-csv", "--out", required=True, metavar="TABLE.csv", help="the table as CSV")
     add_renamed(p, "--out-md", "--markdown", metavar="TABLE.md", help="the table as Markdown")
     p.add_argument("--out-html", metavar="TABLE.html", help="the table as an HTML page (what the report shows)")
+    p.add_argument("--out-table18-csv", metavar="FILE.csv",
+                   help="Table 18: the occupations left after the filters (subject, sets kept, segments); needs --captions")
+    p.add_argument("--out-table18-md", metavar="FILE.md", help="Table 18 as the paper prints it (Markdown grid)")
     p.set_defaults(func=_cmd_filter_table)
 
 
@@ -243,7 +246,8 @@ def _cmd_filter_merge(args) -> int:
 def _cmd_filter_table(args) -> int:
     _load_config(args.config)
     table = filtering.filter_table_files(args.candidates, args.clip, args.nsfw, args.detect, args.out_csv,
-                                         args.out_md, args.captions, out_html=args.out_html)
+                                         args.out_md, args.captions, out_html=args.out_html,
+                                         out_table18_csv=args.out_table18_csv, out_table18_md=args.out_table18_md)
     print(filtering.stage_counts_markdown(table))
     return 0
 

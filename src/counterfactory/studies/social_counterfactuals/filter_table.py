@@ -152,18 +152,58 @@ def stage_counts_html(table: pd.DataFrame) -> str:
 
 
 
+def surviving_subjects(detect_sets: pd.DataFrame, captions: pd.DataFrame) -> pd.DataFrame:
+    """Table 18 ("Full list of occupations which remain in our dataset after filtering"): every subject with at least
+    one candidate set that passed all three stages, in the caption list's order, with its kept sets (all segments)
+    and the segments it remains in. Columns ``subject, sets_kept, segments``."""
+    for col in ("set_id", "subject", "segment"):
+        if col not in captions.columns:
+            raise InputError(f"caption-set table: missing column {col!r}. Fix: pass the social captions table")
+    by_set = captions.drop_duplicates("set_id").set_index(captions.drop_duplicates("set_id")["set_id"].astype(str))
+    kept = detect_sets[_as_bool(detect_sets["passed"])]
+    ids = kept["set_id"].astype(str)
+    frame = pd.DataFrame({"subject": ids.map(by_set["subject"]), "segment": ids.map(by_set["segment"])}).dropna()
+    order = list(dict.fromkeys(captions["subject"].astype(str)))
+    rows = []
+    for subject in order:
+        mine = frame[frame["subject"] == subject]
+        if len(mine):
+            rows.append({"subject": subject, "sets_kept": int(len(mine)),
+                         "segments": " ".join(dict.fromkeys(mine["segment"].astype(str)))})
+    return pd.DataFrame(rows, columns=["subject", "sets_kept", "segments"])
+
+
+def table18_markdown(table: pd.DataFrame, columns: int = 4) -> str:
+    """Table 18 as the paper prints it: the remaining occupations in a grid of ``columns`` columns, then the count."""
+    names = table["subject"].astype(str).tolist()
+    rows = [names[i:i + columns] for i in range(0, len(names), columns)]
+    head = "| " + " | ".join(["Occupation"] * columns) + " |\n|" + "---|" * columns + "\n"
+    body = "".join("| " + " | ".join(r + [""] * (columns - len(r))) + " |\n" for r in rows)
+    return (f"**Table 18: occupations which remain in the dataset after filtering ({len(names)})**\n\n"
+            + (head + body if names else "(none)\n"))
+
+
 def filter_table_files(candidates_path, clip_sets, nsfw_sets, detect_sets, out_csv, out_markdown=None,
-                       captions_path=None, out_html=None) -> pd.DataFrame:
+                       captions_path=None, out_html=None, out_table18_csv=None, out_table18_md=None) -> pd.DataFrame:
     """Table 11 from the stage outputs (CSV and, optionally, Markdown and HTML)."""
     from ...io import write_text
 
-    captions = read_table(captions_path, "caption-set table", ("set_id", "segment")) if captions_path else None
+    captions = read_table(captions_path, "caption-set table", ("set_id", "segment", "subject")) if captions_path else None
     table = stage_counts(read_table(candidates_path, "candidate-image table", SET_KEYS),
                          read_table(clip_sets, "CLIP set table", (*SET_KEYS, "passed")),
                          read_table(nsfw_sets, "NSFW set table", (*SET_KEYS, "passed")),
                          read_table(detect_sets, "detectability set table", (*SET_KEYS, "passed", "n_images")),
                          captions)
     _write_table(out_csv, table)
+    if out_table18_csv or out_table18_md:
+        if captions is None:
+            raise InputError("Table 18 needs the caption-set table. Fix: pass --captions")
+        t18 = surviving_subjects(read_table(detect_sets, "detectability set table", (*SET_KEYS, "passed")),
+                                 captions)
+        if out_table18_csv:
+            _write_table(out_table18_csv, t18)
+        if out_table18_md:
+            write_text(out_table18_md, table18_markdown(t18))
     if out_markdown:
         write_text(out_markdown, stage_counts_markdown(table))
     if out_html:

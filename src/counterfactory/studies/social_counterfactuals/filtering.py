@@ -98,6 +98,7 @@ from .filter_io import SET_KEYS as SET_KEYS
 from .filter_io import LABEL_COLUMNS as LABEL_COLUMNS
 from .filter_io import _write_table, read_images, read_labels, read_table, write_images
 from .filter_table import filter_table_files as filter_table_files
+from .filter_table import surviving_subjects as surviving_subjects
 from .filter_table import stage_counts as stage_counts
 from .filter_table import stage_counts_markdown as stage_counts_markdown
 

@@ -180,21 +180,36 @@ def _pyplot():
     return pyplot()
 
 
+#: Figure 3's panels: (a) Race-Gender, (b) Physical Characteristics-Gender, (c) Physical Characteristics-Race; any
+#: other segment (§10.2's three-attribute one) follows, by name
+FIGURE3_SEGMENTS = ("race_gender", "physical_gender", "physical_race")
+
+
+def figure_segments(segments) -> list[str]:
+    """Segments in Figure 3's panel order (:data:`FIGURE3_SEGMENTS`, then the others by name)."""
+    segs = list(dict.fromkeys(str(s) for s in segments))
+    rank = {s: i for i, s in enumerate(FIGURE3_SEGMENTS)}
+    return sorted(segs, key=lambda s: (rank.get(s, len(rank)), s))
+
+
 def figure_maxskew_boxplots(probe_df: pd.DataFrame, out: str | Path, metric: str = "maxskew") -> Path:
     """Figure 3 / 6: per segment, a box plot of MaxSkew@K across occupations per model; the maximum (red) and
-    minimum (green) occupations are circled and named (ties: the first name alphabetically, "+n more")."""
+    minimum (green) occupations are circled and named (ties: the first name alphabetically, "+n more"). Panels in
+    the paper's order ((a) Race-Gender, (b) Physical Char.-Gender, (c) Physical Char.-Race, :func:`figure_segments`),
+    models in the probe table's order (``probing.roles``: ALIP, CLIP, FLAVA, LaCLIP, OpenCLIP, SLIP in Figure 3)."""
     from ...io import save_figure
     from .debias_tables import segment_label
 
     sel = per_subject(probe_df, metric)
     if sel.empty:
         raise ConfigError(f"no '{metric}' rows in the probe table; nothing to plot")
-    segs = sorted(sel["segment"].unique())
+    segs = figure_segments(sel["segment"].unique())
+    model_order = list(dict.fromkeys(probe_df["model"].astype(str)))
     plt = _pyplot()
     fig, axes = plt.subplots(1, len(segs), figsize=(5.5 * len(segs), 4.5), squeeze=False)
-    for ax, seg in zip(axes[0], segs):
+    for i, (ax, seg) in enumerate(zip(axes[0], segs)):
         s = sel[sel["segment"] == seg]
-        models = sorted(s["model"].unique())
+        models = [m for m in model_order if m in set(s["model"].astype(str))]
         data = [s[s["model"] == m]["value"].to_numpy() for m in models]
         ax.boxplot(data, showfliers=False)
         ax.set_xticks(range(1, len(models) + 1), models, rotation=30, ha="right")
@@ -206,7 +221,7 @@ def figure_maxskew_boxplots(probe_df: pd.DataFrame, out: str | Path, metric: str
                 text = names[0] + (f" (+{len(names) - 1})" if len(names) > 1 else "")
                 ax.scatter([x], [v], s=40, facecolors="none", edgecolors=colour, zorder=3)
                 ax.annotate(text, (x, v), textcoords="offset points", xytext=(5, dy), fontsize=7, color=colour)
-        ax.set_title(segment_label(seg))                 # "(Physical Char., Gender)", as the tables name it
+        ax.set_title(f"({chr(ord('a') + i)}) {segment_label(seg)}")   # "(b) (Physical Char., Gender)", as Figure 3
         ax.set_ylabel("MaxSkew@K" if metric == "maxskew" else metric)
     fig.tight_layout()
     path = save_figure(out, fig)
