@@ -371,3 +371,68 @@ def test_case09_llm_interventions_are_checked_for_meaning_with_a_rejection_row()
     assert parsed["intervened"].tolist() == [None]
     rejected = iv.rejected_rows(parsed, pd.DataFrame(columns=["image_id", "reason"]))
     assert rejected["reason"].tolist() == ["failed_check"] and "rule-based swap" in rejected["detail"][0]
+
+
+# ------------------------------------------------------------------------------------------ case 10 / 17
+@pytest.mark.parametrize("text, key, lines", [
+    ("run_name: a\nseed: 1\nseed: 2\n", "seed", (2, 3)),
+    ("run_name: a\ncoco_counterfactuals:\n  captions: {mlm_top_k: 5}\ncoco_counterfactuals:\n  images: {}\n",
+     "coco_counterfactuals", (2, 4)),
+    ("models:\n  mlm:\n    source: a\n    source: b\n", "source", (3, 4)),
+])
+def test_case10_a_duplicated_key_at_any_depth_names_both_lines(repo, tmp_path, capsys, text, key, lines):
+    from counterfactory.cli import main
+    from counterfactory.config import ConfigError, load_config
+
+    path = tmp_path / "dup.yaml"
+    path.write_text(text)
+    pattern = rf"dup.yaml.*{key!r}.*line {lines[0]}, again at line {lines[1]}"
+    with pytest.raises(ConfigError, match=pattern):
+        load_config([repo / "config" / "demo.yaml", path])
+    assert main(["config", "check", str(path)]) != 0
+    err = capsys.readouterr().err
+    assert f"first at line {lines[0]}, again at line {lines[1]}" in err and "Traceback" not in err
+
+
+def test_case10_merge_keys_are_not_duplicates(tmp_path):
+    from counterfactory.config import load_yaml
+
+    assert load_yaml("base: &b {x: 1}\nmore:\n  <<: *b\n  y: 2\n") == {"base": {"x": 1}, "more": {"x": 1, "y": 2}}
+
+
+def test_case17_config_check_on_latin1_bytes_names_the_line(tmp_path, capsys):
+    from counterfactory.cli import main
+
+    path = tmp_path / "latin1.yaml"
+    path.write_bytes("run_name: a\n# caf\u00e9\n".encode("latin-1"))
+    assert main(["config", "check", str(path)]) != 0
+    err = capsys.readouterr().err
+    assert "line 2" in err and "UTF-8" in err and "Traceback" not in err
+
+
+# ------------------------------------------------------------------------------------------ case 14
+def test_case14_a_decompression_bomb_png_is_a_named_problem_not_a_traceback(tmp_path):
+    import struct
+    import zlib
+
+    from counterfactory.data.check import image_problem
+
+    def chunk(kind, data):
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xffffffff)
+
+    path = tmp_path / "huge.png"
+    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 20000, 20000, 1, 0, 0, 0, 0))
+                     + chunk(b"IDAT", zlib.compress(b"")) + chunk(b"IEND", b""))
+    assert "too large to decode safely" in image_problem(path)
+
+
+# ------------------------------------------------------------------------------------------ case 16
+def test_case16_preflight_with_an_invalid_throughput_file_fails_naming_it(repo, tmp_path, capsys, monkeypatch):
+    from counterfactory.cli import main
+
+    monkeypatch.chdir(repo)
+    bad = tmp_path / "tp.json"
+    bad.write_text("{not json")
+    code = main(["preflight", "--config", "config/demo.yaml", "--throughput", str(bad), "--only", "disk"])
+    err = capsys.readouterr().err
+    assert code != 0 and "tp.json" in err and "not valid JSON" in err

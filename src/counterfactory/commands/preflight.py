@@ -21,8 +21,13 @@ def _preflight(args) -> int:
                               f"({', '.join(cfg['studies'])}). Fix: name one of those")
         cfg["studies"] = list(args.study)
     parts = args.only or ["model", "dataset", "nltk", "disk", "gpu-memory"]
+    throughput = args.throughput
+    if throughput is not None:       # a file the user named is read here: a bad one is an error, not a skipped check
+        from ..planning import load_throughput
+
+        throughput = load_throughput(throughput)
     checks = preflight.preflight(cfg, online=False if args.offline else None, results_root=args.results_root,
-                                 throughput=args.throughput, parts=parts)
+                                 throughput=throughput, parts=parts)
     if args.table:
         print(preflight.to_table(checks, only_problems=args.problems_only))
         print(preflight.summary(checks))
