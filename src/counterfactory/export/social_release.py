@@ -40,6 +40,7 @@ from typing import Any
 import pandas as pd
 
 from ..errors import InputError, input_error, missing_input
+from .citations import CITATIONS, size_category
 
 #: fields of the public release, in its order
 RELEASE_FIELDS = ("image", "caption", "counterfactual_set", "a1_type", "a1", "a2_type", "a2", "a1a2")
@@ -228,7 +229,6 @@ def _readme(summary: dict) -> str:
     from huggingface_hub import DatasetCardData
 
     from ..render import escape_md
-    from .cards import CITATIONS, size_category
 
     meta = DatasetCardData(pretty_name="SocialCounterfactuals (reproduction)", license="other",
                            license_name="generated images: CreativeML OpenRAIL-M use restrictions",
