@@ -436,3 +436,23 @@ def test_case16_preflight_with_an_invalid_throughput_file_fails_naming_it(repo, 
     code = main(["preflight", "--config", "config/demo.yaml", "--throughput", str(bad), "--only", "disk"])
     err = capsys.readouterr().err
     assert code != 0 and "tp.json" in err and "not valid JSON" in err
+
+
+# ------------------------------------------------------------------------------------------ case 19
+def test_case19_a_bad_fairface_csv_stops_cvld_retrieval_before_training(repo, tmp_path, monkeypatch):
+    from counterfactory.config import load_config
+    from counterfactory.studies.cvld import runs
+
+    cfg = load_config([repo / "config" / "config.yaml", repo / "config" / "demo.yaml"], study="cvld")
+    root = tmp_path / "fairface"
+    root.mkdir()
+    (root / "fairface_label_val.csv").write_bytes("file,age,gender,race,service_test\nval/\xe9.jpg\n".encode("latin-1"))
+    cfg["data"]["fairface"] = {**cfg["data"]["fairface"], "root": str(root), "split": "val"}
+    trained = []
+    monkeypatch.setattr(runs, "_train_coco", lambda *a, **k: trained.append(1) or (None, None))
+    table = pd.DataFrame({"image_id": [1, 2], "caption_id": ["1_0", "2_0"], "split": ["train", "test"],
+                          "caption": ["a man", "a woman"], "intervened": ["a woman", "a man"],
+                          "image_path": ["a.jpg", "b.jpg"]})
+    with pytest.raises(InputError, match="fairface_label_val.csv"):
+        runs.run(cfg, "retrieval", "coco_100", "cvld", 0, [], tmp_path / "run", interventions=table)
+    assert trained == [] and not (tmp_path / "run" / "checkpoint").exists()

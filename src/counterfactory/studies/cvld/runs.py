@@ -314,6 +314,11 @@ def _retrieval(cfg, s, setting, variant, seed, files, out_dir, interventions, pr
     from ...io import write_csv
     from .data import captions as load_captions
 
+    # every evaluation input is read and checked before the model loads or trains (issue 45.19): a bad FairFace CSV
+    # or Flickr30K file stops the run before a checkpoint is written
+    ff = s["data"]["fairface"]
+    faces = load_fairface(ff["root"], ff["split"]) if ff["root"] else None
+    flickr = load_captions(s, "flickr30k") if s["data"]["flickr30k"]["karpathy_json"] else None
     model, processor = _train_coco(cfg, s, "retrieval", setting, variant, seed, files, out_dir, interventions,
                                    progress)
     from .resolution import current_size
@@ -321,9 +326,7 @@ def _retrieval(cfg, s, setting, variant, seed, files, out_dir, interventions, pr
     rv = s["retrieval"]
     batch = int(rv["eval_batch_size"])
     out: dict = {"image_size": current_size(model)} if model is not None else {}
-    ff = s["data"]["fairface"]
-    if ff["root"]:
-        faces = load_fairface(ff["root"], ff["split"])
+    if faces is not None:
         sim = fairface_similarity(model, processor, faces, batch_size=batch)
         table = fairface_bias_table(sim, faces["gender"], FAIRFACE_QUERIES, ks=rv["fairface_ks"])
         write_csv(out_dir / "fairface.csv", table)
@@ -337,11 +340,9 @@ def _retrieval(cfg, s, setting, variant, seed, files, out_dir, interventions, pr
             occ = fairface_similarity(model, processor, faces, [f"a photo of a {o}" for o in rv["occupations"]],
                                       batch_size=batch)
             out.update(occupation_shares(occ, faces["gender"], rv["occupations"], rv["curve_ks"]))
-    for name, dataset, frame in (("COCO", "coco", interventions), ("Flickr30K", "flickr30k", None)):
+    for name, dataset, frame in (("COCO", "coco", interventions), ("Flickr30K", "flickr30k", flickr)):
         if frame is None:
-            if not s["data"]["flickr30k"]["karpathy_json"]:
-                continue
-            frame = load_captions(s, "flickr30k")
+            continue
         images, caps, _ = _test(frame)
         rec = retrieval_recall(model, processor, images, caps, rerank_k=rerank_depth(s, dataset), batch_size=batch)
         out[f"{name}:Rec@1"], out[f"{name}:mRec"] = rec["rec@1"], rec["mrec"]
@@ -370,6 +371,9 @@ def _captioning(cfg, s, setting, variant, seed, files, out_dir, interventions, p
     from ...metrics.captioning import (caption_bias_amplification, coco_caption_scores, gender_error,
                                        gender_from_references, lic)
 
+    from .data import nocaps
+
+    nocaps_set = nocaps(s) if s["data"]["nocaps"]["annotations"] else None   # read before the model (issue 45.19)
     model, processor = _train_coco(cfg, s, "captioning", setting, variant, seed, files, out_dir, interventions,
                                    progress)
     from .resolution import current_size
@@ -383,10 +387,8 @@ def _captioning(cfg, s, setting, variant, seed, files, out_dir, interventions, p
     truth = [gender_from_references(r) for r in refs]
     out = {"BLEU-4": scores["BLEU-4"], "CIDEr": scores["CIDEr"], "SPICE": scores.get("SPICE"),
            "image_size": current_size(model)}
-    if s["data"]["nocaps"]["annotations"]:        # Table 4's zero-shot nocaps columns (public validation split)
-        from .data import nocaps
-
-        n_images, n_refs, n_ids = nocaps(s)
+    if nocaps_set is not None:                    # Table 4's zero-shot nocaps columns (public validation split)
+        n_images, n_refs, n_ids = nocaps_set
         n_preds = generate_captions(model, processor, n_images, batch_size=int(cp["eval_batch_size"]),
                                     prompt=cp["prompt"], **cp["generate"])
         write_csv(out_dir / "nocaps_captions.csv", pd.DataFrame({"image_id": n_ids, "caption": n_preds}))
