@@ -456,3 +456,20 @@ def test_case19_a_bad_fairface_csv_stops_cvld_retrieval_before_training(repo, tm
     with pytest.raises(InputError, match="fairface_label_val.csv"):
         runs.run(cfg, "retrieval", "coco_100", "cvld", 0, [], tmp_path / "run", interventions=table)
     assert trained == [] and not (tmp_path / "run" / "checkpoint").exists()
+
+
+# ------------------------------------------------------------------------------------------ case 20
+def test_case20_the_docs_say_how_to_get_the_line_of_a_configfile_error(repo):
+    text = (repo / "docs" / "configuration.md").read_text()
+    para = text[text.index("not valid JSON or YAML"):][:1500]
+    assert "counterfactory config check" in para and "twice" in para and "UTF-8" in para
+
+
+def test_case20_the_workflow_rereads_every_configfile_with_duplicate_keys_refused(repo, tmp_path):
+    """What the Snakefile runs on --configfile files (workflow_layers) refuses a duplicated key naming both lines."""
+    from counterfactory.config import ConfigError, workflow_layers
+
+    dup = tmp_path / "dup.yaml"
+    dup.write_text("seed: 1\nseed: 2\n")
+    with pytest.raises(ConfigError, match="line 1, again at line 2"):
+        workflow_layers([str(dup)], {})
