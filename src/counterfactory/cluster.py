@@ -206,7 +206,9 @@ def read_site_file(path: Path, profile: str) -> dict[str, Any]:
     if not path.exists():
         return {}
     try:
-        doc = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        from .config import load_yaml     # a key given twice is an error, not a lost setting
+
+        doc = load_yaml(path.read_text(encoding="utf-8")) or {}
     except yaml.YAMLError as exc:
         raise ClusterConfigError(f"{path}: not valid YAML ({exc}). Fix the file or unset {SITE_FILE_ENV}") from exc
     if not isinstance(doc, dict):

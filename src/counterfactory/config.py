@@ -410,17 +410,59 @@ def yaml_syntax_error(path: str | os.PathLike, exc: Exception) -> ConfigError:
                        "spaces, close brackets and quotes)")
 
 
+class UniqueKeyLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses a key given twice in one mapping, at any depth (YAML would keep the last
+    value and drop the first without a word): a ``ConstructorError`` naming both lines."""
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            seen: dict = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    first = seen.get(key)
+                except TypeError:           # an unhashable key: PyYAML's own error follows
+                    continue
+                if first is not None:
+                    raise yaml.constructor.ConstructorError(
+                        "while constructing a mapping", node.start_mark,
+                        f"found the key {key!r} twice: first at line {first + 1}, again at line "
+                        f"{key_node.start_mark.line + 1} (the first value would be silently lost); keep one",
+                        key_node.start_mark)
+                seen[key] = key_node.start_mark.line
+        return super().construct_mapping(node, deep=deep)
+
+
+def load_yaml(stream):
+    """``yaml.safe_load`` of a config file's text or stream, with duplicate keys an error (:class:`UniqueKeyLoader`)."""
+    return yaml.load(stream, Loader=UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+
+
+def _not_utf8(path: str | os.PathLike, exc: UnicodeDecodeError) -> ConfigError:
+    """A config file that is not UTF-8: the line and column of the first bad byte."""
+    data = Path(path).read_bytes()[:exc.start]
+    line = data.count(b"\n") + 1
+    column = exc.start - (data.rfind(b"\n") + 1) + 1
+    return ConfigError(f"{path}, line {line}, column {column}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x}; "
+                       "e.g. saved as Latin-1). Fix: save the file as UTF-8")
+
+
 def check_yaml_syntax(paths: Iterable[str | os.PathLike]) -> None:
-    """Parse each existing file of ``paths`` as YAML; the first syntax error is a :class:`ConfigError` naming
-    the file and line (the Snakefile runs this on its config files before Snakemake parses them)."""
+    """Parse each existing file of ``paths`` as YAML; the first syntax error, duplicate key or non-UTF-8 byte is a
+    :class:`ConfigError` naming the file and line (the Snakefile runs this on its config files before Snakemake
+    parses them)."""
     for p in paths:
         if not Path(p).is_file():
             continue
         try:
             with open(p, encoding="utf-8") as fh:
-                yaml.safe_load(fh)
+                load_yaml(fh)
         except yaml.YAMLError as exc:
             raise yaml_syntax_error(p, exc) from exc
+        except UnicodeDecodeError as exc:
+            raise _not_utf8(p, exc) from None
 
 
 def read_yaml(path: Path) -> dict:
@@ -430,9 +472,11 @@ def read_yaml(path: Path) -> dict:
                           "Fix: check the path")
     try:
         with open(path, encoding="utf-8") as fh:
-            data = yaml.safe_load(fh) or {}
+            data = load_yaml(fh) or {}
     except yaml.YAMLError as exc:
         raise yaml_syntax_error(path, exc) from exc
+    except UnicodeDecodeError as exc:
+        raise _not_utf8(path, exc) from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: top level must be a mapping, got {type(data).__name__}")
     return data
