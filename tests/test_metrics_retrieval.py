@@ -362,7 +362,9 @@ def test_bias_at_k_matches_loop(ranked, data):
 # ---------------------------------------------------------------- AP@k / ODmAP@k
 def test_average_precision_at_k_hand_computed():
     assert average_precision_at_k([1, 0, 1, 0], 3) == pytest.approx((1 + 2 / 3) / 2)
-    assert average_precision_at_k([1, 0, 1, 0], 3, n_relevant=5) == pytest.approx((1 + 2 / 3) / 3)
+    assert average_precision_at_k([1, 0, 1, 0], 3, n_relevant=5,
+                                  normaliser="min_k_relevant") == pytest.approx((1 + 2 / 3) / 3)
+    assert average_precision_at_k([1, 0, 1, 0], 3, n_relevant=5) == pytest.approx((1 + 2 / 3) / 2)
     assert average_precision_at_k([0, 0, 1, 1], 2) == 0.0
     assert average_precision_at_k([True, True], 2) == 1.0
     assert math.isnan(average_precision_at_k([0, 0, 0], 2))       # no relevant item
@@ -386,7 +388,7 @@ def test_average_precision_at_k_matches_loop(rel, data):
     k = data.draw(st.integers(1, len(rel)))
     extra = data.draw(st.integers(0, 3))
     n_rel = sum(rel) + extra
-    got = average_precision_at_k(rel, k, n_relevant=n_rel)
+    got = average_precision_at_k(rel, k, n_relevant=n_rel, normaliser="min_k_relevant")
     if n_rel == 0:
         assert math.isnan(got)
     else:
@@ -439,7 +441,7 @@ def test_average_precision_and_odmap_full_ranking_equal_sklearn():
     assert odmap_at_k(sim, rel, 25, percent=False) == pytest.approx(np.mean(expected))
     # truncated: AP@k differs from sklearn's AP on the same ranking (it stops at k, divides by min(k, R))
     r = np.array([1, 0, 0, 1, 1, 0])
-    assert average_precision_at_k(r, 3) == pytest.approx(1 / 3)
+    assert average_precision_at_k(r, 3, normaliser="min_k_relevant") == pytest.approx(1 / 3)
     assert average_precision_score(r, -np.arange(6)) == pytest.approx((1 + 2 / 4 + 3 / 5) / 3)
 
 
@@ -450,19 +452,30 @@ def test_odmap_at_k_hand_computed():
     rel = np.array([[0, 1, 1, 0],      # AP@2 = (1/2) / min(2, 2) = 0.25
                     [1, 0, 0, 0],      # ranking 3,2,1,0: nothing relevant in top 2 -> 0
                     [0, 0, 0, 0]])     # no relevant caption: skipped
-    mean, per_query = odmap_at_k(sim, rel, 2, return_per_query=True)
+    mean, per_query = odmap_at_k(sim, rel, 2, return_per_query=True, normaliser="min_k_relevant")
     assert per_query[0] == pytest.approx(0.25)
     assert per_query[1] == 0.0
     assert math.isnan(per_query[2])
     assert mean == pytest.approx(100 * 0.125)
-    assert odmap_at_k(sim, rel, 2, percent=False) == pytest.approx(0.125)
+    assert odmap_at_k(sim, rel, 2, percent=False, normaliser="min_k_relevant") == pytest.approx(0.125)
+
+
+def test_ap_default_is_the_papers_normaliser_and_at_1_only_r_differs():
+    """Issue 43 item 9: the library default is the paper's (hits in the top k); at k = 1 ``relevant`` differs."""
+    assert average_precision_at_k([1, 0, 1, 0], 3, n_relevant=5) == pytest.approx((1 + 2 / 3) / 2)
+    sim = np.array([[1.0, 0.5, 0.1]])
+    rel = np.array([[1, 0, 1]])
+    assert odmap_at_k(sim, rel, 1, percent=False) == 1.0
+    assert odmap_at_k(sim, rel, 1, percent=False, normaliser="min_k_relevant") == 1.0
+    assert odmap_at_k(sim, rel, 1, percent=False, normaliser="relevant") == 0.5
 
 
 # Hand-made rankings (1 = correct caption, in rank order, the whole gallery listed) scored at k = 5 by
 # pytorch-metric-learning's AccuracyCalculator ("mean_average_precision", k=5): release 1.6.0 divides by the
-# correct items inside the top k ("hits_in_top_k"), release 2.9.0 by all correct items ("relevant").
+# correct items inside the top k ("hits_in_top_k"), release 2.9.0 by all correct items ("relevant"; from 1.6.2);
+# release 1.6.1 alone divided by min(k, R) ("min_k_relevant").
 LIBRARY_CASES = [
-    # ranking                  hits_in_top_k (1.6.0)  relevant (2.9.0)  min_k_relevant (ours)
+    # ranking                  hits_in_top_k (1.6.0)  relevant (2.9.0)  min_k_relevant (1.6.1)
     ([1, 0, 0, 0, 0, 1, 0, 0], 1.0, 0.5, 0.5),
     ([0, 1, 0, 1, 1, 1, 1, 1], 0.533333, 0.266667, 0.32),
     ([0, 0, 0, 0, 0, 1, 0, 0], 0.0, 0.0, 0.0),        # correct captions exist, none in the top k: 0
@@ -479,7 +492,7 @@ def test_ap_at_k_normalisers_match_the_metric_learning_library(ranking, hits, re
         assert average_precision_at_k(ranking, 5, normaliser=normaliser) == pytest.approx(value, abs=1e-6)
         assert odmap_at_k(sim, np.array([ranking]), 5, percent=False, normaliser=normaliser) == \
             pytest.approx(value, abs=1e-6)
-    assert average_precision_at_k(ranking, 5) == pytest.approx(min_k, abs=1e-6)   # default kept for callers
+    assert average_precision_at_k(ranking, 5) == pytest.approx(hits, abs=1e-6)    # default: the paper's
 
 
 def test_odmap_hits_normaliser_scores_a_query_without_hits_zero_and_skips_one_without_relevant():
@@ -537,7 +550,7 @@ def test_odmap_at_k_matches_loop(data):
         with pytest.raises(ValueError):
             odmap_at_k(np.array(sim, float), np.array(rel), k)
     else:
-        assert odmap_at_k(np.array(sim, float), np.array(rel), k) == pytest.approx(want)
+        assert odmap_at_k(np.array(sim, float), np.array(rel), k, normaliser="min_k_relevant") == pytest.approx(want)
 
 
 def test_odmap_at_k_chunked_path_matches(monkeypatch):
@@ -547,4 +560,4 @@ def test_odmap_at_k_chunked_path_matches(monkeypatch):
     rel[0] = 1
     want = loop_odmap(sim.tolist(), rel.tolist(), 5)
     monkeypatch.setattr(retrieval_module, "_CHUNK_ELEMENTS", 25)       # 2 queries per block
-    assert odmap_at_k(sim, rel, 5) == pytest.approx(want)
+    assert odmap_at_k(sim, rel, 5, normaliser="min_k_relevant") == pytest.approx(want)

@@ -356,7 +356,7 @@ def mean_bias_at_k(rankings: Iterable[Sequence[Any]], k: int) -> float:
 # AP@k and ODmAP@k
 # --------------------------------------------------------------------------------------------
 #: AP@k normalisers (the divisor of ``Σ_{j<=k} P@j · rel_j``); see :func:`average_precision_at_k`
-AP_NORMALISERS = ("min_k_relevant", "hits_in_top_k", "relevant")
+AP_NORMALISERS = ("hits_in_top_k", "min_k_relevant", "relevant")
 
 
 def _check_normaliser(normaliser: str) -> str:
@@ -375,14 +375,16 @@ def _ap_divisor(normaliser: str, k: int, hits_in_top: Any, total: Any) -> Any:
 
 
 def average_precision_at_k(relevance: Any, k: int, n_relevant: int | None = None, *,
-                           normaliser: str = "min_k_relevant") -> float:
-    """AP@k of one ranked list: ``(1/N) Σ_{j=1}^{k} P@j · rel_j`` in [0, 1], ``N = min(k, R)`` by default.
+                           normaliser: str = "hits_in_top_k") -> float:
+    """AP@k of one ranked list: ``(1/N) Σ_{j=1}^{k} P@j · rel_j`` in [0, 1].
 
-    ``normaliser`` picks N: ``min_k_relevant`` (default) ``min(k, R)``, the information-retrieval AP@k;
-    ``hits_in_top_k`` the number of relevant items inside the top k, at least 1 (a list with no hit in
-    its top k scores 0) — pytorch-metric-learning's ``mean_average_precision`` up to release 1.6.0, the
-    library of Musgrave et al. 2020 that Kim et al. 2023 cite for mAP@k; ``relevant`` ``R`` itself (the
-    same library's rule from release 1.6.1 on).
+    ``normaliser`` picks N: ``hits_in_top_k`` (default, the paper's) the number of relevant items inside
+    the top k, at least 1 (a list with no hit in its top k scores 0) — pytorch-metric-learning's
+    ``mean_average_precision`` up to release 1.6.0, the library of Musgrave et al. 2020 that Kim et al.
+    2023 cite for mAP@k; ``min_k_relevant`` ``min(k, R)``, the information-retrieval AP@k (also that
+    library's rule in release 1.6.1 alone); ``relevant`` ``R`` itself (the library from release 1.6.2 on).
+    At k = 1 ``hits_in_top_k`` and ``min_k_relevant`` agree; ``relevant`` does not (ranking
+    ``[1, 0, 1]``: 1.0 against 0.5).
 
     ``relevance`` is the 0/1 relevance of the retrieved items in rank order, ``P@j`` the precision of
     the top j, and ``R`` the total number of relevant items in the gallery: ``n_relevant`` if given
@@ -505,7 +507,7 @@ def _top_k_indices(sim: np.ndarray, k: int) -> np.ndarray:
 
 def odmap_at_k(similarity: Any, relevance: Any, k: int, *, percent: bool = True,
                return_per_query: bool = False,
-               normaliser: str = "min_k_relevant") -> float | tuple[float, np.ndarray]:
+               normaliser: str = "hits_in_top_k") -> float | tuple[float, np.ndarray]:
     """ODmAP@k: mean AP@k of caption retrieval for synthetic (object-removed) query images.
 
     Parameters
@@ -523,10 +525,10 @@ def odmap_at_k(similarity: Any, relevance: Any, k: int, *, percent: bool = True,
         Also return the per-query AP@k array (``nan`` for skipped queries), e.g. to combine
         query chunks of a very large gallery yourself (``np.nanmean`` of the concatenation).
     normaliser:
-        The AP@k divisor (:func:`average_precision_at_k`): ``min_k_relevant`` (default, ``min(k, R_q)``),
-        ``hits_in_top_k`` (relevant captions inside the top k, at least 1: the cited metric-learning
-        library's mAP@k, which the spurious-retrieval study's paper configuration uses) or ``relevant``
-        (``R_q``).
+        The AP@k divisor (:func:`average_precision_at_k`): ``hits_in_top_k`` (default: relevant captions
+        inside the top k, at least 1 — the cited metric-learning library's mAP@k up to release 1.6.0,
+        the paper's), ``min_k_relevant`` (``min(k, R_q)``, the information-retrieval AP@k) or
+        ``relevant`` (``R_q``).
 
     Definition (ours; Kim et al. 2023 published no code)
     ----------------------------------------------------
@@ -539,8 +541,8 @@ def odmap_at_k(similarity: Any, relevance: Any, k: int, *, percent: bool = True,
 
     Source: Kim, Koepke, Schmid & Akata 2023, "Exposing and Mitigating Spurious Correlations for
     Cross-Modal Retrieval" (CVPR Workshops), §3.2 — the relevance rule and "mAP@k" of their
-    reference [52] (Musgrave et al. 2020, pytorch-metric-learning): ``normaliser="hits_in_top_k"``.
-    The default ``min(k, R_q)`` is kept for other callers. Per query this is :func:`average_precision_at_k`, not sklearn's
+    reference [52] (Musgrave et al. 2020, pytorch-metric-learning): ``normaliser="hits_in_top_k"``,
+    the default. Per query this is :func:`average_precision_at_k`, not sklearn's
     ``average_precision_score`` (untruncated, ties merged; see there why they differ).
     """
     sim = as_float_array(similarity, "similarity", ndim=2)
