@@ -39,6 +39,7 @@ LABELS: list[tuple[str, str]] = [
     (r"in_domain/table\.html", "Table 5 · in-domain COCO-CFs test set"),
     (r"training/label_frequency\.csv", "Table 6 · label frequency vs accuracy change (CSV)"),
     (r"training/table6\.html", "Table 6 · label frequency vs accuracy change"),
+    (r"training/table6\.html", "Table 6 · label frequency vs accuracy change"),
     (r"training/human_taxonomy\.csv", "A.3.2 human-related subjects (CSV)"),
     (r"training/runs\.csv", "every fine-tuning run (CSV)"),
     (r"training/curves\.png", "loss curves of the fine-tuning runs"),
