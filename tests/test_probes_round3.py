@@ -473,3 +473,53 @@ def test_case20_the_workflow_rereads_every_configfile_with_duplicate_keys_refuse
     dup.write_text("seed: 1\nseed: 2\n")
     with pytest.raises(ConfigError, match="line 1, again at line 2"):
         workflow_layers([str(dup)], {})
+
+
+# ------------------------------------------------------------------------------------------ case 13
+def test_case13_replacing_a_symlinked_folder_leaves_no_old_link(tmp_path):
+    from counterfactory.io import atomic_dir
+
+    real = tmp_path / "elsewhere"
+    real.mkdir()
+    (real / "keep.txt").write_text("x")
+    (tmp_path / "export").mkdir()
+    link = tmp_path / "export" / "release"
+    link.symlink_to(real, target_is_directory=True)
+    with atomic_dir(link) as tmp:
+        (tmp / "new.txt").write_text("y")
+    assert sorted(p.name for p in (tmp_path / "export").iterdir()) == ["release"]
+    assert (link / "new.txt").is_file() and not link.is_symlink() and (real / "keep.txt").is_file()
+
+
+# ------------------------------------------------------------------------------------------ case 15
+def test_case15_a_float_caption_column_is_an_error_naming_the_column(tmp_path):
+    from counterfactory.text.caption_stage import read_shard
+
+    path = tmp_path / "captions.parquet"
+    pd.DataFrame({"caption_id": ["1", "2"], "image_id": [1, 2], "caption": [0.5, float("nan")]}).to_parquet(path)
+    with pytest.raises(InputError, match=r"captions.parquet.*column 'caption'.*float64 values, not text"):
+        read_shard(path, 0, 10)
+
+
+# ------------------------------------------------------------------------------------------ case 11 (part)
+def test_case11_a_full_disk_inside_safetensors_is_the_one_line_disk_message(tmp_path, capsys, monkeypatch):
+    """safetensors reports ENOSPC as a SafetensorError ("... (os error 28)"): the CLI names the output's file system
+    and the fix, as for any OSError, instead of a traceback."""
+    from safetensors import SafetensorError
+
+    from counterfactory import cli
+
+    def boom(args):
+        raise SafetensorError("Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: "
+                              "\"No space left on device\" }) (os error 28)")
+
+    err = cli.wrapped_os_error(SafetensorError("x (os error 28)"))
+    assert isinstance(err, OSError) and err.errno == 28
+    monkeypatch.setattr(cli, "_traceback", lambda args: None)
+    parser_main = cli.main
+    import counterfactory.commands.config as cc
+
+    monkeypatch.setattr(cc, "_check", boom)
+    code = parser_main(["config", "check", str(tmp_path / "x.yaml")])
+    text = capsys.readouterr().err
+    assert code == 2 and "no space left on device" in text and "Traceback" not in text

@@ -15,7 +15,9 @@ import argparse
 import copy
 import importlib
 import logging
+import os
 import pkgutil
+import re
 import sys
 
 from . import __version__, commands
@@ -115,7 +117,34 @@ def main(argv: list[str] | None = None) -> int:
         _traceback(args)
         print(f"{prefix}: error: {os_error_message(exc, outputs=[path for _, path, _ in outputs])}", file=sys.stderr)
         return 2
+    except Exception as exc:
+        wrapped = wrapped_os_error(exc)
+        if wrapped is None:
+            raise
+        _traceback(args)
+        print(f"{prefix}: error: {os_error_message(wrapped, outputs=[path for _, path, _ in outputs])}",
+              file=sys.stderr)
+        return 2
     return int(rc or 0)
+
+
+#: errno of an OS error that a library reports in its own exception's text (safetensors' Rust writer: "No space
+#: left on device (os error 28)")
+_OS_ERROR_TEXT = re.compile(r"\(os error (\d+)\)")
+
+
+def wrapped_os_error(exc: Exception) -> OSError | None:
+    """The :class:`OSError` inside a library exception that carries one only as text (safetensors'
+    ``SafetensorError`` on a full disk), so it gets the same one-line message and fix; else None."""
+    import errno
+
+    if type(exc).__name__ != "SafetensorError":
+        return None
+    m = _OS_ERROR_TEXT.search(str(exc))
+    if not m:
+        return None
+    code = int(m.group(1))
+    return OSError(code, os.strerror(code) if code in errno.errorcode else str(exc))
 
 
 def _traceback(args) -> None:

@@ -343,7 +343,10 @@ def atomic_dir(target: str | os.PathLike) -> Iterator[Path]:
         except BaseException:
             os.replace(old, target)
             raise
-        shutil.rmtree(old, ignore_errors=True)
+        if old.is_symlink():     # target was a link to a folder: the link goes, the folder it named is kept
+            old.unlink()
+        else:
+            shutil.rmtree(old, ignore_errors=True)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)

@@ -163,6 +163,9 @@ def inspect_image(path: str | Path) -> tuple[str | None, tuple[int, int] | None]
                     im.load()
     except UnidentifiedImageError:
         return "not an image PIL can read", None
+    except Image.DecompressionBombError as exc:   # a header claiming a huge size: refused, not decoded
+        return (f"too large to decode safely ({exc}; PIL's limit is {Image.MAX_IMAGE_PIXELS:,} pixels): resize it or "
+                "remove it", dims)
     except (OSError, SyntaxError, ValueError) as exc:
         return f"corrupt or truncated ({exc})", dims
     return None, dims

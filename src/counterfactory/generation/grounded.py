@@ -54,6 +54,7 @@ from ..errors import ConfigError, input_error
 from . import runner
 from .grounded_requests import (KINDS, MAX_OBJS, OPTIONAL_COLUMNS, REQUIRED_COLUMNS, ROLE_OF_KIND,  # noqa: F401
                                 GroundedRequest, _check_source, read_requests, requests_digest)
+from ..rgb import to_rgb
 
 log = logging.getLogger(__name__)
 
@@ -187,7 +188,7 @@ def _load_source(q: GroundedRequest, width: int, height: int, requests_path: Pat
     try:
         with Image.open(q.image) as im:
             # GLIGEN's inference script: resize to the model's size, no crop (the boxes stay on their objects)
-            return np.asarray(im.convert("RGB").resize((width, height), Image.BICUBIC))
+            return np.asarray(to_rgb(im, q.image).resize((width, height), Image.BICUBIC))
     except Exception as exc:
         raise input_error(requests_path or q.image, f"{q.row} (item_id {q.item_id!r})",
                           f"source image {q.image} could not be read ({exc})", "replace it with a valid image") from exc

@@ -68,6 +68,12 @@ def read_shard(path: str | Path, shard: int, shard_size: int) -> pd.DataFrame:
     for col in ("caption_id", "image_id", "caption"):
         if col not in table.columns:
             raise input_error(path, None, f"missing column {col!r}", "regenerate it with `counterfactory data captions`")
+    if len(table) and not (pd.api.types.is_object_dtype(table["caption"]) or
+                           pd.api.types.is_string_dtype(table["caption"])):
+        raise input_error(path, "column 'caption'", f"holds {table['caption'].dtype} values, not text (every caption "
+                          "would be rejected as empty_caption)", "write the captions as strings (check that the "
+                          "caption column holds the captions), or regenerate the table with `counterfactory data "
+                          "captions`")
     if shard < 0 or (shard > 0 and shard * shard_size >= len(table)):
         raise input_error(path, f"shard {shard}", f"out of range for {len(table)} captions at shard size {shard_size}",
                           "use a shard index below ceil(n_captions / shard_size)")

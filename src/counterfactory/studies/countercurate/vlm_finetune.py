@@ -40,6 +40,7 @@ import torch
 from ...errors import input_error
 from .vlm import (LETTERS, NEGATIVE_IMAGE, ROLE, Encoded, Encoder, VlmSettings, choice_question, collate, read_pairs,
                   render_prompt)
+from ...rgb import to_rgb
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +94,7 @@ class ConversationCollator:
 
         try:
             with Image.open(conv.image_path) as im:
-                image = im.convert("RGB")
+                image = to_rgb(im, conv.image_path)
         except (OSError, ValueError) as exc:
             raise input_error(conv.source, f"row {conv.row}", f"cannot read image {conv.image_path} ({exc})",
                               "replace the file or drop the row") from exc
