@@ -199,8 +199,6 @@ def test_library_defaults_agree_with_the_schema():
 _ALLOWED_DEFAULT_TABLES = {
     "generation/adaptive.py:DEFAULT_SCORE": "which score column a replayed curve ranks by (not a config key)",
     "evaluation/cvld.py:DEFAULT_PROMPTS": "library default of classify_attributes (class prompts, not a config key)",
-    "evaluation/cvld.py:CAPTION_DEFAULTS": "keyword defaults of the generate_captions kernel (the config's are "
-                                           "cvld.captioning.generate)",
     "scorers.py:DEFAULT_OPTIONS": "scorer-library defaults shared by every study; evaluation.scorers overrides them",
     "models/registry.py:DEFAULT_LIBRARY": "loader library of each model role (models.<role>.library overrides it)",
 }

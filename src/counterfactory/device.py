@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .errors import ConfigError
+from .settings import config_value, schema_defaults
 
 if TYPE_CHECKING:  # torch is imported where it is used: a step that needs no device does not pay for it
     import torch
@@ -139,15 +140,15 @@ def autocast_context(device: torch.device, dtype: torch.dtype | None):
 
 
 def from_config(cfg: dict) -> tuple[torch.device, torch.dtype]:
-    device = resolve_device(cfg.get("device", "auto"))
-    return device, resolve_dtype(cfg.get("precision", "auto"), device)
+    device = resolve_device(config_value(cfg, "device"))
+    return device, resolve_dtype(config_value(cfg, "precision"), device)
 
 
 def with_stage_precision(cfg: dict, precision: str | None) -> dict:
     """``cfg`` with the config-wide ``precision`` replaced by a stage's own (``None``: ``cfg`` itself), so the stage's
     models load through :func:`from_config` in that precision (e.g. ``social_counterfactuals.images.precision``:
     the authors' SocialCounterfactuals generator ran in fp32). A shallow copy; a :class:`ConfigView` stays one."""
-    if precision is None or precision == cfg.get("precision", "auto"):
+    if precision is None or precision == config_value(cfg, "precision"):
         return cfg
     resolve_dtype(precision)  # an unknown value fails here, naming the fix
     out = copy.copy(cfg)
@@ -166,16 +167,17 @@ def release_memory() -> None:
 
 
 @dataclass(frozen=True)
+@schema_defaults("performance")
 class Performance:
     """The config's ``performance`` section (defaults: schema, issue 16)."""
 
-    channels_last: bool = False
-    compile: bool = False
-    compile_mode: str = "default"
-    batch_size: int | str = "auto"
-    max_batch_size: int = 64
-    cpu_batch_size: int = 2
-    memory_fraction: float = 0.8
+    channels_last: bool
+    compile: bool
+    compile_mode: str
+    batch_size: int | str
+    max_batch_size: int
+    cpu_batch_size: int
+    memory_fraction: float
 
     @classmethod
     def from_config(cls, cfg: dict | None) -> "Performance":

@@ -262,6 +262,27 @@ def save_figure(target: str | os.PathLike, fig, dpi: int = 150) -> Path:
     return target
 
 
+#: bytes read at a time when hashing a file
+HASH_CHUNK = 8 * 1024 * 1024
+
+
+def file_digest(path: str | os.PathLike, algorithm: str = "sha256") -> str:
+    """Hex digest of a file's content (``hashlib`` ``algorithm``), streamed in :data:`HASH_CHUNK` chunks: the one
+    file hash of the package (models' manifests, data checksums, converted checkpoints, NLTK data, llm images)."""
+    digest = hashlib.new(algorithm)
+    buf = bytearray(HASH_CHUNK)
+    view = memoryview(buf)
+    with open(path, "rb", buffering=0) as fh:
+        while n := fh.readinto(buf):
+            digest.update(view[:n])
+    return digest.hexdigest()
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    """sha256 (hex) of a file's content (:func:`file_digest`)."""
+    return file_digest(path, "sha256")
+
+
 def canonical_json(obj: Any) -> str:
     """JSON with sorted keys, no whitespace and UTF-8 text: equal data gives equal bytes."""
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=_json_default)

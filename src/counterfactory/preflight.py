@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError, CounterFactoryError
+from .settings import config_value
 
 OK, FETCH, BUILD, SKIP, FAIL = "ok", "fetch", "build", "skip", "FAIL"
 PASSING = (OK, FETCH, BUILD, SKIP)
@@ -358,7 +359,8 @@ def attributes_role_check(cfg: dict) -> list[Check]:
     from .models import registry
 
     section = cfg["countercurate"].get("attributes") or {}
-    role, images = section.get("role", "vlm"), section.get("images", "both")
+    role = config_value(section, "countercurate.attributes.role")
+    images = config_value(section, "countercurate.attributes.images")
     key = "countercurate.attributes.role"
     if images == "none":
         return []

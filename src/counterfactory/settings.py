@@ -6,9 +6,11 @@ A settings dataclass names the schema section it mirrors with :func:`schema_defa
 A field written with a default in the class body that the schema also fills is an error at import, and
 ``tests/test_defaults_in_schema.py`` scans the package for defaults written outside the schema.
 
-:func:`from_section` is the one way to turn a (possibly partial) config section into such an object: the section is
-validated and filled by :func:`counterfactory.config.fill_section`, then its keys go to the fields.
-:func:`schema_default` is one default of the schema by dotted key (``precision``, ``performance.batch_size``).
+:func:`schema_default` is one default of the schema by dotted key (``precision``, ``performance.batch_size``);
+:func:`config_value` is a key of a (possibly partial) section or its schema default, the replacement of
+``section.get("key", <literal>)``. A study's sections become its settings through
+:func:`counterfactory.studies.sections.study_settings` (each section validated and filled by
+:func:`counterfactory.config.fill_section`); :func:`seed_pairs` / :func:`seed_list` expand every ``seeds`` section.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import dataclasses
 import functools
 from typing import Any, Mapping
 
-from .config import fill_definition, fill_section, section_schema
+from .config import _resolve, fill_definition, fill_section, load_schema
 
 
 def _frozen(value: Any) -> Any:
@@ -37,17 +39,19 @@ def _filled(section: str) -> dict:
 def schema_default(dotted: str) -> Any:
     """The schema's default of one key (``precision``, ``countercurate.grounded.steps``); a section without a
     ``default`` of its own is its filled defaults. A key the schema gives no default is a ``KeyError``."""
-    parent, _, leaf = dotted.rpartition(".")
-    if parent:
-        filled = fill_section(parent)
-        if leaf not in filled:
-            raise KeyError(f"the schema gives {dotted} no default")
-        return filled[leaf]
-    node = section_schema(dotted)
+    schema = load_schema()
+    node: dict = schema
+    for part in dotted.split("."):
+        node = _resolve(node, schema)
+        try:
+            node = node["properties"][part]
+        except KeyError:
+            raise KeyError(f"the schema has no key {dotted}") from None
+    node = _resolve(node, schema)
+    if node.get("properties") and isinstance(node.get("default", {}), dict):
+        return fill_section(dotted, node.get("default"))      # a section: its own default, filled
     if "default" in node:
         return copy.deepcopy(node["default"])
-    if node.get("type") == "object" or "properties" in node:
-        return fill_section(dotted)
     raise KeyError(f"the schema gives {dotted} no default")
 
 
@@ -81,14 +85,27 @@ def schema_defaults(section: str, *, keys: Mapping[str, str] | None = None, skip
     return apply
 
 
-def from_section(cls, value: Mapping | None = None, *, section: str | None = None, **extra):
-    """``cls`` (a :func:`schema_defaults` dataclass) from a config section: ``value`` validated and filled against
-    the schema section (``section``, default the class's own), each field from its key (lists as tuples); fields
-    the section does not hold come from ``extra`` or keep their defaults."""
-    section = section or cls.__schema_section__
-    filled = fill_section(section, dict(value) if value is not None else None)
-    keys = cls.__schema_keys__
-    fields = {f.name for f in dataclasses.fields(cls)}
-    values = {name: _frozen(filled[key]) for name, key in keys.items() if key in filled}
-    values.update({k: v for k, v in extra.items() if k in fields})
-    return cls(**values)
+_MISSING = object()
+
+
+def config_value(cfg: Mapping | None, dotted: str) -> Any:
+    """The value of the schema key ``dotted`` in ``cfg``, a mapping at that key's level: ``config_value(cfg,
+    "precision")`` on a configuration or study view, ``config_value(images, "social_counterfactuals.images.keep_work")``
+    on a section; the schema's default of ``dotted`` when ``cfg`` lacks the key (a partial section of library use).
+    A job's partial view that was not given the section still raises (:class:`counterfactory.config.ConfigView`)."""
+    key = dotted.rpartition(".")[2]
+    value = cfg.get(key, _MISSING) if cfg is not None else _MISSING
+    return schema_default(dotted) if value is _MISSING else value
+
+
+def seed_list(seeds: Mapping) -> list[int]:
+    """The run seeds of a ``seeds`` section (``{first, count[, data_seed_offset]}``): ``first .. first + count - 1``."""
+    first, count = int(seeds["first"]), int(seeds["count"])
+    return list(range(first, first + count))
+
+
+def seed_pairs(seeds: Mapping) -> list[tuple[int, int]]:
+    """``(seed, data_seed)`` of every run of a ``seeds`` section: the data seed is ``seed + data_seed_offset``
+    (COCO-CF B.3.2: seeds 107..131 with data seeds 108..132). The one expansion of a seeds section."""
+    offset = int(seeds["data_seed_offset"])
+    return [(seed, seed + offset) for seed in seed_list(seeds)]

@@ -12,13 +12,14 @@ from . import add_config_option
 
 def _build_tiny(args) -> int:
     from ..models import tiny
+    from ..settings import config_value
 
     cfg = load_config(args.config)
     section = cfg.get("tiny_models", {})
-    out_dir = args.out_dir or section.get("out_dir", "resources/models/tiny")
+    out_dir = args.out_dir or config_value(section, "tiny_models.out_dir")
     roles = args.role or section.get("roles") or sorted(tiny.builders())
     for role in roles:
-        tiny.build(role, out_dir, seed=section.get("seed", 0), force=args.force)
+        tiny.build(role, out_dir, seed=config_value(section, "tiny_models.seed"), force=args.force)
     return 0
 
 

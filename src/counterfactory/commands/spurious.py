@@ -237,9 +237,10 @@ def _register_steps(sub) -> None:
 
 def _nltk(cfg) -> None:
     from ..data.nltk_data import ensure_nltk_data
+    from ..settings import config_value
 
     section = cfg.get("nltk") or {}
-    ensure_nltk_data(section.get("data_dir", "resources/nltk_data"), section.get("source"))
+    ensure_nltk_data(config_value(section, "nltk.data_dir"), section.get("source"))
 
 
 def _classes(requests) -> list[str]:

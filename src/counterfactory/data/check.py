@@ -24,6 +24,7 @@ from collections import Counter
 from pathlib import Path
 
 from ..errors import describe_path, input_error
+from ..io import file_digest, file_sha256
 from .paths import join_under
 
 HOW_TO_GET = (
@@ -34,16 +35,8 @@ HOW_TO_GET = (
 ALGORITHMS = {32: "md5", 40: "sha1", 64: "sha256", 128: "sha512"}
 
 
-def file_digest(path: str | Path, algorithm: str = "sha256") -> str:
-    h = hashlib.new(algorithm)
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def sha256(path: str | Path) -> str:
-    return file_digest(path, "sha256")
+    return file_sha256(path)
 
 
 def parse_checksum(name: str, spec: str) -> tuple[str, str]:

@@ -56,7 +56,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from ..errors import CounterFactoryError, input_error
-from ..io import atomic_dir, write_json, write_text
+from ..io import atomic_dir, file_sha256, write_json, write_text
 
 log = logging.getLogger(__name__)
 
@@ -239,7 +239,7 @@ def format_gold_tsv(sentences: Iterable[Tagged], header: Sequence[str] = ()) -> 
 
 
 def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+    return file_sha256(path)
 
 
 def _dist_version(name: str) -> str | None:

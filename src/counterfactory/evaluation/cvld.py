@@ -29,6 +29,7 @@ from ..metrics.fairness import (average_precision, calibrated_threshold, deo_fro
                                 intersect_groups, mean_group_accuracy)
 from ..metrics.retrieval import bias_at_k, max_skew_at_k, ranking_from_scores, recall_at_k
 from ..scorers import BlipItcScorer, BlipItmScorer, load_image
+from ..settings import schema_default
 from ..training.cvld_losses import class_prompts
 
 log = logging.getLogger(__name__)
@@ -40,8 +41,9 @@ FAIRFACE_QUERIES = tuple(f"a photo of a {a} person" for a in FAIRFACE_ADJECTIVES
 #: (positive, negative) prompt per CelebA attribute: the training's class prompts (one wording for training and
 #: evaluation; ours, CVLD does not publish its prompts)
 DEFAULT_PROMPTS = {a: tuple(reversed(class_prompts(a))) for a in GENDER_INDEPENDENT}
-#: BLIP's COCO captioning decoding (``configs/caption_coco.yaml`` of salesforce/BLIP): beam 3, length 5..20
-CAPTION_DEFAULTS = {"num_beams": 3, "max_length": 20, "min_length": 5, "prompt": "a picture of "}
+#: BLIP's COCO captioning decoding (``configs/caption_coco.yaml`` of salesforce/BLIP: beam 3, length 5..20, prompt
+#: "a picture of "), as the schema writes it (``cvld.captioning.generate`` and ``.prompt``)
+_CAPTIONING = schema_default("cvld.captioning")
 
 
 def _itc(model, processor, batch_size: int) -> BlipItcScorer:
@@ -281,10 +283,10 @@ def retrieval_recall(model, processor, images: Sequence, captions: Sequence[Sequ
 # Captioning (Table 4)
 # --------------------------------------------------------------------------------------------
 @torch.no_grad()
-def generate_captions(model, processor, images: Sequence, max_length: int = CAPTION_DEFAULTS["max_length"],
-                      num_beams: int = CAPTION_DEFAULTS["num_beams"], *,
-                      min_length: int = CAPTION_DEFAULTS["min_length"],
-                      prompt: str | None = CAPTION_DEFAULTS["prompt"], batch_size: int = 16) -> list[str]:
+def generate_captions(model, processor, images: Sequence, max_length: int = _CAPTIONING["generate"]["max_length"],
+                      num_beams: int = _CAPTIONING["generate"]["num_beams"], *,
+                      min_length: int = _CAPTIONING["generate"]["min_length"],
+                      prompt: str | None = _CAPTIONING["prompt"], batch_size: int = 16) -> list[str]:
     """Captions with BLIP's COCO decoding: beam search (``num_beams`` 3), ``min_length`` 5 and ``max_length`` 20
     tokens including the prompt, prompt ``"a picture of "`` (BLIP's ``caption_coco.yaml``), deterministic
     (``do_sample=False``). The prompt is removed from the returned captions, as BLIP does. Images are not padded

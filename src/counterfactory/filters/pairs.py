@@ -42,6 +42,8 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
+from ..settings import schema_defaults
+
 log = logging.getLogger(__name__)
 
 SCORE_COLUMNS = ("sim_0", "sim_1", "sim_image", "sim_direction")
@@ -60,24 +62,22 @@ CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
 
 
 @dataclass(frozen=True)
+@schema_defaults("coco_counterfactuals.images.filter")
 class FilterThresholds:
-    """Inclusive lower bounds (COCO-Counterfactuals B.1.2; InstructPix2Pix generator)."""
+    """Inclusive lower bounds (COCO-Counterfactuals B.1.2; InstructPix2Pix generator); the defaults are the schema's
+    (``coco_counterfactuals.images.filter``: 0.2, 0.7, 0.2 and ``direction_rel_tol`` 0, off as the reference
+    filter, :data:`PAPER_DIRECTION_REL_TOL`)."""
 
-    image_caption_min: float = 0.2
-    image_image_min: float = 0.7
-    direction_min: float = 0.2
-    #: relative tolerance below which a feature difference has no direction (see module docstring); off (0) as
-    #: the reference filter
-    direction_rel_tol: float = PAPER_DIRECTION_REL_TOL
+    image_caption_min: float
+    image_image_min: float
+    direction_min: float
+    #: relative tolerance below which a feature difference has no direction (see module docstring)
+    direction_rel_tol: float
 
     @classmethod
     def from_config(cls, filt: dict) -> "FilterThresholds":
-        return cls(
-            image_caption_min=float(filt.get("image_caption_min", 0.2)),
-            image_image_min=float(filt.get("image_image_min", 0.7)),
-            direction_min=float(filt.get("direction_min", 0.2)),
-            direction_rel_tol=float(filt.get("direction_rel_tol", PAPER_DIRECTION_REL_TOL)),
-        )
+        return cls(**{name: float(filt.get(name, getattr(cls, name)))
+                      for name in ("image_caption_min", "image_image_min", "direction_min", "direction_rel_tol")})
 
 
 def _normalise(x: np.ndarray) -> np.ndarray:

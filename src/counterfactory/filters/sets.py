@@ -20,14 +20,16 @@ import pandas as pd
 
 from ..errors import ConfigError
 from ..metrics.similarity import l2_normalize
+from ..settings import schema_defaults
 
 
 @dataclass(frozen=True)
+@schema_defaults("social_counterfactuals.filter.clip")
 class ClipThresholds:
-    """§3.4: ``image_caption_min`` is inclusive (>=), ``image_image_min`` strict (>)."""
+    """§3.4: ``image_caption_min`` is inclusive (>=), ``image_image_min`` strict (>); defaults: the schema's."""
 
-    image_caption_min: float = 0.2
-    image_image_min: float = 0.2
+    image_caption_min: float
+    image_image_min: float
 
 
 def clip_thresholds(section: Any, where: str) -> tuple[str, ClipThresholds]:

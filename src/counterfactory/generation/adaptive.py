@@ -40,6 +40,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import ConfigError, input_error, missing_input
+from ..settings import config_value, schema_defaults
 from .sampler import GenerationSettings
 from .selection import candidate_batches
 
@@ -55,14 +56,15 @@ CURVE_COLUMNS = ("rule", "in_stage", "items", "items_with_selection", "stopped_e
 # --------------------------------------------------------------------------- settings and rules
 
 @dataclass(frozen=True)
+@schema_defaults("coco_counterfactuals.adaptive_curve")
 class CurveSettings:
     """The study's ``adaptive_curve`` section (ours; a section of its own, outside ``images``, so editing it
     reruns only the curve): the ``passed>=t`` targets, optional ``best>=q`` quantiles, and the batch size of the
     replayed layout (None = the run's own)."""
 
-    targets: tuple[int, ...] = (1, 2, 4)
-    best_quantiles: tuple[float, ...] = ()
-    batch_size: int | None = None
+    targets: tuple[int, ...]
+    best_quantiles: tuple[float, ...]
+    batch_size: int | None
 
     def __post_init__(self):
         if any(isinstance(t, bool) or not isinstance(t, int) or t < 1 for t in self.targets):
@@ -78,8 +80,8 @@ class CurveSettings:
     def from_config(cls, cfg: dict) -> "CurveSettings":
         sec = cfg.get("adaptive_curve") or {}
         bs = sec.get("batch_size")
-        return cls(targets=tuple(sec.get("targets", (1, 2, 4))),
-                   best_quantiles=tuple(float(q) for q in sec.get("best_quantiles", ())),
+        return cls(targets=tuple(sec.get("targets", cls.targets)),
+                   best_quantiles=tuple(float(q) for q in sec.get("best_quantiles", cls.best_quantiles)),
                    batch_size=None if bs is None else int(bs))
 
 
@@ -256,7 +258,7 @@ def layout_batch_size(images: dict, settings: CurveSettings, summary: dict, path
         return settings.batch_size
     if isinstance(summary.get("batch_size"), int):
         return summary["batch_size"]
-    bs = images.get("batch_size", 4)
+    bs = images.get("batch_size", GenerationSettings.batch_size)
     if bs == "auto":
         raise input_error(path, None, "images.batch_size is auto and the summary does not record the size the run "
                           "resolved", "pass --batch-size N (the run's log says 'batch size auto -> N')")
@@ -269,9 +271,9 @@ def pair_items(scores: pd.DataFrame, cfg: dict, cost: int, batch_size: int, path
     (:func:`.selection.candidate_batches`, ``batch_size`` candidates per call); ``cost`` per candidate."""
     images = cfg.get("images") or {}
     gen = GenerationSettings.from_config({**images, "batch_size": batch_size})
-    n = int(images.get("candidates_per_pair", 100))
+    n = int(config_value(images, "coco_counterfactuals.images.candidates_per_pair"))
     return _items(scores, PAIRS, score_column, path, lambda cid, _rows: (
-        list(candidate_batches(int(cfg.get("seed", 0)), cid, n, gen)), n, cost))
+        list(candidate_batches(int(config_value(cfg, "seed")), cid, n, gen)), n, cost))
 
 
 def set_items(clip_sets: pd.DataFrame, cfg: dict, cost_per_image: int, batch_size: int, path="clip_sets",
@@ -293,7 +295,8 @@ def set_items(clip_sets: pd.DataFrame, cfg: dict, cost_per_image: int, batch_siz
                               "every candidate set of a caption set has one image per caption")
         g = members.pop()
         b = set_batch_size(gen, sets, g)
-        return list(candidate_batches(int(cfg.get("seed", 0)), sid, n, gen, batch_size=b)), n, cost_per_image * g
+        seed = int(config_value(cfg, "seed"))
+        return list(candidate_batches(seed, sid, n, gen, batch_size=b)), n, cost_per_image * g
 
     return _items(clip_sets, SETS, score_column, path, layout)
 
@@ -352,7 +355,8 @@ def curve_from_files(scores_path, cfg: dict, summary_path=None, *, kind: str | N
     if kind == PAIRS:
         items = pair_items(table, cfg, _per_unit_cost(summary, summary_path, "candidates_generated"), batch,
                            scores_path, score_column)
-        top_k = int(((cfg.get("images") or {}).get("filter") or {}).get("top_k", 1))
+        filt = (cfg.get("images") or {}).get("filter") or {}
+        top_k = int(config_value(filt, "coco_counterfactuals.images.filter.top_k"))
         select = top_k_selector(top_k)
     else:
         items = set_items(table, cfg, _per_unit_cost(summary, summary_path, "images"), batch, scores_path,

@@ -32,14 +32,14 @@ import torch
 from tqdm.auto import tqdm
 
 from ..errors import ConfigError, input_error
+from ..settings import schema_default
 
 log = logging.getLogger(__name__)
 
 ROLE = "captioner"
-#: defaults of :func:`caption_images`
-DEFAULT_BATCH_SIZE = 16
-DEFAULT_MAX_NEW_TOKENS = 30
-DEFAULT_NUM_BEAMS = 1
+#: the schema section whose defaults :func:`caption_images` takes (spurious retrieval, Table 3 "capt. model")
+SECTION = "spurious_retrieval.captions.captioner"
+_SCHEMA = schema_default(SECTION)
 
 
 def _check_paths(paths: Sequence[str | os.PathLike]) -> list[Path]:
@@ -72,8 +72,8 @@ def _decode(processor, sequences: torch.Tensor) -> list[str]:
 
 
 def caption_batch(model, processor, images: Sequence, *, device: torch.device | str = "cpu",
-                  dtype: torch.dtype = torch.float32, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
-                  prompt: str | None = None, num_beams: int = DEFAULT_NUM_BEAMS) -> list[str]:
+                  dtype: torch.dtype = torch.float32, max_new_tokens: int = _SCHEMA["max_new_tokens"],
+                  prompt: str | None = None, num_beams: int = _SCHEMA["num_beams"]) -> list[str]:
     """Captions of one batch of PIL RGB ``images`` with a loaded ``(model, processor)`` already on
     ``device`` / ``dtype`` (greedy, or beam search with ``num_beams`` > 1)."""
     if not images:
@@ -96,8 +96,8 @@ def caption_batch(model, processor, images: Sequence, *, device: torch.device | 
 
 
 def caption_images(cfg: dict, paths: Sequence[str | Path], *, role: str = ROLE,
-                   batch_size: int = DEFAULT_BATCH_SIZE, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
-                   prompt: str | None = None, num_beams: int = DEFAULT_NUM_BEAMS,
+                   batch_size: int = _SCHEMA["batch_size"], max_new_tokens: int = _SCHEMA["max_new_tokens"],
+                   prompt: str | None = None, num_beams: int = _SCHEMA["num_beams"],
                    progress: bool = True) -> list[str]:
     """One caption per image file in ``paths``, in input order.
 

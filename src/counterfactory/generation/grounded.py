@@ -51,6 +51,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from ..errors import ConfigError, input_error
+from ..settings import config_value, schema_defaults
 from . import runner
 from .grounded_requests import (KINDS, MAX_OBJS, OPTIONAL_COLUMNS, REQUIRED_COLUMNS, ROLE_OF_KIND,  # noqa: F401
                                 GroundedRequest, _check_source, read_requests, requests_digest)
@@ -59,10 +60,6 @@ from ..rgb import to_rgb
 log = logging.getLogger(__name__)
 
 MODEL_ROLES = ("gligen", "gligen_inpaint", "t2i")
-#: the negative prompt of the authors' GLIGEN scripts (CounterCurate repository,
-#: datasets/gligen_inference_up_down.py and gligen_inference_count.py, ``--negative_prompt`` default)
-AUTHORS_NEGATIVE_PROMPT = ("longbody, lowres, bad anatomy, bad hands, missing fingers, extra digit, fewer digits, "
-                           "cropped, worst quality, low quality")
 
 GENERATED_SCHEMA = {
     "item_id": "object", "kind": "object", "prompt": "object", "phrases": "object", "boxes": "object",
@@ -74,25 +71,28 @@ GENERATED_SCHEMA = {
 
 
 @dataclass(frozen=True)
+@schema_defaults("countercurate.grounded")
 class GroundedSettings:
-    """The ``grounded`` config section (CounterCurate §3.2-3.4; GLIGEN inference settings). A run gets the schema's
-    defaults; these keyword defaults serve direct library use and equal the schema's (tests/test_config.py)."""
+    """The ``grounded`` config section (CounterCurate §3.2-3.4; GLIGEN inference settings); the defaults are the
+    schema's (``countercurate.grounded``), for a run and for direct library use alike. ``negative_prompt``: the
+    authors' GLIGEN scripts' (CounterCurate repository, datasets/gligen_inference_up_down.py and
+    gligen_inference_count.py, ``--negative_prompt`` default)."""
 
-    steps: int = 50
-    guidance: float = 7.5
-    height: int = 512
-    width: int = 512
+    steps: int
+    guidance: float
+    height: int
+    width: int
     #: fraction of the steps with the GLIGEN fusers on; 1.0 = grounding at every step, which is what the
     #: authors ran (GLIGEN's ``alpha_generator`` defaults to ``[1, 0, 0]`` and their metas set no
     #: ``alpha_type``); diffusers' default is 0.3
-    scheduled_sampling_beta: float = 1.0
-    negative_prompt: str | None = AUTHORS_NEGATIVE_PROMPT
-    batch_size: int = 4
-    shard_size: int = 100
-    inpaint_paste_back: bool = False
+    scheduled_sampling_beta: float
+    negative_prompt: str | None
+    batch_size: int
+    shard_size: int
+    inpaint_paste_back: bool
     #: t2i image size: DALLE-3 "hd" quality (§4.1) is 1024 x 1024, also SDXL base's native size
-    t2i_height: int = 1024
-    t2i_width: int = 1024
+    t2i_height: int
+    t2i_width: int
 
     @classmethod
     def from_config(cls, section: dict | None) -> "GroundedSettings":
@@ -427,7 +427,7 @@ def run_grounded_shard(cfg: dict, requests_path: str | os.PathLike, shard: int |
     roles = sorted({q.role for q in part})
     for role in roles:
         registry.model_spec(cfg, role)  # a ConfigError naming models.<role> when it is not configured
-    ctx = GroundedContext(cfg=cfg, settings=settings, global_seed=int(cfg.get("seed", 0)),
+    ctx = GroundedContext(cfg=cfg, settings=settings, global_seed=int(config_value(cfg, "seed")),
                           models=registry.configured_models(cfg, roles=roles), requests_path=requests_path,
                           requests=reqs)
     for q in part:
@@ -469,7 +469,8 @@ def _assemble(ctx: GroundedContext, shard_idx: int, bounds: tuple[int, int], par
         return {"generated.parquet": runner.frame(rows, GENERATED_SCHEMA)}, summary
 
     summary = runner.assemble(out_dir, cache, build,
-                              keep_work=bool((ctx.cfg.get("grounded") or {}).get("keep_work", False)))
+                              keep_work=bool(config_value(ctx.cfg.get("grounded") or {},
+                                                          "countercurate.grounded.keep_work")))
     log.info("grounded shard %05d: %d images (%d generated now in %d pipeline calls)", shard_idx, len(part),
              generated, calls)
     # this run's work counts are returned and logged, never written: a resumed shard's files are byte-identical

@@ -44,22 +44,27 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import ConfigError
+from ..settings import schema_defaults
 from .p2p import AttentionController, controlled, step_fraction, token_alignment
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
+@schema_defaults("cvld.editing.settings", keys={"steps": "inversion_steps", "guidance": "null_guidance",
+                                                "lr": "null_lr", "epsilon": "null_epsilon",
+                                                "epsilon_step": "null_epsilon_step"})
 class InversionSettings:
-    """Null-text inversion settings; defaults from Mokady et al. 2023 (see the module docstring)."""
+    """Null-text inversion settings; defaults from Mokady et al. 2023 (see the module docstring), as the schema
+    writes them (``cvld.editing.settings``: ``inversion_steps``, ``null_guidance``, ``inner_steps``, ...)."""
 
-    steps: int = 50
-    guidance: float = 7.5
-    inner_steps: int = 10
-    lr: float = 1e-2
-    epsilon: float = 1e-5
-    epsilon_step: float = 2e-5
-    size: int = 512
+    steps: int
+    guidance: float
+    inner_steps: int
+    lr: float
+    epsilon: float
+    epsilon_step: float
+    size: int
 
     def __post_init__(self):
         if self.steps < 1 or self.inner_steps < 0 or self.size < 8:

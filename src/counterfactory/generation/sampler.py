@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from ..errors import ConfigError
+from ..settings import schema_defaults
 from .p2p import MODES, AttentionController, install, token_alignment
 
 if TYPE_CHECKING:
@@ -42,19 +43,21 @@ SCHEDULERS = {
 # --------------------------------------------------------------------------- settings and seeds
 
 @dataclass(frozen=True)
+@schema_defaults("coco_counterfactuals.images", keys={"control": "attention_control"})
 class GenerationSettings:
-    """Generator settings; defaults are the InstructPix2Pix generator's (its public code, which COCO-Counterfactuals used)."""
+    """Generator settings; defaults are the schema's ``coco_counterfactuals.images`` (the InstructPix2Pix generator's,
+    its public code, which COCO-Counterfactuals used)."""
 
-    steps: int = 100
-    height: int = 512
-    width: int = 512
-    scheduler: str = "euler_ancestral"
-    control: str = "ip2p_self"
-    p_range: tuple[float, float] = (0.1, 0.9)
-    guidance_range: tuple[float, float] = (7.5, 15.0)
-    hertz_self_fraction: float = 0.0
-    negative_prompt: str = ""
-    batch_size: int = 4
+    steps: int
+    height: int
+    width: int
+    scheduler: str
+    control: str
+    p_range: tuple[float, float]
+    guidance_range: tuple[float, float]
+    hertz_self_fraction: float
+    negative_prompt: str
+    batch_size: int
 
     def __post_init__(self):
         if self.control not in MODES:

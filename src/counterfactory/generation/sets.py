@@ -51,6 +51,7 @@ import numpy as np
 
 from ..errors import ConfigError, input_error
 from ..io import read_table
+from ..settings import config_value, schema_defaults
 from .sampler import GenerationSettings, P2PEngine, build_engine
 from .selection import candidate_batches
 from . import runner
@@ -85,18 +86,19 @@ _RERUN = "`counterfactory social generate`"
 # --------------------------------------------------------------------------- settings
 
 @dataclass(frozen=True)
+@schema_defaults("social_counterfactuals.images")
 class SetGenerationSettings:
-    """The ``images`` keys of set generation (besides :class:`GenerationSettings`')."""
+    """The ``images`` keys of set generation (besides :class:`GenerationSettings`'; defaults: the schema's)."""
 
-    set_shard_size: int = 10
-    candidates_per_set: int = 100
-    max_images_per_call: int | None = None
+    set_shard_size: int
+    candidates_per_set: int
+    max_images_per_call: int | None
 
     @classmethod
     def from_config(cls, images: dict) -> "SetGenerationSettings":
         cap = images.get("max_images_per_call")
-        out = cls(set_shard_size=int(images.get("set_shard_size", 10)),
-                  candidates_per_set=int(images.get("candidates_per_set", 100)),
+        out = cls(set_shard_size=int(config_value(images, "social_counterfactuals.images.set_shard_size")),
+                  candidates_per_set=int(config_value(images, "social_counterfactuals.images.candidates_per_set")),
                   max_images_per_call=None if cap is None else int(cap))
         if out.set_shard_size < 1 or out.candidates_per_set < 1 or (cap is not None and out.max_images_per_call < 1):
             raise ConfigError("images.set_shard_size, images.candidates_per_set and images.max_images_per_call "
@@ -105,12 +107,13 @@ class SetGenerationSettings:
 
 
 @dataclass(frozen=True)
+@schema_defaults("social_counterfactuals.images.adaptive")
 class AdaptiveSettings:
     """``images.adaptive`` (ours; off = the paper's fixed ``candidates_per_set``): stop a caption set after
     the first batch at which ``target`` of its candidate sets passed the CLIP stage (``filter.clip``)."""
 
-    enabled: bool = False
-    target: int = 1
+    enabled: bool
+    target: int
 
     @classmethod
     def from_config(cls, images: dict) -> "AdaptiveSettings":
@@ -118,7 +121,7 @@ class AdaptiveSettings:
         if not isinstance(sec, dict):
             raise ConfigError(f"images.adaptive must be a mapping {{enabled, target}}, got {sec!r}. "
                               "Fix: write e.g. adaptive: {enabled: false, target: 1}")
-        enabled, target = sec.get("enabled", False), sec.get("target", 1)
+        enabled, target = sec.get("enabled", cls.enabled), sec.get("target", cls.target)
         if not isinstance(enabled, bool):
             raise ConfigError(f"images.adaptive.enabled must be true or false, got {enabled!r}. Fix: correct it")
         if isinstance(target, bool) or not isinstance(target, int) or target < 1:
@@ -165,7 +168,7 @@ def set_config_digest(cfg: dict) -> str:
     images = cfg.get("images") or {}
     keys = set(GenerationSettings.__dataclass_fields__) | set(SetGenerationSettings.__dataclass_fields__)
     keys |= {"attention_control"}     # GenerationSettings.control is read from images.attention_control
-    view = {"images": {k: images[k] for k in sorted(keys) if k in images}, "seed": cfg.get("seed", 0),
+    view = {"images": {k: images[k] for k in sorted(keys) if k in images}, "seed": config_value(cfg, "seed"),
             "models": cfg.get("models") or {}}
     sections: tuple[str, ...] = ("images", "seed")
     adaptive = AdaptiveSettings.from_config(images)
@@ -297,7 +300,7 @@ def _context(cfg: dict) -> SetContext:
     adaptive = AdaptiveSettings.from_config(images)
     role, thresholds = adaptive_clip(cfg) if adaptive.enabled else (None, None)
     return SetContext(cfg=cfg, settings=GenerationSettings.from_config(images, cfg),
-                      sets=SetGenerationSettings.from_config(images), global_seed=int(cfg.get("seed", 0)),
+                      sets=SetGenerationSettings.from_config(images), global_seed=int(config_value(cfg, "seed")),
                       # identifying the models (content fingerprints) must succeed: the resume cache depends on it
                       models=registry.configured_models(cfg, roles=model_roles(cfg)),
                       adaptive=adaptive, clip_role=role, clip=thresholds)
@@ -504,7 +507,8 @@ def _assemble(ctx: SetContext, shard_idx: int, bounds: tuple[int, int], total_se
         }
         return {"candidates.parquet": table}, summary
 
-    summary = runner.assemble(out_dir, cache, build, keep_work=bool((ctx.cfg.get("images") or {}).get("keep_work", False)))
+    keep_work = bool(config_value(ctx.cfg.get("images") or {}, "social_counterfactuals.images.keep_work"))
+    summary = runner.assemble(out_dir, cache, build, keep_work=keep_work)
     log.info("set shard %05d: %d sets, %d candidate sets, %d images (%d UNet evaluations)", shard_idx,
              len(groups), totals["candidates_generated"], totals["images"], totals["unet_evals"])
     return summary

@@ -22,7 +22,7 @@ from typing import Any, Callable, Sequence
 from ..data.layouts import SELECTED_SCHEMA
 from ..errors import input_error
 from ..io import read_table
-from ..settings import schema_default
+from ..settings import config_value
 from . import runner
 from .sampler import GenerationSettings, P2PEngine, build_engine
 from .selection import SelectionSettings, overgenerate_caption
@@ -106,18 +106,17 @@ def _shard_context(cfg: dict) -> ShardContext:
     adaptive = images.get("adaptive", {})
     settings = GenerationSettings.from_config(images, cfg)
     selection = SelectionSettings(
-        score_images=str(filt["score_images"] if "score_images" in filt
-                         else schema_default("coco_counterfactuals.images.filter.score_images")),
-        top_k=int(filt.get("top_k", 1)),
-        adaptive=bool(adaptive.get("enabled", False)),
+        score_images=str(config_value(filt, "coco_counterfactuals.images.filter.score_images")),
+        top_k=int(config_value(filt, "coco_counterfactuals.images.filter.top_k")),
+        adaptive=bool(config_value(adaptive, "coco_counterfactuals.images.adaptive.enabled")),
         target_accepted=adaptive.get("target_accepted"),
-        keep_all_images=bool(images.get("save_all_candidates", False)),
+        keep_all_images=bool(config_value(images, "coco_counterfactuals.images.save_all_candidates")),
     )
     # identifying the models (content fingerprints) must succeed: the resume cache depends on it
     models = registry.configured_models(cfg, roles=model_roles(cfg))
     return ShardContext(cfg=cfg, settings=settings, thresholds=FilterThresholds.from_config(filt),
-                        selection=selection, n_candidates=int(images.get("candidates_per_pair", 100)),
-                        global_seed=int(cfg.get("seed", 0)), models=models)
+                        selection=selection, n_candidates=int(config_value(images, "coco_counterfactuals.images.candidates_per_pair")),
+                        global_seed=int(config_value(cfg, "seed")), models=models)
 
 
 def model_roles(cfg: dict) -> tuple[str, ...]:
@@ -173,15 +172,16 @@ class ImagePairStage(runner.ShardStage):
         ctx = self.ctx
         for r in batch:
             images = ctx.cfg.get("images", {})
-            autocast = bool(images["autocast"] if "autocast" in images
-                            else schema_default("coco_counterfactuals.images.autocast"))   # B.1.2: fp16 autocast
+            autocast = bool(config_value(images, "coco_counterfactuals.images.autocast"))   # B.1.2: fp16 autocast
             if self.engine is None:
                 self.engine = build_engine(ctx.cfg, autocast=autocast)
             if self.scorer is None:
                 from ..filters import ClipScorer
 
+                filt = images.get("filter", {})
                 self.scorer = ClipScorer.from_config(
-                    ctx.cfg, batch_size=images.get("filter", {}).get("batch_size", 32), autocast=autocast)
+                    ctx.cfg, batch_size=config_value(filt, "coco_counterfactuals.images.filter.batch_size"),
+                    autocast=autocast)
             yield r, overgenerate_caption(self.engine, self.scorer, ctx.thresholds, r["caption_id"], r["original"],
                                           r["counterfactual"], ctx.n_candidates, ctx.global_seed, ctx.selection)
 
@@ -221,7 +221,7 @@ def run_shard(cfg: dict, pairs_path: str | os.PathLike, shard: int | str, out_di
     if engine is not None and engine.settings != ctx.settings:
         raise ValueError(f"the engine's settings {engine.settings} differ from the config's {ctx.settings}")
     shard_idx = int(shard)
-    size = int(cfg.get("images", {}).get("shard_size", 50))
+    size = int(config_value(cfg.get("images", {}), "coco_counterfactuals.images.shard_size"))
     lo, hi = shard_idx * size, (shard_idx + 1) * size
     pairs_path = Path(pairs_path)
     df = read_pairs(pairs_path)
@@ -312,7 +312,7 @@ def _assemble_shard(ctx: ShardContext, shard_idx: int, bounds: tuple[int, int], 
         }
         return {"candidate_scores.parquet": scores_df, "selected_pairs.parquet": selected_df}, summary
 
-    summary = runner.assemble(out_dir, cache, build, keep_work=bool(ctx.cfg.get("images", {}).get("keep_work", False)))
+    summary = runner.assemble(out_dir, cache, build, keep_work=bool(config_value(ctx.cfg.get("images", {}), "coco_counterfactuals.images.keep_work")))
     log.info("shard %05d: %d pairs selected from %d captions (%d candidates, %d passed, %d UNet evaluations)",
              shard_idx, summary["pairs_selected"], len(todo), totals["candidates_generated"],
              totals["candidates_passed"], totals["unet_evals"])

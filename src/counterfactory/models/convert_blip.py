@@ -38,12 +38,12 @@ ITM reads ``[ENC]`` in place of ``[CLS]``. The output folder is written atomical
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 from pathlib import Path
 
 from ..errors import CounterFactoryError
+from ..io import file_sha256
 
 #: transformers class of each kind
 CLASSES = {"itm": "BlipForImageTextRetrieval", "captioning": "BlipForConditionalGeneration"}
@@ -225,11 +225,7 @@ def resize_position_embedding(pos, grid: int):
 
 
 def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+    return file_sha256(path)
 
 
 def build_model(state: dict, kind: str, base: str, *, image_size: int | None = None, path="checkpoint"):

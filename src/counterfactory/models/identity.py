@@ -23,12 +23,14 @@ import time
 from pathlib import Path
 from typing import Any, Iterable
 
+from ..io import HASH_CHUNK as CHUNK  # bytes read at a time when hashing
+from ..io import file_sha256
+
 log = logging.getLogger(__name__)
 
 
 # --------------------------------------------------------------------------- content identity
 
-CHUNK = 8 * 1024 * 1024  # bytes read at a time when hashing
 MANIFEST_NAME = "counterfactory-manifest.json"
 CACHE_ENV = "COUNTERFACTORY_CACHE_DIR"
 CACHE_FILE = "file_hashes.json"
@@ -55,14 +57,8 @@ def cache_dir() -> Path:
 
 
 def _hash_file(path: Path) -> str:
-    """sha256 of a file's content, streamed in 8 MiB chunks."""
-    digest = hashlib.sha256()
-    buf = bytearray(CHUNK)
-    view = memoryview(buf)
-    with open(path, "rb", buffering=0) as fh:
-        while n := fh.readinto(buf):
-            digest.update(view[:n])
-    return digest.hexdigest()
+    """sha256 of a file's content (:func:`counterfactory.io.file_sha256`)."""
+    return file_sha256(path)
 
 
 def _git_blob_sha1(path: Path) -> str:

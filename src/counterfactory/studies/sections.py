@@ -29,16 +29,17 @@ class Sections(dict):
         raise KeyError(key)
 
 
-def study_settings(cfg: Mapping | None, section: str, cls: type[Sections]) -> Sections:
+def study_settings(cfg: Mapping | None, section: str, cls: type[Sections], skip: tuple[str, ...] = ()) -> Sections:
     """``cls`` filled from ``cfg`` (a full configuration, a study view, or ``None``): every schema section of the
-    study validated with its defaults filled, except the sections a job's partial view leaves out."""
+    study validated with its defaults filled, except the sections a job's partial view leaves out and ``skip``
+    (sections another module reads). The one way a study's config sections become its settings."""
     cfg = cfg if cfg is not None else {}
     nested = dict.get(cfg, section) if isinstance(cfg, dict) else None
     own = nested if isinstance(nested, Mapping) else cfg
     partial = bool(getattr(own, "partial", False))
     out = cls()
     for name in section_names(section):
-        if partial and not dict.__contains__(own, name):
+        if name in skip or (partial and not dict.__contains__(own, name)):
             continue
         value = dict.get(own, name) if isinstance(own, dict) else None
         out[name] = fill_section(f"{section}.{name}", value)

@@ -31,6 +31,7 @@ from ..data.layouts import ACCEPTED_COLUMNS
 from ..errors import input_error, missing_input
 from ..io import check_digests, config_digest, read_table, write_json, write_parquet, write_text
 from ..models import registry
+from ..settings import config_value
 from . import captions as cap
 
 log = logging.getLogger(__name__)
@@ -100,7 +101,8 @@ def build_models(cfg: dict, settings: cap.EditSettings):
         cap.SentenceSimilarity(sentence, batch_size=settings.batch_size),
         # B.1.1 / reference code: no BOS, first token unscored (false); true = our BOS variant
         cap.CausalLMPerplexity(lm, lm_tok, device=device,
-                               prepend_bos=bool(cfg["captions"].get("perplexity_prepend_bos", False))),
+                               prepend_bos=bool(config_value(cfg["captions"],
+                                                                "coco_counterfactuals.captions.perplexity_prepend_bos"))),
     )
 
 

@@ -37,6 +37,8 @@ from typing import Iterable, Protocol, Sequence
 
 import numpy as np
 
+from ..settings import config_value, schema_defaults
+
 log = logging.getLogger(__name__)
 
 # rejection reasons (the ``reason`` column of the rejected-candidates table)
@@ -58,17 +60,20 @@ REASONS = (NOT_WHOLE_WORD, SAME_WORD, DUPLICATE, TOKEN_COUNT_CHANGED, NOT_NOUN, 
 
 
 @dataclass(frozen=True)
+@schema_defaults("coco_counterfactuals.captions",
+                 keys={"top_k": "mlm_top_k", "per_caption": "counterfactuals_per_caption"})
 class EditSettings:
-    """Settings of the caption stage; defaults are the paper's (§3.1, B.1.1)."""
+    """Settings of the caption stage; defaults are the paper's (§3.1, B.1.1), as the schema writes them
+    (``coco_counterfactuals.captions``)."""
 
-    mask_tags: tuple[str, ...] = ("NN", "NNS")
-    fill_tags: tuple[str, ...] = ("NN", "NNS", "NNP")
-    top_k: int = 10
-    similarity_low: float = 0.8
-    similarity_high: float = 0.91
-    per_caption: int = 1
-    batch_size: int = 64
-    fill_rule: str = "reference"  # "reference" (the authors' code) or "strict" (ours); see check_fill
+    mask_tags: tuple[str, ...]
+    fill_tags: tuple[str, ...]
+    top_k: int
+    similarity_low: float
+    similarity_high: float
+    per_caption: int
+    batch_size: int
+    fill_rule: str  # "reference" (the authors' code) or "strict" (ours); see check_fill
 
     def __post_init__(self):
         if self.fill_rule not in FILL_RULES:
@@ -84,7 +89,7 @@ class EditSettings:
             similarity_high=float(section["similarity_high"]),
             per_caption=int(section["counterfactuals_per_caption"]),
             batch_size=int(section["batch_size"]),
-            fill_rule=str(section.get("fill_rule", "reference")),
+            fill_rule=str(config_value(section, "coco_counterfactuals.captions.fill_rule")),
         )
 
     def in_band(self, sim: float) -> bool:

@@ -19,6 +19,8 @@ import pandas as pd
 from . import mixtures as mx
 from ..errors import ConfigError, input_error
 from ..io import write_csv, write_parquet
+from ..settings import config_value
+from ..settings import seed_pairs as expand_seed_pairs
 
 log = logging.getLogger(__name__)
 
@@ -32,8 +34,7 @@ PRETRAINED = "pretrained"
 
 def seed_pairs(section: dict) -> list[tuple[int, int]]:
     """(seed, data_seed) of every run: B.3.2 uses seeds 107..131 with data seeds 108..132."""
-    s = section["seeds"]
-    return [(s["first"] + i, s["first"] + i + s["data_seed_offset"]) for i in range(s["count"])]
+    return expand_seed_pairs(section["seeds"])
 
 
 def write_mixtures(cfg: dict, pairs_path: str | Path, captions_path: str | Path, out_dir: str | Path,
@@ -54,7 +55,7 @@ def write_mixtures(cfg: dict, pairs_path: str | Path, captions_path: str | Path,
     image_dir = Path(cfg["data"]["coco_root"]) / cfg["data"]["split"]
     real = mx.real_table(captions, image_dir)
     frames = {spec.name: mx.build_mixture(pairs, real, spec, section["random_state"], section["val_fraction"],
-                                          section.get("split_by", "sample"))
+                                          config_value(section, "coco_counterfactuals.training.split_by"))
               for spec in mx.mixture_specs(section)}
     out_dir = Path(out_dir)
     for name, frame in frames.items():
@@ -72,7 +73,8 @@ def _adapter(cfg: dict, role: str = "clip_train"):
     spec = registry.model_spec(cfg, role)
     # head="itc": cross-encoders with contrastive heads (BridgeTower) load as their ITC class
     return ContrastiveAdapter(registry.load(cfg, role, head="itc"), spec.library,
-                              spec.local_path if spec.is_local else None, device=resolve_device(cfg.get("device", "auto")))
+                              spec.local_path if spec.is_local else None,
+                              device=resolve_device(config_value(cfg, "device")))
 
 
 def stage_config(cfg: dict) -> dict:
@@ -87,7 +89,7 @@ def stage_config(cfg: dict) -> dict:
 def _settings(cfg: dict, seed: int, data_seed: int):
     from . import TrainSettings
 
-    return TrainSettings.from_section(cfg["training"], seed, data_seed, precision=cfg.get("precision", "fp32"))
+    return TrainSettings.from_section(cfg["training"], seed, data_seed, precision=config_value(cfg, "precision"))
 
 
 def retrieval_specs(ev: dict) -> list[dict]:

@@ -33,44 +33,48 @@ import torch
 from torch import nn
 from transformers import Trainer
 
+from ..settings import schema_default, schema_defaults
 from .data import Collator, RowDataset, anchors_and_partners, eval_batches, step_plan
 from .model import ContrastiveAdapter, aliases, recipe_loss
 
 log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
+@schema_defaults("coco_counterfactuals.training")
 class TrainSettings:
-    """Defaults: COCO-Counterfactuals appendix B.3.2 (and the HF CLIP example's Trainer defaults)."""
+    """Defaults: COCO-Counterfactuals appendix B.3.2 (and the HF CLIP example's Trainer defaults), as the schema
+    writes them (``coco_counterfactuals.training``); ``seed`` / ``data_seed``: the first run of config/config.yaml's
+    ``training.seeds`` (B.3.2: 107, 108; the schema gives the seeds no default, and every run passes its own)."""
 
-    lr: float = 5e-7
-    weight_decay: float = 0.001
-    batch_size: int = 128
-    eval_batch_size: int = 128
-    epochs: int = 30
-    eval_every: int = 109  # the authors' code: evaluate/save every 109 steps
-    recipe: str = "plain"  # plain | grouping | cvld
-    cvld_lambda: float = 1.0
+    lr: float
+    weight_decay: float
+    batch_size: int
+    eval_batch_size: int
+    epochs: int
+    eval_every: int  # the authors' code: evaluate/save every 109 steps
+    recipe: str  # plain | grouping | cvld
+    cvld_lambda: float
     seed: int = 107
     data_seed: int = 108
-    max_steps: int | None = None
-    optimizer: str = "adamw_torch"
-    adam_beta1: float = 0.9
-    adam_beta2: float = 0.999
-    adam_epsilon: float = 1e-8
-    no_decay: tuple[str, ...] = ("bias", "LayerNorm")
-    lr_scheduler: str = "linear"  # a transformers scheduler name, or "step" (see lr_step_epochs)
-    warmup_steps: int = 0
-    max_grad_norm: float = 1.0
-    max_length: int | None = 77
-    dataloader_workers: int = 0
-    deterministic: bool = True
-    cpu_threads: int | None = 1
-    precision: str = "fp32"
+    max_steps: int | None
+    optimizer: str
+    adam_beta1: float
+    adam_beta2: float
+    adam_epsilon: float
+    no_decay: tuple[str, ...]
+    lr_scheduler: str  # a transformers scheduler name, or "step" (see lr_step_epochs)
+    warmup_steps: int
+    max_grad_norm: float
+    max_length: int | None
+    dataloader_workers: int
+    deterministic: bool
+    cpu_threads: int | None
+    precision: str
     #: ``lr_scheduler: step``: the rate is ``lr * lr_step_gamma ** floor(step / step_size)`` with
     #: ``step_size = max(1, round(lr_step_epochs * steps_per_epoch))`` (Kim et al. 2023 §4.1: CLIP halved
     #: every 2 epochs, BLIP every half epoch); see :func:`step_size_of`
     lr_step_epochs: float | None = None
-    lr_step_gamma: float = 0.5
+    lr_step_gamma: float = schema_default("spurious_retrieval.training.clip.lr_step_gamma")
 
     # the config keys of the training section that map onto fields (seeds come from the run)
     SECTION_KEYS = ("lr", "weight_decay", "batch_size", "eval_batch_size", "epochs", "eval_every", "recipe",

@@ -38,6 +38,7 @@ import pandas as pd
 import torch
 
 from ...errors import input_error
+from ...settings import config_value
 from .vlm import (LETTERS, NEGATIVE_IMAGE, ROLE, Encoded, Encoder, VlmSettings, choice_question, collate, read_pairs,
                   render_prompt)
 from ...rgb import to_rgb
@@ -239,9 +240,9 @@ def train_run(cfg: dict, data: str | os.PathLike, out_dir: str | os.PathLike, se
     train = read_pairs(data)
     val = read_pairs(val_data) if val_data else None
     model, processor = registry.load(cfg, role)
-    device = resolve_device(cfg.get("device", "auto"))
+    device = resolve_device(config_value(cfg, "device"))
     model, result = finetune(model, processor, train, settings, seed, val=val, device=device,
-                             precision=cfg.get("precision", "fp32"), source=data, val_source=val_data or "",
+                             precision=config_value(cfg, "precision"), source=data, val_source=val_data or "",
                              progress=progress, scratch_dir=Path(out_dir).resolve().parent)
     spec = registry.model_spec(cfg, role)
     with atomic_dir(out_dir) as tmp:
@@ -254,7 +255,7 @@ def train_run(cfg: dict, data: str | os.PathLike, out_dir: str | os.PathLike, se
             "val_data": str(val_data) if val_data else None, "seed": seed, "rows": len(train),
             "conversations": result.examples, "steps": result.steps, "best_step": result.best_step,
             "best_val_loss": result.best_val_loss, "lora_merged": settings.lora is not None,
-            "settings": settings.as_dict(), "device": str(device), "precision": cfg.get("precision", "fp32")})
+            "settings": settings.as_dict(), "device": str(device), "precision": config_value(cfg, "precision")})
     log.info("vlm-train: %d conversations, %d steps; checkpoint %s", result.examples, result.steps,
              Path(out_dir) / "model")
     return result

@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Mapping
 
 from ...errors import ConfigError
+from ...settings import seed_list
 from ..sections import Sections, study_settings
 
 SECTION = "cvld"
@@ -63,8 +64,7 @@ def _check(s: Settings) -> None:
 
 # ------------------------------------------------------------------------------------------- the runs
 def seeds(s: Mapping) -> list[int]:
-    first, count = int(s["seeds"]["first"]), int(s["seeds"]["count"])
-    return list(range(first, first + count))
+    return seed_list(s["seeds"])
 
 
 def subset_name(fraction: float) -> str:

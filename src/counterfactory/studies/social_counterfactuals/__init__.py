@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import functools
 
+from ...settings import seed_pairs
+
 STUDY = "social_counterfactuals"
 
 #: probing runs on the data before the NSFW / detectability stages (§4.2) and after them (§10)
@@ -73,5 +75,4 @@ def debias_segments(view) -> list[str]:
 
 def debias_seeds(view) -> dict[int, int]:
     """seed -> data seed of the debiasing runs."""
-    s = view["debias"]["seeds"]
-    return {s["first"] + i: s["first"] + i + s["data_seed_offset"] for i in range(s["count"])}
+    return dict(seed_pairs(view["debias"]["seeds"]))

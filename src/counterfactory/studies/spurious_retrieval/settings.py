@@ -65,8 +65,9 @@ import copy
 import math
 from typing import Mapping
 
-from ...config import fill_section, section_names
 from ...errors import ConfigError
+from ...settings import seed_pairs as expand_seed_pairs
+from ..sections import Sections, study_settings
 
 SECTION = "spurious_retrieval"
 DATASETS = ("coco", "flickr30k")
@@ -88,14 +89,16 @@ def _fail(key: str, message: str, fix: str) -> ConfigError:
     return ConfigError(f"{SECTION}.{key}: {message}. Fix: {fix}")
 
 
-class Settings(dict):
+class Settings(Sections):
     """The study's settings; a section the job's configuration did not include is an error, not a default."""
 
+    section = SECTION
+    rules_file = "rules/study_spurious_retrieval.smk"
+
     def __missing__(self, key):
-        if key in section_names(SECTION) and key != "selection":      # selection is read by .regions
-            raise ConfigError(f"this job was not given the config section {SECTION}.{key}. Fix: add '{key}' to the "
-                              "sections the rule passes in params (rules/study_spurious_retrieval.smk, job_config)")
-        raise KeyError(key)
+        if key == "selection":      # selection is read by .regions
+            raise KeyError(key)
+        return super().__missing__(key)
 
 
 def settings(cfg: Mapping | None) -> Settings:
@@ -103,16 +106,7 @@ def settings(cfg: Mapping | None) -> Settings:
     configuration; a partial section (tests, library use) is validated and filled the same way
     (:func:`counterfactory.config.fill_section`). A job's partial view (:class:`counterfactory.config.ConfigView`)
     gives only the sections its rule declared."""
-    cfg = cfg if cfg is not None else {}
-    nested = dict.get(cfg, SECTION) if isinstance(cfg, dict) else None
-    own = nested if isinstance(nested, Mapping) else cfg
-    partial = bool(getattr(own, "partial", False))
-    out = Settings()
-    for name in section_names(SECTION):
-        if name == "selection" or (partial and not dict.__contains__(own, name)):
-            continue
-        value = dict.get(own, name) if isinstance(own, dict) else None
-        out[name] = fill_section(f"{SECTION}.{name}", value)
+    out = study_settings(cfg, SECTION, Settings, skip=("selection",))
     _check(out)
     return out
 
@@ -228,9 +222,8 @@ def image_methods(s: dict, dataset: str | None = None) -> list[str]:
 
 
 def seed_pairs(s: dict) -> list[tuple[int, int]]:
-    seeds = s["training"]["seeds"]
-    first, count, off = int(seeds["first"]), int(seeds["count"]), int(seeds["data_seed_offset"])
-    return [(first + i, first + i + off) for i in range(count)]
+    """(seed, data_seed) of every run of ``training.seeds``."""
+    return expand_seed_pairs(s["training"]["seeds"])
 
 
 def training_section(s: dict, role: str, train_rows: int) -> dict:
