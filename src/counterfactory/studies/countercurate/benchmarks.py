@@ -406,6 +406,16 @@ def _default_scorer_factory(cfg, role, head="itm", progress=True):
     return scorer_from_config(cfg, role, head=head, progress=progress)
 
 
+def scoring_cfg(cfg: Mapping | None) -> Mapping | None:
+    """``cfg`` with ``benchmarks.precision`` (paper config: fp32) as the precision the benchmarks and Table 5's
+    retrieval are scored in (null: the config's own)."""
+    if cfg is None:
+        return cfg
+    from ...device import with_stage_precision
+
+    return with_stage_precision(cfg, fill_section("countercurate.benchmarks", cfg.get("benchmarks"))["precision"])
+
+
 def evaluate(cfg: Mapping | None, role: str, benchmark: str, *, data: str | Path | None = None,
              images: str | Path | None = None, model: str | None = None, scorer=None,
              scorer_factory: Callable | None = None, head: str | None = None,
@@ -414,11 +424,13 @@ def evaluate(cfg: Mapping | None, role: str, benchmark: str, *, data: str | Path
 
     ``scorer`` (anything with ``score_pairs``) is used when given; otherwise ``scorer_factory(cfg, role, head=...,
     progress=...)`` (default :func:`counterfactory.scorers.scorer_from_config`). ``model`` names the rows of the
-    results (default ``role``). ``head`` defaults to ``benchmarks.head`` or ``itm``."""
+    results (default ``role``). ``head`` defaults to ``benchmarks.head`` or ``itm``. The model is loaded in
+    ``benchmarks.precision`` (fp32 in the paper config; null = the config's precision)."""
     if benchmark not in BENCHMARKS:
         raise ConfigError(f"unknown benchmark {benchmark!r}. Fix: use one of {', '.join(BENCHMARKS)}")
     items = load_benchmark(cfg, benchmark, data=data, images=images)
     if scorer is None:
+        cfg = scoring_cfg(cfg)   # benchmarks.precision: fp32 in the paper config (ties flip in bf16)
         head = head or fill_section("countercurate.benchmarks", (cfg or {}).get("benchmarks"))["head"]
         scorer = (scorer_factory or _default_scorer_factory)(cfg, role, head=head, progress=progress)
     if uses_choice(scorer):  # the paper's LLaVA protocol: choose between the two captions (§4.2-4.4, app. E)

@@ -49,7 +49,8 @@ schema, config/schema.yaml, and listed in docs/config-reference.md)::
       train_fraction: 1.0           # §4.1: all of Counting / Attributes (ours, option: 0.8 = §4.2's 4:1 rule)
       checkpoint: final             # §4.1: fixed epochs, final weights (ours, option: best_val)
       random_state: 0               # ours
-      precision: null               # null = the config's precision; fp16 / bf16 = mixed precision (§4.1, Attributes)
+      precision: {positions: fp32, counting: fp32, attributes: auto}   # §4.1: mixed precision for Attributes only
+                                    # (one string or null = every dataset and the vlm family; null = the config's)
       vlm:                          # the generative family (§4.1, Tables 1-3, 7): LLaVA-1.5 fine-tuned per dataset
         role: vlm
         datasets: null              # null: the datasets above; [] turns the generative family off
@@ -237,6 +238,16 @@ def _plain(cfg: Mapping) -> dict:
     return copy.deepcopy(dict(cfg))
 
 
+def training_precision(s: Mapping, dataset: str, family: str = "clip") -> str | None:
+    """The precision ``dataset`` fine-tunes in (None = the config's): ``training.precision`` as one value for every
+    dataset and family, or per dataset for the CLIP family (§4.1: mixed precision for Attributes only; Positions and
+    Counting in fp32); with a per-dataset mapping the vlm family trains in the config's precision."""
+    value = s["precision"]
+    if isinstance(value, Mapping):
+        return value.get(dataset) if family == "clip" else None
+    return value
+
+
 def benchmark_rows(results: pd.DataFrame) -> dict[str, float]:
     """``<benchmark>/<subset>/<metric>`` -> value in % from a results table of :func:`.benchmarks.evaluate`."""
     return {f"{r.benchmark}/{r.subset}/{r.metric}": 100.0 * float(r.value) for r in results.itertuples()}
@@ -277,8 +288,9 @@ def train_run(cfg: Mapping, dataset: str, variant: str | None, manifest: str | P
     out_dir = Path(out_dir)
     run_cfg = _plain(cfg)
     run_cfg["training"] = section
-    if s["precision"]:
-        run_cfg["precision"] = s["precision"]
+    precision = training_precision(s, dataset)
+    if precision:
+        run_cfg["precision"] = precision
     if "models" not in run_cfg or role not in run_cfg["models"]:
         raise ConfigError(f"countercurate.training.role {role!r} is not a model role of the config. "
                           "Fix: add it under models or choose another role")
@@ -310,7 +322,7 @@ def score_run(cfg: Mapping, role: str, checkpoint: str | Path | None, dataset: s
 
     s = settings(cfg)
     out_dir = Path(out_dir)
-    eval_cfg = _plain(cfg)
+    eval_cfg = _plain(bm.scoring_cfg(cfg))   # benchmarks.precision (paper config: fp32)
     if checkpoint is not None:
         eval_cfg["models"][role] = {**eval_cfg["models"][role], "source": str(checkpoint)}
     names = s["benchmarks"].get(dataset) or []
@@ -364,8 +376,9 @@ def vlm_train_run(cfg: Mapping, dataset: str, manifests: str | Path | None, seed
         has_val = s["checkpoint"] == "best_val" and val_file.is_file() and len(pd.read_parquet(val_file)) > 0
         run_cfg = _plain(cfg)
         run_cfg[vlm.SECTION] = {**(run_cfg.get(vlm.SECTION) or {}), "lr": float(s["vlm"]["lr"][dataset])}
-        if s["precision"]:
-            run_cfg["precision"] = s["precision"]
+        precision = training_precision(s, dataset, family="vlm")
+        if precision:
+            run_cfg["precision"] = precision
         vlm_finetune.train_run(run_cfg, train_file, out_dir / "vlm", seed, role=role,
                                val_data=val_file if has_val else None, progress=progress)
         checkpoint = out_dir / "vlm" / "model"
