@@ -1,0 +1,74 @@
+"""``counterfactory score``: any model on the counterfactual benchmarks, one leaderboard with bootstrap intervals and
+shortcut baselines (:mod:`counterfactory.leaderboard`; docs/score.md); ``score compare``: a paired test of two models."""
+
+from __future__ import annotations
+
+
+def _run(args) -> int:
+    from .. import leaderboard
+    from ..config import load_full_config
+    from . import key_values
+
+    cfg = load_full_config(args.config)
+    models = [leaderboard.model_ref(cfg, value) for value in args.model]
+    names = list(leaderboard.BENCHMARKS) if args.benchmarks == ["all"] else args.benchmarks
+    sources = dict(key_values(args.data, "--data", "BENCHMARK=PATH"))
+    if "coco_cf" in names and "coco_cf" not in sources:
+        names = [n for n in names if n != "coco_cf"] if args.benchmarks == ["all"] else names
+    table = leaderboard.run(cfg, models, names, args.out_dir, sources=sources, resamples=args.resamples,
+                            seed=args.seed, head=args.head, baselines=not args.no_baselines,
+                            progress=not args.no_progress)
+    print(f"{args.out_dir.rstrip('/')}/leaderboard.md: {len(table)} cells, {len(models)} model(s), "
+          f"{len(names)} benchmark(s)")
+    return 0
+
+
+def _compare(args) -> int:
+    import json
+
+    from .. import leaderboard
+
+    result = leaderboard.compare_cached(args.out_dir, args.benchmark, args.a, args.b, resamples=args.resamples,
+                                        seed=args.seed)
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+def register(sub) -> None:
+    from . import add_config_option, add_progress_option
+
+    p = sub.add_parser("score", help="score models on every counterfactual benchmark (leaderboard with intervals)",
+                       description="Scores models (configured roles, local folders or hub ids) on the counterfactual "
+                                   "benchmarks and writes leaderboard.{md,csv,json,html} with bootstrap intervals "
+                                   "and shortcut baselines; per-item outcomes are cached by model and data content.")
+    s = p.add_subparsers(dest="step", metavar="<step>")
+    s.required = True
+    r = s.add_parser("run", help="score the models and write the leaderboard",
+                     description="Reads the benchmarks' data (the config's paths, or --data) and each model; writes "
+                                 "<out-dir>/leaderboard.* and <out-dir>/items/<benchmark>/<key>.parquet.")
+    add_config_option(r)
+    r.add_argument("--model", action="append", required=True, metavar="ROLE_OR_SOURCE",
+                   help="a configured model role, a local model folder or a hub id (repeatable)")
+    r.add_argument("--benchmarks", nargs="+", default=["all"], metavar="NAME",
+                   help="benchmarks: coco_cf, sugarcrepe, winoground, looktwice, or all (default; coco_cf only with "
+                        "--data coco_cf=...)")
+    r.add_argument("--data", action="append", default=[], metavar="BENCHMARK=PATH",
+                   help="a benchmark's data instead of the config's (coco_cf: selected_pairs.parquet or the release)")
+    r.add_argument("--out-dir", required=True, metavar="DIR", help="leaderboard and cached per-item outcomes")
+    r.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples per cell (default 1000)")
+    r.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    r.add_argument("--head", default="itm", choices=("itm", "itc"),
+                   help="score head of models that have both (default itm)")
+    r.add_argument("--no-baselines", action="store_true", help="leave out the shortcut rows")
+    add_progress_option(r)
+    r.set_defaults(func=_run)
+    c = s.add_parser("compare", help="paired bootstrap test of two cached models on one benchmark",
+                     description="Reads two cached outcome files of one benchmark (<out-dir>/items/<benchmark>/"
+                                 "<key>.parquet) and prints the mean difference, its interval and p-value per metric.")
+    c.add_argument("--out-dir", required=True, metavar="DIR", help="the --out-dir of `score run`")
+    c.add_argument("--benchmark", required=True, help="the benchmark both models were scored on")
+    c.add_argument("a", metavar="KEY_A", help="cache key of model A (<out-dir>/cache_keys.csv)")
+    c.add_argument("b", metavar="KEY_B", help="cache key of model B")
+    c.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples (default 1000)")
+    c.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    c.set_defaults(func=_compare)

@@ -1,0 +1,151 @@
+"""`counterfactory score` (issue 46, first part): the leaderboard's per-item outcomes, bootstrap intervals, paired
+comparison, shortcut baselines, caching by content, model references, and agreement with the study's own numbers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from counterfactory import leaderboard as lb
+from counterfactory.config import load_full_config
+from counterfactory.errors import InputError
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+# ------------------------------------------------------------------ statistics
+def test_bootstrap_interval_is_seeded_and_brackets_the_mean():
+    x = np.r_[np.ones(30), np.zeros(20)]
+    a = lb.bootstrap_ci(x, resamples=500, seed=3)
+    assert a == lb.bootstrap_ci(x, resamples=500, seed=3)           # seeded: the same interval again
+    assert a[0] < 0.6 < a[1] and 0.4 < a[0] and a[1] < 0.8
+    assert lb.bootstrap_ci(np.ones(10), resamples=100, seed=0) == (1.0, 1.0)
+
+
+def test_paired_comparison_is_zero_for_a_model_against_itself_and_decisive_otherwise():
+    x = np.r_[np.ones(25), np.zeros(25)]
+    same = lb.compare(x, x, resamples=300, seed=0)
+    assert same["difference"] == 0 and same["p_value"] == 1.0 and same["test"] == "paired bootstrap"
+    better = lb.compare(np.ones(40), np.r_[np.ones(10), np.zeros(30)], resamples=300, seed=0)
+    assert better["difference"] == 0.75 and better["p_value"] == 0.0 and better["ci_low"] > 0.5
+    with pytest.raises(Exception, match="same items"):
+        lb.compare(np.ones(3), np.ones(4), resamples=10, seed=0)
+
+
+# ------------------------------------------------------------------ outcomes and baselines
+def test_item_outcomes_follow_the_benchmark_definitions():
+    pair = pd.DataFrame({"item_id": ["a", "b", "c"], "s_pos": [0.9, 0.1, 0.5], "s_neg": [0.1, 0.9, 0.5]})
+    assert lb.item_outcomes(lb.PAIR, pair)["accuracy"].tolist() == [True, False, False]   # a tie is wrong
+    # Winoground: item 0 right both ways; item 1 text right, image wrong
+    group = pd.DataFrame({"item_id": ["w0", "w1"], "s_c0_i0": [0.9, 0.9], "s_c0_i1": [0.1, 0.95],
+                          "s_c1_i0": [0.2, 0.1], "s_c1_i1": [0.8, 0.99]})
+    out = lb.item_outcomes(lb.GROUP, group)
+    assert out["text"].tolist() == [True, True] and out["image"].tolist() == [True, False]
+    assert out["group"].tolist() == [True, False]
+
+
+def test_shortcut_baselines():
+    items = pd.DataFrame({"item_id": ["1", "2", "3"], "image_path": ["x", "y", "z"],
+                          "caption": ["a dog on a mat", "a red car", "two cats"],
+                          "negative_caption": ["a mat on a dog", "a blue car", "three cats"]})
+    bow = lb.bow_outcomes(lb.PAIR, items)
+    assert bow["accuracy"].tolist() == [False, True, True]        # a swap is the same bag of words
+    ppl = {"a dog on a mat": 5.0, "a mat on a dog": 9.0, "a red car": 7.0, "a blue car": 3.0, "two cats": 2.0,
+           "three cats": 2.0}
+    text = lb.text_only_outcomes(items, lambda texts: np.array([ppl[t] for t in texts]))
+    assert text["accuracy"].tolist() == [True, False, False]      # lower perplexity wins; a tie is wrong
+
+
+# ------------------------------------------------------------------ models and caching
+def test_model_reference_takes_the_role_of_its_architecture(tiny_clip, tmp_path):
+    cfg = load_full_config([REPO / "config" / "demo.yaml"])
+    ref = lb.model_ref(cfg, str(tiny_clip))
+    assert ref.role == "clip_eval" and ref.label == str(tiny_clip)
+    assert ref.cfg["models"]["clip_eval"]["source"] == str(tiny_clip)
+    assert cfg["models"]["clip_eval"]["source"] != str(tiny_clip)   # the caller's config is left alone
+    assert lb.model_ref(cfg, "clip_eval").label == "tiny CLIP"     # a configured role: its display name
+    (tmp_path / "junk").mkdir()
+    with pytest.raises(InputError, match="not a model folder"):
+        lb.model_ref(cfg, str(tmp_path / "junk"))
+    (tmp_path / "odd").mkdir()
+    (tmp_path / "odd" / "config.json").write_text(json.dumps({"model_type": "t5"}))
+    with pytest.raises(InputError, match=r"config\.json.*model_type 't5'"):
+        lb.model_ref(cfg, str(tmp_path / "odd"))
+
+
+def test_leaderboard_agrees_with_the_study_scores_only_new_models_and_writes_every_format(tiny_clip, tmp_path,
+                                                                                          monkeypatch):
+    from counterfactory.studies.countercurate import benchmarks as cc
+
+    monkeypatch.chdir(REPO)
+    cfg = load_full_config([REPO / "config" / "demo.yaml"])
+    cfg["models"].pop("lm")                                        # no text-only row: no LM to build here
+    ref = lb.model_ref(cfg, str(tiny_clip))
+    calls = []
+    real = lb.score_model
+
+    def counting(*args, **kwargs):
+        calls.append(args[1])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(lb, "score_model", counting)
+    table = lb.run(cfg, [ref], ["sugarcrepe", "winoground"], tmp_path, resamples=100)
+    assert len(calls) == 2
+    # the cell is the study's own number for the same model and items (the same scoring code)
+    from counterfactory.config import study_view
+
+    results, _ = cc.evaluate(study_view(cfg, "countercurate"), "clip_eval", "sugarcrepe", scorer=_scorer(ref))
+    mine = table[(table["model"] == str(tiny_clip)) & (table["benchmark"] == "sugarcrepe")]["value"].item()
+    pooled = results[(results["subset"] == "average") & (results["metric"] == "accuracy")]["value"].item()
+    assert mine == pooled
+    for name in ("leaderboard.md", "leaderboard.csv", "leaderboard.json", "leaderboard.html", "cache_keys.csv"):
+        assert (tmp_path / name).is_file(), name
+    md = (tmp_path / "leaderboard.md").read_text()
+    assert lb.BOW in md and "[" in md and "sugarcrepe/accuracy" in md
+    # a second run with the same model: everything from the cache; a changed item set is scored anew
+    lb.run(cfg, [ref], ["sugarcrepe", "winoground"], tmp_path, resamples=100)
+    assert len(calls) == 2
+    keys = pd.read_csv(tmp_path / "cache_keys.csv")
+    assert len(keys) == 2 and keys["key"].str.match(r"^[0-9a-f]{16}-[0-9a-f]{16}-[0-9a-f]{12}$").all()
+
+
+def _scorer(ref):
+    from counterfactory.scorers import scorer_from_config
+
+    return scorer_from_config(dict(ref.cfg), ref.role, head="itm", progress=False)
+
+
+def test_the_data_fingerprint_follows_image_content_not_names(tmp_path):
+    (tmp_path / "a.png").write_bytes(b"one")
+    (tmp_path / "b.png").write_bytes(b"one")
+    items = lambda name: pd.DataFrame({"item_id": ["1"], "image_path": [str(tmp_path / name)],   # noqa: E731
+                                       "caption": ["x"], "negative_caption": ["y"]})
+    assert lb.data_fingerprint(lb.PAIR, items("a.png")) == lb.data_fingerprint(lb.PAIR, items("b.png"))
+    (tmp_path / "b.png").write_bytes(b"two")
+    assert lb.data_fingerprint(lb.PAIR, items("a.png")) != lb.data_fingerprint(lb.PAIR, items("b.png"))
+    with pytest.raises(InputError, match="benchmark image unreadable"):
+        lb.data_fingerprint(lb.PAIR, items("missing.png"))
+
+
+def test_cli_scores_a_folder_and_compares_two_cached_models(tiny_clip, tmp_path, monkeypatch, capsys):
+    from counterfactory.cli import main
+
+    monkeypatch.chdir(REPO)
+    out = tmp_path / "board"
+    over = tmp_path / "roles.yaml"   # the configured role: the same tiny CLIP under its display name
+    over.write_text(f"models:\n  clip_eval: {{source: '{tiny_clip}', display_name: tiny CLIP}}\n")
+    assert main(["score", "run", "--config", "config/demo.yaml", "--config", str(over), "--model", str(tiny_clip),
+                 "--model", "clip_eval",
+                 "--benchmarks", "sugarcrepe", "--out-dir", str(out), "--resamples", "50", "--no-baselines",
+                 "--no-progress"]) == 0
+    board = pd.read_csv(out / "leaderboard.csv")
+    assert set(board["model"]) == {str(tiny_clip), "tiny CLIP"} and set(board["kind"]) == {"model"}
+    keys = pd.read_csv(out / "cache_keys.csv")["key"].tolist()
+    capsys.readouterr()
+    assert main(["score", "compare", "--out-dir", str(out), "--benchmark", "sugarcrepe", keys[0], keys[0]]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["accuracy"]["difference"] == 0 and result["accuracy"]["p_value"] == 1.0
