@@ -233,7 +233,7 @@ def test_count_change_rules():
     assert (add["overlap"], add["edit"], add["new_n_p"], add["new_n_q"]) == (False, "add", 3, 2)
     assert tuple(add["mask_boxes"][0]) in q
     # touching boxes do not overlap
-    assert C.count_change([(0, 0, 10, 10)] * 2, [(10, 0, 20, 10)] * 2)["edit"] == "add"
+    assert C.count_change([(0, 0, 10, 10), (0, 20, 10, 30)], [(10, 0, 20, 10), (10, 20, 20, 30)])["edit"] == "add"
     # the first Q box overlapping P is removed with the P box it covers
     q2 = [(5, 5, 15, 15), (40, 20, 50, 30), (60, 20, 70, 30)]
     rem = C.count_change(p, q2)

@@ -19,12 +19,15 @@ P is the category with fewer boxes (ties: the one mentioned first), Q the other;
 ``"there are <n_P> <P> and <n_Q> <Q>"`` (:func:`count_caption`: number words one..ten, plural nouns, "there is" when
 ``n_P`` is one).
 
-* **No overlap** (no box of P overlaps a box of Q; touching edges do not overlap, as in the position rule): Q is
-  decremented and P incremented, ``C' = "there are <n_P + 1> <P> and <n_Q - 1> <Q>"``; the negative image inpaints a
+* **No overlap** (§3.3: "if both objects do not spatially overlap with other objects" — no box of P or Q overlaps
+  the box of any *other* object of the image: another P or Q box, or a box of any other chain that is not of the
+  ``exclude_types``; touching edges do not overlap, as in the position rule; ``overlap_with: counted``, an option,
+  compares only P's boxes with Q's): Q is decremented and P incremented, ``C' = "there are <n_P + 1> <P> and <n_Q - 1> <Q>"``; the negative image inpaints a
   new P into one box of Q (chosen reproducibly with ``random_state``): edit ``add``.
-* **Overlap**: a *target* object is removed together with every P or Q object it overlaps, by inpainting the
-  ``generic_category`` ("plant", §3.3 and appendix C) into each of their boxes, and both counts drop by what was
-  removed: edit ``remove``. The target is the first Q box (annotation order) that overlaps a P box — the paper's
+* **Overlap**: a *target* object is removed together with every object it overlaps ("and all objects it overlaps
+  with"; other objects' boxes are covered too, ``mask_of`` "other"), by inpainting the ``generic_category``
+  ("plant", §3.3 and appendix C) into each of their boxes, and both counts drop by what was removed: edit
+  ``remove``. The target is the first Q box (annotation order) that overlaps another object — the paper's
   example removes a dog, the larger category — and then the P boxes, taking the first choice that leaves at least one
   object of each category (an item where none does is skipped: "there are zero ..." is not a caption we write).
 
@@ -222,10 +225,22 @@ def boxes_overlap(a, b) -> bool:
     return not (a[2] <= b[0] or b[2] <= a[0] or a[3] <= b[1] or b[3] <= a[1])
 
 
-def count_change(boxes_p, boxes_q, rng: random.Random | None = None) -> dict | None:
+#: ``counting.overlap_with`` values: §3.3's any other object, or the two counted categories only (option)
+OVERLAP_RULES = ("any", "counted")
+
+
+def count_change(boxes_p, boxes_q, rng: random.Random | None = None, others=(), overlap_with: str = "any"
+                 ) -> dict | None:
     """The §3.3 edit for categories P (fewer boxes) and Q: ``{overlap, edit, new_n_p, new_n_q, mask_boxes,
-    mask_of}`` (``mask_of`` names the category each mask box belongs to, "P" or "Q"), or None when no removal leaves
-    one object of each."""
+    mask_of}`` (``mask_of`` names the category each mask box belongs to, "P", "Q" or "other"), or None when no
+    removal leaves one object of each. ``others``: the boxes of the image's other objects; ``overlap_with``:
+    ``any`` (§3.3, a P or Q box overlapping any other box, of another P / Q object or of ``others``) or
+    ``counted`` (only P boxes against Q boxes; ``others`` ignored)."""
+    if overlap_with not in OVERLAP_RULES:
+        raise ConfigError(f"countercurate.counting.overlap_with: expected one of {', '.join(OVERLAP_RULES)}, "
+                          f"got {overlap_with!r}")
+    if overlap_with == "any":
+        return _count_change_any(boxes_p, boxes_q, rng or random.Random(0), others)
     rng = rng or random.Random(0)
     n_p, n_q = len(boxes_p), len(boxes_q)
     overlap = any(boxes_overlap(a, b) for a in boxes_p for b in boxes_q)
@@ -247,6 +262,39 @@ def count_change(boxes_p, boxes_q, rng: random.Random | None = None) -> dict | N
     return None
 
 
+def _count_change_any(boxes_p, boxes_q, rng: random.Random, others) -> dict | None:
+    """:func:`count_change` under §3.3's rule: an overlap with any other object (module docstring)."""
+    n_p, n_q = len(boxes_p), len(boxes_q)
+    labelled = ([("P", i, tuple(b)) for i, b in enumerate(boxes_p)] + [("Q", i, tuple(b)) for i, b in enumerate(boxes_q)]
+                + [("other", i, tuple(b)) for i, b in enumerate(others)])
+
+    def touching(cat, i, box):   # every other object the box overlaps
+        return [(c, j, b) for c, j, b in labelled if (c, j) != (cat, i) and boxes_overlap(box, b)]
+
+    counted = [x for x in labelled if x[0] != "other"]
+    if not any(touching(*x) for x in counted):
+        target = rng.randrange(n_q)
+        return {"overlap": False, "edit": "add", "new_n_p": n_p + 1, "new_n_q": n_q - 1,
+                "mask_boxes": [list(boxes_q[target])], "mask_of": ["Q"]}
+    candidates = [x for x in counted if x[0] == "Q" and touching(*x)] + [x for x in counted if x[0] == "P" and touching(*x)]
+    for cat, i, box in candidates:
+        removed = [(cat, i, box)] + touching(cat, i, box)
+        new_p = n_p - sum(1 for c, _, _ in removed if c == "P")
+        new_q = n_q - sum(1 for c, _, _ in removed if c == "Q")
+        if new_p >= 1 and new_q >= 1:
+            return {"overlap": True, "edit": "remove", "new_n_p": new_p, "new_n_q": new_q,
+                    "mask_boxes": [list(b) for _, _, b in removed], "mask_of": [c for c, _, _ in removed]}
+    return None
+
+
+def other_boxes(image: f30k.ImageEntities, skip: Iterable[str], exclude_types: Iterable[str] = ()) -> list[tuple]:
+    """Boxes of the image's objects other than the chains in ``skip`` (and the null chain): every chain with boxes
+    whose types are not among ``exclude_types`` (bodyparts, scene: not objects the edit could damage)."""
+    skip, exclude = set(skip), set(exclude_types)
+    return [tuple(b) for eid, entity in image.entities.items()
+            if eid not in skip and eid != f30k.NULL_CHAIN and not exclude & set(entity.types) for b in entity.boxes]
+
+
 def counting_items(image: f30k.ImageEntities, cfg: Mapping | None = None) -> list[dict]:
     """Flickr30k-Counting items of one image (:data:`COLUMNS` less ``image_path``)."""
     opts = settings(cfg)
@@ -259,7 +307,9 @@ def counting_items(image: f30k.ImageEntities, cfg: Mapping | None = None) -> lis
                 continue
             p, q = (c2, c1) if len(c2["boxes"]) < len(c1["boxes"]) else (c1, c2)
             rng = random.Random(f"{opts['random_state']}:{image.image_id}:{p['entity_id']}:{q['entity_id']}")
-            change = count_change(p["boxes"], q["boxes"], rng)
+            others = (other_boxes(image, {p["entity_id"], q["entity_id"]}, opts["exclude_types"])
+                      if opts["overlap_with"] == "any" else ())
+            change = count_change(p["boxes"], q["boxes"], rng, others, opts["overlap_with"])
             if change is None:
                 continue
             n_p, n_q = len(p["boxes"]), len(q["boxes"])
