@@ -426,8 +426,10 @@ rule social_debias_table:
     params:
         labels=display_labels,
         withheld=lambda wildcards: view(wildcards.study)["debias"]["withheld_fraction"],
+        paper_segment=lambda wildcards: view(wildcards.study)["debias"]["paper_segment"],   # §5.3: "Debiased CLIP"
     shell:
         "counterfactory social debias-table --runs {input:q} {params.labels.flags} --withheld-fraction {params.withheld}"
+        " --paper-segment {params.paper_segment}"
         " --out-md {output.md:q}"
         " --out-tex {output.tex:q} --out-csv {output.csv:q} --out-html {output.html:q} > {log:q} 2>&1"
 

@@ -305,6 +305,27 @@ def hand_summary():
     return pd.DataFrame(rows)
 
 
+def test_table3_in_the_papers_layout_with_the_race_gender_model_as_debiased_clip():
+    """Issue 42 item 3 (Table 3): rows "Pre-trained CLIP" / "Debiased CLIP" (the Race-Gender model, §5.3), the other
+    segments' models as extra rows; columns VisoGender and PATA (mean ± std over seeds)."""
+    from counterfactory.render import render_markdown
+
+    rows = []
+    for seg, (pre, deb) in (("physical_race", (0.26, 0.25)), ("race_gender", (0.26, 0.219))):
+        for metric, shift in (("visogender_maxskew", 0.0), ("pata_maxskew", 0.06)):
+            for mixture, mean in (("pretrained", pre + shift), ("debiased", deb + shift)):
+                rows.append({"experiment": f"clip_train:{seg}", "metric": metric, "mixture": mixture, "n": 3,
+                             "mean": mean, "std": 0.01, "significant": False, "baseline": "pretrained"})
+    from counterfactory.studies.social_counterfactuals import debias_tables as dt
+
+    t = dt.table3_paper(pd.DataFrame(rows), "race_gender", role_labels={"clip_train": "CLIP"})
+    assert [c.label for c in t.columns] == ["Model", "VisoGender", "PATA"]
+    assert [r[0] for r in t.rows] == ["Pre-trained CLIP", "Debiased CLIP", "Debiased CLIP (Physical Char., Race)"]
+    assert t.rows[1][1].mean == pytest.approx(0.219) and t.rows[1][2].mean == pytest.approx(0.279)
+    assert "| Debiased CLIP " in render_markdown(t)
+    assert dt.table3_paper(hand_summary(), "race_gender") is None          # no PATA / VisoGender rows
+
+
 def test_table_layouts():
     tables = dt.build_tables(hand_summary(), role_labels={"clip_train": "CLIP", "flava": "FLAVA"})
     assert list(tables) == ["table2", "table16", "table17"]

@@ -476,6 +476,9 @@ def add_debias(sub) -> None:
     t.add_argument("--out-csv", metavar="FILE.csv", help="the tables as CSV")
     t.add_argument("--out-html", metavar="FILE.html", help="the tables as an HTML page (what the report shows)")
     t.add_argument("--decimals", type=int, default=2, help="decimals shown (default: 2)")
+    t.add_argument("--paper-segment", metavar="SEGMENT",
+                   help="also lay out Table 3 as the paper (Pre-trained / Debiased rows, VisoGender / PATA columns), "
+                        "'Debiased' being this segment's model (debias.paper_segment: race_gender, §5.3)")
     t.add_argument("--withheld-fraction", type=float, default=0.2, metavar="F",
                    help="share of occupations the runs withheld, as the captions state it (the config's "
                         "debias.withheld_fraction; default: the paper's 0.2)")
@@ -536,10 +539,17 @@ def _cmd_debias_table(args) -> int:
     tables = debias_tables.build_tables(summary, roles=args.role, role_labels=role_labels(args.label),
                                         decimals=args.decimals, std_decimals=args.decimals,
                                         withheld_fraction=args.withheld_fraction)
+    paper3 = None
+    if args.paper_segment:   # §5.3: Table 3 with "Debiased CLIP" = the paper segment's model
+        from ..render import render_markdown
+
+        paper3 = debias_tables.table3_paper(summary, args.paper_segment, roles=args.role,
+                                            role_labels=role_labels(args.label))
     if args.out_md:
-        write_text(args.out_md, "\n".join(debias_tables.render_markdown(t) for t in tables.values()))
+        parts = [debias_tables.render_markdown(t) for t in tables.values()]
+        write_text(args.out_md, "\n".join(parts + ([render_markdown(paper3)] if paper3 is not None else [])))
     if args.out_html:
-        write_text(args.out_html, debias_tables.render_html(tables))
+        write_text(args.out_html, debias_tables.render_html(tables, extra=[paper3] if paper3 is not None else []))
     if args.out_tex:
         write_text(args.out_tex, "\n".join(debias_tables.render_latex(t) for t in tables.values()))
     if args.out_csv:

@@ -135,6 +135,51 @@ def build_tables(summary: pd.DataFrame, *, roles: Sequence[str] | None = None, s
     return out
 
 
+#: Table 3's columns as the paper prints them: (column, metric)
+TABLE3_COLUMNS = (("VisoGender", "visogender_maxskew"), ("PATA", "pata_maxskew"))
+
+
+def table3_paper(summary: pd.DataFrame, paper_segment: str, *, roles: Sequence[str] | None = None,
+                 role_labels: Mapping[str, str] | None = None, decimals: int = 3):
+    """Table 3 as the paper lays it out (§5.3): rows "Pre-trained <model>" and "Debiased <model>" (the model
+    debiased on ``paper_segment``, Race-Gender: §5.3's "Debiased CLIP"), then "Debiased <model> (<segment>)" for the
+    other segments as extra rows; columns VisoGender and PATA (mean MaxSkew@K, mean ± std over seeds). None when
+    the summary has no PATA / VisoGender rows. A :class:`counterfactory.render.Table`."""
+    from ... import render
+
+    cols = [(c, m) for c, m in TABLE3_COLUMNS if (summary["metric"] == m).any()]
+    if not cols:
+        return None
+    df = summary[summary["metric"].isin([m for _, m in cols])].copy()
+    parsed = [parse_experiment(str(e)) for e in df["experiment"]]
+    df["role"], df["segment"] = [p[0] for p in parsed], [p[1] for p in parsed]
+    rows = []
+    for role in list(roles or dict.fromkeys(df["role"])):
+        name = (role_labels or {}).get(role, role)
+        mine = df[df["role"] == role]
+        segs = list(dict.fromkeys(mine["segment"]))
+        segs = ([paper_segment] if paper_segment in segs else []) + [s for s in segs if s != paper_segment]
+        if not segs:
+            continue
+
+        def cell(seg, mixture, metric):
+            hit = mine[(mine["segment"] == seg) & (mine["mixture"] == mixture) & (mine["metric"] == metric)]
+            if hit.empty:
+                return None
+            r = hit.iloc[0]
+            return render.Cell(float(r["mean"]), float(r["std"]), int(r["n"]))
+
+        rows.append([f"Pre-trained {name}", *(cell(segs[0], PRETRAINED, m) for _, m in cols)])
+        for seg in segs:
+            label = f"Debiased {name}" if seg == paper_segment else f"Debiased {name} {segment_label(seg)}"
+            rows.append([label, *(cell(seg, DEBIASED, m) for _, m in cols)])
+    columns = [render.Column("Model", "left")] + [render.Column(c, "center") for c, _ in cols]
+    return render.Table(columns, rows, title="Table 3. MaxSkew@K of the debiased model as well as the pre-trained "
+                        "model on VisoGender and PATA (§5.3; \"Debiased\" = debiased on "
+                        f"{segment_label(paper_segment)}).", decimals=decimals, std_decimals=decimals,
+                        note="Mean over seeds, sample standard deviation as subscript.")
+
+
 def _columns(table: DebiasTable) -> list[tuple[str, str]]:
     return [(role, m) for role in table.roles for m in MIXTURE_LABELS]
 
@@ -158,13 +203,15 @@ def render_markdown(table: DebiasTable) -> str:
     return render.render_markdown(describe(table))
 
 
-def render_html(tables) -> str:
+def render_html(tables, extra=()) -> str:
     """Every table (a mapping or list of :class:`DebiasTable`) as one standalone HTML page (what the Snakemake
-    report shows)."""
+    report shows); ``extra``: further :class:`counterfactory.render.Table` s after them (Table 3 in the paper's
+    layout, :func:`table3_paper`)."""
     from ... import render
 
     items = list(tables.values()) if isinstance(tables, dict) else list(tables)
-    return render.html_page("SocialCounterfactuals: debiasing", [render.render_html(describe(t)) for t in items])
+    return render.html_page("SocialCounterfactuals: debiasing", [render.render_html(describe(t)) for t in items]
+                            + [render.render_html(t) for t in extra])
 
 
 def render_latex(table: DebiasTable) -> str:
