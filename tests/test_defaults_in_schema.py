@@ -134,16 +134,7 @@ STILL_TO_MOVE = {
     "commands/data.py:check_images", "config.py:data_root", "data/classification.py:background_class",
     "data/classification.py:trust_unofficial_pickle", "data/nltk_data.py:prefer_real",
     "data/looktwice.py:DEFAULT_IMAGE_NAME", "data/pata.py:DEFAULT_IMAGE_NAME", "data/visogender.py:DEFAULT_IMAGE_NAME",
-    "generation/editing.py:EditSettings.m", "generation/editing.py:EditSettings.k",
-    "generation/editing.py:EditSettings.size", "generation/editing.py:EditSettings.steps",
-    "generation/editing.py:EditSettings.guidance_range", "generation/editing.py:EditSettings.image_guidance_range",
-    "generation/editing.py:EditSettings.cross_range", "generation/editing.py:EditSettings.self_range",
-    "generation/editing.py:EditSettings.inversion_steps", "generation/editing.py:EditSettings.null_guidance",
-    "generation/editing.py:EditSettings.inner_steps", "generation/editing.py:EditSettings.null_lr",
-    "generation/editing.py:EditSettings.null_epsilon", "generation/editing.py:EditSettings.null_epsilon_step",
-    "generation/editing.py:EditSettings.save_all", "generation/editing.py:EditSettings.global_seed",
-    "planning.py:run_name", "preflight.py:run_name", "preflight.py:split", "studies/cvld/pipeline.py:device",
-    "studies/social_counterfactuals/debias.py:recipe",
+    "planning.py:run_name", "preflight.py:run_name", "preflight.py:split",
     # the schema gives coco_counterfactuals.training.seeds no default (config/config.yaml states B.3.2's 107, 108)
     "training/trainer.py:TrainSettings.seed",
 }
@@ -232,8 +223,9 @@ def test_settings_objects_default_to_the_schema():
 
     from counterfactory.config import fill_section, fill_definition
 
-    modules = ["device", "filters.pairs", "filters.sets", "generation.adaptive", "generation.grounded",
-               "generation.inpaint", "generation.inversion", "generation.sampler", "generation.sets", "text.captions"]
+    modules = ["device", "filters.pairs", "filters.sets", "generation.adaptive", "generation.editing",
+               "generation.grounded", "generation.inpaint", "generation.inversion", "generation.sampler",
+               "generation.sets", "text.captions", "training.trainer"]
     seen = 0
     for name in modules:
         module = importlib.import_module(f"counterfactory.{name}")

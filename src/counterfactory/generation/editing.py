@@ -47,6 +47,7 @@ import numpy as np
 import torch
 
 from ..errors import ConfigError, input_error
+from ..settings import schema_default, schema_defaults
 from . import runner
 from .inpaint_inputs import _read_image, _resolve, item_rows
 from .inversion import InversionSettings, fit_image, model_fingerprint, null_text_invert, p2p_edit
@@ -63,28 +64,30 @@ MANIFEST_SCHEMA = {"item_id": "object", "candidate": "int64", "seed": "int64", "
 
 
 @dataclass(frozen=True)
+@schema_defaults("cvld.editing.settings")
 class EditSettings:
-    """Editing settings (module docstring): m = 10 and k = 3 from §5.1; ``steps`` (InstructPix2Pix sampling steps,
+    """Editing settings (module docstring), defaults the schema's (``cvld.editing.settings``, ``m`` and ``k`` of
+    ``cvld.editing``): m = 10 and k = 3 from §5.1; ``steps`` (InstructPix2Pix sampling steps,
     the pipeline's default 100); ``size`` (square working resolution, ours); the parameter ranges; the null-text
     settings of Mokady et al. 2023 (50 DDIM steps, guidance 7.5, 10 Adam iterations at lr 1e-2, early stop at
     ``1e-5 + i * 2e-5``); ``save_all`` also writes dropped candidates; ``global_seed`` salts every seed."""
 
-    m: int = 10
-    k: int = 3
-    size: int = 512
-    steps: int = 100
-    guidance_range: tuple[float, float] = (5.0, 10.0)
-    image_guidance_range: tuple[float, float] = (1.0, 2.0)
-    cross_range: tuple[float, float] = (0.2, 0.8)
-    self_range: tuple[float, float] = (0.2, 0.6)
-    inversion_steps: int = 50
-    null_guidance: float = 7.5
-    inner_steps: int = 10
-    null_lr: float = 1e-2
-    null_epsilon: float = 1e-5
-    null_epsilon_step: float = 2e-5
-    save_all: bool = False
-    global_seed: int = 0
+    m: int = schema_default("cvld.editing.m")
+    k: int = schema_default("cvld.editing.k")
+    size: int
+    steps: int
+    guidance_range: tuple[float, float]
+    image_guidance_range: tuple[float, float]
+    cross_range: tuple[float, float]
+    self_range: tuple[float, float]
+    inversion_steps: int
+    null_guidance: float
+    inner_steps: int
+    null_lr: float
+    null_epsilon: float
+    null_epsilon_step: float
+    save_all: bool
+    global_seed: int
 
     def __post_init__(self):
         if self.m < 1 or self.k < 1:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from ...settings import config_value
 from . import data
 from .settings import settings
 
@@ -105,7 +106,7 @@ def edit(cfg, requests_path, method: str, shard: int, out_dir, cache_dir=None, p
     knobs = EditSettings.from_config({**ed["settings"], "m": ed["m"], "k": ed["k"]})
     cache = cache_dir or Path(out_dir).parent.parent / "inversions"
     return edit_shard(part, method, out_dir, cfg=cfg, settings=knobs, batch_size=int(ed["batch_size"]),
-                      device=cfg.get("device", "auto"), cache_dir=cache, progress=progress, source=str(requests_path))
+                      device=config_value(cfg, "device"), cache_dir=cache, progress=progress, source=str(requests_path))
 
 
 def edit_merge(shard_manifests, out) -> int:

@@ -285,11 +285,11 @@ def training_section(cfg: Mapping, segment: str, opts: Mapping | None = None) ->
 
 def planned_steps(manifest: pd.DataFrame, section: Mapping, data_seed: int) -> int:
     """Optimisation steps of the run (what ``checkpoint: final`` evaluates after)."""
-    from ...training import step_plan
+    from ...training import TrainSettings, step_plan
 
     train_rows = manifest[manifest["split"] == "train"].reset_index(drop=True)
     return len(step_plan(train_rows, int(section["batch_size"]), int(section["epochs"]), data_seed,
-                         section.get("recipe", "plain"), section.get("max_steps")))
+                         section.get("recipe", TrainSettings.recipe), section.get("max_steps")))
 
 
 def summarize_probe(probe_df: pd.DataFrame, gender_type: str = "gender") -> dict[str, float]:
