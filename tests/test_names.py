@@ -6,6 +6,7 @@ one study or experiment adds a suffix from :data:`QUALIFIERS`. Reads the rule fi
 from __future__ import annotations
 
 import functools
+import importlib.util
 import re
 from pathlib import Path
 
@@ -29,47 +30,43 @@ ALIASES = {("odmap",): ("spurious",),
            ("countercurate", "llm"): ("countercurate", "positions-rewrite"),
            ("countercurate", "generate-shards"): ("countercurate", "request-shards")}
 
-HEADER = re.compile(r"^(?P<indent>[ \t]*)(?:(?:rule|checkpoint)\s+(?P<name>\w+)\s*:"
-                    r"|use rule (?P<base>\w+) as (?P<variant>\w+) with:)", re.MULTILINE)
-COMMAND = re.compile(r"counterfactory\s+(?P<group>[a-z][\w-]*)(?:\s+(?P<step>[a-z][\w-]*|\{params\.\w+\}))?")
+def _name_table():
+    spec = importlib.util.spec_from_file_location("name_table", REPO / "scripts" / "name_table.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-def _shell(body: str) -> str | None:
-    """The ``shell:`` section of a rule body (its line and the lines indented below it), or None."""
-    lines = body.split("\n")
-    for i, line in enumerate(lines):
-        m = re.match(r"^(\s*)shell:\s*(.*)$", line)
-        if m:
-            out = [m.group(2)]
-            for nxt in lines[i + 1:]:
-                if nxt.strip() and len(nxt) - len(nxt.lstrip()) <= len(m.group(1)):
-                    break
-                out.append(nxt)
-            return "\n".join(out)
-    return None
+NAME_TABLE = _name_table()
+#: rule name -> file, base rule, docstring, shell and its commands (the same reader the generated table uses)
+workflow_rules = NAME_TABLE.workflow_rules
 
 
-@functools.lru_cache(maxsize=1)
-def workflow_rules() -> dict[str, dict]:
-    """Rule name -> file, base rule (``use rule ... as``) and the ``(group, step)`` of every ``counterfactory``
-    command its shell runs (a variant without a shell runs its base rule's)."""
-    rules: dict[str, dict] = {}
-    for path in [REPO / "Snakefile", *sorted((REPO / "rules").glob("*.smk"))]:
-        text = path.read_text(encoding="utf-8")
-        heads = list(HEADER.finditer(text))
-        for i, m in enumerate(heads):
-            body = text[m.end(): heads[i + 1].start() if i + 1 < len(heads) else len(text)]
-            shell = _shell(body)
-            name = m.group("name") or m.group("variant")
-            assert name not in rules, f"rule {name} is defined twice"
-            rules[name] = {"file": path.name, "base": m.group("base"), "shell": shell,
-                           "commands": [(g, s or None) for g, s in COMMAND.findall(shell or "")]}
-    for info in rules.values():
-        base = info["base"]
-        while info["shell"] is None and base:
-            info["shell"], info["commands"] = rules[base]["shell"], rules[base]["commands"]
-            base = rules[base]["base"]
-    return rules
+def test_the_name_table_is_generated_and_complete():
+    """Issue 41 item 4: docs/architecture.md's step -> rule -> subcommand -> module table is the generated one, and
+    every rule and every subcommand is in it (LIC and LLaVA fine-tuning included)."""
+    page = (REPO / "docs" / "architecture.md").read_text(encoding="utf-8")
+    table = NAME_TABLE.table_markdown()
+    assert NAME_TABLE.BEGIN + "\n" + table + NAME_TABLE.END in page, \
+        "docs/architecture.md's name table is stale: run python scripts/name_table.py"
+    rows = table.splitlines()[2:]
+    for name in workflow_rules():
+        assert any(f"`{name}`" in row.split(" | ")[1] for row in rows), name
+    commands = {f"counterfactory {g}" + (f" {s}" if s else "") for g, s, _ in NAME_TABLE.subcommands()}
+    assert {row.split(" | ")[2].strip("`") for row in rows} >= commands
+    # the module column is read from the handlers: a study step names its study's module
+    row = next(r for r in rows if "`cvld_run`" in r)
+    assert "`counterfactory.studies.cvld.runs.run`" in row
+
+
+def test_the_name_table_reader_sees_calls_through_every_import_style():
+    """The module column follows calls through a module imported in the handler, a lazy step module and a helper
+    of the command module (a reader that missed one would leave rows empty)."""
+    from counterfactory.commands import social, spurious
+
+    assert "counterfactory.studies.social_counterfactuals.filtering.filter_clip_files" in \
+        NAME_TABLE.targets(social._cmd_filter_clip)                       # lazy_module proxy
+    assert any(t.startswith("counterfactory.studies.spurious_retrieval.") for t in NAME_TABLE.targets(spurious._run))
 
 
 def rule_name(group: str, step: str | None) -> str:
