@@ -133,7 +133,6 @@ NOT_CONFIG = {
 STILL_TO_MOVE = {
     "commands/data.py:check_images", "config.py:data_root", "data/classification.py:background_class",
     "data/classification.py:trust_unofficial_pickle", "data/nltk_data.py:prefer_real",
-    "data/looktwice.py:DEFAULT_IMAGE_NAME", "data/pata.py:DEFAULT_IMAGE_NAME", "data/visogender.py:DEFAULT_IMAGE_NAME",
     "planning.py:run_name", "preflight.py:run_name", "preflight.py:split",
     # the schema gives coco_counterfactuals.training.seeds no default (config/config.yaml states B.3.2's 107, 108)
     "training/trainer.py:TrainSettings.seed",

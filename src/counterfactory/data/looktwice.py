@@ -33,13 +33,15 @@ from pathlib import Path
 import pandas as pd
 
 from ..errors import describe_path, input_error
+from ..settings import schema_default
 from .coco import read_json
 from .pata import resolve_image
 
 log = logging.getLogger(__name__)
 
-TEMPLATE = "there are {n} {name} in the image."
-DEFAULT_IMAGE_NAME = "{id}.jpg"
+#: the schema's countercurate.benchmarks.looktwice defaults (the code's caption template; ``{id}.jpg`` files)
+TEMPLATE = schema_default("countercurate.benchmarks.looktwice.template")
+DEFAULT_IMAGE_NAME = schema_default("countercurate.benchmarks.looktwice.image_name")
 COLUMNS = ["image_id", "obj_type", "count", "question", "caption", "negative_caption", "image_path"]
 REQUIRED = ("obj_type", "ans")
 FIX = ("use the official Datasets/LookTwiceQA/looktwiceqa_dataset.json of github.com/princetonvisualai/pointingqa "

@@ -38,6 +38,7 @@ from urllib.parse import unquote, urlparse
 import pandas as pd
 
 from ..errors import input_error
+from ..settings import schema_default
 from .paths import join_under
 from .coco import read_json
 
@@ -53,7 +54,7 @@ FILE_COLUMNS = ["index", "line", "scene", "race", "gender", "age", "url", "image
 CAPTION_COLUMNS = ["scene", "long", "polarity", "attribute", "caption_index", "caption"]
 FIX_LIST = "each line must read <scene>_<race>_<gender>_<age>|<url>, as in the official pata_fairness.files.lst"
 FIX_JSON = "use the official pata_fairness.captions.json (a list of {long, short, pos, neg} objects)"
-DEFAULT_IMAGE_NAME = "{index}.*"
+DEFAULT_IMAGE_NAME = schema_default("social_counterfactuals.probing.pata.image_name")
 
 
 def _url_basename(url: str) -> str:

@@ -33,6 +33,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..errors import input_error
+from ..settings import schema_default
 from .pata import _url_basename, resolve_image
 
 log = logging.getLogger(__name__)
@@ -45,7 +46,7 @@ OP_COLUMNS = ["IDX", "Sector", "Specialisation", "Occupation", "Participant", UR
 GENDERS = ("masculine", "feminine")
 COLUMNS = ["context", "idx", "sector", "specialisation", "occupation", "other", "url", "licence",
            "occupation_gender", "participant_gender", "error_codes", "annotator", "line", "image_path"]
-DEFAULT_IMAGE_NAME = "{idx}.*"
+DEFAULT_IMAGE_NAME = schema_default("social_counterfactuals.probing.visogender.image_name")
 FIX = "use the official OO/OP TSV of github.com/oxai/visogender (tab-separated, header {header})"
 
 
