@@ -85,6 +85,16 @@ def official_tree(data_root: Path, coco_captions: int = 50, coco_images: int = 1
     entities = root / "flickr30k_entities"
     for part in ("Sentences", "Annotations"):
         shutil.copytree(demo / "flickr30k_entities" / part, entities / part, dirs_exist_ok=True)
+    # nocaps validation (CVLD Table 4): the COCO-caption-format annotation file and its images (empty files)
+    nc = root / "nocaps"
+    (nc / "images").mkdir(parents=True, exist_ok=True)
+    nc_images = [{"id": i, "file_name": f"{i:016x}.jpg", "width": 640, "height": 480} for i in range(3)]
+    for img in nc_images:
+        (nc / "images" / img["file_name"]).write_bytes(b"")
+    (nc / "nocaps_val_4500_captions.json").write_text(json.dumps(
+        {"info": {}, "licenses": [], "images": nc_images,
+         "annotations": [{"id": 10 * i + j, "image_id": i, "caption": f"caption {j} of image {i}"}
+                         for i in range(3) for j in range(2)]}))
     # the rest: the demo's fixtures are already in the official layouts
     for name in ("celeba", "fairface", "looktwice", "winoground", "pata", "visogender", "sugarcrepe",
                  "classification"):
