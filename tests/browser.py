@@ -9,6 +9,7 @@ it is missing) or ``None``, so a test can skip with the reason.
 from __future__ import annotations
 
 import base64
+import fcntl
 import json
 import os
 import shutil
@@ -45,6 +46,12 @@ class Chromium:
         self.timeout = timeout
         cmd_r, self._cmd_w = os.pipe()       # we write commands; Chromium reads them as fd 3
         self._res_r, res_w = os.pipe()       # Chromium writes answers as fd 4
+        # the child's ends moved to descriptors >= 10, so that moving them to 3 and 4 cannot clobber one another
+        # (os.pipe() itself may return 3 or 4)
+        low = (cmd_r, res_w)
+        cmd_r, res_w = (fcntl.fcntl(fd, fcntl.F_DUPFD, 10) for fd in low)
+        for fd in low:
+            os.close(fd)
         args = [binary, "--headless=new", "--remote-debugging-pipe", "--no-sandbox", "--disable-gpu",
                 "--disable-dev-shm-usage", "--no-first-run", "--no-default-browser-check", "--hide-scrollbars",
                 "--disable-extensions", "--mute-audio", f"--user-data-dir={profile}",
