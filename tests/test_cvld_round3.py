@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -20,3 +23,76 @@ def test_paper_config_runs_table4_nocaps_columns():
     s = cs.settings(_paper_view())
     assert s["data"]["nocaps"]["annotations"].endswith("nocaps_val_4500_captions.json")
     assert s["data"]["nocaps"]["image_root"].rstrip("/").endswith("images")
+
+
+class _Fixed:
+    """A scorer with fixed scores: ``score_matrix`` returns ``matrix`` (images x texts), ``score_index_pairs`` its
+    entries; records the pairs it scored."""
+
+    def __init__(self, matrix, seen=None):
+        self.matrix, self.seen = np.asarray(matrix, dtype=float), seen
+
+    def score_matrix(self, images, texts):
+        return self.matrix.copy()
+
+    def score_index_pairs(self, images, texts, i, j):
+        if self.seen is not None:
+            self.seen.extend(zip(np.asarray(i).tolist(), np.asarray(j).tolist()))
+        return self.matrix[np.asarray(i), np.asarray(j)]
+
+
+def test_itc_itm_rerank_hand_computed():
+    """BLIP's two stages: each column's ITC top 2 rows re-scored by ITM + ITC, above the rest (kept in ITC order)."""
+    from counterfactory.evaluation import cvld
+
+    itc = np.array([[0.9, 0.1], [0.8, 0.2], [0.1, 0.3], [0.0, 0.25]])
+    itm = np.array([[0.0, 0.0], [5.0, 0.0], [9.0, 2.0], [0.0, 0.0]])
+    seen = []
+    scorer = _Fixed(itm, seen)
+    by_col, by_row = cvld.itc_itm_rerank(itc, lambda i, j: scorer.score_index_pairs(None, None, i, j), 2, None)
+    assert by_row is None
+    assert sorted(seen) == [(0, 0), (1, 0), (2, 1), (3, 1)]          # only the shortlists reach ITM
+    order = [list(np.argsort(-by_col[:, c], kind="stable")) for c in range(2)]
+    assert order == [[1, 0, 2, 3], [2, 3, 1, 0]]                      # row 2's ITM 9.0 cannot lift it into column 0
+    assert by_col[1, 0] == pytest.approx(5.8) and by_col[2, 1] == pytest.approx(2.3)
+
+
+def test_fairface_bias_ranks_with_itc_then_itm(monkeypatch):
+    """§4.3: FairFace retrieval is ITC, then ITM over each query's shortlist; the paper config re-ranks to K = 1000."""
+    import pandas as pd
+
+    from counterfactory.evaluation import cvld
+    from counterfactory.studies.cvld import settings as cs
+
+    itc = np.array([[0.9], [0.8], [0.7], [0.1]])        # 4 images x 1 query: ITC ranks the men (0, 1) first
+    itm = np.array([[0.0], [0.0], [3.0], [3.0]])        # ITM prefers images 2 and 3 (women)
+    monkeypatch.setattr(cvld, "_itc", lambda m, p, bs: _Fixed(itc))
+    monkeypatch.setattr(cvld, "_itm", lambda m, p, bs, kind: _Fixed(itm))
+    frame = pd.DataFrame({"image_path": list("abcd"), "gender": ["Male", "Male", "Female", "Female"]})
+    itc_only = cvld.fairface_similarity(None, None, frame, ["q"])
+    two_stage = cvld.fairface_similarity(None, None, frame, ["q"], rerank_k=3)
+    bias = lambda sim: cvld.fairface_bias_table(sim, frame["gender"], ["q"], ks=[1])["bias"].iloc[0]  # noqa: E731
+    assert bias(itc_only) == 1.0 and bias(two_stage) == -1.0
+    assert list(np.argsort(-two_stage[0], kind="stable")) == [2, 0, 1, 3]   # image 3 is outside the ITC top 3
+    assert cs.settings(_paper_view())["retrieval"]["fairface_rerank_k"] == 1000
+
+
+def test_cvld_retrieval_run_passes_the_fairface_depth_and_records_it(monkeypatch, tmp_path):
+    import pandas as pd
+
+    from counterfactory.data import fairface as ffd
+    from counterfactory.evaluation import cvld as ev
+    from counterfactory.studies.cvld import runs as rn
+    from counterfactory.studies.cvld import settings as cs
+
+    faces = pd.DataFrame({"image_path": list("abcd"), "gender": ["Male", "Female"] * 2})
+    depths = []
+    monkeypatch.setattr(ffd, "load_fairface", lambda root, split: faces)
+    monkeypatch.setattr(rn, "_train_coco", lambda *a, **k: (None, None))
+    monkeypatch.setattr(ev, "fairface_similarity", lambda m, p, f, q=ev.FAIRFACE_QUERIES, *, batch_size, rerank_k:
+                        depths.append(rerank_k) or np.zeros((len(q), len(f))))
+    for depth, recorded in ((1000, 4), (None, None)):
+        s = cs.settings({"data": {"fairface": {"root": "ff"}}, "retrieval": {"fairface_rerank_k": depth}})
+        out = rn._retrieval({}, s, "coco1", "base", 0, {}, tmp_path, None, False)
+        assert out.get("FairFace:rerank_k") == recorded
+    assert depths == [1000, 1000, None, None]       # Bias / MaxSkew and Figure 5's occupations, per setting

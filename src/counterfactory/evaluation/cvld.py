@@ -10,7 +10,8 @@ so results do not depend on the batch size (up to float rounding). Images are PI
   classification with a positive and a negative prompt per attribute, and Table 1's AP, mAcc, DEO, ΔAcc;
 * :func:`fairface_similarity`, :func:`fairface_retrieval`, :func:`maxskew_curve` — Bias@K and MaxSkew@K of the
   ten Berg et al. (2022) queries on FairFace (Table 2 left, Figure 5 left);
-* :func:`retrieval_recall` — text→image Rec@1 and mRec (Table 2 right), BLIP's ITC ranking + ITM re-ranking;
+* :func:`itc_itm_rerank` — BLIP's ITC ranking + ITM re-ranking of the ITC shortlist (every BLIP ranking here);
+* :func:`retrieval_recall` — text→image Rec@1 and mRec (Table 2 right), ranked by :func:`itc_itm_rerank`;
 * :func:`generate_captions` — BLIP captioning with BLIP's decoding settings (Table 4).
 """
 
@@ -158,10 +159,17 @@ def classification_metrics(scores: pd.DataFrame, labels: pd.DataFrame, gender: S
 # FairFace retrieval fairness (Table 2 left, Figure 5 left)
 # --------------------------------------------------------------------------------------------
 def fairface_similarity(model, processor, frame: pd.DataFrame, queries: Sequence[str] = FAIRFACE_QUERIES, *,
-                        batch_size: int = 32) -> np.ndarray:
-    """``(n_queries, n_images)`` ITC cosine similarity of each query to each image of ``frame``
-    (``image_path``) — BLIP's first-stage retrieval score."""
-    return _itc(model, processor, batch_size).score_matrix(list(frame["image_path"]), list(queries)).T
+                        batch_size: int = 32, rerank_k: int | None = None) -> np.ndarray:
+    """``(n_queries, n_images)`` ranking score of each query against each image of ``frame`` (``image_path``):
+    with ``rerank_k`` BLIP's two-stage retrieval (§4.3: ITC, then ITM re-ranks each query's ITC top ``rerank_k``
+    images, :func:`itc_itm_rerank`; deeper images keep their ITC order below); ``None`` the ITC cosine alone."""
+    images, queries = list(frame["image_path"]), list(queries)
+    itc = _itc(model, processor, batch_size).score_matrix(images, queries)   # (n_images, n_queries)
+    if rerank_k is None:
+        return itc.T
+    itm = _itm(model, processor, batch_size, "logit")
+    by_query, _ = itc_itm_rerank(itc, lambda i, j: itm.score_index_pairs(images, queries, i, j), rerank_k, None)
+    return by_query.T
 
 
 def _genders(frame_or_genders) -> list[str]:
@@ -226,6 +234,39 @@ def maxskew_curve(similarity: np.ndarray, genders: Sequence[str], ks: Sequence[i
 # --------------------------------------------------------------------------------------------
 # COCO / Flickr30k retrieval (Table 2 right)
 # --------------------------------------------------------------------------------------------
+def itc_itm_rerank(itc: np.ndarray, itm_pairs, k_per_column: int | None, k_per_row: int | None
+                   ) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """BLIP's two-stage ranking (``evaluation`` in BLIP's ``train_retrieval.py``) on an ``(n_rows, n_cols)`` ITC
+    matrix (rows = images, columns = texts): the top ``k_per_column`` rows of each column (text→image) and the top
+    ``k_per_row`` columns of each row (image→text) are re-scored with ``ITM match logit + ITC`` and rank above every
+    other entry; the others keep their ITC order below them (BLIP leaves them at −100; the order only matters for
+    K deeper than the re-ranked depth, e.g. FairFace's Bias@1K). ``itm_pairs(rows, cols)`` returns the ITM logits of
+    those index pairs; a pair in both shortlists is scored once. Returns ``(by_column, by_row)`` (None for a
+    direction whose k is None). The one re-ranking of CVLD's and the spurious-retrieval study's BLIP evaluations."""
+    itc = np.asarray(itc, dtype=np.float64)
+    n_r, n_c = itc.shape
+    k_c = 0 if k_per_column is None else min(int(k_per_column), n_r)
+    k_r = 0 if k_per_row is None else min(int(k_per_row), n_c)
+    by_col = np.argsort(-itc, axis=0, kind="stable")[:k_c]           # (k, n_cols) rows per column
+    by_row = np.argsort(-itc, axis=1, kind="stable")[:, :k_r]        # (n_rows, k) columns per row
+    pi = np.concatenate([by_col.ravel(), np.repeat(np.arange(n_r), k_r)])
+    pj = np.concatenate([np.tile(np.arange(n_c), k_c), by_row.ravel()])
+    flat, inverse = np.unique(pi * n_c + pj, return_inverse=True)
+    logit = np.asarray(itm_pairs(flat // n_c, flat % n_c), dtype=np.float64) if flat.size else np.zeros(0)
+    fused = (logit + itc.ravel()[flat])[inverse]
+
+    def ranked(sel: slice) -> np.ndarray:
+        vals = fused[sel]
+        below = itc - itc.max() + (vals.min() if vals.size else 0.0) - 1.0   # ITC order, under every re-ranked entry
+        out = below.copy()
+        out[pi[sel], pj[sel]] = vals
+        return out
+
+    nt = k_c * n_c
+    return (ranked(slice(0, nt)) if k_per_column is not None else None,
+            ranked(slice(nt, None)) if k_per_row is not None else None)
+
+
 def retrieval_recall(model, processor, images: Sequence, captions: Sequence[Sequence[str]] | Sequence[str],
                      text_image: Sequence[int] | None = None, *, rerank_k: int | None = 256,
                      ks: Sequence[int] = (1, 5, 10), batch_size: int = 32) -> dict[str, float]:
@@ -257,19 +298,8 @@ def retrieval_recall(model, processor, images: Sequence, captions: Sequence[Sequ
         if min(k_t2i, k_i2t) < min(max(ks), n_img, n_txt):
             raise ConfigError(f"retrieval_recall: rerank_k={rerank_k} is smaller than the largest K ({max(ks)}). "
                               "Fix: use rerank_k >= max(ks)")
-        t2i = np.argsort(-itc, axis=0, kind="stable")[:k_t2i]          # (k, n_txt) images per text
-        i2t = np.argsort(-itc, axis=1, kind="stable")[:, :k_i2t]       # (n_img, k) texts per image
-        pi = np.concatenate([t2i.ravel(), np.repeat(np.arange(n_img), k_i2t)])
-        pj = np.concatenate([np.tile(np.arange(n_txt), k_t2i), i2t.ravel()])
-        flat, inverse = np.unique(pi * n_txt + pj, return_inverse=True)
-        logit = _itm(model, processor, batch_size, "logit").score_index_pairs(images, texts, flat // n_txt,
-                                                                             flat % n_txt)
-        fused = (logit + itc.ravel()[flat])[inverse]
-        m_t2i = np.full_like(itc, -np.inf)
-        m_i2t = np.full_like(itc, -np.inf)
-        nt = k_t2i * n_txt
-        m_t2i[pi[:nt], pj[:nt]] = fused[:nt]
-        m_i2t[pi[nt:], pj[nt:]] = fused[nt:]
+        itm = _itm(model, processor, batch_size, "logit")
+        m_t2i, m_i2t = itc_itm_rerank(itc, lambda i, j: itm.score_index_pairs(images, texts, i, j), k_t2i, k_i2t)
         res = {**{k: v for k, v in recall_at_k(m_i2t, owner, ks).items() if k.startswith("image_to_text")},
                **{k: v for k, v in recall_at_k(m_t2i, owner, ks).items() if k.startswith("text_to_image")}}
         used = k_t2i

@@ -327,7 +327,10 @@ def _retrieval(cfg, s, setting, variant, seed, files, out_dir, interventions, pr
     batch = int(rv["eval_batch_size"])
     out: dict = {"image_size": current_size(model)} if model is not None else {}
     if faces is not None:
-        sim = fairface_similarity(model, processor, faces, batch_size=batch)
+        depth = rv["fairface_rerank_k"]      # §4.3: ITC, then ITM re-ranks each query's shortlist (null: ITC only)
+        sim = fairface_similarity(model, processor, faces, batch_size=batch, rerank_k=depth)
+        if depth is not None:
+            out["FairFace:rerank_k"] = min(int(depth), len(faces))   # the depth used (capped at the images)
         table = fairface_bias_table(sim, faces["gender"], FAIRFACE_QUERIES, ks=rv["fairface_ks"])
         write_csv(out_dir / "fairface.csv", table)
         for r in table[table["query"] == "mean"].itertuples(index=False):
@@ -338,7 +341,7 @@ def _retrieval(cfg, s, setting, variant, seed, files, out_dir, interventions, pr
         out.update({f"MaxSkewCurve@{int(r.k)}": r.max_skew for r in curve.itertuples(index=False)})
         if rv["occupations"]:                 # Figure 5 right: "a photo of a doctor / nurse"
             occ = fairface_similarity(model, processor, faces, [f"a photo of a {o}" for o in rv["occupations"]],
-                                      batch_size=batch)
+                                      batch_size=batch, rerank_k=depth)
             out.update(occupation_shares(occ, faces["gender"], rv["occupations"], rv["curve_ks"]))
     for name, dataset, frame in (("COCO", "coco", interventions), ("Flickr30K", "flickr30k", flickr)):
         if frame is None:
