@@ -13,8 +13,11 @@ row ``ODmAP/normaliser=<name>`` (value 1). Gallery captions are encoded once; qu
 616k-caption MS-COCO gallery never needs a full score matrix.
 
 Recall@K: the test split's images and their captions (MS-COCO 5K, Flickr30k 1K), image→text (``TR@K``) and
-text→image (``IR@K``), :func:`counterfactory.metrics.recall_at_k`. Both use the model's contrastive (ITC)
-embeddings; BLIP's ITM re-ranking is not applied (ours: the paper does not say which head it ranked with).
+text→image (``IR@K``), :func:`counterfactory.metrics.recall_at_k`. Both rank by the model's contrastive (ITC)
+embeddings; a BLIP role with ``evaluation.blip_rerank_k`` (paper config: 256 COCO / 128 Flickr30k) then re-ranks
+each query's ITC top k by ITM logit + ITC, BLIP's own evaluation procedure
+(:func:`counterfactory.evaluation.cvld.itc_itm_rerank`, the one shared with CVLD): the paper does not name the
+head, but its zero-shot COCO text→image R@1 (55.0) is the figure CVLD reports for BLIP^PT with that procedure.
 """
 
 from __future__ import annotations
@@ -58,9 +61,10 @@ def normaliser_metric(normaliser: str) -> str:
 
 
 def odmap(query_emb: np.ndarray, gallery_emb: np.ndarray, removed: np.ndarray, present: np.ndarray,
-          mentions: np.ndarray, ks, normaliser: str = PAPER_NORMALISER) -> dict[str, float]:
+          mentions: np.ndarray, ks, normaliser: str = PAPER_NORMALISER, rerank=None) -> dict[str, float]:
     """``ODmAP@k`` for each k (percent), ``ODmAP/queries_skipped`` and the normaliser's record row from
-    embeddings and class indicators."""
+    embeddings and class indicators. ``rerank(sim, lo)`` (optional) turns a chunk's ITC scores (queries ``lo`` ..
+    ``lo + len(sim)``) into the scores it is ranked by (BLIP's ITM re-ranking)."""
     from ...metrics import odmap_at_k
 
     n_q, n_g = len(query_emb), len(gallery_emb)
@@ -72,6 +76,8 @@ def odmap(query_emb: np.ndarray, gallery_emb: np.ndarray, removed: np.ndarray, p
         rel = relevance(removed[lo:hi], present[lo:hi], mentions)
         if not rel.any():
             continue
+        if rerank is not None:
+            sim = rerank(sim, lo)
         for k in ks:
             _, part = odmap_at_k(sim, rel, min(k, n_g), return_per_query=True, normaliser=normaliser)
             per[k][lo:hi] = part
@@ -95,10 +101,30 @@ def read_gallery(path) -> pd.DataFrame:
     return frame
 
 
+def itm_reranker(scorer, rerank_k: int | None):
+    """``(rerank(itc, images, texts, k_per_column, k_per_row), depth)`` for a BLIP ITC scorer and a depth (BLIP's
+    ITC + ITM procedure, :func:`counterfactory.evaluation.cvld.itc_itm_rerank`); ``(None, None)`` for other scorers
+    or ``rerank_k`` None (ITC only)."""
+    from ...scorers import BlipItcScorer, BlipItmScorer
+
+    if rerank_k is None or not isinstance(scorer, BlipItcScorer):
+        return None, None
+    from ...evaluation.cvld import itc_itm_rerank
+
+    itm = BlipItmScorer(scorer.model, scorer.processor, itm_score="logit", batch_size=scorer.batch_size,
+                        progress=False, device=scorer.device)
+
+    def rerank(itc, images, texts, k_per_column, k_per_row):
+        return itc_itm_rerank(itc, lambda i, j: itm.score_index_pairs(images, texts, i, j), k_per_column, k_per_row)
+
+    return rerank, int(rerank_k)
+
+
 def evaluate(cfg, role: str, gallery_path, queries_path, ks=(1, 5, 10), progress: bool = False,
-             normaliser: str = PAPER_NORMALISER) -> dict[str, float]:
+             normaliser: str = PAPER_NORMALISER, rerank_k: int | None = None) -> dict[str, float]:
     """``ODmAP@k``, ``TR@K`` and ``IR@K`` of ``role`` (its configured source, e.g. a fine-tuned checkpoint);
-    ``normaliser`` is the AP@k divisor (``evaluation.odmap_normaliser``)."""
+    ``normaliser`` is the AP@k divisor (``evaluation.odmap_normaliser``); ``rerank_k`` the ITM re-ranking depth of
+    a BLIP role (``evaluation.blip_rerank_k`` of the dataset; None: ITC only), recorded as ``rerank_k``."""
     from ...metrics import recall_at_k
     from ...scorers import scorer_from_config
 
@@ -106,15 +132,24 @@ def evaluate(cfg, role: str, gallery_path, queries_path, ks=(1, 5, 10), progress
     gallery = read_gallery(gallery_path)
     queries = pd.read_parquet(queries_path)
     scorer = scorer_from_config(cfg, role, head="itc", progress=progress)
+    rerank, depth = itm_reranker(scorer, rerank_k)
     out: dict[str, float] = {}
+    if depth is not None:
+        out["rerank_k"] = float(depth)
     gal_emb = scorer.encode_texts(gallery["caption"].astype(str).tolist())
     if len(queries):
         classes = sorted({c for col in ("removed_categories", "present_categories") for v in queries[col] for c in v}
                          | {c for v in gallery["mentions"] for c in v})
-        q_emb = scorer.encode_images([str(p) for p in queries["image_path"]])
+        q_paths = [str(p) for p in queries["image_path"]]
+        q_emb = scorer.encode_images(q_paths)
+        captions = gallery["caption"].astype(str).tolist()
+        chunk_rerank = None
+        if rerank is not None:      # image queries: each one's ITC top k captions re-ranked by ITM + ITC
+            def chunk_rerank(sim, lo):
+                return rerank(sim, q_paths[lo:lo + len(sim)], captions, None, depth)[1]
         out.update(odmap(q_emb, gal_emb, class_matrix(queries["removed_categories"], classes),
                          class_matrix(queries["present_categories"], classes),
-                         class_matrix(gallery["mentions"], classes), ks, normaliser))
+                         class_matrix(gallery["mentions"], classes), ks, normaliser, chunk_rerank))
     else:
         log.warning("%s: no ODmAP queries (no selected test image)", queries_path)
     test = gallery[gallery["split"] == "test"].reset_index()
@@ -124,8 +159,14 @@ def evaluate(cfg, role: str, gallery_path, queries_path, ks=(1, 5, 10), progress
         index = {p: i for i, p in enumerate(images)}
         img_emb = scorer.encode_images(images)
         txt_emb = gal_emb[test["index"].to_numpy()]
-        rec = recall_at_k(img_emb @ txt_emb.T, np.array([index[p] for p in paths]), ks)
+        owner = np.array([index[p] for p in paths])
+        itc = img_emb @ txt_emb.T
+        if rerank is None:
+            tr = ir = itc
+        else:                       # BLIP's procedure, each direction re-ranked separately
+            ir, tr = rerank(itc, images, test["caption"].astype(str).tolist(), depth, depth)
+        rec_tr, rec_ir = recall_at_k(tr, owner, ks), recall_at_k(ir, owner, ks)
         for k in ks:
-            out[f"TR@{k}"] = float(rec[f"image_to_text@{k}"])
-            out[f"IR@{k}"] = float(rec[f"text_to_image@{k}"])
+            out[f"TR@{k}"] = float(rec_tr[f"image_to_text@{k}"])
+            out[f"IR@{k}"] = float(rec_ir[f"text_to_image@{k}"])
     return out

@@ -71,8 +71,11 @@ def run(cfg, dataset: str, role: str, mixture: str, seed: int, data_seed: int, m
         run_one(run_cfg, manifest, mixture, seed, data_seed, out_dir, progress=progress, default_eval=False,
                 role=role, experiment=experiment(dataset, role), train=True)
         eval_cfg["models"][role] = {**eval_cfg["models"][role], "source": str(out_dir / "checkpoint")}
+    depth = s["evaluation"]["blip_rerank_k"]          # BLIP roles: ITC top k re-ranked by ITM (null: ITC only)
+    if isinstance(depth, Mapping):
+        depth = depth[dataset]
     metrics = evaluation.evaluate(eval_cfg, role, gallery, manifests / "queries.parquet", s["evaluation"]["ks"],
-                                  progress=progress, normaliser=s["evaluation"]["odmap_normaliser"])
+                                  progress=progress, normaliser=s["evaluation"]["odmap_normaliser"], rerank_k=depth)
     rows = pd.DataFrame([{"experiment": experiment(dataset, role), "mixture": mixture, "seed": int(seed),
                           "data_seed": int(data_seed), "metric": k, "value": float(v)} for k, v in metrics.items()],
                         columns=RUN_COLUMNS)
