@@ -50,11 +50,10 @@ import pandas as pd
 from ...config import fill_section
 from ...errors import ConfigError, input_error
 from . import STUDY, probe_report, probing, task_eval
+from .experiments import DEBIASED, PRETRAINED, experiment_name, parse_experiment  # noqa: F401
 
 log = logging.getLogger(__name__)
 
-PRETRAINED = "pretrained"
-DEBIASED = "debiased"
 SPLITS = ("train", "test")
 SUBJECT_COLUMNS = ["subject", "split"]
 #: manifest columns: the trainer's five plus where each row comes from (the leak check reads ``subject``)
@@ -90,18 +89,6 @@ def segment_lr(opts: Mapping, segment: str) -> float:
         raise ConfigError(f"debias.lr: no learning rate for segment {segment!r} (have {', '.join(sorted(lr))}). "
                           f"Fix: add '{segment}: <lr>' under debias.lr")
     return float(lr[segment])
-
-
-def experiment_name(role: str, segment: str) -> str:
-    """The runs table's experiment of one (model role, segment): ``"<role>:<segment>"``."""
-    return f"{role}:{segment}"
-
-
-def parse_experiment(name: str) -> tuple[str, str]:
-    role, sep, segment = str(name).rpartition(":")
-    if not sep or not role or not segment:
-        raise ValueError(f"experiment {name!r} is not '<role>:<segment>'")
-    return role, segment
 
 
 # --------------------------------------------------------------------------------------------

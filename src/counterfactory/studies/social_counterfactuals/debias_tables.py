@@ -15,7 +15,7 @@ from typing import Any, Mapping, Sequence
 import pandas as pd
 
 from ...errors import ConfigError
-from .debias import DEBIASED, PRETRAINED, parse_experiment
+from .experiments import ATTRIBUTE_LABELS, DEBIASED, PRETRAINED, parse_experiment, segment_label  # noqa: F401
 
 log = logging.getLogger(__name__)
 
@@ -40,17 +40,10 @@ for _dataset, _name in (("visogender", "VisoGender"), ("pata", "PATA")):
         f"{_dataset}_maxskew", f"{_dataset}_maxskew", "min",
         f"Table 3 ({_name}). Mean MaxSkew@K on {_name} of the pre-trained and debiased models (§5.3; debiased on "
         "each segment's counterfactual sets).")
-ATTRIBUTE_LABELS = {"physical": "Physical Char.", "race": "Race", "gender": "Gender"}
 MIXTURE_LABELS = {PRETRAINED: "Pre-trained", DEBIASED: "Debiased"}
 NOTE = ("Mean over seeds with the sample standard deviation as subscript; the better of pre-trained / debiased in "
         "bold (lower; for Bias@K closer to 0); underlined: debiased significantly below pre-trained (one-tailed "
         "t-test over seeds; for Bias@K on the mean |Bias@K|).")
-
-
-def segment_label(segment: str) -> str:
-    """``race_gender`` (or ``race-gender``) -> ``(Race, Gender)`` (Table 2's row names)."""
-    parts = str(segment).replace("-", "_").split("_")
-    return "(" + ", ".join(ATTRIBUTE_LABELS.get(p, p.capitalize()) for p in parts) + ")"
 
 
 @dataclasses.dataclass

@@ -19,6 +19,7 @@ import pandas as pd
 from ...errors import InputError
 from ...filters.sets import _as_bool
 from .filter_io import SET_KEYS, _write_table, read_table
+from .experiments import segment_label
 
 
 def _segment_map(frames: Sequence[pd.DataFrame | None]) -> dict[str, str]:
@@ -53,8 +54,6 @@ def stage_counts(candidates: pd.DataFrame, clip_sets: pd.DataFrame, nsfw_sets: p
     candidates). ``% Filtered Out`` is relative to the sets entering that stage, in percent (1 decimal). Rows are
     named as Table 11 names them (``race_gender`` -> ``(Race, Gender)``).
     """
-    from .debias_tables import segment_label
-
     seg = _segment_map([captions, candidates, detect_sets])
     cand = candidates.assign(set_id=candidates["set_id"].astype(str))
     cand["segment"] = cand["set_id"].map(seg)

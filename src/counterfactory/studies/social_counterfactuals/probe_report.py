@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from ...errors import ConfigError
+from .experiments import segment_label
 from .probing import ALL, INTERSECTIONAL, SEP
 
 
@@ -76,8 +77,6 @@ def three_attribute_table(probe_df: pd.DataFrame, metric: str = "maxskew", stat:
 def _paper_names(table: pd.DataFrame, labels: Mapping[str, str]) -> pd.DataFrame:
     """``table`` with the papers' names: models by ``labels`` (role -> display name, e.g. ``clip_eval`` -> ``CLIP``),
     segments as Table 2 names them (``race_gender`` -> ``(Race, Gender)``), index headers Segment / Model."""
-    from .debias_tables import segment_label
-
     names = {"model": lambda v: labels.get(v, v), "segment": segment_label}
     table = table.copy()
     for axis in ("index", "columns"):
@@ -106,8 +105,6 @@ def paper_tables(probe_df: pd.DataFrame, gender_type: str = "gender",
 
 
 def _paper_tables(probe_df: pd.DataFrame, gender_type: str) -> dict[str, pd.DataFrame]:
-    from .debias_tables import segment_label
-
     tables: dict[str, pd.DataFrame] = {}
     for metric, name in (("ndkl", "NDKL"), ("maxskew", "MaxSkew@K")):
         dist = distribution_table(probe_df, metric)
@@ -198,8 +195,6 @@ def figure_maxskew_boxplots(probe_df: pd.DataFrame, out: str | Path, metric: str
     the paper's order ((a) Race-Gender, (b) Physical Char.-Gender, (c) Physical Char.-Race, :func:`figure_segments`),
     models in the probe table's order (``probing.roles``: ALIP, CLIP, FLAVA, LaCLIP, OpenCLIP, SLIP in Figure 3)."""
     from ...io import save_figure
-    from .debias_tables import segment_label
-
     sel = per_subject(probe_df, metric)
     if sel.empty:
         raise ConfigError(f"no '{metric}' rows in the probe table; nothing to plot")
@@ -239,8 +234,6 @@ def figure_marginal_bars(probe_df: pd.DataFrame, out: str | Path, attribute: str
     """Figure 4 / 7: mean across occupations of the marginal ``attribute`` MaxSkew@K computed on the images of each
     value of ``given_type``; grouped bars, one group per model, one bar per value."""
     from ...io import save_figure
-    from .debias_tables import segment_label
-
     sel = probe_df[(probe_df["metric"] == metric) & (probe_df["attribute"] == attribute)
                    & probe_df["given"].astype(str).str.startswith(f"{given_type}=")
                    & (probe_df["label"].fillna("") == "")]

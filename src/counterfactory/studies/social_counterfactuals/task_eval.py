@@ -24,6 +24,7 @@ from typing import Any, Mapping, Sequence
 import pandas as pd
 
 from ...errors import ConfigError
+from .experiments import DEBIASED, PRETRAINED, parse_experiment, segment_label
 
 #: Table 4's column groups: the paper's "Text Retrieval" is image -> text, "Image Retrieval" text -> image
 RETRIEVAL_GROUPS = (("Text Retrieval", "image_to_text"), ("Image Retrieval", "text_to_image"))
@@ -81,9 +82,6 @@ def _rows(runs: pd.DataFrame, role: str, segments: Sequence[str] | None, name: s
           paper_segment: str | None = None) -> list[tuple[str, pd.DataFrame]]:
     """``(row label, runs)`` of one role: ``Pre-trained <name>``, ``Debiased <name>`` (the ``paper_segment`` model,
     §5.3), then ``Debiased <name> (<segment>)`` for every other segment with runs."""
-    from .debias import DEBIASED, PRETRAINED, parse_experiment
-    from .debias_tables import segment_label
-
     parsed = runs["experiment"].map(parse_experiment)
     mine = runs[parsed.map(lambda rs: rs[0]) == role].assign(segment=parsed.map(lambda rs: rs[1]))
     order = list(segments) if segments else list(dict.fromkeys(mine["segment"]))
