@@ -40,6 +40,7 @@ import numpy as np
 import pandas as pd
 
 from .errors import ConfigError, input_error
+from .settings import config_value
 
 log = logging.getLogger(__name__)
 
@@ -244,7 +245,7 @@ def lm_perplexity(cfg: Mapping, role: str = "lm", batch_size: int = 16, device: 
     from .models import registry
     from .text.captions import CausalLMPerplexity
 
-    dev = resolve_device(device or cfg.get("device", "auto"))
+    dev = resolve_device(device or config_value(cfg, "device"))
     model, tokenizer = registry.load(dict(cfg), role)
     scorer = CausalLMPerplexity(model.eval(), tokenizer, device=dev, prepend_bos=True)
 
