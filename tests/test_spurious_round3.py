@@ -69,3 +69,27 @@ def test_paper_config_reranks_blip_with_blips_k_test(tmp_path, monkeypatch):
     for dataset in ("coco", "flickr30k"):
         rn.run(cfg, dataset, "itm_blip", "zeroshot", 0, 1, tmp_path, tmp_path / "g.parquet", tmp_path / dataset)
     assert seen == [256, 128]
+
+
+def test_tables_rows_in_the_papers_order():
+    """Tables 1-2: VSE++, CLIP, BLIP blocks (whatever the config's order); Table 3: D first, "+Ours" (NP removal +
+    inpaint) last."""
+    from counterfactory.stats import summarize
+    from counterfactory.studies.spurious_retrieval import runs as rn
+    from counterfactory.studies.spurious_retrieval import settings as st
+
+    s = st.settings({"data": {"datasets": ["coco"]},
+                     "mixtures": {"table3": ["np_zero"], "table3_models": ["clip_train"], "ratios": []}})
+    assert rn.paper_row_order(s) == ["vsepp", "clip_train", "itm_blip"]
+    rows = []
+    for role, mixtures in (("clip_train", ["zeroshot", "finetune", "ours", "np_zero"]),
+                           ("itm_blip", ["zeroshot", "finetune", "ours"]), ("vsepp", ["finetune", "ours"])):
+        for m in mixtures:
+            for seed in (0, 1):
+                rows.append({"experiment": f"coco_{role}", "mixture": m, "seed": seed, "data_seed": seed + 1,
+                             "metric": "ODmAP@1", "value": 50.0 + seed})
+    tables = dict(rn.paper_tables(summarize(pd.DataFrame(rows, columns=rn.RUN_COLUMNS), "finetune"), s))
+    t1, t3 = (tables[next(t for t in tables if t.startswith(f"Table {i}"))] for i in (1, 3))
+    assert t1.row_labels == ["VSE++", "VSE++ + Ours", "CLIP (zeroshot)", "CLIP (finetune)", "CLIP + Ours",
+                             "BLIP (zeroshot)", "BLIP (finetune)", "BLIP + Ours"]
+    assert t3.row_labels == ["CLIP (finetune)", "CLIP: D + D' (NP removal, zero pad.)", "CLIP + Ours"]

@@ -150,13 +150,25 @@ def _metric_columns(frame: pd.DataFrame, names) -> list[str]:
     return [f"{e}:{m}" for e in dict.fromkeys(frame["experiment"]) for m in names if (e, m) in present]
 
 
+#: Tables 1-2's model blocks in the paper's order (by recipe): VSE++, CLIP, BLIP
+PAPER_RECIPE_ORDER = ("vsepp", "clip", "blip")
+
+
+def paper_row_order(s: dict) -> list[str]:
+    """The roles of ``training.models`` in the paper's row order (VSE++, CLIP, BLIP by recipe; roles of one recipe
+    in the configuration's order)."""
+    models = s["training"]["models"]
+    return sorted(models, key=lambda r: PAPER_RECIPE_ORDER.index(models[r]) if models[r] in PAPER_RECIPE_ORDER
+                  else len(PAPER_RECIPE_ORDER))
+
+
 def paper_tables(summary: pd.DataFrame, s: dict,
                  labels: Mapping[str, str] | None = None) -> list[tuple[str, object]]:
     """``[(title, PaperTable)]`` of Tables 1-3 and Figure 4's numbers; ``labels``: role -> display name."""
     from ...tables import build_table
 
     ks = [int(k) for k in s["evaluation"]["ks"]]
-    roles = list(s["training"]["models"])
+    roles = paper_row_order(s)
     out = []
     main = [ZEROSHOT, FINETUNE, OURS]
     frame, order, info = _by_dataset(summary, s, roles, main, labels)
@@ -170,7 +182,7 @@ def paper_tables(summary: pd.DataFrame, s: dict,
                 out.append((title, build_table(frame, metrics=cols, mixture_order=order, mixture_info=info,
                                                row_header="Model")))
     mx = s["mixtures"]
-    t3 = [FINETUNE, OURS] + list(mx["table3"])
+    t3 = [FINETUNE] + [m for m in mx["table3"] if m != OURS] + [OURS]   # Table 3: D first, NP removal + inpaint last
     frame, order, info = _by_dataset(summary[summary["experiment"].isin(
         [experiment(d, r) for d in mx["table3_datasets"] for r in mx["table3_models"]])],
         {**s, "data": {**s["data"], "datasets": [d for d in s["data"]["datasets"] if d in mx["table3_datasets"]]}},
