@@ -71,7 +71,7 @@ rule evaluate_itr_table:
     conda:
         CONDA_ENV
     params:
-        labels=display_labels,   # display names are table-only: a rename reruns the tables, not the evaluations
+        labels=display_labels,  # display names are table-only: a rename reruns the tables, not the evaluations
     shell:
         "counterfactory evaluate itr-table --inputs {input:q} --out-csv {output.csv:q} --out-md {output.md:q}"
         " --out-html {output.html:q} {params.labels.flags} > {log:q} 2>&1"

@@ -32,7 +32,7 @@ rule models_build_tiny:
     # typo elsewhere) changes no parameter, so the other stand-ins are not rebuilt; builds are byte-reproducible
     shell:
         "counterfactory models build-tiny --config {input.config:q}"
-        " $(for d in {output:q}; do printf -- '--role %s ' \"$(basename \"$d\")\"; done)"
+        ' $(for d in {output:q}; do printf -- \'--role %s \' "$(basename "$d")"; done)'
         " --out-dir {params.out_dir:q} --force > {log:q} 2>&1"
 
 

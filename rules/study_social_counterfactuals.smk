@@ -426,7 +426,7 @@ rule social_debias_table:
     params:
         labels=display_labels,
         withheld=lambda wildcards: view(wildcards.study)["debias"]["withheld_fraction"],
-        paper_segment=lambda wildcards: view(wildcards.study)["debias"]["paper_segment"],   # §5.3: "Debiased CLIP"
+        paper_segment=lambda wildcards: view(wildcards.study)["debias"]["paper_segment"],  # §5.3: "Debiased CLIP"
     shell:
         "counterfactory social debias-table --runs {input:q} {params.labels.flags} --withheld-fraction {params.withheld}"
         " --paper-segment {params.paper_segment}"
@@ -458,7 +458,7 @@ rule social_debias_task_table:
     conda:
         CONDA_ENV
     params:
-        labels=display_labels,   # display names are table-only (left out of job configurations)
+        labels=display_labels,  # display names are table-only (left out of job configurations)
     shell:
         "counterfactory social debias-task-table --config {input.config:q} --runs {input.runs:q} --out-md {output.md:q}"
         " --out-tex {output.tex:q} --out-csv {output.csv:q} --out-html {output.html:q}"
