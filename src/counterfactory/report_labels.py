@@ -62,6 +62,7 @@ LABELS: list[tuple[str, str]] = [
     # CounterCurate
     (r"datasets/summary\.csv", "Flickr30k-Positions / -Counting / -Attributes sizes (CSV)"),
     (r"evaluation/tables\.html", "Tables 1-4, 6, 8 · evaluation of every model"),
+    (r"finetune/tables/paper\.html", "Tables 1, 2, 3, 5 · as printed (pre-trained and fine-tuned)"),
     (r"finetune/tables/(?P<name>.+)_vlm\.html", "fine-tuning the VLM on {name}"),
     (r"finetune/tables/(?P<name>.+)\.html", "Tables 4, 8 · fine-tuning on {name}"),
     # Spurious-correlation retrieval

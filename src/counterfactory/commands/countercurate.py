@@ -472,6 +472,23 @@ def add_benchmarks(sub) -> None:
     t.add_argument("--out-csv", metavar="FILE.csv", help="the tables as CSV")
     t.add_argument("--out-html", metavar="FILE.html", help="the tables as an HTML page (what the report shows)")
     t.set_defaults(func=_cmd_tables)
+    pt = sub.add_parser("paper-tables", help="Tables 1, 2, 3 and 5 of CounterCurate in the paper's layout",
+                        description="Reads the fine-tuning summaries (CLIP runs, vlm family) and the evaluate results "
+                                    "(Table 3's NegCLIP and GPT-4V columns); writes Tables 1, 2, 3 and 5 as printed "
+                                    "(pre-trained and fine-tuned models side by side).")
+    pt.add_argument("--clip-summary", metavar="CSV", help="stats summarize output of the CLIP fine-tuning runs")
+    pt.add_argument("--vlm-summary", metavar="CSV", help="stats summarize output of the vlm family's runs")
+    pt.add_argument("--results", nargs="*", action="extend", default=[], metavar="CSV",
+                    help="results CSVs of `countercurate evaluate` (NegCLIP, the GPT-4V stand-in)")
+    pt.add_argument("--negclip", default="negclip", metavar="NAME", help="model of Table 3's NegCLIP column")
+    pt.add_argument("--gpt4v", metavar="NAME", help="model in GPT-4V's place (Table 3's column, named by --label)")
+    pt.add_argument("--label", action="append", default=[], metavar="NAME=LABEL", help="display name of a model")
+    pt.add_argument("--clip-role", default="clip_open_clip", metavar="ROLE", help="the fine-tuned CLIP's role (its label)")
+    pt.add_argument("--vlm-role", default="vlm", metavar="ROLE", help="the fine-tuned VLM's role (its label)")
+    pt.add_argument("--out-md", required=True, metavar="FILE.md", help="the tables as Markdown")
+    pt.add_argument("--out-csv", metavar="FILE.csv", help="the tables as CSV")
+    pt.add_argument("--out-html", metavar="FILE.html", help="the tables as an HTML page")
+    pt.set_defaults(func=_cmd_paper_tables)
 
 
 def _cmd_evaluate(args) -> int:
@@ -507,6 +524,28 @@ def _cmd_tables(args) -> int:
         write_text(args.out_html, benchmark_tables.render_html(tables))
     if not (args.out_md or args.out_tex or args.out_csv or args.out_html):
         print(md)
+    return 0
+
+
+def _cmd_paper_tables(args) -> int:
+    import pandas as pd
+
+    from ..io import write_csv, write_text
+
+    labels = _pairs(args.label, "--label")
+    read = lambda path: pd.read_csv(path) if path else None  # noqa: E731
+    results = benchmark_tables.read_results(args.results) if args.results else None
+    tables = benchmark_tables.paper_tables(
+        read(args.clip_summary), read(args.vlm_summary), results, clip_label=labels.get(args.clip_role, "CLIP"),
+        vlm_label=labels.get(args.vlm_role, "LLaVA-1.5"), negclip_model=args.negclip,
+        negclip_label=labels.get(args.negclip, "NegCLIP"), gpt4v_model=args.gpt4v,
+        gpt4v_label=f"{labels.get(args.gpt4v, args.gpt4v)} (in GPT-4V's place)" if args.gpt4v else None)
+    write_text(args.out_md, "\n".join(benchmark_tables.render_markdown(t) for t in tables))
+    if args.out_csv:
+        frames = [benchmark_tables.table_frame(t) for t in tables]
+        write_csv(args.out_csv, pd.concat(frames, ignore_index=True) if frames else pd.DataFrame())
+    if args.out_html:
+        write_text(args.out_html, benchmark_tables.render_html(tables, "CounterCurate: Tables 1, 2, 3 and 5"))
     return 0
 
 
