@@ -96,3 +96,30 @@ def test_cvld_retrieval_run_passes_the_fairface_depth_and_records_it(monkeypatch
         out = rn._retrieval({}, s, "coco1", "base", 0, {}, tmp_path, None, False)
         assert out.get("FairFace:rerank_k") == recorded
     assert depths == [1000, 1000, None, None]       # Bias / MaxSkew and Figure 5's occupations, per setting
+
+
+def test_deo_is_the_bootstrap_median_of_the_cited_protocol(monkeypatch, tmp_path):
+    """App. A follows Ramaswamy et al. 2021, who report DEO as the median over 500 bootstrap resamples."""
+    import pandas as pd
+
+    from counterfactory.data import celeba
+    from counterfactory.evaluation import cvld as ev
+    from counterfactory.models import registry
+    from counterfactory.studies.cvld import runs as rn
+    from counterfactory.studies.cvld import settings as cs
+
+    assert cs.settings(_paper_view())["classification"]["deo_resamples"] == 500
+    frame = pd.DataFrame({"image_id": ["1", "2"], "Smiling": [1, 0], "Male": [1, 0]})
+    seen = []
+    monkeypatch.setattr(celeba, "load_celeba", lambda root, name: frame)
+    monkeypatch.setattr(registry, "load", lambda cfg, role: (None, None))
+    monkeypatch.setattr(ev, "classify_attributes", lambda m, p, f, a, pr, head, batch_size:
+                        pd.DataFrame({"image_id": f["image_id"], a[0]: [0.5, -0.5]}))
+    monkeypatch.setattr(ev, "classification_metrics", lambda *a, n_resamples, **k: seen.append(n_resamples) or
+                        pd.DataFrame([{"attribute": "mean", "DEO": 1.0, "ΔAcc": 0.0, "AP": 1.0, "mAcc": 1.0}]))
+    for resamples in (500, 0):
+        s = cs.settings({"data": {"celeba": {"root": "c"}},
+                         "classification": {"attributes": ["Smiling"], "deo_resamples": resamples}})
+        out = rn._classification({}, s, "k16", "pretrained", 0, {}, tmp_path, None, False)
+        assert out["deo_resamples"] == resamples
+    assert seen == [500, 0]

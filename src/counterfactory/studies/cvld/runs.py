@@ -215,12 +215,14 @@ def _classification(cfg, s, setting, variant, seed, files, out_dir, intervention
     table = classification_metrics(
         pd.concat(scores["test"], axis=1), split["test"].set_index("image_id")[attributes],
         split["test"][PROTECTED].to_numpy(), val_scores=pd.concat(scores["valid"], axis=1),
-        val_labels=split["valid"].set_index("image_id")[attributes], attributes=attributes)
+        val_labels=split["valid"].set_index("image_id")[attributes], attributes=attributes,
+        n_resamples=s["classification"]["deo_resamples"])   # app. A: Ramaswamy et al.'s bootstrap median (0: point)
     write_csv(out_dir / "attributes.csv", table)
     if history:
         write_csv(out_dir / "history.csv", pd.DataFrame(history))
     mean = table[table["attribute"] == "mean"].iloc[0]
     out = {m: mean[m] for m in ("DEO", "ΔAcc", "AP", "mAcc")}
+    out["deo_resamples"] = s["classification"]["deo_resamples"]
     out.update({f"DEO:{r.attribute}": r.DEO for r in table[table["attribute"] != "mean"].itertuples(index=False)})
     return out
 
