@@ -123,3 +123,32 @@ def test_deo_is_the_bootstrap_median_of_the_cited_protocol(monkeypatch, tmp_path
         out = rn._classification({}, s, "k16", "pretrained", 0, {}, tmp_path, None, False)
         assert out["deo_resamples"] == resamples
     assert seen == [500, 0]
+
+
+def _cls_summary(rows):
+    import pandas as pd
+
+    return pd.DataFrame([{"experiment": e, "mixture": m, "metric": k, "mean": v, "std": 0.0} for e, m, k, v in rows])
+
+
+def test_figure4_against_k_and_figure9_relative_improvement():
+    """Figure 4's caption: K-shot classification (x = K, a line per λ); Figure 9: relative DEO improvement (app. D)."""
+    from counterfactory.studies.cvld import settings as cs
+    from counterfactory.studies.cvld import tables as T
+
+    s = cs.settings({})
+    summary = _cls_summary([("classification_k16", "base", "DEO", 20.0), ("classification_k256", "base", "DEO", 16.0),
+                            ("classification_k16", "cvld", "DEO", 10.0), ("classification_k256", "cvld", "DEO", 8.0),
+                            ("classification_k256", "cvld_lam0.5", "DEO", 12.0),
+                            ("classification_k256", "base", "DEO:Bangs", 20.0),
+                            ("classification_k256", "cvld", "DEO:Bangs", 15.0),
+                            ("classification_k256", "base", "DEO:Smiling", 10.0),
+                            ("classification_k256", "cvld", "DEO:Smiling", 9.0)])
+    points = T.figure4_points(summary, s)
+    base = points[(points["lam"] == 0) & (points["metric"] == "DEO")]
+    assert base["k"].tolist() == [16, 256] and base["mean"].tolist() == [20.0, 16.0]
+    assert sorted(points["lam"].unique()) == [0.0, 0.5, 1.0]
+    rel = T.figure9_values(summary, s)
+    assert rel.to_dict() == pytest.approx({"Smiling": 10.0, "Bangs": 25.0})        # 100 (base - cvld) / base
+    absolute = T.figure9_values(summary, cs.settings({"classification": {"figure9_change": "absolute"}}))
+    assert absolute.to_dict() == pytest.approx({"Bangs": -5.0, "Smiling": -1.0})

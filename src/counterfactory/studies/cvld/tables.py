@@ -7,7 +7,7 @@ one-tailed Welch t-tests against plain fine-tuning, ``base``; lower is better fo
 * Table 3: retrieval ablations on one subset: MaxSkew@128, COCO mRec.
 * Table 4: captioning, Error, BiasAmp, LIC, BLEU-4, CIDEr (SPICE where computed), and nocaps CIDEr / SPICE on the
   public validation split (pycocoevalcap) where ``data.nocaps`` names it.
-* Figure 4: DEO and AP against λ (classification); Figure 5: MaxSkew@K against K (left) and the share of men among
+* Figure 4: DEO and AP against K, one line per λ (classification); Figure 5: MaxSkew@K against K (left) and the share of men among
   the top K for "a photo of a doctor / nurse" (right); Figure 9: per-attribute
   DEO change of CVLD over fine-tuning; Figure 10: the share of men among the top K per FairFace query.
 """
@@ -167,26 +167,44 @@ def _k_curves(ax, curves, ylabel: str, title: str, legend: bool, legend_size: in
         ax.legend(fontsize=legend_size)
 
 
+def _lam_of(m, s: dict):
+    """λ of a classification mixture: 0 for fine-tuning (base), ``train.lam`` for cvld, the sweep's own; else None."""
+    if m == "base":
+        return 0.0
+    if m == "cvld":
+        return float(s["classification"]["train"]["lam"])
+    if str(m).startswith("cvld_lam"):
+        return float(str(m)[len("cvld_lam"):])
+    return None
+
+
+def figure4_points(summary: pd.DataFrame, s: dict) -> pd.DataFrame:
+    """Figure 4's points ("K-shot image classification on CelebA", §5.2's λ ablation): DEO and AP against K, one
+    line per λ (λ = 0: fine-tuning, λ = 1: CVLD, the sweep's λ at the K it ran at, ``figure4_shots``).
+    Columns ``k, lam, metric, mean, std``."""
+    part = summary[summary["experiment"].str.fullmatch(r"classification_k\d+") & summary["metric"].isin(["DEO", "AP"])]
+    part = part.assign(k=part["experiment"].str[len("classification_k"):].astype(int),
+                       lam=part["mixture"].map(lambda m: _lam_of(m, s))).dropna(subset=["lam"])
+    return part[["k", "lam", "metric", "mean", "std"]].sort_values(["lam", "metric", "k"]).reset_index(drop=True)
+
+
 def figure4(summary: pd.DataFrame, s: dict, out) -> Path:
-    """DEO and AP against λ at ``classification.figure4_shots`` (λ = 0: fine-tuning, λ = 1: CVLD)."""
+    """Figure 4: DEO (left) and AP (right) against K, one line per λ (:func:`figure4_points`)."""
     from ...render import pyplot
 
-    cl = s["classification"]
-    exp = f"classification_k{cl['figure4_shots']}"
-    part = summary[(summary["experiment"] == exp) & summary["metric"].isin(["DEO", "AP"])]
-    lam = part["mixture"].map(lambda m: 0.0 if m == "base" else float(s["classification"]["train"]["lam"])
-                              if m == "cvld" else float(m[len("cvld_lam"):]) if str(m).startswith("cvld_lam")
-                              else None)
-    part = part.assign(lam=lam).dropna(subset=["lam"]).sort_values("lam")
-    fig, ax = pyplot().subplots(figsize=(4.2, 3.2))
-    for metric, style in (("DEO", "o-"), ("AP", "s--")):
-        g = part[part["metric"] == metric]
-        ax.errorbar(g["lam"], g["mean"], yerr=g["std"].fillna(0.0), fmt=style, capsize=3, label=metric)
-    ax.set_xlabel("λ")
-    ax.set_ylabel("DEO / AP (%)")
-    ax.set_title(f"Figure 4: {cl['figure4_shots']}-shot CelebA", fontsize=9)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    points = figure4_points(summary, s)
+    fig, axes = pyplot().subplots(1, 2, figsize=(7.2, 3.2))
+    for ax, metric in zip(axes, ("DEO", "AP")):
+        for lam, g in points[points["metric"] == metric].groupby("lam"):
+            label = "fine-tuning (λ = 0)" if lam == 0 else f"CVLD λ = {lam:g}"
+            ax.errorbar(g["k"], g["mean"], yerr=g["std"].fillna(0.0), fmt="o-", capsize=3, label=label)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("K (shots per class)")
+        ax.set_ylabel(f"{metric} (%)")
+        ax.grid(alpha=0.3)
+    if len(points):
+        axes[0].legend(fontsize=7)
+    fig.suptitle("Figure 4: K-shot CelebA classification", fontsize=9)
     fig.tight_layout()
     return _savefig(fig, out)
 
@@ -214,19 +232,35 @@ def figure5(summary: pd.DataFrame, s: dict, out) -> Path:
     return _savefig(fig, out)
 
 
-def figure9(summary: pd.DataFrame, s: dict, out) -> Path:
-    """Per-attribute DEO of CVLD minus fine-tuning at the largest K (negative: CVLD is fairer)."""
-    from ...render import pyplot
-
+def figure9_values(summary: pd.DataFrame, s: dict) -> pd.Series:
+    """Figure 9 (app. D: "the relative improvement in the classification bias (DEO) of CVLD over baseline
+    fine-tuning on 256-shot CelebA"): per attribute ``100 (DEO_BLIP − DEO_CVLD) / DEO_BLIP`` at the largest K
+    (positive: CVLD is fairer); ``classification.figure9_change: absolute`` (ours, option) gives
+    ``DEO_CVLD − DEO_BLIP``. Indexed by attribute, sorted."""
     exp = f"classification_k{max(s['classification']['shots'])}"
     part = summary[(summary["experiment"] == exp) & summary["metric"].str.startswith("DEO:")]
     wide = part.pivot_table(index="metric", columns="mixture", values="mean")
+    if not {"base", "cvld"} <= set(wide.columns):
+        return pd.Series(dtype=float)
+    if s["classification"]["figure9_change"] == "absolute":
+        change = wide["cvld"] - wide["base"]
+    else:
+        change = 100.0 * (wide["base"] - wide["cvld"]) / wide["base"].where(wide["base"] != 0)
+    change.index = [m.split(":", 1)[1].replace("_", " ") for m in change.index]
+    return change.sort_values()
+
+
+def figure9(summary: pd.DataFrame, s: dict, out) -> Path:
+    """Per-attribute DEO improvement of CVLD over fine-tuning at the largest K (:func:`figure9_values`)."""
+    from ...render import pyplot
+
+    change = figure9_values(summary, s)
     fig, ax = pyplot().subplots(figsize=(5.0, 3.4))
-    if {"base", "cvld"} <= set(wide.columns):
-        change = (wide["cvld"] - wide["base"]).sort_values()
-        ax.barh([m.split(":", 1)[1].replace("_", " ") for m in change.index], change.to_numpy())
-    ax.set_xlabel("DEO (CVLD − BLIP)")
-    ax.set_title(f"Figure 9: per-attribute change, {exp.split('_')[1]}", fontsize=9)
+    if len(change):
+        ax.barh(list(change.index), change.to_numpy())
+    relative = s["classification"]["figure9_change"] != "absolute"
+    ax.set_xlabel("relative DEO improvement of CVLD over BLIP (%)" if relative else "DEO (CVLD − BLIP)")
+    ax.set_title(f"Figure 9: per-attribute improvement, {max(s['classification']['shots'])}-shot", fontsize=9)
     ax.grid(alpha=0.3, axis="x")
     fig.tight_layout()
     return _savefig(fig, out)
