@@ -159,3 +159,32 @@ def cc_train_runs(wildcards):
 def cc_stats_baseline(wildcards):
     """Tests compare each variant with fine-tuning without grouping (§4.5) where every dataset has it."""
     return cc_training.stats_baseline(view(wildcards.study))
+
+
+def cc_paper_table_inputs(wildcards):
+    """The fine-tuning summaries the enabled families write, and every evaluation (Table 3's NegCLIP column)."""
+    s = cc_training.settings(view(wildcards.study))
+    out = {"evaluations": cc_evaluations(wildcards)}
+    if s["datasets"]:
+        out["clip"] = f"{S}/finetune/summary.csv".format(study=wildcards.study)
+    if s["vlm"]["datasets"]:
+        out["vlm"] = f"{S}/finetune/vlm_summary.csv".format(study=wildcards.study)
+    return out
+
+
+def cc_paper_table_args(wildcards, input):
+    """Flags of ``countercurate paper-tables``: the summaries, the roles, and the role in GPT-4V's place (the
+    attributes role, when it is evaluated: Table 3's GPT-4V column)."""
+    v = view(wildcards.study)
+    s = cc_training.settings(v)
+    flags = [f"--clip-role {s['role']}", f"--vlm-role {s['vlm']['role']}"]
+    if "clip" in input.keys():
+        flags.append(f"--clip-summary {shlex.quote(input.clip)}")
+    if "vlm" in input.keys():
+        flags.append(f"--vlm-summary {shlex.quote(input.vlm)}")
+    if input.evaluations:
+        flags.append("--results " + " ".join(shlex.quote(f) for f in input.evaluations))
+    stand_in = cc_attributes_role(wildcards)
+    if stand_in in v["evaluation"]["roles"]:
+        flags.append(f"--gpt4v {stand_in}")
+    return " ".join(flags)
