@@ -115,6 +115,7 @@ def test_paper_tables_1_2_3_5_in_the_papers_layout():
                      ("counting", "grouping", "looktwice/all/accuracy", 68.5),
                      ("attributes", "pretrained", "sugarcrepe/add/accuracy", 80.0),
                      ("attributes", "grouping", "sugarcrepe/add/accuracy", 89.0),
+                     ("attributes", "pretrained", "sugarcrepe/add_obj/accuracy", 77.9),
                      ("attributes", "pretrained", "coco/text_to_image@1", 39.0),
                      ("attributes", "pretrained", "coco/image_to_text@1", 57.0),
                      ("attributes", "grouping", "coco/text_to_image@1", 38.0),
@@ -140,6 +141,12 @@ def test_paper_tables_1_2_3_5_in_the_papers_layout():
     assert list(t5.values.index) == ["Image @1", "Image @5", "Text @1", "Text @5", "Average @1", "Average @5"]
     assert t5.values.loc["Average @1"].tolist() == [48.0, 47.0]
     assert "Idefics2-8B" in bt.render_markdown(t3)
+    t6 = tables["table6"]                                           # Table 6: the seven categories, same columns
+    assert list(t6.values.index)[:2] == ["Add Object", "Add Attribute"] and list(t6.values.columns) == \
+        list(t3.values.columns)
+    assert t6.values.iat[0, 0] == 77.9
+    assert [t.name for t in bt.paper_tables(clip, vlm, results)] == ["table1", "table2", "table3", "table5",
+                                                                     "table6"]
 
 
 def test_paper_tables_cli(tmp_path):

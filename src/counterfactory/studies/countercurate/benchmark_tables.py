@@ -244,6 +244,7 @@ PAPER_TITLES = {
     "table2": "Table 2: PointQA-LookTwice counting accuracy (%)",
     "table3": "Table 3: SugarCrepe accuracy (%), improvements against CLIP and LLaVA-1.5 in parentheses",
     "table5": "Table 5: MS-COCO 5K retrieval (%) of CLIP before and after fine-tuning on Flickr30k-Attributes",
+    "table6": "Table 6: SugarCrepe accuracy per sub-category (%), improvements in parentheses",
 }
 
 
@@ -260,14 +261,14 @@ def paper_tables(clip_summary: pd.DataFrame | None, vlm_summary: pd.DataFrame | 
                  vlm_label: str = "LLaVA-1.5", negclip_model: str | None = "negclip",
                  negclip_label: str = "NegCLIP", gpt4v_model: str | None = None,
                  gpt4v_label: str | None = None) -> list[BenchmarkTable]:
-    """CounterCurate Tables 1, 2, 3 and 5 in the paper's layout, from the fine-tuning summaries (``stats
+    """CounterCurate Tables 1, 2, 3, 5 and 6 in the paper's layout, from the fine-tuning summaries (``stats
     summarize`` of the CLIP runs and of the vlm family: metric means in %, mixtures ``pretrained`` / ``finetuned`` /
     ``vlm_finetuned``) and, for Table 3's NegCLIP and GPT-4V columns, the long results of ``countercurate
     evaluate`` (``negclip_model``; ``gpt4v_model`` = the open VLM role standing in for GPT-4V, its column named by
     ``gpt4v_label``, the model's name). Table 1: rows Random (50), CLIP, + CounterCurate, LLaVA-1.5,
     + CounterCurate, columns LR / AB / Both; Table 2: rows Vanilla / + CounterCurate, columns CLIP / LLaVA-1.5;
     Table 3: rows Add / Replace / Swap / Average, columns CLIP, NegCLIP, + CounterCurate (+Δ vs CLIP), LLaVA-1.5,
-    GPT-4V's stand-in, + CounterCurate (+Δ vs LLaVA-1.5); Table 5: rows Image / Text / Average @1, @5 (image
+    GPT-4V's stand-in, + CounterCurate (+Δ vs LLaVA-1.5), Table 6 the same for the seven sub-categories; Table 5: rows Image / Text / Average @1, @5 (image
     retrieval = text→image), columns CLIP / + CounterCurate. A table with no value is left out; missing cells are
     empty. Means over seeds (the paper reports one run)."""
     ours = "+ CounterCurate"
@@ -303,25 +304,23 @@ def paper_tables(clip_summary: pd.DataFrame | None, vlm_summary: pd.DataFrame | 
                                      [mean(clip_summary, "counting", finetuned, look),
                                       mean(vlm_summary, "counting", vlm_finetuned, look)]],
                                     index=["Vanilla", ours], columns=[clip_label, vlm_label]))
-    groups = [("add", "Add"), ("replace", "Replace"), ("swap", "Swap"), ("average", "Average")]
-    t3 = []
-    for key, _ in groups:
-        metric = f"sugarcrepe/{key}/accuracy"
-        clip0, clip1 = mean(clip_summary, "attributes", pretrained, metric), mean(clip_summary, "attributes",
-                                                                                   finetuned, metric)
-        vlm0, vlm1 = mean(vlm_summary, "attributes", pretrained, metric), mean(vlm_summary, "attributes",
-                                                                                vlm_finetuned, metric)
-        t3.append([clip0, result(negclip_model, "sugarcrepe", key), clip1, vlm0,
-                   result(gpt4v_model, "sugarcrepe", key), vlm1])
-    columns = [clip_label, negclip_label, ours, vlm_label, gpt4v_label or gpt4v_model or "GPT-4V", ours]
-    values = pd.DataFrame(t3, index=[label for _, label in groups], columns=columns)
-    deltas = pd.DataFrame(np.nan, index=values.index, columns=range(len(columns)))
-    deltas[2] = values.iloc[:, 2].to_numpy() - values.iloc[:, 0].to_numpy()
-    deltas[5] = values.iloc[:, 5].to_numpy() - values.iloc[:, 3].to_numpy()
-    deltas.columns = columns
-    keep("table3", "Categories", values, deltas,
-         notes=[f"GPT-4V's column: {gpt4v_label or gpt4v_model} in its place (an open model)." if gpt4v_model else
-                "GPT-4V's column is empty: no open model stands in for it (countercurate evaluate --model)."])
+    stand_in = (f"GPT-4V's column: {gpt4v_label or gpt4v_model} in its place (an open model)." if gpt4v_model else
+                "GPT-4V's column is empty: no open model stands in for it (countercurate evaluate --model).")
+    for name, groups in (("table3", list(SUGARCREPE_GROUP_LABELS.items())), ("table6", list(SUGARCREPE_LABELS.items()))):
+        rows_ = []
+        for key, _ in groups:
+            metric = f"sugarcrepe/{key}/accuracy"
+            rows_.append([mean(clip_summary, "attributes", pretrained, metric), result(negclip_model, "sugarcrepe", key),
+                          mean(clip_summary, "attributes", finetuned, metric),
+                          mean(vlm_summary, "attributes", pretrained, metric), result(gpt4v_model, "sugarcrepe", key),
+                          mean(vlm_summary, "attributes", vlm_finetuned, metric)])
+        columns = [clip_label, negclip_label, ours, vlm_label, gpt4v_label or gpt4v_model or "GPT-4V", ours]
+        values = pd.DataFrame(rows_, index=[label for _, label in groups], columns=columns)
+        deltas = pd.DataFrame(np.nan, index=values.index, columns=range(len(columns)))
+        deltas[2] = values.iloc[:, 2].to_numpy() - values.iloc[:, 0].to_numpy()
+        deltas[5] = values.iloc[:, 5].to_numpy() - values.iloc[:, 3].to_numpy()
+        deltas.columns = columns
+        keep(name, "Categories", values, deltas, notes=[stand_in])
     t5 = {}
     for k in (1, 5):
         for label, metric in (("Image", f"coco/text_to_image@{k}"), ("Text", f"coco/image_to_text@{k}")):
@@ -331,4 +330,4 @@ def paper_tables(clip_summary: pd.DataFrame | None, vlm_summary: pd.DataFrame | 
     order = ["Image @1", "Image @5", "Text @1", "Text @5", "Average @1", "Average @5"]
     keep("table5", "Scores", pd.DataFrame([t5[r] for r in order], index=order, columns=[clip_label, ours]),
          notes=["Image = text-to-image retrieval, Text = image-to-text; Average = their mean."])
-    return out
+    return sorted(out, key=lambda t: list(PAPER_TITLES).index(t.name))   # the paper's order: 1, 2, 3, 5, then 6
