@@ -510,7 +510,7 @@ use rule stats_table_countercurate as stats_table_countercurate_vlm with:
 
 
 rule countercurate_paper_tables:
-    """Tables 1, 2, 3 and 5 as printed: pre-trained and fine-tuned CLIP / LLaVA side by side (Table 1 with its
+    """Tables 1, 2, 3, 5 and 6 as printed: pre-trained and fine-tuned CLIP / LLaVA side by side (Table 1 with its
     Random row; Table 3 with NegCLIP and the open role in GPT-4V's place; Table 5's Average @1 / @5)."""
     input:
         unpack(cc_paper_table_inputs),

@@ -472,9 +472,9 @@ def add_benchmarks(sub) -> None:
     t.add_argument("--out-csv", metavar="FILE.csv", help="the tables as CSV")
     t.add_argument("--out-html", metavar="FILE.html", help="the tables as an HTML page (what the report shows)")
     t.set_defaults(func=_cmd_tables)
-    pt = sub.add_parser("paper-tables", help="Tables 1, 2, 3 and 5 of CounterCurate in the paper's layout",
+    pt = sub.add_parser("paper-tables", help="Tables 1, 2, 3, 5 and 6 of CounterCurate in the paper's layout",
                         description="Reads the fine-tuning summaries (CLIP runs, vlm family) and the evaluate results "
-                                    "(Table 3's NegCLIP and GPT-4V columns); writes Tables 1, 2, 3 and 5 as printed "
+                                    "(the NegCLIP and GPT-4V columns of Tables 3 and 6); writes Tables 1, 2, 3, 5 and 6 as printed "
                                     "(pre-trained and fine-tuned models side by side).")
     pt.add_argument("--clip-summary", metavar="CSV", help="stats summarize output of the CLIP fine-tuning runs")
     pt.add_argument("--vlm-summary", metavar="CSV", help="stats summarize output of the vlm family's runs")
