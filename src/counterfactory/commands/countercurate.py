@@ -474,7 +474,8 @@ def add_benchmarks(sub) -> None:
     t.set_defaults(func=_cmd_tables)
     pt = sub.add_parser("paper-tables", help="Tables 1, 2, 3, 5 and 6 of CounterCurate in the paper's layout",
                         description="Reads the fine-tuning summaries (CLIP runs, vlm family) and the evaluate results "
-                                    "(the NegCLIP and GPT-4V columns of Tables 3 and 6); writes Tables 1, 2, 3, 5 and 6 as printed "
+                                    "(the NegCLIP and GPT-4V columns of Tables 3 and 6); writes Tables 1, 2, 3, 5 "
+                                    "and 6 as printed "
                                     "(pre-trained and fine-tuned models side by side).")
     pt.add_argument("--clip-summary", metavar="CSV", help="stats summarize output of the CLIP fine-tuning runs")
     pt.add_argument("--vlm-summary", metavar="CSV", help="stats summarize output of the vlm family's runs")
@@ -483,7 +484,8 @@ def add_benchmarks(sub) -> None:
     pt.add_argument("--negclip", default="negclip", metavar="NAME", help="model of Table 3's NegCLIP column")
     pt.add_argument("--gpt4v", metavar="NAME", help="model in GPT-4V's place (Table 3's column, named by --label)")
     pt.add_argument("--label", action="append", default=[], metavar="NAME=LABEL", help="display name of a model")
-    pt.add_argument("--clip-role", default="clip_open_clip", metavar="ROLE", help="the fine-tuned CLIP's role (its label)")
+    pt.add_argument("--clip-role", default="clip_open_clip", metavar="ROLE",
+                    help="the fine-tuned CLIP's role (its label)")
     pt.add_argument("--vlm-role", default="vlm", metavar="ROLE", help="the fine-tuned VLM's role (its label)")
     pt.add_argument("--out-md", required=True, metavar="FILE.md", help="the tables as Markdown")
     pt.add_argument("--out-csv", metavar="FILE.csv", help="the tables as CSV")

@@ -306,11 +306,13 @@ def paper_tables(clip_summary: pd.DataFrame | None, vlm_summary: pd.DataFrame | 
                                     index=["Vanilla", ours], columns=[clip_label, vlm_label]))
     stand_in = (f"GPT-4V's column: {gpt4v_label or gpt4v_model} in its place (an open model)." if gpt4v_model else
                 "GPT-4V's column is empty: no open model stands in for it (countercurate evaluate --model).")
-    for name, groups in (("table3", list(SUGARCREPE_GROUP_LABELS.items())), ("table6", list(SUGARCREPE_LABELS.items()))):
+    for name, groups in (("table3", list(SUGARCREPE_GROUP_LABELS.items())),
+                         ("table6", list(SUGARCREPE_LABELS.items()))):
         rows_ = []
         for key, _ in groups:
             metric = f"sugarcrepe/{key}/accuracy"
-            rows_.append([mean(clip_summary, "attributes", pretrained, metric), result(negclip_model, "sugarcrepe", key),
+            rows_.append([mean(clip_summary, "attributes", pretrained, metric),
+                          result(negclip_model, "sugarcrepe", key),
                           mean(clip_summary, "attributes", finetuned, metric),
                           mean(vlm_summary, "attributes", pretrained, metric), result(gpt4v_model, "sugarcrepe", key),
                           mean(vlm_summary, "attributes", vlm_finetuned, metric)])

@@ -22,7 +22,8 @@ P is the category with fewer boxes (ties: the one mentioned first), Q the other;
 * **No overlap** (§3.3: "if both objects do not spatially overlap with other objects" — no box of P or Q overlaps
   the box of any *other* object of the image: another P or Q box, or a box of any other chain that is not of the
   ``exclude_types``; touching edges do not overlap, as in the position rule; ``overlap_with: counted``, an option,
-  compares only P's boxes with Q's): Q is decremented and P incremented, ``C' = "there are <n_P + 1> <P> and <n_Q - 1> <Q>"``; the negative image inpaints a
+  compares only P's boxes with Q's): Q is decremented and P incremented,
+  ``C' = "there are <n_P + 1> <P> and <n_Q - 1> <Q>"``; the negative image inpaints a
   new P into one box of Q (chosen reproducibly with ``random_state``): edit ``add``.
 * **Overlap**: a *target* object is removed together with every object it overlaps ("and all objects it overlaps
   with"; other objects' boxes are covered too, ``mask_of`` "other"), by inpainting the ``generic_category``
@@ -265,7 +266,8 @@ def count_change(boxes_p, boxes_q, rng: random.Random | None = None, others=(), 
 def _count_change_any(boxes_p, boxes_q, rng: random.Random, others) -> dict | None:
     """:func:`count_change` under §3.3's rule: an overlap with any other object (module docstring)."""
     n_p, n_q = len(boxes_p), len(boxes_q)
-    labelled = ([("P", i, tuple(b)) for i, b in enumerate(boxes_p)] + [("Q", i, tuple(b)) for i, b in enumerate(boxes_q)]
+    labelled = ([("P", i, tuple(b)) for i, b in enumerate(boxes_p)]
+                + [("Q", i, tuple(b)) for i, b in enumerate(boxes_q)]
                 + [("other", i, tuple(b)) for i, b in enumerate(others)])
 
     def touching(cat, i, box):   # every other object the box overlaps
@@ -276,7 +278,8 @@ def _count_change_any(boxes_p, boxes_q, rng: random.Random, others) -> dict | No
         target = rng.randrange(n_q)
         return {"overlap": False, "edit": "add", "new_n_p": n_p + 1, "new_n_q": n_q - 1,
                 "mask_boxes": [list(boxes_q[target])], "mask_of": ["Q"]}
-    candidates = [x for x in counted if x[0] == "Q" and touching(*x)] + [x for x in counted if x[0] == "P" and touching(*x)]
+    candidates = ([x for x in counted if x[0] == "Q" and touching(*x)]
+                  + [x for x in counted if x[0] == "P" and touching(*x)])
     for cat, i, box in candidates:
         removed = [(cat, i, box)] + touching(cat, i, box)
         new_p = n_p - sum(1 for c, _, _ in removed if c == "P")
