@@ -152,3 +152,10 @@ def test_figure4_against_k_and_figure9_relative_improvement():
     assert rel.to_dict() == pytest.approx({"Smiling": 10.0, "Bangs": 25.0})        # 100 (base - cvld) / base
     absolute = T.figure9_values(summary, cs.settings({"classification": {"figure9_change": "absolute"}}))
     assert absolute.to_dict() == pytest.approx({"Bangs": -5.0, "Smiling": -1.0})
+
+
+def test_study_page_cites_app_b_for_the_vote_and_names_no_figure4_k():
+    """Issue 43 item 14: the majority vote is appendix B; the paper names no K for Figure 4's λ sweep."""
+    page = (REPO / "docs" / "studies" / "cvld.md").read_text()
+    assert "Majority vote per image (app. B" in page and "(§3.2-3.3)" not in page
+    assert "§5.2: CVLD classification at K = 256" not in page and "neither names the K" in page
