@@ -247,8 +247,10 @@ def itc_itm_rerank(itc: np.ndarray, itm_pairs, k_per_column: int | None, k_per_r
     n_r, n_c = itc.shape
     k_c = 0 if k_per_column is None else min(int(k_per_column), n_r)
     k_r = 0 if k_per_row is None else min(int(k_per_row), n_c)
-    by_col = np.argsort(-itc, axis=0, kind="stable")[:k_c]           # (k, n_cols) rows per column
-    by_row = np.argsort(-itc, axis=1, kind="stable")[:, :k_r]        # (n_rows, k) columns per row
+    by_col = (np.argsort(-itc, axis=0, kind="stable")[:k_c] if k_c          # (k, n_cols) rows per column
+              else np.zeros((0, n_c), dtype=np.int64))
+    by_row = (np.argsort(-itc, axis=1, kind="stable")[:, :k_r] if k_r       # (n_rows, k) columns per row
+              else np.zeros((n_r, 0), dtype=np.int64))
     pi = np.concatenate([by_col.ravel(), np.repeat(np.arange(n_r), k_r)])
     pj = np.concatenate([np.tile(np.arange(n_c), k_c), by_row.ravel()])
     flat, inverse = np.unique(pi * n_c + pj, return_inverse=True)
