@@ -90,6 +90,8 @@ def cvld_run_inputs(wildcards):
             )
     elif s["data"]["nocaps"]["annotations"]:
         data.append(source_data(s["data"]["nocaps"]["annotations"], f"{wildcards.study}.data.nocaps.annotations"))
+        if s["data"]["nocaps"]["image_root"]:
+            data.append(source_data(s["data"]["nocaps"]["image_root"], f"{wildcards.study}.data.nocaps.image_root"))
     out["data"] = data
     return out
 

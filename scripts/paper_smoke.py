@@ -497,7 +497,8 @@ BUILDERS = {
     **{role: (lambda out, role=role: _released(role, out)) for role in RELEASED_FILES},
 }
 #: roles whose folder is another role's (config/paper_smoke.yaml points both at it)
-SHARED = {"clip_train": "clip_eval", "captioner_pretrained": "captioner"}   # same architecture (BLIP ViT-B captioning)
+SHARED = {"clip_train": "clip_eval", "captioner_pretrained": "captioner",   # same architecture (BLIP ViT-B captioning)
+          "itm": "itm_bridgetower"}   # Figure 3's BridgeTower ITM checkpoint: the same BridgeTower-large architecture
 #: build order: small first, so a short run still covers most roles
 ORDER = ["sentence", "vae", "inpaint", "image_encoder", "nsfw", "clip_eval", "clip_open_clip", "negclip", "alip",
          "laclip", "slip", "vsepp", "mlm", "itm_vilt", "itm_flava", "itm_blip", "captioner", "clip_filter", "llm", "lm",

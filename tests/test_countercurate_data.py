@@ -18,6 +18,8 @@ from counterfactory.studies.countercurate import counting as C
 from counterfactory.studies.countercurate import positions as P
 
 DEMO = Path(__file__).resolve().parents[1] / "resources" / "demo" / "flickr30k_entities"
+#: the demo's Flickr30k images, where the catalogue puts them (flickr30k/flickr30k-images)
+IMAGES = DEMO.parent / "flickr30k" / f30k.IMAGES
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +61,7 @@ def test_reader_on_fixture(demo_images):
 
 def test_images_match_fixture_sizes(demo_images):
     for im in demo_images:
-        with Image.open(DEMO / f30k.IMAGES / f"{im.image_id}.jpg") as pic:
+        with Image.open(IMAGES / f"{im.image_id}.jpg") as pic:
             assert pic.size == (im.width, im.height)
 
 
@@ -190,9 +192,9 @@ def test_build_positions_fixture(demo_images):
 
 
 def test_write_flipped_images(tmp_path):
-    out = P.write_flipped_images(["1000000001", "1000000001", "1000000003"], DEMO / f30k.IMAGES, tmp_path / "flip")
+    out = P.write_flipped_images(["1000000001", "1000000001", "1000000003"], IMAGES, tmp_path / "flip")
     assert sorted(out) == ["1000000001", "1000000003"]
-    with Image.open(DEMO / f30k.IMAGES / "1000000001.jpg") as src, Image.open(out["1000000001"]) as dst:
+    with Image.open(IMAGES / "1000000001.jpg") as src, Image.open(out["1000000001"]) as dst:
         src = src.convert("RGB")
         assert dst.size == src.size
         assert dst.getpixel((0, 5)) == src.getpixel((src.width - 1, 5))
@@ -265,7 +267,7 @@ def test_build_counting_fixture(demo_images):
 
 def test_cli_writes_documented_columns(tmp_path, capsys):
     out = tmp_path / "positions.parquet"
-    rc = main(["countercurate", "positions", "--entities-root", str(DEMO), "--out", str(out),
+    rc = main(["countercurate", "positions", "--entities-root", str(DEMO), "--images", str(IMAGES), "--out", str(out),
                "--out-requests", str(tmp_path / "req"), "--flipped-dir", str(tmp_path / "flip")])
     assert rc == 0
     frame = pd.read_parquet(out)

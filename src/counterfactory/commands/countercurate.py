@@ -76,7 +76,7 @@ def _cmd_positions(args) -> int:
     from ..io import write_parquet
 
     cfg = positions.load_cfg(args.config)
-    images_dir = positions.default_images_dir(args.entities_root, args.images)
+    images_dir = positions.default_images_dir(args.entities_root, args.images, cfg)
     data = f30k.iter_images(args.entities_root, strict=not args.lenient)
     frame = positions.build_positions(data, cfg, images_dir)
     if args.flipped_dir:
@@ -126,7 +126,7 @@ def _cmd_counting(args) -> int:
     from ..io import write_parquet
 
     cfg = positions.load_cfg(args.config)
-    images_dir = positions.default_images_dir(args.entities_root, args.images)
+    images_dir = positions.default_images_dir(args.entities_root, args.images, cfg)
     frame = counting.build_counting(f30k.iter_images(args.entities_root, strict=not args.lenient), cfg, images_dir)
     write_parquet(args.out, frame)
     if args.out_requests:

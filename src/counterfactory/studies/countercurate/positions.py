@@ -346,7 +346,10 @@ def load_cfg(paths) -> Mapping | None:
     return load_config(paths, study="countercurate")
 
 
-def default_images_dir(entities_root, images) -> Path | None:
+def default_images_dir(entities_root, images, cfg=None) -> Path | None:
+    """The Flickr30k images: ``images`` (``--images``), else the config's ``data.images`` (the catalogue's
+    ``flickr30k/flickr30k-images``), else ``<entities_root>/flickr30k-images`` when that folder exists."""
+    images = images or ((cfg or {}).get("data") or {}).get("images")
     if images:
         return Path(images)
     guess = Path(entities_root) / f30k.IMAGES
