@@ -15,14 +15,14 @@ rule images_adaptive_curve:
             f"{S}/images/adaptive_curve.csv",
             labels=result_label("images/adaptive_curve.csv"),
             category=study_title,
-            subcategory="Over-generation",
+            subcategory=report_section("Over-generation"),
             caption="../report/adaptive.rst",
         ),
         png=report(
             f"{S}/images/adaptive_curve.png",
             labels=result_label("images/adaptive_curve.png"),
             category=study_title,
-            subcategory="Over-generation",
+            subcategory=report_section("Over-generation"),
             caption="../report/adaptive.rst",
         ),
     log:
@@ -46,14 +46,14 @@ rule images_adaptive_curve_social:
             f"{S}/generation/adaptive_curve.csv",
             labels=result_label("generation/adaptive_curve.csv"),
             category=study_title,
-            subcategory="Over-generation",
+            subcategory=report_section("Over-generation"),
             caption="../report/adaptive.rst",
         ),
         png=report(
             f"{S}/generation/adaptive_curve.png",
             labels=result_label("generation/adaptive_curve.png"),
             category=study_title,
-            subcategory="Over-generation",
+            subcategory=report_section("Over-generation"),
             caption="../report/adaptive.rst",
         ),
     log:

@@ -54,6 +54,19 @@ def result_label(relpath):
     return value
 
 
+def report_section(name):
+    """The ``subcategory`` of a ``report`` item: the sub-group ``name`` numbered in its study's paper order
+    (counterfactory.report_labels.section; Snakemake's panel sorts sub-groups alphabetically)."""
+    from counterfactory import report_labels
+
+    report_labels.section(name)  # an unknown name fails when the rules load
+
+    def value(wildcards):
+        return report_labels.section(name, dict(wildcards.items()).get("study"))
+
+    return value
+
+
 # Job configurations: path -> YAML text, filled while the DAG is planned; the local rule config_write_job writes them.
 JOB_CONFIG_TEXT = {}
 

@@ -56,7 +56,7 @@ rule evaluate_itr_table:
             labels=result_label("evaluation/itr_table.csv"),
             caption="../report/evaluation_itr.rst",
             category=study_title,
-            subcategory="Zero-shot image-text retrieval",
+            subcategory=report_section("Zero-shot image-text retrieval"),
         ),
         md=f"{S}/evaluation/itr_table.md",
         html=report(
@@ -64,7 +64,7 @@ rule evaluate_itr_table:
             labels=result_label("evaluation/itr_table.html"),
             caption="../report/evaluation_itr.rst",
             category=study_title,
-            subcategory="Zero-shot image-text retrieval",
+            subcategory=report_section("Zero-shot image-text retrieval"),
         ),
     log:
         f"{S}/logs/evaluation/itr_table.log",
@@ -123,7 +123,7 @@ rule evaluate_itm_summary:
             labels=result_label("evaluation/itm_differences.csv"),
             caption="../report/evaluation_itm.rst",
             category=study_title,
-            subcategory="ITM score differences",
+            subcategory=report_section("ITM score differences"),
         ),
         md=f"{S}/evaluation/itm_differences.md",
         html=report(
@@ -131,14 +131,14 @@ rule evaluate_itm_summary:
             labels=result_label("evaluation/itm_differences.html"),
             caption="../report/evaluation_itm.rst",
             category=study_title,
-            subcategory="ITM score differences",
+            subcategory=report_section("ITM score differences"),
         ),
         png=report(
             f"{S}/evaluation/itm_differences.png",
             labels=result_label("evaluation/itm_differences.png"),
             caption="../report/evaluation_itm.rst",
             category=study_title,
-            subcategory="ITM score differences",
+            subcategory=report_section("ITM score differences"),
         ),
     log:
         f"{S}/logs/evaluation/itm_summary.log",
@@ -200,7 +200,7 @@ rule evaluate_classify_table:
             labels=result_label("evaluation/classification.csv"),
             caption="../report/evaluation_classification.rst",
             category=study_title,
-            subcategory="Zero-shot classification",
+            subcategory=report_section("Zero-shot classification"),
         ),
         md=f"{S}/evaluation/classification.md",
         html=report(
@@ -208,14 +208,14 @@ rule evaluate_classify_table:
             labels=result_label("evaluation/classification.html"),
             caption="../report/evaluation_classification.rst",
             category=study_title,
-            subcategory="Zero-shot classification",
+            subcategory=report_section("Zero-shot classification"),
         ),
         png=report(
             f"{S}/evaluation/classification.png",
             labels=result_label("evaluation/classification.png"),
             caption="../report/evaluation_classification.rst",
             category=study_title,
-            subcategory="Zero-shot classification",
+            subcategory=report_section("Zero-shot classification"),
         ),
     log:
         f"{S}/logs/evaluation/classification_table.log",

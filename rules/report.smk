@@ -11,7 +11,7 @@ rule report_pair_grid:
             f"{S}/report/pair_grid.png",
             labels=result_label("report/pair_grid.png"),
             category=study_title,
-            subcategory="Counterfactuals",
+            subcategory=report_section("Counterfactuals"),
             caption="../report/pair_grid.rst",
         ),
     log:
@@ -33,7 +33,7 @@ rule report_caption_examples:
             f"{S}/report/caption_examples.csv",
             labels=result_label("report/caption_examples.csv"),
             category=study_title,
-            subcategory="Counterfactuals",
+            subcategory=report_section("Counterfactuals"),
             caption="../report/caption_examples.rst",
         ),
     log:
@@ -74,7 +74,7 @@ rule report_examples:
             f"{S}/report/examples.png",
             labels=result_label("report/examples.png"),
             category=study_title,
-            subcategory="Examples",
+            subcategory=report_section("Examples"),
             caption="../report/examples.rst",
         ),
     log:

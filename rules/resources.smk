@@ -187,6 +187,7 @@ localrules:
     countercurate_generate_merge,
     countercurate_datasets,
     countercurate_tables,
+    countercurate_paper_tables,
     countercurate_train_manifests,
     train_collect_countercurate,
     stats_summarize_countercurate,

@@ -17,6 +17,7 @@ rule data_flickr30k_captions:
     """Flickr30k Entities captions with their phrase markup (the input of Flickr30k-Attributes, §3.4)."""
     input:
         entities=cc_entities_root,
+        images=cc_images,
     output:
         f"{S}/data/flickr30k_captions.parquet",
     log:
@@ -26,13 +27,15 @@ rule data_flickr30k_captions:
     conda:
         CONDA_ENV
     shell:
-        "counterfactory data flickr30k-captions --entities-root {input.entities:q} --out {output:q} > {log:q} 2>&1"
+        "counterfactory data flickr30k-captions --entities-root {input.entities:q} --images {input.images:q}"
+        " --out {output:q} > {log:q} 2>&1"
 
 
 rule countercurate_positions:
     """§3.2, app. B, D: object pairs, left/right/above/below captions, flipped LR negatives, 4:1 split, requests."""
     input:
         entities=cc_entities_root,
+        images=cc_images,
         config=job_config("positions", "positions_rewrite", "data"),
     output:
         table=f"{S}/positions/items.parquet",
@@ -49,13 +52,14 @@ rule countercurate_positions:
         requests=lambda wildcards, output: Path(output.llm).parent,
     shell:
         "counterfactory countercurate positions --config {input.config:q} --entities-root {input.entities:q}"
-        " --out {output.table:q} --out-requests {params.requests:q} --flipped-dir {output.flipped:q} > {log:q} 2>&1"
+        " --images {input.images:q} --out {output.table:q} --out-requests {params.requests:q} --flipped-dir {output.flipped:q} > {log:q} 2>&1"
 
 
 rule countercurate_counting:
     """§3.3, app. C: category pairs with 2-8 boxes, count captions, GLIGEN inpainting requests."""
     input:
         entities=cc_entities_root,
+        images=cc_images,
         config=job_config("counting", "data"),
     output:
         table=f"{S}/counting/items.parquet",
@@ -70,7 +74,7 @@ rule countercurate_counting:
         requests=lambda wildcards, output: Path(output.requests).parent,
     shell:
         "counterfactory countercurate counting --config {input.config:q} --entities-root {input.entities:q}"
-        " --out {output.table:q} --out-requests {params.requests:q} > {log:q} 2>&1"
+        " --images {input.images:q} --out {output.table:q} --out-requests {params.requests:q} > {log:q} 2>&1"
 
 
 rule countercurate_positions_rewrite:
@@ -231,7 +235,7 @@ rule countercurate_datasets:
             f"{S}/datasets/summary.csv",
             labels=result_label("datasets/summary.csv"),
             category=study_title,
-            subcategory="Datasets",
+            subcategory=report_section("Datasets"),
             caption="../report/cc_datasets.rst",
         ),
     log:
@@ -287,7 +291,7 @@ rule countercurate_tables:
             f"{S}/evaluation/tables.html",
             labels=result_label("evaluation/tables.html"),
             category=study_title,
-            subcategory="Evaluation",
+            subcategory=report_section("Evaluation"),
             caption="../report/cc_tables.rst",
         ),
         tex=f"{S}/evaluation/tables.tex",
@@ -402,7 +406,7 @@ rule stats_table_countercurate:
             f"{S}/finetune/tables/{{dataset}}.html",
             labels=result_label("finetune/tables/{dataset}.html"),
             category=study_title,
-            subcategory="Fine-tuning",
+            subcategory=report_section("Fine-tuning"),
             caption="../report/cc_training.rst",
         ),
         tex=f"{S}/finetune/tables/{{dataset}}.tex",
@@ -496,7 +500,7 @@ use rule stats_table_countercurate as stats_table_countercurate_vlm with:
             f"{S}/finetune/tables/{{dataset}}_vlm.html",
             labels=result_label("finetune/tables/{dataset}_vlm.html"),
             category=study_title,
-            subcategory="Fine-tuning",
+            subcategory=report_section("Fine-tuning"),
             caption="../report/cc_training.rst",
         ),
         tex=f"{S}/finetune/tables/{{dataset}}_vlm.tex",
@@ -520,7 +524,7 @@ rule countercurate_paper_tables:
             f"{S}/finetune/tables/paper.html",
             labels=result_label("finetune/tables/paper.html"),
             category=study_title,
-            subcategory="Fine-tuning",
+            subcategory=report_section("Fine-tuning"),
             caption="../report/cc_training.rst",
         ),
         csv=f"{S}/finetune/tables/paper.csv",

@@ -8,6 +8,14 @@ def cc_entities_root(wildcards):
     return source_data(root or "<unset>", f"{wildcards.study}.data.entities_root", "see docs/studies/countercurate.md")
 
 
+def cc_images(wildcards):
+    """The Flickr30k images the CounterCurate steps read: data.images, else <entities_root>/flickr30k-images."""
+    data = view(wildcards.study)["data"]
+    images = data.get("images") or str(Path(data["entities_root"] or "<unset>") / "flickr30k-images")
+    key = f"{wildcards.study}.data.images" if data.get("images") else f"{wildcards.study}.data.entities_root"
+    return source_data(images, key, "see docs/studies/countercurate.md")
+
+
 def cc_generated_shards(wildcards):
     """generated.parquet of every shard; the shard ids come from the countercurate_request_shards checkpoint."""
     ids = Path(checkpoints.countercurate_request_shards.get(study=wildcards.study).output[0]).read_text().split()

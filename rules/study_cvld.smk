@@ -28,7 +28,7 @@ rule cvld_intervene:
             f"{S}/coco/text/summary.csv",
             labels=result_label("coco/text/summary.csv"),
             category=study_title,
-            subcategory="Interventions",
+            subcategory=report_section("Interventions"),
             caption="../report/cvld_intervene.rst",
         ),
     log:
@@ -173,7 +173,7 @@ rule cvld_tables:
             f"{S}/tables.html",
             labels=result_label("tables.html"),
             category=study_title,
-            subcategory="Tables",
+            subcategory=report_section("Tables"),
             caption="../report/cvld_tables.rst",
         ),
         tex=f"{S}/tables.tex",
@@ -184,7 +184,7 @@ rule cvld_tables:
                 f"{S}/figures/figure{n}.png",
                 labels=result_label(f"figures/figure{n}.png"),
                 category=study_title,
-                subcategory="Figures",
+                subcategory=report_section("Figures"),
                 caption="../report/cvld_tables.rst",
             )
             for n in (4, 5, 9, 10)

@@ -25,7 +25,7 @@ rule spurious_select:
             f"{SD}/selection/summary.csv",
             labels=result_label("{dataset}/selection/summary.csv"),
             category=study_title,
-            subcategory="Object removal",
+            subcategory=report_section("Object removal"),
             caption="../report/sr_select.rst",
         ),
     log:
@@ -226,7 +226,7 @@ rule spurious_tables:
             f"{S}/tables.html",
             labels=result_label("tables.html"),
             category=study_title,
-            subcategory="Tables",
+            subcategory=report_section("Tables"),
             caption="../report/sr_tables.rst",
         ),
         tex=f"{S}/tables.tex",
@@ -235,7 +235,7 @@ rule spurious_tables:
             f"{S}/figure4.png",
             labels=result_label("figure4.png"),
             category=study_title,
-            subcategory="Tables",
+            subcategory=report_section("Tables"),
             caption="../report/sr_tables.rst",
         ),
     log:

@@ -113,7 +113,7 @@ rule train_collect:
             f"{S}/training/runs.csv",
             labels=result_label("training/runs.csv"),
             category=study_title,
-            subcategory="Training",
+            subcategory=report_section("Training"),
             caption="../report/runs.rst",
         ),
     log:
@@ -155,7 +155,7 @@ rule stats_table:
             f"{S}/training/tables/{{table}}.html",
             labels=result_label("training/tables/{table}.html"),
             category=study_title,
-            subcategory="Training",
+            subcategory=report_section("Training"),
             caption="../report/tables.rst",
         ),
         tex=f"{S}/training/tables/{{table}}.tex",
@@ -187,7 +187,7 @@ rule train_plot_curves:
             f"{S}/training/curves.png",
             labels=result_label("training/curves.png"),
             category=study_title,
-            subcategory="Training",
+            subcategory=report_section("Training"),
             caption="../report/curves.rst",
         ),
     log:

@@ -143,3 +143,28 @@ def test_the_rule_graph_leaves_out_the_bookkeeping_rules(tmp_path, capsys):
     assert '"all"' not in (tmp_path / "a.dot").read_text() and "models_build_tiny" in (tmp_path / "a.dot").read_text()
     makefile = (REPO / "Makefile").read_text()
     assert "counterfactory report rulegraph" in makefile and "rulegraph_$$s.dot" in makefile
+
+
+def test_sidebar_sub_groups_sort_in_each_papers_order():
+    """Issue 44: Snakemake's panel sorts sub-groups alphabetically; the numbered titles make that each paper's order,
+    and every sub-group the rules name is a known one."""
+    from counterfactory.report_labels import SECTIONS, STUDY_SECTIONS, section
+
+    texts = "\n".join(p.read_text(encoding="utf-8") for p in (REPO / "rules").glob("*.smk"))
+    used = set(re.findall(r'subcategory=report_section\("([^"]+)"\)', texts))
+    assert len(used) >= 15 and used <= set(SECTIONS)
+    assert "subcategory=\"" not in texts   # no sub-group bypasses the numbering
+    for study, order in STUDY_SECTIONS.items():
+        titles = [section(name, study) for name in SECTIONS]
+        # the browser's localeCompare puts the figure space before digits, as " " sorts before digits here
+        got = [t.split(" · ", 1)[1] for t in sorted(titles, key=lambda t: t.replace(FIGURE_SPACE, " "))]
+        assert got[:len(order)] == list(order), study
+        assert got[len(order):] == [s for s in SECTIONS if s not in order]
+    assert section("Training", "coco_counterfactuals") == f"{FIGURE_SPACE}7 · Training"
+    assert section("Tables", "cvld").endswith("4 · Tables")
+    try:
+        section("Trainnig")
+    except ValueError as err:
+        assert "SECTIONS" in str(err)
+    else:
+        raise AssertionError("an unknown sub-group must fail")

@@ -538,6 +538,8 @@ def _countercurate(study: str, v) -> list[Need]:
 
     out = [Need(f"{study}.data.entities_root", v["data"].get("entities_root"), "flickr30k_entities",
                 ("Annotations/", "Sentences/"))]
+    if v["data"].get("images"):   # the Flickr30k images (else <entities_root>/flickr30k-images, inside the above)
+        out.append(Need(f"{study}.data.images", v["data"]["images"], "flickr30k"))
     benchmarks = set((v.get("evaluation") or {}).get("benchmarks") or [])
     for names in cc_training.settings(v)["benchmarks"].values():   # the fine-tuned models' benchmarks
         benchmarks |= set(names or [])

@@ -107,6 +107,43 @@ def labels(relpath: str, study: str | None = None) -> dict[str, str]:
     return {COLUMN: label(relpath, study)}
 
 
+# ------------------------------------------------------------------ the sidebar's sub-groups, in the paper's order
+#: every report sub-group, in pipeline order (data -> generation -> filtering -> evaluation -> training -> tables)
+SECTIONS: tuple[str, ...] = (
+    "Object removal", "Counterfactuals", "Interventions", "Over-generation", "Filtering", "Datasets", "Examples",
+    "Zero-shot image-text retrieval", "ITM score differences", "Zero-shot classification", "Evaluation",
+    "Bias probing", "Training", "Fine-tuning", "Debiasing", "Tables", "Figures",
+)
+
+#: each study's sub-groups in the order its paper presents them (COCO-CF: §3 data, Table 2 / Figure 3 / Table 4
+#: zero-shot, Tables 3-6 after fine-tuning; SocialCF: §3 generation and filtering, §4 probing, §5 debiasing;
+#: CounterCurate: §3 datasets, Tables 1-3 evaluation, Tables 5-6 fine-tuning; spurious retrieval: §3 object removal,
+#: then Tables 1-3; CVLD: §3 interventions, then Tables 1-4 and the figures)
+STUDY_SECTIONS: dict[str, tuple[str, ...]] = {
+    "coco_counterfactuals": ("Counterfactuals", "Over-generation", "Examples", "Zero-shot image-text retrieval",
+                             "ITM score differences", "Zero-shot classification", "Training"),
+    "social_counterfactuals": ("Counterfactuals", "Over-generation", "Filtering", "Examples", "Bias probing",
+                               "Debiasing"),
+    "countercurate": ("Datasets", "Examples", "Evaluation", "Fine-tuning"),
+    "spurious_retrieval": ("Object removal", "Examples", "Training", "Tables"),
+    "cvld": ("Interventions", "Examples", "Training", "Tables", "Figures"),
+}
+
+
+def section(name: str, study: str | None = None) -> str:
+    """The sub-group title ``name`` numbered by its place in ``study``'s paper order: ``"2 · Over-generation"``.
+
+    Snakemake's panel sorts sub-groups alphabetically (``localeCompare``); the number makes that the paper's order.
+    A sub-group a study's list lacks follows the listed ones, in :data:`SECTIONS` order."""
+    if name not in SECTIONS:
+        raise ValueError(f"report sub-group {name!r} is not in counterfactory.report_labels.SECTIONS. "
+                         "Fix: add it there (and to the study's STUDY_SECTIONS) in pipeline order")
+    order = STUDY_SECTIONS.get(study or "", ())
+    rest = [s for s in SECTIONS if s not in order]
+    number = (order.index(name) if name in order else len(order) + rest.index(name)) + 1
+    return f"{FIGURE_SPACE if number < 10 else ''}{number} · {name}"
+
+
 
 
 # --------------------------------------------------------------------------- random tiny stand-ins (issue 44 item 3)
