@@ -408,8 +408,8 @@ EXPORT_RELEASE_STUDIES = [s for s in STUDIES if export_studies.STUDIES[s].releas
 
 
 def export_targets(study):
-    """The study's export outputs (for `all`): the card, and through it every layout."""
-    return [f"{RESULTS}/{study}/export/README.md", f"{RESULTS}/{study}/report/examples.png"]
+    """The study's export outputs (for `all`): the card, and through it every layout (PROVENANCE_SKIP lists them)."""
+    return [f"{RESULTS}/{study}/{rel}" for rel in PROVENANCE_SKIP if not rel.endswith("/")]
 
 
 def study_finished(wildcards):
@@ -417,15 +417,23 @@ def study_finished(wildcards):
     return STUDY_TARGETS[wildcards.study]()
 
 
-def export_card_inputs(wildcards):
-    """provenance.json and the export layouts' manifests (kept outside the uploaded folders); the funnel
-    summaries the card reads are made before the study's final files (its layouts' inputs), and are not listed:
-    which exist is only known after the run."""
+def export_manifests(study):
+    """The manifests of the study's export layouts (kept outside the uploaded folders): layout -> path."""
     out = {
-        "imagefolder": f"{RESULTS}/{wildcards.study}/manifests/export_imagefolder.json",
-        "parquet": f"{RESULTS}/{wildcards.study}/manifests/export_parquet.json",
-        "provenance": f"{RESULTS}/provenance.json",
+        "imagefolder": f"{RESULTS}/{study}/manifests/export_imagefolder.json",
+        "parquet": f"{RESULTS}/{study}/manifests/export_parquet.json",
     }
-    if wildcards.study in EXPORT_RELEASE_STUDIES:
-        out["release"] = f"{RESULTS}/{wildcards.study}/manifests/export_release.json"
+    if study in EXPORT_RELEASE_STUDIES:
+        out["release"] = f"{RESULTS}/{study}/manifests/export_release.json"
     return out
+
+
+#: paths under each study folder that provenance.json does not record: the files made from it (the dataset card,
+#: the examples grid: export_targets) and what changes run to run (logs, timings)
+PROVENANCE_SKIP = ["logs/", "benchmarks/", "export/README.md", "report/examples.png"]
+
+
+def export_card_inputs(wildcards):
+    """provenance.json and the export layouts' manifests; the funnel summaries the card reads are made before the
+    study's final files (its layouts' inputs), and are not listed: which exist is only known after the run."""
+    return {**export_manifests(wildcards.study), "provenance": f"{RESULTS}/provenance.json"}

@@ -55,6 +55,7 @@ rule provenance:
     the sha256 of every output of the run: made last, from the files it describes."""
     input:
         outputs=lambda wildcards: [target for study in STUDIES for target in STUDY_TARGETS[study]()],
+        exports=lambda wildcards: [m for study in STUDIES for m in export_manifests(study).values()],
         models=wf.local_model_inputs(config, *config["models"]),
         config=run_config(),
     output:
@@ -63,8 +64,12 @@ rule provenance:
         f"{RESULTS}/logs/provenance.log",
     conda:
         CONDA_ENV
+    params:
+        folders=[f"{RESULTS}/{study}" for study in STUDIES],
+        skip=PROVENANCE_SKIP,
     shell:
-        "counterfactory provenance --config {input.config:q} --outputs {input.outputs:q} --out {output:q} > {log:q} 2>&1"
+        "counterfactory provenance --config {input.config:q} --outputs {input.outputs:q} --folders {params.folders:q}"
+        " --skip {params.skip:q} --out {output:q} > {log:q} 2>&1"
 
 
 localrules:

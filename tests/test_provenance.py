@@ -134,3 +134,23 @@ def test_thread_count_is_recorded(run, monkeypatch):
     threads = json.loads((run / "results/provenance.json").read_text())["threads"]
     assert threads["torch"] == 2 and threads["environment"]["OMP_NUM_THREADS"] == "3"
     assert threads["cpu_count"] == os.cpu_count()
+
+
+def test_folders_are_recorded_whole_less_the_skipped_paths(run, capsys):
+    """Issue 45 item 18: the workflow records each study folder whole (--folders), less what is made from the record
+    or changes run to run (--skip: a file, or a folder ending /); verify skips the same paths, and only those."""
+    (run / "results/shards/timings").mkdir()
+    (run / "results/shards/timings/a.tsv").write_text("s\n1.0\n")
+    (run / "results/shards/README.md").write_text("card")
+    assert main(["provenance", "--config", "unused.yaml", "--out", "results/provenance.json",
+                 "--folders", "results/shards", "--skip", "timings/", "README.md"]) == 0
+    entry = json.loads((run / "results/provenance.json").read_text())["outputs"][0]
+    assert set(entry["file_sha256"]) == {"a.png", "sub/b.png"} and entry["skipped"] == ["README.md", "timings/"]
+    (run / "results/shards/timings/a.tsv").write_text("s\n2.0\n")   # a skipped file may change ...
+    (run / "results/shards/README.md").write_text("a new card")
+    (run / "results/shards/timings/b.tsv").write_text("s\n")        # ... or appear
+    assert provenance.verify(run / "results/provenance.json") == []
+    (run / "results/shards/README.md.bak").write_text("x")          # a prefix of a skipped file is not skipped
+    (run / "results/shards/timingsX.tsv").write_text("x")
+    problems = {p["path"] for p in provenance.verify(run / "results/provenance.json")}
+    assert problems == {"results/shards/README.md.bak", "results/shards/timingsX.tsv"}

@@ -54,34 +54,43 @@ def package_versions(names=PACKAGES) -> dict:
     return out
 
 
-def _folder_hashes(folder: Path, exclude: set[str], use_cache: bool) -> dict[str, str]:
+def _skipped_rel(rel: str, skip: tuple[str, ...]) -> bool:
+    """``rel`` (a POSIX path under a recorded folder) is one of ``skip``: a file, or inside a folder ending ``/``."""
+    return any(rel == s or (s.endswith("/") and rel.startswith(s)) for s in skip)
+
+
+def _folder_hashes(folder: Path, exclude: set[str], use_cache: bool, skip: tuple[str, ...] = ()) -> dict[str, str]:
     from .models.identity import HashCache, content_files
 
     cache = HashCache(read=use_cache)
     try:
         return {rel: cache.sha256(p) for rel, p in content_files(folder)
-                if os.path.realpath(p) not in exclude}
+                if os.path.realpath(p) not in exclude and not _skipped_rel(rel, skip)}
     finally:
         cache.save()
 
 
 def describe_output(path: str | os.PathLike, *, exclude: Iterable[str | os.PathLike] = (),
-                    use_cache: bool = True) -> dict:
+                    use_cache: bool = True, skip: Iterable[str] = ()) -> dict:
     """``{"path", "type", "size", "sha256"}`` of a file, or ``{"path", "type": "folder", "size" (all
     files), "files" (count), "fingerprint", "file_sha256" (each file, when not too many)}`` of a
-    folder (logs, locks, ``.snakemake`` and files in ``exclude`` left out)."""
+    folder (logs, locks, ``.snakemake`` and files in ``exclude`` left out; so are the paths under it in ``skip``,
+    a file or a folder ending ``/``, which the record lists as ``skipped`` so that :func:`verify` skips them too)."""
     from .models.identity import HashCache, _combine
 
     p = Path(path)
+    skip = tuple(sorted(str(s).replace("\\", "/") for s in skip))
     if not p.exists():
         raise CounterFactoryError(f"output {p} does not exist. Fix: run the step that makes it first, or drop it "
                                   "from --outputs")
     try:
         if p.is_dir():
-            hashes = _folder_hashes(p, {os.path.realpath(e) for e in exclude}, use_cache)
+            hashes = _folder_hashes(p, {os.path.realpath(e) for e in exclude}, use_cache, skip)
             record = {"path": str(path), "type": "folder",
                       "size": sum((p / rel).stat().st_size for rel in hashes), "files": len(hashes),
                       "fingerprint": _combine(sorted(hashes.items()))}
+            if skip:
+                record["skipped"] = list(skip)
             if len(hashes) <= MAX_LISTED_FILES:
                 record["file_sha256"] = hashes
             return record
@@ -124,10 +133,13 @@ def describe_threads() -> dict:
 
 
 def collect(cfg: dict, models: dict | None = None, extra: dict | None = None,
-            outputs: Iterable[str | os.PathLike] = (), exclude: Iterable[str | os.PathLike] = ()) -> dict:
+            outputs: Iterable[str | os.PathLike] = (), exclude: Iterable[str | os.PathLike] = (),
+            folders: Iterable[str | os.PathLike] = (), skip: Iterable[str] = ()) -> dict:
     """The provenance record (see the module docstring). ``models`` defaults to the roles loaded in
     this process, else every configured role (identified by content without loading; a local model
-    that is missing or unreadable raises :class:`~counterfactory.models.registry.ModelIdentityError`)."""
+    that is missing or unreadable raises :class:`~counterfactory.models.registry.ModelIdentityError`).
+    ``folders`` (each study's results folder) are recorded whole, every file in them, less ``skip`` (paths under
+    each folder that are made from this record, or change run to run: logs, timings)."""
     from .models.registry import configured_models, loaded_models
 
     record = {
@@ -143,7 +155,8 @@ def collect(cfg: dict, models: dict | None = None, extra: dict | None = None,
         "models": models if models is not None else (loaded_models() or configured_models(cfg)),
         "nltk_data": describe_nltk(cfg),
         "threads": describe_threads(),
-        "outputs": [describe_output(o, exclude=exclude) for o in outputs],
+        "outputs": [describe_output(o, exclude=exclude) for o in outputs]
+                   + [describe_output(f, exclude=exclude, skip=skip) for f in folders],
     }
     if extra:
         record.update(extra)
@@ -151,9 +164,11 @@ def collect(cfg: dict, models: dict | None = None, extra: dict | None = None,
 
 
 def write(path: str | Path, cfg: dict, models: dict | None = None, extra: dict | None = None,
-          outputs: Iterable[str | os.PathLike] = ()) -> Path:
+          outputs: Iterable[str | os.PathLike] = (), folders: Iterable[str | os.PathLike] = (),
+          skip: Iterable[str] = ()) -> Path:
     """Write the provenance record to ``path`` (the file itself is never part of an output folder's hash)."""
-    return write_json(path, collect(cfg, models, extra, outputs=outputs, exclude=[path]))
+    return write_json(path, collect(cfg, models, extra, outputs=outputs, exclude=[path], folders=folders,
+                                    skip=skip))
 
 
 def verify(provenance_path: str | os.PathLike, *, base: str | os.PathLike | None = None,
@@ -182,7 +197,8 @@ def verify(provenance_path: str | os.PathLike, *, base: str | os.PathLike | None
         if kind != entry.get("type"):
             problems.append({"path": rel, "problem": f"is a {kind}, recorded as a {entry.get('type')}"})
             continue
-        now = describe_output(path, exclude=[provenance_path], use_cache=use_cache)
+        now = describe_output(path, exclude=[provenance_path], use_cache=use_cache,
+                              skip=entry.get("skipped") or ())
         if kind == "file":
             if now["sha256"] != entry.get("sha256"):
                 problems.append({"path": rel, "problem": f"sha256 {now['sha256']} (size {now['size']}), recorded "

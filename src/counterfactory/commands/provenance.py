@@ -24,7 +24,7 @@ def _run(args) -> int:
     if not args.config or not args.out:
         raise CounterFactoryError("provenance: --config and --out are required (or --verify PROVENANCE.json)")
     cfg = load_full_config(args.config)  # the whole run: every study's section
-    provenance.write(args.out, cfg, outputs=args.outputs or ())
+    provenance.write(args.out, cfg, outputs=args.outputs or (), folders=args.folders or (), skip=args.skip or ())
     return 0
 
 
@@ -39,6 +39,11 @@ def register(sub) -> None:
     p.add_argument("--out", help="output JSON")
     p.add_argument("--outputs", nargs="+", metavar="PATH", default=[],
                    help="result files or folders to record (path, size, sha256 / folder fingerprint)")
+    p.add_argument("--folders", nargs="+", metavar="DIR", default=[],
+                   help="folders recorded whole, every file in them (the workflow passes each study's results)")
+    p.add_argument("--skip", nargs="+", metavar="REL", default=[],
+                   help="paths under each --folders folder left out (a file, or a folder ending /): what is made "
+                        "from this record and what changes run to run (logs/, benchmarks/)")
     p.add_argument("--verify", metavar="PROVENANCE.json",
                    help="check the outputs recorded in this file against the disk; exit 2 on any mismatch")
     p.add_argument("--base", help="with --verify: folder relative output paths start from (default: current)")
