@@ -172,6 +172,7 @@ localrules:
     social_captions,
     social_generate_merge,
     social_filter_table,
+    social_image_quality_table,
     social_filter_merge,
     social_probe_tables,
     social_probe_plots,

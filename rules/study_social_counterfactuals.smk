@@ -239,6 +239,62 @@ rule social_filter_table:
         " --out-table18-md {output.table18_md:q} > {log:q} 2>&1"
 
 
+rule social_image_quality_features:
+    """§10.3: Inception pool features and logits of one image set (kept images, VisoGender, PATA or a reference)."""
+    input:
+        unpack(iq_set_inputs),
+        models=model_inputs("inception"),
+        config=job_config("image_quality", iq_set_keys, "models.inception", *DEVICE_KEYS),
+    output:
+        f"{S}/image_quality/features/{{iq_set}}.npz",
+    log:
+        f"{S}/logs/image_quality/{{iq_set}}.log",
+    wildcard_constraints:
+        study=SCF,
+        iq_set="social_counterfactuals|pata|visogender|ref_[0-9]+",
+    conda:
+        CONDA_ENV
+    threads: accel_threads("inception")
+    resources:
+        mem_mb=model_mem(8000, "inception"),
+        runtime=120,
+        gpu=GPU,
+        hpu=HPU,
+    params:
+        kept=lambda wildcards, input: f"--kept {shlex.quote(input.kept)}" if "kept" in input.keys() else "",
+    shell:
+        "counterfactory social image-quality-features --config {input.config:q} --set {wildcards.iq_set}"
+        " {params.kept} --out {output:q} --no-progress > {log:q} 2>&1"
+
+
+rule social_image_quality_table:
+    """§10.3's table: FID against each reference and the Inception Score of every set, the paper's beside ours."""
+    input:
+        unpack(iq_features),
+        config=job_config("image_quality", "probing.pata", "probing.visogender"),
+    output:
+        md=f"{S}/image_quality/table.md",
+        csv=f"{S}/image_quality/table.csv",
+        html=report(
+            f"{S}/image_quality/table.html",
+            labels=result_label("image_quality/table.html"),
+            category=study_title,
+            subcategory=report_section("Image quality"),
+            caption="../report/social_image_quality.rst",
+        ),
+    log:
+        f"{S}/logs/image_quality/table.log",
+    wildcard_constraints:
+        study=SCF,
+    conda:
+        CONDA_ENV
+    params:
+        features=iq_features_flags,
+    shell:
+        "counterfactory social image-quality-table --config {input.config:q} --features {params.features}"
+        " --out-md {output.md:q} --out-csv {output.csv:q} --out-html {output.html:q} > {log:q} 2>&1"
+
+
 rule social_probe:
     """§4, §10.1: MaxSkew@K, NDKL, Bias@K of neutral subject queries for one model on one stage's images."""
     input:

@@ -86,3 +86,41 @@ def social_task_model_keys(wildcards):
     """The evaluated roles' model entries (their display names label Tables 4 and 5)."""
     task = view(wildcards.study)["debias"].get("task_eval") or {}
     return [f"models.{role}" for role in task.get("roles") or []]
+
+
+def iq_set_inputs(wildcards):
+    """§10.3: what one image set's features are read from (the kept images, PATA / VisoGender files, a reference)."""
+    from counterfactory.studies.social_counterfactuals import image_quality
+
+    name, v = wildcards.iq_set, view(wildcards.study)
+    if name == "social_counterfactuals":
+        return {"kept": f"{S}/filter/kept.parquet".format(study=wildcards.study)}
+    if name in ("pata", "visogender"):
+        keys = {"pata": ("files_list", "captions_json", "image_dir"), "visogender": ("oo_tsv", "op_tsv", "image_dir")}
+        section = v["probing"][name]
+        return {
+            k: source_data(section[k], f"{wildcards.study}.probing.{name}.{k}") for k in keys[name] if section.get(k)
+        }
+    refs = list(image_quality.references(v).items())
+    ref, path = refs[int(name.removeprefix("ref_"))]
+    return {"reference": source_data(path, f"{wildcards.study}.image_quality.references.{ref}")}
+
+
+def iq_set_keys(wildcards):
+    """The config sections one set's features depend on."""
+    name = wildcards.iq_set
+    return [f"probing.{name}"] if name in ("pata", "visogender") else []
+
+
+def iq_features(wildcards):
+    """name -> features file of every set §10.3's table reads."""
+    from counterfactory.studies.social_counterfactuals import image_quality
+
+    return {
+        name: f"{S}/image_quality/features/{name}.npz".format(study=wildcards.study)
+        for name in image_quality.set_names(view(wildcards.study))
+    }
+
+
+def iq_features_flags(wildcards, input):
+    return " ".join(shlex.quote(f"{name}={path}") for name, path in input.items() if name != "config")

@@ -119,11 +119,12 @@ DATASETS: dict[str, Dataset] = {d.name: d for d in [
             {"root": "", "negclip": "negclip.pth", "big_lama": "big-lama/",
              "blip_itm": "blip-base-pretrained-itm/", "vsepp": "vsepp-vgg19-bigru/",
              "blip_captioner": "blip-base-capfilt-large-pretrained-captioning/"},
-            "model weights that are files (not hub ids)", "NegCLIP, ALIP, LaCLIP, SLIP releases; LaMa's big-lama.pt; "
+            "model weights that are files (not hub ids)", "NegCLIP, ALIP, LaCLIP, SLIP releases; LaMa's big-lama.pt; torchvision's Inception-v3 (FID / IS); "
             "BLIP's model_base.pth / model_base_capfilt_large.pth and VSE++ converted (docs/models.md)",
             "3 GB", "per model", (_COCO_CF, _SOCIAL, _SR, _CVLD),
             "docs/models.md gives each file's source and conversion command",
-            ("alip/ALIP_YFCC15M_B32.pt", "laclip/laion400m_laclip.pt", "slip/slip_base_100ep.pt")),
+            ("alip/ALIP_YFCC15M_B32.pt", "laclip/laion400m_laclip.pt", "slip/slip_base_100ep.pt",
+             "inception/inception_v3_google-0cc3c7bd.pth")),
 ]}
 
 

@@ -50,7 +50,8 @@ PROFILE_DIR = Path(__file__).resolve().parents[2] / "profiles"  # source checkou
 # the GPU partition. tests/test_profiles.py checks this list against the rule files.
 ACCELERATOR_RULES = ("captions_edit", "images_generate", "evaluate_itr", "evaluate_itm", "evaluate_classify",
                      "train_run", "train_run_pretrained", "train_run_in_domain", "social_generate",
-                     "social_filter_clip", "social_filter_nsfw", "social_filter_detect", "social_probe", "social_debias_run", "countercurate_positions_rewrite",
+                     "social_filter_clip", "social_filter_nsfw", "social_filter_detect", "social_probe", "social_debias_run",
+                     "social_image_quality_features", "countercurate_positions_rewrite",
                      "countercurate_attributes", "countercurate_generate", "countercurate_evaluate",
                      "countercurate_train_run", "countercurate_vlm_run", "spurious_inpaint", "spurious_captioner",
                      "spurious_run", "cvld_intervene", "cvld_edit", "cvld_run")

@@ -387,6 +387,8 @@ def attributes_role_check(cfg: dict) -> list[Check]:
 
 #: where to get each dataset (one line each; the study pages in docs/studies/ say more)
 SOURCES = {
+    "image_quality": "a folder of reference images (§10.3: ImageNet val, the catalogue's classification/imagenet/val; "
+                     "a LAION-2B sample)",
     "coco2017": "MS-COCO 2017 (val2017 images + annotations_trainval2017.zip) from https://cocodataset.org/#download",
     "coco2014": "MS-COCO 2014 (train2014/val2014 images + annotations_trainval2014.zip) from "
                 "https://cocodataset.org/#download",
@@ -517,6 +519,11 @@ def _social(study: str, v) -> list[Need]:
     release = v.get("release") or {}
     if release.get("root"):
         out.append(Need(f"{study}.release.root", release["root"], "release"))
+    from .studies.social_counterfactuals import image_quality
+
+    if image_quality.settings(v)["enabled"] and not release.get("root"):   # §10.3: the reference image folders
+        for name, path in image_quality.references(v).items():
+            out.append(Need(f"{study}.image_quality.references.{name}", path, "image_quality"))
     task = (v.get("debias") or {}).get("task_eval") or {}
     if task.get("roles") and (v.get("debias") or {}).get("roles"):   # §5.3, Tables 4 and 5
         key = f"{study}.debias.task_eval"

@@ -37,6 +37,7 @@ LABELS: list[tuple[str, str]] = [
     (r"training/tables/classification\.html", "Table 4 · zero-shot classification after fine-tuning"),
     (r"training/tables/(?P<name>.+)\.html", "table {name} after fine-tuning"),
     (r"in_domain/table\.html", "Table 5 · in-domain COCO-CFs test set"),
+    (r"image_quality/table\.html", "§10.3 · FID and IS of the generated and real image sets"),
     (r"training/label_frequency\.csv", "Table 6 · label frequency vs accuracy change (CSV)"),
     (r"training/table6\.html", "Table 6 · label frequency vs accuracy change"),
     (r"training/table6\.html", "Table 6 · label frequency vs accuracy change"),
@@ -112,18 +113,18 @@ def labels(relpath: str, study: str | None = None) -> dict[str, str]:
 SECTIONS: tuple[str, ...] = (
     "Object removal", "Counterfactuals", "Interventions", "Over-generation", "Filtering", "Datasets", "Examples",
     "Zero-shot image-text retrieval", "ITM score differences", "Zero-shot classification", "Evaluation",
-    "Bias probing", "Training", "Fine-tuning", "Debiasing", "Tables", "Figures",
+    "Bias probing", "Training", "Fine-tuning", "Debiasing", "Image quality", "Tables", "Figures",
 )
 
 #: each study's sub-groups in the order its paper presents them (COCO-CF: §3 data, Table 2 / Figure 3 / Table 4
-#: zero-shot, Tables 3-6 after fine-tuning; SocialCF: §3 generation and filtering, §4 probing, §5 debiasing;
+#: zero-shot, Tables 3-6 after fine-tuning; SocialCF: §3 generation and filtering, §4 probing, §5 debiasing, §10.3 image quality;
 #: CounterCurate: §3 datasets, Tables 1-3 evaluation, Tables 5-6 fine-tuning; spurious retrieval: §3 object removal,
 #: then Tables 1-3; CVLD: §3 interventions, then Tables 1-4 and the figures)
 STUDY_SECTIONS: dict[str, tuple[str, ...]] = {
     "coco_counterfactuals": ("Counterfactuals", "Over-generation", "Examples", "Zero-shot image-text retrieval",
                              "ITM score differences", "Zero-shot classification", "Training"),
     "social_counterfactuals": ("Counterfactuals", "Over-generation", "Filtering", "Examples", "Bias probing",
-                               "Debiasing"),
+                               "Debiasing", "Image quality"),
     "countercurate": ("Datasets", "Examples", "Evaluation", "Fine-tuning"),
     "spurious_retrieval": ("Object removal", "Examples", "Training", "Tables"),
     "cvld": ("Interventions", "Examples", "Training", "Tables", "Figures"),

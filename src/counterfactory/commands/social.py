@@ -33,6 +33,7 @@ def register(sub) -> None:
     add_filtering(s)
     add_probing(s)
     add_external(s)
+    add_image_quality(s)
     add_debias(s)
     add_release(s)
 
@@ -423,6 +424,76 @@ def _cmd_probe_external_table(args) -> int:
         write_csv(args.out_csv, table.reset_index())
     if not (args.out_md or args.out_csv):
         print(table.round(3).to_markdown(floatfmt=".3f"))
+    return 0
+
+
+# ------------------------------------------------------------------------------------------- image quality
+
+
+def add_image_quality(sub) -> None:
+    """``counterfactory social image-quality-features | image-quality-table`` (§10.3)."""
+    p = sub.add_parser("image-quality-features", help="Inception features of one image set (§10.3's FID / IS)",
+                       description="Reads one image set (the kept images, VisoGender's or PATA's images, or a "
+                                   "reference folder of image_quality.references) and the inception role; writes "
+                                   "its pool features and logits (npz).")
+    add_config_option(p)
+    p.add_argument("--set", required=True, metavar="NAME", dest="image_set",
+                   help="social_counterfactuals, visogender, pata, or ref_<i> (the i-th configured reference)")
+    p.add_argument("--kept", metavar="kept.parquet", help="the filtered images (filter/kept.parquet)")
+    p.add_argument("--out", required=True, metavar="FILE.npz", help="features file to write")
+    add_progress_option(p)
+    p.set_defaults(func=_cmd_image_quality_features)
+    t = sub.add_parser("image-quality-table", help="§10.3: FID against each reference and IS of every set",
+                       description="Reads the features files of image-quality-features; writes §10.3's table with "
+                                   "the paper's numbers beside ours (Markdown, CSV, HTML).")
+    add_config_option(t)
+    t.add_argument("--features", nargs="+", required=True, metavar="NAME=FILE.npz",
+                   help="features file of every set (image-quality-features' --set and --out)")
+    t.add_argument("--out-md", required=True, metavar="FILE.md")
+    t.add_argument("--out-csv", required=True, metavar="FILE.csv")
+    t.add_argument("--out-html", metavar="FILE.html")
+    t.set_defaults(func=_cmd_image_quality_table)
+
+
+def _cmd_image_quality_features(args) -> int:
+    from ..device import from_config
+    from ..evaluation import image_quality as iq
+    from ..models import registry
+    from ..studies.social_counterfactuals import image_quality
+
+    cfg = _load_config(args.config)
+    paths = image_quality.set_images(cfg, args.image_set, args.kept)
+    device, _ = from_config(cfg)
+    model = registry.load(cfg, "inception")
+    feats, logits = iq.extract(model, paths, batch_size=image_quality.settings(cfg)["batch_size"], device=device,
+                               progress=not args.no_progress)
+    iq.save_features(args.out, feats, logits, paths)
+    print(f"{args.image_set}: {len(paths)} images, features {feats.shape[1]}, classes {logits.shape[1]} -> {args.out}")
+    return 0
+
+
+def _cmd_image_quality_table(args) -> int:
+    from ..io import write_csv, write_text
+    from ..render import html_page, render_html, render_markdown
+    from ..studies.social_counterfactuals import image_quality
+
+    cfg = _load_config(args.config)
+    features = {}
+    for item in args.features:
+        name, sep, path = item.partition("=")
+        if not sep or not path:
+            raise ConfigError(f"--features {item!r}: expected NAME=FILE.npz. Fix: e.g. --features pata=pata.npz")
+        features[name] = path
+    missing = [n for n in image_quality.set_names(cfg) if n not in features]
+    if missing:
+        raise ConfigError(f"--features lacks {', '.join(missing)}. Fix: run image-quality-features for them")
+    frame = image_quality.table(cfg, features)
+    table = image_quality.paper_table(cfg, frame)
+    write_csv(args.out_csv, frame)
+    write_text(args.out_md, render_markdown(table))
+    if args.out_html:
+        write_text(args.out_html, html_page(table.title, [render_html(table)]))
+    print(render_markdown(table))
     return 0
 
 

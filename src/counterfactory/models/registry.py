@@ -81,6 +81,7 @@ DEFAULT_LIBRARY = {
     "laclip": "open_clip",
     "slip": "open_clip",
     "vsepp": "vsepp",        # spurious-correlation retrieval §4.1: VSE++ (our torch module, counterfactory.models.vsepp)
+    "inception": "torchvision",  # SocialCounterfactuals §10.3: FID / IS feature network (counterfactory.models.inception)
 }
 
 
@@ -595,6 +596,18 @@ def _load_vsepp(spec: ModelSpec, kw: dict):
         raise ModelLoadError(f"role '{spec.role}' (vsepp): {spec.source!r} is not a local folder, and VSE++ has no hub "
                              f"checkpoint. Fix: {sources.how_to_get(spec)}")
     return load_vsepp(spec.local_path)
+
+
+@register_loader("inception")
+def _load_inception(spec: ModelSpec, kw: dict):
+    """:class:`~.inception.InceptionFeatures` from torchvision's inception_v3 weights file or an inception folder
+    (FID / IS, SocialCounterfactuals §10.3); there is no hub id: the source is a local file or folder."""
+    from . import inception
+
+    if not spec.is_local:
+        raise ModelLoadError(f"role '{spec.role}' (inception): {spec.source!r} is not a local file or folder. Fix: "
+                             "download torchvision's inception_v3_google-0cc3c7bd.pth and give its path")
+    return inception.load(spec.local_path)
 
 
 # loaders of the evaluation roles (ITM families, open_clip) register themselves on import

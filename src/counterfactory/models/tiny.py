@@ -206,7 +206,7 @@ def build_vsepp(out: Path, seed: int = 0) -> None:
 BUILDER_NAMES = frozenset({
     "captioner", "clip_eval", "clip_filter", "clip_open_clip", "editor", "gligen", "gligen_inpaint", "image_encoder",
     "inpaint", "itm", "itm_blip", "itm_bridgetower", "itm_flava", "itm_vilt", "llm", "lm", "mlm", "nsfw", "sd",
-    "sentence", "t2i", "vae", "vlm", "vsepp",
+    "sentence", "t2i", "vae", "vlm", "vsepp", "inception",
 })
 
 
@@ -260,7 +260,10 @@ def builders() -> dict[str, Callable[[Path, int], None]]:
     """Every role that has a tiny builder (text roles and ``vae`` here, image and evaluation roles beside)."""
     from . import tiny_editing, tiny_eval, tiny_gligen, tiny_lama, tiny_llm, tiny_nsfw, tiny_vision, tiny_vlm
 
+    from .inception import build_tiny as build_inception
+
     return {"mlm": build_mlm, "lm": build_lm, "sentence": build_sentence, "vae": build_vae, "vsepp": build_vsepp,
+            "inception": build_inception,
             **tiny_vision.BUILDERS, **tiny_eval.BUILDERS, **tiny_nsfw.BUILDERS, **tiny_gligen.BUILDERS,
             **tiny_vlm.BUILDERS, **tiny_llm.BUILDERS, **tiny_lama.BUILDERS, **tiny_editing.BUILDERS}
 

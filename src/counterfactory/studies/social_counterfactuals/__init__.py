@@ -53,6 +53,10 @@ def targets(view, results: str) -> list[str]:
     # (the Intel/SocialCounterfactuals parquet layout of the kept images is written by the shared export_release)
     out = [] if release else [f"{results}/filter/table11.md",
                               f"{results}/generation/adaptive_curve.csv"]   # over-generation trade-off (issue 16)
+    from .image_quality import settings as image_quality
+
+    if not release and image_quality(view)["enabled"]:
+        out.append(f"{results}/image_quality/table.md")   # §10.3
     stages = ("after",) if release else PROBE_STAGES
     if view.get("probing", {}).get("roles"):
         out += [f"{results}/probing/{stage}/tables.md" for stage in stages]

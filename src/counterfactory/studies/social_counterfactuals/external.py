@@ -167,16 +167,36 @@ def _run(cfg, roles, paths: list[str], texts: list[str], make_rows, scorer_facto
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
-def evaluate_pata(cfg, roles: Sequence[str], *, scorer_factory: Callable | None = None, **overrides) -> pd.DataFrame:
-    """PATA skewness per model (long table, :data:`COLUMNS`); paths from ``probing.pata`` or ``overrides``."""
+def _pata(o: Mapping) -> tuple[pd.DataFrame, pd.DataFrame]:
     from ...data.pata import load_pata
 
-    o = external_settings(cfg, "pata", **overrides)
     for key in ("files_list", "captions_json", "image_dir"):
         if not o.get(key):
             raise ConfigError(f"probing.pata.{key} is not set. Fix: set it in the config or pass it on the "
                               "command line")
-    images, captions = load_pata(o["files_list"], o["captions_json"], o["image_dir"], o["image_name"])
+    return load_pata(o["files_list"], o["captions_json"], o["image_dir"], o["image_name"])
+
+
+def _visogender(o: Mapping) -> pd.DataFrame:
+    from ...data.visogender import load_visogender
+
+    if not (o.get("oo_tsv") or o.get("op_tsv")) or not o.get("image_dir"):
+        raise ConfigError("probing.visogender needs image_dir and oo_tsv and/or op_tsv. Fix: set them in the config "
+                          "or pass them on the command line")
+    return load_visogender(o.get("oo_tsv"), o.get("op_tsv"), o["image_dir"], o["image_name"])
+
+
+def image_paths(cfg: Mapping | None, dataset: str) -> list[str]:
+    """The downloaded images of ``pata`` or ``visogender`` (``probing.<dataset>``), each once, in file order."""
+    o = external_settings(cfg, dataset)
+    frame = _pata(o)[0] if dataset == "pata" else _visogender(o)
+    return list(dict.fromkeys(frame["image_path"].dropna()))
+
+
+def evaluate_pata(cfg, roles: Sequence[str], *, scorer_factory: Callable | None = None, **overrides) -> pd.DataFrame:
+    """PATA skewness per model (long table, :data:`COLUMNS`); paths from ``probing.pata`` or ``overrides``."""
+    o = external_settings(cfg, "pata", **overrides)
+    images, captions = _pata(o)
     caps = captions[captions["polarity"].isin(o["polarities"]) & captions["scene"].isin(images["scene"])]
     paths = list(dict.fromkeys(images["image_path"].dropna()))
     return _run(cfg, roles, paths, list(dict.fromkeys(caps["caption"])),
@@ -188,13 +208,8 @@ def evaluate_visogender(cfg, roles: Sequence[str], *, scorer_factory: Callable |
                         **overrides) -> pd.DataFrame:
     """VisoGender skewness per model (long table, :data:`COLUMNS`); paths from ``probing.visogender`` or
     ``overrides``."""
-    from ...data.visogender import load_visogender
-
     o = external_settings(cfg, "visogender", **overrides)
-    if not (o.get("oo_tsv") or o.get("op_tsv")) or not o.get("image_dir"):
-        raise ConfigError("probing.visogender needs image_dir and oo_tsv and/or op_tsv. Fix: set them in the config "
-                          "or pass them on the command line")
-    frame = load_visogender(o.get("oo_tsv"), o.get("op_tsv"), o["image_dir"], o["image_name"])
+    frame = _visogender(o)
     queries = [q for *_, q in visogender_queries(frame, o["templates"])]
     paths = list(dict.fromkeys(frame["image_path"].dropna()))
     return _run(cfg, roles, paths, list(dict.fromkeys(queries)),
