@@ -485,6 +485,14 @@ def build_vsepp(out: Path) -> None:
     processor.save_pretrained(out)
 
 
+def build_inception(out: Path) -> None:
+    """Torchvision's Inception-v3 at its ImageNet size (1,000 classes, 27 M parameters), random weights, as an
+    inception folder (counterfactory.models.inception; the paper config reads torchvision's weights file)."""
+    from counterfactory.models import inception
+
+    inception.save(inception.make(num_classes=1000), out)
+
+
 #: role -> builder; roles sharing a folder (clip_train -> clip_eval) are in :data:`SHARED`
 BUILDERS = {
     "mlm": build_mlm, "lm": build_lm, "sentence": build_sentence, "sd": build_sd, "vae": build_vae,
@@ -494,13 +502,14 @@ BUILDERS = {
     "gligen_inpaint": lambda out: _pipeline("gligen_inpaint", out), "t2i": build_t2i, "vlm": build_vlm,
     "inpaint": build_inpaint, "itm_blip": build_itm_blip, "captioner": build_captioner,
     "editor": lambda out: _pipeline("ip2p", out), "image_encoder": build_image_encoder, "vsepp": build_vsepp,
+    "inception": build_inception,
     **{role: (lambda out, role=role: _released(role, out)) for role in RELEASED_FILES},
 }
 #: roles whose folder is another role's (config/paper_smoke.yaml points both at it)
 SHARED = {"clip_train": "clip_eval", "captioner_pretrained": "captioner",   # same architecture (BLIP ViT-B captioning)
           "itm": "itm_bridgetower"}   # Figure 3's BridgeTower ITM checkpoint: the same BridgeTower-large architecture
 #: build order: small first, so a short run still covers most roles
-ORDER = ["sentence", "vae", "inpaint", "image_encoder", "nsfw", "clip_eval", "clip_open_clip", "negclip", "alip",
+ORDER = ["sentence", "vae", "inpaint", "image_encoder", "nsfw", "inception", "clip_eval", "clip_open_clip", "negclip", "alip",
          "laclip", "slip", "vsepp", "mlm", "itm_vilt", "itm_flava", "itm_blip", "captioner", "clip_filter", "llm", "lm",
          "itm_bridgetower", "sd", "editor", "gligen", "gligen_inpaint", "vlm", "t2i"]
 
