@@ -40,6 +40,8 @@ def _expected(spec) -> tuple[str, list[str]]:
         return "hf download laion/CLIP-ViT-B-32-laion2B-s34B-b79K", [f"hf download {spec.source}`", "build-tiny"]
     if spec.library == "vsepp":  # VSE++ has no hub checkpoint: a fresh folder from the training captions (issue 30)
         return "counterfactory models build-vsepp --captions", ["build-tiny", "hf download"]
+    if spec.library == "torchvision":  # the inception role (§10.3): torchvision's weights file, no hub id
+        return "https://download.pytorch.org/models/inception_v3_google-0cc3c7bd.pth", ["build-tiny", "hf download"]
     if spec.role in ("itm_blip", "captioner_pretrained"):  # pre-trained BLIP: the original checkpoint, converted
         return "counterfactory models convert-blip --checkpoint model_base", ["build-tiny", "hf download <hub id>"]
     return f"hf download {sources.hub_id(spec)}", ["build-tiny"]

@@ -168,6 +168,11 @@ def how_to_get(spec: ModelSpec, cfg: dict | None = None) -> str:
         return (f"build it: `counterfactory models build-vsepp --captions {captions} --backbone vgg19 --bidirectional "
                 f"--out {out}` (§4.1's VGG19 + Bi-GRU; the CNN from torchvision's ImageNet weights; "
                 f"docs/models.md#vse), and set models.{spec.role}.source to {out}")
+    if spec.library == "torchvision":   # the inception role: torchvision's weights file, no hub id
+        out = spec.local_path if spec.is_local else f"data/models/{spec.role}/inception_v3_google-0cc3c7bd.pth"
+        return (f"download torchvision's Inception-v3 ImageNet weights (`curl -L -o {out} "
+                "https://download.pytorch.org/models/inception_v3_google-0cc3c7bd.pth`) on a machine with network "
+                f"access, and set models.{spec.role}.source to that file (docs/models.md)")
     if spec.is_local and (blip := convert_blip.setup_hint(spec.role, spec.local_path)):
         return blip  # pre-trained BLIP exists only in the original layout: convert it
     if spec.is_local:
