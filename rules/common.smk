@@ -408,8 +408,8 @@ EXPORT_RELEASE_STUDIES = [s for s in STUDIES if export_studies.STUDIES[s].releas
 
 
 def export_targets(study):
-    """The study's export outputs (for `all`): the card, and through it every layout (PROVENANCE_SKIP lists them)."""
-    return [f"{RESULTS}/{study}/{rel}" for rel in PROVENANCE_SKIP if not rel.endswith("/")]
+    """The study's export outputs (for `all`): the card, and through it every layout, and the examples grid."""
+    return [f"{RESULTS}/{study}/export/README.md", examples_grid(study)]
 
 
 def study_finished(wildcards):
@@ -428,9 +428,14 @@ def export_manifests(study):
     return out
 
 
-#: paths under each study folder that provenance.json does not record: the files made from it (the dataset card,
-#: the examples grid: export_targets) and what changes run to run (logs, timings)
-PROVENANCE_SKIP = ["logs/", "benchmarks/", "export/README.md", "report/examples.png"]
+#: paths under each study folder that provenance.json does not record: the file made from it (the dataset card)
+#: and what changes run to run (logs, timings)
+PROVENANCE_SKIP = ["logs/", "benchmarks/", "export/README.md"]
+
+
+def examples_grid(study):
+    """The study's examples grid (made from its imagefolder export; provenance records it, so it waits for it)."""
+    return f"{RESULTS}/{study}/report/examples.png"
 
 
 def export_card_inputs(wildcards):

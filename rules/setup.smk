@@ -56,6 +56,7 @@ rule provenance:
     input:
         outputs=lambda wildcards: [target for study in STUDIES for target in STUDY_TARGETS[study]()],
         exports=lambda wildcards: [m for study in STUDIES for m in export_manifests(study).values()],
+        examples=[examples_grid(study) for study in STUDIES],
         models=wf.local_model_inputs(config, *config["models"]),
         config=run_config(),
     output:
