@@ -93,12 +93,13 @@ def test_a_complete_tiny_setup_passes(repo, tmp_path, tiny_clip, monkeypatch):
 
     monkeypatch.chdir(repo)
     built = tmp_path / "built"
-    for role in ("sd", "nsfw"):
+    for role in ("sd", "nsfw", "inception"):
         tiny.build(role, built)
     clip = str(tiny_clip)
     cfg = _config(repo, tmp_path, {
         "studies": ["social_counterfactuals"], "tiny_models": {"out_dir": str(tmp_path / "tiny")},
         "models": {"sd": {"source": str(built / "sd")}, "nsfw": {"source": str(built / "nsfw")},
+                   "inception": {"source": str(built / "inception")},
                    "clip_filter": {"source": clip}, "clip_eval": {"source": clip}, "clip_train": {"source": clip},
                    "vae": {"source": str(tmp_path / "tiny/vae")},
                    "itm_flava": {"source": str(tmp_path / "tiny/itm_flava")},

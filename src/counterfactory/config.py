@@ -143,13 +143,13 @@ def _filling_validator():
 SHARED_SECTIONS = ("run_name", "device", "precision", "performance", "seed", "models", "tiny_models", "nltk")
 #: model roles each study cannot run without with its default settings (checked at start-up; the roles a study's
 #: settings name, e.g. ``spurious_retrieval.training.models`` or ``countercurate.evaluation.roles``, come on top):
-#: COCO-CF §3.1-3.2 (MLM, LM, sentence similarity, Stable Diffusion, CLIP filter); SocialCF §3.3-3.4 (Stable
-#: Diffusion, CLIP filter, NSFW classifier); CounterCurate §3.2-3.4 and app. A/B (the llm in GPT-4V's role, GLIGEN
-#: generation and inpainting, t2i in DALLE-3's role); spurious retrieval §3.1 and Table 3 (the LaMa inpainter, the
+#: COCO-CF §3.1-3.2 (MLM, LM, sentence similarity, Stable Diffusion, CLIP filter); SocialCF §3.3-3.4, §10.3 (Stable
+#: Diffusion, CLIP filter, NSFW classifier, the Inception network of FID / IS); CounterCurate §3.2-3.4 and app. A/B
+#: (the llm in GPT-4V's role, GLIGEN generation and inpainting, t2i in DALLE-3's role); spurious retrieval §3.1 and Table 3 (the LaMa inpainter, the
 #: captioner); CVLD §3.3, §4 (BLIP ITM for classification and retrieval, BLIP captioner, InstructPix2Pix editor,
 #: Stable Diffusion for null-text inversion, the Swin image encoder ranking the edits)
 STUDY_ROLES = {"coco_counterfactuals": ("mlm", "lm", "sentence", "sd", "clip_filter"),
-               "social_counterfactuals": ("sd", "clip_filter", "nsfw"),
+               "social_counterfactuals": ("sd", "clip_filter", "nsfw", "inception"),
                "countercurate": ("llm", "gligen", "gligen_inpaint", "t2i"),
                "spurious_retrieval": ("inpaint", "captioner"),
                "cvld": ("itm_blip", "captioner_pretrained", "editor", "sd", "image_encoder")}

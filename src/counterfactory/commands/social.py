@@ -449,9 +449,9 @@ def add_image_quality(sub) -> None:
     add_config_option(t)
     t.add_argument("--features", nargs="+", required=True, metavar="NAME=FILE.npz",
                    help="features file of every set (image-quality-features' --set and --out)")
-    t.add_argument("--out-md", required=True, metavar="FILE.md")
-    t.add_argument("--out-csv", required=True, metavar="FILE.csv")
-    t.add_argument("--out-html", metavar="FILE.html")
+    t.add_argument("--out-md", required=True, metavar="FILE.md", help="the table as Markdown")
+    t.add_argument("--out-csv", required=True, metavar="FILE.csv", help="the table as CSV (our values)")
+    t.add_argument("--out-html", metavar="FILE.html", help="the table as an HTML page (the report's entry)")
     t.set_defaults(func=_cmd_image_quality_table)
 
 
