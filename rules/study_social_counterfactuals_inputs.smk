@@ -28,19 +28,23 @@ def probe_images(wildcards):
     return f"{S}/filter/clip.parquet" if wildcards.stage == "before" else f"{S}/filter/kept.parquet"
 
 
+#: the files of probing.pata / probing.visogender (§5.3)
+EXTERNAL_KEYS = {"pata": ("files_list", "captions_json", "image_dir"), "visogender": ("oo_tsv", "op_tsv", "image_dir")}
+
+
+def external_files(wildcards, dataset):
+    """key -> file of ``probing.<dataset>`` that the config names (each checked as a source read)."""
+    section = view(wildcards.study)["probing"][dataset]
+    return {
+        k: source_data(section[k], f"{wildcards.study}.probing.{dataset}.{k}")
+        for k in EXTERNAL_KEYS[dataset]
+        if section.get(k)
+    }
+
+
 def external_data(wildcards):
     """PATA / VisoGender files of probing.pata / probing.visogender (§5.3) that the config names."""
-    probing_cfg = view(wildcards.study)["probing"]
-    out = []
-    for dataset, keys in (
-        ("pata", ("files_list", "captions_json", "image_dir")),
-        ("visogender", ("oo_tsv", "op_tsv", "image_dir")),
-    ):
-        for key in keys:
-            path = probing_cfg[dataset].get(key)
-            if path:
-                out.append(source_data(path, f"{wildcards.study}.probing.{dataset}.{key}"))
-    return out
+    return [path for dataset in EXTERNAL_KEYS for path in external_files(wildcards, dataset).values()]
 
 
 def probe_roles(wildcards):
@@ -95,12 +99,8 @@ def iq_set_inputs(wildcards):
     name, v = wildcards.iq_set, view(wildcards.study)
     if name == "social_counterfactuals":
         return {"kept": f"{S}/filter/kept.parquet".format(study=wildcards.study)}
-    if name in ("pata", "visogender"):
-        keys = {"pata": ("files_list", "captions_json", "image_dir"), "visogender": ("oo_tsv", "op_tsv", "image_dir")}
-        section = v["probing"][name]
-        return {
-            k: source_data(section[k], f"{wildcards.study}.probing.{name}.{k}") for k in keys[name] if section.get(k)
-        }
+    if name in EXTERNAL_KEYS:
+        return external_files(wildcards, name)
     refs = list(image_quality.references(v).items())
     ref, path = refs[int(name.removeprefix("ref_"))]
     return {"reference": source_data(path, f"{wildcards.study}.image_quality.references.{ref}")}
@@ -109,7 +109,7 @@ def iq_set_inputs(wildcards):
 def iq_set_keys(wildcards):
     """The config sections one set's features depend on."""
     name = wildcards.iq_set
-    return [f"probing.{name}"] if name in ("pata", "visogender") else []
+    return [f"probing.{name}"] if name in EXTERNAL_KEYS else []
 
 
 def iq_features(wildcards):
