@@ -159,7 +159,7 @@ rule spurious_run:
     input:
         manifests=rules.spurious_manifests.output,
         gallery=rules.spurious_captions.output.gallery,
-        models=model_inputs("{role}"),
+        models=sr_run_models,
         config=job_config(sr_run_keys),
     output:
         f"{SD}/runs/{{role}}/{{mixture}}/seed{{seed}}/metrics.csv",

@@ -67,9 +67,19 @@ def sr_inpainted_args(wildcards, input):
     return " ".join(f"--inpainted {Path(p).parts[-3]}={shlex.quote(str(Path(p).parent))}" for p in input.images)
 
 
+def sr_start_role(wildcards):
+    return sr_settings.start_role(sr(wildcards), wildcards.dataset, wildcards.role)
+
+
+def sr_run_models(wildcards):
+    """The local model folder the run starts from (training.start_roles, else the role's own)."""
+    return wf.local_model_inputs(config, sr_start_role(wildcards))
+
+
 def sr_run_keys(wildcards):
     # every run reads training.models (a zeroshot run too: settings.has_zeroshot checks the role's recipe)
-    return ["evaluation", "training", f"models.{wildcards.role}", *DEVICE_KEYS]
+    starts = dict.fromkeys((wildcards.role, sr_start_role(wildcards)))
+    return ["evaluation", "training", *[f"models.{r}" for r in starts], *DEVICE_KEYS]
 
 
 def sr_data_seed(wildcards):

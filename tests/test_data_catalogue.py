@@ -360,9 +360,11 @@ def test_preflight_cli_groups_dedupes_and_writes_a_script(tmp_path):
     assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
 
 
-def test_vsepp_fix_builds_the_papers_architecture():
+def test_vsepp_fix_converts_each_datasets_published_checkpoint():
     from counterfactory.models import registry, sources
 
     cfg = _paper()
     fix = sources.how_to_get(registry.model_spec(cfg, "vsepp"), cfg)
-    assert "--backbone vgg19 --bidirectional" in fix and "data/coco2014/dataset_coco.json" in fix
+    assert "models convert-vsepp" in fix and "vocab/coco_vocab.pkl" in fix and "runs.tar" in fix
+    assert "build-vsepp --captions data/coco2014/dataset_coco.json --backbone vgg19" in fix   # the from-scratch option
+    assert "vocab/f30k_vocab.pkl" in sources.how_to_get(registry.model_spec(cfg, "vsepp_f30k"), cfg)

@@ -38,8 +38,8 @@ def _expected(spec) -> tuple[str, list[str]]:
         return f"checkpoint (http", ["build-tiny", "hf download"]
     if spec.library == "open_clip":
         return "hf download laion/CLIP-ViT-B-32-laion2B-s34B-b79K", [f"hf download {spec.source}`", "build-tiny"]
-    if spec.library == "vsepp":  # VSE++ has no hub checkpoint: a fresh folder from the training captions (issue 30)
-        return "counterfactory models build-vsepp --captions", ["build-tiny", "hf download"]
+    if spec.library == "vsepp":  # VSE++ has no hub checkpoint: the release's checkpoint, converted (issue 43.6)
+        return "counterfactory models convert-vsepp --checkpoint", ["build-tiny", "hf download"]
     if spec.library == "torchvision":  # the inception role (§10.3): torchvision's weights file, no hub id
         return "https://download.pytorch.org/models/inception_v3_google-0cc3c7bd.pth", ["build-tiny", "hf download"]
     if spec.role in ("itm_blip", "captioner_pretrained"):  # pre-trained BLIP: the original checkpoint, converted

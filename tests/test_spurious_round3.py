@@ -93,3 +93,29 @@ def test_tables_rows_in_the_papers_order():
     assert t1.row_labels == ["VSE++", "VSE++ + Ours", "CLIP (zeroshot)", "CLIP (finetune)", "CLIP + Ours",
                              "BLIP (zeroshot)", "BLIP (finetune)", "BLIP + Ours"]
     assert t3.row_labels == ["CLIP (finetune)", "CLIP: D + D' (NP removal, zero pad.)", "CLIP + Ours"]
+
+
+def test_vsepp_starts_from_each_datasets_published_checkpoint(tmp_path, monkeypatch):
+    """Issue 43.6: the paper config starts VSE++ from the converted release checkpoint of each dataset (COCO's role
+    vsepp, Flickr30k's vsepp_f30k: own vocabulary), training.start_roles; the rows keep the role's name."""
+    from counterfactory.config import load_config
+    from counterfactory.studies.spurious_retrieval import runs as rn
+    from counterfactory.studies.spurious_retrieval import settings as st
+
+    cfg = load_config([str(REPO / "config" / "config.yaml")], study="spurious_retrieval")
+    s = st.settings(cfg)
+    assert [st.start_role(s, d, "vsepp") for d in ("coco", "flickr30k")] == ["vsepp", "vsepp_f30k"]
+    assert st.start_role(s, "flickr30k", "clip_train") == "clip_train"
+    assert cfg["models"]["vsepp"]["source"].endswith("vsepp-vgg19-coco")
+    trained, scored = [], []
+    monkeypatch.setattr("counterfactory.training.read_manifest",
+                        lambda p: pd.DataFrame({"split": ["train"] * 4}))
+    monkeypatch.setattr("counterfactory.evaluation.runs.run_one",
+                        lambda run_cfg, *a, role, **k: trained.append(run_cfg["models"][role]["source"]))
+    monkeypatch.setattr(ev, "evaluate", lambda c, role, *a, **k: scored.append(c["models"][role]) or {"IR@1": 1.0})
+    rows = rn.run(cfg, "flickr30k", "vsepp", "finetune", 0, 1, tmp_path, tmp_path / "g.parquet", tmp_path / "out")
+    assert trained[0].endswith("vsepp-vgg19-f30k") and scored[0]["display_name"] == "VSE++"
+    assert scored[0]["source"] == str(tmp_path / "out" / "checkpoint")
+    assert set(rows["experiment"]) == {"flickr30k_vsepp"}
+    with pytest.raises(Exception, match="start_roles"):
+        st._check_training({"training": {"models": {"vsepp": "vsepp"}, "start_roles": {"nope": {"coco": "vsepp"}}}})

@@ -117,7 +117,7 @@ DATASETS: dict[str, Dataset] = {d.name: d for d in [
             "only when a study's release.root points here (off in the paper config)"),
     Dataset("models", "models",
             {"root": "", "negclip": "negclip.pth", "big_lama": "big-lama/",
-             "blip_itm": "blip-base-pretrained-itm/", "vsepp": "vsepp-vgg19-bigru/",
+             "blip_itm": "blip-base-pretrained-itm/", "vsepp": "vsepp-vgg19-coco/", "vsepp_f30k": "vsepp-vgg19-f30k/",
              "blip_captioner": "blip-base-capfilt-large-pretrained-captioning/"},
             "model weights that are files (not hub ids)", "NegCLIP, ALIP, LaCLIP, SLIP releases; LaMa's big-lama.pt; torchvision's Inception-v3 (FID / IS); "
             "BLIP's model_base.pth / model_base_capfilt_large.pth and VSE++ converted (docs/models.md)",

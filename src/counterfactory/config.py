@@ -218,6 +218,14 @@ def _check_semantics(cfg: dict, source: str) -> None:
                             f"({', '.join('models.' + r for r in missing)} missing)")
         if study not in cfg:
             problems.append(f"  studies: '{study}' is listed but the config has no '{study}:' section")
+        if study == "cvld" and isinstance((cfg.get("cvld") or {}).get("captioning"), dict):
+            from .studies.cvld.leakage import classifier_roles   # Table 4 LIC's BERT (Hirota et al. 2022 §4)
+
+            lic_missing = [r for r in classifier_roles(cfg["cvld"]["captioning"]) if r not in (cfg.get("models") or {})]
+            if lic_missing:
+                problems.append(f"  models: cvld.captioning.lic_classifier bert fine-tunes the role "
+                                f"{', '.join(lic_missing)} (models.{lic_missing[0]} missing; Hirota et al.: "
+                                "bert-base-uncased), or set cvld.captioning.lic_classifier: tfidf")
         in_domain = (cfg.get(study) or {}).get("in_domain") or {}
         if in_domain.get("enabled"):
             unknown = [r for r in in_domain.get("models", []) if r not in (cfg.get("models") or {})]

@@ -79,6 +79,10 @@ def study_roles(cfg: dict, study: str) -> list[str]:
     view = study_view(cfg, study)
     section = {k: v for k, v in dict(view).items() if k not in ("models", "tiny_models")}
     roles = set(named_roles(study, section, configured)) | set(_IMPLICIT_ROLES.get(study, ()))
+    if study == "cvld" and isinstance(section.get("captioning"), dict):   # Table 4 LIC's BERT (Hirota et al. §4)
+        from .studies.cvld.leakage import classifier_roles
+
+        roles |= set(classifier_roles(section["captioning"]))
     return sorted(roles & configured)
 
 
@@ -120,6 +124,7 @@ ROLE_NEEDS: dict[str, dict] = {
                                   "a pre-trained image captioning model (CVLD: BLIP^PT, converted)"),
     "nsfw": _arch(("ForImageClassification",), "an image classifier (paper: a ViT NSFW classifier)"),
     "image_encoder": _model_type(("swin", "swinv2"), "a Swin image encoder"),
+    "lic_bert": _model_type(("bert",), "a BERT model (CVLD LIC, Hirota et al.: bert-base-uncased)"),
     "mlm": _arch(("ForMaskedLM",), "a masked language model (paper: RoBERTa-base)"),
     "lm": _arch(("ForCausalLM", "LMHeadModel"), "a causal language model (paper: GPT-2 large)"),
     "llm": _arch(("ForCausalLM", "LMHeadModel", "ForConditionalGeneration"), "a causal chat language model"),

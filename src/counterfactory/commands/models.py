@@ -107,8 +107,18 @@ def _build_vsepp(args) -> int:
     return 0
 
 
+def _convert_vsepp(args) -> int:
+    from ..models import convert_vsepp
+
+    out, cfg = convert_vsepp.convert(args.checkpoint, args.vocab, args.out)
+    gru = "bidirectional GRU" if cfg.bidirectional else "GRU"
+    print(f"wrote {out} (VSE++ {cfg.backbone}, {gru}, {cfg.vocab_size} words, joint space {cfg.embed_size}, "
+          f"from {args.checkpoint})")
+    return 0
+
+
 def _add_out(parser) -> None:
-    """``--out`` of the steps that write a model folder (convert-blip, build-vsepp): replaced atomically, with a
+    """``--out`` of the steps that write a model folder (convert-blip, convert-vsepp, build-vsepp): replaced atomically, with a
     sha256 manifest (:func:`counterfactory.models.identity.save_with_manifest`)."""
     parser.add_argument("--out", required=True, help="folder to write (replaced atomically if it exists)")
 
@@ -160,6 +170,19 @@ def register(sub) -> None:
                         "pre-training checkpoints); another size resizes the position embeddings bicubically, as "
                         "BLIP does when it loads a checkpoint at another size")
     v.set_defaults(func=_convert_blip)
+    w = s.add_parser("convert-vsepp", help="convert a published VSE++ checkpoint (model_best.pth.tar) to a VSE++ folder",
+                     description="Reads a checkpoint of the original VSE++ release (Faghri et al. 2018; runs.tar of "
+                                 "http://www.cs.toronto.edu/~faghri/vsepp/, a full-image VGG19 or ResNet-152 run) and "
+                                 "its vocabulary (vocab.tar: vocab/<data>_vocab.pkl); writes a VSE++ folder "
+                                 "(config.json, model.safetensors, vocab.json, a sha256 manifest naming both sources) "
+                                 "atomically, for a role with library vsepp. Neither file can run code when read. "
+                                 "See docs/models.md#vse.")
+    w.add_argument("--checkpoint", required=True, help="the release's model_best.pth.tar (or checkpoint.pth.tar)")
+    w.add_argument("--vocab", required=True,
+                   help="the vocabulary the run was trained with: vocab/coco_vocab.pkl or vocab/f30k_vocab.pkl (or "
+                        "a JSON word -> id mapping)")
+    _add_out(w)
+    w.set_defaults(func=_convert_vsepp)
     e = s.add_parser("build-vsepp", help="make a fresh VSE++ model folder (vocabulary from the training captions)",
                      description="Reads the training captions and torchvision's ImageNet weights file of the CNN (from "
                                  "torch hub's checkpoint folder unless --imagenet-weights names it; nothing is "

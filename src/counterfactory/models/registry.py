@@ -81,7 +81,9 @@ DEFAULT_LIBRARY = {
     "laclip": "open_clip",
     "slip": "open_clip",
     "vsepp": "vsepp",        # spurious-correlation retrieval §4.1: VSE++ (our torch module, counterfactory.models.vsepp)
+    "vsepp_f30k": "vsepp",   # the same, from the release's Flickr30k checkpoint (spurious_retrieval.training.start_roles)
     "inception": "torchvision",  # SocialCounterfactuals §10.3: FID / IS feature network (counterfactory.models.inception)
+    "lic_bert": "transformers",  # CVLD Table 4 LIC: Hirota et al.'s BERT leakage classifier (loaders_text)
 }
 
 
@@ -587,9 +589,11 @@ def _load_t2i(spec: ModelSpec, kw: dict):
 
 
 @register_loader("vsepp")
+@register_loader("vsepp_f30k")
 def _load_vsepp(spec: ModelSpec, kw: dict):
     """``(VSEPP, VSEPPProcessor)`` from a VSE++ folder (config.json, model.safetensors, vocab.json); VSE++ has no
-    hub checkpoint: the folder is made by ``counterfactory models build-vsepp`` or by training."""
+    hub checkpoint: the folder is converted from the release (``counterfactory models convert-vsepp``), made by
+    ``counterfactory models build-vsepp`` or by training."""
     from .vsepp import load as load_vsepp
 
     if not spec.is_local:
@@ -618,3 +622,4 @@ from . import loaders_llm  # noqa: E402,F401  (the llm role: CounterCurate §3.4
 from . import loaders_editing  # noqa: E402,F401  (CVLD: editor = InstructPix2Pix, image_encoder = Swin)
 from . import loaders_inpaint  # noqa: E402,F401  (inpaint = LaMa through lama-cleaner, object removal)
 from . import loaders_clip_family  # noqa: E402,F401  (alip / laclip / slip: SocialCounterfactuals §4.2 released files)
+from . import loaders_text  # noqa: E402,F401  (lic_bert: CVLD Table 4 LIC, Hirota et al.'s BERT leakage classifier)

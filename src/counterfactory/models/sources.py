@@ -161,13 +161,18 @@ def how_to_get(spec: ModelSpec, cfg: dict | None = None) -> str:
         return _build_tiny(spec)
     if spec.library == "open_clip":
         return _open_clip(spec)
-    if spec.library == "vsepp":   # VSE++ has no hub checkpoint: a folder built from the training captions
+    if spec.library == "vsepp":   # VSE++ has no hub checkpoint: the release's checkpoint, converted
+        from .convert_vsepp import RELEASE_URL
+
         out = spec.local_path if spec.is_local else f"data/models/{spec.role}"
+        data = "f30k" if "f30k" in spec.role or "f30k" in str(out) or "flickr" in str(out) else "coco"
         captions = ((cfg or {}).get("spurious_retrieval") or {}).get("data", {}).get("coco", {}).get("karpathy_json") \
             or "data/coco2014/dataset_coco.json"
-        return (f"build it: `counterfactory models build-vsepp --captions {captions} --backbone vgg19 --bidirectional "
-                f"--out {out}` (§4.1's VGG19 + Bi-GRU; the CNN from torchvision's ImageNet weights; "
-                f"docs/models.md#vse), and set models.{spec.role}.source to {out}")
+        return (f"convert the published VSE++ checkpoint: download {RELEASE_URL}runs.tar and {RELEASE_URL}vocab.tar "
+                f"on a machine with network access, then `counterfactory models convert-vsepp --checkpoint "
+                f"runs/<a full-image VGG19 {data} run>/model_best.pth.tar --vocab vocab/{data}_vocab.pkl --out {out}` "
+                f"(or train from scratch: `counterfactory models build-vsepp --captions {captions} --backbone vgg19 "
+                f"--out {out}`; docs/models.md#vse), and set models.{spec.role}.source to {out}")
     if spec.library == "torchvision":   # the inception role: torchvision's weights file, no hub id
         out = spec.local_path if spec.is_local else f"data/models/{spec.role}/inception_v3_google-0cc3c7bd.pth"
         return (f"download torchvision's Inception-v3 ImageNet weights (`curl -L -o {out} "

@@ -200,13 +200,57 @@ def build_vsepp(out: Path, seed: int = 0) -> None:
     processor.save_pretrained(out)
 
 
+#: special tokens of a BERT WordPiece vocabulary, in bert-base-uncased's order of use
+BERT_SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+
+
+def write_wordpiece_vocab(words, path: Path) -> Path:
+    """A WordPiece ``vocab.txt`` of BERT's special tokens then ``words`` (lower-cased, first occurrence kept)."""
+    seen = dict.fromkeys(BERT_SPECIAL_TOKENS)
+    for w in words:
+        seen.setdefault(str(w).lower(), None)
+    path.write_text("\n".join(seen) + "\n", encoding="utf-8")
+    return path
+
+
+def wordpiece_tokenizer(vocab_txt: Path, model_max_length: int = 64):
+    """An uncased ``BertTokenizerFast`` of a WordPiece ``vocab.txt`` (the vocabulary passed as a mapping, which
+    transformers 4 and 5 both take)."""
+    from transformers import BertTokenizerFast
+
+    lines = Path(vocab_txt).read_text(encoding="utf-8").splitlines()
+    vocab = {t: i for i, t in enumerate(t for t in lines if t)}
+    return BertTokenizerFast(vocab=vocab, do_lower_case=True, model_max_length=model_max_length)
+
+
+def build_lic_bert(out: Path, seed: int = 0) -> None:
+    """Tiny ``BertForSequenceClassification`` (2 labels, 32 wide, 2 layers) + ``BertTokenizerFast`` (uncased,
+    whole-word WordPiece vocabulary of the caption corpus and the gender mask word): the class CVLD's LIC fine-tunes
+    from ``bert-base-uncased`` (Hirota et al. 2022 §4; ``cvld.captioning.lic_classifier: bert``)."""
+    from transformers import BertConfig, BertForSequenceClassification
+
+    from ..metrics.captioning import mask_gender_words
+
+    words = sorted({w for line in caption_corpus(seed=seed + 3) for w in re.findall(r"[a-z]+", line.lower())})
+    words += [w for w in re.findall(r"[a-z]+", mask_gender_words("a man").lower()) if w not in words]
+    with tempfile.TemporaryDirectory() as tmp:
+        vocab = write_wordpiece_vocab(words + [".", ",", "'"], Path(tmp) / "vocab.txt")
+        tok = wordpiece_tokenizer(vocab)
+    _seed_all(seed)
+    config = BertConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=64, num_labels=2,
+                        pad_token_id=tok.pad_token_id)
+    BertForSequenceClassification(config).save_pretrained(out, safe_serialization=True)
+    tok.save_pretrained(out)
+
+
 #: names of the tiny builders (:func:`builders`' keys, kept here so the workflow can check a config at parse
 #: time without importing the builders' libraries; tests/test_registry.py keeps the two equal). The folder
 #: name under ``tiny_models.out_dir`` picks the builder (``clip_train`` may point at ``.../tiny/clip_eval``).
 BUILDER_NAMES = frozenset({
     "captioner", "clip_eval", "clip_filter", "clip_open_clip", "editor", "gligen", "gligen_inpaint", "image_encoder",
     "inpaint", "itm", "itm_blip", "itm_bridgetower", "itm_flava", "itm_vilt", "llm", "lm", "mlm", "nsfw", "sd",
-    "sentence", "t2i", "vae", "vlm", "vsepp", "inception",
+    "sentence", "t2i", "vae", "vlm", "vsepp", "inception", "lic_bert",
 })
 
 
@@ -263,7 +307,7 @@ def builders() -> dict[str, Callable[[Path, int], None]]:
     from .inception import build_tiny as build_inception
 
     return {"mlm": build_mlm, "lm": build_lm, "sentence": build_sentence, "vae": build_vae, "vsepp": build_vsepp,
-            "inception": build_inception,
+            "inception": build_inception, "lic_bert": build_lic_bert,
             **tiny_vision.BUILDERS, **tiny_eval.BUILDERS, **tiny_nsfw.BUILDERS, **tiny_gligen.BUILDERS,
             **tiny_vlm.BUILDERS, **tiny_llm.BUILDERS, **tiny_lama.BUILDERS, **tiny_editing.BUILDERS}
 

@@ -3,13 +3,15 @@ a two-tower image-text embedding model, one of the three models of the spurious-
 (Kim et al. 2023, §4.1 and Tables 1-2), written here with torch / torchvision modules.
 
 * **image encoder**: a torchvision CNN (``resnet152``, ``vgg19``, or ``tiny`` for the offline demo and tests),
-  globally pooled (ResNet: its average pool; VGG: the 4096-d ``fc7`` features), a linear projection to the joint
+  globally pooled (ResNet: its average pool; VGG: the 4096-d ``fc7`` features), L2-normalised as VSE++'s code does
+  (``cnn_l2norm``; off only in folders built before that field existed), a linear projection to the joint
   space (Xavier-uniform initialised, zero bias), L2-normalised. ``finetune_cnn: false`` freezes the CNN (no
   gradients, and it stays in eval mode, so its batch-norm statistics do not drift either);
 * **text encoder**: word embeddings (uniform in [-0.1, 0.1]) and a GRU whose last hidden state (of the last
   layer; a bidirectional GRU averages its two directions' final states) is the caption's embedding, L2-normalised.
   Captions are lower-cased, split into words and punctuation, wrapped in ``<start>`` / ``<end>``; words outside the
-  vocabulary are ``<unk>``. The vocabulary is built from the training captions: every word seen at least
+  vocabulary are ``<unk>`` (``tokenizer: nltk``, the converted checkpoints': nltk's word tokenizer, as VSE++'s
+  code). The vocabulary is built from the training captions: every word seen at least
   ``min_count`` times (VSE++ keeps words seen 4 times or more);
 * **its loss** (margin 0.2, hardest negative in the batch) is training's: :mod:`counterfactory.training.vsepp_loss`.
   The margin and ``max_violation`` travel in the model's ``config.json`` so the shared trainer uses the right one.
@@ -46,6 +48,10 @@ MODEL_TYPE = "vsepp"
 PAD, START, END, UNK = "<pad>", "<start>", "<end>", "<unk>"
 SPECIALS = (PAD, START, END, UNK)
 BACKBONES = ("resnet152", "vgg19", "tiny")
+#: caption tokenizers: ``words`` (lower-cased words and punctuation, :func:`words`) or ``nltk`` (nltk's
+#: ``NLTKWordTokenizer`` on the lower-cased caption: VSE++'s own ``word_tokenize``, whose sentence splitting needs
+#: the punkt data and changes nothing on one-sentence captions)
+TOKENIZERS = ("words", "nltk")
 #: torchvision's ImageNet weights files (``IMAGENET1K_V1``, the ones VSE++ started from), looked up in torch hub's
 #: checkpoint folder (``$TORCH_HOME/hub/checkpoints``) unless a path is given
 IMAGENET_FILES = {"resnet152": "resnet152-394f9c45.pth", "vgg19": "vgg19-dcbb9e9d.pth"}
@@ -76,6 +82,9 @@ class VSEPPConfig:
     min_count: int = 4              # how the vocabulary was built (words seen at least this often)
     tiny_width: int = 8             # channels of the ``tiny`` CNN's first layer
     backbone_init: str = "random"   # "imagenet:<file name>" when built from torchvision's ImageNet weights
+    cnn_l2norm: bool = False        # VSE++'s code L2-normalises the CNN features before the projection (converted
+                                    # checkpoints and new builds: True; False = folders built before this field)
+    tokenizer: str = "words"        # "words": our regex split; "nltk": nltk's word tokenizer, as VSE++'s code
 
     def __post_init__(self):
         if self.backbone not in BACKBONES:
@@ -83,6 +92,8 @@ class VSEPPConfig:
                               f"Fix: build the model with --backbone {BACKBONES[0]} or {BACKBONES[1]}")
         if not 0 <= float(self.margin):
             raise ConfigError(f"VSE++ margin must be >= 0, got {self.margin}. Fix: use 0.2 (VSE++ §3)")
+        if self.tokenizer not in TOKENIZERS:
+            raise ConfigError(f"VSE++ tokenizer {self.tokenizer!r} is not one of {list(TOKENIZERS)}")
         if int(self.max_length) < 3:
             raise ConfigError(f"VSE++ max_length must be >= 3 (<start>, one word, <end>), got {self.max_length}")
 
@@ -111,8 +122,12 @@ class VSEPPConfig:
 
 # --------------------------------------------------------------------------- vocabulary and tokenizer
 
-def words(text: str) -> list[str]:
-    """Lower-cased words and punctuation marks of ``text``."""
+def words(text: str, tokenizer: str = "words") -> list[str]:
+    """Lower-cased words and punctuation marks of ``text`` (``tokenizer``: one of :data:`TOKENIZERS`)."""
+    if tokenizer == "nltk":
+        from nltk.tokenize import NLTKWordTokenizer
+
+        return NLTKWordTokenizer().tokenize(str(text).lower())
     return _WORDS.findall(str(text).lower())
 
 
@@ -130,7 +145,7 @@ def build_vocab(captions: Iterable[str], min_count: int = 4) -> dict[str, int]:
 class VSEPPTokenizer:
     """Captions -> ``input_ids`` / ``attention_mask``, called like a transformers tokenizer."""
 
-    def __init__(self, vocab: dict[str, int], max_length: int = 100):
+    def __init__(self, vocab: dict[str, int], max_length: int = 100, tokenizer: str = "words"):
         missing = [t for t in SPECIALS if vocab.get(t) != SPECIALS.index(t)]
         if missing:
             raise ModelLoadError(f"VSE++ vocabulary: special tokens {missing} are not at ids 0-3. Fix: rebuild the "
@@ -138,6 +153,7 @@ class VSEPPTokenizer:
         self.vocab = dict(vocab)
         self.model_max_length = int(max_length)
         self.pad_token_id = self.vocab[PAD]
+        self.word_split = tokenizer
 
     def __len__(self) -> int:
         return len(self.vocab)
@@ -145,7 +161,7 @@ class VSEPPTokenizer:
     def encode(self, text: str, max_length: int | None = None) -> list[int]:
         limit = min(int(max_length or self.model_max_length), self.model_max_length)
         unk = self.vocab[UNK]
-        ids = [self.vocab.get(w, unk) for w in words(text)][: limit - 2]
+        ids = [self.vocab.get(w, unk) for w in words(text, self.word_split)][: limit - 2]
         return [self.vocab[START], *ids, self.vocab[END]]
 
     def __call__(self, texts: Sequence[str] | str, return_tensors: str = "pt", padding: bool | str = True,
@@ -183,7 +199,7 @@ class VSEPPProcessor:
 
     def __init__(self, config: VSEPPConfig, vocab: dict[str, int]):
         self.image_processor = VSEPPImageProcessor(config)
-        self.tokenizer = VSEPPTokenizer(vocab, config.max_length)
+        self.tokenizer = VSEPPTokenizer(vocab, config.max_length, config.tokenizer)
 
     def save_pretrained(self, out_dir: str | Path) -> None:
         from ..io import write_text
@@ -244,7 +260,10 @@ class VSEPP(nn.Module):
         return self
 
     def encode_image(self, pixel_values: torch.Tensor) -> torch.Tensor:
-        return F.normalize(self.image_fc(self.cnn(pixel_values)), dim=-1)
+        feats = self.cnn(pixel_values)
+        if self.config.cnn_l2norm:
+            feats = F.normalize(feats, dim=-1)
+        return F.normalize(self.image_fc(feats), dim=-1)
 
     def encode_text(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
         if attention_mask is None:
@@ -367,6 +386,7 @@ def make(captions: Iterable[str], *, backbone: str = "resnet152", imagenet: str 
         raise ConfigError(f"VSE++ vocabulary: no word occurs {min_count} times or more in the captions. Fix: give the "
                           "training captions (or lower --min-count)")
     torch.manual_seed(int(seed))
+    config.setdefault("cnn_l2norm", True)
     cfg = VSEPPConfig(vocab_size=len(vocab), backbone=backbone, min_count=int(min_count),
                       backbone_init=f"imagenet:{weights.name}" if weights else "random", **config)
     model = VSEPP(cfg)

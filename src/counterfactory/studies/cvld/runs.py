@@ -10,7 +10,9 @@
 * **captioning** (§4.4, §5.4, Table 4): BLIP's captioner fine-tuned on Eq. 9; BLEU-4, CIDEr (SPICE where its Java
   jars are installed), gender error, BiasAmp and LIC on the COCO test split. LIC is Hirota et al.'s LIC_M − LIC_D
   on gender-balanced splits (:mod:`.leakage`; ``LIC_M`` and ``LIC_D`` are kept as rows) unless ``captioning.lic``
-  is ``leakage``; the row ``LIC/definition=<name>`` records which.
+  is ``leakage``; the row ``LIC/definition=<name>`` records which, and ``LIC/classifier=<bert|tfidf>`` the
+  amplification LIC's classifier (``captioning.lic_classifier``: Hirota et al.'s fine-tuned BERT, the ``lic_bert``
+  role, or TF-IDF + logistic regression).
 
 ``balanced`` (BLIP^Bal) downsamples the training images so both genders are equally frequent
 (:func:`counterfactory.training.cvld.balanced_subset`; images whose captions name no gender stay).
@@ -43,6 +45,8 @@ ROLES = {"classification": "itm_blip", "retrieval": "itm_blip", "captioning": "c
 MIN_LIC_PER_GENDER = 10
 #: metric row recording which LIC a result reports (``captioning.lic``)
 LIC_RECORD = "LIC/definition="
+#: the row recording the amplification LIC's classifier (``captioning.lic_classifier``: bert or tfidf)
+LIC_CLASSIFIER_RECORD = "LIC/classifier="
 
 
 def counterfactual_files(manifests) -> dict[str, list[str]]:
@@ -410,10 +414,14 @@ def _captioning(cfg, s, setting, variant, seed, files, out_dir, interventions, p
         log.warning("LIC not computed: the leakage classifier needs at least %d test images of each gender whose "
                     "references name it (have %s)", MIN_LIC_PER_GENDER, per_gender.to_dict())
     elif cp["lic"] == "amplification":
-        from .leakage import lic_amplification
+        from .leakage import bert_options, lic_amplification
 
+        classifier = cp.get("lic_classifier", "tfidf")
+        bert = bert_options(cfg, cp, device=next(model.parameters()).device) if classifier == "bert" else None
         out.update(lic_amplification([preds[i] for i in gendered], [refs[i] for i in gendered],
-                                     [truth[i] for i in gendered], seeds=range(int(cp["lic_seeds"]))))
+                                     [truth[i] for i in gendered], seeds=range(int(cp["lic_seeds"])),
+                                     classifier=classifier, bert=bert))
+        out[LIC_CLASSIFIER_RECORD + classifier] = 1.0
         out[LIC_RECORD + "amplification"] = 1.0
     else:
         model_lic = lic([preds[i] for i in gendered], [truth[i] for i in gendered],

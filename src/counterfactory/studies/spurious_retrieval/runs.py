@@ -24,7 +24,7 @@ import pandas as pd
 
 from ...errors import ConfigError
 from . import evaluation
-from .settings import (D_PRIME, D_S, FINETUNE, OURS, RECIPES, ZEROSHOT, has_zeroshot, ratio_of, settings,
+from .settings import (D_PRIME, D_S, FINETUNE, OURS, RECIPES, ZEROSHOT, has_zeroshot, ratio_of, settings, start_role,
                        training_section)
 
 log = logging.getLogger(__name__)
@@ -58,11 +58,17 @@ def run(cfg, dataset: str, role: str, mixture: str, seed: int, data_seed: int, m
         raise ConfigError(f"spurious_retrieval: role {role!r} (recipe {s['training']['models'][role]}) has no zero-shot run: VSE++ is trained "
                           "from scratch and Tables 1-2 have no VSE++ (zeroshot) row. Fix: run its finetune or ours "
                           "mixture")
-    if role not in (cfg.get("models") or {}):
-        raise ConfigError(f"models.{role}: not configured. Fix: add the role under models")
+    start = start_role(s, dataset, role)
+    for name in dict.fromkeys((role, start)):
+        if name not in (cfg.get("models") or {}):
+            raise ConfigError(f"models.{name}: not configured. Fix: add the role under models")
     out_dir = Path(out_dir)
     manifests = Path(manifests)
-    eval_cfg = copy.deepcopy(dict(cfg))
+    cfg = copy.deepcopy(dict(cfg))
+    if start != role:   # training.start_roles: this dataset's runs of `role` start from another role's model
+        cfg["models"][role] = {**cfg["models"][start], **{k: v for k, v in cfg["models"][role].items()
+                                                          if k == "display_name"}}
+    eval_cfg = copy.deepcopy(cfg)
     if mixture != ZEROSHOT:
         manifest = manifests / f"{mixture}.parquet"
         frame = read_manifest(manifest)

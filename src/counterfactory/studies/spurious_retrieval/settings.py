@@ -141,6 +141,9 @@ def _check_mixtures(s: dict, image_methods) -> None:
 
 def _check_training(s: dict) -> None:
     models = s["training"]["models"]
+    bad = [r for r in s["training"].get("start_roles") or {} if r not in models]
+    if bad:
+        raise _fail("training.start_roles", f"{', '.join(bad)} not in training.models", "key it by a trained role")
     if "mixtures" in s:
         for key in ("table3_models", "ratio_models", "appendix_b_models"):
             bad = [m for m in s["mixtures"][key] if m not in models]
@@ -161,6 +164,12 @@ def inpaint_settings(s: dict):
 
     return InpaintSettings.from_config({k: v for k, v in s["inpaint"].items()
                                         if k not in ("methods", "shards", "batch_size")})
+
+
+def start_role(s: dict, dataset: str, role: str) -> str:
+    """The model role a run of ``role`` on ``dataset`` starts from: ``training.start_roles.<role>.<dataset>``, else
+    ``role`` itself (e.g. VSE++'s published COCO and Flickr30k checkpoints, each with its own vocabulary)."""
+    return ((s["training"].get("start_roles") or {}).get(role) or {}).get(dataset, role)
 
 
 def has_zeroshot(s: dict, role: str) -> bool:
