@@ -130,7 +130,7 @@ rule cvld_run:
     wildcard_constraints:
         study=CV,
         task="classification|retrieval|captioning",
-        setting=r"[a-z0-9.]+",
+        setting=r"[a-z0-9.-]+",
         variant=r"[A-Za-z0-9_.]+",
     conda:
         CONDA_ENV

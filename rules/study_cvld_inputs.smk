@@ -46,9 +46,18 @@ def cvld_edit_keys(wildcards):
 
 
 def cvld_role(wildcards):
-    from counterfactory.studies.cvld.runs import ROLES
+    from counterfactory.studies.cvld.runs import role_of
 
-    return ROLES[wildcards.task]
+    return role_of(cvld(wildcards), wildcards.task, wildcards.setting)
+
+
+def cvld_lic_roles(wildcards):
+    """Table 4 LIC's classifier role (lic_bert with captioning.lic_classifier: bert; Hirota et al. 2022 §4)."""
+    if wildcards.task != "captioning":
+        return []
+    from counterfactory.studies.cvld.leakage import classifier_roles
+
+    return list(classifier_roles(cvld(wildcards)["captioning"]))
 
 
 def cvld_needs_edits(wildcards):
@@ -72,7 +81,7 @@ def cvld_edit_shards(wildcards, dataset):
 def cvld_run_inputs(wildcards):
     """Model, training edits (variants with counterfactuals), COCO interventions and the evaluation data."""
     s = cvld(wildcards)
-    out = {"models": wf.local_model_inputs(config, cvld_role(wildcards))}
+    out = {"models": wf.local_model_inputs(config, cvld_role(wildcards), *cvld_lic_roles(wildcards))}
     dataset = "celeba" if wildcards.task == "classification" else "coco"
     if cvld_needs_edits(wildcards):
         out["edits"] = cvld_edit_shards(wildcards, dataset)
@@ -102,7 +111,8 @@ def cvld_interventions_arg(wildcards, input):
 
 def cvld_run_keys(wildcards):
     # editing: which kept edits a training example uses (editing.per_example, §5.1)
-    return ["data", wildcards.task, "editing", f"models.{cvld_role(wildcards)}", *DEVICE_KEYS]
+    lic = [f"models.{r}" for r in cvld_lic_roles(wildcards)]
+    return ["data", wildcards.task, "editing", f"models.{cvld_role(wildcards)}", *lic, *DEVICE_KEYS]
 
 
 def cvld_runs(wildcards):

@@ -159,3 +159,59 @@ def test_study_page_cites_app_b_for_the_vote_and_names_no_figure4_k():
     page = (REPO / "docs" / "studies" / "cvld.md").read_text()
     assert "Majority vote per image (app. B" in page and "(§3.2-3.3)" not in page
     assert "§5.2: CVLD classification at K = 256" not in page and "neither names the K" in page
+
+
+def test_table2_384_rows_are_rows_of_the_one_table2(monkeypatch, tmp_path):
+    """Issue 43.12: Table 2's subscripted rows are runs at 384 px (settings <subset>-384) and rows of the one Table 2,
+    each subset's after its 224 px rows, with the full-data BLIP₃₈₄ row (BLIP's own COCO retrieval checkpoint,
+    role itm_blip_coco) under BLIP^PT; the 384 runs train on the subset's rows at 384 px."""
+    import pandas as pd
+
+    from counterfactory.studies.cvld import runs as rn
+    from counterfactory.studies.cvld import settings as st
+    from counterfactory.studies.cvld import tables as tb
+
+    cfg = _paper_view()
+    s = st.settings(cfg)
+    assert s["retrieval"]["hires"] == {"image_size": 384, "variants": ["base", "balanced", "cvld"],
+                                       "full_data_role": "itm_blip_coco"}
+    runs = st.runs(s)
+    for sub in ("coco10", "coco1"):
+        for v in ("base", "balanced", "cvld"):
+            assert {"task": "retrieval", "setting": f"{sub}-384", "variant": v, "seed": 0} in runs
+    assert {"task": "retrieval", "setting": "full-384", "variant": "base", "seed": 0} in runs
+    assert "itm_blip_coco" in cfg["models"]
+    assert (rn.role_of(s, "retrieval", "full-384"), rn.role_of(s, "retrieval", "coco10-384"),
+            rn.role_of(s, "retrieval", "coco10")) == ("itm_blip_coco", "itm_blip", "itm_blip")
+    assert [rn.image_size_of(s, "retrieval", "cvld", x) for x in ("coco10", "coco10-384", "full-384")] == \
+        [224, 384, 384]
+    assert st.split_setting("coco0.5-384") == ("coco0.5", 384) and st.split_setting("k256") == ("k256", None)
+
+    # the run: the full-data row loads itm_blip_coco at 384 and trains nothing; a subset row trains at 384
+    from counterfactory.models import registry
+    from counterfactory.training import cvld as tr
+
+    loaded, trained = [], []
+    monkeypatch.setattr(registry, "load", lambda c, role: loaded.append(role) or ("m", "p"))
+    monkeypatch.setattr("counterfactory.studies.cvld.resolution.set_resolution",
+                        lambda m, p, size: loaded.append(size) or (m, p))
+    monkeypatch.setattr(tr, "train_retrieval", lambda *a, **k: trained.append(1))
+    caps = pd.DataFrame({"image_id": ["1", "2"], "caption": ["A man.", "A dog."], "split": ["train", "train"],
+                         "intervened": ["A woman.", "A dog."], "image_path": ["a.jpg", "b.jpg"]})
+    assert rn._train_coco(cfg, s, "retrieval", "full-384", "base", 0, {}, tmp_path, caps, False) == ("m", "p")
+    assert loaded == ["itm_blip_coco", 384] and not trained
+
+    rows = [{"experiment": e, "mixture": m, "seed": seed, "data_seed": seed, "metric": "COCO:Rec@1",
+             "value": 50.0 + seed} for e, m, seeds in (
+                ("retrieval", "pretrained", [0]), ("retrieval_full-384", "base", [0]),
+                ("retrieval_coco10", "base", [0, 1]), ("retrieval_coco10", "cvld", [0, 1]),
+                ("retrieval_coco10-384", "base", [0, 1]), ("retrieval_coco10-384", "cvld", [0, 1]),
+                ("retrieval_coco1", "base", [0, 1]), ("retrieval_coco1-384", "base", [0, 1]))
+             for seed in seeds]
+    tables = dict(tb.paper_tables(tb.summarize(pd.DataFrame(rows)), s))
+    t2 = [t for title, t in tables.items() if title.startswith("Table 2")]
+    assert len(t2) == 1 and not any("384" in title for title in tables)
+    assert t2[0].row_labels == ["BLIP^PT", "BLIP₃₈₄", "COCO 10% BLIP", "COCO 10% CVLD", "COCO 10% BLIP₃₈₄",
+                                "COCO 10% CVLD₃₈₄", "COCO 1% BLIP", "COCO 1% BLIP₃₈₄"]
+    off = st.settings({"retrieval": {"hires": {"image_size": None}}})
+    assert not any("-" in r["setting"] for r in st.runs(off))

@@ -123,7 +123,8 @@ def test_runs_of_the_paper_config(repo):
     assert count[("classification", "k256", "cvld_lam0.5")] == 10 and ("classification", "k16", "cvld_lam0.5") \
         not in count                                                 # Figure 4's λ sweep at K = 256
     assert count[("classification", "full", "base")] == 1          # Table 1's full-data BLIP row
-    assert len(runs) == 91 + 3 * 10 + 1
+    assert count[("retrieval", "coco10-384", "balanced")] == 3 and count[("retrieval", "full-384", "base")] == 1
+    assert len(runs) == 91 + 3 * 10 + 1 + 2 * 3 * 3 + 1   # + Table 2's 384 px rows: 2 subsets x 3 x 3 seeds, full data
     assert st.lambda_of(s, "retrieval", "cvld") == 0.3 and st.lambda_of(s, "retrieval", "neg_only") == 0.0
     assert st.lambda_of(s, "classification", "cvld_lam0.25") == 0.25 and st.lambda_of(s, "captioning", "base") == 0
 

@@ -28,7 +28,7 @@ from . import registry
 from .registry import ModelSpec, _hf_kwargs, _src, _transformers_dtype, register_loader
 
 #: evaluation roles that hold an image-text matching (or CLIP) model
-EVAL_ROLES = ("itm", "itm_bridgetower", "itm_flava", "itm_vilt", "itm_blip", "clip_open_clip")
+EVAL_ROLES = ("itm", "itm_bridgetower", "itm_flava", "itm_vilt", "itm_blip", "itm_blip_coco", "clip_open_clip")
 
 #: model_type in config.json -> (transformers model class, what it is used for)
 ITM_CLASSES = {

@@ -75,6 +75,7 @@ DEFAULT_LIBRARY = {
     "itm_flava": "transformers",
     "itm_vilt": "transformers",
     "itm_blip": "transformers",
+    "itm_blip_coco": "transformers",   # CVLD Table 2's BLIP₃₈₄ row: BLIP's COCO retrieval checkpoint, converted
     "clip_open_clip": "open_clip",
     "negclip": "open_clip",  # CounterCurate Table 3: NegCLIP's released OpenCLIP checkpoint, loaders_clip_family
     "alip": "open_clip",     # SocialCounterfactuals §4.2: released checkpoints, loaders_clip_family

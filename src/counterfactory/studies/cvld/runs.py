@@ -35,7 +35,7 @@ import pandas as pd
 
 from ...errors import ConfigError
 from .data import unit_hash
-from .settings import FULL, lambda_of, rerank_depth, settings
+from .settings import FULL, hires, lambda_of, rerank_depth, settings, split_setting
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +109,23 @@ def _train_settings(s: dict, task: str, variant: str, seed: int, progress: bool)
         raise ConfigError(f"cvld.{task}.train: {exc}. Fix: use only {known}") from None
 
 
+def role_of(s: dict, task: str, setting: str) -> str:
+    """The model role of a run: the task's, except Table 2's full-data row (``full-<size>``), which evaluates
+    ``retrieval.hires.full_data_role`` (BLIP fine-tuned on all of COCO, as released)."""
+    name, size = split_setting(setting)
+    if task == "retrieval" and name == FULL and size is not None:
+        h = hires(s)
+        if not h or not h["full_data_role"]:
+            raise ConfigError(f"cvld run --setting {setting}: retrieval.hires.full_data_role is not set. Fix: set it "
+                              "(the paper config: itm_blip_coco) or drop the run")
+        return str(h["full_data_role"])
+    return ROLES[task]
+
+
+def is_full_data(task: str, setting: str) -> bool:
+    return task == "retrieval" and split_setting(setting)[0] == FULL
+
+
 def _with_source(cfg, role: str, source) -> dict:
     out = copy.deepcopy(dict(cfg))
     out["models"] = dict(out["models"])
@@ -130,7 +147,7 @@ def run(cfg, task: str, setting: str, variant: str, seed: int, edits, out_dir, i
     from ...io import write_csv
 
     s = settings(cfg)
-    role = ROLES[task]
+    role = role_of(s, task, setting)
     if role not in (cfg.get("models") or {}):
         raise ConfigError(f"models.{role}: not configured. Fix: add the role under models (docs/studies/cvld.md)")
     out_dir = Path(out_dir)
@@ -166,12 +183,13 @@ def check_splits(s: dict, task: str, setting: str, variant: str, interventions: 
     if not counts.get("test"):
         raise input_error(source, "split 'test'", f"no test captions for cvld run --task {task} to evaluate on "
                           f"(captions per split: {found})", fix)
-    if variant == "pretrained":
+    if variant == "pretrained" or is_full_data(task, setting):
         return
     fractions = {subset_name(f): f for f in s["data"]["subsets"]}
     train = interventions[splits == "train"]
-    if setting in fractions:
-        train = train[subset_of(train["image_id"], fractions[setting], s["data"]["subset_seed"])]
+    subset = split_setting(setting)[0]
+    if subset in fractions:
+        train = train[subset_of(train["image_id"], fractions[subset], s["data"]["subset_seed"])]
     if train.empty:
         raise input_error(source, "split 'train'", f"no training captions in the COCO subset {setting!r} "
                           f"(captions per split: {found})", fix)
@@ -242,10 +260,11 @@ def coco_training_table(s: dict, interventions: pd.DataFrame, setting: str, vari
     from .settings import subset_name
 
     fractions = {subset_name(f): f for f in s["data"]["subsets"]}
-    if setting not in fractions:
+    subset = split_setting(setting)[0]
+    if subset not in fractions:
         raise ConfigError(f"cvld: unknown COCO subset {setting!r}. Fix: use one of {', '.join(fractions)}")
     train = interventions[interventions["split"] == "train"]
-    train = train[subset_of(train["image_id"], fractions[setting], s["data"]["subset_seed"])].copy()
+    train = train[subset_of(train["image_id"], fractions[subset], s["data"]["subset_seed"])].copy()
     gender = train.groupby("image_id", sort=False)["caption"].agg(lambda c: gender_from_references(list(c)))
     train["gender"] = train["image_id"].map(gender).replace({"neutral": None})
     if variant == "balanced":
@@ -289,10 +308,10 @@ def _train_coco(cfg, s, task, setting, variant, seed, files, out_dir, interventi
 
     from .resolution import set_resolution
 
-    role = ROLES[task]
-    size = image_size_of(s, task, variant)
+    role = role_of(s, task, setting)
+    size = image_size_of(s, task, variant, setting)
     model, processor = set_resolution(*registry.load(cfg, role), size)
-    if variant == "pretrained":
+    if variant == "pretrained" or is_full_data(task, setting):   # evaluated as it is
         return model, processor
     table = coco_training_table(s, interventions, setting, variant, seed, files)
     if task == "captioning":
@@ -306,8 +325,12 @@ def _train_coco(cfg, s, task, setting, variant, seed, files, out_dir, interventi
     return set_resolution(*registry.load(_with_source(cfg, role, out_dir / "checkpoint"), role), size)
 
 
-def image_size_of(s: dict, task: str, variant: str) -> int | None:
-    """Input size of a run (:mod:`.resolution`): the task's ``image_size``; Table 4's BLIP^PT keeps its own."""
+def image_size_of(s: dict, task: str, variant: str, setting: str = "") -> int | None:
+    """Input size of a run (:mod:`.resolution`): the setting's (``coco10-384``: Table 2's subscripted rows), else
+    the task's ``image_size``; Table 4's BLIP^PT keeps its own."""
+    size = split_setting(setting)[1]
+    if size is not None:
+        return size
     if task == "captioning" and variant == "pretrained":
         return None
     return s[task]["image_size"]
@@ -416,7 +439,7 @@ def _captioning(cfg, s, setting, variant, seed, files, out_dir, interventions, p
     elif cp["lic"] == "amplification":
         from .leakage import bert_options, lic_amplification
 
-        classifier = cp.get("lic_classifier", "tfidf")
+        classifier = cp["lic_classifier"]
         bert = bert_options(cfg, cp, device=next(model.parameters()).device) if classifier == "bert" else None
         out.update(lic_amplification([preds[i] for i in gendered], [refs[i] for i in gendered],
                                      [truth[i] for i in gendered], seeds=range(int(cp["lic_seeds"])),

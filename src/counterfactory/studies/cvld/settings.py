@@ -34,6 +34,9 @@ EDIT_METHODS = ("ip2p", "null_text")
 #: the classification setting of Table 1's full-data row (the whole CelebA training split)
 FULL = "full"
 TEXT_METHODS = ("rule", "llm")
+#: Table 2's subscripted rows run at ``retrieval.hires.image_size``: their setting is ``<subset>-<size>``
+#: (``coco10-384``); Table 2's full-data BLIP₃₈₄ row is the setting ``full-<size>``
+SIZE_SEP = "-"
 
 class Settings(Sections):
     section = SECTION
@@ -60,6 +63,10 @@ def _check(s: Settings) -> None:
                         "add it to editing.methods")
         if ed["k"] > ed["m"]:
             raise _fail("editing.k", f"k = {ed['k']} is above m = {ed['m']}", "keep k <= m (the paper: 3 of 10)")
+    h = hires(s) if "retrieval" in s else None
+    if h and "pretrained" in h["variants"]:
+        raise _fail("retrieval.hires.variants", "'pretrained' is not trained at another size (Table 2's BLIP^PT is "
+                    "224 px)", "list base, balanced, cvld or the Table 3 ablations")
 
 
 # ------------------------------------------------------------------------------------------- the runs
@@ -70,6 +77,25 @@ def seeds(s: Mapping) -> list[int]:
 def subset_name(fraction: float) -> str:
     """``coco10`` for 0.1, ``coco1`` for 0.01 (Tables 2 and 4: "COCO 10%", "COCO 1%")."""
     return f"coco{100 * float(fraction):g}"
+
+
+def hires_setting(name: str, size: int) -> str:
+    """The setting of a Table 2 row at ``size`` pixels: ``coco10-384``; ``full-384`` for the full-data row."""
+    return f"{name}{SIZE_SEP}{int(size)}"
+
+
+def split_setting(setting: str) -> tuple[str, int | None]:
+    """``(subset or setting name, image size or None)`` of a setting: ``coco10-384`` -> ``("coco10", 384)``."""
+    name, sep, size = str(setting).rpartition(SIZE_SEP)
+    if sep and size.isdigit():
+        return name, int(size)
+    return str(setting), None
+
+
+def hires(s: Mapping) -> dict | None:
+    """``retrieval.hires`` when Table 2's subscripted rows are run (its ``image_size`` set), else None."""
+    h = (s.get("retrieval") or {}).get("hires") or {}
+    return dict(h) if h.get("image_size") else None
 
 
 def runs(s: Mapping) -> list[dict]:
@@ -102,6 +128,14 @@ def runs(s: Mapping) -> list[dict]:
                         for seed in seeds(s)]
         if "pretrained" in names:
             out.append({"task": task, "setting": "pt", "variant": "pretrained", "seed": 0})
+    h = hires(s) if "retrieval" in s else None
+    if h:                                    # Table 2's subscripted rows: the same runs at the higher resolution
+        for fraction in s["data"]["subsets"]:
+            out += [{"task": "retrieval", "setting": hires_setting(subset_name(fraction), h["image_size"]),
+                     "variant": v, "seed": seed} for v in h["variants"] for seed in seeds(s)]
+        if h["full_data_role"]:              # Table 2's BLIP₃₈₄ row: BLIP fine-tuned on all of COCO, as released
+            out.append({"task": "retrieval", "setting": hires_setting(FULL, h["image_size"]), "variant": "base",
+                        "seed": 0})
     return out
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .settings import settings, subset_name
+from .settings import FULL, hires, hires_setting, settings, subset_name
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +28,14 @@ BASELINE = "base"
 LABELS = {"pretrained": "BLIP^PT", "base": "BLIP", "balanced": "BLIP^Bal", "cvld": "CVLD", "hard_label": "Hard label",
           "neg_only": "Neg only", "itc": "ITC", "itm": "ITM"}
 LOWER_PREFIXES = ("DEO", "ΔAcc", "Bias@", "MaxSkew", "Error", "BiasAmp", "LIC")
+
+
+_SUBSCRIPT = str.maketrans("0123456789", "₀₁₂₃₄₅₆₇₈₉")
+
+
+def sized(label: str, size: int) -> str:
+    """``BLIP^Bal`` at 384 px -> ``BLIP^Bal₃₈₄`` (Table 2's subscripted rows)."""
+    return f"{label}{str(int(size)).translate(_SUBSCRIPT)}"
 
 
 def lower_is_better(metric: str) -> bool:
@@ -113,10 +121,17 @@ def paper_tables(summary: pd.DataFrame, s: dict) -> list[tuple[str, object]]:
              fair + ["COCO:Rec@1", "COCO:mRec", "Flickr30K:Rec@1", "Flickr30K:mRec"]),
             ("captioning", "Table 4: image captioning on COCO and zero-shot on nocaps (validation split, pycocoevalcap)",
              ["Error", "BiasAmp", "LIC", "BLEU-4", "CIDEr", "SPICE", "nocaps:CIDEr", "nocaps:SPICE"])):
+        h = hires(s) if task == "retrieval" else None
         rows = [(task, "pretrained", LABELS["pretrained"])]
+        if h and h["full_data_role"]:        # Table 2's BLIP₃₈₄: BLIP fine-tuned on all of COCO
+            rows.append((f"{task}_{hires_setting(FULL, h['image_size'])}", "base", sized("BLIP", h["image_size"])))
         for name in subsets:
-            rows += [(f"{task}_{name}", v, f"{name.replace('coco', 'COCO ')}% {LABELS.get(v, v)}")
+            group = name.replace("coco", "COCO ") + "%"
+            rows += [(f"{task}_{name}", v, f"{group} {LABELS.get(v, v)}")
                      for v in s[task]["variants"] if v != "pretrained"]
+            if h:                            # the subset's subscripted rows, after its 224 px ones (as printed)
+                rows += [(f"{task}_{hires_setting(name, h['image_size'])}", v,
+                          f"{group} {sized(LABELS.get(v, v), h['image_size'])}") for v in h["variants"]]
         out.append((title, _table(summary, rows, metrics, dataset="COCO")))
     rv = s["retrieval"]
     t3 = f"retrieval_{subset_name(rv['table3_subset'])}"
