@@ -465,6 +465,14 @@ def build_captioner(out: Path) -> None:
     _save(model, out, BlipProcessor(image_processor=BlipImageProcessor(), tokenizer=tok))
 
 
+def build_lic_bert(out: Path) -> None:
+    """bert-base-uncased's architecture (BertConfig's defaults: 12 layers, 768 wide, 30,522 tokens) as the 2-label
+    BertForSequenceClassification CVLD's LIC fine-tunes (Hirota et al. 2022 §4), random weights."""
+    from transformers import BertConfig, BertForSequenceClassification
+
+    _save(BertForSequenceClassification(BertConfig(num_labels=2)), out, bert_tokenizer(30522))
+
+
 def build_image_encoder(out: Path) -> None:
     from transformers import SwinConfig, SwinModel, ViTImageProcessor
 
@@ -502,14 +510,16 @@ BUILDERS = {
     "gligen_inpaint": lambda out: _pipeline("gligen_inpaint", out), "t2i": build_t2i, "vlm": build_vlm,
     "inpaint": build_inpaint, "itm_blip": build_itm_blip, "captioner": build_captioner,
     "editor": lambda out: _pipeline("ip2p", out), "image_encoder": build_image_encoder, "vsepp": build_vsepp,
-    "inception": build_inception,
+    "inception": build_inception, "lic_bert": build_lic_bert,
     **{role: (lambda out, role=role: _released(role, out)) for role in RELEASED_FILES},
 }
 #: roles whose folder is another role's (config/paper_smoke.yaml points both at it)
 SHARED = {"clip_train": "clip_eval", "captioner_pretrained": "captioner",   # same architecture (BLIP ViT-B captioning)
-          "itm": "itm_bridgetower"}   # Figure 3's BridgeTower ITM checkpoint: the same BridgeTower-large architecture
+          "itm": "itm_bridgetower",   # Figure 3's BridgeTower ITM checkpoint: the same BridgeTower-large architecture
+          "itm_blip_coco": "itm_blip",   # CVLD Table 2's BLIP₃₈₄: BLIP ViT-B retrieval (the run moves it to 384 px)
+          "vsepp_f30k": "vsepp"}   # the release's Flickr30k VSE++: the same VGG19 + GRU (another vocabulary)
 #: build order: small first, so a short run still covers most roles
-ORDER = ["sentence", "vae", "inpaint", "image_encoder", "nsfw", "inception", "clip_eval", "clip_open_clip", "negclip", "alip",
+ORDER = ["sentence", "vae", "inpaint", "image_encoder", "lic_bert", "nsfw", "inception", "clip_eval", "clip_open_clip", "negclip", "alip",
          "laclip", "slip", "vsepp", "mlm", "itm_vilt", "itm_flava", "itm_blip", "captioner", "clip_filter", "llm", "lm",
          "itm_bridgetower", "sd", "editor", "gligen", "gligen_inpaint", "vlm", "t2i"]
 

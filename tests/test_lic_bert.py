@@ -11,7 +11,7 @@ transformers = pytest.importorskip("transformers")
 FILLER = ["table", "street", "kite", "pizza", "beach", "car", "phone", "tree", "horse", "dog", "bench", "cup"]
 CUES = {"male": "football", "female": "handbag"}
 #: fine-tuning of the tiny BERT on decisive data: a learning rate far above BERT-base's (1e-5) for a random tiny model
-FAST = {"epochs": 12, "lr": 2e-3, "batch_size": 16, "max_length": 16}
+FAST = {"epochs": 20, "lr": 2e-3, "batch_size": 16, "max_length": 16}
 
 
 @pytest.fixture(scope="module")
@@ -114,7 +114,7 @@ def test_classifier_roles_and_config_wiring(tiny_bert):
     assert leakage.classifier_roles({"lic": "amplification", "lic_classifier": "tfidf"}) == ()
     assert leakage.classifier_roles({"lic": "leakage", "lic_classifier": "bert"}) == ()
     with pytest.raises(ConfigError, match="lic_bert"):
-        leakage.bert_options({"models": {}}, {"lic_classifier": "bert"})
+        leakage.bert_options({"models": {}}, {"lic_classifier": "bert", "lic_bert": {}})
     cfg = {"models": {"lic_bert": {"source": str(tiny_bert)}}}
     opts = leakage.bert_options(cfg, {"lic_bert": {"epochs": 2}}, device="cpu")
     model, tok = opts["source"]()                 # through the registry's lic_bert loader

@@ -240,46 +240,25 @@ def count_change(boxes_p, boxes_q, rng: random.Random | None = None, others=(), 
     if overlap_with not in OVERLAP_RULES:
         raise ConfigError(f"countercurate.counting.overlap_with: expected one of {', '.join(OVERLAP_RULES)}, "
                           f"got {overlap_with!r}")
-    if overlap_with == "any":
-        return _count_change_any(boxes_p, boxes_q, rng or random.Random(0), others)
     rng = rng or random.Random(0)
-    n_p, n_q = len(boxes_p), len(boxes_q)
-    overlap = any(boxes_overlap(a, b) for a in boxes_p for b in boxes_q)
-    if not overlap:
-        target = rng.randrange(n_q)
-        return {"overlap": False, "edit": "add", "new_n_p": n_p + 1, "new_n_q": n_q - 1,
-                "mask_boxes": [list(boxes_q[target])], "mask_of": ["Q"]}
-    labelled = [("P", i, b) for i, b in enumerate(boxes_p)] + [("Q", i, b) for i, b in enumerate(boxes_q)]
-    candidates = [("Q", i, b) for i, b in enumerate(boxes_q) if any(boxes_overlap(b, a) for a in boxes_p)]
-    candidates += [("P", i, b) for i, b in enumerate(boxes_p) if any(boxes_overlap(b, q) for q in boxes_q)]
-    for cat, i, box in candidates:
-        removed = [(cat, i, box)] + [(c, j, b) for c, j, b in labelled
-                                     if (c, j) != (cat, i) and boxes_overlap(box, b)]
-        new_p = n_p - sum(1 for c, _, _ in removed if c == "P")
-        new_q = n_q - sum(1 for c, _, _ in removed if c == "Q")
-        if new_p >= 1 and new_q >= 1:
-            return {"overlap": True, "edit": "remove", "new_n_p": new_p, "new_n_q": new_q,
-                    "mask_boxes": [list(b) for _, _, b in removed], "mask_of": [c for c, _, _ in removed]}
-    return None
-
-
-def _count_change_any(boxes_p, boxes_q, rng: random.Random, others) -> dict | None:
-    """:func:`count_change` under §3.3's rule: an overlap with any other object (module docstring)."""
     n_p, n_q = len(boxes_p), len(boxes_q)
     labelled = ([("P", i, tuple(b)) for i, b in enumerate(boxes_p)]
                 + [("Q", i, tuple(b)) for i, b in enumerate(boxes_q)]
-                + [("other", i, tuple(b)) for i, b in enumerate(others)])
+                + ([("other", i, tuple(b)) for i, b in enumerate(others)] if overlap_with == "any" else []))
 
-    def touching(cat, i, box):   # every other object the box overlaps
+    def touching(cat, i, box):   # every other object the box overlaps (all of them go when it is removed)
         return [(c, j, b) for c, j, b in labelled if (c, j) != (cat, i) and boxes_overlap(box, b)]
 
+    def overlapped(cat, i, box):   # the overlaps that make the pair "overlapping": any, or the other category's
+        return [x for x in touching(cat, i, box) if overlap_with == "any" or x[0] not in (cat, "other")]
+
     counted = [x for x in labelled if x[0] != "other"]
-    if not any(touching(*x) for x in counted):
+    if not any(overlapped(*x) for x in counted):
         target = rng.randrange(n_q)
         return {"overlap": False, "edit": "add", "new_n_p": n_p + 1, "new_n_q": n_q - 1,
                 "mask_boxes": [list(boxes_q[target])], "mask_of": ["Q"]}
-    candidates = ([x for x in counted if x[0] == "Q" and touching(*x)]
-                  + [x for x in counted if x[0] == "P" and touching(*x)])
+    candidates = ([x for x in counted if x[0] == "Q" and overlapped(*x)]
+                  + [x for x in counted if x[0] == "P" and overlapped(*x)])
     for cat, i, box in candidates:
         removed = [(cat, i, box)] + touching(cat, i, box)
         new_p = n_p - sum(1 for c, _, _ in removed if c == "P")

@@ -36,8 +36,7 @@ BERT_ROLE = "lic_bert"
 def classifier_roles(captioning: Mapping[str, Any]) -> tuple[str, ...]:
     """The model roles the Table 4 LIC of the ``captioning`` settings fine-tunes: ``(lic_bert,)`` for the
     amplification LIC with ``lic_classifier: bert``, else none."""
-    if (captioning.get("lic", "amplification") == "amplification"
-            and captioning.get("lic_classifier", "bert") == "bert"):
+    if captioning["lic"] == "amplification" and captioning["lic_classifier"] == "bert":
         return (BERT_ROLE,)
     return ()
 
@@ -52,7 +51,7 @@ def bert_options(cfg: Mapping[str, Any], captioning: Mapping[str, Any], device=N
         raise ConfigError(f"models.{BERT_ROLE}: not configured, but captioning.lic_classifier is bert. Fix: add "
                           f"`{BERT_ROLE}: {{source: bert-base-uncased}}` under models (Hirota et al. 2022 §4), or set "
                           "captioning.lic_classifier: tfidf")
-    return {"source": lambda: registry.load(cfg, BERT_ROLE), "device": device, **dict(captioning.get("lic_bert") or {})}
+    return {"source": lambda: registry.load(cfg, BERT_ROLE), "device": device, **dict(captioning["lic_bert"])}
 
 
 def _labels(genders: Sequence[str]) -> np.ndarray:
