@@ -91,6 +91,7 @@ include: "rules/study_spurious_retrieval.smk"
 include: "rules/study_cvld.smk"
 include: "rules/release.smk"
 include: "rules/export.smk"
+include: "rules/score.smk"
 
 
 # Start-up check of `all` (counterfactory.preflight.StartupGate): every dataset and model role the enabled studies
@@ -109,3 +110,4 @@ rule all:
         f"{RESULTS}/provenance.json",
         f"{RESULTS}/report/overview.html",
         [target for study in STUDIES for target in export_targets(study)],
+        score_targets(),

@@ -76,14 +76,16 @@ def job_config(*keys, study=True):
     exactly the listed sections and is named by their digest, so a config edit reruns exactly the jobs whose
     sections changed (a changed input). Keys are dotted (``models.mlm``); ``{role}``-style wildcards are filled
     in; a callable key returns a list of keys for the job's wildcards. ``study=False`` for shared jobs (tiny
-    models, NLTK data). Parsing writes nothing: the file is the output of the local rule ``config_write_job``."""
+    models, NLTK data); a study name: that study's view for a job without a {study} wildcard (the leaderboard). Parsing writes nothing: the file is the output of the local rule ``config_write_job``.
+    """
 
     def value(wildcards):
         fill = dict(wildcards.items())
         names = []
         for k in keys:
             names += k(wildcards) if callable(k) else [k.format(**fill)]
-        path, text = wf.job_config_file(config, wildcards.study if study else None, names)
+        name = wildcards.study if study is True else (study or None)  # a str: that study's view
+        path, text = wf.job_config_file(config, name, names)
         JOB_CONFIG_TEXT[path] = text
         return ancient(path)
 

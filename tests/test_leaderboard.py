@@ -149,3 +149,33 @@ def test_cli_scores_a_folder_and_compares_two_cached_models(tiny_clip, tmp_path,
     assert main(["score", "compare", "--out-dir", str(out), "--benchmark", "sugarcrepe", keys[0], keys[0]]) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["accuracy"]["difference"] == 0 and result["accuracy"]["p_value"] == 1.0
+
+
+def test_workflow_steps_score_item_then_leaderboard_equal_score_run(tiny_clip, tmp_path, monkeypatch):
+    """The workflow's score_item (one model x one benchmark) and score_leaderboard jobs give the cells `score run`
+    gives for the same model, items and settings (issue 46: a rule per model x benchmark)."""
+    from counterfactory.cli import main
+
+    monkeypatch.chdir(REPO)
+    over = tmp_path / "roles.yaml"
+    over.write_text(f"models:\n  clip_eval: {{source: '{tiny_clip}', display_name: tiny CLIP}}\n"
+                    "score: {resamples: 60, seed: 3, baselines: false}\n")
+    conf = ["--config", "config/demo.yaml", "--config", str(over)]
+    files = []
+    for bench in ("sugarcrepe", "winoground"):
+        files.append(tmp_path / "scores" / "items" / bench / "clip_eval.parquet")
+        assert main(["score", "item", *conf, "--model", "clip_eval", "--benchmark", bench, "--out", str(files[-1]),
+                     "--no-progress"]) == 0
+    assert main(["score", "leaderboard", *conf, "--items", *map(str, files), "--out-dir",
+                 str(tmp_path / "scores")]) == 0
+    steps = pd.read_csv(tmp_path / "scores" / "leaderboard.csv")
+    assert main(["score", "run", *conf, "--model", "clip_eval", "--benchmarks", "sugarcrepe", "winoground",
+                 "--out-dir", str(tmp_path / "one"), "--resamples", "60", "--seed", "3", "--no-baselines",
+                 "--no-progress"]) == 0
+    one = pd.read_csv(tmp_path / "one" / "leaderboard.csv")
+    pd.testing.assert_frame_equal(steps, one)
+    assert set(steps["model"]) == {"tiny CLIP"} and set(steps["benchmark"]) == {"sugarcrepe", "winoground"}
+    bad = tmp_path / "scores" / "items" / "nope" / "clip_eval.parquet"
+    bad.parent.mkdir(parents=True)
+    pd.read_parquet(files[0]).to_parquet(bad)
+    assert main(["score", "leaderboard", *conf, "--items", str(bad), "--out-dir", str(tmp_path / "x")]) != 0

@@ -148,3 +148,14 @@ def test_tiny_lic_bert_builds_and_loads(tmp_path):
     assert type(model).__name__ == "BertForSequenceClassification" and model.config.hidden_size == 32
     ids = tok("a genderword riding a horse")["input_ids"]
     assert tok.unk_token_id not in ids
+
+
+def test_tiny_bert_vocabulary_holds_the_mask_word():
+    """models.tiny writes the gender mask word into the tiny BERT's vocabulary without importing metrics (a lower
+    layer): it must stay metrics.captioning.MASK_TOKEN."""
+    import inspect
+
+    from counterfactory.metrics.captioning import MASK_TOKEN
+    from counterfactory.models import tiny
+
+    assert f'("{MASK_TOKEN}",)' in inspect.getsource(tiny.build_lic_bert)

@@ -140,7 +140,7 @@ def _filling_validator():
 
 
 #: sections shared by every study; every other top-level key of a view comes from the study's section
-SHARED_SECTIONS = ("run_name", "device", "precision", "performance", "seed", "models", "tiny_models", "nltk")
+SHARED_SECTIONS = ("run_name", "device", "precision", "performance", "seed", "models", "tiny_models", "nltk", "score")
 #: model roles each study cannot run without with its default settings (checked at start-up; the roles a study's
 #: settings name, e.g. ``spurious_retrieval.training.models`` or ``countercurate.evaluation.roles``, come on top):
 #: COCO-CF §3.1-3.2 (MLM, LM, sentence similarity, Stable Diffusion, CLIP filter); SocialCF §3.3-3.4, §10.3 (Stable
@@ -218,14 +218,12 @@ def _check_semantics(cfg: dict, source: str) -> None:
                             f"({', '.join('models.' + r for r in missing)} missing)")
         if study not in cfg:
             problems.append(f"  studies: '{study}' is listed but the config has no '{study}:' section")
-        if study == "cvld" and isinstance((cfg.get("cvld") or {}).get("captioning"), dict):
-            from .studies.cvld.leakage import classifier_roles   # Table 4 LIC's BERT (Hirota et al. 2022 §4)
-
-            lic_missing = [r for r in classifier_roles(cfg["cvld"]["captioning"]) if r not in (cfg.get("models") or {})]
-            if lic_missing:
-                problems.append(f"  models: cvld.captioning.lic_classifier bert fine-tunes the role "
-                                f"{', '.join(lic_missing)} (models.{lic_missing[0]} missing; Hirota et al.: "
-                                "bert-base-uncased), or set cvld.captioning.lic_classifier: tfidf")
+        cap = (cfg.get("cvld") or {}).get("captioning") if study == "cvld" else None
+        if isinstance(cap, dict) and cap.get("lic") == "amplification" and cap.get("lic_classifier") == "bert" \
+                and "lic_bert" not in (cfg.get("models") or {}):   # Table 4 LIC's BERT (Hirota et al. 2022 §4)
+            problems.append("  models: cvld.captioning.lic_classifier bert fine-tunes the role lic_bert "
+                            "(models.lic_bert missing; Hirota et al.: bert-base-uncased), or set "
+                            "cvld.captioning.lic_classifier: tfidf")
         in_domain = (cfg.get(study) or {}).get("in_domain") or {}
         if in_domain.get("enabled"):
             unknown = [r for r in in_domain.get("models", []) if r not in (cfg.get("models") or {})]

@@ -96,9 +96,15 @@ def _coco_cf_items(cfg: Mapping, source: str | None) -> pd.DataFrame:
     if missing:
         raise input_error(path, None, f"no column(s) {', '.join(sorted(missing))}",
                           "pass the image stage's selected_pairs.parquet (or the release)")
+    base = path if path.is_dir() else path.parent   # the image stage writes paths relative to its folder
+
+    def located(p: str) -> str:
+        return p if Path(p).is_absolute() or Path(p).exists() or not (base / p).exists() else str(base / p)
+
     return pd.DataFrame({"item_id": pairs["id"].astype(str), "caption_0": pairs["caption_0"].astype(str),
-                         "caption_1": pairs["caption_1"].astype(str), "image_0_path": pairs["image_0"].astype(str),
-                         "image_1_path": pairs["image_1"].astype(str)})
+                         "caption_1": pairs["caption_1"].astype(str),
+                         "image_0_path": [located(str(p)) for p in pairs["image_0"]],
+                         "image_1_path": [located(str(p)) for p in pairs["image_1"]]})
 
 
 BENCHMARKS: dict[str, Benchmark] = {b.name: b for b in [
@@ -315,50 +321,77 @@ def score_model(cfg: Mapping, role: str, benchmark: Benchmark, items: pd.DataFra
     return item_outcomes(benchmark.kind, scored)
 
 
+SETTINGS_VERSION = 1
+
+
+def read_items(cfg: Mapping, name: str, source: str | None = None) -> pd.DataFrame:
+    """The items of benchmark ``name`` (``source``: its data where the config does not say)."""
+    if name not in BENCHMARKS:
+        raise ConfigError(f"score: unknown benchmark {name!r}. Fix: use {', '.join(BENCHMARKS)} or all")
+    items = BENCHMARKS[name].read(cfg, source)
+    if items.empty:
+        raise input_error(source or name, None, "the benchmark has no items", "check its data")
+    return items
+
+
+def outcomes_of(ref: ModelRef, name: str, items: pd.DataFrame, out: Path, *, head: str = "itm",
+                progress: bool = False) -> tuple[str, pd.DataFrame]:
+    """``(cache key, per-item outcomes)`` of one model on one benchmark, read from ``out/items/<name>/<key>.parquet``
+    when that model, data and settings were scored before, else scored and cached there."""
+    from .io import write_parquet
+
+    bench = BENCHMARKS[name]
+    key = cache_key(model_fingerprint(ref.cfg, ref.role), data_fingerprint(bench.kind, items),
+                    {"head": head, "version": SETTINGS_VERSION})
+    path = Path(out) / "items" / name / f"{key}.parquet"
+    if path.exists():
+        log.info("%s on %s: cached (%s)", ref.label, name, path.name)
+        return key, pd.read_parquet(path)
+    log.info("%s on %s: scoring %d items", ref.label, name, len(items))
+    outcomes = score_model(ref.cfg, ref.role, bench, items, head=head, progress=progress)
+    write_parquet(path, outcomes)
+    return key, outcomes
+
+
+def cells(cfg: Mapping, scored: Sequence[tuple[str, str, pd.DataFrame]], items: Mapping[str, pd.DataFrame], *,
+          resamples: int = 1000, seed: int = 0, level: float = 0.95, baselines: bool = True) -> pd.DataFrame:
+    """The leaderboard's long table: one row per (model, benchmark, metric) of ``scored`` (``(label, benchmark,
+    per-item outcomes)``), then the shortcut rows of every benchmark in ``items`` (name -> its items)."""
+    rows = []
+    for label, name, outcomes in scored:
+        rows += _cells(label, "model", BENCHMARKS[name], outcomes, resamples, seed, level)
+    perplexity = None
+    for name, its in items.items() if baselines else ():
+        bench = BENCHMARKS[name]
+        rows += _cells(BOW, "shortcut", bench, bow_outcomes(bench.kind, its), resamples, seed, level)
+        if bench.kind == PAIR and "lm" in (cfg.get("models") or {}):
+            if perplexity is None:
+                perplexity = lm_perplexity(cfg)
+            rows += _cells(TEXT_ONLY, "shortcut", bench, text_only_outcomes(its, perplexity), resamples, seed, level)
+    return pd.DataFrame(rows, columns=LONG_COLUMNS)
+
+
 def run(cfg: Mapping, models: Sequence[ModelRef], benchmarks: Sequence[str], out_dir: str | Path, *,
         sources: Mapping[str, str] | None = None, resamples: int = 1000, seed: int = 0, level: float = 0.95,
         head: str = "itm", baselines: bool = True, progress: bool = False) -> pd.DataFrame:
     """Score ``models`` on ``benchmarks`` (cached per model, data and settings) and write the leaderboard
     (``leaderboard.{csv,json,md,html}``) to ``out_dir``; returns its long table."""
-    from .io import write_parquet
+    from .io import write_csv
 
     out = Path(out_dir)
     sources = dict(sources or {})
     unknown = [b for b in benchmarks if b not in BENCHMARKS]
     if unknown:
         raise ConfigError(f"score: unknown benchmark(s) {', '.join(unknown)}. Fix: use {', '.join(BENCHMARKS)} or all")
-    rows, keys = [], []
-    settings = {"head": head, "version": 1}
-    perplexity = None
+    items = {name: read_items(cfg, name, sources.get(name)) for name in benchmarks}
+    scored, keys = [], []
     for name in benchmarks:
-        bench = BENCHMARKS[name]
-        items = bench.read(cfg, sources.get(name))
-        if items.empty:
-            raise input_error(sources.get(name) or name, None, "the benchmark has no items", "check its data")
-        data_fp = data_fingerprint(bench.kind, items)
         for ref in models:
-            key = cache_key(model_fingerprint(ref.cfg, ref.role), data_fp, settings)
-            path = out / "items" / name / f"{key}.parquet"
-            if path.exists():
-                outcomes = pd.read_parquet(path)
-                log.info("%s on %s: cached (%s)", ref.label, name, path.name)
-            else:
-                log.info("%s on %s: scoring %d items", ref.label, name, len(items))
-                outcomes = score_model(ref.cfg, ref.role, bench, items, head=head, progress=progress)
-                write_parquet(path, outcomes)
+            key, outcomes = outcomes_of(ref, name, items[name], out, head=head, progress=progress)
             keys.append({"model": ref.label, "benchmark": name, "key": key})
-            rows += _cells(ref.label, "model", bench, outcomes, resamples, seed, level)
-        if baselines:
-            rows += _cells(BOW, "shortcut", bench, bow_outcomes(bench.kind, items), resamples, seed, level)
-            if bench.kind == PAIR and "lm" in (cfg.get("models") or {}):
-                if perplexity is None:
-                    perplexity = lm_perplexity(cfg)
-                rows += _cells(TEXT_ONLY, "shortcut", bench, text_only_outcomes(items, perplexity), resamples, seed,
-                               level)
-    table = pd.DataFrame(rows, columns=LONG_COLUMNS)
+            scored.append((ref.label, name, outcomes))
+    table = cells(cfg, scored, items, resamples=resamples, seed=seed, level=level, baselines=baselines)
     write_leaderboard(table, out, resamples=resamples, seed=seed, level=level)
-    from .io import write_csv
-
     write_csv(out / "cache_keys.csv", pd.DataFrame(keys, columns=["model", "benchmark", "key"]))
     return table
 

@@ -23,6 +23,58 @@ def _run(args) -> int:
     return 0
 
 
+def _item(args) -> int:
+    """One model role on one benchmark: its per-item outcomes (the workflow's score_item job)."""
+    from pathlib import Path
+
+    from .. import leaderboard
+    from ..config import load_config
+    from ..io import write_parquet
+
+    cfg = load_config(args.config, study="countercurate")   # its benchmarks section: the data paths
+    ref = leaderboard.model_ref(cfg, args.model)
+    items = leaderboard.read_items(cfg, args.benchmark, args.data)
+    outcomes = leaderboard.score_model(cfg, ref.role, leaderboard.BENCHMARKS[args.benchmark], items,
+                                       head=cfg["score"]["head"], progress=not args.no_progress)
+    write_parquet(Path(args.out), outcomes)
+    print(f"{args.out}: {ref.label} on {args.benchmark}, {len(outcomes)} items")
+    return 0
+
+
+def _leaderboard(args) -> int:
+    """The leaderboard of the workflow's per-item outcome files (``<dir>/items/<benchmark>/<role>.parquet``)."""
+    from pathlib import Path
+
+    import pandas as pd
+
+    from .. import leaderboard
+    from ..config import load_config
+    from ..render import model_display_names
+    from . import key_values
+
+    cfg = load_config(args.config, study="countercurate")   # its benchmarks section: the data paths
+    sc = cfg["score"]
+    labels = dict(key_values(args.label, "--label", "ROLE=NAME"))
+    sources = dict(key_values(args.data, "--data", "BENCHMARK=PATH"))
+    scored, names = [], []
+    for path in map(Path, args.items):
+        name, role = path.parent.name, path.stem
+        if name not in leaderboard.BENCHMARKS:
+            raise leaderboard.input_error(path, None, f"{name!r} is not a benchmark",
+                                          "pass files laid out as <dir>/items/<benchmark>/<role>.parquet")
+        label = labels.get(role) or model_display_names(cfg.get("models") or {}, [role]).get(role, role)
+        scored.append((label, name, pd.read_parquet(path)))
+        names.append(name)
+    items = {n: leaderboard.read_items(cfg, n, sources.get(n)) for n in dict.fromkeys(names)} if sc["baselines"] \
+        else {}
+    table = leaderboard.cells(cfg, scored, items, resamples=sc["resamples"], seed=sc["seed"], level=sc["level"],
+                              baselines=sc["baselines"])
+    leaderboard.write_leaderboard(table, Path(args.out_dir), resamples=sc["resamples"], seed=sc["seed"],
+                                  level=sc["level"])
+    print(f"{args.out_dir.rstrip('/')}/leaderboard.md: {len(table)} cells, {len(scored)} model x benchmark file(s)")
+    return 0
+
+
 def _compare(args) -> int:
     import json
 
@@ -62,6 +114,33 @@ def register(sub) -> None:
     r.add_argument("--no-baselines", action="store_true", help="leave out the shortcut rows")
     add_progress_option(r)
     r.set_defaults(func=_run)
+    i = s.add_parser("item", help="one model on one benchmark: per-item outcomes (the workflow's score_item job)",
+                     description="Reads the benchmark's data (the config's countercurate.benchmarks paths, or --data) "
+                                 "and the model; writes its per-item outcomes (a parquet file) for `score leaderboard`. "
+                                 "Settings: the config's score section.")
+    add_config_option(i)
+    i.add_argument("--model", required=True, metavar="ROLE_OR_SOURCE",
+                   help="a configured model role, a local model folder or a hub id")
+    i.add_argument("--benchmark", required=True, metavar="NAME",
+                   help="the benchmark to score: coco_cf, sugarcrepe, winoground or looktwice")
+    i.add_argument("--data", default=None, metavar="PATH",
+                   help="the benchmark's data instead of the config's (coco_cf: selected_pairs.parquet or the release)")
+    i.add_argument("--out", required=True, metavar="FILE", help="per-item outcomes (.parquet)")
+    add_progress_option(i)
+    i.set_defaults(func=_item)
+    lb = s.add_parser("leaderboard", help="the leaderboard of per-item outcome files (the workflow's last step)",
+                      description="Reads <dir>/items/<benchmark>/<role>.parquet files of `score item` and the "
+                                  "benchmarks' data (for the shortcut rows); writes leaderboard.{md,csv,json,html} with "
+                                  "the config's score.resamples / seed / level.")
+    add_config_option(lb)
+    lb.add_argument("--items", nargs="+", required=True, metavar="FILE",
+                    help="per-item outcomes, laid out as <dir>/items/<benchmark>/<role>.parquet")
+    lb.add_argument("--data", action="append", default=[], metavar="BENCHMARK=PATH",
+                    help="a benchmark's data instead of the config's (for the shortcut rows)")
+    lb.add_argument("--label", action="append", default=[], metavar="ROLE=NAME",
+                    help="the leaderboard name of a role (default: its display_name)")
+    lb.add_argument("--out-dir", required=True, metavar="DIR", help="where leaderboard.* are written")
+    lb.set_defaults(func=_leaderboard)
     c = s.add_parser("compare", help="paired bootstrap test of two cached models on one benchmark",
                      description="Reads two cached outcome files of one benchmark (<out-dir>/items/<benchmark>/"
                                  "<key>.parquet) and prints the mean difference, its interval and p-value per metric.")

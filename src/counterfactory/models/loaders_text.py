@@ -11,9 +11,19 @@ from __future__ import annotations
 from .registry import ModelSpec, _hf_kwargs, _src, register_loader
 
 
+def load_classifier(path_or_id, *, revision: str | None = None):
+    """``(AutoModelForSequenceClassification with 2 labels, AutoTokenizer)`` of ``path_or_id``; a checkpoint without
+    a classification head (``bert-base-uncased``) gets a new one, initialised from torch's global RNG (seed it, or
+    use :func:`counterfactory.training.text_classifier.train_and_predict`, which does)."""
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    kw = {"revision": revision} if revision else {}
+    tokenizer = AutoTokenizer.from_pretrained(str(path_or_id), **kw)
+    model = AutoModelForSequenceClassification.from_pretrained(str(path_or_id), num_labels=2, **kw)
+    return model, tokenizer
+
+
 @register_loader("lic_bert:transformers")
 def load_lic_bert(spec: ModelSpec, kw: dict):
     """``(model, tokenizer)`` of the ``lic_bert`` role, a fresh 2-label sequence classifier."""
-    from ..training.text_classifier import load_classifier
-
     return load_classifier(_src(spec), revision=_hf_kwargs(spec).get("revision"))

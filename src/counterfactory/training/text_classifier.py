@@ -2,7 +2,7 @@
 
 The leakage score LIC of Hirota, Nakashima & Garcia (CVPR 2022, §4) trains a gender classifier on gender-masked
 captions and scores it on held-out ones; their BERT variant fine-tunes ``bert-base-uncased`` end to end. This module
-is that training step, independent of any study: :func:`load_classifier` reads an
+is that training step, independent of any study: :func:`counterfactory.models.loaders_text.load_classifier` reads an
 ``AutoModelForSequenceClassification`` with two labels and its tokenizer with ``from_pretrained(path_or_id)``,
 :func:`fine_tune` trains it with cross-entropy, :func:`predict_proba` returns ``P(label 1)`` of texts and
 :func:`train_and_predict` does the three in a row.
@@ -29,6 +29,8 @@ from pathlib import Path
 from typing import Any, Callable, Sequence, Union
 
 import numpy as np
+
+from ..models.loaders_text import load_classifier
 
 #: defaults of Hirota et al.'s bert_leakage.py (and run_gender_bert_*.sh: --num_epochs 5 --learning_rate 1e-5)
 EPOCHS = 5
@@ -63,18 +65,6 @@ class FineTuneSettings:
                              f"{self.epochs}, {self.batch_size}, {self.max_length}")
         if not float(self.lr) > 0:
             raise ValueError(f"text classifier: lr must be positive, got {self.lr}")
-
-
-def load_classifier(path_or_id: str | Path, *, revision: str | None = None) -> tuple[Any, Any]:
-    """``(AutoModelForSequenceClassification with 2 labels, AutoTokenizer)`` of ``path_or_id``; a checkpoint without
-    a classification head (``bert-base-uncased``) gets a new one, initialised from torch's global RNG (seed it, or
-    use :func:`train_and_predict`, which does)."""
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
-
-    kw = {"revision": revision} if revision else {}
-    tokenizer = AutoTokenizer.from_pretrained(str(path_or_id), **kw)
-    model = AutoModelForSequenceClassification.from_pretrained(str(path_or_id), num_labels=2, **kw)
-    return model, tokenizer
 
 
 def _device(device) -> Any:
