@@ -26,7 +26,7 @@ rule score_item:
         CONDA_ENV
     threads: lambda wildcards: accel_threads(wildcards.role)
     resources:
-        mem_mb=lambda wildcards, attempt: model_mem(16000, wildcards.role)(wildcards, attempt),
+        mem_mb=model_mem_of_role(16000),
         runtime=120,
         gpu=GPU,
         hpu=HPU,
@@ -60,6 +60,9 @@ rule score_leaderboard:
         f"{RESULTS}/logs/scores/leaderboard.log",
     conda:
         CONDA_ENV
+    resources:
+        mem_mb=model_mem(8000, "lm"),  # the text-only rows' lm
+        runtime=60,
     params:
         data=score_leaderboard_args,
         labels=display_labels,

@@ -224,7 +224,7 @@ def test_case05_only_table_rules_take_display_names(repo):
         for block in re.split(r"\nrule ", text)[1:]:
             name = block.split(":", 1)[0]
             if "display_labels" in block:
-                assert re.search(r"table|plot|summary|figure|tables", name), (path.name, name)
+                assert re.search(r"table|plot|summary|figure|tables|leaderboard", name), (path.name, name)
 
 
 # ------------------------------------------------------------------------------------------ case 6

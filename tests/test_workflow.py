@@ -371,7 +371,8 @@ FINAL = {"provenance", "report_overview", "export_card", "export_release", "expo
 DOWNSTREAM_OF_IMAGES = {"images_generate", "images_merge", "evaluate_itr", "evaluate_itr_table", "evaluate_itm",
                         "evaluate_itm_summary", "report_pair_grid", "train_mixtures", "train_run", "train_collect",
                         "stats_summarize", "stats_table", "train_plot_curves", "analysis_label_frequency",
-                        "train_in_domain_split", "images_adaptive_curve"} | IN_DOMAIN_RUNS | FINAL
+                        "train_in_domain_split", "images_adaptive_curve",
+                        "score_item", "score_leaderboard"} | IN_DOMAIN_RUNS | FINAL   # the leaderboard's coco_cf
 AFTER_TRAINING = {"train_collect", "stats_summarize", "stats_table", "train_plot_curves",
                   "analysis_label_frequency"} | FINAL
 
@@ -535,7 +536,8 @@ def test_paper_config_dry_run_at_paper_scale(repo, tmp_path):
     assert counts["cvld_edit"] == 2 * len(cv["editing"]["methods"]) * cv["editing"]["shards"] == 1024
     # one merged manifest per dataset and method: a run reads one file, not 256 shards
     assert counts["cvld_edit_merge"] == 2 * len(cv["editing"]["methods"]) == 4
-    assert counts["cvld_run"] == (2 * 10 * 2 + 1 + 1) + 3 * 10 + 2 * (2 * 3 * 3 + 1) + 4 * 3 == 122
+    # + Table 2's 384 px rows: 2 subsets x (BLIP, BLIP^Bal, CVLD) x 3 seeds, and the full-data BLIP₃₈₄ row
+    assert counts["cvld_run"] == (2 * 10 * 2 + 1 + 1) + 3 * 10 + 2 * (2 * 3 * 3 + 1) + 4 * 3 + 2 * 3 * 3 + 1 == 141
     # what the image jobs will run with (their job config files): §3.2 / B.1.2
     jobs = [load_config([f]) for f in planned_job_configs(proc.stdout + proc.stderr, tmp_path / "planned")]
     images = [j for j in jobs if "images" in j and "candidates_per_pair" in j["images"] and "adaptive_curve" not in j]

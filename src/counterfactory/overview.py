@@ -46,6 +46,10 @@ def study_roles(study: str, section: dict, roles: set[str]) -> list[str]:
         for v in value if isinstance(value, list) else [value]:
             if isinstance(v, str) and v in roles:
                 named.add(v)
+    if study == "cvld" and isinstance(section.get("captioning"), dict):   # Table 4 LIC's BERT (Hirota et al. §4)
+        from .studies.cvld.leakage import classifier_roles
+
+        named |= set(classifier_roles(section["captioning"]))
     named |= {c for c, owner in COMPANION_ROLES.items() if owner in named}
     return sorted(named & roles)
 

@@ -72,17 +72,13 @@ _IMPLICIT_ROLES = {"coco_counterfactuals": ("clip_train", "clip_eval", "vae"), "
 
 def study_roles(cfg: dict, study: str) -> list[str]:
     """The configured model roles ``study`` uses: its stages' roles, the roles its section names, implicit ones."""
-    from .config import study_view
+    from .config import SHARED_SECTIONS, study_view
     from .overview import study_roles as named_roles
 
     configured = set(cfg.get("models") or {})
     view = study_view(cfg, study)
-    section = {k: v for k, v in dict(view).items() if k not in ("models", "tiny_models")}
+    section = {k: v for k, v in dict(view).items() if k not in SHARED_SECTIONS}   # the study's own keys
     roles = set(named_roles(study, section, configured)) | set(_IMPLICIT_ROLES.get(study, ()))
-    if study == "cvld" and isinstance(section.get("captioning"), dict):   # Table 4 LIC's BERT (Hirota et al. §4)
-        from .studies.cvld.leakage import classifier_roles
-
-        roles |= set(classifier_roles(section["captioning"]))
     return sorted(roles & configured)
 
 

@@ -79,7 +79,7 @@ def _seeded(seed: int, device):
     import torch
 
     dev = _device(device)
-    devices = [dev.index or 0] if dev.type == "cuda" and torch.cuda.is_available() else []
+    devices = [dev.index or 0] if dev.type == "cuda" else []   # the device in use (counterfactory.device chose it)
     with torch.random.fork_rng(devices=devices):
         torch.manual_seed(int(seed))
         yield
