@@ -49,6 +49,7 @@ def _leaderboard(args) -> int:
 
     from .. import leaderboard
     from ..config import load_config
+    from ..errors import input_error
     from ..render import model_display_names
     from . import key_values
 
@@ -60,8 +61,8 @@ def _leaderboard(args) -> int:
     for path in map(Path, args.items):
         name, role = path.parent.name, path.stem
         if name not in leaderboard.BENCHMARKS:
-            raise leaderboard.input_error(path, None, f"{name!r} is not a benchmark",
-                                          "pass files laid out as <dir>/items/<benchmark>/<role>.parquet")
+            raise input_error(path, None, f"{name!r} is not a benchmark",
+                              "pass files laid out as <dir>/items/<benchmark>/<role>.parquet")
         label = labels.get(role) or model_display_names(cfg.get("models") or {}, [role]).get(role, role)
         scored.append((label, name, pd.read_parquet(path)))
         names.append(name)

@@ -55,8 +55,8 @@ def run(cfg, dataset: str, role: str, mixture: str, seed: int, data_seed: int, m
         raise ConfigError(f"spurious_retrieval.training.models has no role {role!r}. Fix: add it "
                           f"(role: {'|'.join(RECIPES)})")
     if mixture == ZEROSHOT and not has_zeroshot(s, role):
-        raise ConfigError(f"spurious_retrieval: role {role!r} (recipe {s['training']['models'][role]}) has no zero-shot run: VSE++ is trained "
-                          "from scratch and Tables 1-2 have no VSE++ (zeroshot) row. Fix: run its finetune or ours "
+        raise ConfigError(f"spurious_retrieval: role {role!r} (recipe {s['training']['models'][role]}) has no zero-shot run: Tables 1-2 "
+                          "have no VSE++ (zeroshot) row, VSE++ is only reported fine-tuned. Fix: run its finetune or ours "
                           "mixture")
     start = start_role(s, dataset, role)
     for name in dict.fromkeys((role, start)):
@@ -64,11 +64,11 @@ def run(cfg, dataset: str, role: str, mixture: str, seed: int, data_seed: int, m
             raise ConfigError(f"models.{name}: not configured. Fix: add the role under models")
     out_dir = Path(out_dir)
     manifests = Path(manifests)
-    cfg = copy.deepcopy(dict(cfg))
     if start != role:   # training.start_roles: this dataset's runs of `role` start from another role's model
+        cfg = copy.deepcopy(dict(cfg))
         cfg["models"][role] = {**cfg["models"][start], **{k: v for k, v in cfg["models"][role].items()
                                                           if k == "display_name"}}
-    eval_cfg = copy.deepcopy(cfg)
+    eval_cfg = copy.deepcopy(dict(cfg))
     if mixture != ZEROSHOT:
         manifest = manifests / f"{mixture}.parquet"
         frame = read_manifest(manifest)
