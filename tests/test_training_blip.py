@@ -48,7 +48,8 @@ def adapter(path):
 
 
 def settings(**kw):
-    base = dict(lr=1e-3, batch_size=4, eval_batch_size=4, epochs=1, eval_every=1000, seed=1, data_seed=2)
+    base = dict(lr=1e-3, batch_size=4, eval_batch_size=4, epochs=1, eval_every=1000, seed=1, data_seed=2,
+                objective="plain")   # the in-batch objective (the official one: tests/test_blip_objective.py)
     return training.TrainSettings(**{**base, **kw})
 
 

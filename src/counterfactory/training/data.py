@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 import torch
 
 from ..errors import input_error
-from .model import N_PAIRS
+from .model import IMAGE_IDS, N_PAIRS
 from ..rgb import to_rgb
 
 MANIFEST_COLUMNS = ("image_path", "caption", "is_counterfactual", "pair_id")
@@ -168,20 +168,32 @@ def load_images(frame: pd.DataFrame, rows: Sequence[int], root: Path, column: st
     return out
 
 
+def image_id_map(frame: pd.DataFrame, column: str = "image_path") -> dict[str, int]:
+    """An integer id per image of ``frame`` (BLIP's ``idx``: the rows showing one image share it): the
+    position of the row's ``column`` value among the frame's distinct values, sorted, so the ids depend on
+    the set of images alone (not on the row order). Counterfactual (e.g. inpainted) images are other files,
+    hence other images."""
+    return {path: i for i, path in enumerate(sorted(set(frame[column].astype(str))))}
+
+
 class Collator:
     """Row positions -> model inputs (pixels, tokens padded to ``max_length``); with ``partners`` (CVLD)
     also ``partner_*`` inputs for the partners of the batch's anchors, when there are at least two.
 
     With ``hard_negatives`` the rows' :data:`HARD_NEGATIVE_COLUMNS` follow the rows' own captions / images
-    (pairs first, in row order) and :data:`N_PAIRS` says how many leading images and captions are pairs."""
+    (pairs first, in row order) and :data:`N_PAIRS` says how many leading images and captions are pairs.
+
+    With ``image_ids`` (image path -> integer id, :func:`image_id_map`; BLIP's official objective) the batch
+    also holds :data:`IMAGE_IDS`, the id of each pair's image (and ``partner_image_ids`` for the partners)."""
 
     def __init__(self, frame: pd.DataFrame, encoder, image_root: str | Path, partners: dict[int, int] | None = None,
-                 hard_negatives: bool = True):
+                 hard_negatives: bool = True, image_ids: Mapping[str, int] | None = None):
         self.frame = frame.reset_index(drop=True)
         self.encoder = encoder
         self.root = Path(image_root)
         self.partners = partners
         self.hard_negatives = hard_negatives
+        self.image_ids = image_ids
 
     def encode(self, rows: Sequence[int], prefix: str = "") -> dict[str, torch.Tensor]:
         rows = list(rows)
@@ -197,6 +209,9 @@ class Collator:
         out = {**self.encoder.image_inputs(images), **self.encoder.tokens(captions)}
         if extra_images or extra_captions:
             out[N_PAIRS] = torch.tensor(len(rows))
+        if self.image_ids is not None:
+            paths = self.frame["image_path"].iloc[rows].astype(str)
+            out[IMAGE_IDS] = torch.tensor([int(self.image_ids[p]) for p in paths], dtype=torch.long)
         return {f"{prefix}{k}": v for k, v in out.items()}
 
     def __call__(self, rows: Sequence[int]) -> dict[str, torch.Tensor]:

@@ -18,20 +18,40 @@ FLAVA for retrieval without naming the loss, so each keeps its own):
   (:mod:`.vsepp_loss`), margin and max-of-hinges from the model's config;
 * BridgeTower: ``BridgeTowerForContrastiveLearning``'s loss, the mean of text->image, text->cross-modal
   and image->cross-modal cross-entropies (a test checks it equals the class's ``return_loss=True``);
-* BLIP (Kim et al. 2023 §4.1 fine-tune it with its own retrieval objective): ITC + ITM, as BLIP's
-  ``blip_retrieval.py`` ``forward``: symmetric InfoNCE of the projected unimodal [CLS] embeddings at
-  ``1 / temp`` (a learnable temperature, 0.07 at the start, clamped to [0.001, 0.5]), plus the cross-entropy
-  of the ITM head on each (image, caption) pair (label 1) and on one negative caption per image and one
-  negative image per caption (label 0), drawn from the softmax of the in-batch ITC similarities with the
-  pair itself masked out (see :func:`blip_itm_loss`). What we leave out of BLIP's recipe: the momentum
-  encoder, its feature queue and momentum distillation (``alpha``), and the ``idx``-based masking of other
-  captions of the same image (negatives are every other row of the batch, as in our InfoNCE). The ITM pass
-  feeds the captions' token ids as given (HF ``BlipForImageTextRetrieval`` does, and so does our ITM
-  scorer), without the original code's ``[ENC]`` token swap.
+* BLIP (Kim et al. 2023 §4.1 fine-tune it with its own retrieval objective; CVLD appendix C "following the
+  official BLIP implementation"): ITC + ITM, as BLIP's ``blip_retrieval.py`` ``forward``. Two objectives
+  (:meth:`ContrastiveModule.configure_blip`, the recipe key ``objective``):
+
+  - ``official`` (BLIP's own retrieval fine-tuning, the spurious study's default): ITC with momentum
+    distillation. Momentum copies of the vision encoder, ``vision_proj``, the text encoder and ``text_proj``
+    (:class:`BlipMomentum`, an EMA of the model with ``momentum`` 0.995, updated at every training forward
+    before they encode the batch) and feature queues of their image and text embeddings with the image id of
+    each entry (``queue_size`` 57600, filled first-in first-out after each step). The targets of the batch's
+    image (text) queries over the momentum texts (images) of batch + queue are ``alpha * softmax(momentum
+    similarities) + (1 - alpha) * positives``, where positives are every entry with the query's image id,
+    normalised per row (several captions of one image are all positives); the loss is the mean of the
+    two directions' soft cross-entropies (:func:`blip_itc_loss`). ``alpha`` (0.4) ramps linearly from 0
+    over ``ramp_steps`` optimiser steps (BLIP: over the first epoch). ITM hard negatives are drawn with the
+    weights of every same-image pair set to 0, not just the pair itself. The batch carries each pair's
+    integer image id (``image_ids``, :func:`counterfactory.training.data.image_id_map`). In eval mode
+    (validation loss) nothing is updated: in-batch ITC with the same-image targets, ``alpha`` 0.
+  - ``plain`` (library default, other studies): symmetric InfoNCE of the projected unimodal [CLS]
+    embeddings over the batch, the diagonal as targets, no momentum encoder, queue or image ids; ITM
+    negatives from the in-batch similarities with only the pair itself masked.
+
+  Both: similarities at ``1 / temp`` (a learnable temperature, 0.07 at the start, clamped to
+  [0.001, 0.5]), plus the cross-entropy of the ITM head on each (image, caption) pair (label 1) and on one
+  negative caption per image and one negative image per caption (label 0), drawn from the softmax of the
+  in-batch ITC similarities (see :func:`blip_itm_loss`). The momentum models, queues and temperature are
+  training-only state: the saved model folder is the HF model alone. The ITM pass feeds the captions' token
+  ids as given (HF ``BlipForImageTextRetrieval`` does, and so does our ITM scorer), without the original
+  code's ``[ENC]`` token swap. Single process: the queue takes this process's batch (BLIP gathers it over
+  ranks); a data-parallel wrapper's replicas would not carry their momentum and queue updates back.
 """
 
 from __future__ import annotations
 
+import copy
 import logging
 from pathlib import Path
 
@@ -60,6 +80,15 @@ BLIP_TEMP_INIT = 0.07
 BLIP_TEMP_RANGE = (0.001, 0.5)
 #: seed of the ITM negatives' draw in eval mode (validation losses are repeatable and use no global RNG)
 BLIP_EVAL_SEED = 0
+#: BLIP's fine-tuning objectives (see the module docstring): its own (momentum distillation, queues, image ids)
+#: and ours without them
+BLIP_OBJECTIVES = ("official", "plain")
+#: seed of the random unit vectors the feature queues start with (BLIP: ``torch.randn``, normalised)
+BLIP_QUEUE_SEED = 0
+#: batch key: each pair's integer image id (``official`` objective; training.data.Collator)
+IMAGE_IDS = "image_ids"
+#: image id of the queue's initial (random) entries: never an image's (ids are >= 0)
+NO_IMAGE = -100
 
 
 def model_kind(model: nn.Module, library: str) -> str:
@@ -85,18 +114,57 @@ class ContrastiveModule(nn.Module):
     training-only state: the Trainer's intermediate checkpoints (this module's state dict) keep it, the
     final checkpoint (:meth:`ContrastiveAdapter.save`, the HF model alone) drops it, so the folder loads as
     a plain ``BlipForImageTextRetrieval``. The forward also returns ``itm_loss`` (:func:`blip_itm_loss`),
-    which :func:`contrastive_loss` adds to the ITC loss."""
+    which :func:`contrastive_loss` adds to the ITC loss. :meth:`configure_blip` chooses BLIP's objective
+    (``plain`` until called); with ``official`` the forward needs ``image_ids`` and also returns
+    ``itc_loss`` (:func:`blip_itc_loss`), and ``blip_momentum`` (:class:`BlipMomentum`) holds the momentum
+    models and queues, training-only state like the temperature."""
 
     def __init__(self, model: nn.Module, library: str):
         super().__init__()
         self.model = model
         self.library = library
         self.kind = model_kind(model, library)
+        self.blip_momentum: BlipMomentum | None = None
+        self.blip_alpha = 0.0
+        self.blip_ramp_steps = 0
+        #: training forwards so far (the ``alpha`` ramp's step; the Trainer sets it to its global step)
+        self.blip_step = 0
         if self.kind == "blip":
             self.blip_temp = nn.Parameter(torch.tensor(BLIP_TEMP_INIT))
         # the Trainer's checkpoints leave tied weights out (see ContrastiveTrainer._save); reloading the best
         # one then re-ties them instead of warning about missing keys
         self._keys_to_ignore_on_save = aliases(self.state_dict())
+
+    def configure_blip(self, objective: str = "plain", momentum: float = 0.995, queue_size: int = 57600,
+                       alpha: float = 0.4, ramp_steps: int = 0) -> None:
+        """BLIP's fine-tuning objective (module docstring). ``official``: fresh momentum copies of the model's
+        unimodal encoders and projections (:class:`BlipMomentum`, EMA ``momentum``), queues of ``queue_size``
+        entries, distillation weight ``alpha`` reached after ``ramp_steps`` training steps (0 = at once);
+        ``plain`` drops them. Call before training (the Trainer moves the module to its device)."""
+        if objective not in BLIP_OBJECTIVES:
+            raise ConfigError(f"training: unknown BLIP objective {objective!r}. Fix: use one of {list(BLIP_OBJECTIVES)}")
+        if objective == "official" and self.kind != "blip":
+            raise ConfigError(f"training: objective 'official' is BLIP's, not {self.kind}'s. Fix: set objective: "
+                              "plain, or fine-tune a BlipForImageTextRetrieval")
+        if not 0.0 <= float(momentum) <= 1.0 or not 0.0 <= float(alpha) <= 1.0:
+            raise ConfigError(f"training: BLIP momentum and alpha must be in [0, 1], got {momentum!r} and {alpha!r}. "
+                              "Fix: use BLIP's 0.995 and 0.4")
+        if int(queue_size) < 1 or int(ramp_steps) < 0:
+            raise ConfigError(f"training: BLIP queue_size must be >= 1 and ramp_steps >= 0, got {queue_size!r} and "
+                              f"{ramp_steps!r}. Fix: use BLIP's 57600 (queue) and one epoch of steps (ramp)")
+        self.blip_momentum = BlipMomentum(self.model, momentum, queue_size) if objective == "official" else None
+        self.blip_alpha, self.blip_ramp_steps, self.blip_step = float(alpha), int(ramp_steps), 0
+        self._keys_to_ignore_on_save = aliases(self.state_dict())
+
+    @property
+    def blip_objective(self) -> str:
+        return "plain" if self.blip_momentum is None else "official"
+
+    def blip_alpha_at(self, step: int) -> float:
+        """``alpha * min(1, step / ramp_steps)`` (BLIP's ramp over the first epoch; ``alpha`` when no ramp)."""
+        if self.blip_ramp_steps <= 0:
+            return self.blip_alpha
+        return self.blip_alpha * min(1.0, step / self.blip_ramp_steps)
 
     def tie_weights(self) -> None:
         tie = getattr(self.model, "tie_weights", None)
@@ -104,7 +172,7 @@ class ContrastiveModule(nn.Module):
             tie()
 
     def forward(self, pixel_values, input_ids=None, attention_mask=None, text=None, pixel_mask=None,
-                token_type_ids=None) -> dict[str, torch.Tensor]:
+                token_type_ids=None, image_ids=None) -> dict[str, torch.Tensor]:
         if self.kind == "open_clip":
             img = F.normalize(self.model.encode_image(pixel_values), dim=-1)
             txt = F.normalize(self.model.encode_text(text), dim=-1)
@@ -119,7 +187,7 @@ class ContrastiveModule(nn.Module):
             return {"image_embeds": out.image_embeds, "text_embeds": out.text_embeds,
                     "cross_embeds": out.cross_embeds, "logit_scale": self.model.logit_scale.exp()}
         if self.kind == "blip":
-            return self._blip(pixel_values, input_ids, attention_mask)
+            return self._blip(pixel_values, input_ids, attention_mask, image_ids)
         if self.kind == "vsepp":   # the hinge settings travel with the outputs (VSE++'s loss: training.vsepp_loss)
             img, txt = self.model(pixel_values, input_ids, attention_mask)
             cfg = self.model.config
@@ -136,13 +204,24 @@ class ContrastiveModule(nn.Module):
                 "logit_scale": flava.logit_scale.exp()}
 
 
-    def _blip(self, pixel_values, input_ids, attention_mask) -> dict[str, torch.Tensor]:
+    def _blip(self, pixel_values, input_ids, attention_mask, image_ids=None) -> dict[str, torch.Tensor]:
         if pixel_values.shape[0] != input_ids.shape[0]:
             raise ConfigError(
                 f"training: BLIP's ITM loss needs one caption per image, got {pixel_values.shape[0]} images and "
                 f"{input_ids.shape[0]} captions (hard negatives?). Fix: drop the manifest's hard_negative_* "
                 "columns for BLIP, or train a two-tower model (CLIP, open_clip, FLAVA) for the single-negative "
                 "variants")
+        momentum = self.blip_momentum
+        if momentum is not None:
+            if image_ids is None:
+                raise ConfigError("training: BLIP's official objective needs each pair's image id (batch key "
+                                  f"{IMAGE_IDS!r}). Fix: build the collator with image_ids "
+                                  "(training.data.image_id_map), or configure_blip('plain')")
+            idx = image_ids.reshape(-1).to(device=pixel_values.device, dtype=torch.long)
+            if idx.shape[0] != pixel_values.shape[0] or bool((idx < 0).any()):
+                raise ConfigError(f"training: BLIP needs one image id >= 0 per pair, got {idx.tolist()} for "
+                                  f"{pixel_values.shape[0]} pairs. Fix: number the images from 0 "
+                                  "(training.data.image_id_map)")
         with torch.no_grad():
             self.blip_temp.clamp_(*BLIP_TEMP_RANGE)
         model = self.model
@@ -156,28 +235,161 @@ class ContrastiveModule(nn.Module):
         else:
             seed = BLIP_EVAL_SEED
         generator = torch.Generator(device="cpu").manual_seed(seed)
-        itm = blip_itm_loss(model, image_feats, input_ids, attention_mask, logit_scale * img @ txt.T, generator)
-        return {"image_embeds": img, "text_embeds": txt, "logit_scale": logit_scale, "itm_loss": itm}
+        out = {"image_embeds": img, "text_embeds": txt, "logit_scale": logit_scale}
+        same = None
+        if momentum is not None:
+            same = idx[:, None] == idx[None, :]
+            if self.training:  # BLIP: EMA update, momentum features, loss, then the queues take the batch
+                alpha = self.blip_alpha_at(self.blip_step)
+                with torch.no_grad():
+                    momentum.update(model)
+                    img_m, txt_m = momentum.features(pixel_values, input_ids, attention_mask)
+                out["itc_loss"] = blip_itc_loss(img, txt, img_m, txt_m, self.blip_temp, alpha, idx,
+                                                momentum.image_queue, momentum.text_queue, momentum.idx_queue)
+                momentum.enqueue(img_m, txt_m, idx)
+                self.blip_step += 1
+            else:  # validation: nothing updated; in-batch, same-image targets, no distillation
+                out["itc_loss"] = blip_itc_loss(img, txt, img.detach(), txt.detach(), self.blip_temp, 0.0, idx)
+        out["itm_loss"] = blip_itm_loss(model, image_feats, input_ids, attention_mask, logit_scale * img @ txt.T,
+                                        generator, same)
+        return out
 
 
-def blip_negatives(logits_per_image: torch.Tensor, generator: torch.Generator | None = None
-                   ) -> tuple[torch.Tensor, torch.Tensor]:
-    """BLIP's hard-negative draw for ITM: ``(negative text per image, negative image per text)``, indices
-    sampled with ``torch.multinomial`` from the row-wise softmax of the image x text (and text x image)
-    logits with the diagonal (the pair itself) set to 0. Sampled on the CPU with ``generator`` (the same
-    draw on any device). A row whose off-diagonal weights underflow to 0 draws uniformly among the others.
-    Needs at least two rows."""
+class BlipMomentum(nn.Module):
+    """BLIP's momentum encoder and feature queues (``blip_retrieval.py``): frozen copies of ``model``'s
+    ``vision_model``, ``vision_proj``, ``text_encoder`` and ``text_proj`` (:meth:`update`: EMA
+    ``m <- momentum * m + (1 - momentum) * p``), and queues of ``queue_size`` momentum image and text
+    embeddings (rows, ``(queue_size, dim)``) with their image ids (``idx_queue``; :data:`NO_IMAGE` for the
+    initial entries, random unit vectors drawn with seed :data:`BLIP_QUEUE_SEED`, as BLIP starts them) and the
+    write position ``queue_ptr`` (:meth:`enqueue`). Training-only: never part of the saved model folder."""
+
+    PARTS = ("vision_model", "vision_proj", "text_encoder", "text_proj")
+
+    def __init__(self, model: nn.Module, momentum: float = 0.995, queue_size: int = 57600):
+        super().__init__()
+        self.momentum = float(momentum)
+        for name in self.PARTS:
+            part = copy.deepcopy(getattr(model, name))
+            part.requires_grad_(False)
+            setattr(self, name, part)
+        dim = int(model.vision_proj.out_features)
+        device = model.vision_proj.weight.device
+        gen = torch.Generator().manual_seed(BLIP_QUEUE_SEED)
+        self.register_buffer("image_queue", F.normalize(torch.randn(queue_size, dim, generator=gen), dim=1).to(device))
+        self.register_buffer("text_queue", F.normalize(torch.randn(queue_size, dim, generator=gen), dim=1).to(device))
+        self.register_buffer("idx_queue", torch.full((queue_size,), NO_IMAGE, dtype=torch.long, device=device))
+        self.register_buffer("queue_ptr", torch.zeros((), dtype=torch.long, device=device))
+
+    @property
+    def queue_size(self) -> int:
+        return int(self.idx_queue.shape[0])
+
+    @torch.no_grad()
+    def update(self, model: nn.Module) -> None:
+        """One EMA step of every momentum parameter towards ``model``'s (``momentum * m + (1 - momentum) * p``)."""
+        m = self.momentum
+        for name in self.PARTS:
+            for p_m, p in zip(getattr(self, name).parameters(), getattr(model, name).parameters()):
+                p_m.mul_(m).add_(p.detach().to(p_m.dtype), alpha=1.0 - m)
+
+    @torch.no_grad()
+    def features(self, pixel_values, input_ids, attention_mask) -> tuple[torch.Tensor, torch.Tensor]:
+        """L2-normalised momentum image and text embeddings of a batch."""
+        image_feats = self.vision_model(pixel_values=pixel_values)[0]
+        text_hidden = self.text_encoder(input_ids=input_ids, attention_mask=attention_mask)[0]
+        return (F.normalize(self.vision_proj(image_feats[:, 0, :]), dim=-1),
+                F.normalize(self.text_proj(text_hidden[:, 0, :]), dim=-1))
+
+    @torch.no_grad()
+    def enqueue(self, image_embeds: torch.Tensor, text_embeds: torch.Tensor, image_ids: torch.Tensor) -> None:
+        """Write a batch over the oldest entries, at ``queue_ptr``, wrapping around the end (BLIP needs the
+        queue size to be a multiple of the batch size; we wrap, so any batch size works); a batch larger
+        than the queue keeps its last ``queue_size`` rows. The pointer then follows the batch."""
+        q, b = self.queue_size, image_embeds.shape[0]
+        if b > q:
+            image_embeds, text_embeds, image_ids, b = image_embeds[-q:], text_embeds[-q:], image_ids[-q:], q
+        ptr = int(self.queue_ptr)
+        pos = (ptr + torch.arange(b, device=self.idx_queue.device)) % q
+        self.image_queue[pos] = image_embeds.detach().to(self.image_queue.dtype)
+        self.text_queue[pos] = text_embeds.detach().to(self.text_queue.dtype)
+        self.idx_queue[pos] = image_ids.reshape(-1).to(self.idx_queue.device, torch.long)
+        self.queue_ptr.fill_((ptr + b) % q)
+
+
+def same_image_targets(image_ids: torch.Tensor, candidate_ids: torch.Tensor) -> torch.Tensor:
+    """``(B, C)``: for query ``i``, 1 on every candidate with its image id, normalised per row (BLIP's
+    ``sim_targets``: all captions of one image are positives). The queries are among the candidates, so
+    every row has one."""
+    pos = (image_ids.reshape(-1, 1) == candidate_ids.reshape(1, -1)).float()
+    return pos / pos.sum(dim=1, keepdim=True)
+
+
+def blip_itc_loss(img: torch.Tensor, txt: torch.Tensor, img_m: torch.Tensor, txt_m: torch.Tensor,
+                  temp: torch.Tensor | float, alpha: float, image_ids: torch.Tensor,
+                  image_queue: torch.Tensor | None = None, text_queue: torch.Tensor | None = None,
+                  idx_queue: torch.Tensor | None = None) -> torch.Tensor:
+    """BLIP's ITC with momentum distillation on a batch of ``B`` pairs (``blip_retrieval.py``).
+
+    Candidates: the momentum embeddings of the batch followed by the queue's (``img_m_all``,
+    ``txt_m_all``; image ids ``idx_all``). With ``T = same_image_targets(image_ids, idx_all)``:
+    ``loss_i2t = -mean_i sum_j log_softmax(img @ txt_m_all.T / temp)_ij * Y_ij`` with
+    ``Y = alpha * softmax(img_m @ txt_m_all.T / temp) + (1 - alpha) * T`` (no gradient through ``Y``),
+    ``loss_t2i`` the mirror (``txt`` against ``img_m_all``); the loss is their mean. Queues ``None``: the
+    batch alone."""
+    idx = image_ids.reshape(-1).to(img.device)
+    if image_queue is not None:
+        idx_all = torch.cat([idx, idx_queue.reshape(-1).to(idx.device)])
+        img_m_all = torch.cat([img_m, image_queue.to(img_m.dtype)])
+        txt_m_all = torch.cat([txt_m, text_queue.to(txt_m.dtype)])
+    else:
+        idx_all, img_m_all, txt_m_all = idx, img_m, txt_m
     with torch.no_grad():
-        logits = logits_per_image.detach().float().cpu()
-        n = logits.shape[0]
-        eye = torch.eye(n, dtype=torch.bool)
+        targets = same_image_targets(idx, idx_all)
+        t = temp.detach() if isinstance(temp, torch.Tensor) else temp
+        targets_i2t = alpha * F.softmax((img_m @ txt_m_all.T).float() / t, dim=1) + (1.0 - alpha) * targets
+        targets_t2i = alpha * F.softmax((txt_m @ img_m_all.T).float() / t, dim=1) + (1.0 - alpha) * targets
+    sim_i2t = (img @ txt_m_all.detach().T).float() / temp
+    sim_t2i = (txt @ img_m_all.detach().T).float() / temp
+    loss_i2t = -(F.log_softmax(sim_i2t, dim=1) * targets_i2t).sum(dim=1).mean()
+    loss_t2i = -(F.log_softmax(sim_t2i, dim=1) * targets_t2i).sum(dim=1).mean()
+    return 0.5 * (loss_i2t + loss_t2i)
+
+
+def blip_negative_weights(logits_per_image: torch.Tensor, same: torch.Tensor | None = None
+                          ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The weights BLIP draws ITM hard negatives from (CPU, float32): the row-wise softmax of the image x
+    text logits and of the text x image logits, with every forbidden pair set to exactly 0. Forbidden: the
+    pair itself (the diagonal) and, with ``same`` (``(B, B)`` bool, True where two pairs show the same
+    image; BLIP's ``idx`` mask), every same-image pair."""
+    logits = logits_per_image.detach().float().cpu()
+    forbidden = torch.eye(logits.shape[0], dtype=torch.bool)
+    if same is not None:
+        forbidden = forbidden | same.detach().to("cpu", torch.bool)
+    return (F.softmax(logits, dim=1).masked_fill(forbidden, 0.0),
+            F.softmax(logits.T, dim=1).masked_fill(forbidden, 0.0))
+
+
+def blip_negatives(logits_per_image: torch.Tensor, generator: torch.Generator | None = None,
+                   same: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """BLIP's hard-negative draw for ITM: ``(negative text per image, negative image per text)``, indices
+    sampled with ``torch.multinomial`` from :func:`blip_negative_weights` (the pair itself, and with
+    ``same`` every same-image pair, weight 0: never drawn). Sampled on the CPU with ``generator`` (the same
+    draw on any device). A row whose allowed weights underflow to 0 draws uniformly among the allowed; a row
+    with no allowed candidate (every pair of the batch shows its image) gets -1. Needs at least two rows."""
+    with torch.no_grad():
+        forbidden = torch.eye(logits_per_image.shape[0], dtype=torch.bool)
+        if same is not None:
+            forbidden = forbidden | same.detach().to("cpu", torch.bool)
         picks = []
-        for sim in (logits, logits.T):
-            weights = F.softmax(sim, dim=1).masked_fill(eye, 0.0)
+        for weights in blip_negative_weights(logits_per_image, same):
             dead = weights.sum(dim=1) <= 0
             if dead.any():
-                weights[dead] = (~eye[dead]).float()
-            picks.append(torch.multinomial(weights, 1, generator=generator).squeeze(1))
+                weights[dead] = (~forbidden[dead]).float()
+            none = weights.sum(dim=1) <= 0
+            if none.any():
+                weights[none] = 1.0
+            pick = torch.multinomial(weights, 1, generator=generator).squeeze(1)
+            picks.append(pick.masked_fill(none, -1))
     device = logits_per_image.device
     return picks[0].to(device), picks[1].to(device)
 
@@ -194,20 +406,30 @@ def blip_itm_logits(model: nn.Module, image_feats: torch.Tensor, input_ids: torc
 
 def blip_itm_loss(model: nn.Module, image_feats: torch.Tensor, input_ids: torch.Tensor,
                   attention_mask: torch.Tensor, logits_per_image: torch.Tensor,
-                  generator: torch.Generator | None = None) -> torch.Tensor:
+                  generator: torch.Generator | None = None, same: torch.Tensor | None = None) -> torch.Tensor:
     """BLIP's ITM loss on one batch of ``B`` pairs: cross-entropy of ``itm_head`` over the ``B`` pairs
-    (label 1), each image with a negative caption and each caption with a negative image (``2B``, label 0),
-    negatives from :func:`blip_negatives`. A batch of one pair has no negative: the loss is 0 (with a
-    graph, so the Trainer's backward still runs)."""
+    (label 1), each image with a negative caption and each caption with a negative image (label 0),
+    negatives from :func:`blip_negatives` (``same``: same-image pairs are never negatives; a row with no
+    allowed negative contributes its positive only). A batch of one pair, or one where no negative can be
+    drawn, has loss 0 (with a graph, so the Trainer's backward still runs)."""
     n = image_feats.shape[0]
     if n < 2:
         return image_feats.sum() * 0.0
-    neg_text, neg_image = blip_negatives(logits_per_image, generator)
-    feats = torch.cat([image_feats, image_feats, image_feats[neg_image]])
-    ids = torch.cat([input_ids, input_ids[neg_text], input_ids])
-    mask = torch.cat([attention_mask, attention_mask[neg_text], attention_mask])
+    neg_text, neg_image = blip_negatives(logits_per_image, generator, same)
+    ok_t, ok_i = neg_text >= 0, neg_image >= 0
+    if not (ok_t.any() or ok_i.any()):
+        return image_feats.sum() * 0.0
+    if ok_t.all() and ok_i.all():   # the usual case (and always without ``same``)
+        feats = torch.cat([image_feats, image_feats, image_feats[neg_image]])
+        ids = torch.cat([input_ids, input_ids[neg_text], input_ids])
+        mask = torch.cat([attention_mask, attention_mask[neg_text], attention_mask])
+    else:
+        feats = torch.cat([image_feats, image_feats[ok_t], image_feats[neg_image[ok_i]]])
+        ids = torch.cat([input_ids, input_ids[neg_text[ok_t]], input_ids[ok_i]])
+        mask = torch.cat([attention_mask, attention_mask[neg_text[ok_t]], attention_mask[ok_i]])
     logits = blip_itm_logits(model, feats, ids, mask)
-    labels = torch.cat([torch.ones(n, dtype=torch.long), torch.zeros(2 * n, dtype=torch.long)]).to(logits.device)
+    labels = torch.cat([torch.ones(n, dtype=torch.long),
+                        torch.zeros(feats.shape[0] - n, dtype=torch.long)]).to(logits.device)
     return F.cross_entropy(logits, labels)
 
 
@@ -251,8 +473,9 @@ def logits_of(out: dict[str, torch.Tensor]) -> torch.Tensor:
 
 def contrastive_loss(out: dict[str, torch.Tensor], n_pairs: int | None = None) -> torch.Tensor:
     """The model's own contrastive objective on one batch (see the module docstring); ``n_pairs`` as in
-    :func:`clip_loss` (hard negatives after the pairs). BLIP: ITC + ``out["itm_loss"]`` (the mean over
-    data-parallel replicas when gathered). VSE++: its triplet ranking loss (:mod:`.vsepp_loss`)."""
+    :func:`clip_loss` (hard negatives after the pairs). BLIP: ITC (``out["itc_loss"]`` under the official
+    objective, else :func:`clip_loss`) + ``out["itm_loss"]`` (the mean over data-parallel replicas when
+    gathered). VSE++: its triplet ranking loss (:mod:`.vsepp_loss`)."""
     if "hinge_margin" in out:
         from .vsepp_loss import loss_of_outputs
 
@@ -262,7 +485,8 @@ def contrastive_loss(out: dict[str, torch.Tensor], n_pairs: int | None = None) -
             raise ConfigError("training: BLIP's ITM loss scores (image, caption) pairs and cannot take unpaired "
                               "hard negatives. Fix: drop the manifest's hard_negative_* columns for BLIP, or train "
                               "a two-tower model (CLIP, open_clip, FLAVA) for the single-negative variants")
-        return clip_loss(logits_of(out), n_pairs) + out["itm_loss"].mean()
+        itc = out["itc_loss"].mean() if "itc_loss" in out else clip_loss(logits_of(out), n_pairs)
+        return itc + out["itm_loss"].mean()
     if "cross_embeds" not in out:
         return clip_loss(logits_of(out), n_pairs)
     if n_pairs is not None and not (out["image_embeds"].shape[0] == out["text_embeds"].shape[0] == int(n_pairs)):

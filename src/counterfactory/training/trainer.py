@@ -34,7 +34,7 @@ from torch import nn
 from transformers import Trainer
 
 from ..settings import schema_default, schema_defaults
-from .data import Collator, RowDataset, anchors_and_partners, eval_batches, step_plan
+from .data import Collator, RowDataset, anchors_and_partners, eval_batches, image_id_map, step_plan
 from .model import ContrastiveAdapter, aliases, recipe_loss
 
 log = logging.getLogger(__name__)
@@ -75,6 +75,14 @@ class TrainSettings:
     #: every 2 epochs, BLIP every half epoch); see :func:`step_size_of`
     lr_step_epochs: float | None = None
     lr_step_gamma: float = schema_default("spurious_retrieval.training.clip.lr_step_gamma")
+    #: BLIP only (:meth:`.model.ContrastiveModule.configure_blip`): ``official`` = BLIP's own retrieval
+    #: objective (momentum distillation with ``momentum``, queues of ``queue_size``, ``alpha`` ramped over the
+    #: first epoch, same-image masks; the spurious study's BLIP recipe, the only one that trains BLIP through this
+    #: trainer), ``plain`` = in-batch ITC + ITM; other model kinds ignore these keys
+    objective: str = schema_default("spurious_retrieval.training.blip.objective")
+    momentum: float = schema_default("spurious_retrieval.training.blip.momentum")
+    queue_size: int = schema_default("spurious_retrieval.training.blip.queue_size")
+    alpha: float = schema_default("spurious_retrieval.training.blip.alpha")
 
     # the config keys of the training section that map onto fields (seeds come from the run)
     SECTION_KEYS = ("lr", "weight_decay", "batch_size", "eval_batch_size", "epochs", "eval_every", "recipe",
@@ -82,12 +90,22 @@ class TrainSettings:
                     "no_decay", "lr_scheduler", "warmup_steps", "max_grad_norm", "max_length",
                     "dataloader_workers", "deterministic", "cpu_threads")
     # keys read when the section has them (configs and job views written before they existed lack them)
-    OPTIONAL_KEYS = ("lr_step_epochs", "lr_step_gamma")
+    OPTIONAL_KEYS = ("lr_step_epochs", "lr_step_gamma", "objective", "momentum", "queue_size", "alpha")
 
     def __post_init__(self):
+        from ..errors import ConfigError
+        from .model import BLIP_OBJECTIVES
+
+        if self.objective not in BLIP_OBJECTIVES:
+            raise ConfigError(f"training: objective must be one of {list(BLIP_OBJECTIVES)}, got {self.objective!r}. "
+                              "Fix: official (BLIP's own fine-tuning) or plain")
+        if not (_is_number(self.momentum) and 0 <= self.momentum <= 1 and _is_number(self.alpha)
+                and 0 <= self.alpha <= 1) or isinstance(self.queue_size, bool) \
+                or not isinstance(self.queue_size, int) or self.queue_size < 1:
+            raise ConfigError(f"training: BLIP needs momentum and alpha in [0, 1] and queue_size >= 1, got "
+                              f"{self.momentum!r}, {self.alpha!r}, {self.queue_size!r}. Fix: BLIP's 0.995, 0.4, 57600")
         if self.lr_scheduler != "step":
             return
-        from ..errors import ConfigError
 
         epochs, gamma = self.lr_step_epochs, self.lr_step_gamma
         if epochs is None or not _is_number(epochs) or not epochs > 0:
@@ -226,6 +244,9 @@ class _ContrastiveMixin:
 
     def training_step(self, model, inputs, num_items_in_batch=None):
         lr = float(self.optimizer.param_groups[0]["lr"])  # the rate this step's update uses
+        module = getattr(model, "module", model)  # a data-parallel wrapper's
+        if getattr(module, "blip_momentum", None) is not None:
+            module.blip_step = self.state.global_step  # BLIP's alpha ramp follows the optimiser steps
         loss = super().training_step(model, inputs, num_items_in_batch)
         step = self.state.global_step + 1
         self.history.append({"step": step, "epoch": self.plan[step - 1].epoch, "train_loss": float(loss),
@@ -325,6 +346,16 @@ def build_trainer(adapter: ContrastiveAdapter, train_frame: pd.DataFrame, val_fr
         raise ConfigError("training: no training rows. Fix: check the mixture manifest's train split")
     partners = anchors_and_partners(train_frame)[1] if settings.recipe == "cvld" else None
     adapter.max_length = adapter._text_length(settings.max_length)
+    train_ids = val_ids = None
+    if adapter.kind == "blip":  # before the Trainer moves the module: the momentum copies go with it
+        # BLIP's alpha ramp: linear over the first epoch (train_retrieval.py: alpha * min(1, i / len(loader)))
+        ramp = max(1, int(round(steps_per_epoch(train_frame, settings))))
+        adapter.module.configure_blip(settings.objective, settings.momentum, settings.queue_size, settings.alpha,
+                                      ramp_steps=ramp)
+        if settings.objective == "official":
+            train_ids, val_ids = image_id_map(train_frame), image_id_map(val_frame)
+            log.info("BLIP official objective: momentum %g, queue %d, alpha %g (ramped over %d steps)",
+                     settings.momentum, settings.queue_size, settings.alpha, ramp)
     device = adapter.device
     trainer_cls, args_cls, extra_args, extra_kwargs = _trainer_classes(device)
     args = args_cls(
@@ -365,11 +396,18 @@ def build_trainer(adapter: ContrastiveAdapter, train_frame: pd.DataFrame, val_fr
         **_precision_flags(settings.precision, device),
         **extra_args,
     )
+    if adapter.kind == "blip" and settings.objective == "official" and getattr(args, "n_gpu", 1) > 1:
+        from ..errors import ConfigError
+
+        raise ConfigError(f"training: BLIP's official objective keeps its momentum encoder and queues in one process; "
+                          f"{args.n_gpu} GPUs would train data-parallel replicas that drop their updates. Fix: expose "
+                          "one GPU (CUDA_VISIBLE_DEVICES=0) or set the BLIP recipe's objective: plain")
     trainer = trainer_cls(model=adapter.module, args=args, train_dataset=RowDataset(len(train_frame)),
                           eval_dataset=RowDataset(len(val_frame)), callbacks=list(callbacks or []), **extra_kwargs)
-    trainer.setup_contrastive(plan, Collator(train_frame, adapter, image_root, partners),
+    trainer.setup_contrastive(plan, Collator(train_frame, adapter, image_root, partners, image_ids=train_ids),
                               eval_batches(len(val_frame), settings.eval_batch_size),
-                              Collator(val_frame, adapter, image_root, hard_negatives=False), settings)
+                              Collator(val_frame, adapter, image_root, hard_negatives=False, image_ids=val_ids),
+                              settings)
     if settings.lr_scheduler == "step":
         trainer.lr_step_size = step_size_of(settings, steps_per_epoch(train_frame, settings))
         log.info("lr_scheduler step: lr x %g every %d steps (%g epochs)", settings.lr_step_gamma,
