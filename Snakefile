@@ -92,6 +92,7 @@ include: "rules/study_cvld.smk"
 include: "rules/release.smk"
 include: "rules/export.smk"
 include: "rules/score.smk"
+include: "rules/verify.smk"
 
 
 # Start-up check of `all` (counterfactory.preflight.StartupGate): every dataset and model role the enabled studies
@@ -111,3 +112,4 @@ rule all:
         f"{RESULTS}/report/overview.html",
         [target for study in STUDIES for target in export_targets(study)],
         score_targets(),
+        [target for study in STUDIES for target in verify_targets(study)],

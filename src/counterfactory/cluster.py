@@ -54,7 +54,8 @@ ACCELERATOR_RULES = ("captions_edit", "images_generate", "evaluate_itr", "evalua
                      "social_image_quality_features", "countercurate_positions_rewrite",
                      "countercurate_attributes", "countercurate_generate", "countercurate_evaluate",
                      "countercurate_train_run", "countercurate_vlm_run", "spurious_inpaint", "spurious_captioner",
-                     "spurious_run", "cvld_intervene", "cvld_edit", "cvld_run", "score_item")
+                     "spurious_run", "cvld_intervene", "cvld_edit", "cvld_run", "score_item",
+                     "verify_vqa")
 
 
 class ClusterConfigError(ConfigError):

@@ -51,7 +51,7 @@ import hashlib
 import logging
 import os
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Sequence
 
@@ -61,6 +61,7 @@ import torch
 
 from ...config import fill_section
 from ...errors import ConfigError, input_error
+from ...models.llava import IGNORE, VICUNA_SYSTEM, Encoded, Encoder, collate, render_prompt  # noqa: F401
 from ...scorers import ImageLike, Scorer, load_image
 from . import STUDY, VLM_ROLE
 
@@ -71,11 +72,7 @@ SECTION = "vlm"
 #: required columns of training / scoring tables; ``negative_image_path`` is optional
 COLUMNS = ("image_path", "caption", "negative_caption")
 NEGATIVE_IMAGE = "negative_image_path"
-#: LLaVA-1.5's Vicuna-v1 system prompt (``conv_templates["vicuna_v1"]``)
-VICUNA_SYSTEM = ("A chat between a curious human and an artificial intelligence assistant. "
-                 "The assistant gives helpful, detailed, and polite answers to the human's questions.")
 LETTERS = ("A", "B")
-IGNORE = -100  # label of tokens without loss (prompt, padding)
 
 
 
@@ -138,21 +135,6 @@ def choice_question(settings: VlmSettings, option_a: str, option_b: str) -> str:
     return f"{settings.question}\nA. {option_a}\nB. {option_b}\n{settings.answer_instruction}"
 
 
-def render_prompt(processor, text: str, system: str | None) -> str:
-    """One user turn (image + ``text``) in the model's chat template, ending with the assistant cue.
-
-    Uses the processor's chat template (llava-hf ships LLaVA-1.5's ``USER: <image>\\n... ASSISTANT:``); a
-    processor without one gets the Vicuna-v1 format written out."""
-    messages = []
-    if system:
-        messages.append({"role": "system", "content": [{"type": "text", "text": system}]})
-    messages.append({"role": "user", "content": [{"type": "image"}, {"type": "text", "text": text}]})
-    if getattr(processor, "chat_template", None):
-        return processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-    image = getattr(processor, "image_token", "<image>")
-    return f"{system + ' ' if system else ''}USER: {image}\n{text} ASSISTANT:"
-
-
 def item_keys(images: Sequence[ImageLike], captions_a: Sequence[str], captions_b: Sequence[str]) -> list[str]:
     """A stable key per item for the option order: the image's file name (not its folder, so moving the data does
     not change the questions; the item's position when the image is an in-memory picture) and both captions."""
@@ -199,82 +181,8 @@ def parse_choice(answer: str, option_a: str, option_b: str) -> str | None:
 # --------------------------------------------------------------------------------------------
 # encoding
 # --------------------------------------------------------------------------------------------
-@dataclass
-class Encoded:
-    """One tokenised sequence: prompt (image placeholders expanded) followed by ``answer_ids``."""
-
-    input_ids: list[int]
-    pixel_values: torch.Tensor
-    n_prompt: int
-    labels: list[int] = field(default_factory=list)
-
-
-class Encoder:
-    """Prompt + answer -> token ids of a LLaVA processor, with the answer's tokens known exactly."""
-
-    def __init__(self, processor, max_length: int):
-        self.processor = processor
-        self.tokenizer = processor.tokenizer
-        self.max_length = int(max_length)
-        self._answers: dict[tuple[str, str], list[int]] = {}
-        if self.tokenizer.pad_token_id is None and self.tokenizer.eos_token_id is None:
-            raise ConfigError("vlm: the tokenizer has neither a pad nor an EOS token. Fix: use a LLaVA processor")
-
-    @property
-    def pad_id(self) -> int:
-        tok = self.tokenizer
-        return int(tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id)
-
-    def answer_ids(self, prompt: str, answer: str) -> list[int]:
-        """Token ids of ``" " + answer`` as they follow ``prompt`` (LLaVA's ``ASSISTANT: <answer>``): the tail of
-        tokenising prompt + answer when the prompt's tokens are its prefix, else the answer tokenised alone."""
-        key = (prompt, answer)
-        if key not in self._answers:
-            p = self.tokenizer(prompt).input_ids
-            f = self.tokenizer(f"{prompt} {answer}").input_ids
-            if len(f) > len(p) and f[:len(p)] == p:
-                ids = f[len(p):]
-            else:
-                ids = self.tokenizer(f" {answer}", add_special_tokens=False).input_ids
-            if not ids:
-                raise ConfigError(f"vlm: the answer {answer!r} tokenises to nothing. Fix: use a non-empty answer")
-            self._answers[key] = list(ids)
-        return self._answers[key]
-
-    def prompt(self, image, prompt: str) -> tuple[list[int], torch.Tensor]:
-        enc = self.processor(text=[prompt], images=[image], return_tensors="pt")
-        return enc["input_ids"][0].tolist(), enc["pixel_values"][0]
-
-    def encode(self, image, prompt: str, answer: str | None, *, eos: bool, where: tuple = (None, None)) -> Encoded:
-        """``prompt`` (+ ``answer`` (+ EOS)); labels hold -100 on every prompt token. ``where`` = (file, row)
-        names the input in the error raised for sequences longer than ``max_length``."""
-        ids, pixels = self.prompt(image, prompt)
-        n_prompt = len(ids)
-        answer_ids = self.answer_ids(prompt, answer) if answer is not None else []
-        if eos and self.tokenizer.eos_token_id is not None:
-            answer_ids = answer_ids + [int(self.tokenizer.eos_token_id)]
-        full = ids + answer_ids
-        if len(full) > self.max_length:
-            raise input_error(where[0] or "<vlm input>", where[1],
-                              f"the conversation is {len(full)} tokens, longer than vlm.max_length "
-                              f"({self.max_length})", "shorten the captions or raise vlm.max_length "
-                              "(sequences are never truncated: the answer would be cut off)")
-        return Encoded(full, pixels, n_prompt, [IGNORE] * n_prompt + answer_ids)
-
-
-def collate(items: Sequence[Encoded], pad_id: int) -> dict[str, torch.Tensor]:
-    """Right-padded batch: ``input_ids``, ``attention_mask``, ``pixel_values``, ``labels`` (-100 on padding)."""
-    width = max(len(e.input_ids) for e in items)
-    ids = torch.full((len(items), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(items), width), dtype=torch.long)
-    labels = torch.full((len(items), width), IGNORE, dtype=torch.long)
-    for i, e in enumerate(items):
-        n = len(e.input_ids)
-        ids[i, :n] = torch.tensor(e.input_ids, dtype=torch.long)
-        mask[i, :n] = 1
-        labels[i, :n] = torch.tensor(e.labels, dtype=torch.long)
-    return {"input_ids": ids, "attention_mask": mask, "pixel_values": torch.stack([e.pixel_values for e in items]),
-            "labels": labels}
+# The LLaVA prompt and encoding (render_prompt, Encoder, Encoded, collate) are shared with the VQA check:
+# :mod:`counterfactory.models.llava`, imported above.
 
 
 # --------------------------------------------------------------------------------------------

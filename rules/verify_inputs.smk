@@ -1,0 +1,35 @@
+# Input functions and parameters of the VQA check (rules/verify.smk, docs/verify.md "VQA check").
+# Kept in their own file: Snakemake's linter wants functions apart from rules.
+import shlex
+
+# the studies with an adapter wired into the workflow, and each one's candidate files (NAME -> path)
+VERIFY_CANDIDATES = {
+    "coco_counterfactuals": {"candidates": "images/selected_pairs.parquet"},
+    "social_counterfactuals": {"candidates": "filter/kept.parquet"},
+}
+
+
+def verify_candidates(wildcards):
+    """The study's candidate files, by name (``--input NAME=PATH``)."""
+    files = VERIFY_CANDIDATES[wildcards.study]
+    return {name: f"{RESULTS}/{wildcards.study}/{path}" for name, path in files.items()}
+
+
+def verify_input_args(wildcards):
+    return " ".join(f"--input {shlex.quote(f'{k}={v}')}" for k, v in verify_candidates(wildcards).items())
+
+
+def verify_role():
+    return config["verify"]["role"]
+
+
+def verify_shard_files(wildcards):
+    n = config["verify"]["shards"]
+    return [f"{RESULTS}/{wildcards.study}/verify/shards/{i:05d}.parquet" for i in range(n)]
+
+
+def verify_targets(study):
+    """``verify/vqa.parquet`` and ``verified.parquet`` of a study when ``verify.enabled`` (off in the paper config)."""
+    if not config["verify"]["enabled"] or study not in VERIFY_CANDIDATES:
+        return []
+    return [f"{RESULTS}/{study}/verify/vqa.parquet", f"{RESULTS}/{study}/verify/verified.parquet"]
