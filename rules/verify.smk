@@ -16,7 +16,7 @@ rule verify_pairs:
     log:
         f"{RESULTS}/{{study}}/logs/verify/pairs.log",
     wildcard_constraints:
-        study="coco_counterfactuals|social_counterfactuals",
+        study=VERIFY_STUDY_RE,
     conda:
         CONDA_ENV
     resources:
@@ -41,7 +41,7 @@ rule verify_vqa:
     benchmark:
         f"{RESULTS}/benchmarks/{{study}}/verify_vqa_{{shard}}.tsv"
     wildcard_constraints:
-        study="coco_counterfactuals|social_counterfactuals",
+        study=VERIFY_STUDY_RE,
         shard=r"\d{5}",
     conda:
         CONDA_ENV
@@ -68,7 +68,7 @@ rule verify_merge:
     log:
         f"{RESULTS}/{{study}}/logs/verify/merge.log",
     wildcard_constraints:
-        study="coco_counterfactuals|social_counterfactuals",
+        study=VERIFY_STUDY_RE,
     conda:
         CONDA_ENV
     resources:

@@ -6,7 +6,13 @@ import shlex
 VERIFY_CANDIDATES = {
     "coco_counterfactuals": {"candidates": "images/selected_pairs.parquet"},
     "social_counterfactuals": {"candidates": "filter/kept.parquet"},
+    "countercurate": {d: f"datasets/{d}.parquet" for d in ("positions", "counting", "attributes")},
+    "cvld": {
+        "candidates": f"coco/edits/{config['cvld']['editing']['train_method']}/edits.parquet",
+        "requests": "coco/edits/requests.parquet",
+    },
 }
+VERIFY_STUDY_RE = "|".join(VERIFY_CANDIDATES)
 
 
 def verify_candidates(wildcards):

@@ -258,3 +258,41 @@ def test_social_counterfactuals_adapter_pairs_members_in_a_cycle(tmp_path):
     out = social_verify.verified({"candidates": str(table)}, scores, tmp_path / "verify")
     assert out["set_id"].tolist() == ["s2", "s2"]      # s1: one pair failed; s3: no pair, not verified
     assert out.loc[0, "image_path"] == "../generation/s2_0.png"
+
+
+def test_countercurate_adapter_pairs_each_dataset_row_with_its_negative_image(tmp_path):
+    from counterfactory.studies.countercurate import verify as cc_verify
+
+    paths = {}
+    for name, neg in (("positions", "negative_caption"), ("attributes", "negative")):
+        paths[name] = str(tmp_path / f"{name}.parquet")
+        pd.DataFrame({"item_id": ["1", "2"], "image_path": ["/d/a.jpg", "/d/b.jpg"],
+                      "caption": ["a dog left of a cat", "a red car"], neg: ["a cat left of a dog", "a blue car"],
+                      "negative_image": ["/g/1.png", "/g/2.png"]}).to_parquet(paths[name])
+    rows = cc_verify.pair_rows(paths)
+    assert [r["item_id"] for r in rows] == ["positions:1", "positions:2", "attributes:1", "attributes:2"]
+    assert rows[3]["partner_caption"] == "a blue car" and rows[3]["partner_image_path"] == "/g/2.png"
+    scores = pd.DataFrame({"item_id": [r["item_id"] for r in rows], "kept": [True, False, False, True]})
+    out = cc_verify.verified(paths, scores, tmp_path)
+    assert list(zip(out["dataset"], out["item_id"])) == [("positions", "1"), ("attributes", "2")]
+
+
+def test_cvld_adapter_pairs_each_kept_edit_with_its_original(tmp_path):
+    from counterfactory.studies.cvld import verify as cvld_verify
+
+    edits = tmp_path / "edits" / "ip2p" / "edits.parquet"
+    edits.parent.mkdir(parents=True)
+    pd.DataFrame({"item_id": ["coco_1", "coco_1", "coco_2"], "candidate": [0, 1, 0], "kept": [True, False, True],
+                  "path": ["00000/a.png", "00000/b.png", "00000/c.png"]}).to_parquet(edits)
+    requests = tmp_path / "edits" / "requests.parquet"
+    pd.DataFrame({"item_id": ["coco_1", "coco_2"], "image_path": ["/d/1.jpg", "/d/2.jpg"],
+                  "source_prompt": ["A woman with a cup.", "A man on a horse."],
+                  "target_prompt": ["A man with a cup.", "A woman on a horse."]}).to_parquet(requests)
+    inputs = {"candidates": str(edits), "requests": str(requests)}
+    rows = cvld_verify.pair_rows(inputs)
+    assert [(r["item_id"], r["caption"], r["partner_caption"]) for r in rows] == [
+        ("coco_1:0", "A woman with a cup.", "A man with a cup."), ("coco_2:0", "A man on a horse.", "A woman on a horse.")]
+    assert rows[1]["partner_image_path"] == str(edits.parent / "00000" / "c.png")
+    out = cvld_verify.verified(inputs, pd.DataFrame({"item_id": ["coco_1:0", "coco_2:0"], "kept": [False, True]}),
+                               tmp_path / "verify")
+    assert out["item_id"].tolist() == ["coco_2"] and out.loc[0, "path"] == "../edits/ip2p/00000/c.png"
