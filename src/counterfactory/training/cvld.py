@@ -9,7 +9,10 @@ intervened (counterfactual) pairs of the batch's examples that have one.
   ``CE(B) + lambda * CE(B~)`` with the counterfactual images keeping their labels (lambda = 1).
 * **Retrieval** (§4.3): BLIP's ITC + ITM with counterfactuals, :func:`cvld_itc_loss` (candidate extension
   with soft labels, query extension of Eq. 8) and :func:`cvld_itm_loss` (counterparts never drawn as hard
-  negatives), and the ablation variants of Table 3 (:data:`VARIANTS`); full fine-tuning.
+  negatives), and the ablation variants of Table 3 (:data:`VARIANTS`); full fine-tuning. BLIP's own terms
+  follow its official retrieval fine-tuning (appendix C; ``objective: official``, the default of
+  ``cvld.retrieval.train``): momentum encoder, queues, momentum distillation and same-image positives / ITM
+  masks (:class:`RetrievalModule`), the counterfactual terms added as they are; ``plain`` = in-batch ITC + ITM.
 * **Captioning** (§4.4, Eq. 9): BLIP's language-modelling loss on (I, T) plus lambda times the same loss on
   the intervened pairs; full fine-tuning.
 
@@ -39,6 +42,7 @@ import torch
 from torch import nn
 
 from ..errors import ConfigError, input_error
+from ..settings import schema_default
 from .cvld_losses import (CELEBA_PROMPTS, VARIANTS, RetrievalModule, captioning_loss,  # noqa: F401 (re-exported)
                           class_prompts, classification_loss, classification_logits, cvld_itc_loss, cvld_itm_loss,
                           prompt_length, retrieval_variant)
@@ -67,7 +71,9 @@ def task_defaults(task: str) -> dict:
 class CVLDSettings:
     """One CVLD run. Use :meth:`for_task` for appendix C's defaults. ``max_length``: text tokens (BLIP's
     retrieval code truncates at 35, its captioning decoder at 40). ``variant``: retrieval only (Table 3).
-    ``n_prompts`` / ``n_prompt_layers``: classification's prompt tuning (§5.1)."""
+    ``n_prompts`` / ``n_prompt_layers``: classification's prompt tuning (§5.1). ``objective``, ``momentum``,
+    ``queue_size``, ``alpha``: retrieval's BLIP objective (:class:`RetrievalModule`; defaults: the schema's
+    ``cvld.retrieval.train``); classification and captioning ignore them."""
 
     task: str
     epochs: int
@@ -81,6 +87,10 @@ class CVLDSettings:
     seed: int = 0
     n_prompts: int = 4
     n_prompt_layers: int = 9
+    objective: str = schema_default("cvld.retrieval.train.objective")
+    momentum: float = schema_default("cvld.retrieval.train.momentum")
+    queue_size: int = schema_default("cvld.retrieval.train.queue_size")
+    alpha: float = schema_default("cvld.retrieval.train.alpha")
     progress: bool = False
 
     def __post_init__(self):
@@ -92,6 +102,16 @@ class CVLDSettings:
                               f"{self.batch_size}, {self.max_steps}). Fix: set positive values")
         if self.lam < 0:
             raise ConfigError(f"CVLD: lambda must be >= 0, got {self.lam}. Fix: use 0 (no counterfactual term) or more")
+        from .model import BLIP_OBJECTIVES
+
+        if self.objective not in BLIP_OBJECTIVES:
+            raise ConfigError(f"CVLD: objective must be one of {list(BLIP_OBJECTIVES)}, got {self.objective!r}. Fix: "
+                              "official (BLIP's retrieval fine-tuning, appendix C) or plain")
+        numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (self.momentum, self.alpha))
+        if not (numbers and 0 <= self.momentum <= 1 and 0 <= self.alpha <= 1) or isinstance(self.queue_size, bool) \
+                or not isinstance(self.queue_size, int) or self.queue_size < 1:
+            raise ConfigError(f"CVLD: BLIP needs momentum and alpha in [0, 1] and queue_size >= 1, got "
+                              f"{self.momentum!r}, {self.alpha!r}, {self.queue_size!r}. Fix: BLIP's 0.995, 0.4, 57600")
 
     @classmethod
     def for_task(cls, task: str, **overrides) -> "CVLDSettings":
@@ -355,27 +375,56 @@ def _save_model(model, processor, out_dir, settings, history) -> None:
         (tmp / "cvld.json").write_text(_record(settings, history))
 
 
+def pool_image_ids(table: pd.DataFrame, has_cf: pd.Series) -> tuple[list[int], list[int]]:
+    """BLIP's image ids (``idx``) of a retrieval table, for the official objective: one integer per distinct
+    image file among the originals' ``image_path`` and the counterfactuals' ``cf_image_path``
+    (:func:`.data.image_id_map`: sorted paths, so the ids depend on the set of files only). Rows of one source
+    image (COCO's five captions) share an id: same-image positives of ITC, never each other's ITM negatives.
+    A counterfactual is an edited, separate image (§3.3), so it has an id of its own, not its original's (as
+    BLIP: same ``image_id`` => positive; CVLD's soft label, not the id, ties it to its original). Returns the
+    id of each row's image and of each row's counterfactual (-1 where it has none)."""
+    from .data import image_id_map
+
+    paths = pd.concat([table["image_path"].astype(str), table["cf_image_path"][has_cf].astype(str)])
+    ids = image_id_map(pd.DataFrame({"image_path": paths}))
+    image = [ids[str(p)] for p in table["image_path"]]
+    cf = [ids[str(p)] if has else -1 for p, has in zip(table["cf_image_path"], has_cf)]
+    return image, cf
+
+
 def train_retrieval(model: nn.Module, processor, table: pd.DataFrame, settings: CVLDSettings | None = None,
                     out_dir: str | Path | None = None, image_root: str | Path = ".") -> CVLDResult:
     """CVLD retrieval fine-tuning (§4.3, §5.3) of the whole ``BlipForImageTextRetrieval`` with
-    :class:`RetrievalModule` and ``settings.variant`` (Table 3). Saves the model (loadable with
-    ``from_pretrained``; the temperature is dropped), the processor and ``cvld.json``."""
+    :class:`RetrievalModule`, ``settings.variant`` (Table 3) and ``settings.objective`` (official: BLIP's
+    momentum encoder and queues, made here from the model as it is, with ``alpha`` ramped over the first
+    epoch's steps as BLIP's ``train_retrieval.py``; image ids from :func:`pool_image_ids`). Saves the model
+    (loadable with ``from_pretrained``; the temperature, momentum encoder and queues are dropped), the
+    processor and ``cvld.json``."""
     settings = settings or CVLDSettings.for_task("retrieval")
     table = _check_table(table, "retrieval")
     source, root = table.attrs.get("source", "training table"), Path(image_root)
-    module = RetrievalModule(model).to(_device(model))
+    ramp = math.ceil(len(table) / settings.batch_size)
+    module = RetrievalModule(model, settings.objective, settings.momentum, settings.queue_size, settings.alpha,
+                             ramp_steps=ramp).to(_device(model))
     module.train()
     variant = retrieval_variant(settings.variant)
     has_cf = ~_blank(table["cf_image_path"])
     if not (variant.candidates or variant.itm_counterfactuals):
         has_cf[:] = False
+    image_ids, cf_ids = pool_image_ids(table, has_cf) if module.objective == "official" else (None, None)
 
     def step_loss(rows, generator):
         pixels, tokens, cf = _pool_batch(table, rows, has_cf, root, processor, settings, source, _device(model))
+        ids = None
+        if image_ids is not None:   # the pool's order: the rows, then the counterfactuals of those that have one
+            ids = torch.tensor([image_ids[r] for r in rows] + [cf_ids[r] for r in rows if has_cf[r]])
         return module(pixels, tokens["input_ids"], tokens["attention_mask"], cf, variant, settings.lam,
-                      generator)["loss"]
+                      generator, ids)["loss"]
 
-    history = _fit(list(module.parameters()), _row_keys(table), settings, step_loss)
+    if module.objective == "official":
+        log.info("CVLD retrieval: BLIP's official objective (momentum %g, queue %d, alpha %g ramped over %d steps)",
+                 settings.momentum, settings.queue_size, settings.alpha, ramp)
+    history = _fit([p for p in module.parameters() if p.requires_grad], _row_keys(table), settings, step_loss)
     model.eval()
     if out_dir is not None:
         _save_model(model, processor, out_dir, settings, history)

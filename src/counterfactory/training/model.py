@@ -345,6 +345,18 @@ def blip_itc_loss(img: torch.Tensor, txt: torch.Tensor, img_m: torch.Tensor, txt
         idx_all, img_m_all, txt_m_all = idx, img_m, txt_m
     with torch.no_grad():
         targets = same_image_targets(idx, idx_all)
+    return blip_distilled_itc(img, txt, img_m, txt_m, img_m_all, txt_m_all, targets, temp, alpha)
+
+
+def blip_distilled_itc(img: torch.Tensor, txt: torch.Tensor, img_m: torch.Tensor, txt_m: torch.Tensor,
+                       img_m_all: torch.Tensor, txt_m_all: torch.Tensor, targets: torch.Tensor,
+                       temp: torch.Tensor | float, alpha: float) -> torch.Tensor:
+    """The distillation step of :func:`blip_itc_loss` once candidates and ground truth are fixed: ``B`` queries
+    (``img``, ``txt``; momentum ``img_m``, ``txt_m``), ``C`` momentum candidates (``img_m_all``, ``txt_m_all``)
+    and ``targets`` ``(B, C)`` (rows sum to 1; the same for both directions, as BLIP's ``sim_targets``). CVLD's
+    official objective (:func:`counterfactory.training.cvld_losses.official_itc_loss`) calls it with the
+    counterfactuals among the candidates."""
+    with torch.no_grad():
         t = temp.detach() if isinstance(temp, torch.Tensor) else temp
         targets_i2t = alpha * F.softmax((img_m @ txt_m_all.T).float() / t, dim=1) + (1.0 - alpha) * targets
         targets_t2i = alpha * F.softmax((txt_m @ img_m_all.T).float() / t, dim=1) + (1.0 - alpha) * targets
