@@ -22,6 +22,18 @@ Shortcut baselines, rows of the same table: ``text-only (lm)`` picks the caption
 construction and are not listed); ``bag of words (ceiling)`` is the share of items whose two captions are *not* the
 same multiset of words — a bag-of-words model cannot separate the rest, so this is its ceiling.
 
+* ``quad``: CounterCurate's (C, I, C′, I′) quadruples from the workflow's Flickr30k-Positions / -Counting /
+  -Attributes tables: ``accuracy`` (the authors' 2N image-to-text accuracy, half a point per image) and the
+  Winoground ``text`` / ``image`` / ``group`` booleans of the quadruple.
+* ``set``: a set-level metric (MaxSkew@K, NDKL, ODmAP@k, Bias@K, AP, DEO, ΔAcc) over the benchmark's *units*
+  (queries, pools or images). A set benchmark's ``score`` writes one row per unit with what its ``aggregate``
+  needs (per-query values from the studies' own code, or per-image scores and labels); the cell is
+  ``aggregate(all units)`` and its interval the percentile bootstrap of ``aggregate`` over units drawn with
+  replacement (``resamples`` draws, seeded). Bias metrics are lower-is-better (shown with ↓).
+
+Each benchmark declares the model kinds it can score (:data:`DUAL`, :data:`ITM`, :data:`GENERATIVE`); a model of
+another kind gets n/a (a note), not an error. A benchmark whose data is not configured is skipped with a note.
+
 Results are cached per (model fingerprint, benchmark data fingerprint, scoring settings): the per-item outcomes of
 one model on one benchmark live in ``<out>/items/<benchmark>/<key>.parquet``, so adding a model scores only that model.
 """
@@ -44,22 +56,71 @@ from .settings import config_value
 
 log = logging.getLogger(__name__)
 
-PAIR, GROUP = "pair", "group"
-METRICS = {PAIR: ("accuracy",), GROUP: ("text", "image", "group")}
+PAIR, GROUP, QUAD, SET = "pair", "group", "quad", "set"
+METRICS = {PAIR: ("accuracy",), GROUP: ("text", "image", "group"), QUAD: ("accuracy", "text", "image", "group")}
 TEXT_ONLY, BOW = "text-only (lm)", "bag of words (ceiling)"
+#: model kinds: an embedding per image and per text (CLIP, OpenCLIP, VSE++, the ITC heads of BLIP / FLAVA /
+#: BridgeTower), an image-text matching head (BLIP, FLAVA, BridgeTower, ViLT), a generative VLM (LLaVA)
+DUAL, ITM, GENERATIVE = "dual encoder", "cross-encoder", "generative VLM"
+ALL_KINDS = frozenset({DUAL, ITM, GENERATIVE})
+
+
+class NotConfigured(ConfigError):
+    """A benchmark whose data the configuration does not name: skipped with this note, not an error."""
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A leaderboard metric: its name, whether lower is better (bias metrics), and whether it is a share (shown
+    in percent) or a raw value (MaxSkew, NDKL)."""
+
+    name: str
+    lower_is_better: bool = False
+    percent: bool = True
+
+
+@dataclass(frozen=True)
+class SetData:
+    """A set benchmark's data: ``files`` (fingerprinted: their bytes), ``settings`` (fingerprinted: what the
+    metric depends on, e.g. K), ``payload`` (what its ``score`` reads) and ``n`` (its size, for the log)."""
+
+    files: tuple
+    settings: Mapping
+    payload: object
+    n: int
 
 
 @dataclass(frozen=True)
 class Benchmark:
-    """A benchmark: its kind (:data:`PAIR` / :data:`GROUP`), where it comes from, and its reader
-    ``read(cfg, source) -> items`` (pair items: ``image_path, caption, negative_caption``; group items:
-    ``image_0_path, image_1_path, caption_0, caption_1``; both with ``item_id``)."""
+    """A benchmark: its kind (:data:`PAIR` / :data:`GROUP` / :data:`QUAD` / :data:`SET`), where it comes from, and
+    its reader ``read(cfg, source)`` (pair items: ``image_path, caption, negative_caption``; group and quad items:
+    ``image_0_path, image_1_path, caption_0, caption_1``; all with ``item_id``; a set benchmark: a :class:`SetData`).
+    ``models``: the model kinds it can score. ``study``: the study whose configuration section its reader reads.
+    A set benchmark adds ``score(cfg, role, data, progress) -> units`` (one row per ``unit``, column ``unit_id``),
+    ``aggregate(units) -> {metric: value}`` and its ``metrics``."""
 
     name: str
     kind: str
     title: str
     source: str
-    read: Callable[[Mapping, str | None], pd.DataFrame]
+    read: Callable[[Mapping, str | None], object]
+    models: frozenset = ALL_KINDS
+    study: str = "countercurate"
+    metrics: tuple = ()
+    unit: str = "item"
+    score: Callable | None = None
+    aggregate: Callable | None = None
+
+    def metric_list(self) -> tuple:
+        return self.metrics or tuple(Metric(m) for m in METRICS[self.kind])
+
+    def metric(self, name: str) -> Metric:
+        """The declared metric of ``name`` (a per-segment name ``base:segment`` takes its base's declaration)."""
+        base = re.split(r"[:@]", name, maxsplit=1)[0]
+        for m in self.metric_list():
+            if m.name in (name, base):
+                return m
+        return Metric(name)
 
 
 def _cc_items(benchmark: str):
@@ -80,8 +141,8 @@ def _coco_cf_items(cfg: Mapping, source: str | None) -> pd.DataFrame:
     """COCO-Counterfactuals pairs as group items: a ``selected_pairs.parquet`` of the image stage, or the published
     release folder (``data/examples.jsonl`` with ``data/images/`` extracted)."""
     if not source:
-        raise ConfigError("score: the coco_cf benchmark needs its pairs. Fix: pass --data coco_cf=<selected_pairs."
-                          "parquet of the image stage, or the Intel/COCO-Counterfactuals release folder>")
+        raise NotConfigured("coco_cf needs its pairs: pass --data coco_cf=<selected_pairs.parquet of the image "
+                            "stage, or the Intel/COCO-Counterfactuals release folder>")
     path = Path(source)
     if path.is_dir():
         from .data.releases import read_coco_counterfactuals
@@ -107,12 +168,395 @@ def _coco_cf_items(cfg: Mapping, source: str | None) -> pd.DataFrame:
                          "image_1_path": [located(str(p)) for p in pairs["image_1"]]})
 
 
+def _view(cfg: Mapping, study: str) -> Mapping:
+    """``study``'s view of ``cfg`` (a full configuration), or ``cfg`` itself when it is already a view."""
+    from .config import study_view
+
+    return study_view(cfg, study) if study in cfg else cfg
+
+
+def _quad_items(dataset: str):
+    """CounterCurate's Flickr30k-Positions / -Counting / -Attributes (the ``countercurate datasets`` step's
+    ``datasets/<dataset>.parquet``, its test split) as quad items: image 0 = I, image 1 = the negative image I′,
+    caption 0 = C, caption 1 = C′."""
+
+    def read(cfg: Mapping, source: str | None) -> pd.DataFrame:
+        from .studies.countercurate.benchmarks import read_positions
+
+        if not source:
+            raise NotConfigured(f"cc_{dataset} reads the countercurate study's datasets/{dataset}.parquet; pass "
+                                f"--data cc_{dataset}=results/<run>/countercurate/datasets/{dataset}.parquet")
+        path = Path(source)
+        if dataset == "positions":
+            frame = read_positions(path)
+        else:
+            if not path.is_file():
+                raise input_error(path, None, f"Flickr30k-{dataset.capitalize()} table not found",
+                                  "run the countercurate study's datasets step (or pass its table)")
+            frame = pd.read_parquet(path).rename(columns={"negative_image": "negative_image_path"})
+            missing = {"image_path", "negative_image_path", "caption", "negative_caption"} - set(frame.columns)
+            if missing:
+                raise input_error(path, None, f"no column(s) {', '.join(sorted(missing))}",
+                                  "pass the countercurate datasets step's table")
+            if "split" in frame.columns:
+                frame = frame[frame["split"].astype(str) == "test"]
+            for col in ("image_path", "negative_image_path"):
+                frame[col] = [str(p if Path(p).is_absolute() else (path.parent / p).resolve()) for p in frame[col]]
+        frame = frame.reset_index(drop=True)
+        ids = frame["item_id"].astype(str) if "item_id" in frame.columns else [f"{dataset}_{i}"
+                                                                              for i in range(len(frame))]
+        return pd.DataFrame({"item_id": list(ids), "caption_0": frame["caption"].astype(str).to_numpy(),
+                             "caption_1": frame["negative_caption"].astype(str).to_numpy(),
+                             "image_0_path": frame["image_path"].astype(str).to_numpy(),
+                             "image_1_path": frame["negative_image_path"].astype(str).to_numpy()})
+
+    return read
+
+
+# ---------------------------------------------------------------------------------------------------- set benchmarks
+def _mean_of_units(columns: Sequence[str], by: str | None = None):
+    """``aggregate`` of per-unit values: the mean of each column over the units (NaN units skipped), and with
+    ``by`` also per value of that column (``<metric>:<value>``, e.g. per SocialCF segment)."""
+
+    def aggregate(units: pd.DataFrame) -> dict[str, float]:
+        out = {}
+        for c in columns:
+            x = units[c].astype(float)
+            out[c] = float(x.mean()) if x.notna().any() else float("nan")
+            if by is not None:
+                for value, part in units.groupby(by, sort=True):
+                    y = part[c].astype(float)
+                    out[f"{c}:{value}"] = float(y.mean()) if y.notna().any() else float("nan")
+        return out
+
+    return aggregate
+
+
+def _dual_scorer(cfg: Mapping, role: str, progress: bool = False, **kw):
+    """The role's contrastive (ITC) scorer: dual encoders rank a pool by one query embedding."""
+    from .scorers import scorer_from_config
+
+    return scorer_from_config(dict(cfg), role, head="itc", progress=progress, **kw)
+
+
+SOCIAL = "social_counterfactuals"
+
+
+def default_source(cfg: Mapping, name: str) -> str | None:
+    """The data of benchmark ``name`` a full configuration names outside its study sections: SocialCF's
+    published release (``social_counterfactuals.release.root``, else the catalogue's
+    ``releases/social_counterfactuals`` when it holds ``data/``); None for the others."""
+    if name != "socialcf":
+        return None
+    root = ((cfg.get(SOCIAL) or {}).get("release") or {}).get("root")
+    if root:
+        return str(root)
+    if "data_root" not in cfg:
+        return None
+    from .catalogue import dataset_root
+
+    folder = Path(dataset_root(dict(cfg), "releases")) / "social_counterfactuals"
+    return str(folder) if (folder / "data").is_dir() else None
+
+
+def _socialcf_read(cfg: Mapping, source: str | None) -> SetData:
+    """SocialCounterfactuals: the published release folder (``data/train-*.parquet``; default the study's
+    ``release.root``) or a kept-images table of the study's filter step."""
+    view = _view(cfg, SOCIAL)
+    source = source or ((view.get("release") or {}).get("root"))
+    if not source:
+        raise NotConfigured("socialcf reads the Intel/SocialCounterfactuals release (social_counterfactuals.release."
+                            "root, or --data socialcf=<release folder or kept-images table>)")
+    path = Path(source)
+    from .studies.social_counterfactuals import probing
+
+    opts = probing.settings(view)
+    settings = {k: opts.get(k) for k in ("k", "marginal_k", "ndkl_depth", "prefixes", "flava_embedding")}
+    if path.is_dir():
+        from .data.releases import social_shards
+
+        shards = social_shards(path)
+        return SetData(tuple(str(p) for p in shards), settings, ("release", str(path)), len(shards))
+    frame = probing.read_images_table(path)
+    return SetData((str(path), *dict.fromkeys(frame["image_path"].astype(str))), settings, ("table", str(path)),
+                   len(frame))
+
+
+def _socialcf_score(cfg: Mapping, role: str, data: SetData, progress: bool = False) -> pd.DataFrame:
+    """Per (segment, subject) pool: the study's probe (§4.1: MaxSkew@K and NDKL of the intersectional labels)."""
+    import tempfile
+
+    from .studies.social_counterfactuals import probing
+
+    view = _view(cfg, SOCIAL)
+    opts = probing.settings(view)
+    how, where = data.payload
+    with tempfile.TemporaryDirectory(prefix="score-socialcf-") as tmp:
+        if how == "release":
+            from .data.releases import read_social_counterfactuals
+
+            frame = read_social_counterfactuals(where, tmp)
+            frame.to_parquet(Path(tmp) / "kept.parquet")
+            frame = probing.read_images_table(Path(tmp) / "kept.parquet")
+        else:
+            frame = probing.read_images_table(where)
+        scorer = probing._default_scorer_factory(probing.probe_config(view), role)
+        rows = probing.probe_frame(frame, scorer, role, opts)
+    sel = rows[(rows["attribute"] == probing.INTERSECTIONAL) & (rows["given"] == probing.ALL)
+               & rows["metric"].isin(["maxskew", "ndkl"])]
+    units = sel.pivot_table(index=["segment", "subject"], columns="metric", values="value", aggfunc="first")
+    units = units.reset_index()
+    units.insert(0, "unit_id", units["segment"].astype(str) + "/" + units["subject"].astype(str))
+    return units[["unit_id", "segment", "subject", "maxskew", "ndkl"]]
+
+
+def _external_read(dataset: str):
+    def read(cfg: Mapping, source: str | None) -> SetData:
+        from .studies.social_counterfactuals import external
+
+        view = _view(cfg, SOCIAL)
+        if not external.configured(view, dataset):
+            keys = "files_list, captions_json, image_dir" if dataset == "pata" else "image_dir, oo_tsv / op_tsv"
+            raise NotConfigured(f"{dataset} is not configured (social_counterfactuals.probing.{dataset}: {keys}; "
+                                f"the catalogue's data.{dataset})")
+        o = external.external_settings(view, dataset)
+        files = [o[k] for k in (("files_list", "captions_json") if dataset == "pata" else ("oo_tsv", "op_tsv"))
+                 if o.get(k)]
+        absent = [p for p in [*files, o["image_dir"]] if not Path(p).exists()]
+        if absent:
+            raise NotConfigured(f"{dataset}: {absent[0]} not found (social_counterfactuals.probing.{dataset}; the "
+                                f"catalogue's data.{dataset}, docs/data.md)")
+        images = external.image_paths(view, dataset)
+        if not images:
+            raise NotConfigured(f"{dataset}: none of its images is in {o['image_dir']}")
+        settings = {k: v for k, v in o.items() if k in ("polarities", "k", "templates", "image_name")}
+        return SetData(tuple(files + images), settings, o, len(images))
+
+    return read
+
+
+def _external_score(dataset: str):
+    """Per query (PATA: scene x caption x attribute; VisoGender: context x occupation): MaxSkew@K and NDKL of
+    the study's §5.3 evaluation (:mod:`counterfactory.studies.social_counterfactuals.external`)."""
+
+    def score(cfg: Mapping, role: str, data: SetData, progress: bool = False) -> pd.DataFrame:
+        from .studies.social_counterfactuals import external
+
+        view = _view(cfg, SOCIAL)
+        run = external.evaluate_pata if dataset == "pata" else external.evaluate_visogender
+        rows = run(view, [role])
+        sel = rows[(rows["label"].fillna("") == "") & rows["metric"].isin(["maxskew", "ndkl"])]
+        units = sel.pivot_table(index=["group", "query_set", "query", "attribute"], columns="metric",
+                                values="value", aggfunc="first").reset_index()
+        units.insert(0, "unit_id", units[["group", "query_set", "query", "attribute"]].astype(str).agg("/".join,
+                                                                                                     axis=1))
+        return units[["unit_id", "group", "query", "attribute", "maxskew", "ndkl"]]
+
+    return score
+
+
+CVLD = "cvld"
+
+
+def _fairface_read(cfg: Mapping, source: str | None) -> SetData:
+    """FairFace (``cvld.data.fairface``): CVLD appendix A's ten Berg et al. queries against every image."""
+    from .data.fairface import load_fairface
+
+    view = _view(cfg, CVLD)
+    ff = dict((view.get("data") or {}).get("fairface") or {})
+    root = source or ff.get("root")
+    if not root or not Path(root).is_dir():
+        raise NotConfigured("cvld_fairface reads FairFace (cvld.data.fairface.root; the catalogue's data.fairface)"
+                            + (f": {root} not found" if root else ""))
+    frame = load_fairface(root, ff.get("split") or "val")
+    ks = [int(k) for k in ((view.get("retrieval") or {}).get("fairface_ks") or (1000, 128))]
+    return SetData(tuple(frame["image_path"].astype(str)), {"ks": ks, "split": ff.get("split")}, frame, len(frame))
+
+
+def _fairface_score(cfg: Mapping, role: str, data: SetData, progress: bool = False) -> pd.DataFrame:
+    """Per query: |Bias@K| and MaxSkew@K of CVLD's FairFace evaluation (:func:`counterfactory.evaluation.cvld.
+    fairface_bias_table`), images ranked by the model's contrastive score."""
+    from .evaluation.cvld import FAIRFACE_QUERIES, fairface_bias_table
+
+    frame = data.payload
+    scorer = _dual_scorer(cfg, role, progress)
+    sim = np.asarray(scorer.score_matrix(list(frame["image_path"]), list(FAIRFACE_QUERIES)), dtype=np.float64).T
+    table = fairface_bias_table(sim, list(frame["gender"]), list(FAIRFACE_QUERIES), ks=data.settings["ks"])
+    table = table[table["query"] != "mean"]
+    units = pd.DataFrame({"unit_id": list(FAIRFACE_QUERIES)})
+    for k in data.settings["ks"]:
+        part = table[table["k"] == k].set_index("query")
+        units[f"bias@{k}"] = part.loc[units["unit_id"], "abs_bias"].to_numpy()
+        units[f"maxskew@{k}"] = part.loc[units["unit_id"], "max_skew"].to_numpy()
+    return units
+
+
+def _celeba_read(cfg: Mapping, source: str | None) -> SetData:
+    """CelebA (``cvld.data.celeba``): zero-shot classification of ``cvld.classification.attributes``; thresholds
+    calibrated on the valid split, metrics on the test split (Ramaswamy et al.'s protocol, CVLD Table 1)."""
+    from .data.celeba import load_celeba
+
+    view = _view(cfg, CVLD)
+    root = source or ((view.get("data") or {}).get("celeba") or {}).get("root")
+    if not root or not Path(root).is_dir():
+        raise NotConfigured("cvld_celeba reads CelebA (cvld.data.celeba.root; the catalogue's data.celeba)"
+                            + (f": {root} not found" if root else ""))
+    attributes = list((view.get("classification") or {}).get("attributes") or [])
+    test, val = load_celeba(root, "test"), load_celeba(root, "valid")
+    files = (str(Path(root) / "list_attr_celeba.txt"), str(Path(root) / "list_eval_partition.txt"),
+             *test["image_path"].astype(str), *val["image_path"].astype(str))
+    return SetData(files, {"attributes": attributes}, (test, val, attributes), len(test))
+
+
+def _celeba_score(cfg: Mapping, role: str, data: SetData, progress: bool = False) -> pd.DataFrame:
+    """Per test image: each attribute's score ``s(positive prompt) − s(negative prompt)`` (CVLD's prompts,
+    :data:`counterfactory.evaluation.cvld.DEFAULT_PROMPTS`), its label, the validation-calibrated threshold
+    (:func:`counterfactory.metrics.fairness.calibrated_threshold`) and the protected attribute (``Male``)."""
+    from .data.celeba import PROTECTED
+    from .evaluation.cvld import DEFAULT_PROMPTS
+    from .metrics.fairness import calibrated_threshold
+
+    test, val, attributes = data.payload
+    scorer = _dual_scorer(cfg, role, progress)
+    texts = [t for a in attributes for t in DEFAULT_PROMPTS[a]]
+
+    def margins(frame):
+        s = np.asarray(scorer.score_matrix(list(frame["image_path"]), texts), dtype=np.float64)
+        return s[:, 0::2] - s[:, 1::2]
+
+    s_test, s_val = margins(test), margins(val)
+    units = pd.DataFrame({"unit_id": test["image_id"].astype(str).to_numpy(),
+                          "gender": test[PROTECTED].astype(int).to_numpy()})
+    for j, a in enumerate(attributes):
+        units[f"score:{a}"] = s_test[:, j]
+        units[f"label:{a}"] = test[a].astype(int).to_numpy()
+        units[f"threshold:{a}"] = calibrated_threshold(val[a].astype(int).to_numpy(), s_val[:, j])
+    return units
+
+
+def _celeba_aggregate(units: pd.DataFrame) -> dict[str, float]:
+    """AP, DEO and ΔAcc of CVLD Table 1 (:func:`counterfactory.evaluation.cvld.classification_metrics`), the mean
+    over the attributes, as fractions."""
+    from .evaluation.cvld import classification_metrics
+
+    attributes = [c.split(":", 1)[1] for c in units.columns if c.startswith("score:")]
+    rows = []
+    quiet = logging.getLogger("counterfactory.evaluation.cvld")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)   # a resample without a positive in a gender: NaN for that attribute
+    try:
+        for a in attributes:
+            scores = pd.DataFrame({a: units[f"score:{a}"].to_numpy()})
+            labels = pd.DataFrame({a: units[f"label:{a}"].to_numpy()})
+            table = classification_metrics(scores, labels, units["gender"].to_numpy(), attributes=[a],
+                                           threshold=float(units[f"threshold:{a}"].iloc[0]))
+            rows.append(table.iloc[0])
+    finally:
+        quiet.setLevel(level)
+    table = pd.DataFrame(rows)
+    return {m: float(np.nanmean(table[c])) / 100 if table[c].notna().any() else float("nan")
+            for m, c in (("AP", "AP"), ("DEO", "DEO"), ("ΔAcc", "ΔAcc"))}
+
+
+SPURIOUS = "spurious_retrieval"
+
+
+def _odmap_read(dataset: str):
+    def read(cfg: Mapping, source: str | None) -> SetData:
+        view = _view(cfg, SPURIOUS)
+        if not source:
+            raise NotConfigured(f"odmap_{dataset} reads the spurious_retrieval study's decorrelated {dataset} set; "
+                                f"pass --data odmap_{dataset}=results/<run>/spurious_retrieval/{dataset}")
+        folder = Path(source)
+        gallery, queries = folder / "captions" / "gallery.parquet", folder / "manifests" / "queries.parquet"
+        for path in (gallery, queries):
+            if not path.is_file():
+                raise input_error(path, None, "not found", "run the spurious_retrieval study's captions and "
+                                  "manifests steps for this dataset (or pass its folder)")
+        ev = view.get("evaluation") or {}
+        q = pd.read_parquet(queries)
+        settings = {"ks": [int(k) for k in ev.get("ks") or (1, 5, 10)],
+                    "normaliser": ev.get("odmap_normaliser") or "hits_in_top_k"}
+        return SetData((str(gallery), str(queries), *q["image_path"].astype(str)), settings, (gallery, queries),
+                       len(q))
+
+    return read
+
+
+def _odmap_score(cfg: Mapping, role: str, data: SetData, progress: bool = False) -> pd.DataFrame:
+    """Per synthetic query image: AP@k of caption retrieval (:func:`counterfactory.metrics.odmap_at_k`, the
+    study's relevance rule :func:`counterfactory.studies.spurious_retrieval.evaluation.relevance`); queries with
+    no correct caption in the gallery are dropped (as the study skips them)."""
+    from .metrics import odmap_at_k
+    from .studies.spurious_retrieval.evaluation import CHUNK_ELEMENTS, class_matrix, read_gallery, relevance
+
+    gallery_path, queries_path = data.payload
+    gallery, queries = read_gallery(gallery_path), pd.read_parquet(queries_path)
+    ks, normaliser = data.settings["ks"], data.settings["normaliser"]
+    classes = sorted({c for col in ("removed_categories", "present_categories") for v in queries[col] for c in v}
+                     | {c for v in gallery["mentions"] for c in v})
+    scorer = _dual_scorer(cfg, role, progress)
+    gal = np.asarray(scorer.encode_texts(gallery["caption"].astype(str).tolist()), dtype=np.float64)
+    qry = np.asarray(scorer.encode_images([str(p) for p in queries["image_path"]]), dtype=np.float64)
+    removed = class_matrix(queries["removed_categories"], classes)
+    present = class_matrix(queries["present_categories"], classes)
+    mentions = class_matrix(gallery["mentions"], classes)
+    per = {k: np.full(len(qry), np.nan) for k in ks}
+    step = max(1, CHUNK_ELEMENTS // max(len(gal), 1))
+    for lo in range(0, len(qry), step):
+        hi = min(len(qry), lo + step)
+        rel = relevance(removed[lo:hi], present[lo:hi], mentions)
+        if not rel.any():
+            continue
+        sim = qry[lo:hi] @ gal.T
+        for k in ks:
+            per[k][lo:hi] = odmap_at_k(sim, rel, min(k, len(gal)), percent=False, return_per_query=True,
+                                       normaliser=normaliser)[1]
+    ids = queries["item_id"].astype(str) if "item_id" in queries.columns else pd.Series(range(len(qry))).astype(str)
+    units = pd.DataFrame({"unit_id": ids.to_numpy(), **{f"odmap@{k}": per[k] for k in ks}})
+    return units[~np.isnan(per[ks[0]])].reset_index(drop=True)
+
+
+def _odmap_aggregate(units: pd.DataFrame) -> dict[str, float]:
+    return _mean_of_units([c for c in units.columns if c.startswith("odmap@")])(units)
+
+
+def _fairface_aggregate(units: pd.DataFrame) -> dict[str, float]:
+    return _mean_of_units([c for c in units.columns if c.startswith(("bias@", "maxskew@"))])(units)
+
+
+SKEW = (Metric("maxskew", lower_is_better=True, percent=False), Metric("ndkl", lower_is_better=True, percent=False))
+
+
 BENCHMARKS: dict[str, Benchmark] = {b.name: b for b in [
     Benchmark("coco_cf", GROUP, "COCO-Counterfactuals pairs", "Le et al. 2023 (Intel/COCO-Counterfactuals)",
               _coco_cf_items),
     Benchmark("sugarcrepe", PAIR, "SugarCrepe", "Hsieh et al. 2023 (RAIVNLab/sugar-crepe)", _cc_items("sugarcrepe")),
     Benchmark("winoground", GROUP, "Winoground", "Thrush et al. 2022 (facebook/winoground)", _cc_items("winoground")),
     Benchmark("looktwice", PAIR, "PointQA-LookTwice", "Mani et al. 2020", _cc_items("looktwice")),
+    *[Benchmark(f"cc_{d}", QUAD, f"Flickr30k-{d.capitalize()}", "Zhang et al. 2024 (CounterCurate), the workflow's "
+                f"countercurate datasets/{d}.parquet", _quad_items(d)) for d in ("positions", "counting", "attributes")],
+    Benchmark("socialcf", SET, "SocialCounterfactuals", "Howard et al. 2024 (Intel/SocialCounterfactuals)",
+              _socialcf_read, frozenset({DUAL}), SOCIAL, SKEW, "pool (segment x occupation)", _socialcf_score,
+              _mean_of_units(["maxskew", "ndkl"], by="segment")),
+    Benchmark("pata", SET, "PATA", "Seth et al. 2023 (DeAR)", _external_read("pata"), frozenset({DUAL}), SOCIAL,
+              SKEW, "query (scene x caption x attribute)", _external_score("pata"),
+              _mean_of_units(["maxskew", "ndkl"])),
+    Benchmark("visogender", SET, "VisoGender", "Hall et al. 2023 (oxai/visogender)", _external_read("visogender"),
+              frozenset({DUAL}), SOCIAL, SKEW, "query (context x occupation)", _external_score("visogender"),
+              _mean_of_units(["maxskew", "ndkl"])),
+    Benchmark("cvld_fairface", SET, "FairFace retrieval bias (CVLD)", "Kärkkäinen & Joo 2021; queries of Berg et "
+              "al. 2022", _fairface_read, frozenset({DUAL}), CVLD,
+              (Metric("bias", lower_is_better=True, percent=False),
+               Metric("maxskew", lower_is_better=True, percent=False)), "query", _fairface_score, _fairface_aggregate),
+    Benchmark("cvld_celeba", SET, "CelebA attribute classification (CVLD)", "Liu et al. 2015; Ramaswamy et al. 2021's "
+              "protocol", _celeba_read, frozenset({DUAL}), CVLD,
+              (Metric("AP"), Metric("DEO", lower_is_better=True), Metric("ΔAcc", lower_is_better=True)), "image",
+              _celeba_score, _celeba_aggregate),
+    *[Benchmark(f"odmap_{d}", SET, f"ODmAP@k, decorrelated {name}", "Kim et al. 2023, the workflow's "
+                f"spurious_retrieval {d} set", _odmap_read(d), frozenset({DUAL}), SPURIOUS, (Metric("odmap"),),
+                "query image", _odmap_score, _odmap_aggregate) for d, name in (("coco", "MS-COCO"),
+                                                                                ("flickr30k", "Flickr30k"))],
 ]}
 
 
@@ -160,6 +604,44 @@ def model_ref(cfg: Mapping, value: str) -> ModelRef:
     return ModelRef(value, own, role)
 
 
+#: ``model_type`` (or the open_clip / vsepp library) -> the kinds of scoring the model offers
+KINDS_OF_MODEL_TYPE = {"clip": frozenset({DUAL}), "open_clip": frozenset({DUAL}), "vsepp": frozenset({DUAL}),
+                       "blip": frozenset({DUAL, ITM}), "flava": frozenset({DUAL, ITM}),
+                       "bridgetower": frozenset({DUAL, ITM}), "vilt": frozenset({ITM}),
+                       "llava": frozenset({GENERATIVE})}
+_ROLE_PREFIX_TYPE = (("vlm", "llava"), ("itm_blip", "blip"), ("itm_flava", "flava"), ("itm_vilt", "vilt"),
+                     ("itm_bridgetower", "bridgetower"), ("itm", "bridgetower"), ("vsepp", "vsepp"), ("clip", "clip"))
+
+
+def model_kinds(cfg: Mapping, role: str) -> frozenset:
+    """The kinds of scoring ``role``'s model offers (:data:`DUAL`, :data:`ITM`, :data:`GENERATIVE`), from its
+    library, its folder's ``config.json`` ``model_type``, else its role name (a hub CLIP id: a dual encoder)."""
+    from .models.registry import model_spec
+
+    spec = model_spec(dict(cfg), role)
+    if spec.library in KINDS_OF_MODEL_TYPE:
+        return KINDS_OF_MODEL_TYPE[spec.library]
+    config = spec.local_path / "config.json" if spec.is_local else None
+    if config is not None and config.is_file():
+        model_type = json.loads(config.read_text(encoding="utf-8")).get("model_type")
+        if model_type in KINDS_OF_MODEL_TYPE:
+            return KINDS_OF_MODEL_TYPE[model_type]
+    for prefix, model_type in _ROLE_PREFIX_TYPE:
+        if role.startswith(prefix):
+            return KINDS_OF_MODEL_TYPE[model_type]
+    return KINDS_OF_MODEL_TYPE["clip"]
+
+
+def not_scorable(cfg: Mapping, role: str, name: str) -> str | None:
+    """Why ``role`` cannot be scored on benchmark ``name`` (its model kinds are not the benchmark's), else None."""
+    bench = BENCHMARKS[name]
+    kinds = model_kinds(cfg, role)
+    if kinds & bench.models:
+        return None
+    return (f"n/a: {name} scores {' / '.join(sorted(bench.models))} models; {role} is a "
+            f"{' / '.join(sorted(kinds))}")
+
+
 # ---------------------------------------------------------------------------------------------------- outcomes
 def item_outcomes(kind: str, scored: pd.DataFrame) -> pd.DataFrame:
     """Per-item booleans of scored items (``score_items`` / ``choice_items`` columns): ``item_id`` + the metrics of
@@ -174,13 +656,45 @@ def item_outcomes(kind: str, scored: pd.DataFrame) -> pd.DataFrame:
             out["accuracy"] = scored["s_pos"].to_numpy() > scored["s_neg"].to_numpy()
         return out
     if "m_i0" in scored.columns:   # a generative VLM choosing a caption per image: text score only
+        if kind == QUAD:
+            out["accuracy"] = ((scored["m_i0"].to_numpy() > 0).astype(float)
+                               + (scored["m_i1"].to_numpy() > 0).astype(float)) / 2
         out["text"] = (scored["m_i0"].to_numpy() > 0) & (scored["m_i1"].to_numpy() > 0)
         out["image"] = np.nan
         out["group"] = np.nan
         return out
+    if kind == QUAD:   # CounterCurate: s(C, I) > s(C', I) and s(C', I') > s(C, I'), half a point each
+        out["accuracy"] = ((scored["s_c0_i0"].to_numpy() > scored["s_c1_i0"].to_numpy()).astype(float)
+                           + (scored["s_c1_i1"].to_numpy() > scored["s_c0_i1"].to_numpy()).astype(float)) / 2
     s = stack_pair_scores(scored["s_c0_i0"], scored["s_c0_i1"], scored["s_c1_i0"], scored["s_c1_i1"])
     for name, values in winoground_item_scores(s).items():
         out[name] = values
+    return out
+
+
+def set_bootstrap(units: pd.DataFrame, aggregate: Callable[[pd.DataFrame], Mapping[str, float]], *, resamples: int,
+                  seed: int, level: float = 0.95) -> dict[str, tuple[float, float, float]]:
+    """``{metric: (value, ci_low, ci_high)}`` of a set-level metric: ``aggregate`` of every unit, and the
+    percentile interval of ``aggregate`` recomputed on ``resamples`` draws of the units with replacement (seeded;
+    a draw where a metric is undefined, e.g. a segment drawn no unit, is left out of that metric's interval)."""
+    point = dict(aggregate(units))
+    n = len(units)
+    if n == 0:
+        return {}
+    rng = np.random.default_rng(seed)
+    draws: dict[str, list[float]] = {m: [] for m in point}
+    for _ in range(resamples):
+        one = aggregate(units.iloc[rng.integers(0, n, size=n)].reset_index(drop=True))
+        for m in point:
+            draws[m].append(float(one.get(m, np.nan)))
+    out = {}
+    for m, v in point.items():
+        x = np.asarray(draws[m], dtype=np.float64)
+        x = x[~np.isnan(x)]
+        if np.isnan(v):
+            continue
+        lo, hi = np.quantile(x, [(1 - level) / 2, 1 - (1 - level) / 2]) if len(x) else (np.nan, np.nan)
+        out[m] = (float(v), float(lo), float(hi))
     return out
 
 
@@ -221,6 +735,8 @@ def bag_of_words_inseparable(a: str, b: str) -> bool:
 
 
 def _pair_captions(kind: str, items: pd.DataFrame) -> tuple[list[str], list[str]]:
+    if kind == SET:
+        raise ValueError("a set benchmark has no caption pairs")
     if kind == PAIR:
         return items["caption"].astype(str).tolist(), items["negative_caption"].astype(str).tolist()
     return items["caption_0"].astype(str).tolist(), items["caption_1"].astype(str).tolist()
@@ -264,11 +780,21 @@ def lm_perplexity(cfg: Mapping, role: str = "lm", batch_size: int = 16, device: 
 
 
 # ---------------------------------------------------------------------------------------------------- caching
-def data_fingerprint(kind: str, items: pd.DataFrame) -> str:
-    """Content digest of a benchmark's items: the captions, and the bytes of every image (not their names)."""
+def data_fingerprint(kind: str, items) -> str:
+    """Content digest of a benchmark's items: the captions, and the bytes of every image (not their names); of a
+    set benchmark's :class:`SetData`: the bytes of its files and its settings."""
     from .io import file_sha256
 
     h = hashlib.sha256()
+    if kind == SET:
+        h.update(json.dumps(dict(items.settings), sort_keys=True, default=str).encode())
+        for path in items.files:
+            try:
+                h.update(b"\0" + file_sha256(path).encode())
+            except OSError as exc:
+                raise input_error(path, None, f"benchmark file unreadable ({exc.strerror or exc})",
+                                  "fix the benchmark's data folder (docs/data.md)") from None
+        return h.hexdigest()[:16]
     columns = ["image_path"] if kind == PAIR else ["image_0_path", "image_1_path"]
     texts = list(_pair_captions(kind, items))
     digests: dict[str, str] = {}
@@ -313,7 +839,9 @@ def score_model(cfg: Mapping, role: str, benchmark: Benchmark, items: pd.DataFra
     """Per-item outcomes of one model role on one benchmark (the studies' scoring code)."""
     from .studies.countercurate import benchmarks as cc
 
-    cc_name = "winoground" if benchmark.kind == GROUP else "sugarcrepe"   # the item layout score_items reads
+    if benchmark.kind == SET:
+        return benchmark.score(cfg, role, items, progress)
+    cc_name = "sugarcrepe" if benchmark.kind == PAIR else "winoground"   # the item layout score_items reads
     if scorer is None:
         scorer = cc._default_scorer_factory(dict(cfg), role, head=head, progress=progress)
     scored = cc.choice_items(cc_name, items, scorer) if cc.uses_choice(scorer) else cc.score_items(cc_name, items,
@@ -324,14 +852,26 @@ def score_model(cfg: Mapping, role: str, benchmark: Benchmark, items: pd.DataFra
 SETTINGS_VERSION = 1
 
 
-def read_items(cfg: Mapping, name: str, source: str | None = None) -> pd.DataFrame:
-    """The items of benchmark ``name`` (``source``: its data where the config does not say)."""
+def read_items(cfg: Mapping, name: str, source: str | None = None):
+    """The items of benchmark ``name`` (``source``: its data where the config does not say); a set benchmark's
+    :class:`SetData`. A benchmark whose data is not configured raises :class:`NotConfigured`."""
     if name not in BENCHMARKS:
         raise ConfigError(f"score: unknown benchmark {name!r}. Fix: use {', '.join(BENCHMARKS)} or all")
     items = BENCHMARKS[name].read(cfg, source)
-    if items.empty:
+    if (items.n == 0) if isinstance(items, SetData) else items.empty:
         raise input_error(source or name, None, "the benchmark has no items", "check its data")
     return items
+
+
+def empty_outcomes(note: str) -> pd.DataFrame:
+    """The outcome file of a model a benchmark cannot score (its kind is not the benchmark's): one row, the
+    reason in ``na_note``; the leaderboard reads n/a there."""
+    return pd.DataFrame({"na_note": [note]})
+
+
+def outcome_note(outcomes: pd.DataFrame) -> str | None:
+    """The n/a reason of an outcome file written by :func:`empty_outcomes`, else None."""
+    return str(outcomes["na_note"].iloc[0]) if "na_note" in outcomes.columns and len(outcomes) else None
 
 
 def outcomes_of(ref: ModelRef, name: str, items: pd.DataFrame, out: Path, *, head: str = "itm",
@@ -342,12 +882,12 @@ def outcomes_of(ref: ModelRef, name: str, items: pd.DataFrame, out: Path, *, hea
 
     bench = BENCHMARKS[name]
     key = cache_key(model_fingerprint(ref.cfg, ref.role), data_fingerprint(bench.kind, items),
-                    {"head": head, "version": SETTINGS_VERSION})
+                    {"head": "itc" if bench.kind == SET else head, "version": SETTINGS_VERSION})
     path = Path(out) / "items" / name / f"{key}.parquet"
     if path.exists():
         log.info("%s on %s: cached (%s)", ref.label, name, path.name)
         return key, pd.read_parquet(path)
-    log.info("%s on %s: scoring %d items", ref.label, name, len(items))
+    log.info("%s on %s: scoring %d items", ref.label, name, items.n if isinstance(items, SetData) else len(items))
     outcomes = score_model(ref.cfg, ref.role, bench, items, head=head, progress=progress)
     write_parquet(path, outcomes)
     return key, outcomes
@@ -363,6 +903,8 @@ def cells(cfg: Mapping, scored: Sequence[tuple[str, str, pd.DataFrame]], items: 
     perplexity = None
     for name, its in items.items() if baselines else ():
         bench = BENCHMARKS[name]
+        if bench.kind == SET:   # no caption pairs: no shortcut rows
+            continue
         rows += _cells(BOW, "shortcut", bench, bow_outcomes(bench.kind, its), resamples, seed, level)
         if bench.kind == PAIR and "lm" in (cfg.get("models") or {}):
             if perplexity is None:
@@ -383,32 +925,74 @@ def run(cfg: Mapping, models: Sequence[ModelRef], benchmarks: Sequence[str], out
     unknown = [b for b in benchmarks if b not in BENCHMARKS]
     if unknown:
         raise ConfigError(f"score: unknown benchmark(s) {', '.join(unknown)}. Fix: use {', '.join(BENCHMARKS)} or all")
-    items = {name: read_items(cfg, name, sources.get(name)) for name in benchmarks}
-    scored, keys = [], []
+    items, notes = {}, []
     for name in benchmarks:
+        try:
+            items[name] = read_items(cfg, name, sources.get(name))
+        except NotConfigured as exc:
+            log.warning("score: %s skipped (%s)", name, exc)
+            notes.append(f"{name}: skipped, {exc}")
+    scored, keys = [], []
+    for name in items:
         for ref in models:
+            why = not_scorable(ref.cfg, ref.role, name)
+            if why:
+                notes.append(f"{ref.label} on {name}: {why}")
+                continue
             key, outcomes = outcomes_of(ref, name, items[name], out, head=head, progress=progress)
             keys.append({"model": ref.label, "benchmark": name, "key": key})
             scored.append((ref.label, name, outcomes))
     table = cells(cfg, scored, items, resamples=resamples, seed=seed, level=level, baselines=baselines)
-    write_leaderboard(table, out, resamples=resamples, seed=seed, level=level)
+    table = with_na_rows(table, [ref.label for ref in models], list(items))
+    write_leaderboard(table, out, resamples=resamples, seed=seed, level=level, notes=notes)
     write_csv(out / "cache_keys.csv", pd.DataFrame(keys, columns=["model", "benchmark", "key"]))
     return table
 
 
-LONG_COLUMNS = ["model", "kind", "benchmark", "metric", "value", "ci_low", "ci_high", "n"]
+LONG_COLUMNS = ["model", "kind", "benchmark", "metric", "value", "ci_low", "ci_high", "n", "direction", "unit"]
+
+
+def with_na_rows(table: pd.DataFrame, models: Sequence[str], benchmarks: Sequence[str]) -> pd.DataFrame:
+    """``table`` plus an all-NaN row for every model that has no cell on a benchmark others were scored on (so the
+    wide table reads n/a there)."""
+    rows = []
+    for name in benchmarks:
+        metrics = table.loc[(table["benchmark"] == name), "metric"].unique().tolist()
+        if not metrics:
+            metrics = [BENCHMARKS[name].metric_list()[0].name]
+        have = set(table.loc[table["benchmark"] == name, "model"])
+        for model in models:
+            if model not in have:
+                rows += [{"model": model, "kind": "model", "benchmark": name, "metric": m, "value": np.nan,
+                          "ci_low": np.nan, "ci_high": np.nan, "n": 0, "direction": _direction(name, m),
+                          "unit": BENCHMARKS[name].unit} for m in metrics]
+    return pd.concat([table, pd.DataFrame(rows, columns=LONG_COLUMNS)], ignore_index=True) if rows else table
+
+
+def _direction(name: str, metric: str) -> str:
+    return "lower" if BENCHMARKS[name].metric(metric).lower_is_better else "higher"
 
 
 def _cells(model: str, kind: str, bench: Benchmark, outcomes: pd.DataFrame, resamples: int, seed: int,
            level: float) -> list[dict]:
     rows = []
+    if outcome_note(outcomes) is not None:
+        return rows
+    if bench.kind == SET:
+        for metric, (v, lo, hi) in set_bootstrap(outcomes, bench.aggregate, resamples=resamples, seed=seed,
+                                                 level=level).items():
+            rows.append({"model": model, "kind": kind, "benchmark": bench.name, "metric": metric, "value": v,
+                         "ci_low": lo, "ci_high": hi, "n": len(outcomes), "direction": _direction(bench.name, metric),
+                         "unit": bench.unit})
+        return rows
     for metric in METRICS[bench.kind]:
         if metric not in outcomes.columns or outcomes[metric].isna().all():
             continue
         x = outcomes[metric].astype(float).to_numpy()
         lo, hi = bootstrap_ci(x, resamples=resamples, seed=seed, level=level)
         rows.append({"model": model, "kind": kind, "benchmark": bench.name, "metric": metric,
-                     "value": float(x.mean()), "ci_low": lo, "ci_high": hi, "n": len(x)})
+                     "value": float(x.mean()), "ci_low": lo, "ci_high": hi, "n": len(x), "direction": "higher",
+                     "unit": bench.unit})
     return rows
 
 
@@ -417,45 +1001,70 @@ def compare_cached(out_dir: str | Path, benchmark: str, key_a: str, key_b: str, 
     """:func:`compare` of two cached outcome files of one benchmark, per metric, on the items both hold."""
     folder = Path(out_dir) / "items" / benchmark
     a, b = (pd.read_parquet(folder / f"{k}.parquet") for k in (key_a, key_b))
-    both = a.merge(b, on="item_id", suffixes=("_a", "_b"))
+    both = a.merge(b, on="item_id", suffixes=("_a", "_b")) if "item_id" in a.columns else None
+    bench = BENCHMARKS[benchmark]
+    if bench.kind == SET:
+        if bench.name == "cvld_celeba":
+            raise ConfigError("compare: cvld_celeba's metrics are not means over its units. Fix: compare the "
+                              "leaderboard's intervals instead")
+        names = [c for c in a.columns if c not in ("unit_id", "item_id") and pd.api.types.is_float_dtype(a[c])]
+        both = a.merge(b, on="unit_id", suffixes=("_a", "_b"))
+    else:
+        names = list(METRICS[bench.kind])
     return {m: compare(both[f"{m}_a"].astype(float), both[f"{m}_b"].astype(float), resamples=resamples, seed=seed)
-            for m in METRICS[BENCHMARKS[benchmark].kind] if f"{m}_a" in both and not both[f"{m}_a"].isna().all()}
+            for m in names if f"{m}_a" in both and not both[f"{m}_a"].isna().all()}
 
 
 # ---------------------------------------------------------------------------------------------------- output
 def wide(table: pd.DataFrame) -> pd.DataFrame:
     """Model rows x ``benchmark/metric`` columns of ``value [ci_low, ci_high]`` (percent), models first, then the
     shortcut rows; a benchmark a model was not scored on reads n/a."""
-    cells = table.assign(column=table["benchmark"] + "/" + table["metric"],
-                         cell=[f"{100 * v:.1f} [{100 * lo:.1f}, {100 * hi:.1f}]"
-                               for v, lo, hi in zip(table["value"], table["ci_low"], table["ci_high"])])
+    def cell(name, metric, v, lo, hi):
+        if pd.isna(v):
+            return None
+        if BENCHMARKS[name].metric(metric).percent:
+            return f"{100 * v:.1f} [{100 * lo:.1f}, {100 * hi:.1f}]"
+        return f"{v:.3f} [{lo:.3f}, {hi:.3f}]"
+
+    arrow = ["" if BENCHMARKS[b].metric(m).lower_is_better is False else " ↓"
+             for b, m in zip(table["benchmark"], table["metric"])]
+    cells = table.assign(column=table["benchmark"] + "/" + table["metric"] + arrow,
+                         cell=[cell(*r) for r in zip(table["benchmark"], table["metric"], table["value"],
+                                                     table["ci_low"], table["ci_high"])])
     order = list(dict.fromkeys(cells["column"]))
     models = list(dict.fromkeys(cells.loc[cells["kind"] == "model", "model"]))
     shortcuts = list(dict.fromkeys(cells.loc[cells["kind"] == "shortcut", "model"]))
-    out = cells.pivot_table(index="model", columns="column", values="cell", aggfunc="first")
+    out = cells.dropna(subset=["cell"]).pivot_table(index="model", columns="column", values="cell",
+                                                     aggfunc="first")
     return out.reindex(index=models + shortcuts, columns=order).fillna("n/a")
 
 
-def write_leaderboard(table: pd.DataFrame, out_dir: Path, *, resamples: int, seed: int, level: float) -> None:
+def write_leaderboard(table: pd.DataFrame, out_dir: Path, *, resamples: int, seed: int, level: float,
+                      notes: Sequence[str] = ()) -> None:
     from .io import write_csv, write_json, write_text
     from .render import escape_md, html_page
 
     out_dir = Path(out_dir)
     write_csv(out_dir / "leaderboard.csv", table)
-    write_json(out_dir / "leaderboard.json", {"resamples": resamples, "seed": seed, "level": level,
-                                              "cells": table.to_dict(orient="records")})
     w = wide(table)
-    note = (f"Percent, with the {round(level * 100)} % percentile bootstrap interval over items ({resamples} "
-            f"resamples, seed {seed}). `{BOW}`: the share of items whose two captions are not the same multiset of "
+    note = (f"Percent (MaxSkew, NDKL, Bias@K: raw values), with the {round(level * 100)} % percentile bootstrap "
+            f"interval over items, or over the benchmark's units for a set-level metric (docs/score.md; "
+            f"{resamples} resamples, seed {seed}). ↓: lower is better (bias metrics); otherwise higher is better. "
+            f"`{BOW}`: the share of items whose two captions are not the same multiset of "
             f"words; `{TEXT_ONLY}`: the caption the lm role finds more likely, without the image.")
     header = "| model | " + " | ".join(escape_md(c) for c in w.columns) + " |"
     lines = ["# Leaderboard", "", note, "", header, "|" + " --- |" * (len(w.columns) + 1)]
     lines += ["| " + escape_md(str(m)) + " | " + " | ".join(w.loc[m]) + " |" for m in w.index]
+    if notes:
+        lines += ["", "Notes:", ""] + [f"* {escape_md(n)}" for n in notes]
+    write_json(out_dir / "leaderboard.json", {"resamples": resamples, "seed": seed, "level": level,
+                                              "cells": table.to_dict(orient="records"), "notes": list(notes)})
     write_text(out_dir / "leaderboard.md", "\n".join(lines) + "\n")
     import html as _html
 
     head = "".join(f"<th>{_html.escape(c)}</th>" for c in ["model", *w.columns])
     body = "".join("<tr>" + "".join(f"<td>{_html.escape(str(v))}</td>" for v in [m, *w.loc[m]]) + "</tr>"
                    for m in w.index)
+    body += "".join(f"<tr><td colspan='{len(w.columns) + 1}'>{_html.escape(n)}</td></tr>" for n in notes)
     write_text(out_dir / "leaderboard.html", html_page("Leaderboard", [f"<p>{_html.escape(note)}</p><table><thead>"
                                                          f"<tr>{head}</tr></thead><tbody>{body}</tbody></table>"]))

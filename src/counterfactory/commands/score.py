@@ -13,8 +13,9 @@ def _run(args) -> int:
     models = [leaderboard.model_ref(cfg, value) for value in args.model]
     names = list(leaderboard.BENCHMARKS) if args.benchmarks == ["all"] else args.benchmarks
     sources = dict(key_values(args.data, "--data", "BENCHMARK=PATH"))
-    if "coco_cf" in names and "coco_cf" not in sources:
-        names = [n for n in names if n != "coco_cf"] if args.benchmarks == ["all"] else names
+    for name in names:
+        if name not in sources and leaderboard.default_source(cfg, name):
+            sources[name] = leaderboard.default_source(cfg, name)
     table = leaderboard.run(cfg, models, names, args.out_dir, sources=sources, resamples=args.resamples,
                             seed=args.seed, head=args.head, baselines=not args.no_baselines,
                             progress=not args.no_progress)
