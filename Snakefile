@@ -93,6 +93,7 @@ include: "rules/release.smk"
 include: "rules/export.smk"
 include: "rules/score.smk"
 include: "rules/verify.smk"
+include: "rules/filters.smk"
 
 
 # Start-up check of `all` (counterfactory.preflight.StartupGate): every dataset and model role the enabled studies
@@ -113,3 +114,4 @@ rule all:
         [target for study in STUDIES for target in export_targets(study)],
         score_targets(),
         [target for study in STUDIES for target in verify_targets(study)],
+        [target for study in STUDIES for target in filter_card_targets(study)],

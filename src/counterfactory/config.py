@@ -141,7 +141,7 @@ def _filling_validator():
 
 #: sections shared by every study; every other top-level key of a view comes from the study's section
 SHARED_SECTIONS = ("run_name", "device", "precision", "performance", "seed", "models", "tiny_models", "nltk", "score",
-                   "verify")
+                   "verify", "filters")
 #: model roles each study cannot run without with its default settings (checked at start-up; the roles a study's
 #: settings name, e.g. ``spurious_retrieval.training.models`` or ``countercurate.evaluation.roles``, come on top):
 #: COCO-CF §3.1-3.2 (MLM, LM, sentence similarity, Stable Diffusion, CLIP filter); SocialCF §3.3-3.4, §10.3 (Stable

@@ -47,6 +47,8 @@ LABELS: list[tuple[str, str]] = [
     (r"images/adaptive_curve\.png", "adaptive over-generation (ours)"),
     (r"images/adaptive_curve\.csv", "adaptive over-generation (ours, CSV)"),
     (r"report/examples\.png", "exported examples"),
+    # every study: filter cards (issue 47)
+    (r"filters/cards/(?P<name>[^/]+)/card\.html", "filter card · {name} (ours)"),
     # SocialCounterfactuals
     (r"filter/table11\.html", "Table 11 · sets left after each filter"),
     (r"probing/(?P<stage>before|after)/tables\.html", "Tables 2, 12-15 · bias probing, {stage} filtering"),

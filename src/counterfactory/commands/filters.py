@@ -4,14 +4,30 @@ hand-labelled audit sample (issue 47). The command line only; the work is :mod:`
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 
-from . import lazy_module, positive_int
+from . import add_config_option, key_values, lazy_module, positive_int
 
 log = logging.getLogger(__name__)
 
 # imported when a subcommand runs (the filters package imports torch); building the parser must not import it
 cards = lazy_module("counterfactory.filters.cards")
+
+#: studies whose filters are declared for cards (``counterfactory.studies.<study>.filter_cards.FILTERS``)
+STUDIES = ("coco_counterfactuals", "social_counterfactuals", "countercurate", "spurious_retrieval", "cvld")
+
+
+def study_filters(study: str) -> dict:
+    """The study's filters (``counterfactory.studies.<study>.filter_cards.FILTERS``: name -> StudyFilter)."""
+    from ..errors import ConfigError
+
+    try:
+        module = importlib.import_module(f"counterfactory.studies.{study}.filter_cards")
+    except ModuleNotFoundError:
+        raise ConfigError(f"study {study!r} declares no filter for cards. Fix: use one of "
+                          "coco_counterfactuals, social_counterfactuals, countercurate, cvld") from None
+    return module.FILTERS
 
 
 def _level(text: str) -> float:
@@ -95,6 +111,24 @@ def register(subparsers) -> None:
                    help="the precision the kept audited items must reach, in (0, 1]")
     c.set_defaults(func=_calibrate)
 
+    s = sub.add_parser(
+        "study-card", help="the card of one of a study's own filters, its score table made from the study's files",
+        description="The filter card of one of a study's filters at the study's own threshold (docs/verify.md "
+                    "\"Filter cards\" lists every study's filters and item ids): maps the study's filter outputs to a "
+                    "score table (scores.parquet: item_id, score), then writes the card like `counterfactory filters "
+                    "card` (card.md, card.json, curve.csv, curve.png) and card.html. The threshold and the bootstrap "
+                    "settings (filters.resamples, seed, level, ties) come from the configuration.")
+    add_config_option(s, "configuration file (repeatable; reads the study's filter thresholds, verify and filters)")
+    s.add_argument("--study", required=True, choices=STUDIES, help="whose filter")
+    s.add_argument("--filter", required=True, metavar="NAME", help="the study's filter (e.g. clip, nsfw, vqa)")
+    s.add_argument("--input", action="append", default=[], required=True, metavar="NAME=PATH",
+                   help="a file the filter reads (repeatable; docs/verify.md names them)")
+    s.add_argument("--audit", required=True, metavar="FILE.csv",
+                   help="hand-labelled audit sample: item_id,verdict[,annotator], ids as the filter's items")
+    s.add_argument("--out-dir", required=True, metavar="DIR",
+                   help="folder to write scores.parquet, card.md, card.json, card.html, curve.csv and curve.png into")
+    s.set_defaults(func=_study_card)
+
 
 def _card(args) -> int:
     card = cards.card_files(args.scores, args.score_column, args.audit, args.out_dir, threshold=args.threshold,
@@ -114,4 +148,22 @@ def _calibrate(args) -> int:
     log.info("threshold %g keeps %d of %d scored items; precision %.3f on %d kept audited items; card in %s",
              threshold, card.n_kept, card.n_scored, card.metrics["precision"].value, card.n_audited_kept,
              args.out_dir)
+    return 0
+
+
+def _study_card(args) -> int:
+    from ..config import fill_section, load_config
+    from ..errors import ConfigError
+
+    filters = study_filters(args.study)
+    if args.filter not in filters:
+        raise ConfigError(f"study {args.study!r} has no filter {args.filter!r}. Fix: use one of "
+                          f"{', '.join(filters)}")
+    cfg = load_config(args.config, study=args.study)
+    settings = fill_section("filters", cfg.get("filters"))
+    card = cards.study_card_files(filters[args.filter], dict(key_values(args.input, "--input", "NAME=PATH")), cfg,
+                                  args.audit, args.out_dir, resamples=int(settings["resamples"]),
+                                  seed=int(settings["seed"]), level=float(settings["level"]), ties=settings["ties"])
+    print(f"{args.out_dir}: {args.study} {args.filter}: {card.n_audited} audited, {card.n_kept} of {card.n_scored} "
+          "scored items kept")
     return 0

@@ -25,7 +25,7 @@ import io as _io
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
@@ -570,3 +570,118 @@ def calibrate_files(scores_path, score_column: str, audit_path, out_dir, *, targ
                {"scores": str(scores_path), "score_column": score_column, "audit": str(audit_path),
                 "target_precision": target_precision})
     return threshold, card
+
+
+# ------------------------------------------------------------------------------------ a study's filters
+
+@dataclass(frozen=True)
+class StudyFilter:
+    """One keep/drop filter of a study, as a filter card sees it (declared in ``studies/<study>/filter_cards.py``).
+
+    ``inputs``: the names of the files it reads (``--input NAME=PATH``); ``unit``: what one item is and how its id is
+    made (the audit sample's ``item_id``); ``table(inputs, cfg)``: the score table, ``item_id`` (text, unique) +
+    ``score`` (a number, or true/false for a rule filter) and optionally more columns; ``threshold(cfg)``: the
+    study's threshold from the validated configuration (``None``: ``score`` is a kept column); ``keep``: which side
+    of the threshold is kept."""
+
+    title: str
+    inputs: tuple[str, ...]
+    unit: str
+    table: Callable[[dict, dict], pd.DataFrame]
+    threshold: Callable[[dict], float | None] | None = None
+    keep: str = "above"
+    note: str = ""
+
+
+def score_frame(item_ids, scores, **extra) -> pd.DataFrame:
+    """A score table (``item_id`` as text, ``score``, then ``extra`` columns), checked: every id once."""
+    frame = pd.DataFrame({"item_id": [str(i) for i in item_ids], "score": list(scores), **extra})
+    dup = frame["item_id"][frame["item_id"].duplicated()].unique()
+    if len(dup):
+        raise InputError(f"the score table lists item(s) {list(dup[:5])} more than once. Fix: one row per item")
+    return frame
+
+
+def study_card_files(spec: StudyFilter, inputs: dict, cfg: dict, audit_path, out_dir, *, resamples: int = 1000,
+                     seed: int = 0, level: float = 0.95, ties: str = "error", title: str | None = None) -> FilterCard:
+    """One study filter's card: its score table (``out_dir/scores.parquet``), the card of the study's threshold
+    (:func:`write_card`) and ``card.html`` (the report entry)."""
+    from ..io import write_parquet, write_text
+
+    missing = [n for n in spec.inputs if n not in inputs]
+    if missing:
+        raise InputError(f"the filter {spec.title!r} reads --input {', '.join(f'{n}=PATH' for n in missing)}. "
+                         "Fix: pass every file it reads")
+    table = spec.table(inputs, cfg)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    write_parquet(out / "scores.parquet", table)
+    scores = _scores(table[["item_id", "score"]], "score")
+    audit = read_audit(audit_path, ties=ties)
+    threshold = spec.threshold(cfg) if spec.threshold is not None and scores.dtype != bool else None
+    card = filter_card(scores, audit, threshold=threshold, keep=spec.keep, resamples=resamples, seed=seed,
+                       level=level)
+    curve = threshold_curve(scores, audit, keep=spec.keep)
+    name = title or spec.title
+    write_card(out, card, curve, name, {"unit": spec.unit, "note": spec.note, "audit": str(audit_path),
+                                        "inputs": {k: str(v) for k, v in inputs.items()}})
+    md = render_card(card, curve, name)
+    if spec.unit or spec.note:   # what an item is, under the title
+        head, _, rest = md.partition("\n\n")
+        md = f"{head}\n\nItem: {' '.join(x for x in (spec.unit, spec.note) if x)}\n\n{rest}"
+        write_text(out / "card.md", md)
+    write_text(out / "card.html", markdown_html(md, name))
+    return card
+
+
+def markdown_html(text: str, title: str) -> str:
+    """The card's Markdown (headings, paragraphs, lists, pipe tables, `code`) as a standalone HTML page, the curve
+    figure (``curve.png`` beside it) embedded by name."""
+    import html
+    import re
+
+    def inline(s: str) -> str:
+        s = html.escape(s)
+        s = re.sub(r"`([^`]+)`", r"<code>\1</code>", s)
+        return re.sub(r"\*\*([^*]+)\*\*", r"<b>\1</b>", s)
+
+    body, para, table, items = [], [], [], []
+
+    def flush():
+        if para:
+            body.append(f"<p>{inline(' '.join(para))}</p>")
+            para.clear()
+        if items:
+            body.append("<ul>" + "".join(f"<li>{inline(i)}</li>" for i in items) + "</ul>")
+            items.clear()
+        if table:
+            rows = [[c.strip() for c in r.strip().strip("|").split("|")] for r in table
+                    if not re.fullmatch(r"\|(\s*:?-+:?\s*\|)+", r.strip())]
+            head, *rest = rows
+            body.append("<table><thead><tr>" + "".join(f"<th>{inline(c)}</th>" for c in head) + "</tr></thead><tbody>"
+                        + "".join("<tr>" + "".join(f"<td>{inline(c)}</td>" for c in r) + "</tr>" for r in rest)
+                        + "</tbody></table>")
+            table.clear()
+
+    for line in text.splitlines():
+        if line.startswith("#"):
+            flush()
+            level = min(len(line) - len(line.lstrip("#")), 6)
+            body.append(f"<h{level}>{inline(line.lstrip('#').strip())}</h{level}>")
+        elif line.startswith("|"):
+            if para or items:
+                flush()
+            table.append(line)
+        elif line.startswith("- "):
+            items.append(line[2:])
+        elif not line.strip():
+            flush()
+        else:
+            para.append(line)
+    flush()
+    style = ("body{font-family:sans-serif;max-width:60em;margin:1em auto}table{border-collapse:collapse}"
+             "td,th{border:1px solid #ccc;padding:2px 6px;text-align:left}")
+    return (f"<!DOCTYPE html>\n<html lang=\"en\">\n<head><meta charset=\"utf-8\"><title>{html.escape(title)}</title>"
+            f"<style>{style}</style></head>\n<body>\n" + "\n".join(body)
+            + '\n<p><img src="curve.png" alt="precision, recall and removal share against the threshold"></p>'
+            "\n</body>\n</html>\n")
