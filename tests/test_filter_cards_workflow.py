@@ -135,3 +135,20 @@ def test_demo_audit_fixture_ids_exist(study, tmp_path):
         inputs = {"scores": str(table)} if study == "coco_counterfactuals" else {"clip": str(table)}
         made = (coco if study == "coco_counterfactuals" else scf).FILTERS["clip"].table(inputs, {})["item_id"]
         assert set(audit["item_id"]) <= set(made)
+
+
+def test_cvld_and_countercurate_score_tables(tmp_path):
+    from counterfactory.studies.countercurate import filter_cards as cc
+    from counterfactory.studies.cvld import filter_cards as cvld
+
+    pd.DataFrame({"image_id": [101, 103], "accepted": [True, False]}).to_parquet(tmp_path / "votes.parquet")
+    pd.DataFrame({"item_id": ["coco_101", "coco_101"], "candidate": [0, 2], "kept": [True, False],
+                  "similarity": [0.1, -0.2]}).to_parquet(tmp_path / "edits.parquet")
+    pd.DataFrame({"item_id": ["coco_101:0"], "score": [-0.1], "kept": [False]}).to_parquet(tmp_path / "vqa.parquet")
+    inputs = {k: str(tmp_path / f"{k}.parquet") for k in ("votes", "edits", "vqa")}
+    assert cvld.FILTERS["vote"].table(inputs, {}).set_index("item_id")["score"].to_dict() == {"101": True,
+                                                                                             "103": False}
+    assert cvld.FILTERS["edit_selection"].table(inputs, {})["item_id"].tolist() == ["coco_101:0", "coco_101:2"]
+    assert cvld.FILTERS["vqa"].table(inputs, {})["score"].tolist() == [-0.1]
+    pd.DataFrame({"item_id": ["positions:7"], "score": [0.2], "kept": [True]}).to_parquet(tmp_path / "vqa.parquet")
+    assert cc.FILTERS["vqa"].table({"vqa": str(tmp_path / "vqa.parquet")}, {})["item_id"].tolist() == ["positions:7"]
