@@ -1,7 +1,8 @@
 # Leaderboard stage (`counterfactory score`, docs/score.md): every model role of `score.models` on every benchmark of
 # `score.benchmarks`, one score_item job per model and benchmark, then one leaderboard with bootstrap intervals and
-# shortcut rows. The benchmarks' data: the countercurate.benchmarks paths, and the coco_counterfactuals study's
-# selected pairs (coco_cf, when that study runs). Results: results/<run_name>/scores/.
+# shortcut rows. The benchmarks' data: the countercurate.benchmarks paths, the studies' configured data (SocialCF's
+# release, PATA, VisoGender, FairFace, CelebA) and the studies' outputs (coco_cf, cc_*, odmap_*, when those studies
+# run); a benchmark whose data is not there is skipped with a note. Results: results/<run_name>/scores/.
 
 
 include: "score_inputs.smk"
@@ -12,7 +13,7 @@ rule score_item:
     input:
         data=score_data,
         models=lambda wildcards: wf.local_model_inputs(config, wildcards.role),
-        config=job_config(*SCORE_KEYS, "models.{role}", study="countercurate"),
+        config=score_item_config,
     output:
         f"{RESULTS}/scores/items/{{benchmark}}/{{role}}.parquet",
     log:
@@ -20,7 +21,7 @@ rule score_item:
     benchmark:
         f"{RESULTS}/benchmarks/scores/{{benchmark}}_{{role}}.tsv"
     wildcard_constraints:
-        benchmark="coco_cf|sugarcrepe|winoground|looktwice",
+        benchmark="|".join(score_lb.BENCHMARKS),
         role=r"[A-Za-z0-9_]+",
     conda:
         CONDA_ENV

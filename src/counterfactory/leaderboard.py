@@ -259,6 +259,51 @@ def default_source(cfg: Mapping, name: str) -> str | None:
     return str(folder) if (folder / "data").is_dir() else None
 
 
+#: benchmark -> (study, the study's output it reads, relative to results/<run>/): the workflow's own data
+STUDY_OUTPUTS = {"coco_cf": ("coco_counterfactuals", "coco_counterfactuals/images/selected_pairs.parquet"),
+                 **{f"cc_{d}": ("countercurate", f"countercurate/datasets/{d}.parquet")
+                    for d in ("positions", "counting", "attributes")},
+                 **{f"odmap_{d}": ("spurious_retrieval", f"spurious_retrieval/{d}") for d in ("coco", "flickr30k")}}
+#: the sections of each study's view a benchmark's job reads (the workflow's job configuration)
+STUDY_KEYS = {"countercurate": ("benchmarks",), SOCIAL: ("probing", "release", "captions"),
+              "cvld": ("data", "retrieval", "classification"), "spurious_retrieval": ("evaluation",)}
+
+
+def data_inputs(cfg: Mapping, name: str) -> list[str]:
+    """The files and folders a config-data benchmark reads (the workflow's job inputs), without reading them;
+    :class:`NotConfigured` when the configuration names none or they are absent. Benchmarks of
+    :data:`STUDY_OUTPUTS` read a study's output instead (the workflow supplies it)."""
+    bench = BENCHMARKS[name]
+    if name in STUDY_OUTPUTS:
+        return []
+    if name in ("sugarcrepe", "winoground", "looktwice"):
+        return []   # the countercurate.benchmarks paths, checked by their reader
+    view = _view(cfg, bench.study)
+    if name == "socialcf":
+        source = default_source(cfg, name)
+        if not source:
+            raise NotConfigured("socialcf: no SocialCounterfactuals release (social_counterfactuals.release.root, or "
+                                "the catalogue's releases/social_counterfactuals/data)")
+        paths = [str(Path(source) / "data") if Path(source).is_dir() else source]
+    elif name in ("pata", "visogender"):
+        from .studies.social_counterfactuals import external
+
+        if not external.configured(view, name):
+            raise NotConfigured(f"{name} is not configured (social_counterfactuals.probing.{name})")
+        o = external.external_settings(view, name)
+        keys = ("files_list", "captions_json", "image_dir") if name == "pata" else ("oo_tsv", "op_tsv", "image_dir")
+        paths = [str(o[k]) for k in keys if o.get(k)]
+    else:   # cvld_fairface, cvld_celeba
+        root = ((view.get("data") or {}).get(name.split("_", 1)[1]) or {}).get("root")
+        if not root:
+            raise NotConfigured(f"{name}: cvld.data.{name.split('_', 1)[1]}.root is not set")
+        paths = [str(root)]
+    absent = [p for p in paths if not Path(p).exists()]
+    if absent:
+        raise NotConfigured(f"{name}: {absent[0]} not found (docs/data.md)")
+    return paths
+
+
 def _socialcf_read(cfg: Mapping, source: str | None) -> SetData:
     """SocialCounterfactuals: the published release folder (``data/train-*.parquet``; default the study's
     ``release.root``) or a kept-images table of the study's filter step."""
@@ -1036,7 +1081,7 @@ def wide(table: pd.DataFrame) -> pd.DataFrame:
     shortcuts = list(dict.fromkeys(cells.loc[cells["kind"] == "shortcut", "model"]))
     out = cells.dropna(subset=["cell"]).pivot_table(index="model", columns="column", values="cell",
                                                      aggfunc="first")
-    return out.reindex(index=models + shortcuts, columns=order).fillna("n/a")
+    return out.reindex(index=models + shortcuts, columns=order).astype(object).fillna("n/a")
 
 
 def write_leaderboard(table: pd.DataFrame, out_dir: Path, *, resamples: int, seed: int, level: float,

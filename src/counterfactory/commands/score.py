@@ -25,20 +25,31 @@ def _run(args) -> int:
 
 
 def _item(args) -> int:
-    """One model role on one benchmark: its per-item outcomes (the workflow's score_item job)."""
+    """One model role on one benchmark: its per-item (or per-unit) outcomes (the workflow's score_item job); a
+    model whose kind the benchmark cannot score gets an n/a file."""
     from pathlib import Path
 
     from .. import leaderboard
     from ..config import load_config
+    from ..errors import ConfigError
     from ..io import write_parquet
 
-    cfg = load_config(args.config, study="countercurate")   # its benchmarks section: the data paths
+    if args.benchmark not in leaderboard.BENCHMARKS:
+        raise ConfigError(f"score item: unknown benchmark {args.benchmark!r}. Fix: use "
+                                      f"{', '.join(leaderboard.BENCHMARKS)}")
+    bench = leaderboard.BENCHMARKS[args.benchmark]
+    cfg = load_config(args.config, study=bench.study)   # the benchmark's study view: its data paths
     ref = leaderboard.model_ref(cfg, args.model)
+    why = leaderboard.not_scorable(ref.cfg, ref.role, args.benchmark)
+    if why:
+        write_parquet(Path(args.out), leaderboard.empty_outcomes(why))
+        print(f"{args.out}: {ref.label} on {args.benchmark}: {why}")
+        return 0
     items = leaderboard.read_items(cfg, args.benchmark, args.data)
-    outcomes = leaderboard.score_model(cfg, ref.role, leaderboard.BENCHMARKS[args.benchmark], items,
-                                       head=cfg["score"]["head"], progress=not args.no_progress)
+    outcomes = leaderboard.score_model(cfg, ref.role, bench, items, head=cfg["score"]["head"],
+                                       progress=not args.no_progress)
     write_parquet(Path(args.out), outcomes)
-    print(f"{args.out}: {ref.label} on {args.benchmark}, {len(outcomes)} items")
+    print(f"{args.out}: {ref.label} on {args.benchmark}, {len(outcomes)} {bench.unit}s")
     return 0
 
 
@@ -58,21 +69,29 @@ def _leaderboard(args) -> int:
     sc = cfg["score"]
     labels = dict(key_values(args.label, "--label", "ROLE=NAME"))
     sources = dict(key_values(args.data, "--data", "BENCHMARK=PATH"))
-    scored, names = [], []
+    scored, names, notes, models = [], [], list(args.note), []
     for path in map(Path, args.items):
         name, role = path.parent.name, path.stem
         if name not in leaderboard.BENCHMARKS:
             raise input_error(path, None, f"{name!r} is not a benchmark",
                               "pass files laid out as <dir>/items/<benchmark>/<role>.parquet")
         label = labels.get(role) or model_display_names(cfg.get("models") or {}, [role]).get(role, role)
-        scored.append((label, name, pd.read_parquet(path)))
+        outcomes = pd.read_parquet(path)
+        models.append(label)
         names.append(name)
-    items = {n: leaderboard.read_items(cfg, n, sources.get(n)) for n in dict.fromkeys(names)} if sc["baselines"] \
-        else {}
+        note = leaderboard.outcome_note(outcomes)
+        if note:
+            notes.append(f"{label} on {name}: {note}")
+            continue
+        scored.append((label, name, outcomes))
+    names = list(dict.fromkeys(names))
+    shortcut = [n for n in names if leaderboard.BENCHMARKS[n].kind != leaderboard.SET]
+    items = {n: leaderboard.read_items(cfg, n, sources.get(n)) for n in shortcut} if sc["baselines"] else {}
     table = leaderboard.cells(cfg, scored, items, resamples=sc["resamples"], seed=sc["seed"], level=sc["level"],
                               baselines=sc["baselines"])
+    table = leaderboard.with_na_rows(table, list(dict.fromkeys(models)), names)
     leaderboard.write_leaderboard(table, Path(args.out_dir), resamples=sc["resamples"], seed=sc["seed"],
-                                  level=sc["level"])
+                                  level=sc["level"], notes=notes)
     print(f"{args.out_dir.rstrip('/')}/leaderboard.md: {len(table)} cells, {len(scored)} model x benchmark file(s)")
     return 0
 
@@ -104,10 +123,14 @@ def register(sub) -> None:
     r.add_argument("--model", action="append", required=True, metavar="ROLE_OR_SOURCE",
                    help="a configured model role, a local model folder or a hub id (repeatable)")
     r.add_argument("--benchmarks", nargs="+", default=["all"], metavar="NAME",
-                   help="benchmarks: coco_cf, sugarcrepe, winoground, looktwice, or all (default; coco_cf only with "
-                        "--data coco_cf=...)")
+                   help="benchmarks (docs/score.md: coco_cf, sugarcrepe, winoground, looktwice, cc_positions, "
+                        "cc_counting, cc_attributes, socialcf, pata, visogender, cvld_fairface, cvld_celeba, "
+                        "odmap_coco, odmap_flickr30k), or all (default); one whose data is not configured is skipped "
+                        "with a note")
     r.add_argument("--data", action="append", default=[], metavar="BENCHMARK=PATH",
-                   help="a benchmark's data instead of the config's (coco_cf: selected_pairs.parquet or the release)")
+                   help="a benchmark's data instead of the config's (coco_cf: selected_pairs.parquet or the release; "
+                        "socialcf: the release folder; cc_*: the countercurate datasets table; odmap_*: the "
+                        "spurious_retrieval dataset folder)")
     r.add_argument("--out-dir", required=True, metavar="DIR", help="leaderboard and cached per-item outcomes")
     r.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples per cell (default 1000)")
     r.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
@@ -118,15 +141,16 @@ def register(sub) -> None:
     r.set_defaults(func=_run)
     i = s.add_parser("item", help="one model on one benchmark: per-item outcomes (the workflow's score_item job)",
                      description="Reads the benchmark's data (the config's countercurate.benchmarks paths, or --data) "
-                                 "and the model; writes its per-item outcomes (a parquet file) for `score leaderboard`. "
-                                 "Settings: the config's score section.")
+                                 "and the model; writes its per-item outcomes (per-unit for a set-level benchmark; an "
+                                 "n/a file for a model kind it cannot score) for `score leaderboard`. Settings: the "
+                                 "config's score section.")
     add_config_option(i)
     i.add_argument("--model", required=True, metavar="ROLE_OR_SOURCE",
                    help="a configured model role, a local model folder or a hub id")
     i.add_argument("--benchmark", required=True, metavar="NAME",
-                   help="the benchmark to score: coco_cf, sugarcrepe, winoground or looktwice")
+                   help="the benchmark to score (one of `score run --benchmarks`)")
     i.add_argument("--data", default=None, metavar="PATH",
-                   help="the benchmark's data instead of the config's (coco_cf: selected_pairs.parquet or the release)")
+                   help="the benchmark's data instead of the config's (as `score run --data`)")
     i.add_argument("--out", required=True, metavar="FILE", help="per-item outcomes (.parquet)")
     add_progress_option(i)
     i.set_defaults(func=_item)
@@ -141,6 +165,8 @@ def register(sub) -> None:
                     help="a benchmark's data instead of the config's (for the shortcut rows)")
     lb.add_argument("--label", action="append", default=[], metavar="ROLE=NAME",
                     help="the leaderboard name of a role (default: its display_name)")
+    lb.add_argument("--note", action="append", default=[], metavar="TEXT",
+                    help="a note under the table, e.g. a benchmark the run skipped and why (repeatable)")
     lb.add_argument("--out-dir", required=True, metavar="DIR", help="where leaderboard.* are written")
     lb.set_defaults(func=_leaderboard)
     c = s.add_parser("compare", help="paired bootstrap test of two cached models on one benchmark",
