@@ -407,6 +407,8 @@ def itr_subset_args(wildcards, input):
 
 # ---- exports (rules/export.smk)
 EXPORT_RELEASE_STUDIES = [s for s in STUDIES if export_studies.STUDIES[s].release]
+#: studies with an image-caption retrieval set: exported in CLIP_benchmark's webdataset layout too
+EXPORT_CLIP_BENCHMARK_STUDIES = [s for s in STUDIES if export_studies.STUDIES[s].retrieval]
 
 
 def export_targets(study):
@@ -427,6 +429,8 @@ def export_manifests(study):
     }
     if study in EXPORT_RELEASE_STUDIES:
         out["release"] = f"{RESULTS}/{study}/manifests/export_release.json"
+    if study in EXPORT_CLIP_BENCHMARK_STUDIES:
+        out["clip_benchmark"] = f"{RESULTS}/{study}/manifests/export_clip_benchmark.json"
     return out
 
 

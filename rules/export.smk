@@ -1,6 +1,7 @@
 # Exports (issue 15 parts 2-3), written once for every study: the published release layout (where the original
-# dataset has one), the generic Hugging Face imagefolder + parquet layouts, and the dataset card made from the
-# run's provenance. Outputs: results/<run>/<study>/export/{release,imagefolder,parquet}/ and export/README.md: the
+# dataset has one), the generic Hugging Face imagefolder + parquet layouts, CLIP_benchmark's retrieval webdataset
+# (studies with an image-caption retrieval set, issue 46.4), and the dataset card made from the run's provenance.
+# Outputs: results/<run>/<study>/export/{release,imagefolder,parquet,clip_benchmark}/ and export/README.md: the
 # folder a user uploads. The rules declare each layout's manifest (results/<run>/<study>/manifests/export_*.json)
 # as their output, not the layout folder: Snakemake marks a directory() output with a .snakemake_timestamp file
 # inside it, which would travel with the upload. The writers replace each folder as a whole.
@@ -58,6 +59,32 @@ rule export_imagefolder:
         " --manifest-imagefolder {output.imagefolder:q} --manifest-parquet {output.parquet:q} > {log:q} 2>&1"
 
 
+rule export_clip_benchmark:
+    """CLIP_benchmark's webdataset layout of the study's image-caption retrieval set(s): <config>/dataset_type.txt,
+    test/nshards.txt, test/<k>.tar (`clip_benchmark eval --dataset wds/<config> --task zeroshot_retrieval`)."""
+    input:
+        study_finished,
+    output:
+        f"{S}/manifests/export_clip_benchmark.json",
+    log:
+        f"{S}/logs/export/clip_benchmark.log",
+    benchmark:
+        f"{S}/benchmarks/export/clip_benchmark.tsv"
+    wildcard_constraints:
+        study="|".join(EXPORT_CLIP_BENCHMARK_STUDIES) or "^$",
+    conda:
+        CONDA_ENV
+    resources:
+        mem_mb=4000,
+        runtime=120,
+    params:
+        study_dir=lambda wildcards: f"{RESULTS}/{wildcards.study}",
+        out_dir=lambda wildcards: f"{RESULTS}/{wildcards.study}/export/clip_benchmark",
+    shell:
+        "counterfactory export clip-benchmark --study {wildcards.study} --study-dir {params.study_dir:q}"
+        " --out-dir {params.out_dir:q} --manifest {output:q} > {log:q} 2>&1"
+
+
 rule export_card:
     """Dataset card (Hugging Face layout) from provenance.json, the export manifests and the study's summaries."""
     input:
@@ -74,7 +101,7 @@ rule export_card:
         manifests=lambda wildcards, input: " ".join(
             f"--manifest {layout}={shlex.quote(str(path))}"
             for layout, path in input.items()
-            if layout in ("release", "imagefolder", "parquet")
+            if layout in ("release", "imagefolder", "parquet", "clip_benchmark")
         ),
     shell:
         "counterfactory export card --study {wildcards.study} --study-dir {params.study_dir:q}"

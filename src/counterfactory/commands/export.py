@@ -1,5 +1,6 @@
-"""``counterfactory export {release,imagefolder,card}``: a study's data in the published release layout, in the
-generic Hugging Face imagefolder + parquet layouts, and its dataset card (``README.md``) from provenance."""
+"""``counterfactory export {release,imagefolder,clip-benchmark,card}``: a study's data in the published release
+layout, in the generic Hugging Face imagefolder + parquet layouts, as CLIP_benchmark's retrieval webdataset, and its
+dataset card (``README.md``) from provenance."""
 
 from __future__ import annotations
 
@@ -43,6 +44,24 @@ def _imagefolder(args) -> int:
     return 0
 
 
+def _clip_benchmark(args) -> int:
+    from ..errors import ConfigError
+    from ..export import studies, webdataset
+
+    spec = studies.study_export(args.study)
+    if spec.retrieval is None:
+        raise ConfigError(f"study {args.study!r} declares no image-caption retrieval set. Fix: export one of "
+                          f"{', '.join(studies.retrieval_studies())}, or use `counterfactory export imagefolder`")
+    m = webdataset.write_clip_benchmark(spec.retrieval(Path(args.study_dir)), args.out_dir,
+                                        source=str(args.study_dir), manifest_path=args.manifest,
+                                        max_shard_bytes=args.max_shard_bytes)
+    for config, c in m["configs"].items():
+        split = c["splits"][webdataset.SPLIT]
+        print(f"clip_benchmark {config} ({split['rows']} images, {split['captions']} captions, "
+              f"{len(split['files'])} shard(s)) -> {Path(args.out_dir) / config}")
+    return 0
+
+
 def _card(args) -> int:
     from ..export.cards import write_card
 
@@ -79,10 +98,11 @@ def _print(manifest: dict, out) -> None:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("export", help="export a study's data (release / imagefolder / parquet) and its dataset card",
+    p = sub.add_parser("export", help="export a study's data (release / imagefolder / parquet / CLIP_benchmark) and "
+                                      "its dataset card",
                        description="Export a study's results: the published release layout, the generic Hugging "
-                                   "Face imagefolder and parquet layouts, and a dataset card (README.md) built from "
-                                   "the run's provenance.")
+                                   "Face imagefolder and parquet layouts, CLIP_benchmark's retrieval webdataset, and "
+                                   "a dataset card (README.md) built from the run's provenance.")
     ps = p.add_subparsers(dest="export_command", metavar="<step>")
     ps.required = True
     studies = sorted(STUDIES)
@@ -116,6 +136,18 @@ def register(sub) -> None:
                         "<split>-0000K-of-0000N.parquet files of at most this size (default: 500 MiB, the size "
                         "`datasets` shards to when it pushes to the Hub)")
     i.set_defaults(func=_imagefolder)
+    w = ps.add_parser("clip-benchmark", help="CLIP_benchmark's webdataset layout for zero-shot retrieval",
+                      description="Reads a study's results folder; writes its image-caption retrieval set(s) in "
+                                  "the webdataset layout CLIP_benchmark reads (<out-dir>/<config>/dataset_type.txt, "
+                                  "test/nshards.txt, test/<k>.tar with <key>.png + <key>.txt): evaluate with "
+                                  "`clip_benchmark eval --dataset wds/<config> --dataset_root <out-dir>/<config> "
+                                  "--task zeroshot_retrieval`.")
+    common(w)
+    w.add_argument("--manifest", metavar="FILE.json", help="write the manifest here, outside the folder (default: "
+                                                           "<out-dir>/manifest.json)")
+    w.add_argument("--max-shard-bytes", type=_positive_int, default=MAX_SHARD_BYTES, metavar="N",
+                   help="bound on the image bytes of one tar shard (default: 500 MiB)")
+    w.set_defaults(func=_clip_benchmark)
     c = ps.add_parser("card", help="dataset card README.md from provenance, manifests and the study's summaries",
                       description="Reads the run's provenance JSON, the exported folders' manifests and the "
                                   "study's summaries; writes the dataset card (README.md).")

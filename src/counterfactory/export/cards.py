@@ -183,7 +183,10 @@ def build_card(study: str, study_dir: str | Path, provenance: dict, manifests: d
     lines += ["Loading: `release/` is the published layout of the original dataset (where one exists); "
               "`imagefolder/<config>` loads with `datasets.load_dataset(\"imagefolder\", data_dir=...)`; "
               "`parquet/<config>/<split>-*.parquet` with `load_dataset(\"parquet\", data_files=...)` "
-              "(images embedded).", "", "### Data Fields", ""]
+              "(images embedded)." + (" `clip_benchmark/<config>` is CLIP_benchmark's webdataset layout for "
+                                      "zero-shot retrieval (`clip_benchmark eval --dataset wds/<config> "
+                                      "--dataset_root clip_benchmark/<config> --task zeroshot_retrieval`)."
+                                      if "clip_benchmark" in manifests else ""), "", "### Data Fields", ""]
     for config, c in generic["configs"].items():
         desc = {**FIELD_DOCS, **(c.get("description") or {})}
         rows = [[code(f), "image", desc.get(f, "")] for f in c.get("images", [])]
@@ -282,7 +285,7 @@ def limitations(study: str, provenance: dict) -> list[str]:
 
 
 def write_card(study: str, study_dir: str | Path, provenance: str | Path, export_dir: str | Path,
-               layouts: Iterable[str] = ("release", "imagefolder", "parquet"), out: str | Path | None = None,
+               layouts: Iterable[str] = ("release", "imagefolder", "parquet", "clip_benchmark"), out: str | Path | None = None,
                manifest_paths: dict[str, str | Path] | None = None) -> Path:
     """Build the card from ``provenance`` and the manifests of ``export_dir/<layout>`` (layouts without a folder
     are skipped; ``manifest_paths``: layout -> its manifest kept outside the folder, else the folder's own) and

@@ -17,6 +17,7 @@ import pandas as pd
 
 from ..errors import ConfigError, input_error
 from .formats import ExportTable
+from .webdataset import RetrievalItem, items_from_pairs, sample_key
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,8 @@ class StudyExport:
     pretty_name: str
     summary: str
     task_categories: tuple[str, ...] = ("image-to-text", "text-to-image", "zero-shot-image-classification")
+    #: image-caption retrieval sets (config -> items) of the CLIP_benchmark webdataset export (None: none)
+    retrieval: Callable[[Path], dict[str, list[RetrievalItem]]] | None = None
 
 
 def _read(path: Path, what: str) -> pd.DataFrame:
@@ -181,6 +184,57 @@ def cvld_tables(d: Path) -> list[ExportTable]:
     return out
 
 
+# ------------------------------------------------------------------------------------------------ retrieval
+def coco_retrieval(d: Path) -> dict[str, list[RetrievalItem]]:
+    """COCO-CFs as the study's zero-shot retrieval evaluates it (§4.2.1, ``evaluation.cf_retrieval_set``): both
+    images of every selected pair, each with its own caption (``<id>_0``: original, ``<id>_1``: counterfactual)."""
+    (table,) = coco_tables(d)
+    rows = table.rows.sort_values("id", kind="stable")
+    return {"default": items_from_pairs(
+        (str(r.id), table.image_file(r.image_0), table.image_file(r.image_1), r.caption_0, r.caption_1)
+        for r in rows.itertuples(index=False))}
+
+
+def countercurate_retrieval(d: Path) -> dict[str, list[RetrievalItem]]:
+    """Per dataset: each source image once with the captions of every item made from it, and each negative image
+    with its negative caption (the same image twice would be a tie CLIP_benchmark breaks arbitrarily)."""
+    out = {}
+    for table in countercurate_tables(d):
+        negative = "negative_caption" if "negative_caption" in table.rows.columns else "negative"
+        sources: dict[Path, dict] = {}
+        items = []
+        for r in table.rows.to_dict("records"):
+            src = table.image_file(r["image"])
+            entry = sources.setdefault(src, {"captions": [], "ids": []})
+            if str(r["caption"]) not in entry["captions"]:
+                entry["captions"].append(str(r["caption"]))
+            entry["ids"].append(str(r["item_id"]))
+            neg = table.image_file(r.get("negative_image"))
+            if neg is not None and r.get(negative) is not None:
+                items.append(RetrievalItem(sample_key(r["item_id"], "negative"), neg, (str(r[negative]),),
+                                           {"item_id": str(r["item_id"]), "image": "negative_image"}))
+        for src, entry in sources.items():
+            items.append(RetrievalItem(sample_key("source", src.parent.name, src.stem), src, tuple(entry["captions"]),
+                                       {"item_ids": entry["ids"], "image": "image"}))
+        out[table.config] = items
+    return out
+
+
+def spurious_retrieval_sets(d: Path) -> dict[str, list[RetrievalItem]]:
+    """Per dataset and method: each inpainted image with its noun-phrase-removed captions (§3.3; else its one
+    ``caption``)."""
+    out = {}
+    for table in spurious_tables(d):
+        items = []
+        for r in table.rows.to_dict("records"):
+            captions = [str(c) for c in (r.get("captions") if r.get("captions") is not None else [])] \
+                or [str(r["caption"])]
+            items.append(RetrievalItem(sample_key(r["item_id"]), table.image_file(r["image"]), tuple(captions),
+                                       {"item_id": str(r["item_id"])}))
+        out[table.config] = items
+    return out
+
+
 # ------------------------------------------------------------------------------------------------ licences
 SOURCE_LICENCES = {
     "coco": "MS-COCO: annotations (captions, instances) CC BY 4.0; images remain under the Flickr terms of use of "
@@ -201,7 +255,8 @@ STUDIES: dict[str, StudyExport] = {
         ("mlm", "lm", "sentence", "sd", "vae", "clip_filter"), ("coco", "stable_diffusion"),
         "COCO-Counterfactuals (reproduction)",
         "Pairs of synthetic images and captions that differ in one noun (Le et al., 2023): MS-COCO captions "
-        "edited by a masked language model, image pairs generated with Prompt-to-Prompt and filtered by CLIP."),
+        "edited by a masked language model, image pairs generated with Prompt-to-Prompt and filtered by CLIP.",
+        retrieval=coco_retrieval),
     "social_counterfactuals": StudyExport(
         "social_counterfactuals", ("filter/kept.parquet",), social_tables,
         ("generation/summary.json", "filter/table11.csv"), ("sd", "clip_filter", "nsfw"), ("stable_diffusion",),
@@ -215,13 +270,13 @@ STUDIES: dict[str, StudyExport] = {
         ("llm", "gligen", "gligen_inpaint", "t2i"), ("flickr30k", "stable_diffusion"),
         "CounterCurate (reproduction)",
         "Flickr30k-Positions, -Counting and -Attributes (Zhang et al., 2024): captions with hard negatives and "
-        "negative images made by flipping, GLIGEN generation or inpainting."),
+        "negative images made by flipping, GLIGEN generation or inpainting.", retrieval=countercurate_retrieval),
     "spurious_retrieval": StudyExport(
         None, (), spurious_tables, ("*/selection/summary.csv", "*/manifests/summary.csv"),
         ("inpaint", "captioner"), ("coco", "flickr30k"),
         "Object-decorrelated retrieval data (reproduction)",
         "Images with object classes removed by inpainting and their noun-phrase-edited captions (Kim et al., "
-        "2023), to decorrelate co-occurring objects in image-text retrieval."),
+        "2023), to decorrelate co-occurring objects in image-text retrieval.", retrieval=spurious_retrieval_sets),
     "cvld": StudyExport(
         None, (), cvld_tables, ("*/text/summary.csv",), ("llm", "editor", "sd", "image_encoder"),
         ("coco", "celeba", "stable_diffusion"), "CVLD counterfactual edits (reproduction)",
@@ -234,6 +289,11 @@ def study_export(study: str) -> StudyExport:
     if study not in STUDIES:
         raise ConfigError(f"no export is declared for study {study!r}. Fix: use one of {', '.join(STUDIES)}")
     return STUDIES[study]
+
+
+def retrieval_studies() -> list[str]:
+    """The studies with a CLIP_benchmark retrieval export."""
+    return [s for s, spec in STUDIES.items() if spec.retrieval is not None]
 
 
 def release_inputs(study: str, study_dir: str | Path) -> list[str]:
