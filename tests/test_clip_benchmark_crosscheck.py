@@ -260,3 +260,16 @@ def test_dataset_card_lists_the_clip_benchmark_layout(tmp_path):
                  f"--manifest=clip_benchmark={export / 'clip_benchmark.json'}"]) == 0
     card = (export / "README.md").read_text()
     assert f"| clip_benchmark | default | test | {2 * len(WORDS)} |" in card and "wds/<config>" in card
+
+
+def test_spurious_retrieval_set_pairs_each_inpainted_image_with_its_captions(tmp_path):
+    from test_export import spurious_study
+
+    from counterfactory.export import studies
+
+    sets = studies.spurious_retrieval_sets(spurious_study(tmp_path))
+    got = {it.key: it.captions for it in sets["coco_lama"]}
+    assert got["1_dog"] == ("a man sitting", "a man on a bench") and got["3_cup"] == ("a table",)
+    assert got["2_cat"] == ("A photo of a sofa.",)          # no noun-phrase caption left: its one caption
+    m = wds_export.write_clip_benchmark(sets, tmp_path / "out")
+    assert m["configs"]["coco_lama"]["splits"]["test"]["rows"] == 3
