@@ -12,7 +12,7 @@ export TRANSFORMERS_OFFLINE := 1
 export HF_HUB_DISABLE_TELEMETRY := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: venv demo test test-fast rulegraph report clean-demo bench paper-smoke
+.PHONY: venv demo test test-label-studio test-fast rulegraph report clean-demo bench paper-smoke
 
 venv: $(STAMP)
 
@@ -51,6 +51,17 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q --durations=15
+
+# the human verification round trip against a real Label Studio server (tests/test_label_studio.py; opt-in, not
+# part of `make test`: Label Studio is a ~1 GB Django application, installed from the package index into its own
+# venv because its pins conflict with ours). CI runs it after `make test` (.ci/run).
+LABEL_STUDIO_VENV := .venv-label-studio
+LABEL_STUDIO_VERSION := 1.23.2
+test-label-studio: $(STAMP)
+	test -x $(LABEL_STUDIO_VENV)/bin/label-studio || { $(PYTHON) -m venv $(LABEL_STUDIO_VENV) && \
+		$(LABEL_STUDIO_VENV)/bin/python -m pip install --quiet label-studio==$(LABEL_STUDIO_VERSION); }
+	COUNTERFACTORY_LABEL_STUDIO=$(abspath $(LABEL_STUDIO_VENV))/bin/label-studio \
+		$(BIN)/python -m pytest -q tests/test_label_studio.py
 
 # results/rulegraph.dot: the demo's whole rule graph without the bookkeeping rules that feed almost every rule
 # (config_write_job, models_build_tiny, nltk_prepare; the graph's label names them); results/rulegraph_full.dot with
