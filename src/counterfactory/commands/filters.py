@@ -7,7 +7,7 @@ import argparse
 import importlib
 import logging
 
-from . import add_config_option, key_values, lazy_module, positive_int
+from . import add_config_option, fraction, key_values, lazy_module, open_fraction, positive_int
 
 log = logging.getLogger(__name__)
 
@@ -30,24 +30,6 @@ def study_filters(study: str) -> dict:
     return module.FILTERS
 
 
-def _level(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0.0 < value < 1.0:
-        raise argparse.ArgumentTypeError(f"must be between 0 and 1, got {value}")
-    return value
-
-
-def _precision(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0.0 < value <= 1.0:
-        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {value}")
-    return value
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -68,7 +50,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--resamples", type=positive_int, default=1000,
                    help="bootstrap resamples of the audited items for the intervals (default 1000)")
     p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap (default 0)")
-    p.add_argument("--level", type=_level, default=0.95, help="level of the bootstrap intervals (default 0.95)")
+    p.add_argument("--level", type=open_fraction, default=0.95, help="level of the bootstrap intervals (default 0.95)")
     p.add_argument("--title", default=None, help="title of the card (default: names the score column)")
     p.add_argument("--out-dir", required=True, metavar="DIR",
                    help="folder to write card.md, card.json, curve.csv and curve.png into")
@@ -107,7 +89,7 @@ def register(subparsers) -> None:
                     "filters card`. The threshold is chosen on the audit that measures it: confirm it on a fresh "
                     "sample.")
     _common(c)
-    c.add_argument("--target-precision", required=True, type=_precision, metavar="P",
+    c.add_argument("--target-precision", required=True, type=fraction, metavar="P",
                    help="the precision the kept audited items must reach, in (0, 1]")
     c.set_defaults(func=_calibrate)
 

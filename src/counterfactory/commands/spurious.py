@@ -10,17 +10,10 @@ import argparse
 import logging
 from pathlib import Path
 
+from . import fraction
+
 log = logging.getLogger(__name__)
 
-
-def _fraction(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0.0 < value <= 1.0:
-        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {value}")
-    return value
 
 
 def _csv_list(text: str) -> list[str]:
@@ -68,9 +61,9 @@ def register(subparsers) -> None:
                 help="counts: candidates, selected (single / multi), skipped per reason")
     p.add_argument("--config", nargs="+", default=[], metavar="FILE",
                    help="YAML files (later win) whose spurious_retrieval.selection section sets the defaults")
-    p.add_argument("--alpha1", type=_fraction, help="single-class removal: every other overlap < alpha1 (0.4)")
-    p.add_argument("--alpha2", type=_fraction, help="multi-class removal: classes with overlap > alpha2 (0.8)")
-    p.add_argument("--alpha3", type=_fraction, help="largest removed share of the image (0.7)")
+    p.add_argument("--alpha1", type=fraction, help="single-class removal: every other overlap < alpha1 (0.4)")
+    p.add_argument("--alpha2", type=fraction, help="multi-class removal: classes with overlap > alpha2 (0.8)")
+    p.add_argument("--alpha3", type=fraction, help="largest removed share of the image (0.7)")
     p.add_argument("--rule", choices=("pseudocode", "text"),
                    help="pseudocode: appendix listing (default); text: Eq. 1-3 as written (see the module docs)")
     p.add_argument("--mask-mode", choices=("box", "segmentation"),

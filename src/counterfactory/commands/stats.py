@@ -9,6 +9,7 @@ import logging
 from .. import stats, tables
 from ..errors import InputError
 from ..io import write_csv, write_json, write_text
+from . import non_negative_int, open_fraction
 
 log = logging.getLogger(__name__)
 
@@ -20,24 +21,6 @@ def _csv_list(text: str) -> list[str]:
     return items
 
 
-def _alpha(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0.0 < value < 1.0:
-        raise argparse.ArgumentTypeError(f"alpha must be between 0 and 1, got {value}")
-    return value
-
-
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError("must be >= 0")
-    return value
 
 
 def register(subparsers) -> None:
@@ -68,7 +51,7 @@ def register(subparsers) -> None:
     p.add_argument("--test", choices=stats.TESTS, default="welch",
                    help="welch: ttest_ind(equal_var=False) (default); student: equal_var=True; "
                         "paired: ttest_rel on runs matched by seed")
-    p.add_argument("--alpha", type=_alpha, default=0.05, help="significance level, significant = p <= alpha (default 0.05)")
+    p.add_argument("--alpha", type=open_fraction, default=0.05, help="significance level, significant = p <= alpha (default 0.05)")
     p.add_argument("--alternative", choices=stats.ALTERNATIVES, default="greater",
                    help="greater: test mixture > baseline (default); less: mixture < baseline (lower is better)")
     p.add_argument("--mean-metric", metavar="NAME",
@@ -119,8 +102,8 @@ def register(subparsers) -> None:
     t.add_argument("--title", help="caption / title line")
     t.add_argument("--label", help="LaTeX \\label")
     t.add_argument("--row-header", default="Training dataset", help="header of the mixture column")
-    t.add_argument("--decimals", type=_non_negative_int, default=2, help="decimals of the mean (default 2)")
-    t.add_argument("--std-decimals", type=_non_negative_int, default=1,
+    t.add_argument("--decimals", type=non_negative_int, default=2, help="decimals of the mean (default 2)")
+    t.add_argument("--std-decimals", type=non_negative_int, default=1,
                    help="decimals of the std subscript (default 1, as in the paper)")
     t.set_defaults(func=_table)
 
