@@ -137,17 +137,11 @@ def write_pairs(rows: list[dict], out: str | os.PathLike) -> pd.DataFrame:
 def read_pairs(path: str | os.PathLike) -> pd.DataFrame:
     """The pair table at ``path`` with image paths resolved against its folder; every problem is an error naming
     the file and the record (its row and item id)."""
+    from ..io import read_table
+
     path = Path(path)
-    if not path.exists():
-        raise input_error(path, None, "pair table not found", "run the study's `verify pairs` step first")
-    try:
-        frame = pd.read_csv(path) if path.suffix.lower() == ".csv" else pd.read_parquet(path)
-    except Exception as exc:  # pyarrow / pandas raise several types
-        raise input_error(path, None, f"not a readable table ({exc})", "regenerate it") from exc
-    missing = [c for c in PAIR_COLUMNS if c not in frame.columns]
-    if missing:
-        raise input_error(path, None, f"missing column(s) {missing}", f"the pair table needs {list(PAIR_COLUMNS)}")
-    frame = frame.reset_index(drop=True)
+    frame = read_table(path, "pair table", f"run the study's `verify pairs` step; the pair table needs "
+                       f"{list(PAIR_COLUMNS)}", columns=PAIR_COLUMNS).reset_index(drop=True)
     base = path.resolve().parent
     ids = frame["item_id"].astype(str)
     dup = ids[ids.duplicated()]
