@@ -59,6 +59,17 @@ def tiny_clip(tmp_path_factory) -> Path:
     return out / "clip_eval"
 
 
+@pytest.fixture(scope="session")
+def tiny_blip(tmp_path_factory) -> Path:
+    """The tiny BlipForImageTextRetrieval (role itm_blip, seed 0) built once per session; tests load it, never write
+    into it."""
+    from counterfactory.models.tiny_eval import build_blip
+
+    out = tmp_path_factory.mktemp("blip") / "itm_blip"
+    build_blip(out, seed=0)
+    return out
+
+
 @pytest.fixture
 def one_thread():
     """Tiny models on a shared 2-core machine: one torch thread avoids OpenMP contention

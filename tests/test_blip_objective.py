@@ -21,15 +21,6 @@ ROLE = "itm_blip"
 
 
 @pytest.fixture(scope="module")
-def tiny_blip(tmp_path_factory):
-    from counterfactory.models.tiny_eval import build_blip
-
-    out = tmp_path_factory.mktemp("blip") / ROLE
-    build_blip(out)
-    return out
-
-
-@pytest.fixture(scope="module")
 def dataset(tmp_path_factory):
     """12 rows of 6 pairs; rows 0 and 1 show the same image (two captions of one image, as COCO's five)."""
     from counterfactory.testing import pair_images

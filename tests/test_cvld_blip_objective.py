@@ -21,15 +21,6 @@ from counterfactory.training import model as model_mod
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-@pytest.fixture(scope="module")
-def tiny_blip(tmp_path_factory):
-    from counterfactory.models.tiny_eval import build_blip
-
-    out = tmp_path_factory.mktemp("cvld_official") / "itm"
-    build_blip(out, seed=0)
-    return out
-
-
 def _retrieval(path):
     from transformers import BlipForImageTextRetrieval, BlipProcessor
 

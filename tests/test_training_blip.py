@@ -20,15 +20,6 @@ ROLE = "itm_blip"
 
 
 @pytest.fixture(scope="module")
-def tiny_blip(tmp_path_factory):
-    from counterfactory.models.tiny_eval import build_blip
-
-    out = tmp_path_factory.mktemp("blip") / ROLE
-    build_blip(out)
-    return out
-
-
-@pytest.fixture(scope="module")
 def dataset(tmp_path_factory):
     """6 pairs: original + counterfactual, distinct noisy-colour images and captions."""
     from counterfactory.testing import pair_images
