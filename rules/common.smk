@@ -434,9 +434,9 @@ def export_manifests(study):
     return out
 
 
-#: paths under each study folder that provenance.json does not record: the file made from it (the dataset card)
-#: and what changes run to run (logs, timings)
-PROVENANCE_SKIP = ["logs/", "benchmarks/", "export/README.md"]
+#: paths under each study folder that provenance.json does not record: the files made from it (the dataset card
+#: and the filter cards copied beside it) and what changes run to run (logs, timings)
+PROVENANCE_SKIP = ["logs/", "benchmarks/", "export/README.md", "export/filter_cards/"]
 
 
 def examples_grid(study):
@@ -445,6 +445,19 @@ def examples_grid(study):
 
 
 def export_card_inputs(wildcards):
-    """provenance.json and the export layouts' manifests; the funnel summaries the card reads are made before the
-    study's final files (its layouts' inputs), and are not listed: which exist is only known after the run."""
-    return {**export_manifests(wildcards.study), "provenance": f"{RESULTS}/provenance.json"}
+    """provenance.json, the export layouts' manifests and the card.json of each audited filter (``filter_card_<name>``;
+    none in the paper config); the funnel summaries the card reads are made before the study's final files (its
+    layouts' inputs), and are not listed: which exist is only known after the run."""
+    cards = {f"filter_card_{Path(d).name}": f"{d}/card.json" for d in filter_card_dirs(wildcards.study)}
+    return {**export_manifests(wildcards.study), "provenance": f"{RESULTS}/provenance.json", **cards}
+
+
+def export_card_filter_args(wildcards, input):
+    """``--filter-card DIR`` of each audited filter's card folder (copied beside the dataset card)."""
+    import shlex
+
+    return " ".join(
+        f"--filter-card {shlex.quote(str(Path(path).parent))}"
+        for name, path in input.items()
+        if name.startswith("filter_card_")
+    )

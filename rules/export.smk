@@ -86,7 +86,8 @@ rule export_clip_benchmark:
 
 
 rule export_card:
-    """Dataset card (Hugging Face layout) from provenance.json, the export manifests and the study's summaries."""
+    """Dataset card (Hugging Face layout) from provenance.json, the export manifests and the study's summaries, with
+    the audited filters' cards copied beside it (export/filter_cards/<filter>/; only with filters.audit.<study>)."""
     input:
         unpack(export_card_inputs),
     output:
@@ -103,6 +104,8 @@ rule export_card:
             for layout, path in input.items()
             if layout in ("release", "imagefolder", "parquet", "clip_benchmark")
         ),
+        filter_cards=export_card_filter_args,
     shell:
         "counterfactory export card --study {wildcards.study} --study-dir {params.study_dir:q}"
-        " --provenance {input.provenance:q} --export-dir {params.export_dir:q} {params.manifests} > {log:q} 2>&1"
+        " --provenance {input.provenance:q} --export-dir {params.export_dir:q} {params.manifests}"
+        " {params.filter_cards} > {log:q} 2>&1"

@@ -375,3 +375,34 @@ def test_spurious_retrieval_export_pairs_every_image_with_its_captions(tmp_path)
     (d / "coco/captions/synthetic.parquet").unlink()
     with pytest.raises(InputError, match="synthetic captions not found"):
         export_studies.spurious_tables(d)
+
+
+def test_card_lists_and_copies_the_filter_cards(tmp_path):
+    """Issue 47: an audited filter's card (precision, recall with intervals, removal share) sits beside the dataset
+    card; without one the card has no such section and no filter_cards/ folder."""
+    d = coco_study(tmp_path)
+    export = d / "export"
+    tables = [formats.ExportTable("default", pd.read_parquet(d / "images/selected_pairs.parquet"),
+                                  ("image_0", "image_1"), "id", base=d / "images", default_split="test")]
+    formats.write_parquet(tables, export / "parquet")
+    (tmp_path / "provenance.json").write_text(json.dumps({"git": {"commit": "abc"}}))
+    card_dir = d / "filters" / "cards" / "clip"
+    card_dir.mkdir(parents=True)
+    metric = lambda v, lo, hi: {"value": v, "low": lo, "high": hi}  # noqa: E731
+    (card_dir / "card.json").write_text(json.dumps({
+        "title": "COCO-CF CLIP filter", "threshold": None, "removal_share": 0.5132978723404256, "n_audited": 29,
+        "bootstrap": {"level": 0.95}, "metrics": {"precision": metric(0.38888, 0.2096, 0.6002),
+                                                  "recall": metric(0.63636, 0.3990, 0.9090)}}))
+    (card_dir / "card.md").write_text("# card\n")
+    (card_dir / "scores.parquet").write_text("not copied")
+    rc = main(["export", "card", "--study", "coco_counterfactuals", "--study-dir", str(d), "--provenance",
+               str(tmp_path / "provenance.json"), "--export-dir", str(export), "--filter-card", str(card_dir)])
+    text = (export / "README.md").read_text()
+    assert rc == 0 and "### Filter cards" in text
+    assert ("| `clip` | COCO-CF CLIP filter | rule | 0.389 [0.210, 0.600] | 0.636 [0.399, 0.909] | 0.513 | 29 | "
+            "`filter_cards/clip/card.md` |") in text
+    assert sorted(p.name for p in (export / "filter_cards" / "clip").iterdir()) == ["card.json", "card.md"]
+    assert text.index("### Filter cards") < text.index("### Configuration")
+    # without a card: no section, and the earlier copies go
+    cards.write_card("coco_counterfactuals", d, tmp_path / "provenance.json", export)
+    assert "Filter cards" not in (export / "README.md").read_text() and not (export / "filter_cards").exists()

@@ -74,7 +74,8 @@ def _card(args) -> int:
             raise InputError(f"--manifest {item!r}: expected LAYOUT=FILE (e.g. parquet=results/demo/cvld/manifests/"
                              "export_parquet.json). Fix: name the layout and its manifest file")
         paths[layout] = path
-    out = write_card(args.study, args.study_dir, args.provenance, args.export_dir, out=args.out, manifest_paths=paths)
+    out = write_card(args.study, args.study_dir, args.provenance, args.export_dir, out=args.out, manifest_paths=paths,
+                     filter_cards=args.filter_card)
     print(f"dataset card -> {out}")
     return 0
 
@@ -157,4 +158,7 @@ def register(sub) -> None:
     c.add_argument("--out", metavar="FILE.md", help="card path (default: <export-dir>/README.md)")
     c.add_argument("--manifest", action="append", default=[], metavar="LAYOUT=FILE.json",
                    help="a layout's manifest kept outside its folder (repeatable; default: the folder's own)")
+    c.add_argument("--filter-card", action="append", default=[], metavar="DIR",
+                   help="an audited filter's card folder (`filters study-card --out-dir`; repeatable): copied to "
+                        "filter_cards/<name>/ beside the card and listed in its Filter cards section")
     c.set_defaults(func=_card)

@@ -151,8 +151,49 @@ def _tiny_banner(provenance: dict) -> list[str]:
     return [f"> **{warning}**", ""] if warning else []
 
 
-def build_card(study: str, study_dir: str | Path, provenance: dict, manifests: dict[str, dict]) -> str:
-    """The card's Markdown. ``manifests``: layout folder name (relative to the card) -> its manifest."""
+#: the files of a filter card copied beside the dataset card (``filters study-card``'s folder)
+FILTER_CARD_FILES = ("card.md", "card.html", "card.json", "curve.csv", "curve.png")
+#: the folder (relative to the dataset card) the filter cards are copied to
+FILTER_CARDS_DIR = "filter_cards"
+
+
+def _interval(metric: dict | None) -> str:
+    if not metric or metric.get("value") is None:
+        return "n/a"
+    value = f"{metric['value']:.3f}"
+    if metric.get("low") is None or metric.get("high") is None:
+        return value
+    return f"{value} [{metric['low']:.3f}, {metric['high']:.3f}]"
+
+
+def filter_card_section(filter_cards: dict[str, dict]) -> list[str]:
+    """The "Filter cards" lines: one row per audited filter (``name -> card.json``, the folder
+    ``filter_cards/<name>/`` beside the card) with precision and recall (bootstrap intervals), the removal share
+    (a count of every scored item: no interval) and the audit's size; [] without a card."""
+    if not filter_cards:
+        return []
+    level = next((c.get("bootstrap", {}).get("level") for c in filter_cards.values()), 0.95) or 0.95
+    rows = []
+    for name, c in filter_cards.items():
+        m = c.get("metrics") or {}
+        share = c.get("removal_share")
+        rows.append([code(name), escape_md(c.get("title") or name), str(c.get("threshold", "-")) if
+                     c.get("threshold") is not None else "rule", _interval(m.get("precision")),
+                     _interval(m.get("recall")), "n/a" if share is None else f"{share:.3f}",
+                     str(c.get("n_audited", "")), code(f"{FILTER_CARDS_DIR}/{name}/card.md")])
+    return ["### Filter cards", "",
+            "How each filter's keep/drop agrees with a hand-labelled audit sample (`filters study-card`): precision "
+            "= share of kept audited items people judge good, recall = share of good audited items kept, removal "
+            f"share = share of all scored items removed; precision and recall with {level:.0%} bootstrap intervals "
+            f"[low, high]. The full cards (curve, counts, notes) are in `{FILTER_CARDS_DIR}/<filter>/`.", "",
+            markdown_table(["filter", "card", "threshold", "precision", "recall", "removal share", "audited",
+                            "file"], rows), ""]
+
+
+def build_card(study: str, study_dir: str | Path, provenance: dict, manifests: dict[str, dict],
+               filter_cards: dict[str, dict] | None = None) -> str:
+    """The card's Markdown. ``manifests``: layout folder name (relative to the card) -> its manifest;
+    ``filter_cards``: audited filter -> its ``card.json`` (copied to ``filter_cards/<filter>/``; none: no section)."""
     spec = study_export(study)
     demo = is_demo(provenance)
     generic = manifests.get("parquet") or manifests.get("imagefolder") or {"configs": {}}
@@ -214,6 +255,7 @@ def build_card(study: str, study_dir: str | Path, provenance: dict, manifests: d
             lines += [markdown_table([c.replace("_", " ") for c in t.columns], t.values.tolist()), ""]
     if not stages:
         lines += ["No summary file of this study was found.", ""]
+    lines += filter_card_section(filter_cards or {})
     cfg = (provenance.get("config") or {}).get(study)
     lines += ["### Configuration", "",
               (f"Every setting of the `{study}` section is recorded in the run's `provenance.json` (`config.{study}`;"
@@ -286,10 +328,13 @@ def limitations(study: str, provenance: dict) -> list[str]:
 
 def write_card(study: str, study_dir: str | Path, provenance: str | Path, export_dir: str | Path,
                layouts: Iterable[str] = ("release", "imagefolder", "parquet", "clip_benchmark"), out: str | Path | None = None,
-               manifest_paths: dict[str, str | Path] | None = None) -> Path:
+               manifest_paths: dict[str, str | Path] | None = None,
+               filter_cards: Iterable[str | Path] = ()) -> Path:
     """Build the card from ``provenance`` and the manifests of ``export_dir/<layout>`` (layouts without a folder
     are skipped; ``manifest_paths``: layout -> its manifest kept outside the folder, else the folder's own) and
-    write it to ``out`` (default ``export_dir/README.md``)."""
+    write it to ``out`` (default ``export_dir/README.md``). ``filter_cards``: folders of ``filters study-card``
+    (``.../filters/cards/<filter>``), each copied to ``filter_cards/<filter>/`` beside the card (that folder is
+    replaced as a whole, and removed when none is given) and listed in its "Filter cards" section."""
     from ..io import write_text
 
     export_dir = Path(export_dir)
@@ -299,8 +344,34 @@ def write_card(study: str, study_dir: str | Path, provenance: str | Path, export
     if not manifests:
         raise input_error(export_dir, None, "no export layout folder (release/, imagefolder/, parquet/)",
                           "run `counterfactory export release/imagefolder` first")
-    text = build_card(study, study_dir, load_json(provenance), manifests)
-    return write_text(out or export_dir / "README.md", text)
+    out = Path(out or export_dir / "README.md")
+    cards = copy_filter_cards(filter_cards, out.parent / FILTER_CARDS_DIR)
+    text = build_card(study, study_dir, load_json(provenance), manifests, filter_cards=cards)
+    return write_text(out, text)
+
+
+def copy_filter_cards(folders: Iterable[str | Path], dest: Path) -> dict[str, dict]:
+    """Copy each filter card folder's :data:`FILTER_CARD_FILES` to ``dest/<folder name>/`` (``dest`` replaced as a
+    whole; removed when there is none) and return name -> its ``card.json``."""
+    import shutil
+
+    folders = [Path(f) for f in folders]
+    cards = {}
+    for f in folders:
+        if not (f / "card.json").is_file():
+            raise input_error(f / "card.json", None, "filter card not found",
+                              "run `counterfactory filters study-card` (rule filters_study_card) first")
+        if f.name in cards:
+            raise input_error(f, None, f"two filter cards named {f.name!r}", "pass each filter's card once")
+        cards[f.name] = load_json(f / "card.json")
+    if dest.exists():
+        shutil.rmtree(dest)
+    for f in folders:
+        (dest / f.name).mkdir(parents=True, exist_ok=True)
+        for name in FILTER_CARD_FILES:
+            if (f / name).is_file():
+                shutil.copy2(f / name, dest / f.name / name)
+    return cards
 
 
 def card_numbers(text: str) -> dict:
@@ -310,5 +381,6 @@ def card_numbers(text: str) -> dict:
     return yaml.safe_load(text.split("---\n", 2)[1])
 
 
-__all__ = ["CITATIONS", "FIELD_DOCS", "bias_notes", "build_card", "card_numbers", "funnel", "funnel_label",
-           "limitations", "size_category", "write_card"]
+__all__ = ["CITATIONS", "FIELD_DOCS", "FILTER_CARDS_DIR", "FILTER_CARD_FILES", "bias_notes", "build_card",
+           "card_numbers", "copy_filter_cards", "filter_card_section", "funnel", "funnel_label", "limitations",
+           "size_category", "write_card"]
