@@ -421,6 +421,20 @@ def study_finished(wildcards):
     return STUDY_TARGETS[wildcards.study]()
 
 
+def export_imagefolder_inputs(wildcards):
+    """The study's final files and, with verify.enabled for a covered study, its verified variant (exported as
+    ``<config>_verified``; nothing changes with verify off)."""
+    out = {"finished": study_finished(wildcards)}
+    verified = [t for t in verify_targets(wildcards.study) if t.endswith("/verified.parquet")]
+    if verified and export_studies.STUDIES[wildcards.study].verified is not None:
+        out["verified"] = verified[0]
+    return out
+
+
+def export_verified_arg(wildcards, input):
+    return f"--verified {shlex.quote(input.verified)}" if "verified" in input.keys() else ""
+
+
 def export_manifests(study):
     """The manifests of the study's export layouts (kept outside the uploaded folders): layout -> path."""
     out = {

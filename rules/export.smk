@@ -34,9 +34,10 @@ rule export_release:
 
 
 rule export_imagefolder:
-    """Generic layouts of every study: imagefolder (metadata.jsonl + images) and parquet (images embedded)."""
+    """Generic layouts of every study: imagefolder (metadata.jsonl + images) and parquet (images embedded); with
+    verify.enabled each covered study's configs also as <config>_verified (the rows the VQA check kept)."""
     input:
-        study_finished,
+        unpack(export_imagefolder_inputs),
     output:
         imagefolder=f"{S}/manifests/export_imagefolder.json",
         parquet=f"{S}/manifests/export_parquet.json",
@@ -53,9 +54,10 @@ rule export_imagefolder:
         study_dir=lambda wildcards: f"{RESULTS}/{wildcards.study}",
         imagefolder=lambda wildcards: f"{RESULTS}/{wildcards.study}/export/imagefolder",
         parquet=lambda wildcards: f"{RESULTS}/{wildcards.study}/export/parquet",
+        verified=export_verified_arg,
     shell:
         "counterfactory export imagefolder --study {wildcards.study} --study-dir {params.study_dir:q}"
-        " --out-dir {params.imagefolder:q} --parquet-dir {params.parquet:q}"
+        " --out-dir {params.imagefolder:q} --parquet-dir {params.parquet:q} {params.verified}"
         " --manifest-imagefolder {output.imagefolder:q} --manifest-parquet {output.parquet:q} > {log:q} 2>&1"
 
 

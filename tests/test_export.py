@@ -406,3 +406,50 @@ def test_card_lists_and_copies_the_filter_cards(tmp_path):
     # without a card: no section, and the earlier copies go
     cards.write_card("coco_counterfactuals", d, tmp_path / "provenance.json", export)
     assert "Filter cards" not in (export / "README.md").read_text() and not (export / "filter_cards").exists()
+
+
+@pytest.mark.parametrize("kept", [["102_3"], []])
+def test_imagefolder_exports_the_verified_variant(tmp_path, kept):
+    """Issue 47: `export imagefolder --verified` adds <config>_verified with the rows the VQA check kept (none kept:
+    an empty config), beside the full one; the dataset card names it."""
+    d = coco_study(tmp_path)
+    pairs = pd.read_parquet(d / "images/selected_pairs.parquet")
+    (d / "verify").mkdir()
+    pairs[pairs["id"].isin(kept)].to_parquet(d / "verify" / "verified.parquet")
+    export = d / "export"
+    rc = main(["export", "imagefolder", "--study", "coco_counterfactuals", "--study-dir", str(d), "--out-dir",
+               str(export / "imagefolder"), "--parquet-dir", str(export / "parquet"),
+               "--verified", str(d / "verify" / "verified.parquet")])
+    assert rc == 0
+    m = json.loads((export / "parquet" / "manifest.json").read_text())
+    assert {c: sum(s["rows"] for s in v["splits"].values()) for c, v in m["configs"].items()} == {
+        "default": 2, "default_verified": len(kept)}
+    if kept:
+        ds = load("parquet", tmp_path, data_files=str(export / "parquet" / "default_verified" / "test-*.parquet"),
+                  split="train")
+        assert ds["id"] == kept and pixels(ds[0]["image_0"])[0, 0].tolist() == [1, 1, 2]
+    (tmp_path / "provenance.json").write_text(json.dumps({"git": {"commit": "abc"}}))
+    text = cards.write_card("coco_counterfactuals", d, tmp_path / "provenance.json", export).read_text()
+    assert "Verified variant: `default_verified`" in text
+    assert any(c["config_name"] == "default_verified" for c in cards.card_numbers(text)["configs"])
+
+
+def test_verified_rows_of_each_study():
+    """Which export rows each study's verified variant keeps (its keys: pair id, set member, dataset + item,
+    edited image file)."""
+    T = formats.ExportTable
+    social = T("default", pd.DataFrame({"set_id": ["s1", "s1", "s2"], "candidate_index": [0, 0, 1],
+                                        "member_index": [0, 1, 0], "image": ["a", "b", "c"]}), ("image",), "set_id")
+    v = pd.DataFrame({"set_id": ["s1"], "candidate_index": [0], "member_index": [1]})
+    assert list(export_studies.STUDIES["social_counterfactuals"].verified(social, v, None)) == [False, True, False]
+    cc = T("counting", pd.DataFrame({"item_id": ["1", "2"]}), (), "item_id")
+    v = pd.DataFrame({"dataset": ["counting", "positions"], "item_id": ["2", "1"]})
+    assert list(export_studies.STUDIES["countercurate"].verified(cc, v, None)) == [False, True]
+    from pathlib import Path
+
+    cvld = T("coco_ip2p", pd.DataFrame({"image": ["/r/cvld/coco/edits/ip2p/00000/a.png",
+                                                  "/r/cvld/coco/edits/ip2p/00000/b.png"]}), ("image",), "image")
+    v = pd.DataFrame({"path": ["../coco/edits/ip2p/00000/b.png", "../coco/edits/other/00000/a.png"]})
+    assert export_studies.STUDIES["cvld"].verified(cvld, v, Path("/r/cvld/verify")) == [False, True]
+    with pytest.raises(Exception, match="no verified variant"):
+        export_studies.verified_tables("spurious_retrieval", [], "x.parquet")

@@ -159,7 +159,7 @@ def export_grid(imagefolder: str | Path, out: str | Path, n: int = 3, wrap: int 
     blocks = []
     for name, conf in manifest["configs"].items():
         split = next(iter(conf["splits"].values()), None)
-        if not split or not split.get("rows"):
+        if not split or not split.get("rows") or name.endswith("_verified"):   # the VQA check's subset: shown already
             continue
         folder = root / split["path"]
         groups = _grid_groups(_export_rows(folder), list(conf["images"]), n)

@@ -34,6 +34,8 @@ def _imagefolder(args) -> int:
     from ..export import formats, studies
 
     tables = studies.study_export(args.study).tables(Path(args.study_dir))
+    if args.verified:
+        tables += studies.verified_tables(args.study, tables, args.verified)
     m = formats.write_imagefolder(tables, args.out_dir, source=str(args.study_dir),
                                   manifest_path=args.manifest_imagefolder)
     _print(m, args.out_dir)
@@ -132,6 +134,9 @@ def register(sub) -> None:
                    help="write the imagefolder manifest here, outside the folder (default: inside it)")
     i.add_argument("--manifest-parquet", metavar="FILE.json",
                    help="write the parquet manifest here, outside the folder (default: inside it)")
+    i.add_argument("--verified", metavar="FILE.parquet",
+                   help="the VQA check's verified variant (results/<run>/<study>/verify/verified.parquet): each "
+                        "config's rows it keeps are exported too, as config <config>_verified")
     i.add_argument("--max-shard-bytes", type=_positive_int, default=MAX_SHARD_BYTES, metavar="N",
                    help="bound on the image bytes of one parquet shard; each split is streamed into "
                         "<split>-0000K-of-0000N.parquet files of at most this size (default: 500 MiB, the size "

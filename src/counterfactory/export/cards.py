@@ -25,7 +25,7 @@ from ..errors import input_error
 from ..render import Column, Table, Text, code_span, escape_md, markdown_body
 from .citations import CITATIONS, size_category
 from .formats import read_manifest
-from .studies import SOURCE_LICENCES, is_demo, load_json, study_export
+from .studies import SOURCE_LICENCES, VERIFIED_SUFFIX, is_demo, load_json, study_export
 
 #: keys of summary JSON files that are bookkeeping, not counts
 SKIP_KEYS = {"provenance", "config_digest", "requests_digest", "sets_digest", "seconds", "shard", "shards",
@@ -227,7 +227,14 @@ def build_card(study: str, study_dir: str | Path, provenance: dict, manifests: d
               "(images embedded)." + (" `clip_benchmark/<config>` is CLIP_benchmark's webdataset layout for "
                                       "zero-shot retrieval (`clip_benchmark eval --dataset wds/<config> "
                                       "--dataset_root clip_benchmark/<config> --task zeroshot_retrieval`)."
-                                      if "clip_benchmark" in manifests else ""), "", "### Data Fields", ""]
+                                      if "clip_benchmark" in manifests else ""), ""]
+    verified = [c for c in generic["configs"] if c.endswith(VERIFIED_SUFFIX)]
+    if verified:
+        lines += ["Verified variant: " + ", ".join(code_span(c) for c in verified) + f" hold the rows of the config "
+                  f"without {code_span(VERIFIED_SUFFIX)} that the VQA check (a vision-language model asked whether "
+                  "each image shows its caption, `verify.*` in provenance.json) kept, from the run's "
+                  "`verify/verified.parquet`; the full configs are unfiltered by it.", ""]
+    lines += ["### Data Fields", ""]
     for config, c in generic["configs"].items():
         desc = {**FIELD_DOCS, **(c.get("description") or {})}
         rows = [[code(f), "image", desc.get(f, "")] for f in c.get("images", [])]

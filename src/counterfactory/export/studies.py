@@ -9,7 +9,8 @@ study steps write (see ``results/demo/<study>/``).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
@@ -33,6 +34,9 @@ class StudyExport:
     task_categories: tuple[str, ...] = ("image-to-text", "text-to-image", "zero-shot-image-classification")
     #: image-caption retrieval sets (config -> items) of the CLIP_benchmark webdataset export (None: none)
     retrieval: Callable[[Path], dict[str, list[RetrievalItem]]] | None = None
+    #: which rows of an export table the VQA check's verified variant (``verify/verified.parquet``, read as a frame;
+    #: its folder) keeps: a boolean mask over ``table.rows`` (None: the study has no VQA adapter)
+    verified: Callable[[ExportTable, pd.DataFrame, Path], "pd.Series | list[bool]"] | None = None
 
 
 def _read(path: Path, what: str) -> pd.DataFrame:
@@ -184,6 +188,52 @@ def cvld_tables(d: Path) -> list[ExportTable]:
     return out
 
 
+# ------------------------------------------------------------------------------------------------ verified variant
+#: suffix of the config that holds a config's rows the VQA check kept
+VERIFIED_SUFFIX = "_verified"
+
+
+def _coco_verified(table: ExportTable, verified: pd.DataFrame, _dir: Path):
+    return table.rows["id"].astype(str).isin(set(verified["id"].astype(str)) if len(verified) else set())
+
+
+def _social_verified(table: ExportTable, verified: pd.DataFrame, _dir: Path):
+    cols = ("set_id", "candidate_index", "member_index")
+    keys = {(str(a), int(b), int(c)) for a, b, c in zip(*(verified[k] for k in cols))} if len(verified) else set()
+    return [(str(a), int(b), int(c)) in keys for a, b, c in zip(*(table.rows[k] for k in cols))]
+
+
+def _countercurate_verified(table: ExportTable, verified: pd.DataFrame, _dir: Path):
+    if not len(verified):
+        return [False] * len(table.rows)
+    ids = set(verified.loc[verified["dataset"].astype(str) == table.config, "item_id"].astype(str))
+    return table.rows["item_id"].astype(str).isin(ids)
+
+
+def _cvld_verified(table: ExportTable, verified: pd.DataFrame, folder: Path):
+    """By the edited image's file: the verified edits' ``path`` (relative to the verify folder) names the dataset
+    and editing method, so only that config's rows match."""
+    files = {os.path.abspath(folder / str(p)) for p in verified["path"]} if len(verified) else set()
+    return [os.path.abspath(table.image_file(v)) in files if table.image_file(v) else False
+            for v in table.rows["image"]]
+
+
+def verified_tables(study: str, tables: list[ExportTable], verified_path: str | Path) -> list[ExportTable]:
+    """Beside each export config, ``<config>_verified``: its rows the VQA check kept (those in ``verify merge``'s
+    verified variant, ``verified_path``; possibly none), in the same layout and with the same fields."""
+    spec = study_export(study)
+    if spec.verified is None:
+        raise ConfigError(f"study {study!r} has no verified variant (no VQA adapter is wired for it). Fix: drop "
+                          "--verified, or export one of " + ", ".join(s for s, v in STUDIES.items() if v.verified))
+    path = Path(verified_path)
+    frame = _read(path, "verified variant (verify/verified.parquet)")
+    out = []
+    for table in tables:
+        mask = pd.Series(list(spec.verified(table, frame, path.parent)), index=table.rows.index, dtype=bool)
+        out.append(replace(table, config=table.config + VERIFIED_SUFFIX, rows=table.rows[mask].reset_index(drop=True)))
+    return out
+
+
 # ------------------------------------------------------------------------------------------------ retrieval
 def coco_retrieval(d: Path) -> dict[str, list[RetrievalItem]]:
     """COCO-CFs as the study's zero-shot retrieval evaluates it (§4.2.1, ``evaluation.cf_retrieval_set``): both
@@ -256,21 +306,22 @@ STUDIES: dict[str, StudyExport] = {
         "COCO-Counterfactuals (reproduction)",
         "Pairs of synthetic images and captions that differ in one noun (Le et al., 2023): MS-COCO captions "
         "edited by a masked language model, image pairs generated with Prompt-to-Prompt and filtered by CLIP.",
-        retrieval=coco_retrieval),
+        retrieval=coco_retrieval, verified=_coco_verified),
     "social_counterfactuals": StudyExport(
         "social_counterfactuals", ("filter/kept.parquet",), social_tables,
         ("generation/summary.json", "filter/table11.csv"), ("sd", "clip_filter", "nsfw"), ("stable_diffusion",),
         "SocialCounterfactuals (reproduction)",
         "Sets of synthetic images of people that differ only in race, gender or physical characteristics "
         "(Howard et al., 2024), generated with Prompt-to-Prompt and filtered by CLIP similarity, NSFW and "
-        "attribute detectability."),
+        "attribute detectability.", verified=_social_verified),
     "countercurate": StudyExport(
         "countercurate", ("datasets/positions.parquet", "datasets/counting.parquet", "datasets/attributes.parquet"),
         countercurate_tables, ("datasets/summary.csv", "generation/summary.json"),
         ("llm", "gligen", "gligen_inpaint", "t2i"), ("flickr30k", "stable_diffusion"),
         "CounterCurate (reproduction)",
         "Flickr30k-Positions, -Counting and -Attributes (Zhang et al., 2024): captions with hard negatives and "
-        "negative images made by flipping, GLIGEN generation or inpainting.", retrieval=countercurate_retrieval),
+        "negative images made by flipping, GLIGEN generation or inpainting.", retrieval=countercurate_retrieval,
+        verified=_countercurate_verified),
     "spurious_retrieval": StudyExport(
         None, (), spurious_tables, ("*/selection/summary.csv", "*/manifests/summary.csv"),
         ("inpaint", "captioner"), ("coco", "flickr30k"),
@@ -281,7 +332,7 @@ STUDIES: dict[str, StudyExport] = {
         None, (), cvld_tables, ("*/text/summary.csv",), ("llm", "editor", "sd", "image_encoder"),
         ("coco", "celeba", "stable_diffusion"), "CVLD counterfactual edits (reproduction)",
         "Gender-counterfactual captions and images edited with InstructPix2Pix / null-text inversion, the k "
-        "edits most similar to the original kept (CVLD)."),
+        "edits most similar to the original kept (CVLD).", verified=_cvld_verified),
 }
 
 
