@@ -2,6 +2,20 @@
 # Kept in their own file: Snakemake's linter wants functions apart from rules.
 import shlex
 
+
+def _sr_verify_candidates():
+    """Spurious retrieval, per dataset: its requests and every inpainting shard of the study's own image method
+    (``mixtures.variants.ours.image``); the shard count is a setting (``inpaint.shards``), so all are known here."""
+    s = sr_settings.settings(view(SR))
+    method = s["mixtures"]["variants"]["ours"]["image"]
+    out = {}
+    for dataset in s["data"]["datasets"]:
+        out[f"{dataset}:requests"] = f"{dataset}/selection/requests.parquet"
+        for i in range(s["inpaint"]["shards"]):
+            out[f"{dataset}:{method}:{i:05d}"] = f"{dataset}/images/{method}/{i:05d}/shard.parquet"
+    return out
+
+
 # the studies with an adapter wired into the workflow, and each one's candidate files (NAME -> path)
 VERIFY_CANDIDATES = {
     "coco_counterfactuals": {"candidates": "images/selected_pairs.parquet"},
@@ -11,6 +25,7 @@ VERIFY_CANDIDATES = {
         "candidates": f"coco/edits/{config['cvld']['editing']['train_method']}/edits.parquet",
         "requests": "coco/edits/requests.parquet",
     },
+    "spurious_retrieval": _sr_verify_candidates(),
 }
 VERIFY_STUDY_RE = "|".join(VERIFY_CANDIDATES)
 

@@ -451,5 +451,6 @@ def test_verified_rows_of_each_study():
                                                   "/r/cvld/coco/edits/ip2p/00000/b.png"]}), ("image",), "image")
     v = pd.DataFrame({"path": ["../coco/edits/ip2p/00000/b.png", "../coco/edits/other/00000/a.png"]})
     assert export_studies.STUDIES["cvld"].verified(cvld, v, Path("/r/cvld/verify")) == [False, True]
-    with pytest.raises(Exception, match="no verified variant"):
-        export_studies.verified_tables("spurious_retrieval", [], "x.parquet")
+    sr = T("coco_lama", pd.DataFrame({"image": ["/r/sr/coco/images/lama/00000/a.png"]}), ("image",), "image")
+    v = pd.DataFrame({"image": ["../coco/images/lama/00000/a.png"]})
+    assert export_studies.STUDIES["spurious_retrieval"].verified(sr, v, Path("/r/sr/verify")) == [True]

@@ -296,3 +296,30 @@ def test_cvld_adapter_pairs_each_kept_edit_with_its_original(tmp_path):
     out = cvld_verify.verified(inputs, pd.DataFrame({"item_id": ["coco_1:0", "coco_2:0"], "kept": [False, True]}),
                                tmp_path / "verify")
     assert out["item_id"].tolist() == ["coco_2"] and out.loc[0, "path"] == "../edits/ip2p/00000/c.png"
+
+
+def test_spurious_retrieval_adapter_pairs_each_photograph_with_its_inpainting(tmp_path):
+    """Issue 47: the original with "a <removed class>", the inpainted image as partner, no partner caption (a
+    one-sided edit); the verified variant keeps the kept items, paths relative to the verify folder."""
+    from counterfactory.studies.spurious_retrieval import verify as sr_verify
+
+    requests = tmp_path / "coco" / "selection" / "requests.parquet"
+    requests.parent.mkdir(parents=True)
+    pd.DataFrame({"item_id": ["i1", "i2"], "image_path": ["/d/1.jpg", "/d/2.jpg"], "category": ["dog", "umbrella"],
+                  "removed_categories": [["dog"], ["umbrella", "person"]]}).to_parquet(requests)
+    shard = tmp_path / "coco" / "images" / "lama" / "00000" / "shard.parquet"
+    shard.parent.mkdir(parents=True)
+    pd.DataFrame({"item_id": ["i2", "i1"], "output_path": ["i2.png", "i1.png"]}).to_parquet(shard)
+    inputs = {"coco:requests": str(requests), "coco:lama:00000": str(shard)}
+    rows = sr_verify.pair_rows(inputs)
+    assert [(r["item_id"], r["image_path"], r["caption"], r["partner_caption"]) for r in rows] == [
+        ("coco:i2", "/d/2.jpg", "an umbrella", None), ("coco:i1", "/d/1.jpg", "a dog", None)]
+    assert rows[1]["partner_image_path"] == str(shard.parent / "i1.png")
+    frame = vqa.pair_frame(rows, tmp_path / "verify")
+    assert frame["partner_caption"].isna().all()           # the one-sided form of the score
+    out = sr_verify.verified(inputs, pd.DataFrame({"item_id": ["coco:i1", "coco:i2"], "kept": [False, True]}),
+                             tmp_path / "verify")
+    assert out["item_id"].tolist() == ["coco:i2"] and out.loc[0, "removed_categories"] == ["umbrella", "person"]
+    assert out.loc[0, "image"] == "../coco/images/lama/00000/i2.png"
+    with pytest.raises(InputError, match="requests"):
+        sr_verify.pair_rows({"coco:lama:00000": str(shard)})

@@ -210,12 +210,18 @@ def _countercurate_verified(table: ExportTable, verified: pd.DataFrame, _dir: Pa
     return table.rows["item_id"].astype(str).isin(ids)
 
 
-def _cvld_verified(table: ExportTable, verified: pd.DataFrame, folder: Path):
-    """By the edited image's file: the verified edits' ``path`` (relative to the verify folder) names the dataset
-    and editing method, so only that config's rows match."""
-    files = {os.path.abspath(folder / str(p)) for p in verified["path"]} if len(verified) else set()
-    return [os.path.abspath(table.image_file(v)) in files if table.image_file(v) else False
-            for v in table.rows["image"]]
+def _image_file_verified(column: str):
+    """By the made image's file: the verified rows' ``column`` (relative to the verify folder) names the dataset
+    and the editing / inpainting method, so only that config's rows match."""
+    def mask(table: ExportTable, verified: pd.DataFrame, folder: Path):
+        files = {os.path.abspath(folder / str(p)) for p in verified[column]} if len(verified) else set()
+        return [os.path.abspath(table.image_file(v)) in files if table.image_file(v) else False
+                for v in table.rows["image"]]
+    return mask
+
+
+_cvld_verified = _image_file_verified("path")
+_spurious_verified = _image_file_verified("image")
 
 
 def verified_tables(study: str, tables: list[ExportTable], verified_path: str | Path) -> list[ExportTable]:
@@ -327,7 +333,8 @@ STUDIES: dict[str, StudyExport] = {
         ("inpaint", "captioner"), ("coco", "flickr30k"),
         "Object-decorrelated retrieval data (reproduction)",
         "Images with object classes removed by inpainting and their noun-phrase-edited captions (Kim et al., "
-        "2023), to decorrelate co-occurring objects in image-text retrieval.", retrieval=spurious_retrieval_sets),
+        "2023), to decorrelate co-occurring objects in image-text retrieval.", retrieval=spurious_retrieval_sets,
+        verified=_spurious_verified),
     "cvld": StudyExport(
         None, (), cvld_tables, ("*/text/summary.csv",), ("llm", "editor", "sd", "image_encoder"),
         ("coco", "celeba", "stable_diffusion"), "CVLD counterfactual edits (reproduction)",
