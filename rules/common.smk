@@ -425,7 +425,7 @@ def export_imagefolder_inputs(wildcards):
     """The study's final files and, with verify.enabled for a covered study, its verified variant (exported as
     ``<config>_verified``; nothing changes with verify off)."""
     out = {"finished": study_finished(wildcards)}
-    verified = [t for t in verify_targets(wildcards.study) if t.endswith("/verified.parquet")]
+    verified = [t for t in verify_targets(wildcards.study) if Path(t).name == "verified.parquet"]
     if verified and export_studies.STUDIES[wildcards.study].verified is not None:
         out["verified"] = verified[0]
     return out
