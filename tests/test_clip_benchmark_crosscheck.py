@@ -9,9 +9,12 @@ of its requirements are .venv's pins); the test skips only when that index canno
 subprocess through its own command line (``clip_benchmark eval --dataset wds/default --task zeroshot_retrieval``),
 loading the demo's tiny OpenCLIP model from its folder (``--model local-dir:<folder>``, open_clip's own schema).
 
-CounterFactory's side is the COCO-CFs retrieval set of the study's zero-shot retrieval (``counterfactory evaluate
-itr``: :func:`counterfactory.evaluation.cf_retrieval_set` + :func:`~counterfactory.evaluation.retrieval_recall` with
-the role's scorer). Both score the same space: every image of the pairs (2N) against every caption (2N), caption
+CounterFactory's side is ``counterfactory score``'s ``coco_cf_retrieval`` cells (Recall@K on the pairs' retrieval
+space, K from ``coco_counterfactuals.evaluation.itr.ks``, here 1, 2, 5, 10), which are built from the COCO-CFs
+retrieval set of the study's zero-shot retrieval (``counterfactory evaluate itr``:
+:func:`counterfactory.evaluation.cf_retrieval_set` + :func:`~counterfactory.evaluation.retrieval_recall` with the
+role's scorer); the test checks both against CLIP_benchmark, and score's against evaluate itr's. All score the same
+space: every image of the pairs (2N) against every caption (2N), caption
 ``k`` of a pair belonging to image ``k``; CLIP_benchmark takes it from the export's samples (one per image, its
 caption in ``<key>.txt``). The images are random-noise PNGs and the test first checks that no score in the matrix
 within 1e-5 of a query's positive sits where it could
@@ -134,6 +137,20 @@ def _counterfactory_recall(model: Path, study: Path) -> tuple[dict, np.ndarray, 
     return retrieval_recall(scorer, rset, KS), cosine, rset.text_image
 
 
+def _score_recall(model: Path, study: Path, out: Path) -> pd.DataFrame:
+    """``counterfactory score run``'s ``coco_cf_retrieval`` cells (value and interval in fractions), by its command
+    line, on the demo config with K = :data:`KS` (the study's ``evaluation.itr.ks``)."""
+    over = out.parent / f"{out.name}-ks.yaml"
+    over.write_text(f"coco_counterfactuals: {{evaluation: {{itr: {{ks: {list(KS)}}}}}}}\ndevice: cpu\n"
+                    "precision: fp32\n")
+    assert main(["score", "run", "--config", str(REPO / "config" / "demo.yaml"), "--config", str(over),
+                 "--model", str(model), "--benchmarks", "coco_cf_retrieval", "--data",
+                 f"coco_cf_retrieval={study / 'images' / 'selected_pairs.parquet'}", "--out-dir", str(out),
+                 "--resamples", "200", "--no-baselines", "--no-progress"]) == 0
+    board = pd.read_csv(out / "leaderboard.csv")
+    return board[(board["benchmark"] == "coco_cf_retrieval") & (board["kind"] == "model")].set_index("metric")
+
+
 def _undecided(cosine: np.ndarray, owner: np.ndarray, tol: float = 1e-5) -> list[tuple[str, int, int]]:
     """The (direction, query, K) whose hit would change if any score moved by ``tol``: a candidate within ``tol`` of
     the query's positive changes its rank by one, and that matters only where the rank is K - 1 or K."""
@@ -157,7 +174,9 @@ def _clip_benchmark(env: dict, model: Path, dataset_root: Path, out: Path) -> di
     return json.loads(out.read_text())["metrics"]
 
 
-def test_clip_benchmark_reads_the_export_and_agrees_on_recall(tmp_path, tiny_open_clip, clip_benchmark_env):
+def test_clip_benchmark_reads_the_export_and_agrees_on_recall(tmp_path, tiny_open_clip, clip_benchmark_env,
+                                                              monkeypatch):
+    monkeypatch.chdir(REPO)   # the demo config's relative paths
     study = coco_cf_study(tmp_path / "results")
     out = tmp_path / "export" / "clip_benchmark"
     # three shards (~3 KB of PNG each image): CLIP_benchmark reads them through nshards.txt's {0..N-1}.tar pattern
@@ -169,10 +188,17 @@ def test_clip_benchmark_reads_the_export_and_agrees_on_recall(tmp_path, tiny_ope
 
     ours, cosine, owner = _counterfactory_recall(tiny_open_clip, study)
     assert _undecided(cosine, owner) == [], "a near-tie would decide a recall: change the images' seed"
+    scored = _score_recall(tiny_open_clip, study, tmp_path / "scores")
+    assert set(scored.index) == {f"{d}@{k}" for d in ("image_to_text", "text_to_image") for k in KS}
+    assert (scored["n"] == 4 * len(WORDS)).all()   # the units: every image and every caption as a query
     theirs = _clip_benchmark(clip_benchmark_env, tiny_open_clip, out / "default", tmp_path / "clip_benchmark.json")
-    for k in KS:   # CLIP_benchmark: fractions, "text retrieval" = image -> text; CounterFactory: percent
-        assert 100 * theirs[f"text_retrieval_recall@{k}"] == pytest.approx(ours[f"image_to_text@{k}"], abs=1e-4), k
-        assert 100 * theirs[f"image_retrieval_recall@{k}"] == pytest.approx(ours[f"text_to_image@{k}"], abs=1e-4), k
+    for k in KS:   # CLIP_benchmark: fractions, "text retrieval" = image -> text; evaluate itr: percent
+        for mine, clip_bench in ((f"image_to_text@{k}", f"text_retrieval_recall@{k}"),
+                                 (f"text_to_image@{k}", f"image_retrieval_recall@{k}")):
+            cell = scored.loc[mine]
+            assert cell["value"] == pytest.approx(theirs[clip_bench], abs=1e-6), mine   # score: fractions
+            assert 100 * theirs[clip_bench] == pytest.approx(ours[mine], abs=1e-4), mine
+            assert cell["ci_low"] <= cell["value"] <= cell["ci_high"], mine
     # not a trivial agreement: recall grows with K and is neither 0 nor 100 at K = 1
     assert 0 < ours["image_to_text@1"] < 100 or 0 < ours["text_to_image@1"] < 100
     assert ours["text_to_image@10"] > ours["text_to_image@1"]

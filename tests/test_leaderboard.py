@@ -99,9 +99,24 @@ def test_leaderboard_agrees_with_the_study_scores_only_new_models_and_writes_eve
     from counterfactory.config import study_view
 
     results, _ = cc.evaluate(study_view(cfg, "countercurate"), "clip_eval", "sugarcrepe", scorer=_scorer(ref))
-    mine = table[(table["model"] == str(tiny_clip)) & (table["benchmark"] == "sugarcrepe")]["value"].item()
+    mine = table[(table["model"] == str(tiny_clip)) & (table["benchmark"] == "sugarcrepe")
+                 & (table["metric"] == "accuracy")]["value"].item()
     pooled = results[(results["subset"] == "average") & (results["metric"] == "accuracy")]["value"].item()
     assert mine == pooled
+    # SugarCrepe's categories: a cell each, the study's per-category accuracy (its seven files)
+    from counterfactory.studies.countercurate.benchmarks import SUGARCREPE_CATEGORIES
+
+    per = table[(table["model"] == str(tiny_clip)) & (table["benchmark"] == "sugarcrepe")
+                & table["metric"].str.startswith("accuracy:")].set_index("metric")
+    cats = results[results["subset"].isin(SUGARCREPE_CATEGORIES) & (results["metric"] == "accuracy")]
+    assert len(cats) > 1 and set(per.index) == {f"accuracy:{c}" for c in cats["subset"]}
+    for _, row in cats.iterrows():
+        assert per.loc[f"accuracy:{row['subset']}", "value"] == pytest.approx(row["value"]), row["subset"]
+        assert per.loc[f"accuracy:{row['subset']}", "n"] == row["n"]
+    assert per["n"].sum() == table[(table["model"] == str(tiny_clip)) & (table["metric"] == "accuracy")
+                                   & (table["benchmark"] == "sugarcrepe")]["n"].item()
+    bow = table[(table["model"] == lb.BOW) & (table["benchmark"] == "sugarcrepe")]
+    assert set(per.index) <= set(bow["metric"])                    # the shortcut rows per category too
     for name in ("leaderboard.md", "leaderboard.csv", "leaderboard.json", "leaderboard.html", "cache_keys.csv"):
         assert (tmp_path / name).is_file(), name
     md = (tmp_path / "leaderboard.md").read_text()
@@ -179,3 +194,63 @@ def test_workflow_steps_score_item_then_leaderboard_equal_score_run(tiny_clip, t
     bad.parent.mkdir(parents=True)
     pd.read_parquet(files[0]).to_parquet(bad)
     assert main(["score", "leaderboard", *conf, "--items", str(bad), "--out-dir", str(tmp_path / "x")]) != 0
+
+
+# ------------------------------------------------------------------ COCO-CF Recall@K
+class _FixedScorer:
+    """A dual scorer whose score matrix is given (rows: the retrieval space's images, columns: its captions)."""
+
+    dual, name, logit_scale = True, "fixed", 1.0
+
+    def __init__(self, matrix):
+        self.matrix, self.calls = np.asarray(matrix, dtype=np.float32), 0
+
+    def score_matrix(self, images, texts):
+        self.calls += 1
+        assert self.matrix.shape == (len(images), len(texts))
+        return self.matrix
+
+
+def test_coco_cf_recall_cells_are_evaluate_itr_recall_with_query_bootstrap_and_cache(tmp_path, monkeypatch):
+    from test_clip_benchmark_crosscheck import WORDS, coco_cf_study
+
+    from counterfactory.evaluation import cf_retrieval_set, retrieval_recall
+    from counterfactory.evaluation.readers import read_pairs
+
+    study = coco_cf_study(tmp_path / "results")
+    pairs_path = study / "images" / "selected_pairs.parquet"
+    n = 2 * len(WORDS)
+    matrix = np.random.default_rng(0).normal(size=(n, n)) + 1.5 * np.eye(n)
+    scorer = _FixedScorer(matrix)
+    monkeypatch.setattr(lb, "_dual_scorer", lambda *a, **k: scorer)
+    monkeypatch.setattr(lb, "model_fingerprint", lambda cfg, role: "f" * 16)
+    cfg = {"models": {"clip_eval": {"source": "x"}},
+           "coco_counterfactuals": {"evaluation": {"itr": {"ks": [1, 3]}}}}
+    ref = lb.ModelRef("m", cfg, "clip_eval")
+    table = lb.run(cfg, [ref], ["coco_cf_retrieval"], tmp_path / "out", sources={"coco_cf_retrieval": str(pairs_path)},
+                   resamples=200, baselines=False)
+    expected = retrieval_recall(scorer, cf_retrieval_set(read_pairs(pairs_path)), [1, 3])
+    cells = table.set_index("metric")
+    assert set(cells.index) == set(expected)
+    for metric, value in expected.items():
+        assert 100 * cells.loc[metric, "value"] == pytest.approx(value), metric
+        assert cells.loc[metric, "ci_low"] <= cells.loc[metric, "value"] <= cells.loc[metric, "ci_high"]
+    assert (cells["n"] == 2 * n).all() and set(cells["unit"]) == {"query (image or caption)"}
+    units = pd.read_parquet(next((tmp_path / "out" / "items" / "coco_cf_retrieval").glob("*.parquet")))
+    assert units["direction"].value_counts().to_dict() == {"image_to_text": n, "text_to_image": n}
+    assert units.loc[units["direction"] == "image_to_text", "text_to_image@1"].isna().all()
+    # cached: the same model, data and K score nothing again; another K is scored anew
+    calls = scorer.calls
+    lb.run(cfg, [ref], ["coco_cf_retrieval"], tmp_path / "out", sources={"coco_cf_retrieval": str(pairs_path)},
+           resamples=50, baselines=False)
+    assert scorer.calls == calls
+    cfg["coco_counterfactuals"]["evaluation"]["itr"]["ks"] = [1, 5]
+    lb.run(cfg, [ref], ["coco_cf_retrieval"], tmp_path / "out", sources={"coco_cf_retrieval": str(pairs_path)},
+           resamples=50, baselines=False)
+    assert scorer.calls > calls
+    keys = pd.read_csv(tmp_path / "out" / "cache_keys.csv")["key"].tolist()
+    result = lb.compare_cached(tmp_path / "out", "coco_cf_retrieval", keys[0], keys[0], resamples=50)
+    assert set(result) == {"image_to_text@1", "image_to_text@5", "text_to_image@1", "text_to_image@5"}
+    assert result["text_to_image@1"]["n"] == n and result["text_to_image@1"]["difference"] == 0
+    # a cross-encoder-only model reads n/a (the set benchmarks rank by one embedding per query)
+    assert "n/a" in lb.not_scorable({"models": {"itm_vilt": {"source": "x"}}}, "itm_vilt", "coco_cf_retrieval")

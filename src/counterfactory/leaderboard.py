@@ -4,7 +4,8 @@ paired comparisons and shortcut baselines (``counterfactory score``; docs/score.
 A benchmark is a reader (its items, read in the official layout through the readers the studies use) and a kind:
 
 * ``pair``: an image with a positive and a negative caption (SugarCrepe, PointQA-LookTwice); per item
-  ``correct = s(image, positive) > s(image, negative)`` (a tie is wrong); metric ``accuracy``.
+  ``correct = s(image, positive) > s(image, negative)`` (a tie is wrong); metric ``accuracy``, pooled and, where the
+  items have a ``category`` (SugarCrepe's seven), per category (``accuracy:<category>``).
 * ``group``: two captions and two images, caption *k* belonging to image *k* (Winoground; COCO-Counterfactuals'
   original / counterfactual pairs, from the workflow's ``selected_pairs.parquet`` or the published release);
   per item the ``text``, ``image`` and ``group`` booleans of Thrush et al. (2022).
@@ -25,8 +26,9 @@ same multiset of words — a bag-of-words model cannot separate the rest, so thi
 * ``quad``: CounterCurate's (C, I, C′, I′) quadruples from the workflow's Flickr30k-Positions / -Counting /
   -Attributes tables: ``accuracy`` (the authors' 2N image-to-text accuracy, half a point per image) and the
   Winoground ``text`` / ``image`` / ``group`` booleans of the quadruple.
-* ``set``: a set-level metric (MaxSkew@K, NDKL, ODmAP@k, Bias@K, AP, DEO, ΔAcc) over the benchmark's *units*
-  (queries, pools or images). A set benchmark's ``score`` writes one row per unit with what its ``aggregate``
+* ``set``: a set-level metric (Recall@K, MaxSkew@K, NDKL, ODmAP@k, Bias@K, AP, DEO, ΔAcc) over the benchmark's
+  *units* (queries, pools or images; ``coco_cf_retrieval``: each image and each caption of the COCO-CF pairs'
+  retrieval space as a query, the cells ``evaluate itr``'s COCO-CFs Recall@K). A set benchmark's ``score`` writes one row per unit with what its ``aggregate``
   needs (per-query values from the studies' own code, or per-image scores and labels); the cell is
   ``aggregate(all units)`` and its interval the percentile bootstrap of ``aggregate`` over units drawn with
   replacement (``resamples`` draws, seeded). Bias metrics are lower-is-better (shown with ↓).
@@ -57,6 +59,8 @@ from .settings import config_value
 log = logging.getLogger(__name__)
 
 PAIR, GROUP, QUAD, SET = "pair", "group", "quad", "set"
+#: a pair benchmark's item column whose values get a cell each (``accuracy:<category>``: SugarCrepe's seven)
+CATEGORY = "category"
 METRICS = {PAIR: ("accuracy",), GROUP: ("text", "image", "group"), QUAD: ("accuracy", "text", "image", "group")}
 TEXT_ONLY, BOW = "text-only (lm)", "bag of words (ceiling)"
 #: model kinds: an embedding per image and per text (CLIP, OpenCLIP, VSE++, the ITC heads of BLIP / FLAVA /
@@ -260,12 +264,14 @@ def default_source(cfg: Mapping, name: str) -> str | None:
 
 
 #: benchmark -> (study, the study's output it reads, relative to results/<run>/): the workflow's own data
-STUDY_OUTPUTS = {"coco_cf": ("coco_counterfactuals", "coco_counterfactuals/images/selected_pairs.parquet"),
+STUDY_OUTPUTS = {**{b: ("coco_counterfactuals", "coco_counterfactuals/images/selected_pairs.parquet")
+                    for b in ("coco_cf", "coco_cf_retrieval")},
                  **{f"cc_{d}": ("countercurate", f"countercurate/datasets/{d}.parquet")
                     for d in ("positions", "counting", "attributes")},
                  **{f"odmap_{d}": ("spurious_retrieval", f"spurious_retrieval/{d}") for d in ("coco", "flickr30k")}}
 #: the sections of each study's view a benchmark's job reads (the workflow's job configuration)
-STUDY_KEYS = {"countercurate": ("benchmarks",), SOCIAL: ("probing", "release", "captions"),
+STUDY_KEYS = {"countercurate": ("benchmarks",), "coco_counterfactuals": ("evaluation.itr.ks",),
+              SOCIAL: ("probing", "release", "captions"),
               "cvld": ("data", "retrieval", "classification"), "spurious_retrieval": ("evaluation",)}
 
 
@@ -562,6 +568,89 @@ def _odmap_score(cfg: Mapping, role: str, data: SetData, progress: bool = False)
     return units[~np.isnan(per[ks[0]])].reset_index(drop=True)
 
 
+COCO = "coco_counterfactuals"
+RECALL_DIRECTIONS = ("image_to_text", "text_to_image")
+
+
+def _cf_retrieval_read(cfg: Mapping, source: str | None) -> SetData:
+    """COCO-Counterfactuals' retrieval space (§4.2.1, ``counterfactory evaluate itr``'s COCO-CFs set,
+    :func:`counterfactory.evaluation.cf_retrieval_set`): every image of the pairs (2N) against every caption (2N),
+    caption ``k`` of a pair belonging to image ``k``; the pairs as :func:`_coco_cf_items` reads them. K: the study's
+    ``coco_counterfactuals.evaluation.itr.ks`` (the paper's Recall@1/5/10). Fingerprinted: the image bytes, K and
+    the captions in order."""
+    from .evaluation import cf_retrieval_set
+    from .evaluation.settings import settings as evaluation_settings
+
+    if not source:
+        raise NotConfigured("coco_cf_retrieval needs the pairs: pass --data coco_cf_retrieval=<selected_pairs.parquet "
+                            "of the image stage, or the Intel/COCO-Counterfactuals release folder>")
+    items = _coco_cf_items(cfg, source)
+    pairs = pd.DataFrame({"id": items["item_id"], "caption_0": items["caption_0"], "caption_1": items["caption_1"],
+                          "image_0": items["image_0_path"], "image_1": items["image_1_path"]})
+    rset = cf_retrieval_set(pairs)
+    ks = [int(k) for k in evaluation_settings(dict(_view(cfg, COCO)))["itr"]["ks"]]
+    captions = hashlib.sha256(json.dumps(rset.texts).encode()).hexdigest()[:16]
+    keys = [f"{i}_{side}" for side in (0, 1) for i in items["item_id"]]   # rset's order: all image_0, then image_1
+    return SetData(tuple(rset.images), {"ks": ks, "captions": captions}, (rset, keys), len(rset.images))
+
+
+class _CachedMatrix:
+    """A scorer whose ``score_matrix`` is computed once (the per-query hits and :func:`retrieval_recall` read the
+    same matrix)."""
+
+    def __init__(self, scorer):
+        self._scorer, self._matrix = scorer, None
+
+    def __getattr__(self, name):
+        return getattr(self._scorer, name)
+
+    def score_matrix(self, images, texts):
+        if self._matrix is None:
+            self._matrix = np.asarray(self._scorer.score_matrix(images, texts))
+        return self._matrix
+
+
+def _cf_retrieval_score(cfg: Mapping, role: str, data: SetData, progress: bool = False) -> pd.DataFrame:
+    """Per query (each of the 2N images, each of the 2N captions): its hit at every K, 0 or 1, by
+    :func:`counterfactory.metrics.recall_at_k` on that query's row or column of the model's contrastive score
+    matrix (every candidate of the space, as :func:`counterfactory.evaluation.retrieval_recall` ranks them; a tie
+    counts for the positive). The units' means are checked against :func:`retrieval_recall` on the same matrix,
+    so the cells are ``evaluate itr``'s COCO-CFs Recall@K (in fractions)."""
+    from .evaluation import retrieval_recall
+    from .metrics import recall_at_k
+
+    rset, keys = data.payload
+    ks = data.settings["ks"]
+    scorer = _CachedMatrix(_dual_scorer(cfg, role, progress))
+    whole = retrieval_recall(scorer, rset, ks)
+    sim = scorer.score_matrix(rset.images, rset.texts)
+    owner = rset.text_image
+    if not np.array_equal(owner, np.arange(len(rset.images))):
+        raise ValueError("coco_cf_retrieval: a retrieval space of one caption per image was expected")
+    rows = []
+    for i, key in enumerate(keys):   # image i's caption is caption i: its row ranked as a one-query text_to_image
+        hit = recall_at_k(sim[i:i + 1].T, np.zeros(1, dtype=np.int64) + i, ks)
+        rows.append({"unit_id": f"image:{key}", "direction": "image_to_text",
+                     **{f"image_to_text@{k}": hit[f"text_to_image@{k}"] / 100 for k in ks},
+                     **{f"text_to_image@{k}": np.nan for k in ks}})
+    for j, key in enumerate(keys):
+        hit = recall_at_k(sim[:, j:j + 1], owner[j:j + 1], ks)
+        rows.append({"unit_id": f"text:{key}", "direction": "text_to_image",
+                     **{f"image_to_text@{k}": np.nan for k in ks},
+                     **{f"text_to_image@{k}": hit[f"text_to_image@{k}"] / 100 for k in ks}})
+    units = pd.DataFrame(rows)
+    got = _cf_retrieval_aggregate(units)
+    for name, value in whole.items():
+        if not np.isclose(100 * got[name], value, rtol=0, atol=1e-9):
+            raise RuntimeError(f"coco_cf_retrieval: per-query {name} {100 * got[name]} != retrieval_recall's {value}")
+    return units
+
+
+def _cf_retrieval_aggregate(units: pd.DataFrame) -> dict[str, float]:
+    """Recall@K per direction: the share of that direction's queries that hit (NaN: a draw without one)."""
+    return _mean_of_units([c for c in units.columns if c.startswith(RECALL_DIRECTIONS)])(units)
+
+
 def _odmap_aggregate(units: pd.DataFrame) -> dict[str, float]:
     return _mean_of_units([c for c in units.columns if c.startswith("odmap@")])(units)
 
@@ -576,6 +665,10 @@ SKEW = (Metric("maxskew", lower_is_better=True, percent=False), Metric("ndkl", l
 BENCHMARKS: dict[str, Benchmark] = {b.name: b for b in [
     Benchmark("coco_cf", GROUP, "COCO-Counterfactuals pairs", "Le et al. 2023 (Intel/COCO-Counterfactuals)",
               _coco_cf_items),
+    Benchmark("coco_cf_retrieval", SET, "COCO-Counterfactuals pairs' retrieval space", "Le et al. 2023 "
+              "(Intel/COCO-Counterfactuals), §4.2.1", _cf_retrieval_read, frozenset({DUAL}), COCO,
+              tuple(Metric(d) for d in RECALL_DIRECTIONS), "query (image or caption)", _cf_retrieval_score,
+              _cf_retrieval_aggregate),
     Benchmark("sugarcrepe", PAIR, "SugarCrepe", "Hsieh et al. 2023 (RAIVNLab/sugar-crepe)", _cc_items("sugarcrepe")),
     Benchmark("winoground", GROUP, "Winoground", "Thrush et al. 2022 (facebook/winoground)", _cc_items("winoground")),
     Benchmark("looktwice", PAIR, "PointQA-LookTwice", "Mani et al. 2020", _cc_items("looktwice")),
@@ -699,6 +792,8 @@ def item_outcomes(kind: str, scored: pd.DataFrame) -> pd.DataFrame:
             out["accuracy"] = scored["margin"].to_numpy() > 0
         else:
             out["accuracy"] = scored["s_pos"].to_numpy() > scored["s_neg"].to_numpy()
+        if CATEGORY in scored.columns:   # SugarCrepe: a cell per category too
+            out[CATEGORY] = scored[CATEGORY].astype(str).to_numpy()
         return out
     if "m_i0" in scored.columns:   # a generative VLM choosing a caption per image: text score only
         if kind == QUAD:
@@ -792,7 +887,14 @@ def bow_outcomes(kind: str, items: pd.DataFrame) -> pd.DataFrame:
     model that cannot tell the captions apart cannot get the item right under any of them)."""
     a, b = _pair_captions(kind, items)
     separable = [not bag_of_words_inseparable(x, y) for x, y in zip(a, b)]
-    return pd.DataFrame({"item_id": items["item_id"].astype(str).to_numpy(), **{m: separable for m in METRICS[kind]}})
+    return _with_category(items, pd.DataFrame({"item_id": items["item_id"].astype(str).to_numpy(),
+                                               **{m: separable for m in METRICS[kind]}}))
+
+
+def _with_category(items: pd.DataFrame, outcomes: pd.DataFrame) -> pd.DataFrame:
+    if CATEGORY in items.columns:
+        outcomes[CATEGORY] = items[CATEGORY].astype(str).to_numpy()
+    return outcomes
 
 
 def text_only_outcomes(items: pd.DataFrame, perplexity: Callable[[list[str]], np.ndarray]) -> pd.DataFrame:
@@ -801,7 +903,8 @@ def text_only_outcomes(items: pd.DataFrame, perplexity: Callable[[list[str]], np
     pos, neg = _pair_captions(PAIR, items)
     ppl = np.asarray(perplexity(pos + neg), dtype=np.float64)
     n = len(pos)
-    return pd.DataFrame({"item_id": items["item_id"].astype(str).to_numpy(), "accuracy": ppl[:n] < ppl[n:]})
+    return _with_category(items, pd.DataFrame({"item_id": items["item_id"].astype(str).to_numpy(),
+                                               "accuracy": ppl[:n] < ppl[n:]}))
 
 
 def lm_perplexity(cfg: Mapping, role: str = "lm", batch_size: int = 16, device: str | None = None):
@@ -894,7 +997,7 @@ def score_model(cfg: Mapping, role: str, benchmark: Benchmark, items: pd.DataFra
     return item_outcomes(benchmark.kind, scored)
 
 
-SETTINGS_VERSION = 1
+SETTINGS_VERSION = 2   # 2: pair outcomes keep the item's category (SugarCrepe's per-category cells)
 
 
 def read_items(cfg: Mapping, name: str, source: str | None = None):
@@ -1030,14 +1133,19 @@ def _cells(model: str, kind: str, bench: Benchmark, outcomes: pd.DataFrame, resa
                          "ci_low": lo, "ci_high": hi, "n": len(outcomes), "direction": _direction(bench.name, metric),
                          "unit": bench.unit})
         return rows
-    for metric in METRICS[bench.kind]:
-        if metric not in outcomes.columns or outcomes[metric].isna().all():
-            continue
-        x = outcomes[metric].astype(float).to_numpy()
-        lo, hi = bootstrap_ci(x, resamples=resamples, seed=seed, level=level)
-        rows.append({"model": model, "kind": kind, "benchmark": bench.name, "metric": metric,
-                     "value": float(x.mean()), "ci_low": lo, "ci_high": hi, "n": len(x), "direction": "higher",
-                     "unit": bench.unit})
+    parts = [("", outcomes)]
+    if bench.kind == PAIR and CATEGORY in outcomes.columns:   # the pooled cell, then one per category
+        parts += [(f":{c}", outcomes[outcomes[CATEGORY].astype(str) == c])
+                  for c in dict.fromkeys(outcomes[CATEGORY].astype(str))]
+    for suffix, part in parts:
+        for metric in METRICS[bench.kind]:
+            if metric not in part.columns or part[metric].isna().all():
+                continue
+            x = part[metric].astype(float).to_numpy()
+            lo, hi = bootstrap_ci(x, resamples=resamples, seed=seed, level=level)
+            rows.append({"model": model, "kind": kind, "benchmark": bench.name, "metric": metric + suffix,
+                         "value": float(x.mean()), "ci_low": lo, "ci_high": hi, "n": len(x), "direction": "higher",
+                         "unit": bench.unit})
     return rows
 
 
@@ -1056,8 +1164,14 @@ def compare_cached(out_dir: str | Path, benchmark: str, key_a: str, key_b: str, 
         both = a.merge(b, on="unit_id", suffixes=("_a", "_b"))
     else:
         names = list(METRICS[bench.kind])
-    return {m: compare(both[f"{m}_a"].astype(float), both[f"{m}_b"].astype(float), resamples=resamples, seed=seed)
-            for m in names if f"{m}_a" in both and not both[f"{m}_a"].isna().all()}
+    out = {}
+    for m in names:   # the units where both have the metric (coco_cf_retrieval: one direction per unit)
+        if f"{m}_a" not in both:
+            continue
+        pair = both[[f"{m}_a", f"{m}_b"]].astype(float).dropna()
+        if len(pair):
+            out[m] = compare(pair[f"{m}_a"], pair[f"{m}_b"], resamples=resamples, seed=seed)
+    return out
 
 
 # ---------------------------------------------------------------------------------------------------- output

@@ -123,14 +123,14 @@ def register(sub) -> None:
     r.add_argument("--model", action="append", required=True, metavar="ROLE_OR_SOURCE",
                    help="a configured model role, a local model folder or a hub id (repeatable)")
     r.add_argument("--benchmarks", nargs="+", default=["all"], metavar="NAME",
-                   help="benchmarks (docs/score.md: coco_cf, sugarcrepe, winoground, looktwice, cc_positions, "
-                        "cc_counting, cc_attributes, socialcf, pata, visogender, cvld_fairface, cvld_celeba, "
-                        "odmap_coco, odmap_flickr30k), or all (default); one whose data is not configured is skipped "
-                        "with a note")
+                   help="benchmarks (docs/score.md: coco_cf, coco_cf_retrieval, sugarcrepe, winoground, looktwice, "
+                        "cc_positions, cc_counting, cc_attributes, socialcf, pata, visogender, cvld_fairface, "
+                        "cvld_celeba, odmap_coco, odmap_flickr30k), or all (default); one whose data is not "
+                        "configured is skipped with a note")
     r.add_argument("--data", action="append", default=[], metavar="BENCHMARK=PATH",
-                   help="a benchmark's data instead of the config's (coco_cf: selected_pairs.parquet or the release; "
-                        "socialcf: the release folder; cc_*: the countercurate datasets table; odmap_*: the "
-                        "spurious_retrieval dataset folder)")
+                   help="a benchmark's data instead of the config's (coco_cf, coco_cf_retrieval: "
+                        "selected_pairs.parquet or the release; socialcf: the release folder; cc_*: the countercurate "
+                        "datasets table; odmap_*: the spurious_retrieval dataset folder)")
     r.add_argument("--out-dir", required=True, metavar="DIR", help="leaderboard and cached per-item outcomes")
     r.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples per cell (default 1000)")
     r.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
