@@ -177,10 +177,11 @@ def filter_card_section(filter_cards: dict[str, dict]) -> list[str]:
     for name, c in filter_cards.items():
         m = c.get("metrics") or {}
         share = c.get("removal_share")
-        rows.append([code(name), escape_md(c.get("title") or name), str(c.get("threshold", "-")) if
-                     c.get("threshold") is not None else "rule", _interval(m.get("precision")),
-                     _interval(m.get("recall")), "n/a" if share is None else f"{share:.3f}",
-                     str(c.get("n_audited", "")), code(f"{FILTER_CARDS_DIR}/{name}/card.md")])
+        threshold = c.get("threshold")
+        rows.append([code(name), escape_md(c.get("title") or name), "rule" if threshold is None else str(threshold),
+                     _interval(m.get("precision")), _interval(m.get("recall")),
+                     "n/a" if share is None else f"{share:.3f}", str(c.get("n_audited")),
+                     code(f"{FILTER_CARDS_DIR}/{name}/card.md")])
     return ["### Filter cards", "",
             "How each filter's keep/drop agrees with a hand-labelled audit sample (`filters study-card`): precision "
             "= share of kept audited items people judge good, recall = share of good audited items kept, removal "
