@@ -152,3 +152,18 @@ def test_cvld_and_countercurate_score_tables(tmp_path):
     assert cvld.FILTERS["vqa"].table(inputs, {})["score"].tolist() == [-0.1]
     pd.DataFrame({"item_id": ["positions:7"], "score": [0.2], "kept": [True]}).to_parquet(tmp_path / "vqa.parquet")
     assert cc.FILTERS["vqa"].table({"vqa": str(tmp_path / "vqa.parquet")}, {})["item_id"].tolist() == ["positions:7"]
+
+
+def test_cvld_demo_audit_fixture_is_the_kept_edits():
+    """The CVLD fixture audits edits (`<item_id>:<candidate>`, the unit of edit_selection and vqa); the demo names it
+    for those two filters; where the demo ran here, every id is a kept edit of its manifest."""
+    audit = pd.read_csv(AUDIT / "cvld.csv", dtype=str)
+    assert set(audit["verdict"]) <= {"good", "bad"} and audit["item_id"].is_unique
+    assert all(i.rsplit(":", 1)[1].isdigit() for i in audit["item_id"])
+    cfg = load_config([REPO / "config" / "demo.yaml"])
+    assert cfg["filters"]["audit"]["cvld"] == {"edit_selection": "resources/demo/audit/cvld.csv",
+                                               "vqa": "resources/demo/audit/cvld.csv"}
+    edits = REPO / "results" / "demo" / "cvld" / "coco" / "edits" / "ip2p" / "edits.parquet"
+    if edits.is_file():
+        e = pd.read_parquet(edits)
+        assert set(audit["item_id"]) == {f"{i}:{c}" for i, c, k in zip(e["item_id"], e["candidate"], e["kept"]) if k}
