@@ -180,18 +180,11 @@ def _missing(value) -> bool:
 
 
 def read_table(path: str | os.PathLike, columns: Sequence[str], what: str) -> pd.DataFrame:
-    """A study's candidate table (parquet or CSV) with ``columns``; an error names the file and the fix."""
-    path = Path(path)
-    if not path.is_file():
-        raise input_error(path, None, f"{what} not found", "run the study's step that writes it first")
-    try:
-        frame = pd.read_csv(path) if path.suffix.lower() == ".csv" else pd.read_parquet(path)
-    except Exception as exc:  # pyarrow / pandas raise several types
-        raise input_error(path, None, f"not a readable table ({exc})", "regenerate it") from exc
-    missing = [c for c in columns if c not in frame.columns]
-    if missing:
-        raise input_error(path, None, f"missing column(s) {missing}", f"the {what} needs {list(columns)}")
-    return frame.reset_index(drop=True)
+    """A study's candidate table (parquet or CSV) with ``columns`` (:func:`..io.read_table`, the one table reader);
+    an error names the file and the fix."""
+    from ..io import read_table as read
+
+    return read(path, what, "run the study's step that writes it first", columns=columns).reset_index(drop=True)
 
 
 def resolve(base: str | os.PathLike, value: str) -> str:
