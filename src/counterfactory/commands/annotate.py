@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 
 from . import lazy_module, positive_int
@@ -115,7 +116,7 @@ def _tasks(args) -> int:
                                  n_uncertain=args.uncertain, n_random=args.random, seed=args.seed,
                                  image_mode=args.image_url, document_root=args.document_root,
                                  question=args.question)
-    n = len(annotate.json.loads(paths[0].read_text(encoding="utf-8")))
+    n = len(json.loads(paths[0].read_text(encoding="utf-8")))
     print(f"{args.out_dir}: {n} Label Studio tasks (import tasks.json; labelling interface: label_config.xml)")
     return 0
 
@@ -155,6 +156,3 @@ def _agreement(args) -> int:
     result = annotate.write_agreement(args.out_dir, audit, filters)
     print(annotate.render_agreement(result))
     return 0
-
-
-__all__ = ["register", "positive_int"]
