@@ -63,9 +63,10 @@ rule export_imagefolder:
 
 rule export_clip_benchmark:
     """CLIP_benchmark's webdataset layout of the study's image-caption retrieval set(s): <config>/dataset_type.txt,
-    test/nshards.txt, test/<k>.tar (`clip_benchmark eval --dataset wds/<config> --task zeroshot_retrieval`)."""
+    test/nshards.txt, test/<k>.tar (`clip_benchmark eval --dataset wds/<config> --task zeroshot_retrieval`); with
+    verify.enabled also <config>_verified (the rows the VQA check kept)."""
     input:
-        study_finished,
+        unpack(export_imagefolder_inputs),
     output:
         f"{S}/manifests/export_clip_benchmark.json",
     log:
@@ -82,9 +83,10 @@ rule export_clip_benchmark:
     params:
         study_dir=lambda wildcards: f"{RESULTS}/{wildcards.study}",
         out_dir=lambda wildcards: f"{RESULTS}/{wildcards.study}/export/clip_benchmark",
+        verified=export_verified_arg,
     shell:
         "counterfactory export clip-benchmark --study {wildcards.study} --study-dir {params.study_dir:q}"
-        " --out-dir {params.out_dir:q} --manifest {output:q} > {log:q} 2>&1"
+        " --out-dir {params.out_dir:q} {params.verified} --manifest {output:q} > {log:q} 2>&1"
 
 
 rule export_card:

@@ -28,6 +28,7 @@ FILTER_CARD_INPUTS = {
         "vqa": {"vqa": "verify/vqa.parquet"},
     },
     "countercurate": {"vqa": {"vqa": "verify/vqa.parquet"}},
+    "spurious_retrieval": {"vqa": {"vqa": "verify/vqa.parquet"}},
     "cvld": {
         "vote": {"votes": "coco/text/votes.parquet"},
         "edit_selection": {"edits": f"coco/edits/{config['cvld']['editing']['train_method']}/edits.parquet"},
@@ -41,6 +42,7 @@ FILTER_CARD_KEYS = {
     "coco_counterfactuals": ["images.filter"],
     "social_counterfactuals": ["filter"],
     "countercurate": [],
+    "spurious_retrieval": [],
     "cvld": ["editing.k"],
 }
 

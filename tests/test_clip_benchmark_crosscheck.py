@@ -254,7 +254,7 @@ def test_other_studies_declare_retrieval_sets(tmp_path, capsys):
     spurious retrieval: each inpainted image with its captions."""
     from counterfactory.export import studies
 
-    assert set(studies.retrieval_studies()) == {"coco_counterfactuals", "countercurate", "spurious_retrieval"}
+    assert set(studies.retrieval_studies()) == set(studies.STUDIES)    # every study's sets
     d = tmp_path / "countercurate" / "datasets"
     d.mkdir(parents=True)
     for name in ("src.jpg", "n0.png", "n1.png"):
@@ -265,14 +265,15 @@ def test_other_studies_declare_retrieval_sets(tmp_path, capsys):
         d / "positions.parquet")
     for name in ("counting", "attributes"):
         pd.DataFrame({"item_id": pd.Series([], dtype=str)}).to_parquet(d / f"{name}.parquet")
-    sets = studies.countercurate_retrieval(d.parent)
+    sets = studies.retrieval_sets("countercurate", d.parent)
     got = {it.key: it.captions for it in sets["positions"]}
     assert got == {f"source_{tmp_path.name}_src": ("a left of b", "a above b"), "i0_negative": ("a right of b",),
                    "i1_negative": ("a below b",)}
     assert set(sets) == {"positions"}                                   # empty datasets give no config
     assert main(["export", "clip-benchmark", "--study", "cvld", "--study-dir", str(tmp_path), "--out-dir",
                  str(tmp_path / "o")]) == 2
-    assert "declares no image-caption retrieval set" in capsys.readouterr().err
+    assert "no edits" in capsys.readouterr().err                        # a clear error, nothing written
+    assert not (tmp_path / "o").exists()
 
 
 def test_dataset_card_lists_the_clip_benchmark_layout(tmp_path):
@@ -293,9 +294,74 @@ def test_spurious_retrieval_set_pairs_each_inpainted_image_with_its_captions(tmp
 
     from counterfactory.export import studies
 
-    sets = studies.spurious_retrieval_sets(spurious_study(tmp_path))
+    sets = studies.retrieval_sets("spurious_retrieval", spurious_study(tmp_path))
     got = {it.key: it.captions for it in sets["coco_lama"]}
     assert got["1_dog"] == ("a man sitting", "a man on a bench") and got["3_cup"] == ("a table",)
     assert got["2_cat"] == ("A photo of a sofa.",)          # no noun-phrase caption left: its one caption
     m = wds_export.write_clip_benchmark(sets, tmp_path / "out")
     assert m["configs"]["coco_lama"]["splits"]["test"]["rows"] == 3
+
+
+@pytest.mark.parametrize("kept", [["102_1", "104_0"], []])
+def test_clip_benchmark_exports_the_verified_variant(tmp_path, kept):
+    """Issue 47: `export clip-benchmark --verified` adds <config>_verified with the pairs the VQA check kept, in the
+    same layout; a check that keeps nothing gives no such config (CLIP_benchmark cannot read zero shards)."""
+    study = coco_cf_study(tmp_path / "results")
+    pairs = pd.read_parquet(study / "images" / "selected_pairs.parquet")
+    (study / "verify").mkdir()
+    pairs[pairs["id"].isin(kept)].to_parquet(study / "verify" / "verified.parquet")
+    m = _export(study, tmp_path / "out", "--verified", str(study / "verify" / "verified.parquet"))
+    assert set(m["configs"]) == ({"default", "default_verified"} if kept else {"default"})
+    if kept:
+        keys = [k for k, _, _ in wds_export.read_clip_benchmark(tmp_path / "out", "default_verified")]
+        assert keys == sorted(f"{pid}_{side}" for pid in kept for side in (0, 1))
+        full = dict((k, c) for k, _, c in wds_export.read_clip_benchmark(tmp_path / "out", "default"))
+        assert all(full[k] == c for k, _, c in wds_export.read_clip_benchmark(tmp_path / "out", "default_verified"))
+
+
+def _table(rows: dict, images: tuple[str, ...], index: str):
+    from counterfactory.export.formats import ExportTable
+
+    return ExportTable("default", pd.DataFrame(rows), images, index)
+
+
+def test_social_retrieval_set_is_each_member_once_with_its_own_caption(tmp_path):
+    """SocialCF: every member of a set with its caption, one candidate per set (a set's second kept candidate
+    repeats its captions word for word, a tie CLIP_benchmark would break arbitrarily)."""
+    from counterfactory.export import studies
+
+    for name in "abcde":
+        Image.new("RGB", (4, 4), (ord(name), 0, 0)).save(tmp_path / f"{name}.png")
+    table = _table({"item_id": ["s1-c001-m00", "s1-c001-m01", "s1-c000-m00", "s1-c000-m01", "s2-c003-m00"],
+                    "set_id": ["s1", "s1", "s1", "s1", "s2"], "candidate_index": [1, 1, 0, 0, 3],
+                    "member_index": [0, 1, 0, 1, 0], "segment": ["race_gender"] * 5,
+                    "caption": ["a photo of a black man", "a photo of a white man"] * 2 + ["a photo of an old nurse"],
+                    "image": [str(tmp_path / f"{n}.png") for n in "abcde"]}, ("image",), "item_id")
+    items = studies.social_retrieval(table)
+    assert {it.key: it.captions for it in items} == {
+        "s1-c000-m00": ("a photo of a black man",), "s1-c000-m01": ("a photo of a white man",),
+        "s2-c003-m00": ("a photo of an old nurse",)}
+    assert {it.key: it.image.name for it in items} == {"s1-c000-m00": "c.png", "s1-c000-m01": "d.png",
+                                                       "s2-c003-m00": "e.png"}
+    m = wds_export.write_clip_benchmark({"default": items}, tmp_path / "out")
+    split = m["configs"]["default"]["splits"]["test"]
+    assert (split["rows"], split["captions"]) == (3, 3)
+
+
+def test_cvld_retrieval_set_is_each_original_and_its_best_kept_edit(tmp_path):
+    """CVLD: each original image once with its caption, and per item the best kept edit (lowest rank) with the
+    gender-swapped caption; the other kept edits of the item share that caption and stay out."""
+    from counterfactory.export import studies
+
+    for name in ("o1", "o2", "e10", "e11", "e20"):
+        Image.new("RGB", (4, 4), (len(name), 0, 0)).save(tmp_path / f"{name}.png")
+    table = _table({"edit_id": ["c1_0", "c1_1", "c2_0"], "item_id": ["c1", "c1", "c2"], "candidate": [0, 1, 0],
+                    "rank": [1, 0, 0], "image": [str(tmp_path / f"{n}.png") for n in ("e10", "e11", "e20")],
+                    "source_prompt": ["A woman rides.", "A woman rides.", "A man reads."],
+                    "target_prompt": ["A man rides.", "A man rides.", "A woman reads."],
+                    "original_image": [str(tmp_path / "o1.png"), str(tmp_path / "o1.png"), str(tmp_path / "o2.png")]},
+                   ("image", "original_image"), "edit_id")
+    items = {it.key: (it.image.name, it.captions) for it in studies.cvld_retrieval(table)}
+    assert items == {"c1_1": ("e11.png", ("A man rides.",)), "c2_0": ("e20.png", ("A woman reads.",)),
+                     f"original_{tmp_path.name}_o1": ("o1.png", ("A woman rides.",)),
+                     f"original_{tmp_path.name}_o2": ("o2.png", ("A man reads.",))}

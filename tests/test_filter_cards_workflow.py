@@ -137,9 +137,10 @@ def test_demo_audit_fixture_ids_exist(study, tmp_path):
         assert set(audit["item_id"]) <= set(made)
 
 
-def test_cvld_and_countercurate_score_tables(tmp_path):
+def test_cvld_countercurate_and_spurious_score_tables(tmp_path):
     from counterfactory.studies.countercurate import filter_cards as cc
     from counterfactory.studies.cvld import filter_cards as cvld
+    from counterfactory.studies.spurious_retrieval import filter_cards as sr
 
     pd.DataFrame({"image_id": [101, 103], "accepted": [True, False]}).to_parquet(tmp_path / "votes.parquet")
     pd.DataFrame({"item_id": ["coco_101", "coco_101"], "candidate": [0, 2], "kept": [True, False],
@@ -152,6 +153,10 @@ def test_cvld_and_countercurate_score_tables(tmp_path):
     assert cvld.FILTERS["vqa"].table(inputs, {})["score"].tolist() == [-0.1]
     pd.DataFrame({"item_id": ["positions:7"], "score": [0.2], "kept": [True]}).to_parquet(tmp_path / "vqa.parquet")
     assert cc.FILTERS["vqa"].table({"vqa": str(tmp_path / "vqa.parquet")}, {})["item_id"].tolist() == ["positions:7"]
+    pd.DataFrame({"item_id": ["coco:3", "coco:5"], "score": [0.4, -0.3], "kept": [True, False]}).to_parquet(
+        tmp_path / "vqa.parquet")
+    table = sr.FILTERS["vqa"].table({"vqa": str(tmp_path / "vqa.parquet")}, {}).set_index("item_id")
+    assert table["score"].to_dict() == {"coco:3": 0.4, "coco:5": -0.3} and table["kept"].tolist() == [True, False]
 
 
 def test_cvld_demo_audit_fixture_is_the_kept_edits():

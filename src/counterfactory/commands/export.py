@@ -47,15 +47,10 @@ def _imagefolder(args) -> int:
 
 
 def _clip_benchmark(args) -> int:
-    from ..errors import ConfigError
     from ..export import studies, webdataset
 
-    spec = studies.study_export(args.study)
-    if spec.retrieval is None:
-        raise ConfigError(f"study {args.study!r} declares no image-caption retrieval set. Fix: export one of "
-                          f"{', '.join(studies.retrieval_studies())}, or use `counterfactory export imagefolder`")
-    m = webdataset.write_clip_benchmark(spec.retrieval(Path(args.study_dir)), args.out_dir,
-                                        source=str(args.study_dir), manifest_path=args.manifest,
+    sets = studies.retrieval_sets(args.study, args.study_dir, args.verified)
+    m = webdataset.write_clip_benchmark(sets, args.out_dir, source=str(args.study_dir), manifest_path=args.manifest,
                                         max_shard_bytes=args.max_shard_bytes)
     for config, c in m["configs"].items():
         split = c["splits"][webdataset.SPLIT]
@@ -151,6 +146,10 @@ def register(sub) -> None:
     common(w)
     w.add_argument("--manifest", metavar="FILE.json", help="write the manifest here, outside the folder (default: "
                                                            "<out-dir>/manifest.json)")
+    w.add_argument("--verified", metavar="FILE.parquet",
+                   help="the VQA check's verified variant (results/<run>/<study>/verify/verified.parquet): each "
+                        "config's rows it keeps are exported too, as config <config>_verified (none if it keeps "
+                        "no row)")
     w.add_argument("--max-shard-bytes", type=_positive_int, default=MAX_SHARD_BYTES, metavar="N",
                    help="bound on the image bytes of one tar shard (default: 500 MiB)")
     w.set_defaults(func=_clip_benchmark)

@@ -32,8 +32,8 @@ class StudyExport:
     pretty_name: str
     summary: str
     task_categories: tuple[str, ...] = ("image-to-text", "text-to-image", "zero-shot-image-classification")
-    #: image-caption retrieval sets (config -> items) of the CLIP_benchmark webdataset export (None: none)
-    retrieval: Callable[[Path], dict[str, list[RetrievalItem]]] | None = None
+    #: the CLIP_benchmark webdataset export's image-caption retrieval samples of one export table (None: none)
+    retrieval: Callable[[ExportTable], list[RetrievalItem]] | None = None
     #: which rows of an export table the VQA check's verified variant (``verify/verified.parquet``, read as a frame;
     #: its folder) keeps: a boolean mask over ``table.rows`` (None: the study has no VQA adapter)
     verified: Callable[[ExportTable, pd.DataFrame, Path], "pd.Series | list[bool]"] | None = None
@@ -241,54 +241,102 @@ def verified_tables(study: str, tables: list[ExportTable], verified_path: str | 
 
 
 # ------------------------------------------------------------------------------------------------ retrieval
-def coco_retrieval(d: Path) -> dict[str, list[RetrievalItem]]:
+# Each function turns one export table (a config, or its ``_verified`` variant) into CLIP_benchmark retrieval
+# samples. No caption text occurs on two images of a set and no image occurs twice: either would be a tie that
+# CLIP_benchmark's top-k breaks arbitrarily.
+def coco_retrieval(table: ExportTable) -> list[RetrievalItem]:
     """COCO-CFs as the study's zero-shot retrieval evaluates it (§4.2.1, ``evaluation.cf_retrieval_set``): both
     images of every selected pair, each with its own caption (``<id>_0``: original, ``<id>_1``: counterfactual)."""
-    (table,) = coco_tables(d)
     rows = table.rows.sort_values("id", kind="stable")
-    return {"default": items_from_pairs(
+    return items_from_pairs(
         (str(r.id), table.image_file(r.image_0), table.image_file(r.image_1), r.caption_0, r.caption_1)
-        for r in rows.itertuples(index=False))}
+        for r in rows.itertuples(index=False))
 
 
-def countercurate_retrieval(d: Path) -> dict[str, list[RetrievalItem]]:
-    """Per dataset: each source image once with the captions of every item made from it, and each negative image
-    with its negative caption (the same image twice would be a tie CLIP_benchmark breaks arbitrarily)."""
-    out = {}
-    for table in countercurate_tables(d):
-        negative = "negative_caption" if "negative_caption" in table.rows.columns else "negative"
-        sources: dict[Path, dict] = {}
-        items = []
-        for r in table.rows.to_dict("records"):
-            src = table.image_file(r["image"])
-            entry = sources.setdefault(src, {"captions": [], "ids": []})
-            if str(r["caption"]) not in entry["captions"]:
-                entry["captions"].append(str(r["caption"]))
-            entry["ids"].append(str(r["item_id"]))
-            neg = table.image_file(r.get("negative_image"))
-            if neg is not None and r.get(negative) is not None:
-                items.append(RetrievalItem(sample_key(r["item_id"], "negative"), neg, (str(r[negative]),),
-                                           {"item_id": str(r["item_id"]), "image": "negative_image"}))
-        for src, entry in sources.items():
-            items.append(RetrievalItem(sample_key("source", src.parent.name, src.stem), src, tuple(entry["captions"]),
-                                       {"item_ids": entry["ids"], "image": "image"}))
-        out[table.config] = items
-    return out
+def social_retrieval(table: ExportTable) -> list[RetrievalItem]:
+    """Every member image of a set with its own caption (§3: the members differ only in the attribute words), one
+    generated candidate per set (the first kept): a set's other candidates repeat its captions word for word."""
+    rows = table.rows.sort_values(["set_id", "candidate_index", "member_index"], kind="stable")
+    first = rows.groupby("set_id", sort=False)["candidate_index"].transform("min")
+    items, seen = [], set()
+    for r in rows[rows["candidate_index"] == first].to_dict("records"):
+        caption = str(r["caption"])
+        if caption in seen:
+            continue
+        seen.add(caption)
+        items.append(RetrievalItem(sample_key(r["item_id"]), table.image_file(r["image"]), (caption,),
+                                   {"item_id": str(r["item_id"]), "set_id": str(r["set_id"]),
+                                    "segment": str(r.get("segment", ""))}))
+    return items
 
 
-def spurious_retrieval_sets(d: Path) -> dict[str, list[RetrievalItem]]:
-    """Per dataset and method: each inpainted image with its noun-phrase-removed captions (§3.3; else its one
-    ``caption``)."""
-    out = {}
-    for table in spurious_tables(d):
-        items = []
-        for r in table.rows.to_dict("records"):
-            captions = [str(c) for c in (r.get("captions") if r.get("captions") is not None else [])] \
-                or [str(r["caption"])]
-            items.append(RetrievalItem(sample_key(r["item_id"]), table.image_file(r["image"]), tuple(captions),
-                                       {"item_id": str(r["item_id"])}))
-        out[table.config] = items
-    return out
+def countercurate_retrieval(table: ExportTable) -> list[RetrievalItem]:
+    """Each source image once with the captions of every item made from it, and each negative image with its
+    negative caption."""
+    negative = "negative_caption" if "negative_caption" in table.rows.columns else "negative"
+    sources: dict[Path, dict] = {}
+    items = []
+    for r in table.rows.to_dict("records"):
+        src = table.image_file(r["image"])
+        entry = sources.setdefault(src, {"captions": [], "ids": []})
+        if str(r["caption"]) not in entry["captions"]:
+            entry["captions"].append(str(r["caption"]))
+        entry["ids"].append(str(r["item_id"]))
+        neg = table.image_file(r.get("negative_image"))
+        if neg is not None and r.get(negative) is not None:
+            items.append(RetrievalItem(sample_key(r["item_id"], "negative"), neg, (str(r[negative]),),
+                                       {"item_id": str(r["item_id"]), "image": "negative_image"}))
+    for src, entry in sources.items():
+        items.append(RetrievalItem(sample_key("source", src.parent.name, src.stem), src, tuple(entry["captions"]),
+                                   {"item_ids": entry["ids"], "image": "image"}))
+    return items
+
+
+def spurious_retrieval(table: ExportTable) -> list[RetrievalItem]:
+    """Each inpainted image with its noun-phrase-removed captions (§3.3; else its one ``caption``)."""
+    items = []
+    for r in table.rows.to_dict("records"):
+        captions = [str(c) for c in (r.get("captions") if r.get("captions") is not None else [])] \
+            or [str(r["caption"])]
+        items.append(RetrievalItem(sample_key(r["item_id"]), table.image_file(r["image"]), tuple(captions),
+                                   {"item_id": str(r["item_id"])}))
+    return items
+
+
+def cvld_retrieval(table: ExportTable) -> list[RetrievalItem]:
+    """Each original image once with its caption (``source_prompt``) and, per item, its best kept edit (lowest
+    ``rank``, then candidate) with the gender-swapped caption (``target_prompt``, §3.3): the k kept edits of one
+    item share that caption."""
+    rows = table.rows.sort_values([c for c in ("item_id", "rank", "candidate") if c in table.rows.columns],
+                                  kind="stable")
+    items, originals = [], {}
+    for r in rows.drop_duplicates("item_id", keep="first").to_dict("records"):
+        items.append(RetrievalItem(sample_key(r["edit_id"]), table.image_file(r["image"]), (str(r["target_prompt"]),),
+                                   {"item_id": str(r["item_id"]), "edit_id": str(r["edit_id"]), "image": "image"}))
+        original = table.image_file(r["original_image"])
+        entry = originals.setdefault(original, {"captions": [], "ids": []})
+        if str(r["source_prompt"]) not in entry["captions"]:
+            entry["captions"].append(str(r["source_prompt"]))
+        entry["ids"].append(str(r["item_id"]))
+    for path, entry in originals.items():
+        items.append(RetrievalItem(sample_key("original", path.parent.name, path.stem), path,
+                                   tuple(entry["captions"]), {"item_ids": entry["ids"], "image": "original_image"}))
+    return items
+
+
+def retrieval_sets(study: str, study_dir: str | Path, verified: str | Path | None = None
+                   ) -> dict[str, list[RetrievalItem]]:
+    """config -> retrieval samples of each export table of the study (and, with ``verified``, of each
+    ``<config>_verified`` table); a table without rows gives no config (CLIP_benchmark cannot read zero shards)."""
+    spec = study_export(study)
+    if spec.retrieval is None:
+        raise ConfigError(f"study {study!r} declares no image-caption retrieval set. Fix: export one of "
+                          f"{', '.join(retrieval_studies())}, or use `counterfactory export imagefolder`")
+    tables = spec.tables(Path(study_dir))
+    if verified is not None:
+        tables += verified_tables(study, tables, verified)
+    sets = {t.config: spec.retrieval(t) for t in tables if len(t.rows)}
+    return {config: items for config, items in sets.items() if items}
 
 
 # ------------------------------------------------------------------------------------------------ licences
@@ -319,7 +367,7 @@ STUDIES: dict[str, StudyExport] = {
         "SocialCounterfactuals (reproduction)",
         "Sets of synthetic images of people that differ only in race, gender or physical characteristics "
         "(Howard et al., 2024), generated with Prompt-to-Prompt and filtered by CLIP similarity, NSFW and "
-        "attribute detectability.", verified=_social_verified),
+        "attribute detectability.", retrieval=social_retrieval, verified=_social_verified),
     "countercurate": StudyExport(
         "countercurate", ("datasets/positions.parquet", "datasets/counting.parquet", "datasets/attributes.parquet"),
         countercurate_tables, ("datasets/summary.csv", "generation/summary.json"),
@@ -333,13 +381,13 @@ STUDIES: dict[str, StudyExport] = {
         ("inpaint", "captioner"), ("coco", "flickr30k"),
         "Object-decorrelated retrieval data (reproduction)",
         "Images with object classes removed by inpainting and their noun-phrase-edited captions (Kim et al., "
-        "2023), to decorrelate co-occurring objects in image-text retrieval.", retrieval=spurious_retrieval_sets,
+        "2023), to decorrelate co-occurring objects in image-text retrieval.", retrieval=spurious_retrieval,
         verified=_spurious_verified),
     "cvld": StudyExport(
         None, (), cvld_tables, ("*/text/summary.csv",), ("llm", "editor", "sd", "image_encoder"),
         ("coco", "celeba", "stable_diffusion"), "CVLD counterfactual edits (reproduction)",
         "Gender-counterfactual captions and images edited with InstructPix2Pix / null-text inversion, the k "
-        "edits most similar to the original kept (CVLD).", verified=_cvld_verified),
+        "edits most similar to the original kept (CVLD).", retrieval=cvld_retrieval, verified=_cvld_verified),
 }
 
 
