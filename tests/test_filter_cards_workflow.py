@@ -33,7 +33,8 @@ def _coco_candidates(tmp_path: Path) -> dict:
     rows.to_parquet(tmp_path / "candidate_scores.parquet")
     pairs = pd.DataFrame({"id": ["101_0"], "caption_id": ["101_0"], "candidate_index": [0]})
     pairs.to_parquet(tmp_path / "selected_pairs.parquet")
-    pd.DataFrame({"item_id": ["101_0"], "score": [0.4], "kept": [True]}).to_parquet(tmp_path / "vqa.parquet")
+    pd.DataFrame({"item_id": ["101_0"], "present": [0.9], "absent": [0.3], "score": [0.6],
+                  "kept": [True]}).to_parquet(tmp_path / "vqa.parquet")
     return {"scores": str(tmp_path / "candidate_scores.parquet"), "selected": str(tmp_path / "selected_pairs.parquet"),
             "vqa": str(tmp_path / "vqa.parquet")}
 
@@ -52,9 +53,10 @@ def test_coco_score_tables(tmp_path):
                                                             "102_1:0": False}
     v = coco.FILTERS["vqa"].table(inputs, {})
     assert v["item_id"].tolist() == ["101_0:0"] and v["pair_id"].tolist() == ["101_0"]
+    assert v["score"].tolist() == pytest.approx([0.2]) and v["vqa_score"].tolist() == [0.6]   # margin: 0.5 - 0.3
     cfg = {"images": {"filter": {"image_caption_min": 0.2, "image_image_min": 0.7, "direction_min": 0.2}}}
     assert coco.FILTERS["clip_image_image"].threshold(cfg) == 0.7
-    assert coco.FILTERS["vqa"].threshold({}) == 0.0   # verify.min_score's schema default
+    assert coco.FILTERS["vqa"].threshold({}) == 0.0   # the margin's: >= 0 exactly when kept
 
 
 def _scf_sets(tmp_path: Path) -> dict:
@@ -64,7 +66,8 @@ def _scf_sets(tmp_path: Path) -> dict:
     pd.DataFrame({"set_id": ["a"], "candidate_index": [0], "max_nsfw_probability": [0.4],
                   "passed": [True]}).to_parquet(tmp_path / "nsfw_sets.parquet")
     pd.DataFrame({"set_id": ["a"], "candidate_index": [0], "passed": [False]}).to_parquet(tmp_path / "detect_sets.parquet")
-    pd.DataFrame({"item_id": ["a:0:0-1", "a:0:1-2", "a:0:2-0", "b:3:0-1"], "score": [0.3, -0.2, 0.1, 0.5],
+    pd.DataFrame({"item_id": ["a:0:0-1", "a:0:1-2", "a:0:2-0", "b:3:0-1"], "present": [0.8, 0.6, 0.55, 0.9],
+                  "absent": [0.4, 0.8, 0.2, 0.4], "score": [0.4, -0.2, 0.35, 0.5],
                   "kept": [True, False, True, True]}).to_parquet(tmp_path / "vqa.parquet")
     return {"clip": str(tmp_path / "clip_sets.parquet"), "nsfw": str(tmp_path / "nsfw_sets.parquet"),
             "detect": str(tmp_path / "detect_sets.parquet"), "vqa": str(tmp_path / "vqa.parquet")}
@@ -83,7 +86,8 @@ def test_social_score_tables(tmp_path):
     assert scf.FILTERS["nsfw"].threshold(cfg) == 0.15 and scf.FILTERS["nsfw"].keep == "below"
     assert scf.FILTERS["detectability"].table(inputs, {})["score"].tolist() == [False]
     v = scf.FILTERS["vqa"].table(inputs, {}).set_index("item_id")
-    assert v["score"].to_dict() == {"a:0": -0.2, "b:3": 0.5}    # the lowest pair score of the set
+    # the lowest pair margin of the set: a:0:1-2 has absent 0.8 (max_absent 0.5: -0.3); b:3 min(0.4, 0.1, 0.5)
+    assert v["score"].to_dict() == pytest.approx({"a:0": -0.3, "b:3": 0.1})
     assert v["kept"].to_dict() == {"a:0": False, "b:3": True} and v["n_pairs"].to_dict() == {"a:0": 3, "b:3": 1}
 
 
@@ -145,18 +149,23 @@ def test_cvld_countercurate_and_spurious_score_tables(tmp_path):
     pd.DataFrame({"image_id": [101, 103], "accepted": [True, False]}).to_parquet(tmp_path / "votes.parquet")
     pd.DataFrame({"item_id": ["coco_101", "coco_101"], "candidate": [0, 2], "kept": [True, False],
                   "similarity": [0.1, -0.2]}).to_parquet(tmp_path / "edits.parquet")
-    pd.DataFrame({"item_id": ["coco_101:0"], "score": [-0.1], "kept": [False]}).to_parquet(tmp_path / "vqa.parquet")
+    pd.DataFrame({"item_id": ["coco_101:0"], "present": [0.7], "absent": [0.8], "score": [-0.1],
+                  "kept": [False]}).to_parquet(tmp_path / "vqa.parquet")
     inputs = {k: str(tmp_path / f"{k}.parquet") for k in ("votes", "edits", "vqa")}
     assert cvld.FILTERS["vote"].table(inputs, {}).set_index("item_id")["score"].to_dict() == {"101": True,
                                                                                              "103": False}
     assert cvld.FILTERS["edit_selection"].table(inputs, {})["item_id"].tolist() == ["coco_101:0", "coco_101:2"]
-    assert cvld.FILTERS["vqa"].table(inputs, {})["score"].tolist() == [-0.1]
-    pd.DataFrame({"item_id": ["positions:7"], "score": [0.2], "kept": [True]}).to_parquet(tmp_path / "vqa.parquet")
+    assert cvld.FILTERS["vqa"].table(inputs, {})["score"].tolist() == pytest.approx([-0.3])   # 0.5 - 0.8
+    pd.DataFrame({"item_id": ["positions:7"], "present": [0.6], "absent": [0.4], "score": [0.2],
+                  "kept": [True]}).to_parquet(tmp_path / "vqa.parquet")
     assert cc.FILTERS["vqa"].table({"vqa": str(tmp_path / "vqa.parquet")}, {})["item_id"].tolist() == ["positions:7"]
-    pd.DataFrame({"item_id": ["coco:3", "coco:5"], "score": [0.4, -0.3], "kept": [True, False]}).to_parquet(
-        tmp_path / "vqa.parquet")
+    # coco:5's score passes min_score (0) but its photograph's present term (0.3) fails min_present: not kept, and
+    # the card's margin says so too (a card thresholding the raw score at min_score would have kept it)
+    pd.DataFrame({"item_id": ["coco:3", "coco:5"], "present": [0.9, 0.3], "absent": [0.2, 0.1], "score": [0.7, 0.2],
+                  "kept": [True, False]}).to_parquet(tmp_path / "vqa.parquet")
     table = sr.FILTERS["vqa"].table({"vqa": str(tmp_path / "vqa.parquet")}, {}).set_index("item_id")
-    assert table["score"].to_dict() == {"coco:3": 0.4, "coco:5": -0.3} and table["kept"].tolist() == [True, False]
+    assert table["score"].to_dict() == pytest.approx({"coco:3": 0.3, "coco:5": -0.2})
+    assert table["kept"].tolist() == [True, False] and sr.FILTERS["vqa"].threshold({}) == 0.0
 
 
 def test_cvld_demo_audit_fixture_is_the_kept_edits():
@@ -172,3 +181,18 @@ def test_cvld_demo_audit_fixture_is_the_kept_edits():
     if edits.is_file():
         e = pd.read_parquet(edits)
         assert set(audit["item_id"]) == {f"{i}:{c}" for i, c, k in zip(e["item_id"], e["candidate"], e["kept"]) if k}
+
+
+@pytest.mark.parametrize("study, n", [("countercurate", 20), ("spurious_retrieval", 8)])
+def test_vqa_only_demo_audit_fixtures_are_the_checked_items(study, n):
+    """CounterCurate and the spurious study card their VQA check only: the demo names their fixtures for `vqa`, the
+    ids are `<dataset>:<item_id>`, both verdicts occur, and where the demo ran here the fixture audits exactly the
+    items the check scored."""
+    audit = pd.read_csv(AUDIT / f"{study}.csv", dtype=str)
+    assert len(audit) == n and audit["item_id"].is_unique and set(audit["verdict"]) == {"good", "bad"}
+    assert all(":" in i for i in audit["item_id"])
+    cfg = load_config([REPO / "config" / "demo.yaml"])
+    assert cfg["filters"]["audit"][study] == {"vqa": f"resources/demo/audit/{study}.csv"}
+    scored = REPO / "results" / "demo" / study / "verify" / "vqa.parquet"
+    if scored.is_file():
+        assert set(audit["item_id"]) == set(pd.read_parquet(scored)["item_id"].astype(str))

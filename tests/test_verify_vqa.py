@@ -114,6 +114,25 @@ def test_score_formula_by_hand():
     assert strict["kept"].tolist() == [True, False, False]         # b, c: score 0.2 < 0.3
 
 
+def test_the_card_margin_is_nonnegative_exactly_when_kept():
+    """A filter card of the check thresholds its margin at 0, so it measures ``kept`` itself (all three tests):
+    on random terms, on terms at each threshold exactly, and with a partner-less (NaN) term."""
+    rng = np.random.default_rng(0)
+    grid = np.array([0.0, 0.25, 0.5, 0.75, 1.0])       # exact thresholds on the grid: the >= / <= boundaries
+    for values in (rng.random((400, 4)), rng.choice(grid, (400, 4))):
+        terms = pd.DataFrame(values, columns=["yes_image", "yes_partner", "yes_image_partner_caption",
+                                              "yes_partner_caption"])
+        terms.loc[::7, ["yes_partner", "yes_image_partner_caption"]] = np.nan
+        terms.insert(0, "item_id", [str(i) for i in range(len(terms))])
+        for settings in (_settings(), _settings(min_present=0.25, max_absent=0.75, min_score=0.5)):
+            out = vqa.combine(terms, settings)
+            assert ((vqa.margin(out, settings) >= 0) == out["kept"].to_numpy()).all()
+    out = vqa.combine(pd.DataFrame({"item_id": ["x"], "yes_image": [0.3], "yes_partner": [np.nan],
+                                    "yes_image_partner_caption": [np.nan], "yes_partner_caption": [0.1]}), _settings())
+    assert out["score"].iloc[0] == pytest.approx(0.2) and not out["kept"].iloc[0]   # score passes, present does not
+    assert vqa.margin(out, _settings()).tolist() == pytest.approx([-0.2])
+
+
 def test_thresholds_and_switch_come_from_config():
     s = vqa.VerifySettings.from_config({})
     assert (s.enabled, s.role, s.answer, s.min_present, s.max_absent, s.min_score) == (False, "vlm", "Yes", 0.5, 0.5,

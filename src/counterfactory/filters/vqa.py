@@ -113,6 +113,32 @@ def combine(terms: pd.DataFrame, settings: VerifySettings) -> pd.DataFrame:
     return out
 
 
+def margin(scores: pd.DataFrame, settings: VerifySettings) -> np.ndarray:
+    """How far each item is from the check's decision: ``min(present - min_present, max_absent - absent,
+    score - min_score)``, so ``margin >= 0`` exactly when ``kept`` (a difference of two floats is 0 only when they
+    are equal). A filter card thresholds it at 0: the card measures the check as ``kept`` decides, all three tests
+    together, and its threshold curve moves them together."""
+    return np.minimum.reduce([scores["present"].to_numpy(float) - settings.min_present,
+                              settings.max_absent - scores["absent"].to_numpy(float),
+                              scores["score"].to_numpy(float) - settings.min_score])
+
+
+def card_scores(path: str | os.PathLike, cfg: dict) -> pd.DataFrame:
+    """A VQA score table (``verify/vqa.parquet``) as a filter card reads it: ``item_id``, the :func:`margin` as
+    ``score`` (threshold 0), ``kept`` and the check's own ``vqa_score`` (present - absent)."""
+    from .cards import score_frame
+
+    vqa = read_table(path, ("item_id", "present", "absent", "score", "kept"), "VQA scores")
+    return score_frame(vqa["item_id"].astype(str), margin(vqa, VerifySettings.from_config(cfg)),
+                       kept=vqa["kept"].astype(bool).to_numpy(), vqa_score=vqa["score"].astype(float).to_numpy())
+
+
+#: a VQA card's title suffix and note (its score is the margin, its threshold 0)
+CARD_SCORE = "margin to the check's thresholds"
+CARD_NOTE = ("Score: min(present - verify.min_present, verify.max_absent - absent, score - verify.min_score), kept when "
+             ">= 0: the check's decision (docs/verify.md).")
+
+
 # --------------------------------------------------------------------------------------------
 # the pair table
 # --------------------------------------------------------------------------------------------

@@ -16,9 +16,9 @@ and ``vqa=verify/vqa.parquet``):
   (NaN, rejected as ``direction_undefined``) or whose score is not finite are left out of this table;
 * ``clip``: the whole CLIP filter, a rule (``passed``: all three tests);
 * ``selection``: the top-k selection among the passed candidates, a rule (``selected``: the pair that is exported);
-* ``vqa``: the VQA check's ``score`` (docs/verify.md) of each selected pair, ``>= verify.min_score`` (its ``kept``
-  also needs ``min_present`` / ``max_absent``: the card measures the score's threshold); the selected pair's id
-  (``id``) is mapped to its candidate's id.
+* ``vqa``: the VQA check (docs/verify.md) of each selected pair, as the margin to its three thresholds
+  (:func:`counterfactory.filters.vqa.margin`: >= 0 exactly when ``kept``; ``vqa_score`` beside it); the selected
+  pair's id (``id``) is mapped to its candidate's id.
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ import numpy as np
 import pandas as pd
 
 from ...filters.cards import StudyFilter, score_frame
-from ...filters.vqa import VerifySettings, read_table
+from ...filters import vqa
+from ...filters.vqa import read_table
 
 SCORE_COLUMNS = ("caption_id", "candidate_index", "sim_0", "sim_1", "sim_image", "sim_direction", "passed",
                  "selected")
@@ -69,16 +70,16 @@ def vqa_table(inputs: dict, cfg: dict) -> pd.DataFrame:
     """The VQA check's scores of the selected pairs, by candidate id."""
     pairs = read_table(inputs["selected"], ("id", "caption_id", "candidate_index"), "selected-pairs table")
     to_item = {str(p): item_id(c, i) for p, c, i in zip(pairs["id"], pairs["caption_id"], pairs["candidate_index"])}
-    vqa = read_table(inputs["vqa"], ("item_id", "score", "kept"), "VQA scores")
-    ids = vqa["item_id"].astype(str)
+    scores = vqa.card_scores(inputs["vqa"], cfg)
+    ids = scores["item_id"]
     unknown = sorted(set(ids) - set(to_item))
     if unknown:
         from ...errors import input_error
 
         raise input_error(inputs["vqa"], f"item_id {unknown[0]}", "not a selected pair of the selected-pairs table",
                           f"pass the selected pairs the VQA check scored ({inputs['selected']})")
-    return score_frame(ids.map(to_item), vqa["score"].astype(float), kept=vqa["kept"].astype(bool).to_numpy(),
-                       pair_id=ids.to_numpy())
+    return score_frame(ids.map(to_item), scores["score"], kept=scores["kept"].to_numpy(),
+                       vqa_score=scores["vqa_score"].to_numpy(), pair_id=ids.to_numpy())
 
 
 UNIT = "a candidate image pair, id `<caption_id>:<candidate_index>` (images/candidate_scores.parquet)."
@@ -97,7 +98,6 @@ FILTERS: dict[str, StudyFilter] = {
     "clip": StudyFilter("COCO-CF CLIP filter (all three tests)", ("scores",), UNIT, _rule("passed")),
     "selection": StudyFilter("COCO-CF top-k selection (the exported pair)", ("scores",), UNIT, _rule("selected")),
     "vqa": StudyFilter(
-        "COCO-CF VQA check, score = present - absent", ("selected", "vqa"), UNIT, vqa_table,
-        lambda cfg: VerifySettings.from_config(cfg).min_score,
-        note="Only the selected pairs are scored (the VQA check runs after the selection)."),
+        f"COCO-CF VQA check, {vqa.CARD_SCORE}", ("selected", "vqa"), UNIT, vqa_table, lambda cfg: 0.0,
+        note="Only the selected pairs are scored (the VQA check runs after the selection). " + vqa.CARD_NOTE),
 }

@@ -5,7 +5,7 @@
 * ``edit_selection`` (item id ``<item_id>:<candidate>`` of ``coco/edits/<method>/edits.parquet``, the VQA check's
   ids): the top-k selection of the edits most similar to the original (§3.3, ``editing.k``), a rule (``kept``),
   ``--input edits=...``;
-* ``vqa`` (the same edit ids): the VQA check's ``score >= verify.min_score``, ``--input vqa=verify/vqa.parquet``.
+* ``vqa`` (the same edit ids): the VQA check's ``kept``, as the margin to its thresholds, ``--input vqa=verify/vqa.parquet``.
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from __future__ import annotations
 import pandas as pd
 
 from ...filters.cards import StudyFilter, score_frame
-from ...filters.vqa import VerifySettings, read_table
+from ...filters import vqa
+from ...filters.vqa import read_table
 
 
 def vote_table(inputs: dict, cfg: dict) -> pd.DataFrame:
@@ -28,8 +29,7 @@ def edit_table(inputs: dict, cfg: dict) -> pd.DataFrame:
 
 
 def vqa_table(inputs: dict, cfg: dict) -> pd.DataFrame:
-    vqa = read_table(inputs["vqa"], ("item_id", "score", "kept"), "VQA scores")
-    return score_frame(vqa["item_id"].astype(str), vqa["score"].astype(float), kept=vqa["kept"].astype(bool).to_numpy())
+    return vqa.card_scores(inputs["vqa"], cfg)
 
 
 EDIT = "a kept or dropped edit, id `<item_id>:<candidate>` (coco/edits/<method>/edits.parquet)."
@@ -37,7 +37,6 @@ FILTERS: dict[str, StudyFilter] = {
     "vote": StudyFilter("CVLD majority vote of the captions (an edit prompt or none)", ("votes",),
                         "a COCO image, id its `image_id` (coco/text/votes.parquet).", vote_table),
     "edit_selection": StudyFilter("CVLD top-k edit selection by similarity", ("edits",), EDIT, edit_table),
-    "vqa": StudyFilter("CVLD VQA check, score = present - absent", ("vqa",), EDIT, vqa_table,
-                       lambda cfg: VerifySettings.from_config(cfg).min_score,
-                       note="Only the kept edits are scored (the VQA check runs after the selection)."),
+    "vqa": StudyFilter(f"CVLD VQA check, {vqa.CARD_SCORE}", ("vqa",), EDIT, vqa_table, lambda cfg: 0.0,
+                       note="Only the kept edits are scored (the VQA check runs after the selection). " + vqa.CARD_NOTE),
 }

@@ -14,8 +14,9 @@ Filters (the stages' set tables, ``filter/{clip,nsfw,detect}_sets.parquet``; the
 * ``nsfw``: stage (b): with ``filter.nsfw.threshold`` set, ``max_nsfw_probability`` kept when ``<=`` it (the filter
   flags ``>=``: they differ only on a tie); without (the paper's argmax), a rule (``passed``);
 * ``detectability``: stage (c), a rule (``passed``: every attribute type discernible in enough images, Table 10);
-* ``vqa``: the VQA check of the set's pairs (docs/verify.md): ``score`` the lowest of its pairs' scores, kept when
-  ``>= verify.min_score``; ``n_pairs`` and ``kept`` (every pair kept: the verified variant's rule) beside it.
+* ``vqa``: the VQA check of the set's pairs (docs/verify.md): ``score`` the lowest of its pairs' margins to the
+  check's thresholds (:func:`counterfactory.filters.vqa.margin`), so ``>= 0`` exactly when every pair is kept (the
+  verified variant's rule, ``kept``); ``n_pairs`` beside it.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ import numpy as np
 import pandas as pd
 
 from ...filters.cards import StudyFilter, score_frame
-from ...filters.vqa import VerifySettings, read_table
+from ...filters import vqa
+from ...filters.vqa import read_table
 
 KEYS = ("set_id", "candidate_index")
 
@@ -69,10 +71,11 @@ def nsfw_table(inputs: dict, cfg: dict) -> pd.DataFrame:
 
 
 def vqa_table(inputs: dict, cfg: dict) -> pd.DataFrame:
-    """The VQA check's pair scores (``<set_id>:<candidate_index>:<i>-<j>``) per candidate set: the lowest score."""
-    vqa = read_table(inputs["vqa"], ("item_id", "score", "kept"), "VQA scores")
-    sets = vqa["item_id"].astype(str).str.rsplit(":", n=1).str[0]
-    grouped = vqa.assign(item=sets).groupby("item", sort=False)
+    """The VQA check's pair scores (``<set_id>:<candidate_index>:<i>-<j>``) per candidate set: the lowest margin (a
+    set is kept when every pair is)."""
+    scores = vqa.card_scores(inputs["vqa"], cfg)
+    sets = scores["item_id"].str.rsplit(":", n=1).str[0]
+    grouped = scores.assign(item=sets).groupby("item", sort=False)
     agg = grouped.agg(score=("score", "min"), kept=("kept", "all"), n_pairs=("score", "size")).reset_index()
     return score_frame(agg["item"], agg["score"].astype(float), kept=agg["kept"].astype(bool).to_numpy(),
                        n_pairs=agg["n_pairs"].to_numpy())
@@ -94,7 +97,7 @@ FILTERS: dict[str, StudyFilter] = {
         note="With filter.nsfw.threshold unset (argmax) the card is the stage's keep/drop rule."),
     "detectability": StudyFilter("SocialCF attribute detectability (stage c)", ("detect",), UNIT, _rule("detect")),
     "vqa": StudyFilter(
-        "SocialCF VQA check, the lowest pair score of the set", ("vqa",), UNIT, vqa_table,
-        lambda cfg: VerifySettings.from_config(cfg).min_score,
-        note="Only the sets kept by the three stages are scored (the VQA check runs on filter/kept.parquet)."),
+        f"SocialCF VQA check, the lowest pair {vqa.CARD_SCORE} of the set", ("vqa",), UNIT, vqa_table,
+        lambda cfg: 0.0, note="Only the sets kept by the three stages are scored (the VQA check runs on "
+                              "filter/kept.parquet). " + vqa.CARD_NOTE),
 }
