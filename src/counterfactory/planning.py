@@ -38,237 +38,43 @@ Definitions
 from __future__ import annotations
 
 import json
-import math
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
 import pandas as pd
 
+from . import studies
 from .errors import ConfigError, input_error
+
+# the shared parts of a study's plan rows live below the studies (counterfactory.workflow), each study's own in its
+# ``studies/<study>/spec.py``; re-exported here by their old names
+from .studies.coco_counterfactuals.spec import COCO_VAL2017_CAPTIONS  # noqa: F401
+from .studies.countercurate.spec import FLICKR30K_CAPTIONS_PER_IMAGE, FLICKR30K_IMAGES  # noqa: F401
+from .studies.cvld.spec import CELEBA_TRAIN, KARPATHY_COCO_TRAIN  # noqa: F401
+from .workflow import PAPER_ITEMS, Stage  # noqa: F401
+from .workflow import capped as _capped  # noqa: F401
+from .workflow import karpathy_images as _karpathy_images  # noqa: F401
+from .workflow import plan_items as _items  # noqa: F401
+from .workflow import table_rows as _rows  # noqa: F401
 
 #: packaged throughput file: bench_true_size.py's H100 measurements plus estimated rows (module docstring)
 DEFAULT_THROUGHPUT = Path(__file__).resolve().parent / "resources" / "throughput" / "h100.json"
 #: estimated PNG bytes per pixel of a photographic RGB image (module docstring)
 BYTES_PER_PIXEL = {"png": 1.45}
-#: paper counts used when no input table exists (each with its source)
-PAPER_ITEMS = {
-    ("coco_counterfactuals", "p2p_pairs"): (24508, "COCO-CF §3.3: 24,508 caption pairs from 25,014 captions"),
-    ("spurious_retrieval", "coco"): (45467, "Kim et al. §4.1: 45,467 synthetic MS-COCO training images"),
-    ("spurious_retrieval", "flickr30k"): (4650, "Kim et al. §4.1: 4,650 synthetic Flickr30k training images"),
-}
-#: COCO val2017 captions (COCO-CF §3.3), the input of the COCO-CF image jobs' sharding
-COCO_VAL2017_CAPTIONS = 25014
-#: CelebA training images (official split) and Karpathy COCO training images (train + restval)
-CELEBA_TRAIN, KARPATHY_COCO_TRAIN = 162770, 113287
-#: Flickr30k (Entities) images and captions per image (Young et al. 2014; Plummer et al. 2016)
-FLICKR30K_IMAGES, FLICKR30K_CAPTIONS_PER_IMAGE = 31783, 5
-
 COLUMNS = ["study", "stage", "items", "items_source", "unet_evals_per_item", "unet_evals", "images", "resolution",
            "disk_bytes", "throughput_stage", "rate", "rate_unit", "gpu_hours", "jobs", "throughput_row",
            "rate_estimate"]
 
 
-@dataclass
-class Stage:
-    """One image stage of one study, before throughput is applied."""
-
-    study: str
-    stage: str
-    items: int | None
-    items_source: str
-    unet_per_item: int | None        # None: the stage has no UNet (work = images)
-    images_per_item: float
-    height: int
-    width: int
-    throughput_stage: str
-    jobs: int | None
-    item_key: str = ""               # the --items key (default study.stage; spurious_retrieval: per dataset)
-
-    def key(self) -> str:
-        return self.item_key or f"{self.study}.{self.stage}"
-
-
-# --------------------------------------------------------------------------- item counts
-
-
-def _rows(path: Path) -> int | None:
-    return len(pd.read_parquet(path)) if path.exists() else None
-
-
-def _items(key: tuple[str, str], overrides: Mapping[str, int], table: Path | None = None, count=None,
-           fallback: tuple[int | None, str] | None = None) -> tuple[int | None, str]:
-    """(items, where the number comes from): override, then the input table, then ``fallback``."""
-    name = ".".join(key)
-    if name in overrides:
-        return int(overrides[name]), "--items"
-    if table is not None and table.exists():
-        return (count(table) if count else _rows(table)), str(table)
-    return fallback or PAPER_ITEMS.get(key, (None, "unknown: run the step that writes the input table, or --items"))
-
-
-def _karpathy_images(path, splits=("train", "restval")) -> int | None:
-    """Images of ``splits`` (default: the training images, train + restval, §4.1 of Kim et al.; CVLD app. B) in a
-    configured Karpathy file; None when the file is not in place or not readable (the paper count is used then).
-    The file is read once per version (:func:`counterfactory.data.karpathy.summary`)."""
-    from .data.karpathy import summary
-
-    info = summary(path) if path else None
-    return None if info is None else sum(info["counts"].get(name, 0) for name in set(splits))
-
-
-def _capped(paper: tuple[int, str], most: int | None, what: str) -> tuple[int, str]:
-    """The paper's count, or what the configured data can give at most (``what``) when that is fewer."""
-    if most is None or most >= paper[0]:
-        return paper
-    return most, f"upper bound: {most:,} {what} (paper: {paper[1]})"
-
-
-# --------------------------------------------------------------------------- the studies
-
-
-def _coco(view, res: Path, items: Mapping[str, int]) -> list[Stage]:
-    from . import workflow
-
-    img = view["images"]
-    path = workflow.caption_json(view)
-    configured = workflow._count(str(path), view["data"].get("limit_images")) if path.exists() else None
-    n, src = _items(("coco_counterfactuals", "p2p_pairs"), items,
-                    res / "captions" / "counterfactual_captions.parquet",
-                    fallback=_capped(PAPER_ITEMS[("coco_counterfactuals", "p2p_pairs")], configured,
-                                     f"caption pairs, one per caption of {path}"))
-    per = 2 * 2 * int(img["candidates_per_pair"]) * int(img["steps"])
-    kept = 2 * int(img["filter"]["top_k"]) + (2 * int(img["candidates_per_pair"]) if img.get("save_all_candidates") else 0)
-    captions = COCO_VAL2017_CAPTIONS if configured is None else configured
-    jobs = max(1, math.ceil(captions / int(img["shard_size"])))   # image jobs shard the input captions
-    return [Stage("coco_counterfactuals", "p2p_pairs", n, src, per, kept, int(img["height"]), int(img["width"]),
-                  "p2p_pairs", jobs)]
-
-
-def _social(view, res: Path, items: Mapping[str, int]) -> list[Stage]:
-    from .generation.sampler import GenerationSettings
-    from .generation.sets import SetGenerationSettings
-    from .studies.social_counterfactuals.captions import build_caption_sets
-
-    img = view.get("images") or {}
-    gen, sets = GenerationSettings.from_config(img), SetGenerationSettings.from_config(img)
-    table = build_caption_sets(view.get("captions"))
-    n_sets, n_captions = table["set_id"].nunique(), len(table)
-    if "social_counterfactuals.p2p_sets" in items:
-        n_sets = int(items["social_counterfactuals.p2p_sets"])
-        n_captions = round(n_captions / max(table["set_id"].nunique(), 1) * n_sets)
-        src = "--items (captions per set as configured)"
-    else:
-        src = f"config: {n_sets:,} sets, {n_captions:,} captions (§3.2)"
-    members = n_captions / n_sets if n_sets else 0
-    per = 2 * members * sets.candidates_per_set * gen.steps
-    return [Stage("social_counterfactuals", "p2p_sets", n_sets, src, round(per) if per == int(per) else per,
-                  members * sets.candidates_per_set, gen.height, gen.width, "p2p_sets",
-                  math.ceil(n_sets / sets.set_shard_size) if n_sets else None)]
-
-
-def _attributes_upper_bound(view) -> tuple[int, str]:
-    """CounterCurate's t2i images before the LLM has answered: every negative kind accepted for the selected caption
-    of every Flickr30k Entities image (an upper bound: the paper got only about 2.5k swaps, §4.4)."""
-    from .studies.countercurate.attributes import section_of
-
-    at = section_of(view)
-    n_images = min(int(at["limit_images"] or FLICKR30K_IMAGES), FLICKR30K_IMAGES)
-    per_image = len(at["kinds"]) * (FLICKR30K_CAPTIONS_PER_IMAGE if at["caption"] == "all" else 1)
-    return n_images * per_image, (f"upper bound: {len(at['kinds'])} negative kinds x {at['caption']} caption(s) of "
-                                  f"{n_images:,} Flickr30k Entities images, all accepted (§3.4; the paper's swaps "
-                                  "were about 2.5k, §4.4); --items countercurate.t2i=N")
-
-
-def _countercurate(view, res: Path, items: Mapping[str, int]) -> list[Stage]:
-    from .generation.grounded import GroundedSettings
-
-    s = GroundedSettings.from_config(view.get("grounded"))
-    table = res / "generation" / "requests.parquet"
-    kinds = pd.read_parquet(table, columns=["kind"])["kind"].value_counts() if table.exists() else None
-    out = []
-    for kind, stage in (("generate", "gligen_generate"), ("inpaint", "gligen_inpaint"), ("t2i", "t2i")):
-        name = f"countercurate.{stage}"
-        if name in items:
-            n, src = int(items[name]), "--items"
-        elif kinds is not None:
-            n, src = int(kinds.get(kind, 0)), str(table)
-        elif kind == "t2i":     # Flickr30k-Attributes: one image per accepted negative caption (§3.4)
-            n, src = _attributes_upper_bound(view)
-        else:
-            n, src = None, ("unknown before countercurate_requests (Flickr30k Entities); --items countercurate.%s=N"
-                            % stage)
-        h, w = (s.t2i_height, s.t2i_width) if kind == "t2i" else (s.height, s.width)
-        out.append(Stage("countercurate", stage, n, src, s.steps * (2 if s.guidance > 1.0 else 1), 1, h, w, stage,
-                         math.ceil(n / s.shard_size) if n else None))
-    return out
-
-
-#: typical source sizes of inpainted images (the images keep their size): COCO 640x480, Flickr30k 500x375
-_SOURCE_SIZE = {"coco": (480, 640), "flickr30k": (375, 500)}
-
-
-def _spurious(view, res: Path, items: Mapping[str, int]) -> list[Stage]:
-    from .studies.spurious_retrieval import settings as sr
-
-    s = sr.settings(view)
-    out = []
-    for ds in s["data"]["datasets"]:
-        karpathy = (s["data"].get(ds) or {}).get("karpathy_json")
-        train = s["data"]["splits"]["train"]
-        most = _karpathy_images(karpathy, tuple([train] if isinstance(train, str) else train))
-        n, src = _items(("spurious_retrieval", ds), items, res / ds / "selection" / "requests.parquet",
-                        fallback=_capped(PAPER_ITEMS[("spurious_retrieval", ds)], most,
-                                         f"training images in {karpathy}"))
-        h, w = _SOURCE_SIZE.get(ds, (512, 512))
-        methods = sr.image_methods(s, ds)
-        shards = int(s["inpaint"]["shards"])
-        if "lama" in methods:
-            out.append(Stage("spurious_retrieval", f"lama_{ds}", n, src, None, 1, h, w, "lama_inpaint", shards,
-                             f"spurious_retrieval.{ds}"))
-        pads = [m for m in methods if m != "lama"]
-        if pads:   # paddings run on the CPU: images and disk, no GPU time
-            out.append(Stage("spurious_retrieval", f"padding_{ds}", n, src + f"; {len(pads)} paddings (CPU)", None,
-                             len(pads), h, w, "", shards * len(pads), f"spurious_retrieval.{ds}"))
-        if "captioner" in sr.text_methods(s, ds):
-            out.append(Stage("spurious_retrieval", f"captioner_{ds}", n, src, None, 0, h, w, "captioner", 1,
-                             f"spurious_retrieval.{ds}"))
-    return out
-
-
-def _cvld(view, res: Path, items: Mapping[str, int]) -> list[Stage]:
-    from .generation.editing import EditSettings
-    from .studies.cvld import settings as cv
-
-    s = cv.settings(view)
-    ed = s["editing"]
-    knobs = EditSettings.from_config({**ed["settings"], "m": ed["m"], "k": ed["k"]})
-    subset = max(s["data"]["subsets"])
-    cl = s["classification"]
-    shots = set(cl["shots"]) | ({cl["figure4_shots"]} if cl["lambdas"] else set())
-    episodes = len(cl["attributes"]) * 2 * sum(shots) * int(cl["episodes"])
-    coco_json = (s["data"].get("coco") or {}).get("karpathy_json")
-    coco_train = _karpathy_images(coco_json)
-    fallback = {"coco": (round(subset * (KARPATHY_COCO_TRAIN if coco_train is None else coco_train)),
-                         f"upper bound: every image of the {subset:.0%} COCO subset accepted (§3.3, app. B)"
-                         + ("" if coco_train is None else f"; {coco_train:,} training images in {coco_json}")),
-                "celeba": (min(episodes, CELEBA_TRAIN),
-                           "upper bound: attributes x 2K shots x episodes, no image shared (app. A)")}
-    per = {"ip2p": 3 * knobs.m * knobs.steps,
-           "null_text": knobs.inversion_steps * (1 + 2 + knobs.inner_steps + 4 * knobs.m)}
-    out = []
-    for ds in ("coco", "celeba"):
-        for method in ed["methods"]:
-            n, src = _items(("cvld", f"{method}_{ds}"), items, res / ds / "edits" / "requests.parquet",
-                            fallback=fallback[ds])
-            out.append(Stage("cvld", f"{method}_{ds}", n, src, per[method], knobs.k, knobs.size, knobs.size,
-                             f"{method}_edit", int(ed["shards"])))
-    return out
-
-
-STUDIES = {"coco_counterfactuals": _coco, "social_counterfactuals": _social, "countercurate": _countercurate,
-           "spurious_retrieval": _spurious, "cvld": _cvld}
+def __getattr__(name: str):
+    if name == "STUDIES":          # study -> its plan function (derived from the study specs)
+        return {s.name: s.plan for s in studies.specs()}
+    if name == "STUDY_SHORT_NAMES":
+        return _short_names()
+    if name == "STUDY_RULES":
+        return _study_rules()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # --------------------------------------------------------------------------- throughput
@@ -370,8 +176,8 @@ def plan(cfg: Mapping[str, Any], throughput: dict | str | Path | None = None, it
 def _stages(cfg, results: Path, items, study_view) -> list[Stage]:
     out = []
     for study in cfg.get("studies") or []:
-        view = study_view(cfg, study)
-        out += STUDIES[study](view, results / study, items)
+        spec = studies.spec(study)
+        out += spec.plan(study_view(cfg, study), spec.results(results), items)
     return out
 
 
@@ -390,13 +196,25 @@ def gpu_hours(work: float | None, rate: float | None) -> float | None:
 # --------------------------------------------------------------------------- dry-run job counts
 
 
-#: each study's short name -> the study. A study's own rules are ``<short>_<step>`` (``counterfactory <short> <step>``),
-#: a shared stage's rule run for one study is ``<group>_<step>_<short>[_...]``: a rule belongs to the study whose short
-#: name is one of its ``_``-separated words (the rest of the per-study rules are COCO-Counterfactuals')
-STUDY_SHORT_NAMES = {"social": "social_counterfactuals", "countercurate": "countercurate",
-                     "spurious": "spurious_retrieval", "cvld": "cvld"}
-#: a study's rules that run a shared group's step without a study suffix (no other rule runs that step)
-STUDY_RULES = {"data_flickr30k_captions": "countercurate"}
+#: each study's short name -> the study (:data:`counterfactory.workflow.StudySpec.short`, derived from the specs;
+#: ``planning.STUDY_SHORT_NAMES``). A study's own rules are ``<short>_<step>`` (``counterfactory <short> <step>``), a
+#: shared stage's rule run for one study is ``<group>_<step>_<short>[_...]``: a rule belongs to the study whose short
+#: name is one of its ``_``-separated words (the rest of the per-study rules are those of the study without a short
+#: name, COCO-Counterfactuals')
+def _short_names() -> dict[str, str]:
+    return {s.short: s.name for s in studies.specs() if s.short}
+
+
+#: a study's rules that run a shared group's step without a study suffix (no other rule runs that step;
+#: ``StudySpec.own_rules``; ``planning.STUDY_RULES``)
+def _study_rules() -> dict[str, str]:
+    return {rule: s.name for s in studies.specs() for rule in s.own_rules}
+
+
+def _default_study() -> str:
+    return next((s.name for s in studies.specs() if not s.short), "shared")
+
+
 SHARED_RULES = {"all", "config_write_job", "models_build_tiny", "nltk_prepare", "provenance", "report_overview"}
 
 
@@ -405,10 +223,11 @@ def rule_study(rule: str) -> str:
     :data:`SHARED_RULES`."""
     if rule in SHARED_RULES:
         return "shared"
-    if rule in STUDY_RULES:
-        return STUDY_RULES[rule]
+    own = _study_rules()
+    if rule in own:
+        return own[rule]
     words = rule.split("_")
-    return next((study for short, study in STUDY_SHORT_NAMES.items() if short in words), "coco_counterfactuals")
+    return next((study for short, study in _short_names().items() if short in words), _default_study())
 
 
 def job_counts(output: str) -> dict[str, int]:

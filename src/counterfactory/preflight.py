@@ -30,8 +30,17 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from . import studies
 from .errors import ConfigError, CounterFactoryError
 from .settings import config_value
+
+# what a study's dataset needs are made of lives below the studies (counterfactory.workflow), each study's own in its
+# ``studies/<study>/spec.py``; re-exported here by their old names
+from .studies.countercurate.spec import CC_BENCHMARK_KEYS  # noqa: F401
+from .workflow import Need  # noqa: F401
+from .workflow import classification_needs as _classification_needs  # noqa: F401
+from .workflow import images_source as _images_source  # noqa: F401
+from .workflow import karpathy_needs as _karpathy  # noqa: F401
 
 OK, FETCH, BUILD, SKIP, FAIL = "ok", "fetch", "build", "skip", "FAIL"
 PASSING = (OK, FETCH, BUILD, SKIP)
@@ -66,8 +75,6 @@ def passed(checks: Iterable[Check]) -> bool:
 # --------------------------------------------------------------------------- model roles: which, and what class
 
 
-#: roles a study uses without naming them in its section (config.STUDY_ROLES lists its stages' roles)
-_IMPLICIT_ROLES = {"coco_counterfactuals": ("clip_train", "clip_eval", "vae"), "social_counterfactuals": ("vae",)}
 
 
 def study_roles(cfg: dict, study: str) -> list[str]:
@@ -78,7 +85,8 @@ def study_roles(cfg: dict, study: str) -> list[str]:
     configured = set(cfg.get("models") or {})
     view = study_view(cfg, study)
     section = {k: v for k, v in dict(view).items() if k not in SHARED_SECTIONS}   # the study's own keys
-    roles = set(named_roles(study, section, configured)) | set(_IMPLICIT_ROLES.get(study, ()))
+    found = studies.find(study)   # roles it uses without naming them in its section (StudySpec.roles)
+    roles = set(named_roles(study, section, configured)) | set(found.roles if found else ())
     return sorted(roles & configured)
 
 
@@ -416,190 +424,22 @@ SOURCES = {
     "own": "your own data (docs/own-data.md; `counterfactory data own-check --config <config>` lists its problems)",
     "release": "the published release (docs/own-data.md)",
 }
-_DOCS = {"coco_counterfactuals": "docs/studies/coco_counterfactuals.md",
-         "social_counterfactuals": "docs/studies/social_counterfactuals.md",
-         "countercurate": "docs/studies/countercurate.md", "spurious_retrieval": "docs/studies/spurious_retrieval.md",
-         "cvld": "docs/studies/cvld.md"}
 
 
-@dataclass(frozen=True)
-class Need:
-    """One dataset file or folder a study reads: config key, path, what must be inside, where to get it."""
-
-    key: str
-    path: str | None
-    source: str
-    inside: tuple[str, ...] = ()   # entries a folder must hold (its official layout)
-    problem: str = ""              # set when the layout is known to be wrong without looking (a reader's error)
-    image_root: str | None = None  # a Karpathy file: the folder its <filepath>/<filename> paths start from
-    splits: tuple[str, ...] = ()   # ... and the splits the enabled rules read (a sample of each is looked up)
-
-
-def _karpathy(key: str, spec: dict, splits, source: str) -> list[Need]:
-    """A Karpathy split file and its image folder: the file, the folder, and a sample of the images the rules will
-    open (``image_root/filepath/filename``) of each split read."""
-    splits = (splits,) if isinstance(splits, str) else tuple(splits or ())
-    return [Need(f"{key}.karpathy_json", spec.get("karpathy_json"), "karpathy",
-                 image_root=spec.get("image_root"), splits=splits),
-            Need(f"{key}.image_root", spec.get("image_root"), source)]
+def __getattr__(name: str):
+    """Names derived from the study specs (``counterfactory.studies.specs()``): ``STUDY_DATA`` (study -> its dataset
+    needs), ``_IMPLICIT_ROLES`` (study -> roles it uses without naming them), ``_DOCS`` (study -> its page)."""
+    if name == "STUDY_DATA":
+        return {s.name: s.needs for s in studies.specs()}
+    if name == "_IMPLICIT_ROLES":
+        return {s.name: s.roles for s in studies.specs() if s.roles}
+    if name == "_DOCS":
+        return _docs()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def _coco_cf(study: str, v) -> list[Need]:
-    from .data.own import OwnSource
-    from .training.runs import retrieval_specs
-
-    out: list[Need] = []
-    data = v["data"]
-    release = (v.get("release") or {})
-    if release.get("root"):
-        out.append(Need(f"{study}.release.root", release["root"], "release"))
-    if release.get("captions"):
-        out.append(Need(f"{study}.release.captions", release["captions"], "release"))
-    if data.get("source"):
-        try:
-            files = OwnSource.from_spec(data["source"]).input_files()
-        except Exception as exc:
-            out.append(Need(f"{study}.data.source", None, "own", problem=str(exc).splitlines()[0]))
-        else:
-            out += [Need(f"{study}.data.source.{k}", str(p), "own") for k, p in files.items()]
-    else:
-        root = Path(data["coco_root"])
-        out.append(Need(f"{study}.data.coco_root", str(root), "coco2017",
-                        (f"annotations/captions_{data['split']}.json", f"{data['split']}/")))
-    if data.get("karpathy_json"):
-        out.append(Need(f"{study}.data.karpathy_json", data["karpathy_json"], "karpathy"))
-    ev = v.get("evaluation") or {}
-    classification = ev.get("classification") or {}
-    datasets = classification.get("datasets") or {}
-    used = set(datasets) if classification.get("models") else set()
-    used |= set((v.get("training") or {}).get("eval", {}).get("classification") or []) & set(datasets)
-    out += _classification_needs(f"{study}.evaluation.classification.datasets", datasets, used)
-    for i, spec in enumerate(retrieval_specs((v.get("training") or {}).get("eval") or {})):
-        name = spec.get("name", i)
-        base = f"{study}.training.eval.retrieval[{name}]"   # the entry by its name, as the workflow names it
-        out += _karpathy(base, spec, spec.get("split", "test"), _images_source(spec))
-    return out
-
-
-def _images_source(spec: dict) -> str:
-    name = spec.get("dataset") or ("coco2014" if "coco" in str(spec.get("name", "")) else "flickr30k")
-    return "coco2014" if name == "coco2014" else "flickr30k"
-
-
-def _classification_needs(key: str, datasets: dict, names) -> list[Need]:
-    """The files a classification dataset's reader opens (its official layout), as the rules declare them."""
-    from .data.classification import dataset_input_files
-
-    out = []
-    for name in [n for n in datasets if n in set(names)]:
-        spec = datasets[name]
-        root_key = f"{key}.{name}.root"
-        if not spec.get("root") or not Path(spec["root"]).exists():
-            out.append(Need(root_key, spec.get("root"), spec.get("format", "")))
-            continue
-        try:
-            paths = dataset_input_files(spec, name)
-        except Exception as exc:   # the reader's own check of the layout, a missing class-index file
-            why = str(exc).splitlines()[0].split(" Fix: ")[0].rstrip(".")
-            field = next((f for f in ("class_index", "class_names") if f"{name}.{f}" in why), "root")
-            out.append(Need(f"{key}.{name}.{field}", spec.get(field), spec.get("format", ""), problem=why))
-            continue
-        out += [Need(root_key, p, spec.get("format", "")) for p in paths]
-    return out
-
-
-def _social(study: str, v) -> list[Need]:
-    out = []
-    probing = v.get("probing") or {}
-    for dataset, keys in (("pata", ("files_list", "captions_json", "image_dir")),
-                          ("visogender", ("oo_tsv", "op_tsv", "image_dir"))):
-        for k in keys:
-            path = (probing.get(dataset) or {}).get(k)
-            if path:
-                out.append(Need(f"{study}.probing.{dataset}.{k}", path, dataset))
-    release = v.get("release") or {}
-    if release.get("root"):
-        out.append(Need(f"{study}.release.root", release["root"], "release"))
-    from .studies.social_counterfactuals import image_quality
-
-    if image_quality.settings(v)["enabled"] and not release.get("root"):   # §10.3: the reference image folders
-        for name, path in image_quality.references(v).items():
-            out.append(Need(f"{study}.image_quality.references.{name}", path, "image_quality"))
-    task = (v.get("debias") or {}).get("task_eval") or {}
-    if task.get("roles") and (v.get("debias") or {}).get("roles"):   # §5.3, Tables 4 and 5
-        key = f"{study}.debias.task_eval"
-        if task.get("retrieval"):
-            spec = task["retrieval"]
-            out += _karpathy(f"{key}.retrieval", spec, spec.get("split", "test"), _images_source(spec))
-        datasets = (task.get("classification") or {}).get("datasets") or {}
-        out += _classification_needs(f"{key}.classification.datasets", datasets, datasets)
-    return out
-
-
-#: CounterCurate benchmark -> (config keys of its data and images under countercurate.benchmarks.<name>)
-CC_BENCHMARK_KEYS = {"looktwice": ("dataset", "images"), "sugarcrepe": ("root", "images"),
-                     "winoground": ("examples", "images")}
-
-
-def _countercurate(study: str, v) -> list[Need]:
-    from .studies.countercurate import training as cc_training
-
-    out = [Need(f"{study}.data.entities_root", v["data"].get("entities_root"), "flickr30k_entities",
-                ("Annotations/", "Sentences/"))]
-    if v["data"].get("images"):   # the Flickr30k images (else <entities_root>/flickr30k-images, inside the above)
-        out.append(Need(f"{study}.data.images", v["data"]["images"], "flickr30k"))
-    benchmarks = set((v.get("evaluation") or {}).get("benchmarks") or [])
-    for names in cc_training.settings(v)["benchmarks"].values():   # the fine-tuned models' benchmarks
-        benchmarks |= set(names or [])
-    for name in [b for b in CC_BENCHMARK_KEYS if b in benchmarks]:
-        section = (v.get("benchmarks") or {}).get(name) or {}
-        out += [Need(f"{study}.benchmarks.{name}.{k}", section.get(k), name) for k in CC_BENCHMARK_KEYS[name]]
-    spec = cc_training.retrieval_spec(v)
-    if spec:   # §4.5 Table 5: MS-COCO retrieval of the CLIP fine-tuned on Flickr30k-Attributes
-        out += _karpathy(f"{study}.training.retrieval", spec, spec.get("split", "test"), _images_source(spec))
-    return out
-
-
-def _spurious(study: str, v) -> list[Need]:
-    from .studies.spurious_retrieval import settings as sr
-
-    s = sr.settings(v)
-    out = []
-    for ds in s["data"]["datasets"]:
-        src = s["data"].get(ds) or {}
-        key = f"{study}.data.{ds}"
-        splits = [name for names in (s["data"].get("splits") or {}).values() for name in names] or None
-        out += _karpathy(key, src, splits, "coco2014" if ds == "coco" else "flickr30k")
-        if ds == "coco":
-            out += [Need(f"{key}.instances[{i}]", p, "coco2014") for i, p in enumerate(src.get("instances") or [None])]
-        else:
-            out.append(Need(f"{key}.entities_root", src.get("entities_root"), "flickr30k_entities",
-                            ("Annotations/", "Sentences/")))
-    return out
-
-
-def _cvld(study: str, v) -> list[Need]:
-    from .studies.cvld import settings as cv
-
-    data = cv.settings(v)["data"]
-    out = [Need(f"{study}.data.celeba.root", data["celeba"].get("root"), "celeba",
-                ("list_attr_celeba.txt", "list_eval_partition.txt", "img_align_celeba/")),
-           *_karpathy(f"{study}.data.coco", data["coco"],
-                      [n for names in (data.get("splits") or {}).values() for n in names], "coco2014")]
-    if data["fairface"].get("root"):
-        split = data["fairface"].get("split") or "val"
-        out.append(Need(f"{study}.data.fairface.root", data["fairface"]["root"], "fairface",
-                        (f"fairface_label_{split}.csv", f"{split}/")))
-    if data["flickr30k"].get("karpathy_json"):
-        out += _karpathy(f"{study}.data.flickr30k", data["flickr30k"], "test", "flickr30k")
-    if data["nocaps"].get("annotations"):
-        out += [Need(f"{study}.data.nocaps.annotations", data["nocaps"]["annotations"], "nocaps"),
-                Need(f"{study}.data.nocaps.image_root", data["nocaps"].get("image_root"), "nocaps")]
-    return out
-
-
-STUDY_DATA = {"coco_counterfactuals": _coco_cf, "social_counterfactuals": _social, "countercurate": _countercurate,
-              "spurious_retrieval": _spurious, "cvld": _cvld}
+def _docs() -> dict[str, str]:
+    return {s.name: s.docs_page for s in studies.specs()}
 
 
 def dataset_requirements(cfg: dict) -> list[Need]:
@@ -608,13 +448,13 @@ def dataset_requirements(cfg: dict) -> list[Need]:
 
     out = []
     for study in cfg.get("studies") or []:
-        out += STUDY_DATA[study](study, study_view(cfg, study))
+        out += studies.spec(study).needs(study, study_view(cfg, study))
     return out
 
 
 def _fix(need: Need, study: str) -> str:
     where = SOURCES.get(need.source, "")
-    doc = _DOCS.get(study, "docs/")
+    doc = _docs().get(study, "docs/")
     return (f"get {where}; put it at the path or set {need.key}" if where else f"set {need.key}") + f" ({doc})"
 
 
@@ -650,7 +490,7 @@ def dataset_checks(cfg: dict) -> list[Check]:
                 image_key = need.key.rsplit(".", 1)[0] + ".image_root"
                 out.append(Check("dataset", image_key, FAIL, problem,
                                  f"point {image_key} (or the catalogue's data.<dataset>.root) at the folder holding "
-                                 f"the split file's folders ({_DOCS.get(study, 'docs/')}, docs/data.md)",
+                                 f"the split file's folders ({_docs().get(study, 'docs/')}, docs/data.md)",
                                  str(need.image_root)))
                 continue
         out.append(Check("dataset", need.key, OK, str(path), "", str(path)))
@@ -852,6 +692,7 @@ def render(checks: list[Check], cfg: dict | None = None, *, only_problems: bool 
     rows = [c for c in checks if not only_problems or not c.passed]
     lines = [summary(checks)]
     shown: set[str] = set()
+    docs = _docs()
     blocks: dict[str, list[Check]] = {}
     for c in rows:
         if c.check == "dataset":
@@ -863,7 +704,7 @@ def render(checks: list[Check], cfg: dict | None = None, *, only_problems: bool 
         blocks.setdefault(group, []).append(c)
     for group, members in blocks.items():
         lines += ["", group]
-        if group in _DOCS:
+        if group in docs:
             merged: dict[tuple, list[str]] = {}
             for c in members:
                 merged.setdefault((c.status, c.detail, c.fix, c.path), []).append(c.key)
@@ -987,7 +828,8 @@ def check_source_read(cfg: dict, key: str, path: str) -> None:
     checked = preflight_paths(cfg)
     if norm not in checked and not any(norm.startswith(p.rstrip(os.sep) + os.sep) for p in checked):
         raise ConfigError(f"{key}: the workflow reads {path}, which counterfactory.preflight does not check "
-                          "(an internal inconsistency). Fix: add it to the study's needs in counterfactory/preflight.py")
+                          "(an internal inconsistency). Fix: add it to the study's needs in "
+                          "counterfactory/studies/<study>/spec.py")
     log = os.environ.get("COUNTERFACTORY_DATA_READS")
     if log:
         with open(log, "a", encoding="utf-8") as fh:

@@ -13,6 +13,8 @@ from __future__ import annotations
 import functools
 import json
 import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from .config import ConfigView, digest, study_view
@@ -145,3 +147,187 @@ def seed_pairs(training: dict) -> list[tuple[int, int]]:
     from .training.runs import seed_pairs as _pairs
 
     return _pairs(training)
+
+
+# --------------------------------------------------------------------------- a study as one unit (issue 41 §2)
+#
+# Each study declares one :class:`StudySpec` in ``counterfactory/studies/<study>/spec.py`` (``SPEC``);
+# ``counterfactory.studies.specs()`` finds them. What a spec's functions build (:class:`Stage` rows of the plan,
+# :class:`Need` dataset files of the preflight) and the helpers they share are defined here, below the studies, so
+# a study module builds them without importing the layers above it (planning, preflight re-export them).
+
+
+@dataclass
+class Stage:
+    """One image stage of one study, before throughput is applied (:mod:`counterfactory.planning`)."""
+
+    study: str
+    stage: str
+    items: int | None
+    items_source: str
+    unet_per_item: int | None        # None: the stage has no UNet (work = images)
+    images_per_item: float
+    height: int
+    width: int
+    throughput_stage: str
+    jobs: int | None
+    item_key: str = ""               # the --items key (default study.stage; spurious_retrieval: per dataset)
+
+    def key(self) -> str:
+        return self.item_key or f"{self.study}.{self.stage}"
+
+
+@dataclass(frozen=True)
+class Need:
+    """One dataset file or folder a study reads: config key, path, what must be inside, where to get it
+    (:mod:`counterfactory.preflight`)."""
+
+    key: str
+    path: str | None
+    source: str
+    inside: tuple[str, ...] = ()   # entries a folder must hold (its official layout)
+    problem: str = ""              # set when the layout is known to be wrong without looking (a reader's error)
+    image_root: str | None = None  # a Karpathy file: the folder its <filepath>/<filename> paths start from
+    splits: tuple[str, ...] = ()   # ... and the splits the enabled rules read (a sample of each is looked up)
+
+
+#: ``plan(view, results_dir, items) -> [Stage]``: the study's image stages (``results_dir``: :meth:`StudySpec.results`)
+PlanFn = Callable[[Mapping, Path, Mapping[str, int]], "list[Stage]"]
+#: ``needs(study, view) -> [Need]``: every user-provided dataset file or folder the study's rules read
+NeedsFn = Callable[[str, Mapping], "list[Need]"]
+
+
+def _no_stages(view, results: Path, items: Mapping[str, int]) -> list[Stage]:
+    return []
+
+
+def _no_needs(study: str, view) -> list[Need]:
+    return []
+
+
+@dataclass(frozen=True)
+class StudySpec:
+    """Everything the package's shared machinery knows about one study, in one place.
+
+    ``name``: the config section, ``studies:`` entry and package name; ``order``: its place in every listing (the
+    report, the plan, ``counterfactory.studies.specs()``); ``short``: its own CLI group and rule prefix
+    (``counterfactory <short> <step>``, rule ``<short>_<step>``; None for COCO-Counterfactuals, whose steps are the
+    shared groups' own and whose rules therefore carry no study word); ``title`` / ``paper``: as the report and the
+    dataset cards name them; ``docs``: its page; ``roles``: model roles it uses without naming them in its section
+    (on top of ``config.STUDY_ROLES`` and the roles its settings name); ``own_rules``: its rules that run a shared
+    group's step without a study word (``planning.rule_study``); ``plan`` / ``needs``: its plan rows and its dataset
+    files (:data:`PlanFn`, :data:`NeedsFn`)."""
+
+    name: str
+    order: int
+    title: str
+    paper: str
+    short: str | None = None
+    docs: str = ""
+    roles: tuple[str, ...] = ()
+    own_rules: tuple[str, ...] = ()
+    plan: PlanFn = _no_stages
+    needs: NeedsFn = _no_needs
+
+    @property
+    def rules_file(self) -> str:
+        """Its Snakemake rules (relative to the Snakefile): its own steps and its targets."""
+        return f"rules/study_{self.name}.smk"
+
+    @property
+    def docs_page(self) -> str:
+        return self.docs or f"docs/studies/{self.name}.md"
+
+    def results(self, results: str | Path) -> Path:
+        """Its results folder under a run's ``results/<run_name>`` (the rules' ``{RESULTS}/{study}``); the plan reads
+        earlier runs' input tables below it."""
+        return Path(results) / self.name
+
+    @property
+    def export(self):
+        """Its :class:`counterfactory.export.studies.StudyExport` (export formats, dataset card), None when it has
+        none. Looked up when asked, so listing the studies does not import the export package."""
+        from .export.studies import STUDIES
+
+        return STUDIES.get(self.name)
+
+
+# --------------------------------------------------------------------------- helpers the study specs share
+
+#: paper counts used when no input table exists (each with its source)
+PAPER_ITEMS = {
+    ("coco_counterfactuals", "p2p_pairs"): (24508, "COCO-CF §3.3: 24,508 caption pairs from 25,014 captions"),
+    ("spurious_retrieval", "coco"): (45467, "Kim et al. §4.1: 45,467 synthetic MS-COCO training images"),
+    ("spurious_retrieval", "flickr30k"): (4650, "Kim et al. §4.1: 4,650 synthetic Flickr30k training images"),
+}
+
+
+def table_rows(path: Path) -> int | None:
+    import pandas as pd
+
+    return len(pd.read_parquet(path)) if path.exists() else None
+
+
+def plan_items(key: tuple[str, str], overrides: Mapping[str, int], table: Path | None = None, count=None,
+               fallback: tuple[int | None, str] | None = None) -> tuple[int | None, str]:
+    """(items, where the number comes from): override, then the input table, then ``fallback``."""
+    name = ".".join(key)
+    if name in overrides:
+        return int(overrides[name]), "--items"
+    if table is not None and table.exists():
+        return (count(table) if count else table_rows(table)), str(table)
+    return fallback or PAPER_ITEMS.get(key, (None, "unknown: run the step that writes the input table, or --items"))
+
+
+def karpathy_images(path, splits=("train", "restval")) -> int | None:
+    """Images of ``splits`` (default: the training images, train + restval, §4.1 of Kim et al.; CVLD app. B) in a
+    configured Karpathy file; None when the file is not in place or not readable (the paper count is used then).
+    The file is read once per version (:func:`counterfactory.data.karpathy.summary`)."""
+    from .data.karpathy import summary
+
+    info = summary(path) if path else None
+    return None if info is None else sum(info["counts"].get(name, 0) for name in set(splits))
+
+
+def capped(paper: tuple[int, str], most: int | None, what: str) -> tuple[int, str]:
+    """The paper's count, or what the configured data can give at most (``what``) when that is fewer."""
+    if most is None or most >= paper[0]:
+        return paper
+    return most, f"upper bound: {most:,} {what} (paper: {paper[1]})"
+
+
+def karpathy_needs(key: str, spec: dict, splits, source: str) -> list[Need]:
+    """A Karpathy split file and its image folder: the file, the folder, and a sample of the images the rules will
+    open (``image_root/filepath/filename``) of each split read."""
+    splits = (splits,) if isinstance(splits, str) else tuple(splits or ())
+    return [Need(f"{key}.karpathy_json", spec.get("karpathy_json"), "karpathy",
+                 image_root=spec.get("image_root"), splits=splits),
+            Need(f"{key}.image_root", spec.get("image_root"), source)]
+
+
+def images_source(spec: dict) -> str:
+    """The catalogue dataset whose images a retrieval set's Karpathy file points into."""
+    name = spec.get("dataset") or ("coco2014" if "coco" in str(spec.get("name", "")) else "flickr30k")
+    return "coco2014" if name == "coco2014" else "flickr30k"
+
+
+def classification_needs(key: str, datasets: dict, names) -> list[Need]:
+    """The files a classification dataset's reader opens (its official layout), as the rules declare them."""
+    from .data.classification import dataset_input_files
+
+    out = []
+    for name in [n for n in datasets if n in set(names)]:
+        spec = datasets[name]
+        root_key = f"{key}.{name}.root"
+        if not spec.get("root") or not Path(spec["root"]).exists():
+            out.append(Need(root_key, spec.get("root"), spec.get("format", "")))
+            continue
+        try:
+            paths = dataset_input_files(spec, name)
+        except Exception as exc:   # the reader's own check of the layout, a missing class-index file
+            why = str(exc).splitlines()[0].split(" Fix: ")[0].rstrip(".")
+            field = next((f for f in ("class_index", "class_names") if f"{name}.{f}" in why), "root")
+            out.append(Need(f"{key}.{name}.{field}", spec.get(field), spec.get("format", ""), problem=why))
+            continue
+        out += [Need(root_key, p, spec.get("format", "")) for p in paths]
+    return out

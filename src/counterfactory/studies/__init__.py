@@ -3,32 +3,80 @@
 Everything shared by the five studies lives in the stage packages (``data``, ``text``, ``generation``,
 ``filters``, ``training``, ``evaluation``, ``stats``, ``tables``); a study's Snakemake rules are in
 ``rules/study_<study>.smk`` and its settings in the config section of the same name.
+
+Each study is one unit: its package's ``spec`` module declares ``SPEC``, a :class:`counterfactory.workflow.StudySpec`
+(title, paper, short name, docs page, implicit model roles, plan rows, dataset files). :func:`specs` finds every
+subpackage that has one (ordered by ``SPEC.order``); the titles here, the plan (:mod:`counterfactory.planning`), the
+preflight's dataset checks (:mod:`counterfactory.preflight`) and the Snakefile's ``include:`` of the study rules
+iterate over them (docs/architecture.md, "Adding a study").
 """
 
 from __future__ import annotations
 
 import importlib
+import pkgutil
+from typing import TYPE_CHECKING
 
-#: each study's title and paper, as the report and the dataset cards name them (full references: CITATION.cff)
-STUDIES = {
-    "coco_counterfactuals": ("COCO-Counterfactuals",
-                             "COCO-Counterfactuals: Automatically Constructed Counterfactual Examples for Image-Text "
-                             "Pairs (Le et al.)"),
-    "social_counterfactuals": ("SocialCounterfactuals",
-                               "SocialCounterfactuals: Probing and Mitigating Intersectional Social Biases in "
-                               "Vision-Language Models with Counterfactual Examples (Howard et al.)"),
-    "countercurate": ("CounterCurate",
-                      "CounterCurate: Enhancing Physical and Semantic Visio-Linguistic Compositional Reasoning via "
-                      "Counterfactual Examples (Zhang et al.)"),
-    "spurious_retrieval": ("Spurious correlations in cross-modal retrieval",
-                           "Exposing and Mitigating Spurious Correlations for Cross-Modal Retrieval (Kim et al.)"),
-    "cvld": ("CVLD", "Debias Your VLM with Counterfactuals: A Unified Approach (CVLD)"),
-}
+if TYPE_CHECKING:
+    from ..workflow import StudySpec
+
+_FOUND: dict[tuple[str, ...], tuple] = {}
+
+
+def specs() -> tuple["StudySpec", ...]:
+    """Every study's spec, in their declared ``order``: each subpackage of this package with a ``spec`` module.
+    Found again when this package's ``__path__`` changes (a study added on another path, the tests' toy study)."""
+    key = tuple(__path__)
+    found = _FOUND.get(key)
+    if found is None:
+        out = []
+        for info in pkgutil.iter_modules(__path__):
+            if not info.ispkg:
+                continue
+            try:
+                module = importlib.import_module(f"{__name__}.{info.name}.spec")
+            except ModuleNotFoundError as exc:
+                if exc.name != f"{__name__}.{info.name}.spec":
+                    raise
+                continue
+            spec = module.SPEC
+            if spec.name != info.name:
+                raise ValueError(f"{module.__name__}: SPEC.name is {spec.name!r}; it must be the package's name")
+            out.append(spec)
+        found = _FOUND[key] = tuple(sorted(out, key=lambda s: (s.order, s.name)))
+    return found
+
+
+def names() -> list[str]:
+    """Every study's name, in order."""
+    return [s.name for s in specs()]
+
+
+def find(study: str) -> "StudySpec | None":
+    """The spec of ``study``; None when no study has that name."""
+    return next((s for s in specs() if s.name == study), None)
+
+
+def spec(study: str) -> "StudySpec":
+    """The spec of ``study`` (a KeyError naming the known studies when there is none)."""
+    found = find(study)
+    if found is None:
+        raise KeyError(f"no study {study!r}; known: {', '.join(names())}")
+    return found
+
+
+def __getattr__(name: str):
+    if name == "STUDIES":
+        #: each study's title and paper, as the report and the dataset cards name them (full references:
+        #: CITATION.cff); derived from the specs
+        return {s.name: (s.title, s.paper) for s in specs()}
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def title(study: str) -> str:
     """The study's display title (its code name when unknown)."""
-    return STUDIES.get(study, (study, ""))[0]
+    found = find(study)
+    return found.title if found else study
 
 
 def module(study: str):
