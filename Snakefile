@@ -14,7 +14,7 @@
 from snakemake.logging import logger
 from snakemake.utils import min_version
 
-from counterfactory import preflight
+from counterfactory import preflight, studies
 from counterfactory import workflow as wf
 from counterfactory.config import (
     ConfigError,
@@ -83,12 +83,16 @@ include: "rules/images.smk"
 include: "rules/evaluate.smk"
 include: "rules/training.smk"
 include: "rules/report.smk"
-include: "rules/study_coco_counterfactuals.smk"
-include: "rules/study_social_counterfactuals.smk"
+
+
+# each study's own steps and targets, rules/study_<study>.smk, for every study package with a spec
+# (counterfactory.studies.specs(), in their declared order; docs/architecture.md, "Adding a study")
+for _study in studies.specs():
+
+    include: _study.rules_file
+
+
 include: "rules/adaptive.smk"
-include: "rules/study_countercurate.smk"
-include: "rules/study_spurious_retrieval.smk"
-include: "rules/study_cvld.smk"
 include: "rules/release.smk"
 include: "rules/export.smk"
 include: "rules/score.smk"
