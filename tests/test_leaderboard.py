@@ -254,3 +254,29 @@ def test_coco_cf_recall_cells_are_evaluate_itr_recall_with_query_bootstrap_and_c
     assert result["text_to_image@1"]["n"] == n and result["text_to_image@1"]["difference"] == 0
     # a cross-encoder-only model reads n/a (the set benchmarks rank by one embedding per query)
     assert "n/a" in lb.not_scorable({"models": {"itm_vilt": {"source": "x"}}}, "itm_vilt", "coco_cf_retrieval")
+
+
+def test_retrieval_queries_decided_by_exact_ties_are_named_in_a_note(tmp_path, monkeypatch):
+    """A model that scores every image alike for a caption (a collapsed encoder) hits every text-to-image query by
+    the tie rule; the leaderboard says so instead of leaving a perfect score unexplained. Decisive scores: no note."""
+    from test_clip_benchmark_crosscheck import WORDS, coco_cf_study
+
+    pairs_path = coco_cf_study(tmp_path / "results") / "images" / "selected_pairs.parquet"
+    n = 2 * len(WORDS)
+    monkeypatch.setattr(lb, "model_fingerprint", lambda cfg, role: "f" * 16)
+    cfg = {"models": {"clip_eval": {"source": "x"}}, "coco_counterfactuals": {"evaluation": {"itr": {"ks": [1]}}}}
+    ref = lb.ModelRef("m", cfg, "clip_eval")
+    collapsed = np.tile(np.arange(n, dtype=np.float32), (n, 1))     # column j: every image scores j
+    monkeypatch.setattr(lb, "_dual_scorer", lambda *a, **k: _FixedScorer(collapsed))
+    table = lb.run(cfg, [ref], ["coco_cf_retrieval"], tmp_path / "tied", resamples=20, baselines=False,
+                   sources={"coco_cf_retrieval": str(pairs_path)}).set_index("metric")
+    assert table.loc["text_to_image@1", "value"] == 1.0                 # the tie rule's hit, for every caption
+    notes = json.loads((tmp_path / "tied" / "leaderboard.json").read_text())["notes"]
+    assert notes == [f"m on coco_cf_retrieval: {n} of {2 * n} queries have their positive tied exactly with another "
+                     "candidate; a tie counts for the positive (recall_at_k's rule), so those hits say nothing of "
+                     "the model"]
+    decisive = np.arange(n * n, dtype=np.float32).reshape(n, n) + 1000 * np.eye(n, dtype=np.float32)
+    monkeypatch.setattr(lb, "_dual_scorer", lambda *a, **k: _FixedScorer(decisive))
+    lb.run(cfg, [ref], ["coco_cf_retrieval"], tmp_path / "decisive", resamples=20, baselines=False,
+           sources={"coco_cf_retrieval": str(pairs_path)})
+    assert json.loads((tmp_path / "decisive" / "leaderboard.json").read_text())["notes"] == []

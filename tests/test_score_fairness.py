@@ -245,6 +245,21 @@ def test_counterCurate_positions_accuracy_is_the_authors_2n_accuracy(demo_cfg, t
     assert outcomes["group"].tolist() == [True, False]
 
 
+def test_counterCurate_attributes_table_reads_its_negative_column_and_accepted_rows(demo_cfg, tmp_path):
+    """The attributes step writes its hard negative as ``negative`` (positions / counting: ``negative_caption``)
+    and keeps the rows the LLM gave no edit for as ``status`` rejected, without a negative image: those are no
+    item."""
+    for name in ("i0", "n0"):
+        (tmp_path / f"{name}.png").write_bytes(name.encode())
+    pd.DataFrame({"item_id": ["1_0_noun", "1_0_swap"], "image_path": ["i0.png", "i0.png"],
+                  "caption": ["a red car", "a red car"], "negative": ["a blue car", None],
+                  "negative_image": ["n0.png", None], "status": ["accepted", "rejected"]}).to_parquet(
+        tmp_path / "attributes.parquet")
+    items = lb.read_items(demo_cfg, "cc_attributes", str(tmp_path / "attributes.parquet"))
+    assert items["item_id"].tolist() == ["1_0_noun"] and items["caption_1"].tolist() == ["a blue car"]
+    assert items["image_1_path"].tolist() == [str(tmp_path / "n0.png")]
+
+
 # ------------------------------------------------------------------ skips and n/a
 def test_unconfigured_data_is_skipped_with_a_note_not_an_error(demo_cfg, tmp_path):
     import copy

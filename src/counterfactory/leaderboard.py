@@ -198,10 +198,15 @@ def _quad_items(dataset: str):
                 raise input_error(path, None, f"Flickr30k-{dataset.capitalize()} table not found",
                                   "run the countercurate study's datasets step (or pass its table)")
             frame = pd.read_parquet(path).rename(columns={"negative_image": "negative_image_path"})
+            if "negative_caption" not in frame.columns and "negative" in frame.columns:   # the attributes table
+                frame = frame.rename(columns={"negative": "negative_caption"})
             missing = {"image_path", "negative_image_path", "caption", "negative_caption"} - set(frame.columns)
             if missing:
                 raise input_error(path, None, f"no column(s) {', '.join(sorted(missing))}",
                                   "pass the countercurate datasets step's table")
+            if "status" in frame.columns:   # an attribute edit the LLM's answer did not give is no item
+                frame = frame[frame["status"].astype(str) == "accepted"]
+            frame = frame[frame["negative_caption"].notna() & frame["negative_image_path"].notna()]
             if "split" in frame.columns:
                 frame = frame[frame["split"].astype(str) == "test"]
             for col in ("image_path", "negative_image_path"):
@@ -632,18 +637,42 @@ def _cf_retrieval_score(cfg: Mapping, role: str, data: SetData, progress: bool =
         hit = recall_at_k(sim[i:i + 1].T, np.zeros(1, dtype=np.int64) + i, ks)
         rows.append({"unit_id": f"image:{key}", "direction": "image_to_text",
                      **{f"image_to_text@{k}": hit[f"text_to_image@{k}"] / 100 for k in ks},
-                     **{f"text_to_image@{k}": np.nan for k in ks}})
+                     **{f"text_to_image@{k}": np.nan for k in ks}, TIED: _tied(sim[i], i)})
     for j, key in enumerate(keys):
         hit = recall_at_k(sim[:, j:j + 1], owner[j:j + 1], ks)
         rows.append({"unit_id": f"text:{key}", "direction": "text_to_image",
                      **{f"image_to_text@{k}": np.nan for k in ks},
-                     **{f"text_to_image@{k}": hit[f"text_to_image@{k}"] / 100 for k in ks}})
+                     **{f"text_to_image@{k}": hit[f"text_to_image@{k}"] / 100 for k in ks},
+                     TIED: _tied(sim[:, j], int(owner[j]))})
     units = pd.DataFrame(rows)
     got = _cf_retrieval_aggregate(units)
     for name, value in whole.items():
         if not np.isclose(100 * got[name], value, rtol=0, atol=1e-9):
             raise RuntimeError(f"coco_cf_retrieval: per-query {name} {100 * got[name]} != retrieval_recall's {value}")
     return units
+
+
+#: per-unit column of a ranked set benchmark: the positive's score equals another candidate's exactly, so the tie
+#: rule (recall_at_k: a tie counts for the positive) and not the model decides that query
+TIED = "tied"
+
+
+def _tied(scores: np.ndarray, positive: int) -> bool:
+    others = np.delete(np.asarray(scores), positive)
+    return bool((others == scores[positive]).any())
+
+
+def tie_notes(scored: Sequence[tuple[str, str, pd.DataFrame]]) -> list[str]:
+    """A note per (model, benchmark) whose per-unit outcomes have queries decided by an exact tie (a model that
+    scores every candidate alike, e.g. a collapsed or random encoder, would otherwise read as perfect)."""
+    notes = []
+    for label, name, outcomes in scored:
+        if TIED in outcomes.columns and outcomes[TIED].astype(bool).any():
+            n = int(outcomes[TIED].astype(bool).sum())
+            notes.append(f"{label} on {name}: {n} of {len(outcomes)} queries have their positive tied exactly with "
+                         "another candidate; a tie counts for the positive (recall_at_k's rule), so those hits say "
+                         "nothing of the model")
+    return notes
 
 
 def _cf_retrieval_aggregate(units: pd.DataFrame) -> dict[str, float]:
@@ -1092,6 +1121,7 @@ def run(cfg: Mapping, models: Sequence[ModelRef], benchmarks: Sequence[str], out
             scored.append((ref.label, name, outcomes))
     table = cells(cfg, scored, items, resamples=resamples, seed=seed, level=level, baselines=baselines)
     table = with_na_rows(table, [ref.label for ref in models], list(items))
+    notes += tie_notes(scored)
     write_leaderboard(table, out, resamples=resamples, seed=seed, level=level, notes=notes)
     write_csv(out / "cache_keys.csv", pd.DataFrame(keys, columns=["model", "benchmark", "key"]))
     return table
