@@ -189,6 +189,30 @@ def test_celeba_ap_deo_delta_acc_equal_cvld_classification_metrics(demo_cfg, mon
     assert cells["AP"]["direction"] == "higher" and cells["AP"]["unit"] == "image"
 
 
+def test_celeba_compare_is_a_paired_bootstrap_that_recomputes_the_metrics(demo_cfg, monkeypatch, tmp_path):
+    """`score compare` on cvld_celeba: AP, DEO and ΔAcc are recomputed on each draw of the shared images (the same
+    draw for both models); the difference is that of the two models' metrics, a model against itself differs by 0
+    with p = 1."""
+    _patch_scorers(monkeypatch, FakeDual(_unit_vec, _unit_vec))
+    data = lb.read_items(demo_cfg, "cvld_celeba")
+    units = lb.score_model(demo_cfg, "clip_eval", lb.BENCHMARKS["cvld_celeba"], data)
+    other = units.copy()
+    for c in [c for c in units.columns if c.startswith("score:")]:   # a worse model: its scores ignore the label
+        other[c] = np.random.default_rng(1).normal(size=len(units))
+    folder = tmp_path / "items" / "cvld_celeba"
+    folder.mkdir(parents=True)
+    units.to_parquet(folder / "a.parquet")
+    other.iloc[::-1].to_parquet(folder / "b.parquet")                # row order does not matter: units pair by id
+    same = lb.compare_cached(tmp_path, "cvld_celeba", "a", "a", resamples=30)
+    assert same and all(r["difference"] == 0 and r["p_value"] == 1 for r in same.values())
+    diff = lb.compare_cached(tmp_path, "cvld_celeba", "a", "b", resamples=30)
+    agg_a, agg_b = lb.BENCHMARKS["cvld_celeba"].aggregate(units), lb.BENCHMARKS["cvld_celeba"].aggregate(other)
+    for metric, r in diff.items():
+        assert r["difference"] == pytest.approx(agg_a[metric] - agg_b[metric])
+        assert r["n"] == len(units) and r["test"].startswith("paired bootstrap over units")
+        assert r["ci_low"] <= r["ci_high"]
+
+
 # ------------------------------------------------------------------ ODmAP
 def test_odmap_equals_odmap_at_k_and_the_hand_computed_value(demo_cfg, tmp_path, monkeypatch):
     from counterfactory.metrics import odmap_at_k

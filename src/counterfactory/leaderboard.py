@@ -894,6 +894,39 @@ def compare(a: Sequence[float], b: Sequence[float], *, resamples: int, seed: int
             "test": "paired bootstrap"}
 
 
+def compare_sets(a: pd.DataFrame, b: pd.DataFrame, aggregate: Callable[[pd.DataFrame], Mapping[str, float]], *,
+                 resamples: int, seed: int, level: float = 0.95) -> dict:
+    """Paired bootstrap of a set-level metric that is not a mean over units (CelebA's AP, DEO, ΔAcc): each draw
+    resamples the units both models hold (by ``unit_id``, the same draw for both) and recomputes ``aggregate`` on
+    each model's drawn units; per metric the difference, its interval and the two-sided p-value of :func:`compare`
+    (draws where a metric is undefined for either model are left out)."""
+    ids = sorted(set(a["unit_id"].astype(str)) & set(b["unit_id"].astype(str)))
+    if not ids:
+        raise ConfigError("compare: the two outcome files share no unit. Fix: compare two models on the same data")
+    a = a.assign(unit_id=a["unit_id"].astype(str)).set_index("unit_id").loc[ids].reset_index()
+    b = b.assign(unit_id=b["unit_id"].astype(str)).set_index("unit_id").loc[ids].reset_index()
+    point_a, point_b = dict(aggregate(a)), dict(aggregate(b))
+    names = [m for m in point_a if m in point_b]
+    rng = np.random.default_rng(seed)
+    diffs: dict[str, list[float]] = {m: [] for m in names}
+    for _ in range(resamples):
+        draw = rng.integers(0, len(ids), size=len(ids))
+        da, db = aggregate(a.iloc[draw].reset_index(drop=True)), aggregate(b.iloc[draw].reset_index(drop=True))
+        for m in names:
+            diffs[m].append(float(da.get(m, np.nan)) - float(db.get(m, np.nan)))
+    out = {}
+    for m in names:
+        d = np.asarray(diffs[m])
+        d = d[np.isfinite(d)]
+        if not len(d):
+            continue
+        lo, hi = np.quantile(d, [(1 - level) / 2, 1 - (1 - level) / 2])
+        p = min(1.0, 2 * min(float(np.mean(d <= 0)), float(np.mean(d >= 0))))
+        out[m] = {"difference": float(point_a[m] - point_b[m]), "ci_low": float(lo), "ci_high": float(hi),
+                  "p_value": p, "n": len(ids), "test": "paired bootstrap over units (metric recomputed per draw)"}
+    return out
+
+
 # ---------------------------------------------------------------------------------------------------- baselines
 _WORD = re.compile(r"[a-z0-9']+")
 
@@ -1187,9 +1220,8 @@ def compare_cached(out_dir: str | Path, benchmark: str, key_a: str, key_b: str, 
     both = a.merge(b, on="item_id", suffixes=("_a", "_b")) if "item_id" in a.columns else None
     bench = BENCHMARKS[benchmark]
     if bench.kind == SET:
-        if bench.name == "cvld_celeba":
-            raise ConfigError("compare: cvld_celeba's metrics are not means over its units. Fix: compare the "
-                              "leaderboard's intervals instead")
+        if bench.name == "cvld_celeba":   # AP, DEO, ΔAcc are not means over images: recompute them per draw
+            return compare_sets(a, b, bench.aggregate, resamples=resamples, seed=seed)
         names = [c for c in a.columns if c not in ("unit_id", "item_id") and pd.api.types.is_float_dtype(a[c])]
         both = a.merge(b, on="unit_id", suffixes=("_a", "_b"))
     else:
