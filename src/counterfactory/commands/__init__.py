@@ -4,7 +4,10 @@ edits a shared file. A module is named like the group it registers: ``commands/<
 ``counterfactory <group> <step>``, which the workflow's rule ``<group>_<step>`` runs (tests/test_names.py)."""
 
 import argparse
+import dataclasses
 import re
+from collections.abc import Callable
+from typing import Any
 
 
 class lazy_module:  # noqa: N801 - used like a module
@@ -100,7 +103,7 @@ def add_label_option(parser: argparse.ArgumentParser,
                      help: str = "display name of a model role (repeatable; default: the role)") -> None:
     """``--label ROLE=NAME`` (repeatable): how a table or figure step names a model; the workflow passes every
     role's ``models.<role>.display_name``. Read back with :func:`role_labels`."""
-    parser.add_argument("--label", action="append", default=[], metavar="ROLE=NAME", help=help)
+    LABEL.but(help=help).add_to(parser)
 
 
 def role_labels(items) -> dict[str, str]:
@@ -112,26 +115,21 @@ def add_config_option(parser: argparse.ArgumentParser,
                       help: str = "configuration file (repeatable; later files win)") -> None:
     """``--config YAML`` (required, repeatable; later files win): how a study step gets its configuration;
     ``help`` may say which sections the step reads."""
-    parser.add_argument("--config", action="append", required=True, metavar="YAML", help=help)
+    CONFIG.but(help=help).add_to(parser)
 
 
 def add_shard_job_options(parser: argparse.ArgumentParser, input_flag: str, input_metavar: str,
                           input_help: str) -> None:
     """The options every sharded generation job shares, in this order: ``--config`` (repeatable), its input
     table ``input_flag``, ``--shard``, ``--out-dir``, ``--threads`` and ``--no-progress``."""
-    add_config_option(parser)
-    parser.add_argument(input_flag, required=True, metavar=input_metavar, help=input_help)
-    parser.add_argument("--shard", required=True, type=shard_id, metavar="N", help="shard number, e.g. 00003")
-    parser.add_argument("--out-dir", required=True, metavar="DIR", help="the shard's output folder")
-    parser.add_argument("--threads", type=positive_int, default=None, help="CPU threads for torch (default: torch's)")
-    add_progress_option(parser)
+    for param in shard_job_params(input_flag, input_metavar, input_help):
+        param.add_to(parser)
 
 
 def add_nltk_option(parser: argparse.ArgumentParser) -> None:
     """``--nltk-data DIR``: the NLTK data folder a standalone step tags or tokenizes with (made by ``counterfactory
     nltk prepare``); without it NLTK searches its usual places ($NLTK_DATA, ~/nltk_data, ...)."""
-    parser.add_argument("--nltk-data", metavar="DIR", default=None,
-                        help="NLTK data folder from `counterfactory nltk prepare` (default: NLTK's own search path)")
+    NLTK_DATA.add_to(parser)
 
 
 def use_nltk_data(args: argparse.Namespace) -> None:
@@ -145,15 +143,13 @@ def use_nltk_data(args: argparse.Namespace) -> None:
 def add_progress_option(parser: argparse.ArgumentParser) -> None:
     """``--no-progress``: the one spelling of the progress switch (bars are on by default; the workflow's jobs
     pass it so that their logs stay readable)."""
-    parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    NO_PROGRESS.add_to(parser)
 
 
 def add_renamed(parser: argparse.ArgumentParser, flag: str, *old: str, **kwargs) -> argparse.Action:
     """Add option ``flag`` that still accepts its former spellings ``old`` (``--requests-out`` for
     ``--out-requests``); ``--help`` shows only ``flag`` (see ``counterfactory.cli``)."""
-    action = parser.add_argument(flag, *old, **kwargs)
-    action.deprecated_spellings = tuple(old)
-    return action
+    return Param((flag,), former=tuple(old), **kwargs).add_to(parser)
 
 
 _ROLE = re.compile(r":(?:py:)?(?:mod|func|class|meth|attr|data|exc|obj|ref|doc):`~?([^`<]*?)(?:\s*<[^>]*>)?`")
@@ -238,3 +234,170 @@ def check_output_paths(outputs) -> None:
         if not os.access(probe, os.W_OK | os.X_OK):
             fail(f"cannot write in {probe} (permission denied or read-only)",
                  f"choose a folder you can write to (ls -ld {probe})")
+
+
+# ----------------------------------------------------------------------------------------- steps declared as data
+#
+# A step's interface is declared once (issue 41 §3): a :class:`Step` names the subcommand, its help and description,
+# its :class:`Param`\ s and the function it runs; :func:`add_step` generates the argparse subcommand from it. A
+# command module then holds declarations and the thin handlers that call its stage, no parsing code. The options
+# that recur across steps are declared once below (``CONFIG``, ``OUT``, ``OUT_DIR``, ``SHARD``, ...) and reused,
+# with :meth:`Param.but` where a step only says more in the help.
+
+
+class _Unset:
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+#: a Param field left to argparse's own default (``default=None`` and an omitted default differ for some actions)
+UNSET: Any = _Unset()
+
+
+@dataclasses.dataclass(frozen=True)
+class Param:
+    """One option (or positional argument) of a step: ``flags`` as on the command line (the first is the name,
+    ``former`` are old spellings that still parse but are not shown in ``--help``) and argparse's keywords."""
+
+    flags: tuple[str, ...]
+    help: str | None = None
+    type: Callable | None = None
+    default: Any = UNSET
+    required: bool = False
+    choices: tuple | None = None
+    metavar: str | None = None
+    nargs: Any = None
+    action: str | None = None
+    dest: str | None = None
+    const: Any = UNSET
+    former: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        if isinstance(self.flags, str):
+            object.__setattr__(self, "flags", (self.flags,))
+
+    def but(self, **changes) -> "Param":
+        """This parameter with some fields changed (a step's own help for a shared option)."""
+        return dataclasses.replace(self, **changes)
+
+    def kwargs(self) -> dict:
+        """argparse ``add_argument`` keywords: only the fields that are set."""
+        out = {}
+        for field in ("help", "type", "choices", "metavar", "nargs", "action", "dest"):
+            value = getattr(self, field)
+            if value is not None:
+                out[field] = value
+        for field in ("default", "const"):
+            value = getattr(self, field)
+            if value is not UNSET:
+                out[field] = value
+        if self.required:
+            out["required"] = True
+        return out
+
+    def add_to(self, parser) -> argparse.Action:
+        action = parser.add_argument(*self.flags, *self.former, **self.kwargs())
+        if self.former:
+            action.deprecated_spellings = tuple(self.former)
+        return action
+
+
+def flag(name: str, help: str, **kwargs) -> Param:
+    """A ``store_true`` switch."""
+    return Param(name, help=help, action="store_true", **kwargs)
+
+
+@dataclasses.dataclass(frozen=True)
+class OneOf:
+    """Parameters of which at most one (with ``required``: exactly one) may be given (a mutually exclusive group)."""
+
+    params: tuple[Param, ...]
+    required: bool = False
+
+    def add_to(self, parser) -> None:
+        group = parser.add_mutually_exclusive_group(required=self.required)
+        for param in self.params:
+            param.add_to(group)
+
+
+@dataclasses.dataclass(frozen=True)
+class Step:
+    """A subcommand: ``counterfactory [<group> ...] <name>``. A leaf runs ``run(args)``; a group holds ``steps``
+    (its subcommands, chosen into ``args.<dest>``, by default ``<name>_command``). ``aliases`` are old names that
+    still parse."""
+
+    name: str
+    help: str
+    description: str | None = None
+    params: tuple[Param | OneOf, ...] = ()
+    run: Callable | None = None
+    steps: tuple["Step", ...] = ()
+    aliases: tuple[str, ...] = ()
+    dest: str | None = None
+    metavar: str = "<step>"
+    defaults: dict = dataclasses.field(default_factory=dict)
+
+    def subcommand_dest(self) -> str:
+        return self.dest or f"{self.name.replace('-', '_')}_command"
+
+
+def add_step(subparsers, step: Step) -> argparse.ArgumentParser:
+    """Generate ``step``'s argparse subcommand (and its own steps, recursively) in ``subparsers``."""
+    kwargs = {"help": step.help}
+    if step.description is not None:
+        kwargs["description"] = step.description
+    if step.aliases:
+        kwargs["aliases"] = list(step.aliases)
+    parser = subparsers.add_parser(step.name, **kwargs)
+    for param in step.params:
+        param.add_to(parser)
+    if step.steps:
+        sub = parser.add_subparsers(dest=step.subcommand_dest(), metavar=step.metavar)
+        sub.required = True
+        for child in step.steps:
+            add_step(sub, child)
+    if step.run is not None:
+        parser.set_defaults(func=step.run)
+    if step.defaults:
+        parser.set_defaults(**step.defaults)
+    return parser
+
+
+def registrar(*steps: Step) -> Callable:
+    """The ``register(subparsers)`` of a command module that declares ``steps``."""
+
+    def register(subparsers) -> None:
+        for step in steps:
+            add_step(subparsers, step)
+
+    return register
+
+
+# the options that recur across steps, declared once
+CONFIG = Param("--config", action="append", required=True, metavar="YAML",
+               help="configuration file (repeatable; later files win)")
+SHARD = Param("--shard", required=True, type=shard_id, metavar="N", help="shard number, e.g. 00003")
+OUT = Param("--out", required=True, metavar="FILE", help="the file to write")
+OUT_DIR = Param("--out-dir", required=True, metavar="DIR", help="the folder to write into")
+SHARD_DIRS = Param("--shard-dirs", nargs="+", required=True, metavar="DIR", help="shard output folders")
+THREADS = Param("--threads", type=positive_int, default=None, help="CPU threads for torch (default: torch's)")
+NO_PROGRESS = flag("--no-progress", "hide progress bars")
+NLTK_DATA = Param("--nltk-data", metavar="DIR", default=None,
+                  help="NLTK data folder from `counterfactory nltk prepare` (default: NLTK's own search path)")
+LABEL = Param("--label", action="append", default=[], metavar="ROLE=NAME",
+              help="display name of a model role (repeatable; default: the role)")
+SEED = Param("--seed", type=int, default=0, help="seed (default 0)")
+INPUTS = Param("--input", action="append", default=[], required=True, metavar="NAME=PATH",
+               help="an input file (repeatable)")
+OUT_MD = Param("--out-md", metavar="FILE.md", help="the table as Markdown")
+OUT_TEX = Param("--out-tex", metavar="FILE.tex", help="the table as LaTeX")
+OUT_CSV = Param("--out-csv", metavar="FILE.csv", help="the table as CSV")
+OUT_HTML = Param("--out-html", metavar="FILE.html", help="the table as an HTML page (what the report shows)")
+DECIMALS = Param("--decimals", type=int, default=2, help="decimals shown (default: 2)")
+
+
+def shard_job_params(input_flag: str, input_metavar: str, input_help: str) -> tuple[Param, ...]:
+    """The parameters every sharded generation job shares, in this order: ``--config``, its input table
+    ``input_flag``, ``--shard``, ``--out-dir`` (the shard's folder), ``--threads`` and ``--no-progress``."""
+    return (CONFIG, Param(input_flag, required=True, metavar=input_metavar, help=input_help), SHARD,
+            OUT_DIR.but(help="the shard's output folder"), THREADS, NO_PROGRESS)

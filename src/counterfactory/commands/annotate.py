@@ -6,107 +6,13 @@ from __future__ import annotations
 import json
 import logging
 
-from . import lazy_module, positive_int
+from . import OUT, OUT_DIR, SEED, Param, Step, lazy_module, positive_int, registrar
 
 log = logging.getLogger(__name__)
 
 # imported when a subcommand runs (the filters package imports torch); building the parser must not import it
 annotate = lazy_module("counterfactory.filters.annotate")
 cards = lazy_module("counterfactory.filters.cards")
-
-
-def register(subparsers) -> None:
-    parser = subparsers.add_parser(
-        "annotate", help="human verification with Label Studio: tasks out, verdicts back, agreement",
-        description="Human verification with Label Studio (docs/verify.md): write the candidates a filter is least "
-                    "sure about and a random control sample as Label Studio tasks, read Label Studio's JSON export "
-                    "back as the audit sample of `counterfactory filters card`, and report the agreement between "
-                    "annotators (Cohen's, Fleiss' kappa) and between people and each filter.")
-    sub = parser.add_subparsers(dest="annotate_command", metavar="<step>")
-    sub.required = True
-
-    t = sub.add_parser(
-        "tasks", help="Label Studio tasks of the least certain and of randomly drawn candidates",
-        description="Pick the --uncertain items whose filter score is closest to --threshold and --random more "
-                    "drawn from the rest (numpy default_rng(--seed) over the sorted ids), and write tasks.json "
-                    "(Label Studio's import format), label_config.xml (the labelling interface: the question, the "
-                    "image(s) and caption(s), a required Yes/No) and selection.csv (which item, why, its score).")
-    t.add_argument("--items", required=True, action="append", metavar="FILE.parquet|csv",
-                   help="item table(s): item_id, image_path, caption [, partner_image_path, partner_caption] "
-                        "(the verify stage's pairs.parquet); repeatable")
-    t.add_argument("--scores", required=True, metavar="FILE.parquet|csv",
-                   help="the filter's score table (item_id and --score-column), e.g. verify/vqa.parquet")
-    t.add_argument("--score-column", default="score", metavar="NAME", help="column of the score (default score)")
-    t.add_argument("--threshold", required=True, type=float, metavar="X",
-                   help="the filter's threshold: the items closest to it are the least certain")
-    t.add_argument("--uncertain", type=int, default=100, metavar="N",
-                   help="how many of the least certain items (default 100)")
-    t.add_argument("--random", type=int, default=50, metavar="N",
-                   help="how many more drawn at random as a control sample (default 50)")
-    t.add_argument("--seed", type=int, default=0, help="seed of the random draw (default 0)")
-    t.add_argument("--image-url", default="local-files", metavar="local-files|embed|URL",
-                   help="how tasks refer to images: local-files (Label Studio's local file serving, paths relative to "
-                        "--document-root; the default), embed (inline data URIs) or an http(s):// prefix")
-    t.add_argument("--document-root", default=".", metavar="DIR",
-                   help="the folder Label Studio serves images from (LABEL_STUDIO_LOCAL_FILES_DOCUMENT_ROOT; "
-                        "default: the current folder)")
-    t.add_argument("--question", default=None, help="the question annotators answer (default: one for an image, "
-                                                    "another for a pair)")
-    t.add_argument("--out-dir", required=True, metavar="DIR",
-                   help="folder to write tasks.json, label_config.xml and selection.csv into")
-    t.set_defaults(func=_tasks)
-
-    r = sub.add_parser(
-        "read", help="Label Studio's JSON export as the audit sample (item_id,verdict,annotator)",
-        description="Read a Label Studio JSON or JSON_MIN export of the tasks `annotate tasks` wrote and write the "
-                    "audit sample `counterfactory filters card --audit` reads: one row per answer, verdict 1 for Yes "
-                    "and 0 for No, the annotator. Skipped (cancelled) annotations are left out.")
-    r.add_argument("--export", required=True, metavar="FILE.json", help="Label Studio's export (JSON or JSON_MIN)")
-    r.add_argument("--from-name", default="verdict", metavar="NAME",
-                   help="the Choices tag holding the verdict (default verdict, as label_config.xml names it)")
-    r.add_argument("--out", required=True, metavar="FILE.csv", help="the audit sample to write")
-    r.set_defaults(func=_read)
-
-    def _server(q):
-        q.add_argument("--url", default="http://localhost:8080", help="Label Studio's address (default "
-                                                                      "http://localhost:8080)")
-        q.add_argument("--token", default=None, help="your account's access token (default: the "
-                                                     "LABEL_STUDIO_API_KEY environment variable)")
-
-    u = sub.add_parser(
-        "push", help="create a Label Studio project from `annotate tasks`' folder and import its tasks",
-        description="Create a project on a running Label Studio with label_config.xml as its labelling interface, "
-                    "connect --storage (the image folder, below LABEL_STUDIO_LOCAL_FILES_DOCUMENT_ROOT) for "
-                    "local-files image URLs, and import tasks.json; prints the project id.")
-    _server(u)
-    u.add_argument("--tasks", required=True, metavar="DIR", help="the folder `annotate tasks` wrote")
-    u.add_argument("--title", required=True, help="the project's title")
-    u.add_argument("--storage", default=None, metavar="DIR",
-                   help="the image folder to connect as local-files storage (omit for embedded or http images)")
-    u.set_defaults(func=_push)
-
-    g = sub.add_parser(
-        "pull", help="export a Label Studio project's answers as JSON",
-        description="Export a project's tasks with their answers (Label Studio's JSON or JSON_MIN export) for "
-                    "`annotate read` and `annotate agreement`.")
-    _server(g)
-    g.add_argument("--project", required=True, type=positive_int, help="the project id `annotate push` printed")
-    g.add_argument("--format", default="JSON", choices=("JSON", "JSON_MIN"), help="export format (default JSON)")
-    g.add_argument("--out", required=True, metavar="FILE.json", help="the export to write")
-    g.set_defaults(func=_pull)
-
-    a = sub.add_parser(
-        "agreement", help="agreement between annotators and between people and each filter",
-        description="Cohen's kappa of every two annotators, Fleiss' kappa over the items all of the most common "
-                    "number of annotators answered, and, per --filter, the agreement (raw and Cohen's kappa) of the "
-                    "majority verdict with the filter's decision. Writes agreement.md and agreement.json.")
-    a.add_argument("--audit", required=True, metavar="FILE.csv|json",
-                   help="the audit sample (item_id,verdict,annotator CSV) or a Label Studio JSON export")
-    a.add_argument("--filter", action="append", default=[], metavar="NAME=PATH[:COLUMN[>=X|<=X]]",
-                   help="a filter's table: its kept column (default `kept`), a true/false COLUMN, or a score COLUMN "
-                        "kept at >= X (or <= X); repeatable")
-    a.add_argument("--out-dir", required=True, metavar="DIR", help="folder to write agreement.md and .json into")
-    a.set_defaults(func=_agreement)
 
 
 def _tasks(args) -> int:
@@ -156,3 +62,106 @@ def _agreement(args) -> int:
     result = annotate.write_agreement(args.out_dir, audit, filters)
     print(annotate.render_agreement(result))
     return 0
+
+
+# ------------------------------------------------------------------------------------------- declarations
+
+#: the Label Studio server of `push` and `pull`
+SERVER = (Param("--url", default="http://localhost:8080", help="Label Studio's address (default http://localhost:8080)"),
+          Param("--token", default=None,
+                help="your account's access token (default: the LABEL_STUDIO_API_KEY environment variable)"))
+
+TASKS = Step(
+    "tasks", help="Label Studio tasks of the least certain and of randomly drawn candidates",
+    description="Pick the --uncertain items whose filter score is closest to --threshold and --random more "
+                "drawn from the rest (numpy default_rng(--seed) over the sorted ids), and write tasks.json "
+                "(Label Studio's import format), label_config.xml (the labelling interface: the question, the "
+                "image(s) and caption(s), a required Yes/No) and selection.csv (which item, why, its score).",
+    params=(
+        Param("--items", required=True, action="append", metavar="FILE.parquet|csv",
+              help="item table(s): item_id, image_path, caption [, partner_image_path, partner_caption] "
+                   "(the verify stage's pairs.parquet); repeatable"),
+        Param("--scores", required=True, metavar="FILE.parquet|csv",
+              help="the filter's score table (item_id and --score-column), e.g. verify/vqa.parquet"),
+        Param("--score-column", default="score", metavar="NAME", help="column of the score (default score)"),
+        Param("--threshold", required=True, type=float, metavar="X",
+              help="the filter's threshold: the items closest to it are the least certain"),
+        Param("--uncertain", type=int, default=100, metavar="N", help="how many of the least certain items (default 100)"),
+        Param("--random", type=int, default=50, metavar="N",
+              help="how many more drawn at random as a control sample (default 50)"),
+        SEED.but(help="seed of the random draw (default 0)"),
+        Param("--image-url", default="local-files", metavar="local-files|embed|URL",
+              help="how tasks refer to images: local-files (Label Studio's local file serving, paths relative to "
+                   "--document-root; the default), embed (inline data URIs) or an http(s):// prefix"),
+        Param("--document-root", default=".", metavar="DIR",
+              help="the folder Label Studio serves images from (LABEL_STUDIO_LOCAL_FILES_DOCUMENT_ROOT; "
+                   "default: the current folder)"),
+        Param("--question", default=None,
+              help="the question annotators answer (default: one for an image, another for a pair)"),
+        OUT_DIR.but(help="folder to write tasks.json, label_config.xml and selection.csv into"),
+    ),
+    run=_tasks)
+
+READ = Step(
+    "read", help="Label Studio's JSON export as the audit sample (item_id,verdict,annotator)",
+    description="Read a Label Studio JSON or JSON_MIN export of the tasks `annotate tasks` wrote and write the "
+                "audit sample `counterfactory filters card --audit` reads: one row per answer, verdict 1 for Yes "
+                "and 0 for No, the annotator. Skipped (cancelled) annotations are left out.",
+    params=(
+        Param("--export", required=True, metavar="FILE.json", help="Label Studio's export (JSON or JSON_MIN)"),
+        Param("--from-name", default="verdict", metavar="NAME",
+              help="the Choices tag holding the verdict (default verdict, as label_config.xml names it)"),
+        OUT.but(metavar="FILE.csv", help="the audit sample to write"),
+    ),
+    run=_read)
+
+PUSH = Step(
+    "push", help="create a Label Studio project from `annotate tasks`' folder and import its tasks",
+    description="Create a project on a running Label Studio with label_config.xml as its labelling interface, "
+                "connect --storage (the image folder, below LABEL_STUDIO_LOCAL_FILES_DOCUMENT_ROOT) for "
+                "local-files image URLs, and import tasks.json; prints the project id.",
+    params=(
+        *SERVER,
+        Param("--tasks", required=True, metavar="DIR", help="the folder `annotate tasks` wrote"),
+        Param("--title", required=True, help="the project's title"),
+        Param("--storage", default=None, metavar="DIR",
+              help="the image folder to connect as local-files storage (omit for embedded or http images)"),
+    ),
+    run=_push)
+
+PULL = Step(
+    "pull", help="export a Label Studio project's answers as JSON",
+    description="Export a project's tasks with their answers (Label Studio's JSON or JSON_MIN export) for "
+                "`annotate read` and `annotate agreement`.",
+    params=(
+        *SERVER,
+        Param("--project", required=True, type=positive_int, help="the project id `annotate push` printed"),
+        Param("--format", default="JSON", choices=("JSON", "JSON_MIN"), help="export format (default JSON)"),
+        OUT.but(metavar="FILE.json", help="the export to write"),
+    ),
+    run=_pull)
+
+AGREEMENT = Step(
+    "agreement", help="agreement between annotators and between people and each filter",
+    description="Cohen's kappa of every two annotators, Fleiss' kappa over the items all of the most common "
+                "number of annotators answered, and, per --filter, the agreement (raw and Cohen's kappa) of the "
+                "majority verdict with the filter's decision. Writes agreement.md and agreement.json.",
+    params=(
+        Param("--audit", required=True, metavar="FILE.csv|json",
+              help="the audit sample (item_id,verdict,annotator CSV) or a Label Studio JSON export"),
+        Param("--filter", action="append", default=[], metavar="NAME=PATH[:COLUMN[>=X|<=X]]",
+              help="a filter's table: its kept column (default `kept`), a true/false COLUMN, or a score COLUMN "
+                   "kept at >= X (or <= X); repeatable"),
+        OUT_DIR.but(help="folder to write agreement.md and .json into"),
+    ),
+    run=_agreement)
+
+ANNOTATE = Step(
+    "annotate", help="human verification with Label Studio: tasks out, verdicts back, agreement",
+    description="Human verification with Label Studio (docs/verify.md): write the candidates a filter is least "
+                "sure about and a random control sample as Label Studio tasks, read Label Studio's JSON export "
+                "back as the audit sample of `counterfactory filters card`, and report the agreement between "
+                "annotators (Cohen's, Fleiss' kappa) and between people and each filter.",
+    steps=(TASKS, READ, PUSH, PULL, AGREEMENT))
+
+register = registrar(ANNOTATE)

@@ -3,11 +3,11 @@ hand-labelled audit sample (issue 47). The command line only; the work is :mod:`
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import logging
 
-from . import add_config_option, fraction, key_values, lazy_module, open_fraction, positive_int
+from . import (CONFIG, OUT_DIR, SEED, Param, Step, fraction, key_values, lazy_module, open_fraction, positive_int,
+               registrar)
 
 log = logging.getLogger(__name__)
 
@@ -28,88 +28,6 @@ def study_filters(study: str) -> dict:
         raise ConfigError(f"study {study!r} declares no filter for cards. Fix: use one of "
                           "coco_counterfactuals, social_counterfactuals, countercurate, cvld") from None
     return module.FILTERS
-
-
-
-
-def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--scores", required=True, metavar="FILE.parquet|csv",
-                   help="the filter's score table: one row per scored item, an id column and the score column")
-    p.add_argument("--score-column", required=True, metavar="NAME",
-                   help="column of the score table holding the filter score (or true/false kept flags of a rule "
-                        "filter such as a vote)")
-    p.add_argument("--id-column", default="item_id", metavar="NAME",
-                   help="column of the score table holding the item ids of the audit (default item_id)")
-    p.add_argument("--audit", required=True, metavar="FILE.csv",
-                   help="hand-labelled audit sample: item_id,verdict[,annotator] (verdict 1/0, yes/no, true/false, "
-                        "keep/drop or good/bad)")
-    p.add_argument("--ties", choices=("error", "good", "bad", "drop"), default="error",
-                   help="an item whose annotators split evenly: error (default), count it good or bad, or drop it")
-    p.add_argument("--keep", choices=("above", "below"), default="above",
-                   help="above: the filter keeps scores >= the threshold (default); below: scores <= it")
-    p.add_argument("--resamples", type=positive_int, default=1000,
-                   help="bootstrap resamples of the audited items for the intervals (default 1000)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap (default 0)")
-    p.add_argument("--level", type=open_fraction, default=0.95, help="level of the bootstrap intervals (default 0.95)")
-    p.add_argument("--title", default=None, help="title of the card (default: names the score column)")
-    p.add_argument("--out-dir", required=True, metavar="DIR",
-                   help="folder to write card.md, card.json, curve.csv and curve.png into")
-
-
-def register(subparsers) -> None:
-    parser = subparsers.add_parser(
-        "filters", help="filter cards: measure a keep/drop filter against a hand-labelled audit sample",
-        description="Filter cards: how often a filter of generated candidates (a CLIP threshold, an NSFW or "
-                    "detectability filter, a vote) agrees with people's verdicts on an audit sample: precision of "
-                    "the kept items, recall of the good items, the removal share, with bootstrap intervals "
-                    "(docs/verify.md).")
-    sub = parser.add_subparsers(dest="filters_command", metavar="<step>")
-    sub.required = True
-
-    p = sub.add_parser(
-        "card", help="the filter card of one threshold (or of a kept column)",
-        description="The filter card of one threshold (or of a kept column) against a hand-labelled audit "
-                    "sample. Joins the score table with the audit sample and writes the card of keeping the items at "
-                    "or above (or below) the threshold: precision, recall, removed-set precision and recall, the share "
-                    "of good items, with bootstrap percentile intervals over the audited items, and the removal "
-                    "share over all scored items; audited items the score table lacks are counted and listed. "
-                    "Writes card.md, card.json, curve.csv (precision, recall and removal share at every audited "
-                    "score) and curve.png.")
-    _common(p)
-    p.add_argument("--threshold", type=float, default=None, metavar="X",
-                   help="the filter's threshold (required for a score column; none for a kept column)")
-    p.set_defaults(func=_card)
-
-    c = sub.add_parser(
-        "calibrate", help="the most lenient threshold whose kept audited items reach a precision",
-        description="Calibrate a filter's threshold to a target precision on a hand-labelled audit sample. Of "
-                    "the audited scores, pick the threshold that keeps the most scored items while the "
-                    "precision of the kept audited items is at least the target (ties: the smallest threshold with "
-                    "--keep above, the largest with below); print it and write its card like `counterfactory "
-                    "filters card`. The threshold is chosen on the audit that measures it: confirm it on a fresh "
-                    "sample.")
-    _common(c)
-    c.add_argument("--target-precision", required=True, type=fraction, metavar="P",
-                   help="the precision the kept audited items must reach, in (0, 1]")
-    c.set_defaults(func=_calibrate)
-
-    s = sub.add_parser(
-        "study-card", help="the card of one of a study's own filters, its score table made from the study's files",
-        description="The filter card of one of a study's filters at the study's own threshold (docs/verify.md "
-                    "\"Filter cards\" lists every study's filters and item ids): maps the study's filter outputs to a "
-                    "score table (scores.parquet: item_id, score), then writes the card like `counterfactory filters "
-                    "card` (card.md, card.json, curve.csv, curve.png) and card.html. The threshold and the bootstrap "
-                    "settings (filters.resamples, seed, level, ties) come from the configuration.")
-    add_config_option(s, "configuration file (repeatable; reads the study's filter thresholds, verify and filters)")
-    s.add_argument("--study", required=True, choices=STUDIES, help="whose filter")
-    s.add_argument("--filter", required=True, metavar="NAME", help="the study's filter (e.g. clip, nsfw, vqa)")
-    s.add_argument("--input", action="append", default=[], required=True, metavar="NAME=PATH",
-                   help="a file the filter reads (repeatable; docs/verify.md names them)")
-    s.add_argument("--audit", required=True, metavar="FILE.csv",
-                   help="hand-labelled audit sample: item_id,verdict[,annotator], ids as the filter's items")
-    s.add_argument("--out-dir", required=True, metavar="DIR",
-                   help="folder to write scores.parquet, card.md, card.json, card.html, curve.csv and curve.png into")
-    s.set_defaults(func=_study_card)
 
 
 def _card(args) -> int:
@@ -149,3 +67,85 @@ def _study_card(args) -> int:
     print(f"{args.out_dir}: {args.study} {args.filter}: {card.n_audited} audited, {card.n_kept} of {card.n_scored} "
           "scored items kept")
     return 0
+
+
+# ------------------------------------------------------------------------------------------- declarations
+
+#: the parameters of `card` and `calibrate`: a score table against an audit sample
+COMMON = (
+    Param("--scores", required=True, metavar="FILE.parquet|csv",
+          help="the filter's score table: one row per scored item, an id column and the score column"),
+    Param("--score-column", required=True, metavar="NAME",
+          help="column of the score table holding the filter score (or true/false kept flags of a rule "
+               "filter such as a vote)"),
+    Param("--id-column", default="item_id", metavar="NAME",
+          help="column of the score table holding the item ids of the audit (default item_id)"),
+    Param("--audit", required=True, metavar="FILE.csv",
+          help="hand-labelled audit sample: item_id,verdict[,annotator] (verdict 1/0, yes/no, true/false, "
+               "keep/drop or good/bad)"),
+    Param("--ties", choices=("error", "good", "bad", "drop"), default="error",
+          help="an item whose annotators split evenly: error (default), count it good or bad, or drop it"),
+    Param("--keep", choices=("above", "below"), default="above",
+          help="above: the filter keeps scores >= the threshold (default); below: scores <= it"),
+    Param("--resamples", type=positive_int, default=1000,
+          help="bootstrap resamples of the audited items for the intervals (default 1000)"),
+    SEED.but(help="seed of the bootstrap (default 0)"),
+    Param("--level", type=open_fraction, default=0.95, help="level of the bootstrap intervals (default 0.95)"),
+    Param("--title", default=None, help="title of the card (default: names the score column)"),
+    OUT_DIR.but(help="folder to write card.md, card.json, curve.csv and curve.png into"),
+)
+
+CARD = Step(
+    "card", help="the filter card of one threshold (or of a kept column)",
+    description="The filter card of one threshold (or of a kept column) against a hand-labelled audit "
+                "sample. Joins the score table with the audit sample and writes the card of keeping the items at "
+                "or above (or below) the threshold: precision, recall, removed-set precision and recall, the share "
+                "of good items, with bootstrap percentile intervals over the audited items, and the removal "
+                "share over all scored items; audited items the score table lacks are counted and listed. "
+                "Writes card.md, card.json, curve.csv (precision, recall and removal share at every audited "
+                "score) and curve.png.",
+    params=(*COMMON, Param("--threshold", type=float, default=None, metavar="X",
+                           help="the filter's threshold (required for a score column; none for a kept column)")),
+    run=_card)
+
+CALIBRATE = Step(
+    "calibrate", help="the most lenient threshold whose kept audited items reach a precision",
+    description="Calibrate a filter's threshold to a target precision on a hand-labelled audit sample. Of "
+                "the audited scores, pick the threshold that keeps the most scored items while the "
+                "precision of the kept audited items is at least the target (ties: the smallest threshold with "
+                "--keep above, the largest with below); print it and write its card like `counterfactory "
+                "filters card`. The threshold is chosen on the audit that measures it: confirm it on a fresh "
+                "sample.",
+    params=(*COMMON, Param("--target-precision", required=True, type=fraction, metavar="P",
+                           help="the precision the kept audited items must reach, in (0, 1]")),
+    run=_calibrate)
+
+STUDY_CARD = Step(
+    "study-card", help="the card of one of a study's own filters, its score table made from the study's files",
+    description="The filter card of one of a study's filters at the study's own threshold (docs/verify.md "
+                "\"Filter cards\" lists every study's filters and item ids): maps the study's filter outputs to a "
+                "score table (scores.parquet: item_id, score), then writes the card like `counterfactory filters "
+                "card` (card.md, card.json, curve.csv, curve.png) and card.html. The threshold and the bootstrap "
+                "settings (filters.resamples, seed, level, ties) come from the configuration.",
+    params=(
+        CONFIG.but(help="configuration file (repeatable; reads the study's filter thresholds, verify and filters)"),
+        Param("--study", required=True, choices=STUDIES, help="whose filter"),
+        Param("--filter", required=True, metavar="NAME", help="the study's filter (e.g. clip, nsfw, vqa)"),
+        Param("--input", action="append", default=[], required=True, metavar="NAME=PATH",
+              help="a file the filter reads (repeatable; docs/verify.md names them)"),
+        Param("--audit", required=True, metavar="FILE.csv",
+              help="hand-labelled audit sample: item_id,verdict[,annotator], ids as the filter's items"),
+        OUT_DIR.but(help="folder to write scores.parquet, card.md, card.json, card.html, curve.csv and curve.png "
+                         "into"),
+    ),
+    run=_study_card)
+
+FILTERS = Step(
+    "filters", help="filter cards: measure a keep/drop filter against a hand-labelled audit sample",
+    description="Filter cards: how often a filter of generated candidates (a CLIP threshold, an NSFW or "
+                "detectability filter, a vote) agrees with people's verdicts on an audit sample: precision of "
+                "the kept items, recall of the good items, the removal share, with bootstrap intervals "
+                "(docs/verify.md).",
+    steps=(CARD, CALIBRATE, STUDY_CARD))
+
+register = registrar(FILTERS)

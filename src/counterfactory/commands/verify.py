@@ -7,7 +7,7 @@ from __future__ import annotations
 import importlib
 import logging
 
-from . import add_config_option, add_progress_option, key_values, lazy_module, shard_id
+from . import CONFIG, NO_PROGRESS, OUT, SHARD, Param, Step, key_values, lazy_module, registrar
 
 log = logging.getLogger(__name__)
 
@@ -24,57 +24,6 @@ def adapter(study: str):
     if study not in STUDIES:
         raise ConfigError(f"verify: no adapter for study {study!r}. Fix: use one of {', '.join(STUDIES)}")
     return importlib.import_module(f"counterfactory.studies.{study}.verify")
-
-
-def _inputs(p) -> None:
-    p.add_argument("--study", required=True, choices=STUDIES, help="whose candidates")
-    p.add_argument("--input", action="append", default=[], required=True, metavar="NAME=PATH",
-                   help="the study's candidate files (candidates=..., and requests=... / datasets for some studies; "
-                        "docs/verify.md lists them)")
-
-
-def register(subparsers) -> None:
-    parser = subparsers.add_parser(
-        "verify", help="the VQA check: P(Yes) of the vlm role on each candidate and on its counterfactual partner",
-        description="The VQA check (VQAScore-style, Lin et al. 2024): for each counterfactual pair, the vlm role's "
-                    "P(\"Yes\") to \"Does this image show <caption>?\" on the image and on its partner, the edit present "
-                    "in one and absent in the other (docs/verify.md).")
-    sub = parser.add_subparsers(dest="verify_command", metavar="<step>")
-    sub.required = True
-
-    p = sub.add_parser(
-        "pairs", help="one study's candidates as a pair table",
-        description="Reads one study's candidate files; writes the study-agnostic pair table (item_id, image_path, "
-                    "caption, partner_image_path, partner_caption; image paths relative to its folder).")
-    _inputs(p)
-    p.add_argument("--out", required=True, metavar="FILE.parquet", help="the pair table")
-    p.set_defaults(func=_pairs)
-
-    v = sub.add_parser(
-        "vqa", help="P(Yes) of one shard of a pair table (batched, resumable)",
-        description="Reads a pair table and the vlm role; writes one row per item of the shard: the four P(Yes) "
-                    "terms, present, absent, score and kept (a filter card's score table: item_id, score). Batched "
-                    "(verify.batch_size), resumable (a rerun skips the chunks of verify.checkpoint_every items a "
-                    "killed job wrote).")
-    add_config_option(v, "configuration file (repeatable; reads verify, models.<verify.role> and the device keys)")
-    v.add_argument("--pairs", required=True, metavar="FILE", help="the pair table of `verify pairs`")
-    v.add_argument("--shard", type=shard_id, default=0, metavar="N",
-                   help="shard number, 0 <= N < verify.shards, e.g. 00000 (default 0)")
-    v.add_argument("--out", required=True, metavar="FILE.parquet", help="the shard's scores")
-    add_progress_option(v)
-    v.set_defaults(func=_vqa)
-
-    m = sub.add_parser(
-        "merge", help="the shards' scores in one table, and the study's verified variant",
-        description="Reads the shards' scores and the study's candidate files; writes the scores (kept from the "
-                    "config's thresholds) and the verified variant: the study's kept candidates that the VQA check "
-                    "keeps too, in the study's layout.")
-    add_config_option(m, "configuration file (repeatable; reads the verify thresholds)")
-    _inputs(m)
-    m.add_argument("--shards", nargs="+", required=True, metavar="FILE", help="the shards' scores, in order")
-    m.add_argument("--out", required=True, metavar="FILE.parquet", help="the scores of every item")
-    m.add_argument("--verified", required=True, metavar="FILE.parquet", help="the verified variant")
-    m.set_defaults(func=_merge)
 
 
 def _pairs(args) -> int:
@@ -111,3 +60,57 @@ def _merge(args) -> int:
     write_parquet(Path(args.verified), verified)
     print(f"{args.out}: {len(scores)} items, {int(scores['kept'].sum())} kept; {args.verified}: {len(verified)} rows")
     return 0
+
+
+# ------------------------------------------------------------------------------------------- declarations
+
+#: whose candidates, and the study's candidate files (`pairs` and `merge`)
+INPUTS = (Param("--study", required=True, choices=STUDIES, help="whose candidates"),
+          Param("--input", action="append", default=[], required=True, metavar="NAME=PATH",
+                help="the study's candidate files (candidates=..., and requests=... / datasets for some studies; "
+                     "docs/verify.md lists them)"))
+
+PAIRS = Step(
+    "pairs", help="one study's candidates as a pair table",
+    description="Reads one study's candidate files; writes the study-agnostic pair table (item_id, image_path, "
+                "caption, partner_image_path, partner_caption; image paths relative to its folder).",
+    params=(*INPUTS, OUT.but(metavar="FILE.parquet", help="the pair table")),
+    run=_pairs)
+
+VQA = Step(
+    "vqa", help="P(Yes) of one shard of a pair table (batched, resumable)",
+    description="Reads a pair table and the vlm role; writes one row per item of the shard: the four P(Yes) "
+                "terms, present, absent, score and kept (a filter card's score table: item_id, score). Batched "
+                "(verify.batch_size), resumable (a rerun skips the chunks of verify.checkpoint_every items a "
+                "killed job wrote).",
+    params=(
+        CONFIG.but(help="configuration file (repeatable; reads verify, models.<verify.role> and the device keys)"),
+        Param("--pairs", required=True, metavar="FILE", help="the pair table of `verify pairs`"),
+        SHARD.but(required=False, default=0, help="shard number, 0 <= N < verify.shards, e.g. 00000 (default 0)"),
+        OUT.but(metavar="FILE.parquet", help="the shard's scores"),
+        NO_PROGRESS,
+    ),
+    run=_vqa)
+
+MERGE = Step(
+    "merge", help="the shards' scores in one table, and the study's verified variant",
+    description="Reads the shards' scores and the study's candidate files; writes the scores (kept from the "
+                "config's thresholds) and the verified variant: the study's kept candidates that the VQA check "
+                "keeps too, in the study's layout.",
+    params=(
+        CONFIG.but(help="configuration file (repeatable; reads the verify thresholds)"),
+        *INPUTS,
+        Param("--shards", nargs="+", required=True, metavar="FILE", help="the shards' scores, in order"),
+        OUT.but(metavar="FILE.parquet", help="the scores of every item"),
+        Param("--verified", required=True, metavar="FILE.parquet", help="the verified variant"),
+    ),
+    run=_merge)
+
+VERIFY = Step(
+    "verify", help="the VQA check: P(Yes) of the vlm role on each candidate and on its counterfactual partner",
+    description="The VQA check (VQAScore-style, Lin et al. 2024): for each counterfactual pair, the vlm role's "
+                "P(\"Yes\") to \"Does this image show <caption>?\" on the image and on its partner, the edit present "
+                "in one and absent in the other (docs/verify.md).",
+    steps=(PAIRS, VQA, MERGE))
+
+register = registrar(VERIFY)
