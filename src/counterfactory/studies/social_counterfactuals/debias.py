@@ -409,3 +409,85 @@ def summarize(runs: pd.DataFrame, alpha: float = 0.05, test: str = "welch", sour
 
     return stats_summarize(pretrained_for_every_seed(runs), PRETRAINED, test=test, alpha=alpha, alternative="less",
                            source=source)
+
+
+# ------------------------------------------------------------------------------------------- the tables' files
+
+
+def write_debias_tables(*, summary_path=None, runs_path=None, alpha: float = 0.05, roles=None,
+                        labels: Mapping[str, str] | None = None, out_md=None, out_tex=None, out_csv=None,
+                        out_html=None, decimals: int = 2, paper_segment: str | None = None,
+                        withheld_fraction: float = 0.2) -> dict:
+    """``social debias-table``: Tables 2, 16 and 17 (and, with ``paper_segment``, Table 3 as the paper lays it out)
+    of a stats summary (``summary_path``) or of a runs table summarized here (``runs_path``), written in the formats
+    asked for (at least one, else a ConfigError)."""
+    from ...io import write_csv, write_text
+    from . import debias_tables
+
+    if not (out_md or out_tex or out_csv or out_html):
+        raise ConfigError("debias-table: nothing to write. Fix: pass --out-md, --out-tex, --out-csv and/or --out-html")
+    if runs_path:
+        from ...stats import read_runs
+
+        summary = summarize(read_runs(runs_path), alpha=alpha, source=runs_path)
+    else:
+        from ...tables import read_summary
+
+        summary = read_summary(summary_path)
+    labels = dict(labels or {})
+    tables = debias_tables.build_tables(summary, roles=roles, role_labels=labels, decimals=decimals,
+                                        std_decimals=decimals, withheld_fraction=withheld_fraction)
+    paper3 = None
+    if paper_segment:   # §5.3: Table 3 with "Debiased CLIP" = the paper segment's model
+        paper3 = debias_tables.table3_paper(summary, paper_segment, roles=roles, role_labels=labels)
+    if out_md:
+        from ...render import render_markdown
+
+        parts = [debias_tables.render_markdown(t) for t in tables.values()]
+        write_text(out_md, "\n".join(parts + ([render_markdown(paper3)] if paper3 is not None else [])))
+    if out_html:
+        write_text(out_html, debias_tables.render_html(tables, extra=[paper3] if paper3 is not None else []))
+    if out_tex:
+        write_text(out_tex, "\n".join(debias_tables.render_latex(t) for t in tables.values()))
+    if out_csv:
+        write_csv(out_csv, debias_tables.tables_frame(tables))
+    return tables
+
+
+def write_task_tables(cfg: Mapping, runs_path, *, labels: Mapping[str, str] | None = None, out_md=None,
+                      out_tex=None, out_csv=None, out_html=None, out_seeds_csv=None, decimals: int = 2) -> dict:
+    """``social debias-task-table``: Tables 4 and 5 (retrieval R@K and zero-shot accuracy of the pre-trained and
+    debiased models, ``debias.task_eval``) of the runs table ``runs_path``, written in the formats asked for."""
+    from ...io import write_csv, write_text
+    from ...render import html_page, model_display_names, render_html, render_latex, render_markdown
+    from ...stats import read_runs
+    from . import debias_segments
+
+    if not (out_md or out_tex or out_csv or out_html or out_seeds_csv):
+        raise ConfigError("debias-task-table: nothing to write. Fix: pass --out-md, --out-tex, --out-csv, "
+                          "--out-seeds-csv and/or --out-html")
+    opts = settings(cfg)
+    task = task_eval.task_settings(opts)
+    roles = list(task.get("roles") or [])
+    if not roles:
+        raise ConfigError("debias-task-table: debias.task_eval.roles is empty. Fix: list the debiased roles to "
+                          "evaluate (Tables 4, 5: the CLIP role)")
+    retrieval = task.get("retrieval") or {}
+    runs = read_runs(runs_path)
+    layout = dict(ks=retrieval.get("ks") or (1, 5, 10), segments=debias_segments(cfg),
+                  labels={**model_display_names(cfg.get("models"), roles), **dict(labels or {})},
+                  paper_segment=opts["paper_segment"])
+    datasets = task_eval.classification_datasets(task)
+    tables = task_eval.build_tables(runs, roles, retrieval.get("name"), datasets, decimals=decimals, **layout)
+    if out_seeds_csv:
+        write_csv(out_seeds_csv, task_eval.seed_frame(runs, roles, retrieval.get("name"), datasets, **layout))
+    if out_md:
+        write_text(out_md, "\n".join(render_markdown(t) for t in tables.values()))
+    if out_html:
+        write_text(out_html, html_page("SocialCounterfactuals: task performance after debiasing",
+                                       [render_html(t) for t in tables.values()]))
+    if out_tex:
+        write_text(out_tex, "\n".join(render_latex(t) for t in tables.values()))
+    if out_csv:
+        write_csv(out_csv, task_eval.tables_frame(tables))
+    return tables

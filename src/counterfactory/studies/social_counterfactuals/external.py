@@ -222,3 +222,25 @@ def external_summary(results: pd.DataFrame, metric: str = "maxskew") -> pd.DataF
     if sel.empty:
         return pd.DataFrame()
     return sel.pivot_table(index="model", columns="dataset", values="value", aggfunc="mean")
+
+
+def external_table_files(results, out_md=None, out_csv=None) -> pd.DataFrame:
+    """``social probe-external-table``: Table 3 (mean MaxSkew@K per model) of the probe CSVs ``results`` of
+    probe-pata / probe-visogender, written as Markdown and/or CSV; returns the table."""
+    from pathlib import Path
+
+    from ...errors import input_error
+    from ...io import write_csv, write_text
+
+    parts = []
+    for p in results:
+        if not Path(p).is_file():
+            raise input_error(p, None, "results table not found", "run probe-pata / probe-visogender first")
+        parts.append(pd.read_csv(p, keep_default_na=False, na_values=[""], dtype={"label": str}))
+    table = external_summary(pd.concat(parts, ignore_index=True))
+    if out_md:
+        write_text(out_md, "### Mean MaxSkew@K on real image-text data (Table 3)\n\n"
+                   + table.round(3).to_markdown(floatfmt=".3f") + "\n")
+    if out_csv:
+        write_csv(out_csv, table.reset_index())
+    return table

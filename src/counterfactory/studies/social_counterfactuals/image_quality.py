@@ -108,3 +108,46 @@ def paper_table(view: Mapping, frame: pd.DataFrame):
                  "it at a folder of its images).")
     t.note = note
     return t
+
+
+# ------------------------------------------------------------------------------------------- the steps' files
+
+
+def features_files(view: Mapping, name: str, kept: str | None, out, *, progress: bool = True) -> dict:
+    """``social image-quality-features``: the inception role's pool features and logits of image set ``name``,
+    written to ``out`` (npz); returns the counts (images, features, classes)."""
+    from ...device import from_config
+    from ...models import registry
+
+    paths = set_images(view, name, kept)
+    device, _ = from_config(view)
+    model = registry.load(view, "inception")
+    feats, logits = iq.extract(model, paths, batch_size=settings(view)["batch_size"], device=device,
+                               progress=progress)
+    iq.save_features(out, feats, logits, paths)
+    return {"images": len(paths), "features": feats.shape[1], "classes": logits.shape[1]}
+
+
+def table_files(view: Mapping, items, out_csv, out_md, out_html=None) -> str:
+    """``social image-quality-table``: §10.3's table of the features files ``items`` (``NAME=FILE.npz``, one per
+    set), written as CSV (our values), Markdown and optionally HTML; returns the Markdown."""
+    from ...io import write_csv, write_text
+    from ...render import html_page, render_html, render_markdown
+
+    features = {}
+    for item in items:
+        set_name, sep, path = item.partition("=")
+        if not sep or not path:
+            raise ConfigError(f"--features {item!r}: expected NAME=FILE.npz. Fix: e.g. --features pata=pata.npz")
+        features[set_name] = path
+    missing = [n for n in set_names(view) if n not in features]
+    if missing:
+        raise ConfigError(f"--features lacks {', '.join(missing)}. Fix: run image-quality-features for them")
+    frame = table(view, features)
+    paper = paper_table(view, frame)
+    write_csv(out_csv, frame)
+    text = render_markdown(paper)
+    write_text(out_md, text)
+    if out_html:
+        write_text(out_html, html_page(paper.title, [render_html(paper)]))
+    return text

@@ -300,3 +300,53 @@ def figure_retrieval_proportions(probe_df: pd.DataFrame, out: str | Path, subjec
 
 def slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "_", str(text)).strip("_").lower() or "x"
+
+
+# ------------------------------------------------------------------------------------------- the steps' files
+
+
+def write_tables(probe_paths, *, out_md=None, out_tex=None, out_csv=None, out_html=None, decimals: int = 2,
+                 labels: Mapping[str, str] | None = None) -> dict:
+    """``social probe-tables``: Tables 2 and 12-17 of the probe CSVs ``probe_paths``, written in the formats asked
+    for (at least one, else a ConfigError)."""
+    from ...errors import ConfigError
+    from ...io import write_csv, write_text
+    from .probing import read_probe
+
+    if not (out_md or out_tex or out_csv or out_html):
+        raise ConfigError("probe-tables: nothing to write. Fix: pass --out-md, --out-tex, --out-csv and/or --out-html")
+    tables = paper_tables(read_probe(probe_paths), labels=dict(labels or {}))
+    if out_md:
+        write_text(out_md, tables_markdown(tables, decimals))
+    if out_html:
+        write_text(out_html, tables_html(tables, decimals))
+    if out_tex:
+        write_text(out_tex, tables_latex(tables, decimals))
+    if out_csv:
+        write_csv(out_csv, tables_long(tables))
+    return tables
+
+
+def write_figures(probe_paths, out_dir, *, subjects=None, marginal: str = "gender:race", fmt: str = "png",
+                  labels: Mapping[str, str] | None = None) -> None:
+    """``social probe-plots``: Figures 3-5 (and 6-13) of the probe CSVs ``probe_paths`` in ``out_dir``; models
+    named as the tables name them (``labels``), Figure 4's ``marginal`` as ``ATTR:GIVEN``."""
+    from pathlib import Path
+
+    from ...errors import ConfigError
+    from . import probing
+
+    df = probing.read_probe(probe_paths)
+    labels = dict(labels or {})
+    df["model"] = df["model"].map(lambda role: labels.get(role, role))    # figures name models as the tables do
+    out = Path(out_dir)
+    figure_maxskew_boxplots(df, out / f"maxskew_boxplots.{fmt}")
+    attr, _, given = marginal.partition(":")
+    if given:
+        try:
+            figure_marginal_bars(df, out / f"marginal_{slug(attr)}_by_{slug(given)}.{fmt}", attr, given)
+        except ConfigError as exc:
+            probing.log.warning("%s", exc)
+    for subj in subjects or probing.settings(None)["figure_subjects"]:
+        for seg in sorted(df[df["subject"] == subj]["segment"].unique()):
+            figure_retrieval_proportions(df, out / f"proportions_{slug(subj)}_{slug(seg)}.{fmt}", subj, seg)
