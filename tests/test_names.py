@@ -155,3 +155,42 @@ def test_a_study_files_rules_count_for_that_study():
         assert names, path
         wrong = {name: planning.rule_study(name) for name in names if planning.rule_study(name) != study}
         assert not wrong, f"{path.name}: {wrong}"
+
+
+def _command_options(shell: str, group: str, step: str | None) -> list[str]:
+    """The ``--flag`` words of the ``counterfactory <group> <step> ...`` command in a rule's shell (its string
+    literals joined), up to the next shell operator."""
+    text = "".join(re.findall(r'"((?:[^"\\]|\\.)*)"', shell)) or shell
+    start = re.search(rf"counterfactory\s+{re.escape(group)}" + (rf"\s+{re.escape(step)}" if step else ""), text)
+    if start is None:
+        return []
+    rest = re.split(r"\s(?:&&|\|\||;|\||>|2>|<)\s?", text[start.end():])[0]
+    return re.findall(r"(?<![\w{-])(--[a-z][\w-]*)", rest)
+
+
+def test_every_flag_a_rule_passes_exists_on_its_subcommand():
+    """The options a rule's shell line passes are options of the subcommand it runs (under their current
+    spelling, not a former one kept for old scripts): a renamed or dropped flag fails here, not in a job."""
+    problems = []
+    for name, info in sorted(workflow_rules().items()):
+        if not info["shell"] or len(info["commands"]) != 1:
+            continue
+        group, step = info["commands"][0]
+        steps = PLANNED_STEP[name][1] if name in PLANNED_STEP else [step]
+        for one in steps:
+            top = cli.build_parser(group)._subparsers._group_actions[0].choices[group]
+            parser = top._subparsers._group_actions[0].choices[one] if one else top
+            known = {s for a in parser._actions for s in a.option_strings}
+            former = {s for a in parser._actions for s in getattr(a, "deprecated_spellings", ())}
+            for option in _command_options(info["shell"], group, step):
+                if option not in known:
+                    problems.append(f"{name}: counterfactory {group} {one or ''} has no option {option}")
+                elif option in former:
+                    problems.append(f"{name}: {option} is a former spelling on counterfactory {group} {one or ''}")
+    assert not problems, "\n".join(problems)
+
+
+def test_the_rule_flag_reader_reads_a_shell_line():
+    shell = '\n "counterfactory verify vqa --config {input.config:q} --shard {wildcards.shard}"\n " --out {output:q}' \
+            ' --no-progress > {log:q} 2>&1"\n'
+    assert _command_options(shell, "verify", "vqa") == ["--config", "--shard", "--out", "--no-progress"]
