@@ -15,7 +15,7 @@ from counterfactory.commands import CONFIG, OUT, Param, Step, add_step
 COMMANDS = Path(commands.__file__).resolve().parent
 
 #: command modules whose subcommands are generated from declarations: no parsing code of their own
-CONVERTED = ("annotate", "verify", "filters", "social")
+CONVERTED = ("annotate", "verify", "filters", "social", "train")
 #: command modules still hand-written (argparse blocks), to be converted (export: being edited elsewhere)
 HAND_WRITTEN = tuple(sorted({p.stem for p in COMMANDS.glob("*.py")} - {"__init__", *CONVERTED}))
 
