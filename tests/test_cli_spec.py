@@ -119,7 +119,7 @@ def test_converted_modules_register_their_declarations(module):
         else:
             assert not subs and parser.get_default("func") is step.run
             flags = {f for p in step.params for f in getattr(p, "flags", ())}
-            assert flags <= {s for a in parser._actions for s in a.option_strings}
+            assert flags <= {s for a in parser._actions for s in (a.option_strings or [a.dest])}
 
     check(group, top.choices[module])
 
