@@ -91,7 +91,7 @@ def _leaderboard(args) -> int:
                               baselines=sc["baselines"])
     table = leaderboard.with_na_rows(table, list(dict.fromkeys(models)), names)
     leaderboard.write_leaderboard(table, Path(args.out_dir), resamples=sc["resamples"], seed=sc["seed"],
-                                  level=sc["level"], notes=notes)
+                                  level=sc["level"], notes=notes + leaderboard.tie_notes(scored))
     print(f"{args.out_dir.rstrip('/')}/leaderboard.md: {len(table)} cells, {len(scored)} model x benchmark file(s)")
     return 0
 
