@@ -474,7 +474,8 @@ def resolve_profile(profile: str) -> tuple[Path, Path] | None:
 
 def workflow_rules(snakefile: str | Path | None = None) -> dict[str, dict]:
     """Rule names of the workflow with their ``group`` and whether they declare an accelerator, read
-    from the Snakefile and every ``include:``d file (static text; no DAG is built); ``use rule ... as``
+    from the Snakefile, every ``include:``d file and the studies' ``rules/study_<study>.smk`` (static text; no DAG
+    is built); ``use rule ... as``
     variants count with their base rule's settings."""
     snakefile = Path(snakefile) if snakefile else PROFILE_DIR.parent / "Snakefile"
     rules: dict[str, dict] = {}
@@ -500,6 +501,11 @@ def workflow_rules(snakefile: str | Path | None = None) -> dict[str, dict]:
             }
 
     read(snakefile.resolve())
+    # the studies' rule files, which the Snakefile includes in a loop over counterfactory.studies.specs() (each
+    # study's rules/study_<study>.smk, docs/architecture.md "Adding a study"): no static include line names them
+    for path in sorted((snakefile.resolve().parent / "rules").glob("study_*.smk")):
+        if not path.stem.endswith("_inputs"):
+            read(path.resolve())
     # `use rule BASE as NAME with:` variants inherit the base rule's group and resources
     for path in seen:
         for base, name in re.findall(r"^use rule (\w+) as (\w+)", path.read_text(encoding="utf-8"), re.MULTILINE):
