@@ -140,8 +140,6 @@ STILL_TO_MOVE = {
     "data/nltk_data.py:prefer_real": "the schema has no nltk.prefer_real default (source: null decides by it)",
     "planning.py:run_name": "run_name is required by the schema; 'paper' only names a plan made without a config",
     "preflight.py:run_name": "as planning.py:run_name",
-    **{f"studies/{study}/spec.py:split": "retrieval specs of several sections (each with the schema default 'test')"
-       for study in ("coco_counterfactuals", "countercurate", "social_counterfactuals")},
     "training/trainer.py:TrainSettings.seed": "the schema gives coco_counterfactuals.training.seeds no default "
                                               "(config/config.yaml states B.3.2's 107, 108); every run passes its own",
 }

@@ -305,6 +305,15 @@ def karpathy_needs(key: str, spec: dict, splits, source: str) -> list[Need]:
             Need(f"{key}.image_root", spec.get("image_root"), source)]
 
 
+def retrieval_needs(key: str, spec: dict) -> list[Need]:
+    """The files a retrieval set (schema definition ``retrieval_set``) reads: :func:`karpathy_needs` of its split
+    (the schema's default split when the set does not name one) in the dataset :func:`images_source` names."""
+    from .config import load_schema
+
+    split = spec.get("split") or load_schema()["definitions"]["retrieval_set"]["properties"]["split"]["default"]
+    return karpathy_needs(key, spec, split, images_source(spec))
+
+
 def images_source(spec: dict) -> str:
     """The catalogue dataset whose images a retrieval set's Karpathy file points into."""
     name = spec.get("dataset") or ("coco2014" if "coco" in str(spec.get("name", "")) else "flickr30k")

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Mapping
 
 from ... import workflow
-from ...workflow import (PAPER_ITEMS, Need, Stage, StudySpec, capped, classification_needs, images_source,
-                         karpathy_needs, plan_items)
+from ...workflow import (PAPER_ITEMS, Need, Stage, StudySpec, capped, classification_needs, plan_items,
+                         retrieval_needs)
 
 #: COCO val2017 captions (COCO-CF §3.3), the input of the COCO-CF image jobs' sharding
 COCO_VAL2017_CAPTIONS = 25014
@@ -67,7 +67,7 @@ def needs(study: str, v) -> list[Need]:
     for i, spec in enumerate(retrieval_specs((v.get("training") or {}).get("eval") or {})):
         name = spec.get("name", i)
         base = f"{study}.training.eval.retrieval[{name}]"   # the entry by its name, as the workflow names it
-        out += karpathy_needs(base, spec, spec.get("split", "test"), images_source(spec))
+        out += retrieval_needs(base, spec)
     return out
 
 

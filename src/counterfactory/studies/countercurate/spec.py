@@ -10,8 +10,7 @@ import math
 from pathlib import Path
 from typing import Mapping
 
-from ...workflow import Need, Stage, StudySpec, images_source, karpathy_needs
-
+from ...workflow import Need, Stage, StudySpec, retrieval_needs
 #: Flickr30k (Entities) images and captions per image (Young et al. 2014; Plummer et al. 2016)
 FLICKR30K_IMAGES, FLICKR30K_CAPTIONS_PER_IMAGE = 31783, 5
 #: CounterCurate benchmark -> (config keys of its data and images under countercurate.benchmarks.<name>)
@@ -73,7 +72,7 @@ def needs(study: str, v) -> list[Need]:
         out += [Need(f"{study}.benchmarks.{name}.{k}", section.get(k), name) for k in CC_BENCHMARK_KEYS[name]]
     spec = cc_training.retrieval_spec(v)
     if spec:   # §4.5 Table 5: MS-COCO retrieval of the CLIP fine-tuned on Flickr30k-Attributes
-        out += karpathy_needs(f"{study}.training.retrieval", spec, spec.get("split", "test"), images_source(spec))
+        out += retrieval_needs(f"{study}.training.retrieval", spec)
     return out
 
 

@@ -10,9 +10,7 @@ import math
 from pathlib import Path
 from typing import Mapping
 
-from ...workflow import Need, Stage, StudySpec, classification_needs, images_source, karpathy_needs
-
-
+from ...workflow import Need, Stage, StudySpec, classification_needs, retrieval_needs
 def plan(view, res: Path, items: Mapping[str, int]) -> list[Stage]:
     from ...generation.sampler import GenerationSettings
     from ...generation.sets import SetGenerationSettings
@@ -57,7 +55,7 @@ def needs(study: str, v) -> list[Need]:
         key = f"{study}.debias.task_eval"
         if task.get("retrieval"):
             spec = task["retrieval"]
-            out += karpathy_needs(f"{key}.retrieval", spec, spec.get("split", "test"), images_source(spec))
+            out += retrieval_needs(f"{key}.retrieval", spec)
         datasets = (task.get("classification") or {}).get("datasets") or {}
         out += classification_needs(f"{key}.classification.datasets", datasets, datasets)
     return out
