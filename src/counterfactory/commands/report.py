@@ -1,6 +1,10 @@
-"""``counterfactory report``: figures and tables for the Snakemake report."""
+"""``counterfactory report {pair-grid,caption-examples,examples,overview,rulegraph}``: figures and tables for the
+Snakemake report. This module is the command line only, declared as data (``commands.Step``); the work is done by
+:mod:`counterfactory.plots`, :mod:`counterfactory.overview` and :mod:`counterfactory.report_labels`."""
 
 from __future__ import annotations
+
+from . import OUT, Param, Step, registrar
 
 
 def _pairs(args) -> int:
@@ -65,45 +69,61 @@ def _rulegraph(args) -> int:
     return 0
 
 
-def register(sub) -> None:
-    p = sub.add_parser("report", help="figures and tables for the Snakemake report",
-                       description="Figures, tables and the front page of the Snakemake report.")
-    s = p.add_subparsers(dest="report_command", metavar="<figure>")
-    s.required = True
-    g = s.add_parser("pair-grid", help="grid of original vs counterfactual images with captions and CLIP scores",
-                     description="Reads the selected pairs table (selected_pairs.parquet) and its images; writes a "
-                                 "PNG grid of the first pairs with their captions and CLIP scores.")
-    g.add_argument("--pairs", required=True, help="selected_pairs.parquet")
-    g.add_argument("--out", required=True, help="output PNG")
-    g.add_argument("--n", type=int, default=8, help="number of pairs")
-    g.set_defaults(func=_pairs)
-    c = s.add_parser("caption-examples", help="CSV of original vs counterfactual captions with scores",
-                     description="Reads the counterfactual captions table; writes a CSV of example original / "
-                                 "counterfactual caption pairs with their scores.")
-    c.add_argument("--captions", required=True, help="counterfactual_captions.parquet")
-    c.add_argument("--out", required=True, help="output CSV")
-    c.add_argument("--n", type=int, default=20, help="number of examples (default: 20)")
-    c.set_defaults(func=_captions)
-    e = s.add_parser("examples", help="grid of a study's exported examples (pairs, sets, edits) with their captions",
-                     description="Reads a study's exported imagefolder; writes a PNG grid of a few examples of each "
-                                 "dataset config with their captions.")
-    e.add_argument("--imagefolder", required=True, help="the study's export/imagefolder folder")
-    e.add_argument("--manifest", metavar="FILE.json", help="its manifest, when kept outside the folder")
-    e.add_argument("--out", required=True, help="output PNG")
-    e.add_argument("--n", type=int, default=3, help="examples per dataset config")
-    e.set_defaults(func=_examples)
-    o = s.add_parser("overview", help="the report's front page: studies that ran, their data and models (HTML)",
-                     description="Reads the run's provenance JSON; writes the report's front page (HTML): the "
-                                 "studies that ran, their data and their model roles.")
-    o.add_argument("--provenance", required=True, help="results/<run>/provenance.json")
-    o.add_argument("--out", required=True, help="output HTML")
-    o.set_defaults(func=_overview)
-    r = s.add_parser("rulegraph", help="a readable rule graph: `snakemake --rulegraph` without the bookkeeping rules",
-                     description="Reads `snakemake --rulegraph` output (a file, or - for standard input) and writes it "
-                                 "without the rules that feed almost every other rule (config_write_job, "
-                                 "models_build_tiny, nltk_prepare), naming them in the graph's label.")
-    r.add_argument("dot", help="the rule graph (Graphviz .dot), or - for standard input")
-    r.add_argument("--out", required=True, help="output .dot")
-    r.add_argument("--drop", action="append", metavar="RULE",
-                   help="a rule to leave out (repeatable; default: config_write_job, models_build_tiny, nltk_prepare)")
-    r.set_defaults(func=_rulegraph)
+# ------------------------------------------------------------------------------------------- declarations
+
+def _out(help: str) -> Param:
+    """``--out``: the figure or table to write (no metavar: ``help`` names the format)."""
+    return OUT.but(metavar=None, help=help)
+
+
+PAIR_GRID = Step(
+    "pair-grid", help="grid of original vs counterfactual images with captions and CLIP scores",
+    description="Reads the selected pairs table (selected_pairs.parquet) and its images; writes a PNG grid of the "
+                "first pairs with their captions and CLIP scores.",
+    params=(Param("--pairs", required=True, help="selected_pairs.parquet"), _out("output PNG"),
+            Param("--n", type=int, default=8, help="number of pairs")),
+    run=_pairs)
+
+CAPTION_EXAMPLES = Step(
+    "caption-examples", help="CSV of original vs counterfactual captions with scores",
+    description="Reads the counterfactual captions table; writes a CSV of example original / counterfactual caption "
+                "pairs with their scores.",
+    params=(Param("--captions", required=True, help="counterfactual_captions.parquet"), _out("output CSV"),
+            Param("--n", type=int, default=20, help="number of examples (default: 20)")),
+    run=_captions)
+
+EXAMPLES = Step(
+    "examples", help="grid of a study's exported examples (pairs, sets, edits) with their captions",
+    description="Reads a study's exported imagefolder; writes a PNG grid of a few examples of each dataset config "
+                "with their captions.",
+    params=(Param("--imagefolder", required=True, help="the study's export/imagefolder folder"),
+            Param("--manifest", metavar="FILE.json", help="its manifest, when kept outside the folder"),
+            _out("output PNG"),
+            Param("--n", type=int, default=3, help="examples per dataset config")),
+    run=_examples)
+
+OVERVIEW = Step(
+    "overview", help="the report's front page: studies that ran, their data and models (HTML)",
+    description="Reads the run's provenance JSON; writes the report's front page (HTML): the studies that ran, "
+                "their data and their model roles.",
+    params=(Param("--provenance", required=True, help="results/<run>/provenance.json"), _out("output HTML")),
+    run=_overview)
+
+RULEGRAPH = Step(
+    "rulegraph", help="a readable rule graph: `snakemake --rulegraph` without the bookkeeping rules",
+    description="Reads `snakemake --rulegraph` output (a file, or - for standard input) and writes it without the "
+                "rules that feed almost every other rule (config_write_job, models_build_tiny, nltk_prepare), "
+                "naming them in the graph's label.",
+    params=(Param("dot", help="the rule graph (Graphviz .dot), or - for standard input"), _out("output .dot"),
+            Param("--drop", action="append", metavar="RULE",
+                  help="a rule to leave out (repeatable; default: config_write_job, models_build_tiny, "
+                       "nltk_prepare)")),
+    run=_rulegraph)
+
+REPORT = Step(
+    "report", help="figures and tables for the Snakemake report",
+    description="Figures, tables and the front page of the Snakemake report.",
+    metavar="<figure>",
+    steps=(PAIR_GRID, CAPTION_EXAMPLES, EXAMPLES, OVERVIEW, RULEGRAPH))
+
+register = registrar(REPORT)
