@@ -17,7 +17,7 @@ from typing import Callable
 import pandas as pd
 
 from ..errors import ConfigError, input_error
-from .formats import ExportTable
+from .formats import ExportTable, write_coco_counterfactuals, write_countercurate, write_social_counterfactuals
 from .webdataset import RetrievalItem, items_from_pairs, sample_key
 
 
@@ -404,6 +404,24 @@ def retrieval_studies() -> list[str]:
 
 def release_inputs(study: str, study_dir: str | Path) -> list[str]:
     return [str(Path(study_dir) / p) for p in study_export(study).release_inputs]
+
+
+def write_release(study: str, study_dir: str | Path, out_dir: str | Path,
+                  manifest_path: str | Path | None = None) -> dict:
+    """Write ``study``'s results (``study_dir``) in the layout of its published release (``StudyExport.release``)
+    to ``out_dir``; returns the manifest. A study without a published format is a ConfigError naming the generic
+    layouts' export."""
+    spec = study_export(study)
+    d = Path(study_dir)
+    if spec.release is None:
+        raise ConfigError(f"study {study!r} has no published release format. Fix: export it with "
+                          "`counterfactory export imagefolder`")
+    if spec.release == "coco_counterfactuals":
+        return write_coco_counterfactuals(d / spec.release_inputs[0], d / spec.release_inputs[1], out_dir,
+                                          manifest_path=manifest_path)
+    if spec.release == "countercurate":
+        return write_countercurate(d / "datasets", out_dir, manifest_path=manifest_path)
+    return write_social_counterfactuals(d / spec.release_inputs[0], out_dir, manifest_path=manifest_path)
 
 
 def funnel_files(study: str, study_dir: str | Path) -> list[Path]:
