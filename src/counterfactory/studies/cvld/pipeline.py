@@ -114,3 +114,31 @@ def edit_merge(shard_manifests, out) -> int:
     from ...generation.editing import merge_manifests
 
     return merge_manifests(shard_manifests, out)
+
+
+def read_captions(path) -> pd.DataFrame:
+    """A caption table, CSV (every column as text, empty cells kept as "") or parquet (by the ``.parquet`` suffix);
+    a missing or unreadable file is an :class:`~counterfactory.errors.InputError` naming it."""
+    from ...errors import input_error
+
+    text = str(path)
+    try:
+        if text.endswith(".parquet"):
+            return pd.read_parquet(path)
+        return pd.read_csv(path, dtype=str, keep_default_na=False, encoding="utf-8")
+    except FileNotFoundError:
+        raise input_error(path, None, "no such file", "check the path") from None
+    except (UnicodeDecodeError, ValueError, OSError) as exc:
+        raise input_error(path, None, f"not a readable CSV/parquet table ({exc})",
+                          "give a UTF-8 CSV with a header, or a parquet file") from None
+
+
+def swap_gender(captions, out, caption_column: str = "caption", id_column: str = "caption_id") -> pd.DataFrame:
+    """§3.2: the rule-based gender flip (:func:`counterfactory.text.gender.swap_table`) of every caption of the
+    table ``captions`` (:func:`read_captions`), written to ``out`` (parquet) and returned."""
+    from ...io import write_parquet
+    from ...text.gender import swap_table
+
+    frame = swap_table(read_captions(captions), caption_column, id_column, source=str(captions))
+    write_parquet(out, frame)
+    return frame
