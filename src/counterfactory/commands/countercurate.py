@@ -1,14 +1,15 @@
 """``counterfactory countercurate``: the CounterCurate steps (Flickr30k-Positions, -Counting, -Attributes,
-grounded generation, benchmarks, the generative VLM). This module is the command line only; the work is done by
-the step modules of :mod:`counterfactory.studies.countercurate` (and :mod:`counterfactory.generation.grounded`)."""
+grounded generation, benchmarks, the generative VLM). This module is the command line only, declared as data
+(``commands.Step``); the work is done by the step modules of :mod:`counterfactory.studies.countercurate` (and
+:mod:`counterfactory.generation.grounded`)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from ..errors import input_error, missing_input
 from ..studies.countercurate import STUDY, VLM_ROLE
-from . import add_config_option, add_progress_option, add_renamed, add_shard_job_options, key_values, lazy_module
+from . import (CONFIG, DECIMALS, LABEL, NO_PROGRESS, OUT, OUT_CSV, OUT_DIR, OUT_HTML, OUT_MD, OUT_TEX, SHARD_DIRS,
+               Param, Step, flag, key_values, lazy_module, registrar, shard_job_params)
 
 # the step modules, each imported when its subcommand runs (the VLM and training steps import torch; tables do not)
 _PKG = "counterfactory.studies.countercurate"
@@ -16,26 +17,7 @@ _PKG = "counterfactory.studies.countercurate"
  vlm_finetune) = (lazy_module(f"{_PKG}.{name}") for name in (
     "assemble", "attributes", "benchmark_tables", "benchmarks", "counting", "manifests", "positions", "training", "vlm",
     "vlm_finetune"))
-f30k = lazy_module("counterfactory.data.flickr30k_entities")
 llm = lazy_module("counterfactory.text.llm")
-
-
-def register(sub) -> None:
-    p = sub.add_parser("countercurate", help="CounterCurate: positions, counting, attributes, grounded generation, "
-                       "benchmarks",
-                       description="The CounterCurate study: Flickr30k-Positions, -Counting and -Attributes with "
-                                   "their negatives, grounded generation of the negative images, CLIP and VLM "
-                                   "fine-tuning, and the benchmarks and tables.")
-    s = p.add_subparsers(dest="countercurate_command", metavar="<step>")
-    s.required = True
-    add_positions(s)
-    add_counting(s)
-    add_attributes(s)
-    add_generate(s)
-    add_assemble(s)
-    add_training(s)
-    add_benchmarks(s)
-    add_vlm(s)
 
 
 def _load_config(paths):
@@ -44,158 +26,39 @@ def _load_config(paths):
     return load_config(paths, study=STUDY)
 
 
-# ------------------------------------------------------------------------------------------- Flickr30k-Positions
+def _pairs_option(items, option: str) -> dict[str, str]:
+    return dict(key_values(items, option, "BENCHMARK=PATH (e.g. positions=datasets/positions.parquet)"))
 
 
-def add_positions(subparsers) -> None:
-    """Register ``counterfactory countercurate positions``."""
-    p = subparsers.add_parser("positions", help="Flickr30k-Positions: object pairs, left/right/above/below captions, "
-                              "flipped negatives and generation requests (§3.2)",
-                              description="Reads Flickr30k Entities (Sentences/, Annotations/ and the images); "
-                                          "writes the positions table (one row per object pair and axis, with "
-                                          "left/right/above/below captions and flipped negatives) and, with "
-                                          "--out-requests, the llm rewrite requests and the grounded-generation "
-                                          "requests.")
-    p.add_argument("--entities-root", required=True, metavar="DIR",
-                   help="Flickr30k Entities folder holding Sentences/ and Annotations/")
-    p.add_argument("--images", metavar="DIR", help="Flickr30k images (<id>.jpg); default <entities-root>/"
-                   "flickr30k-images when it exists")
-    p.add_argument("--config", action="append", metavar="YAML",
-                   help="configuration file (repeatable; section countercurate.positions; default: module defaults)")
-    p.add_argument("--out", required=True, metavar="FILE.parquet", help="one row per item (pair, axis)")
-    add_renamed(p, "--out-requests", "--requests-out", metavar="DIR",
-                help=f"write {positions.LLM_FILE} (llm role, appendix B) and {positions.GENERATION_FILE} (grounded "
-                     f"generation, §3.2) here")
-    p.add_argument("--flipped-dir", metavar="DIR", help="write the mirrored images of the left/right items here")
-    p.add_argument("--lenient", action="store_true",
-                   help="clip boxes outside the image and ignore unknown chain ids (logged) instead of failing")
-    p.set_defaults(func=_cmd_positions)
+def _pairs(items, option: str) -> dict[str, str]:
+    return dict(key_values(items, option, "NAME=VALUE (e.g. clip_cc=+ CounterCurate)"))
+
+
+# ------------------------------------------------------------------------------------------- handlers
 
 
 def _cmd_positions(args) -> int:
-    from ..io import write_parquet
-
-    cfg = positions.load_cfg(args.config)
-    images_dir = positions.default_images_dir(args.entities_root, args.images, cfg)
-    data = f30k.iter_images(args.entities_root, strict=not args.lenient)
-    frame = positions.build_positions(data, cfg, images_dir)
-    if args.flipped_dir:
-        if images_dir is None:
-            raise input_error(args.entities_root, None, "--flipped-dir needs the images",
-                              "pass --images DIR (the flickr30k-images folder)")
-        lr = frame[frame["subset"] == "LR"]
-        paths = positions.write_flipped_images(lr["image_id"], images_dir, args.flipped_dir)
-        frame["negative_image"] = [paths.get(i) if s == "LR" else None
-                                   for i, s in zip(frame["image_id"], frame["subset"])]
-    write_parquet(args.out, frame)
-    if args.out_requests:
-        out = Path(args.out_requests)
-        write_parquet(out / positions.LLM_FILE, positions.llm_requests(frame, (cfg or {}).get("positions_rewrite")))
-        write_parquet(out / positions.GENERATION_FILE, positions.generation_requests(frame))
+    frame = positions.positions_files(positions.load_cfg(args.config), args.entities_root, args.out,
+                                      images=args.images, out_requests=args.out_requests,
+                                      flipped_dir=args.flipped_dir, strict=not args.lenient)
     counts = frame.groupby(["subset", "split"]).size().to_dict()
     print(f"Flickr30k-Positions: {len(frame)} items from {frame['image_id'].nunique()} images "
           f"({', '.join(f'{k[0]}/{k[1]}: {v}' for k, v in sorted(counts.items()))}) -> {args.out}")
     return 0
 
 
-# ------------------------------------------------------------------------------------------- Flickr30k-Counting
-
-
-def add_counting(subparsers) -> None:
-    """Register ``counterfactory countercurate counting``."""
-    p = subparsers.add_parser("counting", help="Flickr30k-Counting: category pairs, count captions and inpainting "
-                              "requests (§3.3)",
-                              description="Reads Flickr30k Entities (Sentences/, Annotations/ and the images); "
-                                          "writes the counting table (one row per category pair) and, with "
-                                          "--out-requests, the grounded-inpainting requests.")
-    p.add_argument("--entities-root", required=True, metavar="DIR",
-                   help="Flickr30k Entities folder holding Sentences/ and Annotations/")
-    p.add_argument("--images", metavar="DIR", help="Flickr30k images (<id>.jpg); default <entities-root>/"
-                   "flickr30k-images when it exists")
-    p.add_argument("--config", action="append", metavar="YAML",
-                   help="configuration file (repeatable; section countercurate.counting; default: module defaults)")
-    p.add_argument("--out", required=True, metavar="FILE.parquet", help="one row per category pair")
-    add_renamed(p, "--out-requests", "--requests-out", metavar="DIR",
-                help=f"write {counting.REQUESTS_FILE} (grounded inpainting, §3.3) here")
-    p.add_argument("--lenient", action="store_true",
-                   help="clip boxes outside the image and ignore unknown chain ids (logged) instead of failing")
-    p.set_defaults(func=_cmd_counting)
-
-
 def _cmd_counting(args) -> int:
-    from ..io import write_parquet
-
-    cfg = positions.load_cfg(args.config)
-    images_dir = positions.default_images_dir(args.entities_root, args.images, cfg)
-    frame = counting.build_counting(f30k.iter_images(args.entities_root, strict=not args.lenient), cfg, images_dir)
-    write_parquet(args.out, frame)
-    if args.out_requests:
-        write_parquet(Path(args.out_requests) / counting.REQUESTS_FILE, counting.inpaint_requests(frame))
+    frame = counting.counting_files(positions.load_cfg(args.config), args.entities_root, args.out,
+                                    images=args.images, out_requests=args.out_requests, strict=not args.lenient)
     n_overlap = int(frame["overlap"].sum()) if len(frame) else 0
     print(f"Flickr30k-Counting: {len(frame)} items from {frame['image_id'].nunique()} images ({n_overlap} with "
           f"overlap -> remove, {len(frame) - n_overlap} without -> add) -> {args.out}")
     return 0
 
 
-# ------------------------------------------------------------------------------------------- Flickr30k-Attributes
-
-
-def add_attributes(subparsers) -> None:
-    """Register ``counterfactory countercurate attributes`` and ``counterfactory countercurate positions-rewrite``
-    (alias ``llm``: it answers llm requests of any task; the workflow runs it on the positions requests)."""
-    p = subparsers.add_parser("attributes", help="Flickr30k-Attributes negatives from the role in GPT-4V's place "
-                                                 "(§3.4, app. A)",
-                              description="Reads captions with entity markup and the role named by "
-                                          "countercurate.attributes.role (vlm: the photograph and its box-annotated "
-                                          "copy, one answer per caption); writes the attribute negatives (accepted "
-                                          "and rejected) and, on request, the text-to-image requests of the accepted "
-                                          "ones, the requests and the raw answers.")
-    add_config_option(p, help="configuration file with the answering role (models.vlm or models.llm) and the "
-                              "countercurate section (repeatable; later files win)")
-    p.add_argument("--captions", required=True, metavar="FILE.parquet",
-                   help="captions with entity markup (image_id, sentence_index, markup | caption + phrases)")
-    p.add_argument("--entities-root", metavar="DIR",
-                   help="Flickr30k Entities folder: the boxes and image sizes are read from its Annotations/ "
-                        "(for captions tables without a boxes column)")
-    p.add_argument("--out", required=True, metavar="FILE.parquet", help="negatives, accepted and rejected")
-    add_renamed(p, "--out-requests", "--requests-out", metavar="FILE.parquet",
-                help="t2i requests for the accepted negatives")
-    add_renamed(p, "--out-llm-requests", "--llm-requests-out", metavar="FILE.parquet",
-                help="also write the llm requests")
-    add_renamed(p, "--out-answers", "--answers-out", metavar="FILE.parquet", help="also write the raw llm answers")
-    p.add_argument("--cache", metavar="FILE.jsonl", help="llm answer cache (default: llm.cache)")
-    p.set_defaults(func=_cmd_attributes)
-
-    q = subparsers.add_parser("positions-rewrite", aliases=["llm"],
-                              help="app. B: rewrite the above/below negatives with the llm role (answers llm requests "
-                              "of any task with JSON-schema constrained decoding)",
-                              description="Reads a table of llm requests (any task) and the llm role; writes the "
-                                          "answers (parquet) with their validity and errors, decoding each answer "
-                                          "constrained to the request's JSON schema; answers are cached.")
-    add_config_option(q, help="configuration file with models.llm (repeatable; later files win)")
-    q.add_argument("--requests", required=True, metavar="FILE.parquet",
-                   help="item_id, task, fields (JSON) [, prompt, schema, image_path, boxes, images]")
-    q.add_argument("--out", required=True, metavar="FILE.parquet", help="answers with validity and errors")
-    q.add_argument("--rejected", metavar="FILE.parquet",
-                   help="also write every rejected or unusable answer with its reason (item_id, task, answer, "
-                        "reason, detail): empty, not JSON, off-schema, or failing the task's check (an off-topic "
-                        "rewrite)")
-    q.add_argument("--cache", metavar="FILE.jsonl", help="llm answer cache (default: llm.cache)")
-    q.set_defaults(func=_cmd_llm)
-
-
-def _read_captions(path: str):
-    import pandas as pd
-
-    p = Path(path)
-    if not p.exists():
-        raise missing_input(p, "table", "check the path (and that the step producing it has run)")
-    return pd.read_json(p, lines=True, dtype=False) if p.suffix == ".jsonl" else pd.read_parquet(p)
-
-
 def _cmd_attributes(args) -> int:
     cfg = attributes.load_cfg(args.config)
-    negatives = attributes.run(cfg, _read_captions(args.captions), args.out, args.out_requests,
+    negatives = attributes.run(cfg, attributes.read_captions_table(args.captions), args.out, args.out_requests,
                                args.out_llm_requests, args.out_answers, args.cache, source=args.captions,
                                entities_root=args.entities_root)
     counts = negatives.groupby(["kind", "status"]).size()
@@ -217,64 +80,6 @@ def _cmd_llm(args) -> int:
     print(f"{int(answers['valid'].sum())}/{len(answers)} valid answers ({int(answers['cached'].sum())} from the "
           f"cache) -> {args.out}" + (f"; rejected: {reasons}" if reasons else "")
           + (f"; rejected rows -> {args.rejected}" if args.rejected else ""))
-    return 0
-
-
-# ------------------------------------------------------------------------------------------- grounded generation
-
-
-def add_generate(subparsers) -> None:
-    """Register ``generate``, ``generate-merge`` and ``request-shards`` (alias ``generate-shards``): grounded
-    generation jobs (GLIGEN text-box generation §3.2, GLIGEN inpainting §3.3 / appendix C, text-to-image in DALLE-3's
-    role §3.4) for one shard of requests, the shard ids of a requests table, and the merge of the shards (the work:
-    :mod:`counterfactory.generation.grounded`)."""
-    g = subparsers.add_parser(
-        "generate",
-        help="grounded generation / inpainting / text-to-image for one shard of requests (§3.2-3.4)",
-        description="CounterCurate §3.2-3.4: for every request of the shard (items ranked shard*S .. (shard+1)*S-1 "
-                    "in sorted item_id order, S = grounded.shard_size) generate one image: kind generate = GLIGEN "
-                    "text-box generation (models.gligen), inpaint = GLIGEN text-box inpainting of image_path "
-                    "(models.gligen_inpaint), t2i = plain text-to-image (models.t2i, DALLE-3's role). Items of one "
-                    "kind run grounded.batch_size at a time; each item's randomness comes from its item_id. "
-                    "Writes OUT_DIR/images/<item_id>.png, OUT_DIR/generated.parquet and OUT_DIR/summary.json; "
-                    "finished items are cached in OUT_DIR/work/, so a killed job resumes with identical files.",
-    )
-    add_shard_job_options(g, "--requests", "FILE.parquet",
-                          "requests table (item_id, kind, prompt, phrases, boxes, image_path, mask_box)")
-    g.set_defaults(func=_cmd_generate)
-
-    m = subparsers.add_parser(
-        "generate-merge",
-        help="concatenate the grounded-generation shards into one table",
-        description="Read generated.parquet and summary.json of every shard folder and write OUT_DIR/generated.parquet "
-                    "(sorted by item_id; image paths relative to OUT_DIR) and OUT_DIR/summary.json. Refused: a "
-                    "missing shard output or shard, shards made with different settings (config_digest) or from "
-                    "different requests tables.",
-    )
-    m.add_argument("--shard-dirs", nargs="+", required=True, metavar="DIR", help="shard output folders")
-    m.add_argument("--out-dir", required=True, metavar="DIR", help="folder for the merged table")
-    m.set_defaults(func=_cmd_generate_merge)
-
-    s = subparsers.add_parser("request-shards", aliases=["generate-shards"],
-                              help="the shard ids of a requests table, one per line",
-                              description="Reads a requests table and grounded.shard_size from the config; writes a "
-                                          "text file with the shard ids covering it, one per line.")
-    add_config_option(s, help="configuration file: grounded.shard_size (repeatable; later files win)")
-    s.add_argument("--requests", required=True, metavar="FILE.parquet", help="requests table")
-    s.add_argument("--out", required=True, metavar="FILE.txt", help="the shard ids, one per line")
-    s.set_defaults(func=_cmd_generate_shards)
-
-
-def _cmd_generate_shards(args) -> int:
-    """Shard ids ``00000`` .. covering the requests at ``grounded.shard_size`` items per shard (at least one)."""
-    from ..generation.grounded import GroundedSettings, read_requests
-    from ..io import write_text
-    from ..workflow import shard_ids
-
-    settings = GroundedSettings.from_config(_load_config(args.config).get("grounded"))
-    ids = shard_ids(len(read_requests(args.requests)), settings.shard_size)
-    write_text(args.out, "\n".join(ids) + "\n")
-    print(f"{len(ids)} shard(s) -> {args.out}")
     return 0
 
 
@@ -301,32 +106,17 @@ def _cmd_generate_merge(args) -> int:
     return 0
 
 
-# ------------------------------------------------------------------------------------------- requests and datasets
+def _cmd_generate_shards(args) -> int:
+    """Shard ids ``00000`` .. covering the requests at ``grounded.shard_size`` items per shard (at least one)."""
+    from ..generation.grounded import GroundedSettings, read_requests
+    from ..io import write_text
+    from ..workflow import shard_ids
 
-
-def add_assemble(subparsers) -> None:
-    """Register ``requests`` and ``datasets``: the glue between the steps (:mod:`.assemble` of the study)."""
-    r = subparsers.add_parser("requests", help="one grounded-generation requests table for positions (rewritten), "
-                              "counting and attributes",
-                              description="Reads the positions generation requests, the llm rewrites of the "
-                                          "positions captions, the counting inpainting requests and the attributes "
-                                          "t2i requests; writes one grounded-generation requests table.")
-    r.add_argument("--positions", required=True, metavar="FILE.parquet", help="positions generation requests")
-    r.add_argument("--rewrites", required=True, metavar="FILE.parquet", help="llm answers of the positions rewrite")
-    r.add_argument("--counting", required=True, metavar="FILE.parquet", help="counting inpainting requests")
-    r.add_argument("--attributes", required=True, metavar="FILE.parquet", help="attributes t2i requests")
-    r.add_argument("--out", required=True, metavar="FILE.parquet", help="the combined requests table")
-    r.set_defaults(func=_cmd_requests)
-    d = subparsers.add_parser("datasets", help="Flickr30k-Positions / -Counting / -Attributes with negative images",
-                              description="Reads the positions, counting and attributes tables and the merged "
-                                          "generation output; writes positions/counting/attributes.parquet, each "
-                                          "item with its negative image, to --out-dir.")
-    d.add_argument("--positions", required=True, metavar="FILE.parquet", help="the positions table")
-    d.add_argument("--counting", required=True, metavar="FILE.parquet", help="the counting table")
-    d.add_argument("--attributes", required=True, metavar="FILE.parquet", help="the attributes negatives")
-    d.add_argument("--generated", required=True, metavar="FILE.parquet", help="merged generation output")
-    d.add_argument("--out-dir", required=True, metavar="DIR", help="folder for the three dataset tables")
-    d.set_defaults(func=_cmd_datasets)
+    settings = GroundedSettings.from_config(_load_config(args.config).get("grounded"))
+    ids = shard_ids(len(read_requests(args.requests)), settings.shard_size)
+    write_text(args.out, "\n".join(ids) + "\n")
+    print(f"{len(ids)} shard(s) -> {args.out}")
+    return 0
 
 
 def _cmd_requests(args) -> int:
@@ -342,64 +132,6 @@ def _cmd_datasets(args) -> int:
     summary = assemble.write_datasets(args.positions, args.counting, args.attributes, args.generated, args.out_dir)
     print(summary.to_string(index=False))
     return 0
-
-
-# ------------------------------------------------------------------------------------------- fine-tuning runs
-
-
-def _pairs_option(items, option: str) -> dict[str, str]:
-    return dict(key_values(items, option, "BENCHMARK=PATH (e.g. positions=datasets/positions.parquet)"))
-
-
-def add_training(sub) -> None:
-    """``counterfactory countercurate train-manifests | train-run | vlm-run``."""
-    p = sub.add_parser("train-manifests", help="CLIP fine-tuning manifests per dataset and variant (§3.5, §4.1, "
-                       "Tables 4 and 8)",
-                       description="Reads the three dataset tables (and the Flickr30k images); writes one CLIP "
-                                   "fine-tuning manifest per dataset and variant to --out-dir.")
-    add_config_option(p)
-    p.add_argument("--datasets", required=True, metavar="DIR", help="folder of positions/counting/attributes.parquet")
-    p.add_argument("--out-dir", required=True, metavar="DIR", help="folder for the manifests")
-    p.add_argument("--images", metavar="DIR", help="Flickr30k images (Attributes' positives; default from data)")
-    p.set_defaults(func=_cmd_train_manifests)
-
-    r = sub.add_parser("train-run", help="fine-tune CLIP on one manifest (one seed) and score it on the dataset's "
-                       "benchmarks; --no-train scores the pre-trained model",
-                       description="Reads a fine-tuning manifest (from train-manifests) and the dataset's benchmark "
-                                   "data; fine-tunes the CLIP role for one seed (unless --no-train) and writes the "
-                                   "checkpoint and the benchmark scores (a runs table) to --out-dir.")
-    add_config_option(r)
-    r.add_argument("--dataset", required=True, choices=training.DATASETS, help="which CounterCurate dataset")
-    r.add_argument("--variant", choices=training.VARIANTS, help="required unless --no-train")
-    r.add_argument("--manifest", metavar="FILE.parquet", help="from train-manifests; required unless --no-train")
-    r.add_argument("--seed", type=int, required=True, help="training seed")
-    r.add_argument("--data-seed", type=int, required=True, help="seed of the data order")
-    r.add_argument("--out-dir", required=True, metavar="DIR", help="the run's folder (checkpoint and scores)")
-    r.add_argument("--no-train", action="store_true", help="evaluate the pre-trained model (mixture 'pretrained')")
-    _benchmark_options(r)
-    r.set_defaults(func=_cmd_train_run)
-
-    v = sub.add_parser("vlm-run", help="fine-tune the vlm role (LLaVA-1.5 class) on one dataset's conversations (one "
-                       "seed) and score it on the dataset's benchmarks; --no-train scores the pre-trained model",
-                       description="Reads the dataset's conversation manifests (from train-manifests) and its "
-                                   "benchmark data; fine-tunes the vlm role for one seed (unless --no-train) and "
-                                   "writes the checkpoint and the benchmark scores (a runs table) to --out-dir.")
-    add_config_option(v)
-    v.add_argument("--dataset", required=True, choices=training.DATASETS, help="which CounterCurate dataset")
-    v.add_argument("--manifests", metavar="DIR", help="from train-manifests; required unless --no-train")
-    v.add_argument("--seed", type=int, required=True, help="training seed")
-    v.add_argument("--out-dir", required=True, metavar="DIR", help="the run's folder (checkpoint and scores)")
-    v.add_argument("--no-train", action="store_true", help="evaluate the pre-trained model (mixture 'pretrained')")
-    _benchmark_options(v)
-    v.set_defaults(func=_cmd_vlm_run)
-
-
-def _benchmark_options(parser) -> None:
-    """--data / --images per benchmark and --no-progress (train-run, vlm-run)."""
-    parser.add_argument("--data", action="append", default=[], metavar="BENCHMARK=PATH",
-                        help="benchmark data (e.g. positions=.../positions.parquet; default countercurate.benchmarks)")
-    parser.add_argument("--images", action="append", default=[], metavar="BENCHMARK=DIR", help="benchmark images root")
-    add_progress_option(parser)
 
 
 def _cmd_train_manifests(args) -> int:
@@ -427,72 +159,6 @@ def _cmd_vlm_run(args) -> int:
     return 0
 
 
-# ------------------------------------------------------------------------------------------- benchmarks and tables
-
-
-def _pairs(items, option: str) -> dict[str, str]:
-    return dict(key_values(items, option, "NAME=VALUE (e.g. clip_cc=+ CounterCurate)"))
-
-
-def add_benchmarks(sub) -> None:
-    """``counterfactory countercurate evaluate | tables``."""
-    p = sub.add_parser("evaluate", help="score one model role on a benchmark (Flickr30k-Positions, PointQA-"
-                       "LookTwice, SugarCrepe, Winoground; §4.2-4.4, app. E)",
-                       description="Reads one benchmark's data and images and the model role; writes the long "
-                                   "results (CSV) and, with --out-items, the per-item scores.")
-    add_config_option(p)
-    p.add_argument("--role", required=True, metavar="ROLE", help="model role to evaluate")
-    p.add_argument("--benchmark", required=True, choices=benchmarks.BENCHMARKS, help="the benchmark to score")
-    p.add_argument("--data", metavar="PATH", help="positions table / looktwiceqa_dataset.json / SugarCrepe data "
-                   "folder / Winoground examples.jsonl (default: benchmarks.<benchmark> in the config)")
-    p.add_argument("--images", metavar="DIR", help="images root (default: from the config)")
-    p.add_argument("--model", metavar="NAME", help="name of the model in the results (default: the role)")
-    p.add_argument("--head", choices=("itm", "itc"), help="cross-encoder head (default benchmarks.head or itm)")
-    p.add_argument("--out", required=True, metavar="FILE.csv",
-                   help="long results: " + ", ".join(benchmarks.RESULT_COLUMNS))
-    p.add_argument("--out-items", metavar="FILE.parquet", help="per-item scores (.parquet or .csv)")
-    add_progress_option(p)
-    p.set_defaults(func=_cmd_evaluate)
-
-    t = sub.add_parser("tables", help="Tables 1-4, 6, 7, 8 of CounterCurate from evaluate results",
-                       description="Reads the results CSVs of `countercurate evaluate` (and the runs' scores); writes "
-                                   "Tables 1-4, 6, 7 and 8 as Markdown, LaTeX and CSV (printed when no --out-* is "
-                                   "given).")
-    t.add_argument("--results", nargs="+", action="extend", required=True, metavar="CSV",
-                   help="results CSVs (repeatable)")
-    t.add_argument("--benchmark", action="append", choices=benchmarks.BENCHMARKS,
-                   help="only these (default: all present)")
-    t.add_argument("--model", action="append", metavar="NAME", help="models in this order (default: as found)")
-    t.add_argument("--label", action="append", default=[], metavar="NAME=LABEL", help="display name of a model")
-    t.add_argument("--delta", action="append", default=[], metavar="NAME=BASELINE",
-                   help="show NAME's difference to BASELINE in parentheses (Table 3)")
-    t.add_argument("--decimals", type=int, default=2, help="decimals shown (default: 2)")
-    t.add_argument("--out-md", metavar="FILE.md", help="the tables as Markdown")
-    t.add_argument("--out-tex", metavar="FILE.tex", help="the tables as LaTeX")
-    t.add_argument("--out-csv", metavar="FILE.csv", help="the tables as CSV")
-    t.add_argument("--out-html", metavar="FILE.html", help="the tables as an HTML page (what the report shows)")
-    t.set_defaults(func=_cmd_tables)
-    pt = sub.add_parser("paper-tables", help="Tables 1, 2, 3, 5 and 6 of CounterCurate in the paper's layout",
-                        description="Reads the fine-tuning summaries (CLIP runs, vlm family) and the evaluate results "
-                                    "(the NegCLIP and GPT-4V columns of Tables 3 and 6); writes Tables 1, 2, 3, 5 "
-                                    "and 6 as printed "
-                                    "(pre-trained and fine-tuned models side by side).")
-    pt.add_argument("--clip-summary", metavar="CSV", help="stats summarize output of the CLIP fine-tuning runs")
-    pt.add_argument("--vlm-summary", metavar="CSV", help="stats summarize output of the vlm family's runs")
-    pt.add_argument("--results", nargs="*", action="extend", default=[], metavar="CSV",
-                    help="results CSVs of `countercurate evaluate` (NegCLIP, the GPT-4V stand-in)")
-    pt.add_argument("--negclip", default="negclip", metavar="NAME", help="model of Table 3's NegCLIP column")
-    pt.add_argument("--gpt4v", metavar="NAME", help="model in GPT-4V's place (Table 3's column, named by --label)")
-    pt.add_argument("--label", action="append", default=[], metavar="NAME=LABEL", help="display name of a model")
-    pt.add_argument("--clip-role", default="clip_open_clip", metavar="ROLE",
-                    help="the fine-tuned CLIP's role (its label)")
-    pt.add_argument("--vlm-role", default="vlm", metavar="ROLE", help="the fine-tuned VLM's role (its label)")
-    pt.add_argument("--out-md", required=True, metavar="FILE.md", help="the tables as Markdown")
-    pt.add_argument("--out-csv", metavar="FILE.csv", help="the tables as CSV")
-    pt.add_argument("--out-html", metavar="FILE.html", help="the tables as an HTML page")
-    pt.set_defaults(func=_cmd_paper_tables)
-
-
 def _cmd_evaluate(args) -> int:
     from ..io import write_csv, write_parquet
 
@@ -508,90 +174,27 @@ def _cmd_evaluate(args) -> int:
 
 
 def _cmd_tables(args) -> int:
-    import pandas as pd
-
-    from ..io import write_csv, write_text
-
-    results = benchmark_tables.read_results(args.results)
-    tables = benchmark_tables.build_tables(results, args.benchmark, models=args.model, labels=_pairs(args.label, "--label"),
-                                     deltas=_pairs(args.delta, "--delta"), decimals=args.decimals)
-    md = "\n".join(benchmark_tables.render_markdown(t) for t in tables)
-    if args.out_md:
-        write_text(args.out_md, md)
-    if args.out_tex:
-        write_text(args.out_tex, "\n".join(benchmark_tables.render_latex(t) for t in tables))
-    if args.out_csv:
-        write_csv(args.out_csv, pd.concat([benchmark_tables.table_frame(t) for t in tables], ignore_index=True))
-    if args.out_html:
-        write_text(args.out_html, benchmark_tables.render_html(tables))
+    md = benchmark_tables.write_tables(args.results, args.benchmark, models=args.model,
+                                       labels=_pairs(args.label, "--label"), deltas=_pairs(args.delta, "--delta"),
+                                       decimals=args.decimals, out_md=args.out_md, out_tex=args.out_tex,
+                                       out_csv=args.out_csv, out_html=args.out_html)
     if not (args.out_md or args.out_tex or args.out_csv or args.out_html):
         print(md)
     return 0
 
 
 def _cmd_paper_tables(args) -> int:
-    import pandas as pd
-
-    from ..io import write_csv, write_text
-
-    labels = _pairs(args.label, "--label")
-    read = lambda path: pd.read_csv(path) if path else None  # noqa: E731
-    results = benchmark_tables.read_results(args.results) if args.results else None
-    tables = benchmark_tables.paper_tables(
-        read(args.clip_summary), read(args.vlm_summary), results, clip_label=labels.get(args.clip_role, "CLIP"),
-        vlm_label=labels.get(args.vlm_role, "LLaVA-1.5"), negclip_model=args.negclip,
-        negclip_label=labels.get(args.negclip, "NegCLIP"), gpt4v_model=args.gpt4v,
-        gpt4v_label=f"{labels.get(args.gpt4v, args.gpt4v)} (in GPT-4V's place)" if args.gpt4v else None)
-    write_text(args.out_md, "\n".join(benchmark_tables.render_markdown(t) for t in tables))
-    if args.out_csv:
-        frames = [benchmark_tables.table_frame(t) for t in tables]
-        write_csv(args.out_csv, pd.concat(frames, ignore_index=True) if frames else pd.DataFrame())
-    if args.out_html:
-        write_text(args.out_html, benchmark_tables.render_html(tables, "CounterCurate: Tables 1, 2, 3 and 5"))
+    benchmark_tables.write_paper_tables(args.clip_summary, args.vlm_summary, args.results,
+                                        labels=_pairs(args.label, "--label"), clip_role=args.clip_role,
+                                        vlm_role=args.vlm_role, negclip=args.negclip, gpt4v=args.gpt4v,
+                                        out_md=args.out_md, out_csv=args.out_csv, out_html=args.out_html)
     return 0
-
-
-# ------------------------------------------------------------------------------------------- the generative VLM
-
-
-def add_vlm(subparsers) -> None:
-    """Register ``counterfactory countercurate vlm-train`` and ``vlm-score``."""
-    t = subparsers.add_parser("vlm-train", help="fine-tune the vlm role (LLaVA-1.5 class) on caption pairs as "
-                              "conversations (§3.5)",
-                              description="Reads a table of images with a caption and a negative caption (and a "
-                                          "validation table); fine-tunes the vlm role on them as conversations and "
-                                          "writes the model (loadable as models.vlm.source), history.csv and "
-                                          "run.json to --out-dir.")
-    add_config_option(t)
-    t.add_argument("--data", required=True, metavar="FILE.parquet",
-                   help="rows image_path, caption, negative_caption[, negative_image_path] (paths relative to "
-                        "the table's folder or absolute)")
-    t.add_argument("--val-data", metavar="FILE.parquet", help="validation rows: keep the lowest-loss checkpoint")
-    t.add_argument("--out-dir", required=True, metavar="DIR",
-                   help="writes DIR/model (loadable as models.vlm.source), history.csv, run.json")
-    t.add_argument("--seed", type=int, required=True, help="training seed")
-    t.add_argument("--role", default=VLM_ROLE, metavar="ROLE", help=f"model role to fine-tune (default {VLM_ROLE})")
-    add_progress_option(t)
-    t.set_defaults(func=_cmd_vlm_train)
-    s = subparsers.add_parser("vlm-score", help="score caption pairs with the vlm role: caption log-likelihoods "
-                              "and the two-option choice (§4)",
-                              description="Reads a table of images with a caption and a negative caption and the "
-                                          "vlm role; writes one CSV row per input row with both captions' "
-                                          "log-likelihoods and the model's two-option choice.")
-    add_config_option(s)
-    s.add_argument("--role", default=VLM_ROLE, metavar="ROLE", help=f"model role (default {VLM_ROLE})")
-    s.add_argument("--data", required=True, metavar="FILE.parquet",
-                   help="rows image_path, caption, negative_caption (paths relative to the table's folder)")
-    s.add_argument("--out", required=True, metavar="FILE.csv", help="one row per input row")
-    s.add_argument("--batch-size", type=int, metavar="N", help="override vlm.eval_batch_size")
-    add_progress_option(s)
-    s.set_defaults(func=_cmd_vlm_score)
 
 
 def _cmd_vlm_train(args) -> int:
     cfg = _load_config(args.config)
     result = vlm_finetune.train_run(cfg, args.data, args.out_dir, args.seed, role=args.role, val_data=args.val_data,
-                           progress=not args.no_progress)
+                                    progress=not args.no_progress)
     print(f"trained {result.steps} steps on {result.examples} conversations; checkpoint {Path(args.out_dir) / 'model'}")
     return 0
 
@@ -607,3 +210,292 @@ def _cmd_vlm_score(args) -> int:
     print(f"{len(table)} rows: chose the caption {table['chose_caption'].mean():.4f}, caption more likely than "
           f"negative {(table['logp_caption'] > table['logp_negative']).mean():.4f}")
     return 0
+
+
+# ------------------------------------------------------------------------------------------- declarations
+
+ENTITIES_ROOT = Param("--entities-root", required=True, metavar="DIR",
+                      help="Flickr30k Entities folder holding Sentences/ and Annotations/")
+F30K_IMAGES = Param("--images", metavar="DIR",
+                    help="Flickr30k images (<id>.jpg); default <entities-root>/flickr30k-images when it exists")
+LENIENT = flag("--lenient", "clip boxes outside the image and ignore unknown chain ids (logged) instead of failing")
+LLM_CACHE = Param("--cache", metavar="FILE.jsonl", help="llm answer cache (default: llm.cache)")
+TRAIN_SEED = Param("--seed", type=int, required=True, help="training seed")
+RUN_DIR = OUT_DIR.but(help="the run's folder (checkpoint and scores)")
+NO_TRAIN = flag("--no-train", "evaluate the pre-trained model (mixture 'pretrained')")
+DATASET = Param("--dataset", required=True, choices=training.DATASETS, help="which CounterCurate dataset")
+#: --data / --images per benchmark and --no-progress (train-run, vlm-run)
+BENCHMARK_DATA = (
+    Param("--data", action="append", default=[], metavar="BENCHMARK=PATH",
+          help="benchmark data (e.g. positions=.../positions.parquet; default countercurate.benchmarks)"),
+    Param("--images", action="append", default=[], metavar="BENCHMARK=DIR", help="benchmark images root"),
+    NO_PROGRESS)
+MODEL_LABEL = LABEL.but(metavar="NAME=LABEL", help="display name of a model")
+
+# Flickr30k-Positions and -Counting
+
+POSITIONS = Step(
+    "positions", help="Flickr30k-Positions: object pairs, left/right/above/below captions, flipped negatives and "
+                      "generation requests (§3.2)",
+    description="Reads Flickr30k Entities (Sentences/, Annotations/ and the images); writes the positions table (one "
+                "row per object pair and axis, with left/right/above/below captions and flipped negatives) and, "
+                "with --out-requests, the llm rewrite requests and the grounded-generation requests.",
+    params=(ENTITIES_ROOT, F30K_IMAGES,
+            CONFIG.but(required=False, help="configuration file (repeatable; section countercurate.positions; "
+                                            "default: module defaults)"),
+            OUT.but(metavar="FILE.parquet", help="one row per item (pair, axis)"),
+            Param("--out-requests", former=("--requests-out",), metavar="DIR",
+                  help=f"write {positions.LLM_FILE} (llm role, appendix B) and {positions.GENERATION_FILE} (grounded "
+                       f"generation, §3.2) here"),
+            Param("--flipped-dir", metavar="DIR", help="write the mirrored images of the left/right items here"),
+            LENIENT),
+    run=_cmd_positions)
+
+COUNTING = Step(
+    "counting", help="Flickr30k-Counting: category pairs, count captions and inpainting requests (§3.3)",
+    description="Reads Flickr30k Entities (Sentences/, Annotations/ and the images); writes the counting table (one "
+                "row per category pair) and, with --out-requests, the grounded-inpainting requests.",
+    params=(ENTITIES_ROOT, F30K_IMAGES,
+            CONFIG.but(required=False, help="configuration file (repeatable; section countercurate.counting; "
+                                            "default: module defaults)"),
+            OUT.but(metavar="FILE.parquet", help="one row per category pair"),
+            Param("--out-requests", former=("--requests-out",), metavar="DIR",
+                  help=f"write {counting.REQUESTS_FILE} (grounded inpainting, §3.3) here"),
+            LENIENT),
+    run=_cmd_counting)
+
+# Flickr30k-Attributes and the llm requests (alias llm: it answers llm requests of any task; the workflow runs it on
+# the positions requests)
+
+ATTRIBUTES = (
+    Step("attributes", help="Flickr30k-Attributes negatives from the role in GPT-4V's place (§3.4, app. A)",
+         description="Reads captions with entity markup and the role named by countercurate.attributes.role (vlm: "
+                     "the photograph and its box-annotated copy, one answer per caption); writes the attribute "
+                     "negatives (accepted and rejected) and, on request, the text-to-image requests of the accepted "
+                     "ones, the requests and the raw answers.",
+         params=(CONFIG.but(help="configuration file with the answering role (models.vlm or models.llm) and the "
+                                 "countercurate section (repeatable; later files win)"),
+                 Param("--captions", required=True, metavar="FILE.parquet",
+                       help="captions with entity markup (image_id, sentence_index, markup | caption + phrases)"),
+                 Param("--entities-root", metavar="DIR",
+                       help="Flickr30k Entities folder: the boxes and image sizes are read from its Annotations/ "
+                            "(for captions tables without a boxes column)"),
+                 OUT.but(metavar="FILE.parquet", help="negatives, accepted and rejected"),
+                 Param("--out-requests", former=("--requests-out",), metavar="FILE.parquet",
+                       help="t2i requests for the accepted negatives"),
+                 Param("--out-llm-requests", former=("--llm-requests-out",), metavar="FILE.parquet",
+                       help="also write the llm requests"),
+                 Param("--out-answers", former=("--answers-out",), metavar="FILE.parquet",
+                       help="also write the raw llm answers"),
+                 LLM_CACHE),
+         run=_cmd_attributes),
+    Step("positions-rewrite", aliases=("llm",),
+         help="app. B: rewrite the above/below negatives with the llm role (answers llm requests of any task with "
+              "JSON-schema constrained decoding)",
+         description="Reads a table of llm requests (any task) and the llm role; writes the answers (parquet) with "
+                     "their validity and errors, decoding each answer constrained to the request's JSON schema; "
+                     "answers are cached.",
+         params=(CONFIG.but(help="configuration file with models.llm (repeatable; later files win)"),
+                 Param("--requests", required=True, metavar="FILE.parquet",
+                       help="item_id, task, fields (JSON) [, prompt, schema, image_path, boxes, images]"),
+                 OUT.but(metavar="FILE.parquet", help="answers with validity and errors"),
+                 Param("--rejected", metavar="FILE.parquet",
+                       help="also write every rejected or unusable answer with its reason (item_id, task, answer, "
+                            "reason, detail): empty, not JSON, off-schema, or failing the task's check (an "
+                            "off-topic rewrite)"),
+                 LLM_CACHE),
+         run=_cmd_llm),
+)
+
+# grounded generation (GLIGEN text-box generation §3.2, GLIGEN inpainting §3.3 / appendix C, text-to-image in
+# DALLE-3's role §3.4) for one shard of requests, its merge and the shard ids of a requests table (the work:
+# :mod:`counterfactory.generation.grounded`)
+
+GENERATE = (
+    Step("generate", help="grounded generation / inpainting / text-to-image for one shard of requests (§3.2-3.4)",
+         description="CounterCurate §3.2-3.4: for every request of the shard (items ranked shard*S .. (shard+1)*S-1 "
+                     "in sorted item_id order, S = grounded.shard_size) generate one image: kind generate = GLIGEN "
+                     "text-box generation (models.gligen), inpaint = GLIGEN text-box inpainting of image_path "
+                     "(models.gligen_inpaint), t2i = plain text-to-image (models.t2i, DALLE-3's role). Items of one "
+                     "kind run grounded.batch_size at a time; each item's randomness comes from its item_id. "
+                     "Writes OUT_DIR/images/<item_id>.png, OUT_DIR/generated.parquet and OUT_DIR/summary.json; "
+                     "finished items are cached in OUT_DIR/work/, so a killed job resumes with identical files.",
+         params=shard_job_params("--requests", "FILE.parquet",
+                                 "requests table (item_id, kind, prompt, phrases, boxes, image_path, mask_box)"),
+         run=_cmd_generate),
+    Step("generate-merge", help="concatenate the grounded-generation shards into one table",
+         description="Read generated.parquet and summary.json of every shard folder and write "
+                     "OUT_DIR/generated.parquet (sorted by item_id; image paths relative to OUT_DIR) and "
+                     "OUT_DIR/summary.json. Refused: a missing shard output or shard, shards made with different "
+                     "settings (config_digest) or from different requests tables.",
+         params=(SHARD_DIRS, OUT_DIR.but(help="folder for the merged table")),
+         run=_cmd_generate_merge),
+    Step("request-shards", aliases=("generate-shards",), help="the shard ids of a requests table, one per line",
+         description="Reads a requests table and grounded.shard_size from the config; writes a text file with the "
+                     "shard ids covering it, one per line.",
+         params=(CONFIG.but(help="configuration file: grounded.shard_size (repeatable; later files win)"),
+                 Param("--requests", required=True, metavar="FILE.parquet", help="requests table"),
+                 OUT.but(metavar="FILE.txt", help="the shard ids, one per line")),
+         run=_cmd_generate_shards),
+)
+
+# requests and datasets: the glue between the steps (:mod:`.assemble` of the study)
+
+ASSEMBLE = (
+    Step("requests", help="one grounded-generation requests table for positions (rewritten), counting and attributes",
+         description="Reads the positions generation requests, the llm rewrites of the positions captions, the "
+                     "counting inpainting requests and the attributes t2i requests; writes one grounded-generation "
+                     "requests table.",
+         params=(Param("--positions", required=True, metavar="FILE.parquet", help="positions generation requests"),
+                 Param("--rewrites", required=True, metavar="FILE.parquet",
+                       help="llm answers of the positions rewrite"),
+                 Param("--counting", required=True, metavar="FILE.parquet", help="counting inpainting requests"),
+                 Param("--attributes", required=True, metavar="FILE.parquet", help="attributes t2i requests"),
+                 OUT.but(metavar="FILE.parquet", help="the combined requests table")),
+         run=_cmd_requests),
+    Step("datasets", help="Flickr30k-Positions / -Counting / -Attributes with negative images",
+         description="Reads the positions, counting and attributes tables and the merged generation output; writes "
+                     "positions/counting/attributes.parquet, each item with its negative image, to --out-dir.",
+         params=(Param("--positions", required=True, metavar="FILE.parquet", help="the positions table"),
+                 Param("--counting", required=True, metavar="FILE.parquet", help="the counting table"),
+                 Param("--attributes", required=True, metavar="FILE.parquet", help="the attributes negatives"),
+                 Param("--generated", required=True, metavar="FILE.parquet", help="merged generation output"),
+                 OUT_DIR.but(help="folder for the three dataset tables")),
+         run=_cmd_datasets),
+)
+
+# fine-tuning runs
+
+TRAINING = (
+    Step("train-manifests", help="CLIP fine-tuning manifests per dataset and variant (§3.5, §4.1, Tables 4 and 8)",
+         description="Reads the three dataset tables (and the Flickr30k images); writes one CLIP fine-tuning "
+                     "manifest per dataset and variant to --out-dir.",
+         params=(CONFIG,
+                 Param("--datasets", required=True, metavar="DIR",
+                       help="folder of positions/counting/attributes.parquet"),
+                 OUT_DIR.but(help="folder for the manifests"),
+                 Param("--images", metavar="DIR", help="Flickr30k images (Attributes' positives; default from data)")),
+         run=_cmd_train_manifests),
+    Step("train-run", help="fine-tune CLIP on one manifest (one seed) and score it on the dataset's benchmarks; "
+                           "--no-train scores the pre-trained model",
+         description="Reads a fine-tuning manifest (from train-manifests) and the dataset's benchmark data; "
+                     "fine-tunes the CLIP role for one seed (unless --no-train) and writes the checkpoint and the "
+                     "benchmark scores (a runs table) to --out-dir.",
+         params=(CONFIG, DATASET,
+                 Param("--variant", choices=training.VARIANTS, help="required unless --no-train"),
+                 Param("--manifest", metavar="FILE.parquet", help="from train-manifests; required unless --no-train"),
+                 TRAIN_SEED,
+                 Param("--data-seed", type=int, required=True, help="seed of the data order"),
+                 RUN_DIR, NO_TRAIN, *BENCHMARK_DATA),
+         run=_cmd_train_run),
+    Step("vlm-run", help="fine-tune the vlm role (LLaVA-1.5 class) on one dataset's conversations (one seed) and "
+                         "score it on the dataset's benchmarks; --no-train scores the pre-trained model",
+         description="Reads the dataset's conversation manifests (from train-manifests) and its benchmark data; "
+                     "fine-tunes the vlm role for one seed (unless --no-train) and writes the checkpoint and the "
+                     "benchmark scores (a runs table) to --out-dir.",
+         params=(CONFIG, DATASET,
+                 Param("--manifests", metavar="DIR", help="from train-manifests; required unless --no-train"),
+                 TRAIN_SEED, RUN_DIR, NO_TRAIN, *BENCHMARK_DATA),
+         run=_cmd_vlm_run),
+)
+
+# benchmarks and tables
+
+EVALUATION = (
+    Step("evaluate", help="score one model role on a benchmark (Flickr30k-Positions, PointQA-LookTwice, SugarCrepe, "
+                          "Winoground; §4.2-4.4, app. E)",
+         description="Reads one benchmark's data and images and the model role; writes the long results (CSV) and, "
+                     "with --out-items, the per-item scores.",
+         params=(CONFIG,
+                 Param("--role", required=True, metavar="ROLE", help="model role to evaluate"),
+                 Param("--benchmark", required=True, choices=benchmarks.BENCHMARKS, help="the benchmark to score"),
+                 Param("--data", metavar="PATH",
+                       help="positions table / looktwiceqa_dataset.json / SugarCrepe data folder / Winoground "
+                            "examples.jsonl (default: benchmarks.<benchmark> in the config)"),
+                 Param("--images", metavar="DIR", help="images root (default: from the config)"),
+                 Param("--model", metavar="NAME", help="name of the model in the results (default: the role)"),
+                 Param("--head", choices=("itm", "itc"), help="cross-encoder head (default benchmarks.head or itm)"),
+                 OUT.but(metavar="FILE.csv", help="long results: " + ", ".join(benchmarks.RESULT_COLUMNS)),
+                 Param("--out-items", metavar="FILE.parquet", help="per-item scores (.parquet or .csv)"),
+                 NO_PROGRESS),
+         run=_cmd_evaluate),
+    Step("tables", help="Tables 1-4, 6, 7, 8 of CounterCurate from evaluate results",
+         description="Reads the results CSVs of `countercurate evaluate` (and the runs' scores); writes Tables 1-4, "
+                     "6, 7 and 8 as Markdown, LaTeX and CSV (printed when no --out-* is given).",
+         params=(Param("--results", nargs="+", action="extend", required=True, metavar="CSV",
+                       help="results CSVs (repeatable)"),
+                 Param("--benchmark", action="append", choices=benchmarks.BENCHMARKS,
+                       help="only these (default: all present)"),
+                 Param("--model", action="append", metavar="NAME", help="models in this order (default: as found)"),
+                 MODEL_LABEL,
+                 Param("--delta", action="append", default=[], metavar="NAME=BASELINE",
+                       help="show NAME's difference to BASELINE in parentheses (Table 3)"),
+                 DECIMALS,
+                 OUT_MD.but(help="the tables as Markdown"), OUT_TEX.but(help="the tables as LaTeX"),
+                 OUT_CSV.but(help="the tables as CSV"),
+                 OUT_HTML.but(help="the tables as an HTML page (what the report shows)")),
+         run=_cmd_tables),
+    Step("paper-tables", help="Tables 1, 2, 3, 5 and 6 of CounterCurate in the paper's layout",
+         description="Reads the fine-tuning summaries (CLIP runs, vlm family) and the evaluate results (the NegCLIP "
+                     "and GPT-4V columns of Tables 3 and 6); writes Tables 1, 2, 3, 5 and 6 as printed (pre-trained "
+                     "and fine-tuned models side by side).",
+         params=(Param("--clip-summary", metavar="CSV", help="stats summarize output of the CLIP fine-tuning runs"),
+                 Param("--vlm-summary", metavar="CSV", help="stats summarize output of the vlm family's runs"),
+                 Param("--results", nargs="*", action="extend", default=[], metavar="CSV",
+                       help="results CSVs of `countercurate evaluate` (NegCLIP, the GPT-4V stand-in)"),
+                 Param("--negclip", default="negclip", metavar="NAME", help="model of Table 3's NegCLIP column"),
+                 Param("--gpt4v", metavar="NAME",
+                       help="model in GPT-4V's place (Table 3's column, named by --label)"),
+                 MODEL_LABEL,
+                 Param("--clip-role", default="clip_open_clip", metavar="ROLE",
+                       help="the fine-tuned CLIP's role (its label)"),
+                 Param("--vlm-role", default="vlm", metavar="ROLE", help="the fine-tuned VLM's role (its label)"),
+                 OUT_MD.but(required=True, help="the tables as Markdown"), OUT_CSV.but(help="the tables as CSV"),
+                 OUT_HTML.but(help="the tables as an HTML page")),
+         run=_cmd_paper_tables),
+)
+
+# the generative VLM
+
+VLM = (
+    Step("vlm-train", help="fine-tune the vlm role (LLaVA-1.5 class) on caption pairs as conversations (§3.5)",
+         description="Reads a table of images with a caption and a negative caption (and a validation table); "
+                     "fine-tunes the vlm role on them as conversations and writes the model (loadable as "
+                     "models.vlm.source), history.csv and run.json to --out-dir.",
+         params=(CONFIG,
+                 Param("--data", required=True, metavar="FILE.parquet",
+                       help="rows image_path, caption, negative_caption[, negative_image_path] (paths relative to "
+                            "the table's folder or absolute)"),
+                 Param("--val-data", metavar="FILE.parquet",
+                       help="validation rows: keep the lowest-loss checkpoint"),
+                 OUT_DIR.but(help="writes DIR/model (loadable as models.vlm.source), history.csv, run.json"),
+                 TRAIN_SEED,
+                 Param("--role", default=VLM_ROLE, metavar="ROLE",
+                       help=f"model role to fine-tune (default {VLM_ROLE})"),
+                 NO_PROGRESS),
+         run=_cmd_vlm_train),
+    Step("vlm-score", help="score caption pairs with the vlm role: caption log-likelihoods and the two-option choice "
+                           "(§4)",
+         description="Reads a table of images with a caption and a negative caption and the vlm role; writes one "
+                     "CSV row per input row with both captions' log-likelihoods and the model's two-option choice.",
+         params=(CONFIG,
+                 Param("--role", default=VLM_ROLE, metavar="ROLE", help=f"model role (default {VLM_ROLE})"),
+                 Param("--data", required=True, metavar="FILE.parquet",
+                       help="rows image_path, caption, negative_caption (paths relative to the table's folder)"),
+                 OUT.but(metavar="FILE.csv", help="one row per input row"),
+                 Param("--batch-size", type=int, metavar="N", help="override vlm.eval_batch_size"),
+                 NO_PROGRESS),
+         run=_cmd_vlm_score),
+)
+
+COUNTERCURATE = Step(
+    "countercurate", help="CounterCurate: positions, counting, attributes, grounded generation, benchmarks",
+    description="The CounterCurate study: Flickr30k-Positions, -Counting and -Attributes with their negatives, "
+                "grounded generation of the negative images, CLIP and VLM fine-tuning, and the benchmarks and "
+                "tables.",
+    steps=(POSITIONS, COUNTING, *ATTRIBUTES, *GENERATE, *ASSEMBLE, *TRAINING, *EVALUATION, *VLM))
+
+register = registrar(COUNTERCURATE)
+#: a part of the group alone (for tests that parse one part)
+add_attributes = registrar(*ATTRIBUTES)
+add_vlm = registrar(*VLM)

@@ -71,7 +71,7 @@ from typing import Iterable
 import pandas as pd
 
 from ...config import fill_section
-from ...errors import ConfigError, input_error
+from ...errors import ConfigError, input_error, missing_input
 from ...text import llm
 from . import STUDY
 from .attribute_captions import ARTICLES as ARTICLES
@@ -689,3 +689,12 @@ def load_cfg(paths: Iterable[str]) -> dict:
     except KeyError as exc:
         raise ConfigError(f"{', '.join(map(str, paths))}: the configuration schema has no '{STUDY}' section yet "
                           f"({exc}). Fix: use a version of counterfactory whose schema knows the study") from exc
+
+
+def read_captions_table(path: str | Path) -> pd.DataFrame:
+    """The captions table of ``counterfactory countercurate attributes`` (``.jsonl``: JSON lines, else parquet); a
+    missing file is an error naming the fix."""
+    p = Path(path)
+    if not p.exists():
+        raise missing_input(p, "table", "check the path (and that the step producing it has run)")
+    return pd.read_json(p, lines=True, dtype=False) if p.suffix == ".jsonl" else pd.read_parquet(p)

@@ -333,3 +333,54 @@ def paper_tables(clip_summary: pd.DataFrame | None, vlm_summary: pd.DataFrame | 
     keep("table5", "Scores", pd.DataFrame([t5[r] for r in order], index=order, columns=[clip_label, ours]),
          notes=["Image = text-to-image retrieval, Text = image-to-text; Average = their mean."])
     return sorted(out, key=lambda t: list(PAPER_TITLES).index(t.name))   # the paper's order: 1, 2, 3, 5, then 6
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# the table steps: results files in, the tables written
+# ----------------------------------------------------------------------------------------------------------------
+def write_tables(results_paths: Sequence[str | Path], benchmarks: Sequence[str] | None = None, *,
+                 models: Sequence[str] | None = None, labels: Mapping[str, str] | None = None,
+                 deltas: Mapping[str, str] | None = None, decimals: int = 2, out_md=None, out_tex=None,
+                 out_csv=None, out_html=None) -> str:
+    """``counterfactory countercurate tables``: the tables of ``benchmarks`` (:func:`build_tables`) from the
+    results CSVs, written as Markdown, LaTeX, CSV and HTML where a path is given. Returns the Markdown."""
+    from ...io import write_csv, write_text
+
+    results = read_results(results_paths)
+    tables = build_tables(results, benchmarks, models=models, labels=labels, deltas=deltas, decimals=decimals)
+    md = "\n".join(render_markdown(t) for t in tables)
+    if out_md:
+        write_text(out_md, md)
+    if out_tex:
+        write_text(out_tex, "\n".join(render_latex(t) for t in tables))
+    if out_csv:
+        write_csv(out_csv, pd.concat([table_frame(t) for t in tables], ignore_index=True))
+    if out_html:
+        write_text(out_html, render_html(tables))
+    return md
+
+
+def write_paper_tables(clip_summary=None, vlm_summary=None, results_paths: Sequence[str | Path] = (), *,
+                       labels: Mapping[str, str] | None = None, clip_role: str = "clip_open_clip",
+                       vlm_role: str = "vlm", negclip: str = "negclip", gpt4v: str | None = None, out_md,
+                       out_csv=None, out_html=None) -> list[BenchmarkTable]:
+    """``counterfactory countercurate paper-tables``: :func:`paper_tables` from the summary CSVs of the CLIP and
+    the vlm fine-tuning runs (``stats summarize``) and the results CSVs of ``countercurate evaluate``, columns named
+    by ``labels`` (role or model -> display name), written as Markdown (and CSV and HTML where a path is given)."""
+    from ...io import write_csv, write_text
+
+    labels = dict(labels or {})
+    read = lambda path: pd.read_csv(path) if path else None  # noqa: E731
+    results = read_results(results_paths) if results_paths else None
+    tables = paper_tables(
+        read(clip_summary), read(vlm_summary), results, clip_label=labels.get(clip_role, "CLIP"),
+        vlm_label=labels.get(vlm_role, "LLaVA-1.5"), negclip_model=negclip,
+        negclip_label=labels.get(negclip, "NegCLIP"), gpt4v_model=gpt4v,
+        gpt4v_label=f"{labels.get(gpt4v, gpt4v)} (in GPT-4V's place)" if gpt4v else None)
+    write_text(out_md, "\n".join(render_markdown(t) for t in tables))
+    if out_csv:
+        frames = [table_frame(t) for t in tables]
+        write_csv(out_csv, pd.concat(frames, ignore_index=True) if frames else pd.DataFrame())
+    if out_html:
+        write_text(out_html, render_html(tables, "CounterCurate: Tables 1, 2, 3 and 5"))
+    return tables

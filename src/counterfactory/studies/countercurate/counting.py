@@ -48,7 +48,7 @@ import pandas as pd
 from ...config import fill_section
 from ...data import flickr30k_entities as f30k
 from ...errors import ConfigError
-from .positions import normalise_box
+from .positions import default_images_dir, normalise_box
 
 log = logging.getLogger(__name__)
 
@@ -350,3 +350,19 @@ def inpaint_requests(frame: pd.DataFrame) -> pd.DataFrame:
                      "boxes": [normalise_box(b, r.width, r.height) for b in r.mask_boxes],
                      "mask_boxes": [list(b) for b in r.mask_boxes], "width": r.width, "height": r.height})
     return pd.DataFrame(rows, columns=REQUEST_COLUMNS)
+
+
+def counting_files(cfg: Mapping | None, entities_root, out, images=None, out_requests=None,
+                   strict: bool = True) -> pd.DataFrame:
+    """``counterfactory countercurate counting``: the counting table of the Flickr30k Entities under
+    ``entities_root`` (:func:`build_counting`), written to ``out``; with ``out_requests`` the grounded-inpainting
+    requests (:data:`REQUESTS_FILE`) written into that folder. ``strict=False``: clip boxes outside the image and
+    ignore unknown chain ids. Returns the table."""
+    from ...io import write_parquet
+
+    images_dir = default_images_dir(entities_root, images, cfg)
+    frame = build_counting(f30k.iter_images(entities_root, strict=strict), cfg, images_dir)
+    write_parquet(out, frame)
+    if out_requests:
+        write_parquet(Path(out_requests) / REQUESTS_FILE, inpaint_requests(frame))
+    return frame

@@ -354,3 +354,31 @@ def default_images_dir(entities_root, images, cfg=None) -> Path | None:
         return Path(images)
     guess = Path(entities_root) / f30k.IMAGES
     return guess if guess.is_dir() else None
+
+
+def positions_files(cfg: Mapping | None, entities_root, out, images=None, out_requests=None, flipped_dir=None,
+                    strict: bool = True) -> pd.DataFrame:
+    """``counterfactory countercurate positions``: the positions table of the Flickr30k Entities under
+    ``entities_root`` (:func:`build_positions`), written to ``out``; with ``flipped_dir`` the mirrored images of the
+    left/right items written there (their ``negative_image``), with ``out_requests`` the llm rewrite requests
+    (:data:`LLM_FILE`) and the grounded-generation requests (:data:`GENERATION_FILE`) written into that folder.
+    ``strict=False``: clip boxes outside the image and ignore unknown chain ids. Returns the table."""
+    from ...io import write_parquet
+
+    images_dir = default_images_dir(entities_root, images, cfg)
+    data = f30k.iter_images(entities_root, strict=strict)
+    frame = build_positions(data, cfg, images_dir)
+    if flipped_dir:
+        if images_dir is None:
+            raise input_error(entities_root, None, "--flipped-dir needs the images",
+                              "pass --images DIR (the flickr30k-images folder)")
+        lr = frame[frame["subset"] == "LR"]
+        paths = write_flipped_images(lr["image_id"], images_dir, flipped_dir)
+        frame["negative_image"] = [paths.get(i) if s == "LR" else None
+                                   for i, s in zip(frame["image_id"], frame["subset"])]
+    write_parquet(out, frame)
+    if out_requests:
+        folder = Path(out_requests)
+        write_parquet(folder / LLM_FILE, llm_requests(frame, (cfg or {}).get("positions_rewrite")))
+        write_parquet(folder / GENERATION_FILE, generation_requests(frame))
+    return frame
