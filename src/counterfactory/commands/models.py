@@ -1,13 +1,17 @@
 """``counterfactory models``: build the offline tiny models (with a sha256 manifest); check that
 configured roles are intact (manifest / HF-cache blob hashes) and load; convert original BLIP checkpoints; make a
-fresh VSE++ folder."""
+fresh VSE++ folder; pin hub roles to their cached commits. This module is the command line only, declared as data
+(``commands.Step``); the work is done by :mod:`counterfactory.models` (``tiny``, ``registry``, ``convert_blip``,
+``convert_vsepp``, ``vsepp``, ``pins``)."""
 
 from __future__ import annotations
 
 import json
 
 from ..config import load_config
-from . import add_config_option
+from . import CONFIG, OUT, Param, Step, flag, registrar
+
+# ------------------------------------------------------------------------------------------- handlers
 
 
 def _build_tiny(args) -> int:
@@ -25,38 +29,10 @@ def _build_tiny(args) -> int:
 
 def _check(args) -> int:
     """Verify each role's files (manifest / HF-cache blob names), then load it; report every failure."""
-    from ..errors import CounterFactoryError
     from ..models import registry
 
     cfg = load_config(args.config)
-    roles = args.role or sorted(cfg["models"])
-    failures: list[str] = []
-    for role in roles:
-        source = registry.model_spec(cfg, role).source
-        try:
-            report = registry.verify_role(cfg, role, use_cache=args.trust_cache)
-        except CounterFactoryError as exc:
-            print(f"{role}: FAILED {exc}")
-            failures.append(str(exc))
-            continue
-        if report["problems"]:
-            for problem in report["problems"]:
-                line = f"role '{role}': {problem['path']}: {problem['problem']}. Fix: {report['fix']}"
-                print(f"{role}: CORRUPT {problem['path']}: {problem['problem']}")
-                failures.append(line)
-            print(f"{role}: fix: {report['fix']}")
-            continue
-        try:
-            registry.load(cfg, role)
-        except CounterFactoryError as exc:
-            print(f"{role}: FAILED {exc}")
-            failures.append(str(exc))
-            continue
-        info = registry.loaded_models()[role]
-        checked = {"manifest": "files match the manifest", "hf-cache": "blobs match their hashes",
-                   None: "no manifest"}[report["method"]]
-        commit = f", commit {info['commit']}" if info.get("commit") else ""
-        print(f"{role}: ok ({source}; {checked}; fingerprint {info['fingerprint']}{commit})")
+    failures = registry.check_roles(cfg, args.role or sorted(cfg["models"]), use_cache=args.trust_cache)
     print(json.dumps(registry.loaded_models(), indent=2))
     if failures:
         raise registry.ModelIntegrityError(
@@ -74,29 +50,10 @@ def _convert_blip(args) -> int:
 
 
 def _build_vsepp(args) -> int:
-    from pathlib import Path
-
-    from ..errors import missing_input
-    from ..io import read_table, utf8_lines
+    from ..data.karpathy import training_captions
     from ..models import vsepp
 
-    fix = ("give a Karpathy split file (dataset_coco.json), a CSV / parquet table with a caption column, or a text "
-           "file with one caption per line")
-    path = args.captions
-    if path.lower().endswith(".json"):   # the Karpathy file: the training captions are train + restval (§4.1)
-        from ..data.karpathy import load_karpathy
-
-        frame = load_karpathy(path)
-        captions = frame.loc[frame["split"].isin(["train", "restval"]), "caption"].astype(str).tolist()
-    elif path.lower().endswith((".csv", ".parquet")):
-        frame = read_table(path, "VSE++ training captions", fix, columns=("caption",))
-        if "split" in frame.columns:   # a training manifest: its train rows
-            frame = frame[frame["split"] == "train"]
-        captions = frame["caption"].astype(str).tolist()
-    else:
-        if not Path(path).is_file():
-            raise missing_input(path, "VSE++ training captions", fix)
-        captions = [line.strip() for _, line in utf8_lines(path) if line.strip()]
+    captions = training_captions(args.captions)
     imagenet = None if args.imagenet_weights == "none" else args.imagenet_weights
     out = vsepp.build(args.out, captions, backbone=args.backbone, imagenet=imagenet, seed=args.seed,
                       min_count=args.min_count, embed_size=args.embed_size, word_dim=args.word_dim,
@@ -115,103 +72,6 @@ def _convert_vsepp(args) -> int:
     print(f"wrote {out} (VSE++ {cfg.backbone}, {gru}, {cfg.vocab_size} words, joint space {cfg.embed_size}, "
           f"from {args.checkpoint})")
     return 0
-
-
-def _add_out(parser) -> None:
-    """``--out`` of the steps that write a model folder (convert-blip, convert-vsepp, build-vsepp): replaced atomically, with a
-    sha256 manifest (:func:`counterfactory.models.identity.save_with_manifest`)."""
-    parser.add_argument("--out", required=True, help="folder to write (replaced atomically if it exists)")
-
-
-def register(sub) -> None:
-    p = sub.add_parser("models", help="model roles: build tiny offline stand-ins, check loading",
-                       description="Model roles: build the offline tiny models (with a sha256 manifest) and check "
-                                   "that the configured roles are intact (manifest / Hugging Face cache blob hashes) "
-                                   "and load; a role that is missing says where to get it; convert original BLIP "
-                                   "checkpoints to transformers folders.")
-    s = p.add_subparsers(dest="models_command", metavar="<step>")
-    s.required = True
-    b = s.add_parser("build-tiny", help="build small random models of the real classes (offline demo)",
-                     description="Reads the config's tiny_models section; writes one small random-weight model "
-                                 "folder per role (the real library classes, with a sha256 manifest) under "
-                                 "tiny_models.out_dir. Needs no network.")
-    add_config_option(b)
-    b.add_argument("--role", action="append", help="role to build (repeatable; default: all with a builder)")
-    b.add_argument("--out-dir", help="default: tiny_models.out_dir from config")
-    b.add_argument("--force", action="store_true", help="rebuild even if the folder exists")
-    b.set_defaults(func=_build_tiny)
-    c = s.add_parser("check", help="verify each configured role's files, then load it with its library's loader",
-                     description="Reads the config's models section and each role's files (local folder or the "
-                                 "Hugging Face cache); writes nothing, prints one line per role and the loaded "
-                                 "models' identities as JSON, and for a missing role how to get it.")
-    add_config_option(c)
-    c.add_argument("--role", action="append", help="role to check (repeatable; default: all configured)")
-    c.add_argument("--trust-cache", action="store_true",
-                   help="take file hashes from the hash cache when size/mtime/inode are unchanged (fast; "
-                        "default re-reads every file so silent corruption is found)")
-    c.set_defaults(func=_check)
-    v = s.add_parser("convert-blip", help="convert an original BLIP checkpoint (model_base*.pth) to a transformers folder",
-                     description="Reads an original salesforce/BLIP checkpoint (e.g. the pre-trained model_base.pth "
-                                 "or model_base_capfilt_large.pth) and the config and processor of --base; writes a "
-                                 "transformers folder (BlipForImageTextRetrieval for --kind itm, "
-                                 "BlipForConditionalGeneration for --kind captioning) with its processor and a "
-                                 "sha256 manifest naming the source checkpoint, atomically. Keys the class has no "
-                                 "place for, or weights the checkpoint lacks, are an error naming them.")
-    v.add_argument("--checkpoint", required=True, help="original BLIP .pth file ({'model': state_dict})")
-    v.add_argument("--kind", required=True, choices=["itm", "captioning"],
-                   help="itm: image-text retrieval model (ITC + ITM heads); captioning: image-to-text decoder")
-    _add_out(v)
-    v.add_argument("--base", default=None,
-                   help="transformers BLIP folder or hub id giving the config and processor (default: "
-                        "Salesforce/blip-itm-base-coco for itm, Salesforce/blip-image-captioning-base for "
-                        "captioning; only their config and processor are used, not their weights)")
-    v.add_argument("--image-size", type=int, default=None,
-                   help="input resolution of the converted model (default: the checkpoint's own, 224 for the "
-                        "pre-training checkpoints); another size resizes the position embeddings bicubically, as "
-                        "BLIP does when it loads a checkpoint at another size")
-    v.set_defaults(func=_convert_blip)
-    w = s.add_parser("convert-vsepp", help="convert a published VSE++ checkpoint (model_best.pth.tar) to a VSE++ folder",
-                     description="Reads a checkpoint of the original VSE++ release (Faghri et al. 2018; runs.tar of "
-                                 "http://www.cs.toronto.edu/~faghri/vsepp/, a full-image VGG19 or ResNet-152 run) and "
-                                 "its vocabulary (vocab.tar: vocab/<data>_vocab.pkl); writes a VSE++ folder "
-                                 "(config.json, model.safetensors, vocab.json, a sha256 manifest naming both sources) "
-                                 "atomically, for a role with library vsepp. Neither file can run code when read. "
-                                 "See docs/models.md#vse.")
-    w.add_argument("--checkpoint", required=True, help="the release's model_best.pth.tar (or checkpoint.pth.tar)")
-    w.add_argument("--vocab", required=True,
-                   help="the vocabulary the run was trained with: vocab/coco_vocab.pkl or vocab/f30k_vocab.pkl (or "
-                        "a JSON word -> id mapping)")
-    _add_out(w)
-    w.set_defaults(func=_convert_vsepp)
-    e = s.add_parser("build-vsepp", help="make a fresh VSE++ model folder (vocabulary from the training captions)",
-                     description="Reads the training captions and torchvision's ImageNet weights file of the CNN (from "
-                                 "torch hub's checkpoint folder unless --imagenet-weights names it; nothing is "
-                                 "downloaded); writes a VSE++ folder (config.json, model.safetensors, vocab.json, a "
-                                 "sha256 manifest) atomically, for a role with library vsepp to train from. See "
-                                 "docs/models.md#vse.")
-    e.add_argument("--captions", required=True,
-                   help="training captions: a Karpathy split file (.json; its train and restval captions), a CSV / "
-                        "parquet table with a caption column (a split column keeps its train rows), or a text file "
-                        "with one caption per line")
-    _add_out(e)
-    e.add_argument("--backbone", choices=["resnet152", "vgg19", "tiny"], default="resnet152",
-                   help="image CNN (default resnet152, VSE++'s best; the spurious-retrieval paper §4.1 names vgg19)")
-    e.add_argument("--imagenet-weights", default="auto",
-                   help="torchvision ImageNet weights file of the CNN: auto (torch hub's checkpoint folder, e.g. "
-                        "~/.cache/torch/hub/checkpoints/resnet152-394f9c45.pth), a path, or none (random CNN)")
-    e.add_argument("--bidirectional", action="store_true",
-                   help="a bidirectional GRU (the final states of both directions averaged; §4.1's Bi-GRU)")
-    e.add_argument("--finetune-cnn", action="store_true",
-                   help="train the CNN too (default: frozen, only the projection and the text encoder learn)")
-    e.add_argument("--min-count", type=int, default=4, help="keep words seen at least this often (VSE++: 4)")
-    e.add_argument("--embed-size", type=int, default=1024, help="joint space size (VSE++: 1024)")
-    e.add_argument("--word-dim", type=int, default=300, help="word embedding size (VSE++: 300)")
-    e.add_argument("--margin", type=float, default=0.2, help="triplet loss margin (VSE++: 0.2)")
-    e.add_argument("--sum-of-hinges", action="store_true",
-                   help="train with the sum of hinges over all negatives (VSE0) instead of the hardest negative")
-    e.add_argument("--seed", type=int, default=0, help="seed of the random initial weights")
-    e.set_defaults(func=_build_vsepp)
-    _register_pin(s)
 
 
 def _pin(args) -> int:
@@ -238,15 +98,116 @@ def _pin(args) -> int:
     return 0
 
 
-def _register_pin(s) -> None:
-    p = s.add_parser("pin", help="pin each hub role to the commit the local Hugging Face cache holds",
-                     description="Reads the config's models section and the local Hugging Face cache (refs/main "
-                                 "and snapshot folders; nothing is downloaded) and prints, per hub role, its "
-                                 "repository and cached commit, or the `hf download` command for a role that is "
-                                 "not cached. With --out, writes the config overlay `models: {<role>: {revision: "
-                                 "<commit>}}` (atomically) to pass after the config. A role that already pins a "
-                                 "revision keeps it. Exit status 1 when a hub role has no cached commit.")
-    add_config_option(p)
-    p.add_argument("--role", action="append", help="role to pin (repeatable; default: every hub role)")
-    p.add_argument("--out", metavar="YAML", help="overlay file to write (default: print it)")
-    p.set_defaults(func=_pin)
+# ------------------------------------------------------------------------------------------- declarations
+
+#: ``--out`` of the steps that write a model folder (convert-blip, convert-vsepp, build-vsepp): replaced atomically,
+#: with a sha256 manifest (:func:`counterfactory.models.identity.save_with_manifest`)
+MODEL_OUT = OUT.but(metavar=None, help="folder to write (replaced atomically if it exists)")
+
+BUILD_TINY = Step(
+    "build-tiny", help="build small random models of the real classes (offline demo)",
+    description="Reads the config's tiny_models section; writes one small random-weight model folder per role (the "
+                "real library classes, with a sha256 manifest) under tiny_models.out_dir. Needs no network.",
+    params=(CONFIG,
+            Param("--role", action="append", help="role to build (repeatable; default: all with a builder)"),
+            Param("--out-dir", help="default: tiny_models.out_dir from config"),
+            flag("--force", "rebuild even if the folder exists")),
+    run=_build_tiny)
+
+CHECK = Step(
+    "check", help="verify each configured role's files, then load it with its library's loader",
+    description="Reads the config's models section and each role's files (local folder or the Hugging Face cache); "
+                "writes nothing, prints one line per role and the loaded models' identities as JSON, and for a "
+                "missing role how to get it.",
+    params=(CONFIG,
+            Param("--role", action="append", help="role to check (repeatable; default: all configured)"),
+            flag("--trust-cache", "take file hashes from the hash cache when size/mtime/inode are unchanged (fast; "
+                                  "default re-reads every file so silent corruption is found)")),
+    run=_check)
+
+CONVERT_BLIP = Step(
+    "convert-blip", help="convert an original BLIP checkpoint (model_base*.pth) to a transformers folder",
+    description="Reads an original salesforce/BLIP checkpoint (e.g. the pre-trained model_base.pth or "
+                "model_base_capfilt_large.pth) and the config and processor of --base; writes a transformers folder "
+                "(BlipForImageTextRetrieval for --kind itm, BlipForConditionalGeneration for --kind captioning) "
+                "with its processor and a sha256 manifest naming the source checkpoint, atomically. Keys the class "
+                "has no place for, or weights the checkpoint lacks, are an error naming them.",
+    params=(Param("--checkpoint", required=True, help="original BLIP .pth file ({'model': state_dict})"),
+            Param("--kind", required=True, choices=("itm", "captioning"),
+                  help="itm: image-text retrieval model (ITC + ITM heads); captioning: image-to-text decoder"),
+            MODEL_OUT,
+            Param("--base", default=None,
+                  help="transformers BLIP folder or hub id giving the config and processor (default: "
+                       "Salesforce/blip-itm-base-coco for itm, Salesforce/blip-image-captioning-base for "
+                       "captioning; only their config and processor are used, not their weights)"),
+            Param("--image-size", type=int, default=None,
+                  help="input resolution of the converted model (default: the checkpoint's own, 224 for the "
+                       "pre-training checkpoints); another size resizes the position embeddings bicubically, as "
+                       "BLIP does when it loads a checkpoint at another size")),
+    run=_convert_blip)
+
+CONVERT_VSEPP = Step(
+    "convert-vsepp", help="convert a published VSE++ checkpoint (model_best.pth.tar) to a VSE++ folder",
+    description="Reads a checkpoint of the original VSE++ release (Faghri et al. 2018; runs.tar of "
+                "http://www.cs.toronto.edu/~faghri/vsepp/, a full-image VGG19 or ResNet-152 run) and its "
+                "vocabulary (vocab.tar: vocab/<data>_vocab.pkl); writes a VSE++ folder (config.json, "
+                "model.safetensors, vocab.json, a sha256 manifest naming both sources) atomically, for a role with "
+                "library vsepp. Neither file can run code when read. See docs/models.md#vse.",
+    params=(Param("--checkpoint", required=True,
+                  help="the release's model_best.pth.tar (or checkpoint.pth.tar)"),
+            Param("--vocab", required=True,
+                  help="the vocabulary the run was trained with: vocab/coco_vocab.pkl or vocab/f30k_vocab.pkl (or "
+                       "a JSON word -> id mapping)"),
+            MODEL_OUT),
+    run=_convert_vsepp)
+
+BUILD_VSEPP = Step(
+    "build-vsepp", help="make a fresh VSE++ model folder (vocabulary from the training captions)",
+    description="Reads the training captions and torchvision's ImageNet weights file of the CNN (from torch hub's "
+                "checkpoint folder unless --imagenet-weights names it; nothing is downloaded); writes a VSE++ "
+                "folder (config.json, model.safetensors, vocab.json, a sha256 manifest) atomically, for a role "
+                "with library vsepp to train from. See docs/models.md#vse.",
+    params=(Param("--captions", required=True,
+                  help="training captions: a Karpathy split file (.json; its train and restval captions), a CSV / "
+                       "parquet table with a caption column (a split column keeps its train rows), or a text file "
+                       "with one caption per line"),
+            MODEL_OUT,
+            Param("--backbone", choices=("resnet152", "vgg19", "tiny"), default="resnet152",
+                  help="image CNN (default resnet152, VSE++'s best; the spurious-retrieval paper §4.1 names "
+                       "vgg19)"),
+            Param("--imagenet-weights", default="auto",
+                  help="torchvision ImageNet weights file of the CNN: auto (torch hub's checkpoint folder, e.g. "
+                       "~/.cache/torch/hub/checkpoints/resnet152-394f9c45.pth), a path, or none (random CNN)"),
+            flag("--bidirectional",
+                 "a bidirectional GRU (the final states of both directions averaged; §4.1's Bi-GRU)"),
+            flag("--finetune-cnn",
+                 "train the CNN too (default: frozen, only the projection and the text encoder learn)"),
+            Param("--min-count", type=int, default=4, help="keep words seen at least this often (VSE++: 4)"),
+            Param("--embed-size", type=int, default=1024, help="joint space size (VSE++: 1024)"),
+            Param("--word-dim", type=int, default=300, help="word embedding size (VSE++: 300)"),
+            Param("--margin", type=float, default=0.2, help="triplet loss margin (VSE++: 0.2)"),
+            flag("--sum-of-hinges",
+                 "train with the sum of hinges over all negatives (VSE0) instead of the hardest negative"),
+            Param("--seed", type=int, default=0, help="seed of the random initial weights")),
+    run=_build_vsepp)
+
+PIN = Step(
+    "pin", help="pin each hub role to the commit the local Hugging Face cache holds",
+    description="Reads the config's models section and the local Hugging Face cache (refs/main and snapshot "
+                "folders; nothing is downloaded) and prints, per hub role, its repository and cached commit, or the "
+                "`hf download` command for a role that is not cached. With --out, writes the config overlay "
+                "`models: {<role>: {revision: <commit>}}` (atomically) to pass after the config. A role that "
+                "already pins a revision keeps it. Exit status 1 when a hub role has no cached commit.",
+    params=(CONFIG,
+            Param("--role", action="append", help="role to pin (repeatable; default: every hub role)"),
+            Param("--out", metavar="YAML", help="overlay file to write (default: print it)")),
+    run=_pin)
+
+MODELS = Step(
+    "models", help="model roles: build tiny offline stand-ins, check loading",
+    description="Model roles: build the offline tiny models (with a sha256 manifest) and check that the configured "
+                "roles are intact (manifest / Hugging Face cache blob hashes) and load; a role that is missing says "
+                "where to get it; convert original BLIP checkpoints to transformers folders.",
+    steps=(BUILD_TINY, CHECK, CONVERT_BLIP, CONVERT_VSEPP, BUILD_VSEPP, PIN))
+
+register = registrar(MODELS)

@@ -278,3 +278,27 @@ def layout_problem(path: str | Path, image_root: str | Path, splits: Iterable[st
     expect = (f"{root}/{{{','.join(folders)}}}/<filename>" if folders else f"{root}/<filename>")
     return (f"{missing} of {looked} sampled images of split(s) {', '.join(wanted)} not found, e.g. {example}; the "
             f"split file's layout is {expect} (image_root holds the split file's filepath folders)")
+
+
+def training_captions(path: str | Path) -> list[str]:
+    """The training captions a VSE++ vocabulary is built from: a Karpathy split file (``.json``; its train and
+    restval captions, §4.1), a CSV / parquet table with a ``caption`` column (a ``split`` column keeps its train
+    rows) or a text file with one caption per line (blank lines skipped). A missing or unreadable file is an
+    :class:`~counterfactory.errors.InputError` naming it."""
+    from ..errors import missing_input
+    from ..io import read_table, utf8_lines
+
+    fix = ("give a Karpathy split file (dataset_coco.json), a CSV / parquet table with a caption column, or a text "
+           "file with one caption per line")
+    path = str(path)
+    if path.lower().endswith(".json"):   # the Karpathy file: the training captions are train + restval (§4.1)
+        frame = load_karpathy(path)
+        return frame.loc[frame["split"].isin(["train", "restval"]), "caption"].astype(str).tolist()
+    if path.lower().endswith((".csv", ".parquet")):
+        frame = read_table(path, "VSE++ training captions", fix, columns=("caption",))
+        if "split" in frame.columns:   # a training manifest: its train rows
+            frame = frame[frame["split"] == "train"]
+        return frame["caption"].astype(str).tolist()
+    if not Path(path).is_file():
+        raise missing_input(path, "VSE++ training captions", fix)
+    return [line.strip() for _, line in utf8_lines(path) if line.strip()]

@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from ..errors import ConfigError, ModelLoadError
+from ..errors import ConfigError, CounterFactoryError, ModelLoadError
 from . import sources
 # the identity API, also reachable as ``registry.<name>`` (provenance and the tests use it)
 from .identity import (MANIFEST_NAME, HashCache, cache_dir, content_files,  # noqa: F401
@@ -392,6 +392,42 @@ def verify_role(cfg: dict, role: str, *, use_cache: bool = False) -> dict:
         report["fix"] = (f"re-download: `hf download {repo_id} --revision {repo[1] if repo else 'main'} "
                          f"--force-download` (or delete {folder.parent.parent} and download again)")
     return report
+
+
+def check_roles(cfg: dict, roles: Iterable[str], *, use_cache: bool = False,
+                emit: Callable[[str], None] = print) -> list[str]:
+    """``counterfactory models check``: verify each role's files (:func:`verify_role`: manifest / HF-cache blob
+    hashes), then load it; ``emit`` gets one line per role (``ok`` with its source, the check made and its
+    fingerprint; ``CORRUPT`` per damaged file and the fix; ``FAILED`` with the error). Returns every failure (an
+    empty list when every role is intact and loads)."""
+    failures: list[str] = []
+    for role in roles:
+        source = model_spec(cfg, role).source
+        try:
+            report = verify_role(cfg, role, use_cache=use_cache)
+        except CounterFactoryError as exc:
+            emit(f"{role}: FAILED {exc}")
+            failures.append(str(exc))
+            continue
+        if report["problems"]:
+            for problem in report["problems"]:
+                line = f"role '{role}': {problem['path']}: {problem['problem']}. Fix: {report['fix']}"
+                emit(f"{role}: CORRUPT {problem['path']}: {problem['problem']}")
+                failures.append(line)
+            emit(f"{role}: fix: {report['fix']}")
+            continue
+        try:
+            load(cfg, role)
+        except CounterFactoryError as exc:
+            emit(f"{role}: FAILED {exc}")
+            failures.append(str(exc))
+            continue
+        info = loaded_models()[role]
+        checked = {"manifest": "files match the manifest", "hf-cache": "blobs match their hashes",
+                   None: "no manifest"}[report["method"]]
+        commit = f", commit {info['commit']}" if info.get("commit") else ""
+        emit(f"{role}: ok ({source}; {checked}; fingerprint {info['fingerprint']}{commit})")
+    return failures
 
 
 TINY_BUILDER = "counterfactory.models.tiny"
