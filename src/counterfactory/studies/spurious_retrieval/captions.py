@@ -9,6 +9,7 @@
   unchanged when ``captions.keep_unmatched``, since it still describes x', and one that loses every word is
   dropped) and ``prompt`` (a prompt template naming the classes left in the image, one of CLIP's 80 ImageNet
   templates drawn per item with a seed from its id). The captioning-model alternative is :func:`captioner`.
+* :func:`write_captions`: both from files (``counterfactory spurious captions``).
 
 MS-COCO class matching (:func:`matcher`, ``captions.word_matching``): appendix A counts a noun phrase for a class
 when it contains one of the class's words (``any_word``, the paper config), so "a wine glass" also matches *cup*
@@ -150,3 +151,37 @@ def captioner(cfg, s: dict, requests: pd.DataFrame, images: dict[str, str], prog
     if len(rows) < len(todo):
         log.warning("captioner: %d of %d images got an empty caption (dropped)", len(todo) - len(rows), len(todo))
     return pd.DataFrame(rows, columns=SYNTHETIC_COLUMNS)
+
+
+def _nltk(cfg) -> None:
+    """NLTK's data from the configuration's ``nltk`` section (the COCO noun-phrase chunker tags with it)."""
+    from ...data.nltk_data import ensure_nltk_data
+    from ...settings import config_value
+
+    section = cfg.get("nltk") or {}
+    ensure_nltk_data(config_value(section, "nltk.data_dir"), section.get("source"))
+
+
+def request_classes(requests: pd.DataFrame) -> list[str]:
+    """Every class the removal requests remove or leave in an image, sorted."""
+    return sorted({c for col in ("removed_categories", "present_categories") for v in requests[col] for c in v})
+
+
+def write_captions(cfg, dataset: str, requests_path, out_gallery, out_synthetic) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``counterfactory spurious captions``: the ODmAP gallery (:func:`gallery`) of ``dataset``'s captions and the
+    ``np_removal`` and ``prompt`` captions (:func:`synthetic`) of the removal requests in ``requests_path``,
+    written to ``out_gallery`` and ``out_synthetic``. Returns ``(gallery, synthetic)``."""
+    from ...io import write_parquet
+    from . import data, settings
+
+    s = settings.settings(cfg)
+    requests = data.read_requests(requests_path)
+    if dataset == "coco":
+        _nltk(cfg)
+    table = data.load_captions(s, dataset)
+    classes = request_classes(requests)
+    rows = gallery(s, dataset, table, classes)
+    syn = synthetic(s, dataset, requests, table, ("np_removal", "prompt"), classes)
+    write_parquet(out_gallery, rows)
+    write_parquet(out_synthetic, syn)
+    return rows, syn

@@ -130,3 +130,15 @@ def write_manifests(s: dict, dataset: str, requests: pd.DataFrame, captions: pd.
     summary = pd.DataFrame(rows)
     write_csv(out_dir / "summary.csv", summary)
     return summary
+
+
+def write_manifests_files(s: dict, dataset: str, requests_path, gallery_path, synthetic_paths,
+                          inpainted: dict[str, list], out_dir) -> pd.DataFrame:
+    """:func:`write_manifests` from files: the removal requests, the gallery captions, the synthetic caption tables
+    (concatenated in order) and, per image method, its inpainting shard folders (``inpainted``)."""
+    from .data import read_requests
+
+    files = {method: inpainted_files(folders) for method, folders in inpainted.items()}
+    synthetic = pd.concat([pd.read_parquet(p) for p in synthetic_paths], ignore_index=True)
+    return write_manifests(s, dataset, read_requests(requests_path), pd.read_parquet(gallery_path), synthetic, files,
+                           out_dir)
