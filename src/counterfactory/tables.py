@@ -403,3 +403,26 @@ def to_frame(table: PaperTable) -> pd.DataFrame:
             rec[f"{col} significant"] = bool(cell and cell.significant)
         records.append(rec)
     return pd.DataFrame(records)
+
+
+def write_table_files(summary_path: str | Path, *, out_md: str | None = None, out_tex: str | None = None,
+                      out_csv: str | None = None, out_html: str | None = None, title: str | None = None,
+                      label: str | None = None, mixture_info: str | Path | None = None, **build) -> PaperTable:
+    """``counterfactory stats table``: the summary CSV of ``stats summarize`` (:func:`read_summary`) and the
+    optional mixture-info CSV (:func:`read_mixture_info`) as a :class:`PaperTable` (:func:`build_table`, with the
+    keywords ``build``), written to each output given: Markdown, LaTeX (``label``: its ``\\label``), the wide CSV
+    (:func:`to_frame`) and an HTML page; ``title`` is their caption. Returns the table."""
+    from .io import write_csv, write_text
+
+    summary = read_summary(summary_path)
+    info = read_mixture_info(mixture_info) if mixture_info else None
+    table = build_table(summary, mixture_info=info, **build)
+    if out_md:
+        write_text(out_md, render_markdown(table, title))
+    if out_tex:
+        write_text(out_tex, render_latex(table, title, label))
+    if out_csv:
+        write_csv(out_csv, to_frame(table))
+    if out_html:
+        write_text(out_html, render_html(table, title))
+    return table

@@ -1,5 +1,7 @@
 """``counterfactory stats {summarize,correlate,table}``: significance over seeds, correlations and
-paper-style tables (COCO-Counterfactuals Tables 3, 4, 12 and appendix A.2)."""
+paper-style tables (COCO-Counterfactuals Tables 3, 4, 12 and appendix A.2). This module is the command line only,
+declared as data (``commands.Step``); the work is done by :mod:`counterfactory.stats` and
+:mod:`counterfactory.tables`."""
 
 from __future__ import annotations
 
@@ -8,8 +10,8 @@ import logging
 
 from .. import stats, tables
 from ..errors import InputError
-from ..io import write_csv, write_json, write_text
-from . import non_negative_int, open_fraction
+from ..io import write_csv, write_json
+from . import OUT, OUT_CSV, OUT_HTML, OUT_MD, OUT_TEX, Param, Step, non_negative_int, open_fraction, registrar
 
 log = logging.getLogger(__name__)
 
@@ -21,91 +23,7 @@ def _csv_list(text: str) -> list[str]:
     return items
 
 
-
-
-def register(subparsers) -> None:
-    parser = subparsers.add_parser(
-        "stats",
-        help="significance tests over seeds, correlations, and paper-style result tables",
-        description="Statistics over repeated training runs, as in COCO-Counterfactuals §5: per-mixture "
-                    "mean/std over seeds with one-tailed t-tests against a baseline mixture, Pearson/Spearman "
-                    "correlations, and Markdown/LaTeX tables with the best mean bold and significant "
-                    "improvements underlined.",
-    )
-    sub = parser.add_subparsers(dest="stats_command", metavar="<stats command>")
-    sub.required = True
-
-    p = sub.add_parser(
-        "summarize",
-        help="mean, std and one-tailed t-test of each mixture against a baseline mixture",
-        description="Read a tidy runs table (columns experiment, mixture, seed, data_seed, metric, value; one row "
-                    "per run per metric) and write, per (experiment, metric, mixture), n, mean, sample std "
-                    "(ddof=1), delta = mean - baseline mean, and the one-tailed p-value against the baseline. "
-                    "p is left empty, with the reason in the 'note' column, when a group has one run or both "
-                    "groups have zero variance; unpaired tests with unequal seed sets get a warning note; the "
-                    "paired test requires identical seeds.",
-    )
-    p.add_argument("--runs", required=True, metavar="RUNS.csv", help="runs table (tidy CSV)")
-    p.add_argument("--baseline", required=True, metavar="MIXTURE", help="mixture every other mixture is tested against")
-    p.add_argument("--out", required=True, metavar="OUT.csv", help="summary CSV to write")
-    p.add_argument("--test", choices=stats.TESTS, default="welch",
-                   help="welch: ttest_ind(equal_var=False) (default); student: equal_var=True; "
-                        "paired: ttest_rel on runs matched by seed")
-    p.add_argument("--alpha", type=open_fraction, default=0.05, help="significance level, significant = p <= alpha (default 0.05)")
-    p.add_argument("--alternative", choices=stats.ALTERNATIVES, default="greater",
-                   help="greater: test mixture > baseline (default); less: mixture < baseline (lower is better)")
-    p.add_argument("--mean-metric", metavar="NAME",
-                   help="also add metric NAME = per-run mean over each experiment's metrics (the paper's 'Mean' column)")
-    p.set_defaults(func=_summarize)
-
-    c = sub.add_parser(
-        "correlate",
-        help="Pearson and Spearman correlation between two columns of a CSV",
-        description="Pearson r with its two-sided p, and Spearman rho with its two-sided p, between two numeric "
-                    "columns (e.g. label frequency vs accuracy change, COCO-Counterfactuals appendix A.2). Rows "
-                    "with an empty x or y are dropped and listed; needs at least 3 rows and non-constant columns.",
-    )
-    c.add_argument("--table", required=True, metavar="T.csv", help="input CSV with a header row")
-    c.add_argument("--x", required=True, metavar="COL", help="first column")
-    c.add_argument("--y", required=True, metavar="COL", help="second column")
-    c.add_argument("--out", required=True, metavar="OUT.json", help="JSON result to write")
-    c.set_defaults(func=_correlate)
-
-    t = sub.add_parser(
-        "table",
-        help="paper-style Markdown/LaTeX/CSV table from a summary CSV",
-        description="Render a summary (from 'stats summarize') as a table: rows = mixtures, columns = metrics, "
-                    "cells = mean with the std as subscript; the best mean per column is bold (minimum for "
-                    "metrics summarized with --alternative less) and significant improvements over the "
-                    "baseline are underlined.",
-    )
-    t.add_argument("--summary", required=True, metavar="OUT.csv", help="summary CSV from 'stats summarize'")
-    t.add_argument("--out-md", metavar="T.md", help="Markdown table to write")
-    t.add_argument("--out-tex", metavar="T.tex", help="LaTeX table (booktabs) to write")
-    t.add_argument("--out-csv", metavar="T.csv", help="wide CSV table to write")
-    t.add_argument("--out-html", metavar="T.html", help="HTML page of the table to write (what the report shows)")
-    t.add_argument("--metrics", type=_csv_list, metavar="m1,m2",
-                   help="columns to show, in order (metric or experiment:metric); default: all")
-    t.add_argument("--mixture-order", type=_csv_list, metavar="a,b,c",
-                   help="rows to show, in order; unlisted mixtures are left out; default: all, baseline first")
-    t.add_argument("--experiment", metavar="NAME", help="only this experiment's rows")
-    t.add_argument("--mixture-info", metavar="INFO.csv",
-                   help="CSV with 'mixture' and any of label, n_train (|D_train|), n_cf (|D_train^CF|), "
-                        "pct_cf (%% CFs, 0-100)")
-    t.add_argument("--pretrained-row", metavar="MIXTURE",
-                   help="mixture of the pre-trained model's run: shown first, |D_train| = |D_train^CF| = %% CFs = 0 "
-                        "(COCO-CF Tables 3, 4 and 12)")
-    t.add_argument("--pretrained-label", metavar="TEXT", help="label of the --pretrained-row row (default: its name)")
-    t.add_argument("--mixture-label", action="append", default=[], metavar="MIXTURE=NAME",
-                   help="row name of a mixture, as the paper names it (e.g. base='MS-COCO + COCO-CFs (base)'); "
-                        "repeatable; default: the mixture info's label, else the mixture's key")
-    t.add_argument("--title", help="caption / title line")
-    t.add_argument("--label", help="LaTeX \\label")
-    t.add_argument("--row-header", default="Training dataset", help="header of the mixture column")
-    t.add_argument("--decimals", type=non_negative_int, default=2, help="decimals of the mean (default 2)")
-    t.add_argument("--std-decimals", type=non_negative_int, default=1,
-                   help="decimals of the std subscript (default 1, as in the paper)")
-    t.set_defaults(func=_table)
+# ------------------------------------------------------------------------------------------- handlers
 
 
 def _summarize(args) -> int:
@@ -144,20 +62,93 @@ def _mixture_labels(items: list[str]) -> dict[str, str]:
 def _table(args) -> int:
     if not (args.out_md or args.out_tex or args.out_csv or args.out_html):
         raise InputError("stats table: no output requested. Fix: pass --out-md, --out-tex, --out-csv and/or --out-html")
-    summary = tables.read_summary(args.summary)
-    info = tables.read_mixture_info(args.mixture_info) if args.mixture_info else None
-    table = tables.build_table(summary, metrics=args.metrics, mixture_order=args.mixture_order,
-                               experiment=args.experiment, mixture_info=info, decimals=args.decimals,
-                               std_decimals=args.std_decimals, row_header=args.row_header,
-                               pretrained=args.pretrained_row, pretrained_label=args.pretrained_label,
-                               mixture_labels=_mixture_labels(args.mixture_label))
-    if args.out_md:
-        write_text(args.out_md, tables.render_markdown(table, args.title))
-    if args.out_tex:
-        write_text(args.out_tex, tables.render_latex(table, args.title, args.label))
-    if args.out_csv:
-        write_csv(args.out_csv, tables.to_frame(table))
-    if args.out_html:
-        write_text(args.out_html, tables.render_html(table, args.title))
+    table = tables.write_table_files(args.summary, out_md=args.out_md, out_tex=args.out_tex, out_csv=args.out_csv,
+                                     out_html=args.out_html, title=args.title, label=args.label,
+                                     mixture_info=args.mixture_info, metrics=args.metrics,
+                                     mixture_order=args.mixture_order, experiment=args.experiment,
+                                     decimals=args.decimals, std_decimals=args.std_decimals,
+                                     row_header=args.row_header, pretrained=args.pretrained_row,
+                                     pretrained_label=args.pretrained_label,
+                                     mixture_labels=_mixture_labels(args.mixture_label))
     log.info("table: %d mixtures x %d metrics", len(table.row_keys), len(table.col_keys))
     return 0
+
+
+# ------------------------------------------------------------------------------------------- declarations
+
+SUMMARIZE = Step(
+    "summarize", help="mean, std and one-tailed t-test of each mixture against a baseline mixture",
+    description="Read a tidy runs table (columns experiment, mixture, seed, data_seed, metric, value; one row per run "
+                "per metric) and write, per (experiment, metric, mixture), n, mean, sample std (ddof=1), delta = "
+                "mean - baseline mean, and the one-tailed p-value against the baseline. p is left empty, with the "
+                "reason in the 'note' column, when a group has one run or both groups have zero variance; unpaired "
+                "tests with unequal seed sets get a warning note; the paired test requires identical seeds.",
+    params=(Param("--runs", required=True, metavar="RUNS.csv", help="runs table (tidy CSV)"),
+            Param("--baseline", required=True, metavar="MIXTURE",
+                  help="mixture every other mixture is tested against"),
+            OUT.but(metavar="OUT.csv", help="summary CSV to write"),
+            Param("--test", choices=stats.TESTS, default="welch",
+                  help="welch: ttest_ind(equal_var=False) (default); student: equal_var=True; "
+                       "paired: ttest_rel on runs matched by seed"),
+            Param("--alpha", type=open_fraction, default=0.05,
+                  help="significance level, significant = p <= alpha (default 0.05)"),
+            Param("--alternative", choices=stats.ALTERNATIVES, default="greater",
+                  help="greater: test mixture > baseline (default); less: mixture < baseline (lower is better)"),
+            Param("--mean-metric", metavar="NAME",
+                  help="also add metric NAME = per-run mean over each experiment's metrics (the paper's 'Mean' "
+                       "column)")),
+    run=_summarize)
+
+CORRELATE = Step(
+    "correlate", help="Pearson and Spearman correlation between two columns of a CSV",
+    description="Pearson r with its two-sided p, and Spearman rho with its two-sided p, between two numeric columns "
+                "(e.g. label frequency vs accuracy change, COCO-Counterfactuals appendix A.2). Rows with an empty x "
+                "or y are dropped and listed; needs at least 3 rows and non-constant columns.",
+    params=(Param("--table", required=True, metavar="T.csv", help="input CSV with a header row"),
+            Param("--x", required=True, metavar="COL", help="first column"),
+            Param("--y", required=True, metavar="COL", help="second column"),
+            OUT.but(metavar="OUT.json", help="JSON result to write")),
+    run=_correlate)
+
+TABLE = Step(
+    "table", help="paper-style Markdown/LaTeX/CSV table from a summary CSV",
+    description="Render a summary (from 'stats summarize') as a table: rows = mixtures, columns = metrics, cells = "
+                "mean with the std as subscript; the best mean per column is bold (minimum for metrics summarized "
+                "with --alternative less) and significant improvements over the baseline are underlined.",
+    params=(Param("--summary", required=True, metavar="OUT.csv", help="summary CSV from 'stats summarize'"),
+            OUT_MD.but(metavar="T.md", help="Markdown table to write"),
+            OUT_TEX.but(metavar="T.tex", help="LaTeX table (booktabs) to write"),
+            OUT_CSV.but(metavar="T.csv", help="wide CSV table to write"),
+            OUT_HTML.but(metavar="T.html", help="HTML page of the table to write (what the report shows)"),
+            Param("--metrics", type=_csv_list, metavar="m1,m2",
+                  help="columns to show, in order (metric or experiment:metric); default: all"),
+            Param("--mixture-order", type=_csv_list, metavar="a,b,c",
+                  help="rows to show, in order; unlisted mixtures are left out; default: all, baseline first"),
+            Param("--experiment", metavar="NAME", help="only this experiment's rows"),
+            Param("--mixture-info", metavar="INFO.csv",
+                  help="CSV with 'mixture' and any of label, n_train (|D_train|), n_cf (|D_train^CF|), "
+                       "pct_cf (%% CFs, 0-100)"),
+            Param("--pretrained-row", metavar="MIXTURE",
+                  help="mixture of the pre-trained model's run: shown first, |D_train| = |D_train^CF| = %% CFs = 0 "
+                       "(COCO-CF Tables 3, 4 and 12)"),
+            Param("--pretrained-label", metavar="TEXT", help="label of the --pretrained-row row (default: its name)"),
+            Param("--mixture-label", action="append", default=[], metavar="MIXTURE=NAME",
+                  help="row name of a mixture, as the paper names it (e.g. base='MS-COCO + COCO-CFs (base)'); "
+                       "repeatable; default: the mixture info's label, else the mixture's key"),
+            Param("--title", help="caption / title line"),
+            Param("--label", help="LaTeX \\label"),
+            Param("--row-header", default="Training dataset", help="header of the mixture column"),
+            Param("--decimals", type=non_negative_int, default=2, help="decimals of the mean (default 2)"),
+            Param("--std-decimals", type=non_negative_int, default=1,
+                  help="decimals of the std subscript (default 1, as in the paper)")),
+    run=_table)
+
+STATS = Step(
+    "stats", help="significance tests over seeds, correlations, and paper-style result tables",
+    description="Statistics over repeated training runs, as in COCO-Counterfactuals §5: per-mixture mean/std over "
+                "seeds with one-tailed t-tests against a baseline mixture, Pearson/Spearman correlations, and "
+                "Markdown/LaTeX tables with the best mean bold and significant improvements underlined.",
+    steps=(SUMMARIZE, CORRELATE, TABLE),
+    metavar="<stats command>")
+
+register = registrar(STATS)
