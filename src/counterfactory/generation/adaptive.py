@@ -366,6 +366,44 @@ def curve_from_files(scores_path, cfg: dict, summary_path=None, *, kind: str | N
     return curve(items, make_rules(settings, passed), select)
 
 
+def scores_kind(scores_path) -> str:
+    """:data:`PAIRS` or :data:`SETS`: which fixed-mode table ``scores_path`` is, from its parquet schema (a set
+    table has ``set_id`` and no ``caption_id``); a missing or unreadable file is an error naming the fix."""
+    import pyarrow.parquet as pq
+
+    try:
+        names = pq.read_schema(scores_path).names
+    except FileNotFoundError:
+        raise missing_input(scores_path, "candidate scores", "run the image stage (fixed mode) first") from None
+    except Exception as exc:  # pyarrow raises several types
+        raise input_error(scores_path, None, f"not a readable parquet file ({exc})",
+                          "pass candidate_scores.parquet (pairs) or filter/clip_sets.parquet (sets)") from exc
+    return SETS if "set_id" in names and "caption_id" not in names else PAIRS
+
+
+def write_curve(cfg: dict, scores_path, out_csv, summary_path=None, *, kind: str, study: str, out_png=None,
+                score_column: str | None = None, targets: Sequence[int] | None = None,
+                best_quantiles: Sequence[float] | None = None, batch_size: int | None = None) -> pd.DataFrame:
+    """``counterfactory images adaptive-curve``: :func:`curve_from_files` with the config's ``adaptive_curve``
+    settings (``targets``, ``best_quantiles``, ``batch_size`` override them), written to ``out_csv`` and, with
+    ``out_png``, plotted (:func:`plot_curve`; the title names ``cfg["study"]``, else ``study``). Returns the table."""
+    from ..io import write_csv
+
+    base = CurveSettings.from_config(cfg)
+    settings = CurveSettings(
+        targets=tuple(targets) if targets else base.targets,
+        best_quantiles=tuple(best_quantiles) if best_quantiles else base.best_quantiles,
+        batch_size=batch_size if batch_size is not None else base.batch_size)
+    score = score_column or DEFAULT_SCORE[kind]
+    table = curve_from_files(scores_path, cfg, summary_path, kind=kind, score_column=score, settings=settings)
+    write_csv(out_csv, table)
+    if out_png:
+        label = "median selected CLIP_dir" if score == "sim_direction" else f"median selected {score}"
+        plot_curve(table, out_png, score_label=label,
+                   title=f"{cfg.get('study', study)}: adaptive over-generation ({kind})")
+    return table
+
+
 # --------------------------------------------------------------------------- plot
 
 def plot_curve(table: pd.DataFrame, out, score_label: str = "median selected CLIP_dir", title: str = "") -> Path:
