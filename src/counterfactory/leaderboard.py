@@ -1160,6 +1160,45 @@ def run(cfg: Mapping, models: Sequence[ModelRef], benchmarks: Sequence[str], out
     return table
 
 
+def run_items(cfg: Mapping, paths: Sequence[str | Path], out_dir: str | Path, *,
+              sources: Mapping[str, str] | None = None, labels: Mapping[str, str] | None = None,
+              notes: Sequence[str] = ()) -> tuple[pd.DataFrame, list]:
+    """``counterfactory score leaderboard``: the leaderboard of the workflow's per-item outcome files (``paths``,
+    laid out as ``<dir>/items/<benchmark>/<role>.parquet`` by ``score item``), with the config's ``score.resamples``
+    / ``seed`` / ``level`` / ``baselines``, written to ``out_dir`` (``leaderboard.{csv,json,md,html}``). A role is
+    named by ``labels`` (role -> name), else its ``display_name``; an n/a outcome file becomes a note after
+    ``notes``; the shortcut rows read each benchmark's items (``sources``: benchmark -> data instead of the
+    config's). Returns the long table and the scored ``(label, benchmark, outcomes)``."""
+    from .render import model_display_names
+
+    sc = cfg["score"]
+    labels, sources = dict(labels or {}), dict(sources or {})
+    scored, names, notes, models = [], [], list(notes), []
+    for path in map(Path, paths):
+        name, role = path.parent.name, path.stem
+        if name not in BENCHMARKS:
+            raise input_error(path, None, f"{name!r} is not a benchmark",
+                              "pass files laid out as <dir>/items/<benchmark>/<role>.parquet")
+        label = labels.get(role) or model_display_names(cfg.get("models") or {}, [role]).get(role, role)
+        outcomes = pd.read_parquet(path)
+        models.append(label)
+        names.append(name)
+        note = outcome_note(outcomes)
+        if note:
+            notes.append(f"{label} on {name}: {note}")
+            continue
+        scored.append((label, name, outcomes))
+    names = list(dict.fromkeys(names))
+    shortcut = [n for n in names if BENCHMARKS[n].kind != SET]
+    items = {n: read_items(cfg, n, sources.get(n)) for n in shortcut} if sc["baselines"] else {}
+    table = cells(cfg, scored, items, resamples=sc["resamples"], seed=sc["seed"], level=sc["level"],
+                  baselines=sc["baselines"])
+    table = with_na_rows(table, list(dict.fromkeys(models)), names)
+    write_leaderboard(table, Path(out_dir), resamples=sc["resamples"], seed=sc["seed"], level=sc["level"],
+                      notes=notes + tie_notes(scored))
+    return table, scored
+
+
 LONG_COLUMNS = ["model", "kind", "benchmark", "metric", "value", "ci_low", "ci_high", "n", "direction", "unit"]
 
 
