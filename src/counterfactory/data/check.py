@@ -62,6 +62,17 @@ def _checksum_target(root: Path, name: str) -> Path:
     return root / rel if len(rel.parts) > 1 else root / "annotations" / rel
 
 
+def read_checksums(path: str | Path) -> dict:
+    """A checksums file: a JSON object, annotation file name -> digest (:func:`parse_checksum`); anything else is an
+    :class:`InputError` naming the file and the form expected."""
+    from .coco import read_json
+
+    checksums = read_json(path, "checksums file")
+    if not isinstance(checksums, dict):
+        raise input_error(path, None, "is not a JSON object", 'write {"captions_val2017.json": "<sha256 hex>", ...}')
+    return checksums
+
+
 def check_coco_root(root: str | Path, split: str = "val2017", expect_images: bool = True,
                     checksums: dict | None = None) -> dict:
     """Verify the annotation files (present, parseable, optional md5/sha checksums), and, when

@@ -282,6 +282,21 @@ def load_coco_instances(path: str | Path) -> tuple[pd.DataFrame, pd.DataFrame, p
     return images, anns, cats
 
 
+#: the columns of :func:`instance_boxes` (``counterfactory data instances``)
+BOX_TABLE_COLUMNS = ["annotation_id", "image_id", "category_id", "category_name", "supercategory", "x", "y", "w", "h",
+                     "area", "iscrowd"]
+
+
+def instance_boxes(path: str | Path) -> pd.DataFrame:
+    """The boxes of an ``instances_*.json`` as a table (:data:`BOX_TABLE_COLUMNS`), one row per box, sorted by
+    ``image_id, annotation_id``: :func:`load_coco_instances`' annotations with ``id`` as ``annotation_id`` and the
+    category ``name`` as ``category_name``."""
+    _, boxes, _ = load_coco_instances(path)
+    cols = ["id", "image_id", "category_id", "name", "supercategory", "x", "y", "w", "h", "area", "iscrowd"]
+    table = boxes[cols].rename(columns={"id": "annotation_id", "name": "category_name"})
+    return table.sort_values(["image_id", "annotation_id"], kind="stable").reset_index(drop=True)
+
+
 def segmentation_mask(segmentation, height: int, width: int) -> np.ndarray:
     """Boolean ``(height, width)`` mask of one COCO ``segmentation``, rasterised by pycocotools (the official
     COCO API, so the pixels match its ``annToMask``): a list of polygons (flat ``[x1, y1, x2, y2, ...]`` lists

@@ -461,6 +461,23 @@ def load_own_data(spec: dict | OwnSource, base_dir: str | Path = ".", check_imag
     return OwnData(src, captions, instances)
 
 
+#: the keys of a source that the ``counterfactory data own-*`` options give (each overrides ``data.source``'s)
+SOURCE_OPTIONS = ("kind", "path", "image_column", "caption_column", "id_column", "image_root", "boxes_json")
+
+
+def load_own_source(source: dict | None, given: dict) -> OwnData:
+    """The source ``source`` (the configuration's ``data.source``, or None) with every key of ``given`` that is not
+    None over it, validated and loaded (:func:`load_own_data`). Without a ``path`` it is a :class:`ConfigError`
+    naming the fix; ``kind`` defaults to ``folder`` when the path is a folder, else ``table``."""
+    spec = dict(source or {})
+    spec.update({key: value for key, value in given.items() if value is not None})
+    if not spec.get("path"):
+        raise ConfigError(f"no own-data source. Fix: pass --path (a caption table or an image folder) or "
+                          f"--config with {CONFIG_KEY} set")
+    spec.setdefault("kind", "folder" if Path(spec["path"]).is_dir() else "table")
+    return load_own_data(spec)
+
+
 def load_own_captions(spec: dict | OwnSource, base_dir: str | Path = ".") -> pd.DataFrame:
     """The caption table of a source (columns :data:`OWN_COLUMNS`), after full validation."""
     return load_own_data(spec, base_dir).captions
