@@ -220,3 +220,37 @@ def correlate_or_explain(table: pd.DataFrame, x: str, y: str, source: str) -> di
     except CounterFactoryError as exc:
         return {"x": x, "y": y, "n": int(len(table)), "pearson_r": None, "pearson_p": None, "spearman_rho": None,
                 "spearman_p": None, "note": f"undefined: {exc}"}
+
+
+def write_human_taxonomy(pairs_path: str | Path, captions_path: str | Path, out: str | Path) -> pd.DataFrame:
+    """Appendix A.3.2's count (:func:`human_taxonomy_table` of the released pairs' altered subjects), written to
+    ``out`` (CSV) and returned; its last row is the total."""
+    from ...io import write_csv
+
+    taxonomy = human_taxonomy_table(released_subjects(pairs_path, captions_path))
+    write_csv(out, taxonomy)
+    return taxonomy
+
+
+def write_label_frequency(cfg: dict, pairs_path: str | Path, captions_path: str | Path, runs_path: str | Path,
+                          pretrained_path: str | Path, pretrained_role: str, out: str | Path,
+                          correlation_out: str | Path, *, out_md: str | Path | None = None,
+                          out_html: str | Path | None = None) -> tuple[pd.DataFrame, dict]:
+    """``counterfactory analysis label-frequency``: Table 6 in long form (:func:`label_frequency_table`) to ``out``
+    (CSV), the correlation of label frequency and Δ (:func:`correlate_or_explain`) to ``correlation_out`` (JSON)
+    and, when asked, Table 6 in the paper's wide layout (:func:`table6`) as Markdown (``out_md``) and an HTML page
+    (``out_html``). Returns the long table and the correlation."""
+    from ...io import write_csv, write_json, write_text
+    from ...render import html_page, render_html, render_markdown
+
+    table = label_frequency_table(cfg, pairs_path, captions_path, runs_path, pretrained_path, pretrained_role)
+    write_csv(out, table)
+    result = correlate_or_explain(table, "label_frequency", "delta", source=out)
+    write_json(correlation_out, result)
+    if out_md or out_html:   # Table 6 as the paper lays it out
+        wide = table6(table, result)
+        if out_md:
+            write_text(out_md, render_markdown(wide))
+        if out_html:
+            write_text(out_html, html_page("COCO-Counterfactuals: Table 6", [render_html(wide)]))
+    return table, result
