@@ -4,7 +4,7 @@
 The Snakefile plans every job's ``--config`` file (the config sections its rule declares, named by their
 digest) without writing anything; its local rule ``config_write_job`` calls this command to write the file when a
 job first needs it. Run by hand, it writes any YAML text to a file atomically (a killed write leaves
-nothing behind). The command line only, declared as data (``commands.Step``).
+nothing behind). The steps are declared as data (``commands.Step``).
 """
 
 from __future__ import annotations
