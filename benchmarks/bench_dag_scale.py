@@ -37,6 +37,7 @@ from pathlib import Path
 import yaml
 
 from counterfactory.config import studies as all_studies
+from counterfactory.config import validate_config
 from counterfactory.planning import job_counts, jobs_by_study
 from counterfactory.testing import official_tree
 
@@ -104,7 +105,7 @@ def main(argv=None) -> int:
     counts = job_counts(out)
     total = counts.pop("total", sum(counts.values()))
     per_study = jobs_by_study(counts)
-    cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())[STUDY]
+    cfg = validate_config(yaml.safe_load((REPO / "config" / "config.yaml").read_text()))[STUDY]   # defaults filled
     for section, values in overrides.items():   # the COCO-CF sections (other studies are keyed by name)
         if isinstance(values, dict) and isinstance(cfg.get(section), dict):
             cfg[section].update(values)

@@ -72,7 +72,7 @@ def test_performance_section_is_validated(tmp_path):
         dev.Performance.from_config({"performance": {"batch_size": 0}})
     bad = tmp_path / "bad.yaml"
     paper = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
-    paper["performance"]["batch_size"] = "big"
+    paper.setdefault("performance", {})["batch_size"] = "big"
     bad.write_text(yaml.safe_dump(paper))
     with pytest.raises(ConfigError, match="performance"):
         load_full_config([bad])

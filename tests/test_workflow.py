@@ -21,6 +21,14 @@ pytestmark = pytest.mark.workflow
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
 
 
+def _paper_config(repo: Path) -> dict:
+    """config/config.yaml as a run uses it: validated, the schema's defaults filled in (the file states only what
+    the papers fix and what differs from the schema)."""
+    from counterfactory.config import validate_config
+
+    return validate_config(yaml.safe_load((repo / "config" / "config.yaml").read_text()))
+
+
 def snakemake(repo: Path, workdir: Path, *args: str, timeout: int = 900) -> subprocess.CompletedProcess:
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
                PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
@@ -466,7 +474,7 @@ def test_paper_config_dry_run_at_paper_scale(repo, tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     counts = job_counts(proc.stdout + proc.stderr)
     assert not (tmp_path / ".snakemake" / "counterfactory").exists()  # a dry run writes no job configuration
-    paper = yaml.safe_load((repo / "config" / "config.yaml").read_text())["coco_counterfactuals"]
+    paper = _paper_config(repo)["coco_counterfactuals"]
     # §3.1: 25,014 captions, sharded (1,000 per caption job, 50 per image job), never one job per caption
     assert counts["captions_edit"] == math.ceil(25014 / paper["captions"]["shard_size"]) == 26
     assert counts["images_generate"] == math.ceil(25014 / paper["images"]["shard_size"]) == 501
@@ -494,7 +502,7 @@ def test_paper_config_dry_run_at_paper_scale(repo, tmp_path):
     # 4,160 with the paper's 260), 10 per image job; probing before / after the filters for each of Figure 3's six
     # models (§4.2); debiasing CLIP, ALIP and FLAVA (§5.1) per two-attribute segment and seed fine-tuned, plus the
     # (deterministic) pre-trained model once per model and segment; Tables 4 and 5 (§5.3) once
-    social = yaml.safe_load((repo / "config" / "config.yaml").read_text())["social_counterfactuals"]
+    social = _paper_config(repo)["social_counterfactuals"]
     assert counts["social_captions"] == 1
     assert counts["social_generate"] == math.ceil(261 * 4 * 4 / social["images"]["set_shard_size"]) == 418
     assert counts["social_probe"] == 2 * len(social["probing"]["roles"]) == 2 * 6
@@ -510,7 +518,7 @@ def test_paper_config_dry_run_at_paper_scale(repo, tmp_path):
         "race_gender": 12, "physical_gender": 10, "physical_race": 30, "physical_race_gender": 60}   # §10.2: @60
     assert (per_segment["sets"].sum(), per_segment["captions"].sum()) == (4176, 116928)   # 54,288 + 62,640 (§10.2)
     # CounterCurate: every evaluated model on the four benchmarks (§4); the datasets are built once
-    cc = yaml.safe_load((repo / "config" / "config.yaml").read_text())["countercurate"]
+    cc = _paper_config(repo)["countercurate"]
     assert counts["countercurate_evaluate"] == len(cc["evaluation"]["roles"]) * 4
     assert counts["countercurate_datasets"] == 1
     # fine-tuning (5 seeds, ours): Table 4's five positions variants, Table 8's three counting variants, attributes
@@ -525,7 +533,7 @@ def test_paper_config_dry_run_at_paper_scale(repo, tmp_path):
     # method (MS-COCO: LaMa + Table 3's three paddings; Flickr30k: LaMa only, Table 3 is MS-COCO); runs: per dataset
     # and model zero-shot once + mixtures x seeds, CLIP on MS-COCO also Table 3's five variants, Figure 4's ratios and
     # appendix B's D_s and D'
-    sr = yaml.safe_load((repo / "config" / "config.yaml").read_text())["spurious_retrieval"]
+    sr = _paper_config(repo)["spurious_retrieval"]
     shards, n = sr["inpaint"]["shards"], sr["training"]["seeds"]["count"]
     assert counts["spurious_select"] == counts["spurious_captions"] == counts["spurious_manifests"] == 2
     assert counts["spurious_inpaint"] == (4 + 1) * shards == 320 and counts["spurious_captioner"] == 1
@@ -536,7 +544,7 @@ def test_paper_config_dry_run_at_paper_scale(repo, tmp_path):
     # (2 K-shots x 10 episodes x {BLIP, CVLD} + BLIP^PT + BLIP on the full data), Figure 4 (3 more λ x 10 episodes
     # at K = 256), Tables 2 / 4
     # (2 subsets x {BLIP, BLIP^Bal, CVLD} x seeds + BLIP^PT), Table 3 (4 ablations x seeds on COCO 1%)
-    cv = yaml.safe_load((repo / "config" / "config.yaml").read_text())["cvld"]
+    cv = _paper_config(repo)["cvld"]
     assert counts["cvld_intervene"] == counts["cvld_requests"] == counts["cvld_tables"] == 1
     assert counts["cvld_edit"] == 2 * len(cv["editing"]["methods"]) * cv["editing"]["shards"] == 1024
     # one merged manifest per dataset and method: a run reads one file, not 256 shards
