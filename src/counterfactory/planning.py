@@ -325,3 +325,21 @@ def dry_run_jobs(configs, snakefile: str | Path = "Snakefile", directory: str | 
         raise ConfigError(f"snakemake -n failed (exit {proc.returncode}):\n{tail}\nFix: the dry run needs the data the "
                           "config names (or run without --dry-run)")
     return job_counts(proc.stdout + proc.stderr)
+
+
+def plan_report(configs, throughput: str | Path | None = None, items: Mapping[str, int] | None = None,
+                results_root: str | Path = ".", dry_run: bool = False,
+                snakefile: str | Path = "Snakefile") -> tuple[pd.DataFrame, str]:
+    """``counterfactory plan``: the plan of the configuration files ``configs`` (layered, later files win) at the
+    ``throughput`` file's rates (default: the packaged one), and its Markdown with a heading naming the files; with
+    ``dry_run`` the Snakemake jobs per study too (:func:`dry_run_jobs`)."""
+    from .config import load_full_config
+
+    cfg = load_full_config(configs)
+    rates = load_throughput(throughput)
+    frame = plan(cfg, rates, items=items, results_root=results_root)
+    study_jobs = jobs_by_study(dry_run_jobs(configs, snakefile)) if dry_run else None
+    text = f"Plan for {', '.join(configs)} (run_name {cfg.get('run_name')})\n\n" + \
+        to_markdown(frame, rates, study_jobs)
+    return frame, text
+
