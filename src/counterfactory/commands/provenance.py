@@ -1,11 +1,13 @@
 """``counterfactory provenance``: record git commit, resolved config, package versions, model roles
 (with content fingerprints), the NLTK data in use and the outputs' sizes and sha256; or, with
-``--verify``, check a provenance file against the files on disk."""
+``--verify``, check a provenance file against the files on disk. The command line only, declared as data
+(``commands.Step``); the work is :mod:`counterfactory.provenance`."""
 
 from __future__ import annotations
 
 from ..config import load_full_config
 from ..errors import CounterFactoryError
+from . import Param, Step, flag, registrar
 
 
 def _run(args) -> int:
@@ -28,25 +30,25 @@ def _run(args) -> int:
     return 0
 
 
-def register(sub) -> None:
-    p = sub.add_parser("provenance", help="write (or --verify) a provenance JSON for a run",
-                       description="Reads the configuration, the git checkout, the installed packages, the model "
-                                   "roles and the given outputs; writes a provenance JSON (git commit, resolved "
-                                   "config, package versions, model fingerprints, NLTK data, each output's size "
-                                   "and sha256). With --verify it writes nothing and checks a provenance file "
-                                   "against the files on disk.")
-    p.add_argument("--config", action="append", help="config YAML (repeat to merge)")
-    p.add_argument("--out", help="output JSON")
-    p.add_argument("--outputs", nargs="+", metavar="PATH", default=[],
-                   help="result files or folders to record (path, size, sha256 / folder fingerprint)")
-    p.add_argument("--folders", nargs="+", metavar="DIR", default=[],
-                   help="folders recorded whole, every file in them (the workflow passes each study's results)")
-    p.add_argument("--skip", nargs="+", metavar="REL", default=[],
-                   help="paths under each --folders folder left out (a file, or a folder ending /): what is made "
-                        "from this record and what changes run to run (logs/, benchmarks/)")
-    p.add_argument("--verify", metavar="PROVENANCE.json",
-                   help="check the outputs recorded in this file against the disk; exit 2 on any mismatch")
-    p.add_argument("--base", help="with --verify: folder relative output paths start from (default: current)")
-    p.add_argument("--trust-cache", action="store_true",
-                   help="with --verify: reuse cached file hashes when size/mtime/inode are unchanged")
-    p.set_defaults(func=_run)
+PROVENANCE = Step(
+    "provenance", help="write (or --verify) a provenance JSON for a run",
+    description="Reads the configuration, the git checkout, the installed packages, the model roles and the given "
+                "outputs; writes a provenance JSON (git commit, resolved config, package versions, model "
+                "fingerprints, NLTK data, each output's size and sha256). With --verify it writes nothing and checks "
+                "a provenance file against the files on disk.",
+    params=(Param("--config", action="append", help="config YAML (repeat to merge)"),
+            Param("--out", help="output JSON"),
+            Param("--outputs", nargs="+", metavar="PATH", default=[],
+                  help="result files or folders to record (path, size, sha256 / folder fingerprint)"),
+            Param("--folders", nargs="+", metavar="DIR", default=[],
+                  help="folders recorded whole, every file in them (the workflow passes each study's results)"),
+            Param("--skip", nargs="+", metavar="REL", default=[],
+                  help="paths under each --folders folder left out (a file, or a folder ending /): what is made "
+                       "from this record and what changes run to run (logs/, benchmarks/)"),
+            Param("--verify", metavar="PROVENANCE.json",
+                  help="check the outputs recorded in this file against the disk; exit 2 on any mismatch"),
+            Param("--base", help="with --verify: folder relative output paths start from (default: current)"),
+            flag("--trust-cache", "with --verify: reuse cached file hashes when size/mtime/inode are unchanged")),
+    run=_run)
+
+register = registrar(PROVENANCE)
