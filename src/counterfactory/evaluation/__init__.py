@@ -55,6 +55,7 @@ Modules
 :mod:`.classify`              prompt embeddings, top-k accuracy (sklearn), ``run_classification``
 :mod:`.tables`                Table 2 / ITM summary / Table 4 frames and their Markdown
 :mod:`.plots`                 Figure 3 histograms, classification bar chart
+:mod:`.merge`                 the merge steps on files: per-model results -> tables and plots
 ============================  ==============================================================================
 
 Every public name is re-exported here (``from counterfactory import evaluation; evaluation.run_itr``).
@@ -65,6 +66,7 @@ from __future__ import annotations
 from .classify import check_templates, class_text_embeddings, run_classification, topk_accuracy
 from .itm import itm_inputs, itm_scores, run_itm
 from .itr import RetrievalSet, cf_retrieval_set, coco_retrieval_set, retrieval_recall, run_itr
+from .merge import relabel, write_classification_table, write_itm_summary, write_itr_table
 from .plots import plot_classification, plot_itm
 from .readers import (PAIR_COLUMNS, check_files, coco_image_dir, image_files, pair_image_ids, read_captions,
                       read_classification_results, read_itm_results, read_itr_results, read_pairs, read_subset_ids)
@@ -85,4 +87,5 @@ __all__ = [
     "render_itm_html", "render_itr_html", "render_classification_html",
     "classification_table", "render_classification_markdown",
     "plot_itm", "plot_classification",
+    "relabel", "write_itr_table", "write_itm_summary", "write_classification_table",
 ]

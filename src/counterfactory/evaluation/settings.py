@@ -31,6 +31,16 @@ def stage_config(cfg: dict) -> dict:
     return with_stage_precision(cfg, settings(cfg).get("precision"))
 
 
+def with_itr_subsets(cfg: dict, subsets: dict) -> dict:
+    """``cfg`` with ``subsets`` (label -> table with an id column, e.g. the A.1 in-domain test pairs) added to
+    ``evaluation.itr.subsets`` (a label given here replaces the config's); ``cfg`` itself when there are none."""
+    if subsets:
+        itr = dict(cfg["evaluation"].get("itr") or {})
+        itr["subsets"] = {**(itr.get("subsets") or {}), **subsets}
+        cfg["evaluation"] = {**cfg["evaluation"], "itr": itr}
+    return cfg
+
+
 def model_label(cfg: dict, role: str) -> str:
     """Display name of a role in tables and figures: ``models.<role>.display_name`` (the paper's name), else the
     last component of its source (``clip-vit-base-patch32``); see :func:`counterfactory.render.model_display_name`."""
