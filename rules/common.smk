@@ -56,13 +56,16 @@ def result_label(relpath):
 
 def report_section(name):
     """The ``subcategory`` of a ``report`` item: the sub-group ``name`` numbered in its study's paper order
-    (counterfactory.report_labels.section; Snakemake's panel sorts sub-groups alphabetically)."""
-    from counterfactory import report_labels
+    (counterfactory.report_labels.section, the study spec's report_sections; Snakemake's panel sorts sub-groups
+    alphabetically)."""
+    from counterfactory import report_labels, studies
 
     report_labels.section(name)  # an unknown name fails when the rules load
 
     def value(wildcards):
-        return report_labels.section(name, dict(wildcards.items()).get("study"))
+        study = dict(wildcards.items()).get("study")
+        order = studies.spec(study).report_sections if study in studies.names() else ()
+        return report_labels.section(name, order)
 
     return value
 

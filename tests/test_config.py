@@ -115,10 +115,10 @@ def _demo(repo):
 @pytest.mark.parametrize("study", ["coco_counterfactuals", "social_counterfactuals", "countercurate",
                                    "spurious_retrieval", "cvld"])
 def test_every_study_declares_its_model_roles_and_a_missing_one_fails_at_start_up(repo, tmp_path, study):
-    from counterfactory.config import STUDY_ROLES
+    from counterfactory.config import study_roles
 
-    assert STUDY_ROLES[study], f"{study} declares no required model role"
-    for role in STUDY_ROLES[study]:
+    assert study_roles(study), f"{study} declares no required model role"
+    for role in study_roles(study):
         cfg = _demo(repo)
         cfg["studies"] = [study]
         cfg["models"].pop(role)
@@ -243,7 +243,7 @@ def test_an_overlay_of_run_name_means_the_same_in_every_command(repo, tmp_path):
 def test_each_role_names_the_file_that_set_it(repo, tmp_path, monkeypatch):
     """issue 31, #4: a role an overlay leaves out is silently config/config.yaml's hub model; the workflow now
     lists every role with its source and file (the Snakefile logs it on every run, a dry run included)."""
-    from counterfactory.config import STUDY_ROLES, workflow_role_origins
+    from counterfactory.config import study_roles, workflow_role_origins
 
     demo = yaml.safe_load((repo / "config" / "demo.yaml").read_text())
     del demo["models"]["sd"]
@@ -257,4 +257,4 @@ def test_each_role_names_the_file_that_set_it(repo, tmp_path, monkeypatch):
     assert "[inherited from config/config.yaml" in lines["sd"] and "models.sd.source" in lines["sd"]
     assert lines["mlm"].endswith(f"resources/models/tiny/mlm <- {derived}") and "inherited" not in lines["mlm"]
     assert lines["lm"].endswith("./elsewhere/lm <- --config")
-    assert set(lines) <= {r for study in cfg["studies"] for r in STUDY_ROLES[study]}
+    assert set(lines) <= {r for study in cfg["studies"] for r in study_roles(study)}

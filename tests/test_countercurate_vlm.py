@@ -251,9 +251,9 @@ def test_settings_defaults_and_errors():
 def test_cli_train_and_score(tiny_vlm, pairs, tmp_path):
     import yaml
 
-    from counterfactory.config import STUDY_ROLES
+    from counterfactory.config import study_roles
 
-    unused = {role: {"source": "not-loaded"} for role in STUDY_ROLES["countercurate"]}   # the study's required roles
+    unused = {role: {"source": "not-loaded"} for role in study_roles("countercurate")}   # the study's required roles
     cfg = {"run_name": "t", "device": "cpu", "models": {**unused, "vlm": {"source": str(tiny_vlm)}},
            "studies": ["countercurate"],
            "countercurate": {"vlm": {"max_steps": 1, "batch_size": 2, "warmup_ratio": 0.0}}}

@@ -36,7 +36,7 @@ def test_study_roles_are_required_roles_plus_roles_the_section_names():
     section = {"evaluation": {"itm": {"models": ["itm_flava", "not_a_role"]}}}
     assert study_roles("coco_counterfactuals", section, roles) == ["clip_filter", "itm_flava", "lm", "mlm", "sd",
                                                                    "sentence"]
-    # CVLD's required roles (STUDY_ROLES: editor and sd among those configured here) plus the ones its section names
+    # CVLD's required roles (x-required-roles: editor and sd among those configured here) plus the ones its section names
     assert study_roles("cvld", {"editing": {"editor_role": "editor"}}, roles) == ["editor", "sd"]
 
 

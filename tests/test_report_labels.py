@@ -148,20 +148,22 @@ def test_the_rule_graph_leaves_out_the_bookkeeping_rules(tmp_path, capsys):
 def test_sidebar_sub_groups_sort_in_each_papers_order():
     """Issue 44: Snakemake's panel sorts sub-groups alphabetically; the numbered titles make that each paper's order,
     and every sub-group the rules name is a known one."""
-    from counterfactory.report_labels import SECTIONS, STUDY_SECTIONS, section
+    from counterfactory import studies
+    from counterfactory.report_labels import SECTIONS, section
 
     texts = "\n".join(p.read_text(encoding="utf-8") for p in (REPO / "rules").glob("*.smk"))
     used = set(re.findall(r'subcategory=report_section\("([^"]+)"\)', texts))
     assert len(used) >= 15 and used <= set(SECTIONS)
     assert "subcategory=\"" not in texts   # no sub-group bypasses the numbering
-    for study, order in STUDY_SECTIONS.items():
-        titles = [section(name, study) for name in SECTIONS]
+    for study, order in ((s.name, s.report_sections) for s in studies.specs()):
+        assert order, study
+        titles = [section(name, order) for name in SECTIONS]
         # the browser's localeCompare puts the figure space before digits, as " " sorts before digits here
         got = [t.split(" · ", 1)[1] for t in sorted(titles, key=lambda t: t.replace(FIGURE_SPACE, " "))]
         assert got[:len(order)] == list(order), study
         assert got[len(order):] == [s for s in SECTIONS if s not in order]
-    assert section("Training", "coco_counterfactuals") == f"{FIGURE_SPACE}7 · Training"
-    assert section("Tables", "cvld").endswith("4 · Tables")
+    assert section("Training", studies.spec("coco_counterfactuals").report_sections) == f"{FIGURE_SPACE}7 · Training"
+    assert section("Tables", studies.spec("cvld").report_sections).endswith("4 · Tables")
     try:
         section("Trainnig")
     except ValueError as err:

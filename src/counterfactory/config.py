@@ -142,18 +142,17 @@ def _filling_validator():
 #: sections shared by every study; every other top-level key of a view comes from the study's section
 SHARED_SECTIONS = ("run_name", "device", "precision", "performance", "seed", "models", "tiny_models", "nltk", "score",
                    "verify", "filters")
-#: model roles each study cannot run without with its default settings (checked at start-up; the roles a study's
-#: settings name, e.g. ``spurious_retrieval.training.models`` or ``countercurate.evaluation.roles``, come on top):
-#: COCO-CF §3.1-3.2 (MLM, LM, sentence similarity, Stable Diffusion, CLIP filter); SocialCF §3.3-3.4, §10.3 (Stable
-#: Diffusion, CLIP filter, NSFW classifier, the Inception network of FID / IS); CounterCurate §3.2-3.4 and app. A/B
-#: (the llm in GPT-4V's role, GLIGEN generation and inpainting, t2i in DALLE-3's role); spurious retrieval §3.1 and Table 3 (the LaMa inpainter, the
-#: captioner); CVLD §3.3, §4 (BLIP ITM for classification and retrieval, BLIP captioner, InstructPix2Pix editor,
-#: Stable Diffusion for null-text inversion, the Swin image encoder ranking the edits)
-STUDY_ROLES = {"coco_counterfactuals": ("mlm", "lm", "sentence", "sd", "clip_filter"),
-               "social_counterfactuals": ("sd", "clip_filter", "nsfw", "inception"),
-               "countercurate": ("llm", "gligen", "gligen_inpaint", "t2i"),
-               "spurious_retrieval": ("inpaint", "captioner"),
-               "cvld": ("itm_blip", "captioner_pretrained", "editor", "sd", "image_encoder")}
+def study_roles(study: str | None = None, schema: dict | None = None):
+    """Model roles each study cannot run without with its default settings (checked at start-up; the roles a study's
+    settings name, e.g. ``spurious_retrieval.training.models`` or ``countercurate.evaluation.roles``, come on top),
+    as the study's schema section declares them (``x-required-roles``, with the paper sections): a mapping of every
+    study, or one study's tuple (empty for a study the schema does not know)."""
+    schema = schema or load_schema()
+    roles = {name: tuple(node.get("x-required-roles") or ())
+             for name, node in schema["properties"].items() if name in studies(schema)}
+    return roles if study is None else roles.get(study, ())
+
+
 #: marks a job configuration file written by the Snakefile (see :func:`write_job_config`)
 JOB_KEY = "counterfactory_job"
 
@@ -213,7 +212,7 @@ def _check_semantics(cfg: dict, source: str) -> None:
             if rng and rng[0] > rng[1]:
                 problems.append(f"  {study}.images.{key}: {rng} is not [low, high]")
     for study in cfg.get("studies", []) or []:
-        missing = [r for r in STUDY_ROLES.get(study, ()) if r not in (cfg.get("models") or {})]
+        missing = [r for r in study_roles(study) if r not in (cfg.get("models") or {})]
         if missing:
             problems.append(f"  models: study '{study}' needs the roles {', '.join(missing)} "
                             f"({', '.join('models.' + r for r in missing)} missing)")
@@ -500,7 +499,7 @@ def role_origins(layers: Iterable[tuple[str, dict]], cfg: dict | None = None) ->
             if source is not None:
                 origins[role] = {"source": str(source), "file": str(label)}
     if cfg is not None:
-        used = {r for study in cfg.get("studies") or () for r in STUDY_ROLES.get(study, ())}
+        used = {r for study in cfg.get("studies") or () for r in study_roles(study)}
         origins = {r: o for r, o in origins.items() if r in used}
         from . import catalogue
 

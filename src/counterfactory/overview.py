@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from . import studies
-from .config import STUDY_ROLES
+from .config import study_roles as required_roles
 from .errors import input_error
 from .io import atomic_path
 from .render import model_display_name
@@ -39,9 +39,10 @@ COMMANDS = ("counterfactory models check", "counterfactory provenance --verify",
 
 
 def study_roles(study: str, section: dict, roles: set[str]) -> list[str]:
-    """Model roles a study needs (:data:`counterfactory.config.STUDY_ROLES`), names anywhere in its section (e.g.
-    ``evaluation.itm.models``, ``editing.editor_role``) or serve one of those (:data:`COMPANION_ROLES`)."""
-    named = set(STUDY_ROLES.get(study, ()))
+    """Model roles a study needs (its schema section's ``x-required-roles``, :func:`counterfactory.config.study_roles`),
+    names anywhere in its section (e.g. ``evaluation.itm.models``, ``editing.editor_role``) or serve one of those
+    (:data:`COMPANION_ROLES`)."""
+    named = set(required_roles(study))
     for _, value in _leaves(section):
         for v in value if isinstance(value, list) else [value]:
             if isinstance(v, str) and v in roles:

@@ -610,6 +610,24 @@ def preflight(cfg: dict, *, online: bool | None = None, results_root: str | Path
     return out
 
 
+def only_studies(cfg: dict, names: Iterable[str]) -> dict:
+    """``cfg`` (changed in place) with ``studies:`` narrowed to ``names``, each one of the config's studies (another
+    is a :class:`ConfigError` naming them)."""
+    names = list(names)
+    unknown = [s for s in names if s not in cfg["studies"]]
+    if unknown:
+        raise ConfigError(f"--study {', '.join(unknown)}: not among the config's studies "
+                          f"({', '.join(cfg['studies'])}). Fix: name one of those")
+    cfg["studies"] = names
+    return cfg
+
+
+def report_json(checks: list[Check], config_paths: Iterable) -> str:
+    """The checks as a JSON document (the configuration files, whether the preflight passed, every check)."""
+    doc = {"config": [str(c) for c in config_paths], "passed": passed(checks), "checks": [c.as_dict() for c in checks]}
+    return json.dumps(doc, indent=2) + "\n"
+
+
 def to_table(checks: list[Check], *, only_problems: bool = False) -> str:
     """The checks as one aligned text table: check, key, status, detail / fix."""
     rows = [c for c in checks if not only_problems or not c.passed]

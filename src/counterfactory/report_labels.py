@@ -12,6 +12,7 @@ space (U+2007, as wide as a digit) so that "Table 3" sorts before "Table 12" and
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 #: the one label column of every result (a second column would turn into Snakemake's on/off toggle wherever a
 #: subcategory holds two results)
@@ -118,30 +119,16 @@ SECTIONS: tuple[str, ...] = (
     "Bias probing", "Training", "Fine-tuning", "Debiasing", "Image quality", "Tables", "Figures",
 )
 
-#: each study's sub-groups in the order its paper presents them (COCO-CF: §3 data, Table 2 / Figure 3 / Table 4
-#: zero-shot, Tables 3-6 after fine-tuning; SocialCF: §3 generation and filtering, §4 probing, §5 debiasing, §10.3 image quality;
-#: CounterCurate: §3 datasets, Tables 1-3 evaluation, Tables 5-6 fine-tuning; spurious retrieval: §3 object removal,
-#: then Tables 1-3; CVLD: §3 interventions, then Tables 1-4 and the figures)
-STUDY_SECTIONS: dict[str, tuple[str, ...]] = {
-    "coco_counterfactuals": ("Counterfactuals", "Over-generation", "Examples", "Zero-shot image-text retrieval",
-                             "ITM score differences", "Zero-shot classification", "Training"),
-    "social_counterfactuals": ("Counterfactuals", "Over-generation", "Filtering", "Examples", "Bias probing",
-                               "Debiasing", "Image quality"),
-    "countercurate": ("Datasets", "Examples", "Evaluation", "Fine-tuning"),
-    "spurious_retrieval": ("Object removal", "Examples", "Training", "Tables"),
-    "cvld": ("Interventions", "Examples", "Training", "Tables", "Figures"),
-}
-
-
-def section(name: str, study: str | None = None) -> str:
-    """The sub-group title ``name`` numbered by its place in ``study``'s paper order: ``"2 · Over-generation"``.
+def section(name: str, order: Sequence[str] = ()) -> str:
+    """The sub-group title ``name`` numbered by its place in a study's paper ``order`` (its spec's
+    ``report_sections``): ``"2 · Over-generation"``.
 
     Snakemake's panel sorts sub-groups alphabetically (``localeCompare``); the number makes that the paper's order.
-    A sub-group a study's list lacks follows the listed ones, in :data:`SECTIONS` order."""
+    A sub-group the study's list lacks follows the listed ones, in :data:`SECTIONS` order."""
     if name not in SECTIONS:
         raise ValueError(f"report sub-group {name!r} is not in counterfactory.report_labels.SECTIONS. "
-                         "Fix: add it there (and to the study's STUDY_SECTIONS) in pipeline order")
-    order = STUDY_SECTIONS.get(study or "", ())
+                         "Fix: add it there (and to the study spec's report_sections) in pipeline order")
+    order = tuple(order)
     rest = [s for s in SECTIONS if s not in order]
     number = (order.index(name) if name in order else len(order) + rest.index(name)) + 1
     return f"{FIGURE_SPACE if number < 10 else ''}{number} · {name}"

@@ -214,8 +214,10 @@ class StudySpec:
     (``counterfactory <short> <step>``, rule ``<short>_<step>``; None for COCO-Counterfactuals, whose steps are the
     shared groups' own and whose rules therefore carry no study word); ``title`` / ``paper``: as the report and the
     dataset cards name them; ``docs``: its page; ``roles``: model roles it uses without naming them in its section
-    (on top of ``config.STUDY_ROLES`` and the roles its settings name); ``own_rules``: its rules that run a shared
-    group's step without a study word (``planning.rule_study``); ``plan`` / ``needs``: its plan rows and its dataset
+    (on top of the ``x-required-roles`` of its schema section, ``config.study_roles``, and the roles its settings
+    name); ``own_rules``: its rules that run a shared group's step without a study word (``planning.rule_study``);
+    ``report_sections``: its report sub-groups in the order its paper presents them (``report_labels.section``;
+    unlisted ones follow); ``plan`` / ``needs``: its plan rows and its dataset
     files (:data:`PlanFn`, :data:`NeedsFn`)."""
 
     name: str
@@ -226,6 +228,7 @@ class StudySpec:
     docs: str = ""
     roles: tuple[str, ...] = ()
     own_rules: tuple[str, ...] = ()
+    report_sections: tuple[str, ...] = ()
     plan: PlanFn = _no_stages
     needs: NeedsFn = _no_needs
 

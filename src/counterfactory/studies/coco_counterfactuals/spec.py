@@ -77,5 +77,8 @@ SPEC = StudySpec(
     paper="COCO-Counterfactuals: Automatically Constructed Counterfactual Examples for Image-Text Pairs (Le et al.)",
     docs="docs/studies/coco_counterfactuals.md",
     roles=("clip_train", "clip_eval", "vae"),
+    # §3 data, Table 2 / Figure 3 / Table 4 zero-shot, Tables 3-6 after fine-tuning
+    report_sections=("Counterfactuals", "Over-generation", "Examples", "Zero-shot image-text retrieval",
+                     "ITM score differences", "Zero-shot classification", "Training"),
     plan=plan, needs=needs,
 )

@@ -83,5 +83,7 @@ SPEC = StudySpec(
           "Counterfactual Examples (Zhang et al.)",
     docs="docs/studies/countercurate.md",
     own_rules=("data_flickr30k_captions",),
+    # §3 datasets, Tables 1-3 evaluation, Tables 5-6 fine-tuning
+    report_sections=("Datasets", "Examples", "Evaluation", "Fine-tuning"),
     plan=plan, needs=needs,
 )

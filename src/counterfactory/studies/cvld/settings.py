@@ -1,6 +1,6 @@
 """Settings of the CVLD study (config section ``cvld``): counterfactual interventions on gender by image editing,
 and debiased adaptation of BLIP for classification, retrieval and captioning ("Debias your VLM with
-counterfactuals: a unified approach", anonymous ICLR submission; ``cvld-debias-vlm-with-counterfactuals.txt``).
+counterfactuals: a unified approach", anonymous ICLR submission).
 
 Every default is written once, in the schema (``cvld`` in ``config/schema.yaml``; docs/config-reference.md), with
 the paper section it comes from; "ours" marks choices the paper leaves open. :func:`settings` takes the sections as

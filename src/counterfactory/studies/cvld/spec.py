@@ -70,5 +70,7 @@ SPEC = StudySpec(
     title="CVLD",
     paper="Debias Your VLM with Counterfactuals: A Unified Approach (CVLD)",
     docs="docs/studies/cvld.md",
+    # §3 interventions, then Tables 1-4 and the figures
+    report_sections=("Interventions", "Examples", "Training", "Tables", "Figures"),
     plan=plan, needs=needs,
 )

@@ -68,5 +68,8 @@ SPEC = StudySpec(
           "Counterfactual Examples (Howard et al.)",
     docs="docs/studies/social_counterfactuals.md",
     roles=("vae",),
+    # §3 generation and filtering, §4 probing, §5 debiasing, §10.3 image quality
+    report_sections=("Counterfactuals", "Over-generation", "Filtering", "Examples", "Bias probing", "Debiasing",
+                     "Image quality"),
     plan=plan, needs=needs,
 )

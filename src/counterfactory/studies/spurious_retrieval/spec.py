@@ -67,5 +67,7 @@ SPEC = StudySpec(
     title="Spurious correlations in cross-modal retrieval",
     paper="Exposing and Mitigating Spurious Correlations for Cross-Modal Retrieval (Kim et al.)",
     docs="docs/studies/spurious_retrieval.md",
+    # §3 object removal, then Tables 1-3
+    report_sections=("Object removal", "Examples", "Training", "Tables"),
     plan=plan, needs=needs,
 )
