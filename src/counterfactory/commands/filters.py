@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib
 import logging
 
+from .. import studies
 from . import (CONFIG, OUT_DIR, SEED, Param, Step, fraction, key_values, lazy_module, open_fraction, positive_int,
                registrar)
 
@@ -15,7 +16,7 @@ log = logging.getLogger(__name__)
 cards = lazy_module("counterfactory.filters.cards")
 
 #: studies whose filters are declared for cards (``counterfactory.studies.<study>.filter_cards.FILTERS``)
-STUDIES = ("coco_counterfactuals", "social_counterfactuals", "countercurate", "spurious_retrieval", "cvld")
+STUDIES = studies.with_module("filter_cards")
 
 
 def study_filters(study: str) -> dict:
@@ -26,7 +27,7 @@ def study_filters(study: str) -> dict:
         module = importlib.import_module(f"counterfactory.studies.{study}.filter_cards")
     except ModuleNotFoundError:
         raise ConfigError(f"study {study!r} declares no filter for cards. Fix: use one of "
-                          "coco_counterfactuals, social_counterfactuals, countercurate, cvld") from None
+                          f"{', '.join(STUDIES)}") from None
     return module.FILTERS
 
 

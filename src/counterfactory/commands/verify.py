@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib
 import logging
 
+from .. import studies
 from . import CONFIG, NO_PROGRESS, OUT, SHARD, Param, Step, key_values, lazy_module, registrar
 
 log = logging.getLogger(__name__)
@@ -14,7 +15,7 @@ log = logging.getLogger(__name__)
 vqa = lazy_module("counterfactory.filters.vqa")
 
 #: studies with an adapter (``studies/<study>/verify.py``: ``pair_rows(inputs)``, ``verified(inputs, scores, dir)``)
-STUDIES = ("coco_counterfactuals", "social_counterfactuals", "countercurate", "spurious_retrieval", "cvld")
+STUDIES = studies.with_module("verify")
 
 
 def adapter(study: str):

@@ -82,3 +82,12 @@ def title(study: str) -> str:
 def module(study: str):
     """The study module ``counterfactory.studies.<study>``."""
     return importlib.import_module(f"{__name__}.{study}")
+
+
+def with_module(part: str) -> tuple[str, ...]:
+    """The studies, in order, whose package has a module ``part`` (``verify``: a VQA-check adapter;
+    ``filter_cards``: filters declared for cards), found without importing it: a shared step's ``--study`` choices
+    come from the study packages, so a new study's adapter is picked up without editing the step."""
+    import importlib.util
+
+    return tuple(s for s in names() if importlib.util.find_spec(f"{__name__}.{s}.{part}") is not None)
