@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import argparse
 
+from . import OneOf, Param, Step, add_step, flag
+
 
 def _check(args) -> int:
     from ..cluster import check_profile
@@ -32,27 +34,31 @@ def _show(args) -> int:
     return 0
 
 
-def register(sub) -> None:
-    p = sub.add_parser("cluster", help="check the Slurm / Gaudi profiles and their site settings", description=__doc__,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
-    csub = p.add_subparsers(dest="cluster_command", metavar="<cluster command>")
-    csub.required = True
+CHECK_PROFILE = Step(
+    "check-profile", help="check a profile: keys, resources, rules, and the cluster (sinfo)",
+    description="Reads a Snakemake profile (its config.yaml and site settings), the workflow's rules and, when it "
+                "can, the cluster (sinfo, scontrol); writes nothing, prints a report and exits 1 on a problem.",
+    params=(Param("--profile", required=True,
+                  help="profile folder, or a name: profiles/NAME of this workflow, else Snakemake's user profiles"),
+            Param("--snakefile", default=None, help="workflow whose rules the profile names (default: this repo's)"),
+            OneOf((flag("--live", "always query the cluster (sinfo, scontrol)"),
+                   flag("--no-live", "never query the cluster")))),
+    run=_check)
 
-    c = csub.add_parser("check-profile", help="check a profile: keys, resources, rules, and the cluster (sinfo)",
-                        description="Reads a Snakemake profile (its config.yaml and site settings), the "
-                                    "workflow's rules and, when it can, the cluster (sinfo, scontrol); writes "
-                                    "nothing, prints a report and exits 1 on a problem.")
-    c.add_argument("--profile", required=True,
-                   help="profile folder, or a name: profiles/NAME of this workflow, else Snakemake's user profiles")
-    c.add_argument("--snakefile", default=None, help="workflow whose rules the profile names (default: this repo's)")
-    live = c.add_mutually_exclusive_group()
-    live.add_argument("--live", action="store_true", help="always query the cluster (sinfo, scontrol)")
-    live.add_argument("--no-live", action="store_true", help="never query the cluster")
-    c.set_defaults(func=_check)
+SHOW_SITE = Step(
+    "show-site", help="print the effective site settings and where each comes from",
+    description="Reads a profile's site settings (profile files and environment variables); writes nothing, prints "
+                "each setting and where it comes from.",
+    params=(Param("--profile", default="slurm", choices=("slurm", "gaudi"),
+                  help="which profile's site settings (default: slurm)"),),
+    run=_show)
 
-    s = csub.add_parser("show-site", help="print the effective site settings and where each comes from",
-                        description="Reads a profile's site settings (profile files and environment "
-                                    "variables); writes nothing, prints each setting and where it comes from.")
-    s.add_argument("--profile", default="slurm", choices=["slurm", "gaudi"],
-                   help="which profile's site settings (default: slurm)")
-    s.set_defaults(func=_show)
+CLUSTER = Step("cluster", help="check the Slurm / Gaudi profiles and their site settings", description=__doc__,
+               metavar="<cluster command>", steps=(CHECK_PROFILE, SHOW_SITE))
+
+
+def register(subparsers) -> None:
+    """Generate ``CLUSTER`` (``commands.add_step``); its description, this module's docstring with its command
+    lines, is shown as written (a Step declares no help formatter)."""
+    parser = add_step(subparsers, CLUSTER)
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
