@@ -12,15 +12,15 @@ from pathlib import Path
 import pytest
 
 from counterfactory import cli
-from counterfactory.commands import data as data_cmd
 from counterfactory.errors import describe_path, os_error_message
 
 
 def _fail_with(monkeypatch, exc):
-    def boom(args):
+    def boom(*args, **kwargs):
         raise exc
 
-    monkeypatch.setattr(data_cmd, "_captions", boom)
+    # the step's handler is bound in its declaration: patch the stage function it calls
+    monkeypatch.setattr("counterfactory.data.coco.load_coco_captions", boom)
 
 
 def _run(tmp_path, *extra):
@@ -138,10 +138,9 @@ def test_a_step_imports_only_its_command_group():
 
 def test_output_folder_where_a_file_belongs_fails_before_the_work(tmp_path, monkeypatch, capsys):
     """captions edit --summary DIR: refused before the model run writes --out and --rejected (issue 31, #11)."""
-    from counterfactory.commands import captions as captions_cmd
 
     ran = []
-    monkeypatch.setattr(captions_cmd, "_edit", lambda args: ran.append(args) or 0)
+    monkeypatch.setattr("counterfactory.text.caption_stage.run_shard", lambda *a, **k: ran.append(a))
     (tmp_path / "summary_dir").mkdir()
     argv = ["captions", "edit", "--config", "config/demo.yaml", "--captions", str(tmp_path / "c.parquet"),
             "--shard", "0", "--out", str(tmp_path / "acc.parquet"), "--rejected", str(tmp_path / "rej.parquet"),
@@ -162,10 +161,9 @@ def test_output_folder_where_a_file_belongs_fails_before_the_work(tmp_path, monk
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes anywhere")
 def test_unwritable_output_folder_fails_before_the_work(tmp_path, monkeypatch, capsys):
-    from counterfactory.commands import data as data_cmd2
 
     ran = []
-    monkeypatch.setattr(data_cmd2, "_captions", lambda args: ran.append(args) or 0)
+    monkeypatch.setattr("counterfactory.data.coco.load_coco_captions", lambda path: ran.append(path))
     locked = tmp_path / "locked"
     locked.mkdir()
     locked.chmod(0o500)

@@ -408,11 +408,9 @@ def test_ctrl_c_during_a_load_is_an_interrupt_even_when_the_library_swallows_it(
         registry.load(cfg, "probe_role")
     assert signal.getsignal(signal.SIGINT) is before      # the caller's handler is restored
 
-    def boom(args):
+    def boom(*args, **kwargs):
         registry.load(cfg, "probe_role")
 
-    from counterfactory.commands import data as data_cmd
-
-    monkeypatch.setattr(data_cmd, "_captions", boom)
+    monkeypatch.setattr("counterfactory.data.coco.load_coco_captions", boom)
     assert cli.main(["data", "captions", "--captions-json", "c.json", "--out", "/tmp/unused-cf.parquet"]) == 130
     assert capsys.readouterr().err.strip() == "counterfactory data: interrupted"

@@ -336,6 +336,9 @@ class Step:
     dest: str | None = None
     metavar: str = "<step>"
     defaults: dict = dataclasses.field(default_factory=dict)
+    #: argparse help formatter of its parser (None: argparse's default; ``RawDescriptionHelpFormatter`` keeps a
+    #: description's line breaks)
+    formatter_class: type | None = None
 
     def subcommand_dest(self) -> str:
         return self.dest or f"{self.name.replace('-', '_')}_command"
@@ -348,6 +351,8 @@ def add_step(subparsers, step: Step) -> argparse.ArgumentParser:
         kwargs["description"] = step.description
     if step.aliases:
         kwargs["aliases"] = list(step.aliases)
+    if step.formatter_class is not None:
+        kwargs["formatter_class"] = step.formatter_class
     parser = subparsers.add_parser(step.name, **kwargs)
     for param in step.params:
         param.add_to(parser)

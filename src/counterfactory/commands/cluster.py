@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 
-from . import OneOf, Param, Step, add_step, flag
+from . import OneOf, Param, Step, flag, registrar
 
 
 def _check(args) -> int:
@@ -53,12 +53,9 @@ SHOW_SITE = Step(
                   help="which profile's site settings (default: slurm)"),),
     run=_show)
 
+#: its description, this module's docstring with its command lines, is shown as written
 CLUSTER = Step("cluster", help="check the Slurm / Gaudi profiles and their site settings", description=__doc__,
-               metavar="<cluster command>", steps=(CHECK_PROFILE, SHOW_SITE))
+               metavar="<cluster command>", steps=(CHECK_PROFILE, SHOW_SITE),
+               formatter_class=argparse.RawDescriptionHelpFormatter)
 
-
-def register(subparsers) -> None:
-    """Generate ``CLUSTER`` (``commands.add_step``); its description, this module's docstring with its command
-    lines, is shown as written (a Step declares no help formatter)."""
-    parser = add_step(subparsers, CLUSTER)
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+register = registrar(CLUSTER)
