@@ -409,9 +409,9 @@ def itr_subset_args(wildcards, input):
 
 
 # ---- exports (rules/export.smk)
-EXPORT_RELEASE_STUDIES = [s for s in STUDIES if export_studies.STUDIES[s].release]
+EXPORT_RELEASE_STUDIES = [s for s in STUDIES if studies.spec(s).export.release]
 #: studies with an image-caption retrieval set: exported in CLIP_benchmark's webdataset layout too
-EXPORT_CLIP_BENCHMARK_STUDIES = [s for s in STUDIES if export_studies.STUDIES[s].retrieval]
+EXPORT_CLIP_BENCHMARK_STUDIES = [s for s in STUDIES if studies.spec(s).export.retrieval]
 
 
 def export_targets(study):
@@ -429,7 +429,7 @@ def export_imagefolder_inputs(wildcards):
     ``<config>_verified``; nothing changes with verify off)."""
     out = {"finished": study_finished(wildcards)}
     verified = [t for t in verify_targets(wildcards.study) if Path(t).name == "verified.parquet"]
-    if verified and export_studies.STUDIES[wildcards.study].verified is not None:
+    if verified and studies.spec(wildcards.study).export.verified is not None:
         out["verified"] = verified[0]
     return out
 

@@ -5,12 +5,15 @@
 # folder a user uploads. The rules declare each layout's manifest (results/<run>/<study>/manifests/export_*.json)
 # as their output, not the layout folder: Snakemake marks a directory() output with a .snakemake_timestamp file
 # inside it, which would travel with the upload. The writers replace each folder as a whole.
-# What each study exports is declared in counterfactory.export.studies.
+# What each study exports is declared in its package: EXPORT in src/counterfactory/studies/<study>/export.py, set as
+# its SPEC.export (a counterfactory.export.studies.StudyExport).
 rule export_release:
     """The published layout: COCO-Counterfactuals examples.jsonl + images + caption JSONL (B11),
     SocialCounterfactuals parquet (B12), CounterCurate TSVs (A8)."""
     input:
-        files=lambda wildcards: export_studies.release_inputs(wildcards.study, f"{RESULTS}/{wildcards.study}"),
+        files=lambda wildcards: export_studies.release_inputs(
+            studies.spec(wildcards.study).export, f"{RESULTS}/{wildcards.study}"
+        ),
         finished=study_finished,
     output:
         f"{S}/manifests/export_release.json",

@@ -252,9 +252,10 @@ def test_writer_flattens_captions_converts_images_and_refuses_bad_keys(tmp_path)
 def test_other_studies_declare_retrieval_sets(tmp_path, capsys):
     """CounterCurate: each source image once with all its captions, each negative with its negative caption;
     spurious retrieval: each inpainted image with its captions."""
-    from counterfactory.export import studies
+    from counterfactory import studies
+    from counterfactory.export.studies import retrieval_sets
 
-    assert set(studies.retrieval_studies()) == set(studies.STUDIES)    # every study's sets
+    assert [s.name for s in studies.specs() if s.export and s.export.retrieval] == studies.names()   # every study
     d = tmp_path / "countercurate" / "datasets"
     d.mkdir(parents=True)
     for name in ("src.jpg", "n0.png", "n1.png"):
@@ -265,7 +266,7 @@ def test_other_studies_declare_retrieval_sets(tmp_path, capsys):
         d / "positions.parquet")
     for name in ("counting", "attributes"):
         pd.DataFrame({"item_id": pd.Series([], dtype=str)}).to_parquet(d / f"{name}.parquet")
-    sets = studies.retrieval_sets("countercurate", d.parent)
+    sets = retrieval_sets("countercurate", studies.spec("countercurate").export, d.parent)
     got = {it.key: it.captions for it in sets["positions"]}
     assert got == {f"source_{tmp_path.name}_src": ("a left of b", "a above b"), "i0_negative": ("a right of b",),
                    "i1_negative": ("a below b",)}
@@ -292,9 +293,10 @@ def test_dataset_card_lists_the_clip_benchmark_layout(tmp_path):
 def test_spurious_retrieval_set_pairs_each_inpainted_image_with_its_captions(tmp_path):
     from test_export import spurious_study
 
-    from counterfactory.export import studies
+    from counterfactory import studies
+    from counterfactory.export.studies import retrieval_sets
 
-    sets = studies.retrieval_sets("spurious_retrieval", spurious_study(tmp_path))
+    sets = retrieval_sets("spurious_retrieval", studies.spec("spurious_retrieval").export, spurious_study(tmp_path))
     got = {it.key: it.captions for it in sets["coco_lama"]}
     assert got["1_dog"] == ("a man sitting", "a man on a bench") and got["3_cup"] == ("a table",)
     assert got["2_cat"] == ("A photo of a sofa.",)          # no noun-phrase caption left: its one caption
@@ -328,7 +330,7 @@ def _table(rows: dict, images: tuple[str, ...], index: str):
 def test_social_retrieval_set_is_each_member_once_with_its_own_caption(tmp_path):
     """SocialCF: every member of a set with its caption, one candidate per set (a set's second kept candidate
     repeats its captions word for word, a tie CLIP_benchmark would break arbitrarily)."""
-    from counterfactory.export import studies
+    from counterfactory.studies.social_counterfactuals.export import social_retrieval
 
     for name in "abcde":
         Image.new("RGB", (4, 4), (ord(name), 0, 0)).save(tmp_path / f"{name}.png")
@@ -337,7 +339,7 @@ def test_social_retrieval_set_is_each_member_once_with_its_own_caption(tmp_path)
                     "member_index": [0, 1, 0, 1, 0], "segment": ["race_gender"] * 5,
                     "caption": ["a photo of a black man", "a photo of a white man"] * 2 + ["a photo of an old nurse"],
                     "image": [str(tmp_path / f"{n}.png") for n in "abcde"]}, ("image",), "item_id")
-    items = studies.social_retrieval(table)
+    items = social_retrieval(table)
     assert {it.key: it.captions for it in items} == {
         "s1-c000-m00": ("a photo of a black man",), "s1-c000-m01": ("a photo of a white man",),
         "s2-c003-m00": ("a photo of an old nurse",)}
@@ -351,7 +353,7 @@ def test_social_retrieval_set_is_each_member_once_with_its_own_caption(tmp_path)
 def test_cvld_retrieval_set_is_each_original_and_its_best_kept_edit(tmp_path):
     """CVLD: each original image once with its caption, and per item the best kept edit (lowest rank) with the
     gender-swapped caption; the other kept edits of the item share that caption and stay out."""
-    from counterfactory.export import studies
+    from counterfactory.studies.cvld.export import cvld_retrieval
 
     for name in ("o1", "o2", "e10", "e11", "e20"):
         Image.new("RGB", (4, 4), (len(name), 0, 0)).save(tmp_path / f"{name}.png")
@@ -361,7 +363,7 @@ def test_cvld_retrieval_set_is_each_original_and_its_best_kept_edit(tmp_path):
                     "target_prompt": ["A man rides.", "A man rides.", "A woman reads."],
                     "original_image": [str(tmp_path / "o1.png"), str(tmp_path / "o1.png"), str(tmp_path / "o2.png")]},
                    ("image", "original_image"), "edit_id")
-    items = {it.key: (it.image.name, it.captions) for it in studies.cvld_retrieval(table)}
+    items = {it.key: (it.image.name, it.captions) for it in cvld_retrieval(table)}
     assert items == {"c1_1": ("e11.png", ("A man rides.",)), "c2_0": ("e20.png", ("A woman reads.",)),
                      f"original_{tmp_path.name}_o1": ("o1.png", ("A woman rides.",)),
                      f"original_{tmp_path.name}_o2": ("o2.png", ("A man reads.",))}

@@ -15,9 +15,10 @@ from counterfactory import studies  # noqa: E402
 from counterfactory.cli import main  # noqa: E402
 from counterfactory.errors import InputError  # noqa: E402
 from counterfactory.export import cards, formats  # noqa: E402
-from counterfactory.export import studies as export_studies  # noqa: E402
+from counterfactory.studies.spurious_retrieval.export import spurious_tables  # noqa: E402
 
 BIG_SEED = 2**63 + 5          # a generation seed beyond int64
+COCO_EXPORT = studies.spec("coco_counterfactuals").export
 
 
 def png(path, colour, size=(8, 6)):
@@ -206,7 +207,7 @@ def test_card_lists_the_run_numbers(tmp_path):
                                "fingerprint": "979d60282801e6f000b6"}},
             "config": {"coco_counterfactuals": {"captions": {"similarity_low": 0.8, "mlm_top_k": 10}}}}
     (tmp_path / "provenance.json").write_text(json.dumps(prov))
-    path = cards.write_card("coco_counterfactuals", d, tmp_path / "provenance.json", export)
+    path = cards.write_card("coco_counterfactuals", COCO_EXPORT, d, tmp_path / "provenance.json", export)
     text = path.read_text()
     front = cards.card_numbers(text)
     assert front["license"] == "other" and front["size_categories"] == ["n<1K"]
@@ -228,7 +229,7 @@ def test_card_lists_the_run_numbers(tmp_path):
     assert text.index(f"> **{TINY_WARNING} 1 of 1 model roles") < text.index("## Dataset Summary")
     real = dict(prov, models={"mlm": dict(prov["models"]["mlm"], source="roberta-base")})
     (tmp_path / "provenance.json").write_text(json.dumps(real))
-    assert TINY_WARNING not in cards.write_card("coco_counterfactuals", d, tmp_path / "provenance.json",
+    assert TINY_WARNING not in cards.write_card("coco_counterfactuals", COCO_EXPORT, d, tmp_path / "provenance.json",
                                                 export, out=tmp_path / "real.md").read_text()
     # the config is pointed to (provenance.json), not pasted in
     assert "similarity_low" not in text and "`config.coco_counterfactuals`" in text
@@ -360,7 +361,7 @@ def spurious_study(tmp_path, with_prompt=True):
 def test_spurious_retrieval_export_pairs_every_image_with_its_captions(tmp_path):
     """Issue 32.7: the spurious-retrieval rows carry their captions (no image-only rows)."""
     d = spurious_study(tmp_path)
-    (table,) = export_studies.spurious_tables(d)
+    (table,) = spurious_tables(d)
     rows = table.rows.set_index("item_id")
     assert rows.loc["1_dog", "caption"] == "a man sitting"
     assert list(rows.loc["1_dog", "captions"]) == ["a man sitting", "a man on a bench"]
@@ -370,11 +371,11 @@ def test_spurious_retrieval_export_pairs_every_image_with_its_captions(tmp_path)
     ds = load("imagefolder", tmp_path, data_dir=str(tmp_path / "if" / "coco_lama"), split="train")
     assert sorted(zip(ds["item_id"], ds["caption"])) == [("1_dog", "a man sitting"), ("2_cat", "A photo of a sofa."),
                                                          ("3_cup", "a table")]
-    (table,) = export_studies.spurious_tables(spurious_study(tmp_path / "noprompt", with_prompt=False))
+    (table,) = spurious_tables(spurious_study(tmp_path / "noprompt", with_prompt=False))
     assert sorted(table.rows["item_id"]) == ["1_dog", "3_cup"]          # 2_cat lost every caption: not exported
     (d / "coco/captions/synthetic.parquet").unlink()
     with pytest.raises(InputError, match="synthetic captions not found"):
-        export_studies.spurious_tables(d)
+        spurious_tables(d)
 
 
 def test_card_lists_and_copies_the_filter_cards(tmp_path):
@@ -404,7 +405,7 @@ def test_card_lists_and_copies_the_filter_cards(tmp_path):
     assert sorted(p.name for p in (export / "filter_cards" / "clip").iterdir()) == ["card.json", "card.md"]
     assert text.index("### Filter cards") < text.index("### Configuration")
     # without a card: no section, and the earlier copies go
-    cards.write_card("coco_counterfactuals", d, tmp_path / "provenance.json", export)
+    cards.write_card("coco_counterfactuals", COCO_EXPORT, d, tmp_path / "provenance.json", export)
     assert "Filter cards" not in (export / "README.md").read_text() and not (export / "filter_cards").exists()
 
 
@@ -429,7 +430,7 @@ def test_imagefolder_exports_the_verified_variant(tmp_path, kept):
                   split="train")
         assert ds["id"] == kept and pixels(ds[0]["image_0"])[0, 0].tolist() == [1, 1, 2]
     (tmp_path / "provenance.json").write_text(json.dumps({"git": {"commit": "abc"}}))
-    text = cards.write_card("coco_counterfactuals", d, tmp_path / "provenance.json", export).read_text()
+    text = cards.write_card("coco_counterfactuals", COCO_EXPORT, d, tmp_path / "provenance.json", export).read_text()
     assert "Verified variant: `default_verified`" in text
     assert any(c["config_name"] == "default_verified" for c in cards.card_numbers(text)["configs"])
 
@@ -441,16 +442,16 @@ def test_verified_rows_of_each_study():
     social = T("default", pd.DataFrame({"set_id": ["s1", "s1", "s2"], "candidate_index": [0, 0, 1],
                                         "member_index": [0, 1, 0], "image": ["a", "b", "c"]}), ("image",), "set_id")
     v = pd.DataFrame({"set_id": ["s1"], "candidate_index": [0], "member_index": [1]})
-    assert list(export_studies.STUDIES["social_counterfactuals"].verified(social, v, None)) == [False, True, False]
+    assert list(studies.spec("social_counterfactuals").export.verified(social, v, None)) == [False, True, False]
     cc = T("counting", pd.DataFrame({"item_id": ["1", "2"]}), (), "item_id")
     v = pd.DataFrame({"dataset": ["counting", "positions"], "item_id": ["2", "1"]})
-    assert list(export_studies.STUDIES["countercurate"].verified(cc, v, None)) == [False, True]
+    assert list(studies.spec("countercurate").export.verified(cc, v, None)) == [False, True]
     from pathlib import Path
 
     cvld = T("coco_ip2p", pd.DataFrame({"image": ["/r/cvld/coco/edits/ip2p/00000/a.png",
                                                   "/r/cvld/coco/edits/ip2p/00000/b.png"]}), ("image",), "image")
     v = pd.DataFrame({"path": ["../coco/edits/ip2p/00000/b.png", "../coco/edits/other/00000/a.png"]})
-    assert export_studies.STUDIES["cvld"].verified(cvld, v, Path("/r/cvld/verify")) == [False, True]
+    assert studies.spec("cvld").export.verified(cvld, v, Path("/r/cvld/verify")) == [False, True]
     sr = T("coco_lama", pd.DataFrame({"image": ["/r/sr/coco/images/lama/00000/a.png"]}), ("image",), "image")
     v = pd.DataFrame({"image": ["../coco/images/lama/00000/a.png"]})
-    assert export_studies.STUDIES["spurious_retrieval"].verified(sr, v, Path("/r/sr/verify")) == [True]
+    assert studies.spec("spurious_retrieval").export.verified(sr, v, Path("/r/sr/verify")) == [True]

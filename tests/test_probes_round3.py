@@ -41,10 +41,11 @@ def test_case01_markup_from_config_or_data_is_escaped_in_every_table_writer():
 
 
 def test_case12_card_code_spans_and_text_survive_backticks_and_markup(tmp_path):
+    from counterfactory import studies
     from counterfactory.export import cards
 
     prov = {"models": {"mlm": {"source": "a`b" + EVIL, "library": EVIL, "fingerprint": "f" * 20}}}
-    rows, _ = cards._models(cards.study_export("coco_counterfactuals"), prov)
+    rows, _ = cards._models(studies.spec("coco_counterfactuals").export, prov)
     text = cards.markdown_table(["role", "id / path", "library", "revision", "fingerprint"], rows)
     assert "<script" not in text.replace("``a`b<script>alert(1)</script>``", "")
     assert "``a`b<script>alert(1)</script>``" in text      # one code span (longer fence), markup inert inside it

@@ -83,7 +83,7 @@ def test_a_toy_study_is_picked_up_from_its_package_alone(toy, tmp_path):
     assert studies.title("toy") == "Toy study"
     assert studies.STUDIES["toy"] == ("Toy study", "A Toy Paper (Nobody et al.)")
     assert spec.rules_file == "rules/study_toy.smk" and spec.docs_page == "docs/studies/toy.md"
-    assert spec.export is None   # no export formats (counterfactory.export.studies has none for it)
+    assert spec.export is None   # no export formats (its spec sets no export)
     # its rules count for it in `counterfactory plan --dry-run`
     assert planning.rule_study("toy_edit") == "toy" and planning.rule_study("train_collect_toy") == "toy"
     assert planning.rule_study("captions_merge") == "coco_counterfactuals"

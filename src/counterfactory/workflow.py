@@ -16,9 +16,13 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .config import ConfigView, digest, study_view
 from .config import job_config_file as _job_config_file
+
+if TYPE_CHECKING:
+    from .export.studies import StudyExport
 
 
 @functools.lru_cache(maxsize=64)
@@ -218,7 +222,9 @@ class StudySpec:
     name); ``own_rules``: its rules that run a shared group's step without a study word (``planning.rule_study``);
     ``report_sections``: its report sub-groups in the order its paper presents them (``report_labels.section``;
     unlisted ones follow); ``plan`` / ``needs``: its plan rows and its dataset
-    files (:data:`PlanFn`, :data:`NeedsFn`)."""
+    files (:data:`PlanFn`, :data:`NeedsFn`); ``export``: its export formats and dataset card, a
+    :class:`counterfactory.export.studies.StudyExport` declared in its package's ``export`` module (None: it exports
+    nothing)."""
 
     name: str
     order: int
@@ -231,6 +237,7 @@ class StudySpec:
     report_sections: tuple[str, ...] = ()
     plan: PlanFn = _no_stages
     needs: NeedsFn = _no_needs
+    export: "StudyExport | None" = None
 
     @property
     def rules_file(self) -> str:
@@ -245,14 +252,6 @@ class StudySpec:
         """Its results folder under a run's ``results/<run_name>`` (the rules' ``{RESULTS}/{study}``); the plan reads
         earlier runs' input tables below it."""
         return Path(results) / self.name
-
-    @property
-    def export(self):
-        """Its :class:`counterfactory.export.studies.StudyExport` (export formats, dataset card), None when it has
-        none. Looked up when asked, so listing the studies does not import the export package."""
-        from .export.studies import STUDIES
-
-        return STUDIES.get(self.name)
 
 
 # --------------------------------------------------------------------------- helpers the study specs share

@@ -1,31 +1,64 @@
 """``counterfactory export {release,imagefolder,clip-benchmark,card}``: a study's data in the published release
 layout, in the generic Hugging Face imagefolder + parquet layouts, as CLIP_benchmark's retrieval webdataset, and its
 dataset card (``README.md``) from provenance. This module is the command line only, declared as data
-(``commands.Step``); the work is done by :mod:`counterfactory.export` (``studies``, ``formats``, ``webdataset``,
-``cards``)."""
+(``commands.Step``); what a study exports is its spec's ``export`` (declared in
+``counterfactory.studies.<study>.export``), looked up here and passed to :mod:`counterfactory.export` (``studies``,
+``formats``, ``webdataset``, ``cards``), which does the work."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from .. import studies as _studies
+from ..errors import ConfigError
 from ..export.formats import MAX_SHARD_BYTES
-from ..export.studies import STUDIES
 from . import OUT, OUT_DIR, Param, Step, registrar
+
+if TYPE_CHECKING:
+    from ..export.studies import StudyExport
+
+
+def _exports() -> dict[str, "StudyExport"]:
+    """study -> its export declaration (``SPEC.export``), for every study that declares one, in the specs' order."""
+    return {s.name: s.export for s in _studies.specs() if s.export is not None}
+
+
+def _study_export(study: str, *needs: str) -> "StudyExport":
+    """The export declaration of ``study`` (its ``SPEC.export``); a ConfigError naming the study and the fix when it
+    has none, or when it lacks what ``needs`` names (``"retrieval"``: a retrieval set, ``"verified"``: a verified
+    variant)."""
+    found = _exports()
+    if study not in found:
+        raise ConfigError(f"no export is declared for study {study!r}. Fix: use one of {', '.join(found)} (a study "
+                          "declares its export as EXPORT in src/counterfactory/studies/<study>/export.py, set as "
+                          "SPEC.export)")
+    export = found[study]
+    if "retrieval" in needs and export.retrieval is None:
+        raise ConfigError(f"study {study!r} declares no image-caption retrieval set. Fix: export one of "
+                          f"{', '.join(s for s, v in found.items() if v.retrieval is not None)}, or use "
+                          "`counterfactory export imagefolder`")
+    if "verified" in needs and export.verified is None:
+        raise ConfigError(f"study {study!r} has no verified variant (no VQA adapter is wired for it). Fix: drop "
+                          "--verified, or export one of " + ", ".join(s for s, v in found.items() if v.verified))
+    return export
 
 
 def _release(args) -> int:
     from ..export.studies import write_release
 
-    _print(write_release(args.study, args.study_dir, args.out_dir, manifest_path=args.manifest), args.out_dir)
+    _print(write_release(args.study, _study_export(args.study), args.study_dir, args.out_dir,
+                         manifest_path=args.manifest), args.out_dir)
     return 0
 
 
 def _imagefolder(args) -> int:
     from ..export import formats, studies
 
-    tables = studies.study_export(args.study).tables(Path(args.study_dir))
+    export = _study_export(args.study, *(["verified"] if args.verified else []))
+    tables = export.tables(Path(args.study_dir))
     if args.verified:
-        tables += studies.verified_tables(args.study, tables, args.verified)
+        tables += studies.verified_tables(args.study, export, tables, args.verified)
     m = formats.write_imagefolder(tables, args.out_dir, source=str(args.study_dir),
                                   manifest_path=args.manifest_imagefolder)
     _print(m, args.out_dir)
@@ -39,7 +72,8 @@ def _imagefolder(args) -> int:
 def _clip_benchmark(args) -> int:
     from ..export import studies, webdataset
 
-    sets = studies.retrieval_sets(args.study, args.study_dir, args.verified)
+    export = _study_export(args.study, "retrieval", *(["verified"] if args.verified is not None else []))
+    sets = studies.retrieval_sets(args.study, export, args.study_dir, args.verified)
     m = webdataset.write_clip_benchmark(sets, args.out_dir, source=str(args.study_dir), manifest_path=args.manifest,
                                         max_shard_bytes=args.max_shard_bytes)
     for config, c in m["configs"].items():
@@ -61,8 +95,8 @@ def _card(args) -> int:
             raise InputError(f"--manifest {item!r}: expected LAYOUT=FILE (e.g. parquet=results/demo/cvld/manifests/"
                              "export_parquet.json). Fix: name the layout and its manifest file")
         paths[layout] = path
-    out = write_card(args.study, args.study_dir, args.provenance, args.export_dir, out=args.out, manifest_paths=paths,
-                     filter_cards=args.filter_card)
+    out = write_card(args.study, _study_export(args.study), args.study_dir, args.provenance, args.export_dir,
+                     out=args.out, manifest_paths=paths, filter_cards=args.filter_card)
     print(f"dataset card -> {out}")
     return 0
 
@@ -88,7 +122,7 @@ def _print(manifest: dict, out) -> None:
 # ------------------------------------------------------------------------------------------- declarations
 
 #: the study and its results folder (every step), and the folder written (all but `card`)
-STUDY = (Param("--study", required=True, choices=tuple(sorted(STUDIES)), help="study whose results are exported"),
+STUDY = (Param("--study", required=True, choices=tuple(sorted(_exports())), help="study whose results are exported"),
          Param("--study-dir", required=True, metavar="DIR", help="the study's results (results/<run>/<study>)"))
 EXPORT_DIR = OUT_DIR.but(help="output folder (replaced as a whole)")
 MANIFEST = Param("--manifest", metavar="FILE.json",

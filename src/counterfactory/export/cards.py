@@ -3,7 +3,8 @@
 The card is made only of recorded facts: the export manifests (rows per config and split, fields), the
 run's ``provenance.json`` (model roles with ids, revisions and content fingerprints; the study's config; the
 git commit) and the study's own summary files (the filter funnel: counts per stage, as the steps wrote them).
-What each study exports and which summaries form its funnel is declared in :mod:`.studies`.
+What each study exports and which summaries form its funnel is its :class:`.studies.StudyExport` (declared in
+``counterfactory.studies.<study>.export``, ``SPEC.export``), which the caller passes in.
 
 Layout, as the Hub's dataset cards expect (``huggingface_hub.DatasetCard``): YAML metadata made with
 ``DatasetCardData`` (``pretty_name``, ``license``, ``task_categories``, ``size_categories``, ``configs`` with
@@ -25,7 +26,7 @@ from ..errors import input_error
 from ..render import Column, Table, Text, code_span, escape_md, markdown_body
 from .citations import CITATIONS, size_category
 from .formats import read_manifest
-from .studies import SOURCE_LICENCES, VERIFIED_SUFFIX, is_demo, load_json, study_export
+from .studies import SOURCE_LICENCES, VERIFIED_SUFFIX, StudyExport, is_demo, load_json
 
 #: keys of summary JSON files that are bookkeeping, not counts
 SKIP_KEYS = {"provenance", "config_digest", "requests_digest", "sets_digest", "seconds", "shard", "shards",
@@ -69,13 +70,13 @@ def _flatten(obj: Any, prefix: str = "") -> dict[str, float]:
     return out
 
 
-def funnel(study: str, study_dir: str | Path) -> list[dict]:
-    """Per funnel pattern: ``{"stage", "files", "kind": "counts", "counts": {key: value}}`` (JSON summaries,
-    numeric leaves summed over the pattern's files, e.g. caption shards) or ``{..., "kind": "table",
-    "table": DataFrame}`` (CSV summaries, concatenated)."""
+def funnel(export: StudyExport, study_dir: str | Path) -> list[dict]:
+    """Per funnel pattern of a study's ``export``: ``{"stage", "files", "kind": "counts", "counts": {key: value}}``
+    (JSON summaries, numeric leaves summed over the pattern's files, e.g. caption shards) or ``{..., "kind":
+    "table", "table": DataFrame}`` (CSV summaries, concatenated)."""
     d = Path(study_dir)
     out = []
-    for pattern in study_export(study).funnel:
+    for pattern in export.funnel:
         files = sorted(d.glob(pattern))
         if not files:
             continue
@@ -191,11 +192,11 @@ def filter_card_section(filter_cards: dict[str, dict]) -> list[str]:
                             "file"], rows), ""]
 
 
-def build_card(study: str, study_dir: str | Path, provenance: dict, manifests: dict[str, dict],
-               filter_cards: dict[str, dict] | None = None) -> str:
-    """The card's Markdown. ``manifests``: layout folder name (relative to the card) -> its manifest;
-    ``filter_cards``: audited filter -> its ``card.json`` (copied to ``filter_cards/<filter>/``; none: no section)."""
-    spec = study_export(study)
+def build_card(study: str, export: StudyExport, study_dir: str | Path, provenance: dict,
+               manifests: dict[str, dict], filter_cards: dict[str, dict] | None = None) -> str:
+    """The card's Markdown of ``study`` (its declaration ``export``). ``manifests``: layout folder name (relative to
+    the card) -> its manifest; ``filter_cards``: audited filter -> its ``card.json`` (copied to
+    ``filter_cards/<filter>/``; none: no section)."""
     demo = is_demo(provenance)
     generic = manifests.get("parquet") or manifests.get("imagefolder") or {"configs": {}}
     total = sum(v["rows"] for c in generic["configs"].values() for v in c["splits"].values())
@@ -206,15 +207,16 @@ def build_card(study: str, study_dir: str | Path, provenance: dict, manifests: d
                 {"split": split, "path": f"parquet/{v['path']}"} for split, v in c["splits"].items()]})
     from huggingface_hub import DatasetCardData
 
-    pretty = spec.pretty_name + (" - offline demo" if demo else "")
+    pretty = export.pretty_name + (" - offline demo" if demo else "")
     data = DatasetCardData(pretty_name=pretty, license="other",
                            license_name="mixed source terms (see Licensing Information)",
-                           task_categories=list(spec.task_categories), language=["en"],
+                           task_categories=list(export.task_categories), language=["en"],
                            size_categories=[size_category(total)], tags=["counterfactual", "synthetic",
                                                                         "counterfactory"],
                            configs=configs or None)
     lines = ["---", data.to_yaml().rstrip(), "---", "",
-             f"# Dataset Card for {pretty}", "", *_tiny_banner(provenance), "## Dataset Summary", "", spec.summary, "",
+             f"# Dataset Card for {pretty}", "", *_tiny_banner(provenance), "## Dataset Summary", "", export.summary,
+             "",
              f"Written by CounterFactory {escape_md(provenance.get('counterfactory', '?'))} from run results "
              f"(git commit {code_span((provenance.get('git') or {}).get('commit'))}"
              f"{', uncommitted changes' if (provenance.get('git') or {}).get('dirty') else ''}). "
@@ -242,8 +244,8 @@ def build_card(study: str, study_dir: str | Path, provenance: dict, manifests: d
         rows += [[code(f), (c.get("dtypes") or {}).get(f, ""), desc.get(f, "")] for f in c.get("fields", [])]
         lines += [f"Config {code_span(config)}:", "", markdown_table(["field", "type", "meaning"], rows), ""]
     lines += ["## Dataset Creation", "", "### Source Data", ""]
-    lines += [f"- {SOURCE_LICENCES[k].split(':')[0]}" for k in spec.sources] + [""]
-    rows, missing = _models(spec, provenance)
+    lines += [f"- {SOURCE_LICENCES[k].split(':')[0]}" for k in export.sources] + [""]
+    rows, missing = _models(export, provenance)
     lines += ["### Models", "", "Roles that made or filtered the data, as recorded in `provenance.json` "
               "(fingerprint: sha256 over the weights and configuration files, first 16 hex digits).", ""]
     lines += [markdown_table(["role", "id / path", "library", "revision", "fingerprint"], rows) if rows
@@ -252,7 +254,7 @@ def build_card(study: str, study_dir: str | Path, provenance: dict, manifests: d
         lines += [f"Not recorded in this run's provenance (not used by it): {', '.join(missing)}.", ""]
     lines += ["### How the data was made", "", "Each step of the pipeline in order, with the counts it recorded "
               "(summed over shards; the source file in parentheses).", ""]
-    stages = funnel(study, study_dir)
+    stages = funnel(export, study_dir)
     for i, st in enumerate(stages, 1):
         lines += [f"{i}. **{escape_md(st['stage'].replace('/', ' / ').replace('_', ' '))}** "
                   f"({', '.join(code_span(f) for f in st['files'])})", ""]
@@ -272,7 +274,7 @@ def build_card(study: str, study_dir: str | Path, provenance: dict, manifests: d
               "provenance.json.", ""]
     lines += ["## Licensing Information", "", "The exported data inherit the terms of their sources; no single "
               "licence covers them (front matter: `license: other`).", ""]
-    lines += [f"- {SOURCE_LICENCES[k]}" for k in spec.sources]
+    lines += [f"- {SOURCE_LICENCES[k]}" for k in export.sources]
     if demo:
         lines.append(f"- {SOURCE_LICENCES['demo']}")
     lines += ["", "## Bias, Risks, and Limitations", ""]
@@ -334,15 +336,17 @@ def limitations(study: str, provenance: dict) -> list[str]:
     return out
 
 
-def write_card(study: str, study_dir: str | Path, provenance: str | Path, export_dir: str | Path,
+def write_card(study: str, export: StudyExport, study_dir: str | Path, provenance: str | Path,
+               export_dir: str | Path,
                layouts: Iterable[str] = ("release", "imagefolder", "parquet", "clip_benchmark"), out: str | Path | None = None,
                manifest_paths: dict[str, str | Path] | None = None,
                filter_cards: Iterable[str | Path] = ()) -> Path:
-    """Build the card from ``provenance`` and the manifests of ``export_dir/<layout>`` (layouts without a folder
-    are skipped; ``manifest_paths``: layout -> its manifest kept outside the folder, else the folder's own) and
-    write it to ``out`` (default ``export_dir/README.md``). ``filter_cards``: folders of ``filters study-card``
-    (``.../filters/cards/<filter>``), each copied to ``filter_cards/<filter>/`` beside the card (that folder is
-    replaced as a whole, and removed when none is given) and listed in its "Filter cards" section."""
+    """Build the card of ``study`` (its declaration ``export``) from ``provenance`` and the manifests of
+    ``export_dir/<layout>`` (layouts without a folder are skipped; ``manifest_paths``: layout -> its manifest kept
+    outside the folder, else the folder's own) and write it to ``out`` (default ``export_dir/README.md``).
+    ``filter_cards``: folders of ``filters study-card`` (``.../filters/cards/<filter>``), each copied to
+    ``filter_cards/<filter>/`` beside the card (that folder is replaced as a whole, and removed when none is given)
+    and listed in its "Filter cards" section."""
     from ..io import write_text
 
     export_dir = Path(export_dir)
@@ -354,7 +358,7 @@ def write_card(study: str, study_dir: str | Path, provenance: str | Path, export
                           "run `counterfactory export release/imagefolder` first")
     out = Path(out or export_dir / "README.md")
     cards = copy_filter_cards(filter_cards, out.parent / FILTER_CARDS_DIR)
-    text = build_card(study, study_dir, load_json(provenance), manifests, filter_cards=cards)
+    text = build_card(study, export, study_dir, load_json(provenance), manifests, filter_cards=cards)
     return write_text(out, text)
 
 

@@ -13,6 +13,7 @@ from typing import Mapping
 from ... import workflow
 from ...workflow import (PAPER_ITEMS, Need, Stage, StudySpec, capped, classification_needs, plan_items,
                          retrieval_needs)
+from .export import EXPORT
 
 #: COCO val2017 captions (COCO-CF §3.3), the input of the COCO-CF image jobs' sharding
 COCO_VAL2017_CAPTIONS = 25014
@@ -80,5 +81,5 @@ SPEC = StudySpec(
     # §3 data, Table 2 / Figure 3 / Table 4 zero-shot, Tables 3-6 after fine-tuning
     report_sections=("Counterfactuals", "Over-generation", "Examples", "Zero-shot image-text retrieval",
                      "ITM score differences", "Zero-shot classification", "Training"),
-    plan=plan, needs=needs,
+    plan=plan, needs=needs, export=EXPORT,
 )

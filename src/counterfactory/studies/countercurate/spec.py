@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Mapping
 
 from ...workflow import Need, Stage, StudySpec, retrieval_needs
+from .export import EXPORT
 #: Flickr30k (Entities) images and captions per image (Young et al. 2014; Plummer et al. 2016)
 FLICKR30K_IMAGES, FLICKR30K_CAPTIONS_PER_IMAGE = 31783, 5
 #: CounterCurate benchmark -> (config keys of its data and images under countercurate.benchmarks.<name>)
@@ -85,5 +86,5 @@ SPEC = StudySpec(
     own_rules=("data_flickr30k_captions",),
     # §3 datasets, Tables 1-3 evaluation, Tables 5-6 fine-tuning
     report_sections=("Datasets", "Examples", "Evaluation", "Fine-tuning"),
-    plan=plan, needs=needs,
+    plan=plan, needs=needs, export=EXPORT,
 )

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Mapping
 
 from ...workflow import Need, Stage, StudySpec, karpathy_images, karpathy_needs, plan_items
+from .export import EXPORT
 
 #: CelebA training images (official split) and Karpathy COCO training images (train + restval)
 CELEBA_TRAIN, KARPATHY_COCO_TRAIN = 162770, 113287
@@ -72,5 +73,5 @@ SPEC = StudySpec(
     docs="docs/studies/cvld.md",
     # §3 interventions, then Tables 1-4 and the figures
     report_sections=("Interventions", "Examples", "Training", "Tables", "Figures"),
-    plan=plan, needs=needs,
+    plan=plan, needs=needs, export=EXPORT,
 )

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Mapping
 
 from ...workflow import Need, Stage, StudySpec, classification_needs, retrieval_needs
+from .export import EXPORT
 def plan(view, res: Path, items: Mapping[str, int]) -> list[Stage]:
     from ...generation.sampler import GenerationSettings
     from ...generation.sets import SetGenerationSettings
@@ -71,5 +72,5 @@ SPEC = StudySpec(
     # §3 generation and filtering, §4 probing, §5 debiasing, §10.3 image quality
     report_sections=("Counterfactuals", "Over-generation", "Filtering", "Examples", "Bias probing", "Debiasing",
                      "Image quality"),
-    plan=plan, needs=needs,
+    plan=plan, needs=needs, export=EXPORT,
 )

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Mapping
 
 from ...workflow import PAPER_ITEMS, Need, Stage, StudySpec, capped, karpathy_images, karpathy_needs, plan_items
+from .export import EXPORT
 
 #: typical source sizes of inpainted images (the images keep their size): COCO 640x480, Flickr30k 500x375
 _SOURCE_SIZE = {"coco": (480, 640), "flickr30k": (375, 500)}
@@ -69,5 +70,5 @@ SPEC = StudySpec(
     docs="docs/studies/spurious_retrieval.md",
     # §3 object removal, then Tables 1-3
     report_sections=("Object removal", "Examples", "Training", "Tables"),
-    plan=plan, needs=needs,
+    plan=plan, needs=needs, export=EXPORT,
 )
