@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..errors import ModelLoadError
-from .registry import ModelSpec, register_loader
+from .base import ModelSpec, _load_open_clip, register_loader
 
 log = logging.getLogger(__name__)
 
@@ -175,8 +175,6 @@ def _folder_weights(folder: Path) -> Path:
 def load_clip_family(spec: ModelSpec, kw: dict):
     """``(model, preprocess, tokenizer)`` of an ALIP / LaCLIP / SLIP role (module docstring)."""
     import open_clip
-
-    from .registry import _load_open_clip
 
     register_archs()
     family = FAMILIES[spec.role]

@@ -1,4 +1,4 @@
-"""Loaders of the CVLD editing roles, registered with :func:`counterfactory.models.registry.register_loader`.
+"""Loaders of the CVLD editing roles, registered with :func:`counterfactory.models.base.register_loader`.
 
 * ``editor`` (diffusers): ``StableDiffusionInstructPix2PixPipeline.from_pretrained(path)`` -- InstructPix2Pix
   (timbrooks/instruct-pix2pix at paper scale, CVLD §3.3), without a safety checker; ``dtype=`` loads it in that
@@ -11,7 +11,7 @@ The null-text inversion + Prompt-to-Prompt path uses the existing ``sd`` role (a
 
 from __future__ import annotations
 
-from .registry import ModelSpec, _diffusers_dtype, _hf_kwargs, _src, _transformers_dtype, register_loader
+from .base import ModelSpec, _diffusers_dtype, _hf_kwargs, _src, _transformers_dtype, register_loader
 
 
 @register_loader("editor:diffusers")

@@ -1,6 +1,6 @@
 """Loaders for the evaluation roles (COCO-Counterfactuals §4.2, appendix A.6) and the ``captioner`` role.
 
-Registered with :func:`counterfactory.models.registry.register_loader`, so these roles load through
+Registered with :func:`counterfactory.models.base.register_loader`, so these roles load through
 ``registry.load(cfg, role)`` like every other model. Each transformers role returns
 ``(model, processor)``; the model class is chosen from the checkpoint's ``config.json``
 (``model_type``), never with ``trust_remote_code``:
@@ -24,8 +24,8 @@ CLIP roles are in the registry.
 from __future__ import annotations
 
 from ..errors import ModelLoadError
-from . import registry
-from .registry import ModelSpec, _hf_kwargs, _src, _transformers_dtype, register_loader
+from . import base
+from .base import ModelSpec, _hf_kwargs, _src, _transformers_dtype, register_loader
 
 #: evaluation roles that hold an image-text matching (or CLIP) model
 EVAL_ROLES = ("itm", "itm_bridgetower", "itm_flava", "itm_vilt", "itm_blip", "itm_blip_coco", "clip_open_clip")
@@ -70,7 +70,7 @@ def load_itm_transformers(spec: ModelSpec, kw: dict):
 
 
 def load_open_clip(spec: ModelSpec, kw: dict):
-    return registry._load_open_clip(spec, kw)
+    return base._load_open_clip(spec, kw)
 
 
 for _role in EVAL_ROLES:

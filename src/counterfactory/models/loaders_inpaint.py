@@ -1,5 +1,5 @@
 """Loader of the ``inpaint`` role (spurious-correlation retrieval study §3.1, object removal): LaMa through
-lama-cleaner, registered with :func:`counterfactory.models.registry.register_loader`.
+lama-cleaner, registered with :func:`counterfactory.models.base.register_loader`.
 
 :func:`load_lama` puts the local ``big-lama.pt`` path into ``LAMA_MODEL_URL`` before importing
 ``lama_cleaner.model.lama`` (the module reads it at import time; a local path skips the download and the md5
@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ModelLoadError
-from .registry import ModelSpec, register_loader
+from .base import ModelSpec, register_loader
 
 #: file name of the big-lama TorchScript model inside a model folder (as lama-cleaner downloads it)
 LAMA_FILE = "big-lama.pt"

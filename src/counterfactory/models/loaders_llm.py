@@ -19,7 +19,7 @@ passes a torch dtype through to ``from_pretrained``. The tiny offline stand-in i
 from __future__ import annotations
 
 from ..errors import ModelLoadError
-from .registry import ModelSpec, _hf_kwargs, _src, _transformers_dtype, register_loader
+from .base import ModelSpec, _hf_kwargs, _src, _transformers_dtype, register_loader
 
 
 def is_vision_language(config) -> bool:

@@ -10,7 +10,7 @@ names come from the checkpoint's ``config.id2label``. The tiny offline stand-in 
 
 from __future__ import annotations
 
-from .registry import ModelSpec, _hf_kwargs, _src, _transformers_dtype, register_loader
+from .base import ModelSpec, _hf_kwargs, _src, _transformers_dtype, register_loader
 
 
 @register_loader("nsfw:transformers")

@@ -1,4 +1,4 @@
-"""Loader of the text-classifier role, registered with :func:`counterfactory.models.registry.register_loader`.
+"""Loader of the text-classifier role, registered with :func:`counterfactory.models.base.register_loader`.
 
 * ``lic_bert`` (transformers): ``(AutoModelForSequenceClassification with 2 labels, AutoTokenizer)`` -- the model
   CVLD's Table 4 LIC fine-tunes as Hirota et al.'s (CVPR 2022, §4) BERT leakage classifier
@@ -8,7 +8,7 @@
 
 from __future__ import annotations
 
-from .registry import ModelSpec, _hf_kwargs, _src, register_loader
+from .base import ModelSpec, _hf_kwargs, _src, register_loader
 
 
 def load_classifier(path_or_id, *, revision: str | None = None):

@@ -12,7 +12,7 @@ checkpoint written by ``counterfactory countercurate vlm-train`` (LoRA already m
 
 from __future__ import annotations
 
-from .registry import ModelSpec, _hf_kwargs, _src, _transformers_dtype, register_loader
+from .base import ModelSpec, _hf_kwargs, _src, _transformers_dtype, register_loader
 
 
 @register_loader("vlm:transformers")

@@ -6,6 +6,8 @@ Every role in ``config['models']`` names a hub id (``roberta-base``) or a local 
 never ``trust_remote_code``; transformers and diffusers prefer ``.safetensors`` weights.
 A missing or unloadable model raises one :class:`ModelLoadError` naming the role, what was tried
 and how to fix it. Each load is recorded for provenance (:func:`loaded_models`).
+The spec, the loader table (:func:`register_loader`) and the loaders' helpers live in :mod:`.base`, which the
+``loaders_*`` modules import; this module imports them, so their loaders register (the imports run one way).
 
 Identity is by content: :func:`fingerprint` of a folder is a sha256 over (relative path, sha256 of
 content) of every file in it (``.git``, ``__pycache__``, ``*.lock``, logs and our manifest skipped).
@@ -35,9 +37,22 @@ from typing import Any, Callable, Iterable
 
 from ..errors import ConfigError, CounterFactoryError, ModelLoadError
 from . import sources
+# what the loaders share (the spec, the loader table, their helpers), also reachable as ``registry.<name>``
+from .base import (_LOADERS, _WEIGHT_SUFFIXES, HALF_VARIANTS, ModelSpec, _diffusers_dtype,  # noqa: F401
+                   _hf_kwargs, _hub_candidates, _load_open_clip, _model_files, _names_variant, _src,
+                   _transformers_dtype, diffusers_dtype_key, half_variant, register_loader, resolve_hub)
 # the identity API, also reachable as ``registry.<name>`` (provenance and the tests use it)
 from .identity import (MANIFEST_NAME, HashCache, cache_dir, content_files,  # noqa: F401
                        file_hashes, fingerprint, hf_snapshot, verify_folder, write_manifest)
+# the loader modules register their roles' loaders (in .base's table) on import; they import .base, never this module
+from . import loaders_clip_family  # noqa: F401  (alip / laclip / slip: SocialCounterfactuals §4.2 released files)
+from . import loaders_editing  # noqa: F401  (CVLD: editor = InstructPix2Pix, image_encoder = Swin)
+from . import loaders_eval  # noqa: F401  (the evaluation roles: ITM families, open_clip; the captioner)
+from . import loaders_inpaint  # noqa: F401  (inpaint = LaMa through lama-cleaner, object removal)
+from . import loaders_llm  # noqa: F401  (the llm role: CounterCurate §3.4 / app. A-B, GPT-4(V) stand-in)
+from . import loaders_nsfw  # noqa: F401  (the nsfw role: SocialCounterfactuals §3.4)
+from . import loaders_text  # noqa: F401  (lic_bert: CVLD Table 4 LIC, Hirota et al.'s BERT leakage classifier)
+from . import loaders_vlm  # noqa: F401  (the vlm role: CounterCurate §3.5, LLaVA-1.5)
 
 log = logging.getLogger(__name__)
 
@@ -88,27 +103,6 @@ DEFAULT_LIBRARY = {
 }
 
 
-@dataclass(frozen=True)
-class ModelSpec:
-    role: str
-    source: str
-    library: str
-    revision: str | None = None
-    pretrained: str | None = None
-
-    @property
-    def is_local(self) -> bool:
-        """A source is a local folder if it exists on disk or is written like a path."""
-        s = self.source
-        if s.startswith("local-dir:"):
-            return True
-        return Path(s).exists() or s.startswith(("/", "./", "../", "~")) or s.startswith("resources/")
-
-    @property
-    def local_path(self) -> Path:
-        return Path(os.path.expanduser(self.source.removeprefix("local-dir:")))
-
-
 @dataclass
 class LoadedModel:
     role: str
@@ -123,7 +117,6 @@ class LoadedModel:
 
 
 _LOADED: dict[str, LoadedModel] = {}
-_LOADERS: dict[str, Callable[[ModelSpec, dict], Any]] = {}
 
 
 def model_spec(cfg: dict, role: str) -> ModelSpec:
@@ -144,16 +137,6 @@ def model_spec(cfg: dict, role: str) -> ModelSpec:
         revision=entry.get("revision"),
         pretrained=entry.get("pretrained"),
     )
-
-
-def register_loader(kind: str):
-    """Decorator: register the loader for ``kind`` (``"<role>"`` or ``"<role>:<library>"``)."""
-
-    def deco(fn):
-        _LOADERS[kind] = fn
-        return fn
-
-    return deco
 
 
 def load(cfg: dict, role: str, **kwargs) -> Any:
@@ -258,35 +241,6 @@ def _identity_error(spec: ModelSpec, path: Path | str, exc: BaseException) -> Mo
     what = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc) or type(exc).__name__
     return ModelIdentityError(
         f"role '{spec.role}': cannot identify the model at {path} by content ({what}: {where}). Fix: {fix}")
-
-
-def _hub_candidates(spec: ModelSpec) -> list[str]:
-    source = spec.source
-    if spec.library == "open_clip" and not source.startswith("hf-hub:"):
-        return []  # open_clip architecture names (ViT-B-32) are not hub ids
-    repo_id = source.removeprefix("hf-hub:")
-    out = [repo_id]
-    if spec.library == "sentence_transformers" and "/" not in repo_id:
-        out.insert(0, f"sentence-transformers/{repo_id}")
-    return out
-
-
-def resolve_hub(spec: ModelSpec) -> tuple[Path | None, str | None]:
-    """``(snapshot folder, commit)`` of a hub id in the local HF cache, or ``(None, None)`` when it is
-    not cached (never contacts the hub)."""
-    try:
-        from huggingface_hub import snapshot_download
-    except ImportError:  # pragma: no cover - huggingface_hub comes with transformers
-        return None, None
-    for repo_id in _hub_candidates(spec):
-        try:
-            folder = Path(snapshot_download(repo_id, revision=spec.revision, local_files_only=True))
-        except Exception:  # not cached, invalid id, ...: the hub library raises various types
-            continue
-        if folder.is_dir():
-            snap = hf_snapshot(folder)
-            return folder, snap[1] if snap else None
-    return None, None
 
 
 def identify(spec: ModelSpec, commit: str | None = None) -> dict:
@@ -441,94 +395,6 @@ def _manifest_builder(folder: Path) -> str | None:
         return None
 
 
-def _hf_kwargs(spec: ModelSpec) -> dict:
-    kw: dict[str, Any] = {}
-    if spec.revision and not spec.is_local:
-        kw["revision"] = spec.revision
-    return kw
-
-
-def _src(spec: ModelSpec) -> str:
-    return str(spec.local_path) if spec.is_local else spec.source
-
-
-#: weight variants a half-precision load prefers, in order (the hub's diffusers repositories store their
-#: half-precision weights as ``<name>.fp16.safetensors`` beside the fp32 ones, e.g. SDXL base; a bf16 load
-#: takes fp16 weights when no bf16 ones exist: half the bytes read, then one cast)
-HALF_VARIANTS = {"float16": ("fp16",), "bfloat16": ("bf16", "fp16")}
-_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".json")
-
-
-def _names_variant(name: str, variant: str) -> bool:
-    """Whether file ``name`` is a weight file (or shard index) of ``variant``: ``x.fp16.safetensors``,
-    ``x-00001-of-00002.fp16.safetensors``, ``x.safetensors.index.fp16.json``, legacy ``x.fp16-00001-of-00002.bin``."""
-    if not name.endswith(_WEIGHT_SUFFIXES) or (name.endswith(".json") and ".index." not in name):
-        return False
-    return any(part == variant or part.startswith(f"{variant}-") for part in name.split(".")[1:-1])
-
-
-def _model_files(spec: ModelSpec) -> list[str] | None:
-    """Relative paths (top level and one folder down) of the files of a role's model: the local folder, the hub
-    id's cached snapshot, else the hub's file list when online; None when unknown (offline and not cached)."""
-    folder = spec.local_path if spec.is_local else resolve_hub(spec)[0]
-    if folder is not None:
-        if not folder.is_dir():
-            return None
-        return [p.relative_to(folder).as_posix() for p in folder.glob("*") if p.is_file()] + \
-               [p.relative_to(folder).as_posix() for p in folder.glob("*/*") if p.is_file()]
-    if os.environ.get("HF_HUB_OFFLINE") in ("1", "true", "True"):
-        return None
-    try:
-        from huggingface_hub import list_repo_files
-
-        return list(list_repo_files(spec.source.removeprefix("hf-hub:"), revision=spec.revision))
-    except Exception:  # no network, private or unknown id: the load itself reports what is wrong
-        return None
-
-
-def half_variant(spec: ModelSpec, dtype: Any) -> str | None:
-    """The weight variant a load in ``dtype`` reads: for fp16 / bf16, the first of :data:`HALF_VARIANTS` whose files
-    the role's model has (``fp16`` for SDXL base's repository); None for fp32, or when it has none (the default
-    files are read and cast, e.g. a folder saved in fp16 under the default names)."""
-    names = HALF_VARIANTS.get(str(dtype).removeprefix("torch."), ())
-    files = _model_files(spec) if names else None
-    for variant in names:
-        if files and any(_names_variant(f.rsplit("/", 1)[-1], variant) for f in files):
-            return variant
-    return None
-
-
-def diffusers_dtype_key() -> str:
-    """The ``from_pretrained`` keyword of a diffusers load's dtype: ``dtype`` where diffusers has it (it deprecates
-    ``torch_dtype``, which older releases take alone)."""
-    import diffusers.utils
-
-    return "dtype" if hasattr(diffusers.utils, "_resolve_dtype") else "torch_dtype"
-
-
-def _diffusers_dtype(spec: ModelSpec, kw: dict) -> dict:
-    """The dtype (``torch_dtype`` / ``dtype``, :func:`diffusers_dtype_key`) and the half-precision ``variant`` when
-    the model has one, of a diffusers load, from ``registry.load(..., dtype=...)``: the weights are read in the
-    stage's precision instead of fp32 then cast (half the host memory at paper scale). No ``dtype``: fp32, asked
-    for explicitly -- left to the libraries, a folder saved in fp16 loads as two dtypes (transformers reads the text
-    encoder in its saved dtype, diffusers the UNet in fp32) and fails on its first step."""
-    import torch
-
-    dtype = kw.get("dtype") or torch.float32
-    variant = half_variant(spec, dtype)
-    return {diffusers_dtype_key(): dtype, **({"variant": variant} if variant else {})}
-
-
-def _transformers_dtype(kw: dict) -> dict:
-    """``dtype`` of a transformers load: the caller's ``registry.load(..., dtype=...)``, else fp32 asked for
-    explicitly. transformers 5 reads a checkpoint in its saved dtype by default (``dtype="auto"``): LLaVA-1.5's
-    fp16 or Qwen2.5's bf16 weights would then run in half precision on the CPU (its slow reference GEMM) and be
-    trained as half-precision master weights (AdamW updates of lr 2e-6 lost to rounding)."""
-    import torch
-
-    return {"dtype": kw.get("dtype") or torch.float32}
-
-
 # --------------------------------------------------------------------------- loaders
 
 @register_loader("mlm")
@@ -563,17 +429,6 @@ def _load_hf_clip(spec: ModelSpec, kw: dict):
     model = CLIPModel.from_pretrained(_src(spec), **_hf_kwargs(spec), **_transformers_dtype(kw))
     processor = CLIPProcessor.from_pretrained(_src(spec), **_hf_kwargs(spec))
     return model.eval(), processor
-
-
-def _load_open_clip(spec: ModelSpec, kw: dict):
-    import open_clip
-
-    name = spec.source
-    if spec.is_local and not name.startswith("local-dir:"):
-        name = f"local-dir:{spec.local_path}"
-    model, _, preprocess = open_clip.create_model_and_transforms(name, pretrained=spec.pretrained)
-    tokenizer = open_clip.get_tokenizer(name)
-    return model.eval(), preprocess, tokenizer
 
 
 for _role in ("clip_filter", "clip_eval", "clip_train"):
@@ -649,14 +504,3 @@ def _load_inception(spec: ModelSpec, kw: dict):
         raise ModelLoadError(f"role '{spec.role}' (inception): {spec.source!r} is not a local file or folder. Fix: "
                              "download torchvision's inception_v3_google-0cc3c7bd.pth and give its path")
     return inception.load(spec.local_path)
-
-
-# loaders of the evaluation roles (ITM families, open_clip) register themselves on import
-from . import loaders_eval  # noqa: E402,F401
-from . import loaders_nsfw  # noqa: E402,F401  (the nsfw role: SocialCounterfactuals §3.4)
-from . import loaders_vlm  # noqa: E402,F401  (the vlm role: CounterCurate §3.5, LLaVA-1.5)
-from . import loaders_llm  # noqa: E402,F401  (the llm role: CounterCurate §3.4 / app. A-B, GPT-4(V) stand-in)
-from . import loaders_editing  # noqa: E402,F401  (CVLD: editor = InstructPix2Pix, image_encoder = Swin)
-from . import loaders_inpaint  # noqa: E402,F401  (inpaint = LaMa through lama-cleaner, object removal)
-from . import loaders_clip_family  # noqa: E402,F401  (alip / laclip / slip: SocialCounterfactuals §4.2 released files)
-from . import loaders_text  # noqa: E402,F401  (lic_bert: CVLD Table 4 LIC, Hirota et al.'s BERT leakage classifier)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from . import convert_blip
 
 if TYPE_CHECKING:
-    from .registry import ModelSpec
+    from .base import ModelSpec
 
 #: lama-cleaner's release file of Big LaMa (the default ``LAMA_MODEL_URL`` of ``lama_cleaner.model.lama``)
 BIG_LAMA_URL = "https://github.com/Sanster/models/releases/download/add_big_lama/big-lama.pt"

@@ -25,7 +25,7 @@ role                   model class (paper-scale checkpoint)             processo
 
 Tokenizers are built offline. The WordPiece vocabularies (BERT style, lower case) are written from a
 small word list: the special tokens, single characters and ``##`` continuation characters (so every
-word can be tokenised), then the words of :func:`counterfactory.models.tiny.caption_corpus`, the
+word can be tokenised), then the words of :func:`counterfactory.models.tiny_common.caption_corpus`, the
 MS-COCO category names and the demo classification class names. The byte-level BPE of BridgeTower is
 trained with ``tokenizers`` on the same caption corpus (as the tiny ``mlm`` role does).
 
@@ -42,7 +42,7 @@ import string
 import tempfile
 from pathlib import Path
 
-from .tiny import COCO_CATEGORIES, SCENE_NOUNS, _seed_all, _train_byte_bpe, _vocab_and_merges, caption_corpus
+from .tiny_common import COCO_CATEGORIES, SCENE_NOUNS, _seed_all, _train_byte_bpe, _vocab_and_merges, caption_corpus
 
 #: image side the tiny evaluation models are built for (same as the tiny vision roles)
 TINY_IMAGE_SIZE = 32

@@ -42,7 +42,7 @@ def _gligen_pipeline(out: Path, seed: int, in_channels: int) -> None:
     from diffusers.models.attention import GatedSelfAttentionDense
     from transformers import CLIPTextConfig, CLIPTextModel
 
-    from .tiny import clip_tokenizer
+    from .tiny_common import clip_tokenizer
 
     torch.manual_seed(seed)
     unet = UNet2DConditionModel(
@@ -88,7 +88,7 @@ def build_t2i(out: Path, seed: int = 0) -> None:
     from diffusers import EulerDiscreteScheduler, StableDiffusionXLPipeline, UNet2DConditionModel
     from transformers import CLIPTextConfig, CLIPTextModel, CLIPTextModelWithProjection
 
-    from .tiny import clip_tokenizer
+    from .tiny_common import clip_tokenizer
 
     seed += 200
     time_dim = 8   # SDXL: 256 per micro-conditioning number, 6 numbers (original size, crop, target size)

@@ -64,7 +64,7 @@ def _prompt_corpus() -> list[str]:
 
 def tokenizer_corpus(seed: int = 0) -> list[str]:
     """Deterministic training text of the tiny tokenizer: captions, task-shaped JSON and the prompt texts."""
-    from .tiny import caption_corpus
+    from .tiny_common import caption_corpus
 
     captions = caption_corpus(n=3000, seed=seed + 3)
     return captions + _json_corpus(captions, seed) + _prompt_corpus() * 5
@@ -74,7 +74,7 @@ def build_llm(out: Path, seed: int = 0) -> None:
     """Tiny ``Qwen2ForCausalLM`` + ``Qwen2Tokenizer`` with a ChatML chat template (the class of Qwen2-Instruct)."""
     from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM, Qwen2Tokenizer
 
-    from .tiny import _seed_all, _train_byte_bpe, _vocab_and_merges
+    from .tiny_common import _seed_all, _train_byte_bpe, _vocab_and_merges
 
     with tempfile.TemporaryDirectory() as tmp:
         _train_byte_bpe(tokenizer_corpus(seed), VOCAB_SIZE, [PAD, IM_START, IM_END], Path(tmp))

@@ -28,7 +28,7 @@ def build_nsfw(out: Path, seed: int = 0) -> None:
     import torch
     from transformers import ViTConfig, ViTForImageClassification, ViTImageProcessor
 
-    from .tiny import _seed_all
+    from .tiny_common import _seed_all
 
     _seed_all(seed)
     config = ViTConfig(

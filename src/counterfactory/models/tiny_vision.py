@@ -57,7 +57,7 @@ def build_sd(out: Path, seed: int = 0) -> None:
     from diffusers import EulerAncestralDiscreteScheduler, StableDiffusionPipeline, UNet2DConditionModel
     from transformers import CLIPTextConfig, CLIPTextModel
 
-    from .tiny import clip_tokenizer
+    from .tiny_common import clip_tokenizer
 
     torch.manual_seed(seed)
     unet = UNet2DConditionModel(
@@ -88,7 +88,7 @@ def build_clip(out: Path, seed: int = 0) -> None:
     import torch
     from transformers import CLIPConfig, CLIPImageProcessor, CLIPModel, CLIPProcessor
 
-    from .tiny import clip_tokenizer
+    from .tiny_common import clip_tokenizer
 
     torch.manual_seed(seed)
     config = CLIPConfig(

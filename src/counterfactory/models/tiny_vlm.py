@@ -10,7 +10,7 @@ Sizes: 32 px images in 8 px patches (16 patch tokens + CLS; LLaVA's ``vision_fea
 default`` drops the CLS, so every ``<image>`` expands to :data:`IMAGE_TOKENS` = 16 tokens, as 576 in the
 real model), vision and text transformers 32 wide with 2 layers, 512 positions. The tokenizer is a Llama-style
 BPE (Metaspace ``▁`` pieces, byte fallback through ``<0x00>``..``<0xFF>``, BOS added) trained offline with
-``tokenizers`` on :func:`counterfactory.models.tiny.caption_corpus` plus the phrases of the CounterCurate
+``tokenizers`` on :func:`counterfactory.models.tiny_common.caption_corpus` plus the phrases of the CounterCurate
 prompts (so ``A``/``B`` answers are single tokens, like Llama's ``▁A``/``▁B``). Outputs carry no meaning.
 """
 
@@ -58,7 +58,7 @@ def llama_style_tokenizer(seed: int = 0, vocab_size: int = 1500):
     from tokenizers import SentencePieceBPETokenizer
     from transformers import LlamaTokenizer
 
-    from .tiny import caption_corpus
+    from .tiny_common import caption_corpus
 
     corpus = caption_corpus(seed=seed + 3) + _PROMPT_PHRASES * 8
     byte_tokens = [f"<0x{i:02X}>" for i in range(256)]
@@ -78,7 +78,7 @@ def build_vlm(out: Path, seed: int = 0) -> None:
     from transformers import (CLIPImageProcessor, CLIPVisionConfig, LlamaConfig, LlavaConfig,
                               LlavaForConditionalGeneration, LlavaProcessor)
 
-    from .tiny import _seed_all
+    from .tiny_common import _seed_all
 
     tok = llama_style_tokenizer(seed)
     image_token_id = tok.convert_tokens_to_ids(IMAGE_TOKEN)
