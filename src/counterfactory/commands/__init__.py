@@ -140,6 +140,14 @@ def use_nltk_data(args: argparse.Namespace) -> None:
         ensure_nltk_data(args.nltk_data)
 
 
+def use_threads(args: argparse.Namespace) -> None:
+    """``--threads N`` (:data:`THREADS`): torch's CPU threads for this job (torch is imported only when given)."""
+    if getattr(args, "threads", None):
+        import torch
+
+        torch.set_num_threads(args.threads)
+
+
 def add_progress_option(parser: argparse.ArgumentParser) -> None:
     """``--no-progress``: the one spelling of the progress switch (bars are on by default; the workflow's jobs
     pass it so that their logs stay readable)."""

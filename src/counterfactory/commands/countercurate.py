@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ..studies.countercurate import STUDY, VLM_ROLE
 from . import (CONFIG, DECIMALS, LABEL, NO_PROGRESS, OUT, OUT_CSV, OUT_DIR, OUT_HTML, OUT_MD, OUT_TEX, SHARD_DIRS,
-               Param, Step, flag, key_values, lazy_module, registrar, shard_job_params)
+               Param, Step, flag, key_values, lazy_module, registrar, shard_job_params, use_threads)
 
 # the step modules, each imported when its subcommand runs (the VLM and training steps import torch; tables do not)
 _PKG = "counterfactory.studies.countercurate"
@@ -84,13 +84,10 @@ def _cmd_llm(args) -> int:
 
 
 def _cmd_generate(args) -> int:
-    import torch
-
     from ..generation.grounded import run_grounded_shard
 
     cfg = _load_config(args.config)
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    use_threads(args)
     s = run_grounded_shard(cfg, args.requests, args.shard, args.out_dir, progress=not args.no_progress)
     kinds = ", ".join(f"{n} {k}" for k, n in s["items_by_kind"].items() if n)
     print(f"grounded shard {args.shard:05d}: {s['items']} images ({kinds or 'none'}; {s['items_generated_this_run']} "

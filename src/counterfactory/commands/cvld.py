@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 
 from . import (CONFIG, NLTK_DATA, NO_PROGRESS, OUT, OUT_CSV, OUT_DIR, OUT_HTML, OUT_MD, OUT_TEX, Param, Step,
-               lazy_module, registrar, shard_job_params)
+               lazy_module, registrar, shard_job_params, use_threads)
 
 log = logging.getLogger(__name__)
 
@@ -54,10 +54,7 @@ def _requests(args) -> int:
 
 
 def _edit(args) -> int:
-    import torch
-
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    use_threads(args)
     result = pipeline.edit(_load(args.config), args.requests, args.method, args.shard, args.out_dir,
                            cache_dir=args.cache_dir, progress=not args.no_progress)
     print(f"shard {args.shard} ({args.method}): {result}")

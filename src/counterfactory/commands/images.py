@@ -10,21 +10,18 @@ from __future__ import annotations
 
 import logging
 
-from . import OUT_DIR, SHARD_DIRS, Step, registrar, shard_job_params
+from . import OUT_DIR, SHARD_DIRS, Step, registrar, shard_job_params, use_threads
 from .adaptive import ADAPTIVE_CURVE
 
 log = logging.getLogger(__name__)
 
 
 def _generate(args) -> int:
-    import torch
-
     from ..config import load_config
     from ..generation.shards import run_shard
 
     cfg = load_config(args.config)
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    use_threads(args)
     summary = run_shard(cfg, args.pairs, args.shard, args.out_dir, progress=not args.no_progress)
     print(f"shard {args.shard:05d}: {summary['pairs_selected']} pairs selected for "
           f"{summary['captions_with_selection']}/{summary['captions']} captions "

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from ..errors import InputError
 from ..studies.social_counterfactuals import STUDY
-from . import (CONFIG, DECIMALS, LABEL, NO_PROGRESS, OUT, OUT_CSV, OUT_DIR, OUT_HTML, OUT_MD, OUT_TEX, SEED,
-               SHARD_DIRS, OneOf, Param, Step, flag, lazy_module, registrar, role_labels, shard_job_params)
+from . import (CONFIG, DECIMALS, LABEL, NO_PROGRESS, OUT, OUT_CSV, OUT_DIR, OUT_HTML, OUT_MD, OUT_TEX, SEED, SHARD_DIRS,
+               OneOf, Param, Step, flag, lazy_module, registrar, role_labels, shard_job_params, use_threads)
 
 # the step modules, each imported when its subcommand runs (the filters and probing import torch; tables do not)
 _PKG = "counterfactory.studies.social_counterfactuals"
@@ -36,13 +36,10 @@ def _cmd_captions(args) -> int:
 
 
 def _cmd_generate(args) -> int:
-    import torch
-
     from ..generation.sets import run_set_shard
 
     cfg = _load_config(args.config)
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    use_threads(args)
     s = run_set_shard(cfg, args.sets, args.shard, args.out_dir, progress=not args.no_progress)
     print(f"set shard {args.shard:05d}: {s['sets']} caption sets, {s['candidates_generated']} candidate sets, "
           f"{s['images']} images ({s['unet_evals']} UNet evaluations) -> {args.out_dir}")

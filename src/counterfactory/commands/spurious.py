@@ -12,7 +12,7 @@ import argparse
 import logging
 
 from . import (CONFIG, LABEL, NO_PROGRESS, OUT, OUT_CSV, OUT_DIR, OUT_HTML, OUT_MD, OUT_TEX, OneOf, Param, Step,
-               fraction, key_values, lazy_module, registrar, role_labels, shard_job_params)
+               fraction, key_values, lazy_module, registrar, role_labels, shard_job_params, use_threads)
 
 log = logging.getLogger(__name__)
 
@@ -67,12 +67,9 @@ def _captions(args) -> int:
 
 
 def _inpaint(args) -> int:
-    import torch
-
     from ..generation.inpaint import inpaint_shard
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    use_threads(args)
     cfg = _load(args.config)
     s = settings.settings(cfg)
     requests = data.read_requests(args.requests)
