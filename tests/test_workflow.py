@@ -575,6 +575,9 @@ def test_make_demo_plans_as_typed_from_the_repository_root(repo):
                               ["results/demo_own_data/coco_counterfactuals/images/selected_pairs.parquet"])):
         proc = snakemake(repo, repo, "-n", *targets, "--configfile", *configs, timeout=300)
         assert proc.returncode == 0, f"{configs}: " + (proc.stdout[-1500:] + proc.stderr[-2500:])
+        # a dry run plans past a failed preflight; the real run would stop there (the paper config's VSE++
+        # Flickr30k start role, models.vsepp_f30k, once had no demo stand-in)
+        assert "a real run stops here" not in proc.stdout + proc.stderr, f"{configs}: " + proc.stderr[-2500:]
 
 
 def test_rulegraph_renders(repo, tmp_path):
