@@ -409,13 +409,18 @@ def itr_subset_args(wildcards, input):
 
 
 # ---- exports (rules/export.smk)
-EXPORT_RELEASE_STUDIES = [s for s in STUDIES if studies.spec(s).export.release]
+#: studies that declare an export (SPEC.export); a study without one has no export targets
+EXPORT_STUDIES = [s for s in STUDIES if studies.spec(s).export is not None]
+EXPORT_RELEASE_STUDIES = [s for s in EXPORT_STUDIES if studies.spec(s).export.release]
 #: studies with an image-caption retrieval set: exported in CLIP_benchmark's webdataset layout too
-EXPORT_CLIP_BENCHMARK_STUDIES = [s for s in STUDIES if studies.spec(s).export.retrieval]
+EXPORT_CLIP_BENCHMARK_STUDIES = [s for s in EXPORT_STUDIES if studies.spec(s).export.retrieval]
 
 
 def export_targets(study):
-    """The study's export outputs (for `all`): the card, and through it every layout, and the examples grid."""
+    """The study's export outputs (for `all`): the card, and through it every layout, and the examples grid
+    (none for a study that declares no export)."""
+    if study not in EXPORT_STUDIES:
+        return []
     return [f"{RESULTS}/{study}/export/README.md", examples_grid(study)]
 
 
