@@ -203,7 +203,10 @@ def _cmd_debias_task_table(args) -> int:
 
 
 def _cmd_release(args) -> int:
-    summary = release.export_release(args.images, args.out_dir, shard_size=args.shard_size)
+    from ..studies import spec
+
+    summary = release.export_release(args.images, args.out_dir, shard_size=args.shard_size,
+                                     citation=spec("social_counterfactuals").export.citation)
     print(f"{summary['rows']} images in {summary['sets']} sets -> {args.out_dir} ({len(summary['shards'])} shards)")
     for s in summary["segments"]:
         print(f"  {s['segment']}: {s['sets']} sets, {s['images']} images")

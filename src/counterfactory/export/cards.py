@@ -24,7 +24,7 @@ import yaml
 
 from ..errors import input_error
 from ..render import Column, Table, Text, code_span, escape_md, markdown_body
-from .citations import CITATIONS, size_category
+from .citations import size_category
 from .formats import read_manifest
 from .studies import SOURCE_LICENCES, VERIFIED_SUFFIX, StudyExport, is_demo, load_json
 
@@ -278,11 +278,11 @@ def build_card(study: str, export: StudyExport, study_dir: str | Path, provenanc
     if demo:
         lines.append(f"- {SOURCE_LICENCES['demo']}")
     lines += ["", "## Bias, Risks, and Limitations", ""]
-    lines += [f"- {x}" for x in bias_notes(study)]
+    lines += [f"- {x}" for x in bias_notes(export)]
     lines += ["", "### Known Limitations", ""]
-    lines += [f"- {x}" for x in limitations(study, provenance)]
+    lines += [f"- {x}" for x in limitations(export, provenance)]
     lines += ["", "## Citation", "", "If you use this data, cite the paper whose method made it:", "", "```bibtex",
-              CITATIONS.get(study, "% no citation recorded for this study"), "```", "",
+              export.citation or "% no citation recorded for this study", "```", "",
               "and the software that produced it (CounterFactory, see its `CITATION.cff`)."]
     return "\n".join(lines) + "\n"
 
@@ -293,26 +293,17 @@ def _leaves(node) -> list:
     return [node]
 
 
-def bias_notes(study: str) -> list[str]:
-    """What a user should know about bias and risk in the study's generated data."""
+def bias_notes(export: StudyExport) -> list[str]:
+    """What a user should know about bias and risk in the study's generated data: the note every study shares,
+    then the study's own (``export.bias_notes``)."""
     common = ("Images are synthetic (a text-to-image or editing model generated them) and inherit that model's "
               "training-data biases; captions come from automatic models and filters, not from human annotators.")
-    return [common] + {
-        "coco_counterfactuals": ["The noun substitutions follow the masked language model's preferences, so frequent "
-                                 "MS-COCO objects are over-represented among the counterfactual changes."],
-        "social_counterfactuals": ["The data deliberately varies race, gender and physical characteristics; use it to "
-                                   "measure and reduce social bias, not to train models to infer these attributes "
-                                   "from images of people.", "Attribute groups are the paper's fixed categories "
-                                   "and do not describe how real people identify."],
-        "countercurate": ["Negative images and captions are generated; a negative can still be plausible for the "
-                          "image, so accuracy on it has a noise floor."],
-        "spurious_retrieval": ["Inpainted regions can leave visible artefacts that a model may learn to detect."],
-        "cvld": ["Gender interventions are binary (male / female) as in the paper, which does not cover non-binary "
-                 "identities; edited faces can change more than the intended attribute."],
-    }.get(study, [])
+    return [common, *export.bias_notes]
 
 
-def limitations(study: str, provenance: dict) -> list[str]:
+def limitations(export: StudyExport, provenance: dict) -> list[str]:
+    """The run's own limitations (a demo's stand-in models, a dirty working tree), then the study's
+    (``export.limitations``)."""
     out = []
     if is_demo(provenance):
         out.append("Offline demo: every model is a tiny randomly initialised stand-in (resources/models/tiny), so "
@@ -320,20 +311,7 @@ def limitations(study: str, provenance: dict) -> list[str]:
                    "counts only.")
     if (provenance.get("git") or {}).get("dirty"):
         out.append("The run was made from a working tree with uncommitted changes.")
-    out += {
-        "coco_counterfactuals": ["Images keep the generator's PNG encoding; the published zip holds `.jpg` files "
-                                 "(the loader joins `<stem>.jpg`).", "Counterfactual captions come from one "
-                                 "masked-noun substitution and automatic filters; they can be ungrammatical."],
-        "social_counterfactuals": ["Race, gender and physical attributes are prompt conditions, not labels of real "
-                                   "people; generated images can show stereotypes of the generator."],
-        "countercurate": ["Flickr30k-Attributes rows are exported only when the run produced them; the TSVs need "
-                          "an `image_path` column in `datasets/attributes.parquet`.",
-                          "An open LLM (role llm) and an open text-to-image model (role t2i) stand in for GPT-4V and "
-                          "DALLE-3 (docs/studies/countercurate.md)."],
-        "spurious_retrieval": ["The paper's code is not public; selection and inpainting follow the paper's text."],
-        "cvld": ["The paper's code is not public; interventions and editing follow the paper's text."],
-    }.get(study, [])
-    return out
+    return out + list(export.limitations)
 
 
 def write_card(study: str, export: StudyExport, study_dir: str | Path, provenance: str | Path,
@@ -393,6 +371,6 @@ def card_numbers(text: str) -> dict:
     return yaml.safe_load(text.split("---\n", 2)[1])
 
 
-__all__ = ["CITATIONS", "FIELD_DOCS", "FILTER_CARDS_DIR", "FILTER_CARD_FILES", "bias_notes", "build_card",
+__all__ = ["FIELD_DOCS", "FILTER_CARDS_DIR", "FILTER_CARD_FILES", "bias_notes", "build_card",
            "card_numbers", "copy_filter_cards", "filter_card_section", "funnel", "funnel_label", "limitations",
            "size_category", "write_card"]

@@ -465,13 +465,13 @@ def write_countercurate(datasets_dir: str | Path, out_dir: str | Path, *,
 
 # ------------------------------------------------------------------------------------ SocialCounterfactuals
 def write_social_counterfactuals(kept: str | Path, out_dir: str | Path, *,
-                                 manifest_path: str | Path | None = None) -> dict:
+                                 manifest_path: str | Path | None = None, citation: str = "") -> dict:
     """Intel/SocialCounterfactuals parquet (B12): :func:`.social_release.export_release` (one
     ``train`` split of ``data/train-NNNNN-of-MMMMM-<hash>.parquet`` with ``image`` bytes and the release
     fields), plus this module's ``manifest.json``."""
     from .social_release import RELEASE_FIELDS, export_release
 
-    summary = export_release(kept, out_dir)
+    summary = export_release(kept, out_dir, citation=citation)
     manifest = {"format": "social_counterfactuals", "source": str(kept),
                 "configs": {"default": {"splits": {"train": {"rows": summary["rows"], "path": "data/train-*.parquet"}},
                                         "images": ["image"], "fields": list(RELEASE_FIELDS[1:])}},

@@ -40,7 +40,7 @@ from typing import Any
 import pandas as pd
 
 from ..errors import InputError, input_error, missing_input
-from .citations import CITATIONS, size_category
+from .citations import size_category
 
 #: fields of the public release, in its order
 RELEASE_FIELDS = ("image", "caption", "counterfactual_set", "a1_type", "a1", "a2_type", "a2", "a1a2")
@@ -182,7 +182,8 @@ def _shard_table(rows: pd.DataFrame):
     return pa.Table.from_pydict(columns, schema=_arrow_schema()), digest.hexdigest()[:16]
 
 
-def export_release(images: str | Path, out_dir: str | Path, shard_size: int = DEFAULT_SHARD_SIZE) -> dict:
+def export_release(images: str | Path, out_dir: str | Path, shard_size: int = DEFAULT_SHARD_SIZE,
+                   citation: str = "") -> dict:
     """Write the kept images ``images`` (parquet) as the release layout under ``out_dir`` (replaced as a
     whole, atomically): ``data/train-*.parquet``, ``README.md`` and ``release_summary.json``.
 
@@ -210,7 +211,7 @@ def export_release(images: str | Path, out_dir: str | Path, shard_size: int = DE
                    "segments": _counts(frame.rename(columns={"set_id": "counterfactual_set"})),
                    "source": str(Path(images).resolve())}
         write_json(tmp / "release_summary.json", summary)
-        write_text(tmp / "README.md", _readme(summary))
+        write_text(tmp / "README.md", _readme(summary, citation))
     return summary
 
 
@@ -223,7 +224,7 @@ def _counts(frame: pd.DataFrame) -> list[dict]:
     return out
 
 
-def _readme(summary: dict) -> str:
+def _readme(summary: dict, citation: str = "") -> str:
     """The release's dataset card: the Hub's YAML metadata (``DatasetCardData``: the one ``train`` split's shards
     as ``data_files``), the layout, fields, counts per segment and the paper's citation."""
     from huggingface_hub import DatasetCardData
@@ -251,7 +252,7 @@ def _readme(summary: dict) -> str:
               "Race, gender and physical characteristics are prompt conditions of generated images, not labels of "
               "real people; the images can show the generator's stereotypes. Use the sets to measure and reduce "
               "social bias, not to infer these attributes.", "", "## Citation", "", "```bibtex",
-              CITATIONS["social_counterfactuals"], "```"]
+              citation or "% no citation recorded for this study", "```"]
     return "\n".join(lines) + "\n"
 
 

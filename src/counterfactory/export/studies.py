@@ -42,6 +42,12 @@ class StudyExport:
     #: which rows of an export table the VQA check's verified variant (``verify/verified.parquet``, read as a frame;
     #: its folder) keeps: a boolean mask over ``table.rows`` (None: the study has no VQA adapter)
     verified: Callable[[ExportTable, pd.DataFrame, Path], "pd.Series | list[bool]"] | None = None
+    #: the paper's BibTeX entry (the card's Citation section; empty: the card says none is recorded)
+    citation: str = ""
+    #: the card's notes on bias and risk of the study's data (after the note every study shares)
+    bias_notes: tuple[str, ...] | list[str] = ()
+    #: the card's known limitations of the study's data (after the run's own: demo, uncommitted changes)
+    limitations: tuple[str, ...] | list[str] = ()
 
 
 def read_table(path: Path, what: str) -> pd.DataFrame:
@@ -159,7 +165,8 @@ def write_release(study: str, export: StudyExport, study_dir: str | Path, out_di
                                           manifest_path=manifest_path)
     if export.release == "countercurate":
         return write_countercurate(d / "datasets", out_dir, manifest_path=manifest_path)
-    return write_social_counterfactuals(d / export.release_inputs[0], out_dir, manifest_path=manifest_path)
+    return write_social_counterfactuals(d / export.release_inputs[0], out_dir, manifest_path=manifest_path,
+                                        citation=export.citation)
 
 
 def funnel_files(export: StudyExport, study_dir: str | Path) -> list[Path]:

@@ -40,6 +40,24 @@ def coco_retrieval(table: ExportTable) -> list[RetrievalItem]:
         for r in rows.itertuples(index=False))
 
 
+#: the paper's BibTeX entry (the dataset card's Citation section)
+CITATION = """@inproceedings{le2023cococounterfactuals,
+  title     = {{COCO}-Counterfactuals: Automatically Constructed Counterfactual Examples for Image-Text Pairs},
+  author    = {Le, Tiep and Lal, Vasudev and Howard, Phillip},
+  booktitle = {Advances in Neural Information Processing Systems (Datasets and Benchmarks Track)},
+  year      = {2023},
+  eprint    = {2309.14356},
+  archivePrefix = {arXiv}
+}"""
+#: what a user should know about bias and risk in the study's data (the card, after the common note)
+BIAS_NOTES = ["The noun substitutions follow the masked language model's preferences, so frequent "
+              "MS-COCO objects are over-represented among the counterfactual changes."]
+#: the card's known limitations of the study's data (after the run's own: demo, uncommitted changes)
+LIMITATIONS = ["Images keep the generator's PNG encoding; the published zip holds `.jpg` files "
+               "(the loader joins `<stem>.jpg`).", "Counterfactual captions come from one "
+               "masked-noun substitution and automatic filters; they can be ungrammatical."]
+
+
 EXPORT = StudyExport(
     "coco_counterfactuals", ("images/selected_pairs.parquet", "captions/coco_counterfactuals_captions.jsonl"),
     coco_tables, ("captions/summary/*.json", "images/summary.json"),
@@ -47,4 +65,5 @@ EXPORT = StudyExport(
     "COCO-Counterfactuals (reproduction)",
     "Pairs of synthetic images and captions that differ in one noun (Le et al., 2023): MS-COCO captions "
     "edited by a masked language model, image pairs generated with Prompt-to-Prompt and filtered by CLIP.",
-    retrieval=coco_retrieval, verified=_coco_verified)
+    retrieval=coco_retrieval, verified=_coco_verified,
+    citation=CITATION, bias_notes=BIAS_NOTES, limitations=LIMITATIONS)

@@ -62,6 +62,26 @@ def countercurate_retrieval(table: ExportTable) -> list[RetrievalItem]:
     return items
 
 
+#: the paper's BibTeX entry (the dataset card's Citation section)
+CITATION = """@inproceedings{zhang2024countercurate,
+  title     = {{CounterCurate}: Enhancing Physical and Semantic Visio-Linguistic Compositional Reasoning via
+               Counterfactual Examples},
+  author    = {Zhang, Jianrui and Cai, Mu and Xie, Tengyang and Lee, Yong Jae},
+  booktitle = {Findings of the Association for Computational Linguistics: ACL 2024},
+  year      = {2024},
+  eprint    = {2402.13254},
+  archivePrefix = {arXiv}
+}"""
+#: what a user should know about bias and risk in the study's data (the card, after the common note)
+BIAS_NOTES = ["Negative images and captions are generated; a negative can still be plausible for the "
+              "image, so accuracy on it has a noise floor."]
+#: the card's known limitations of the study's data (after the run's own: demo, uncommitted changes)
+LIMITATIONS = ["Flickr30k-Attributes rows are exported only when the run produced them; the TSVs need "
+               "an `image_path` column in `datasets/attributes.parquet`.",
+               "An open LLM (role llm) and an open text-to-image model (role t2i) stand in for GPT-4V and "
+               "DALLE-3 (docs/studies/countercurate.md)."]
+
+
 EXPORT = StudyExport(
     "countercurate", ("datasets/positions.parquet", "datasets/counting.parquet", "datasets/attributes.parquet"),
     countercurate_tables, ("datasets/summary.csv", "generation/summary.json"),
@@ -69,4 +89,5 @@ EXPORT = StudyExport(
     "CounterCurate (reproduction)",
     "Flickr30k-Positions, -Counting and -Attributes (Zhang et al., 2024): captions with hard negatives and "
     "negative images made by flipping, GLIGEN generation or inpainting.", retrieval=countercurate_retrieval,
-    verified=_countercurate_verified)
+    verified=_countercurate_verified,
+    citation=CITATION, bias_notes=BIAS_NOTES, limitations=LIMITATIONS)

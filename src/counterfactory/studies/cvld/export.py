@@ -63,8 +63,21 @@ def cvld_retrieval(table: ExportTable) -> list[RetrievalItem]:
     return items
 
 
+#: the paper's BibTeX entry (the dataset card's Citation section)
+CITATION = """@misc{cvld,
+  title = {Debias Your {VLM} with Counterfactuals: A Unified Approach},
+  note  = {Anonymous authors, under review; cite the final version once published}
+}"""
+#: what a user should know about bias and risk in the study's data (the card, after the common note)
+BIAS_NOTES = ["Gender interventions are binary (male / female) as in the paper, which does not cover non-binary "
+              "identities; edited faces can change more than the intended attribute."]
+#: the card's known limitations of the study's data (after the run's own: demo, uncommitted changes)
+LIMITATIONS = ["The paper's code is not public; interventions and editing follow the paper's text."]
+
+
 EXPORT = StudyExport(
     None, (), cvld_tables, ("*/text/summary.csv",), ("llm", "editor", "sd", "image_encoder"),
     ("coco", "celeba", "stable_diffusion"), "CVLD counterfactual edits (reproduction)",
     "Gender-counterfactual captions and images edited with InstructPix2Pix / null-text inversion, the k "
-    "edits most similar to the original kept (CVLD).", retrieval=cvld_retrieval, verified=_cvld_verified)
+    "edits most similar to the original kept (CVLD).", retrieval=cvld_retrieval, verified=_cvld_verified,
+    citation=CITATION, bias_notes=BIAS_NOTES, limitations=LIMITATIONS)

@@ -51,10 +51,32 @@ def social_retrieval(table: ExportTable) -> list[RetrievalItem]:
     return items
 
 
+#: the paper's BibTeX entry (the dataset card's Citation section)
+CITATION = """@inproceedings{howard2024socialcounterfactuals,
+  title     = {{SocialCounterfactuals}: Probing and Mitigating Intersectional Social Biases in Vision-Language
+               Models with Counterfactual Examples},
+  author    = {Howard, Phillip and Madasu, Avinash and Le, Tiep and Lujan Moreno, Gustavo and
+               Bhiwandiwalla, Anahita and Lal, Vasudev},
+  booktitle = {Proceedings of the IEEE/CVF Conference on Computer Vision and Pattern Recognition (CVPR)},
+  year      = {2024},
+  eprint    = {2312.00825},
+  archivePrefix = {arXiv}
+}"""
+#: what a user should know about bias and risk in the study's data (the card, after the common note)
+BIAS_NOTES = ["The data deliberately varies race, gender and physical characteristics; use it to "
+              "measure and reduce social bias, not to train models to infer these attributes "
+              "from images of people.", "Attribute groups are the paper's fixed categories "
+              "and do not describe how real people identify."]
+#: the card's known limitations of the study's data (after the run's own: demo, uncommitted changes)
+LIMITATIONS = ["Race, gender and physical attributes are prompt conditions, not labels of real "
+               "people; generated images can show stereotypes of the generator."]
+
+
 EXPORT = StudyExport(
     "social_counterfactuals", ("filter/kept.parquet",), social_tables,
     ("generation/summary.json", "filter/table11.csv"), ("sd", "clip_filter", "nsfw"), ("stable_diffusion",),
     "SocialCounterfactuals (reproduction)",
     "Sets of synthetic images of people that differ only in race, gender or physical characteristics "
     "(Howard et al., 2024), generated with Prompt-to-Prompt and filtered by CLIP similarity, NSFW and "
-    "attribute detectability.", retrieval=social_retrieval, verified=_social_verified)
+    "attribute detectability.", retrieval=social_retrieval, verified=_social_verified,
+    citation=CITATION, bias_notes=BIAS_NOTES, limitations=LIMITATIONS)

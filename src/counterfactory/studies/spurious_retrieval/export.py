@@ -90,10 +90,26 @@ def spurious_retrieval(table: ExportTable) -> list[RetrievalItem]:
     return items
 
 
+#: the paper's BibTeX entry (the dataset card's Citation section)
+CITATION = """@inproceedings{kim2023spurious,
+  title     = {Exposing and Mitigating Spurious Correlations for Cross-Modal Retrieval},
+  author    = {Kim, Jae Myung and Koepke, A. Sophia and Schmid, Cordelia and Akata, Zeynep},
+  booktitle = {Proceedings of the IEEE/CVF Conference on Computer Vision and Pattern Recognition Workshops},
+  year      = {2023},
+  eprint    = {2304.03114},
+  archivePrefix = {arXiv}
+}"""
+#: what a user should know about bias and risk in the study's data (the card, after the common note)
+BIAS_NOTES = ["Inpainted regions can leave visible artefacts that a model may learn to detect."]
+#: the card's known limitations of the study's data (after the run's own: demo, uncommitted changes)
+LIMITATIONS = ["The paper's code is not public; selection and inpainting follow the paper's text."]
+
+
 EXPORT = StudyExport(
     None, (), spurious_tables, ("*/selection/summary.csv", "*/manifests/summary.csv"),
     ("inpaint", "captioner"), ("coco", "flickr30k"),
     "Object-decorrelated retrieval data (reproduction)",
     "Images with object classes removed by inpainting and their noun-phrase-edited captions (Kim et al., "
     "2023), to decorrelate co-occurring objects in image-text retrieval.", retrieval=spurious_retrieval,
-    verified=_spurious_verified)
+    verified=_spurious_verified,
+    citation=CITATION, bias_notes=BIAS_NOTES, limitations=LIMITATIONS)
