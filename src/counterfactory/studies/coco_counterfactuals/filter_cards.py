@@ -26,6 +26,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ...errors import input_error
 from ...filters.cards import StudyFilter, score_frame
 from ...filters import vqa
 from ...filters.vqa import read_table
@@ -74,8 +75,6 @@ def vqa_table(inputs: dict, cfg: dict) -> pd.DataFrame:
     ids = scores["item_id"]
     unknown = sorted(set(ids) - set(to_item))
     if unknown:
-        from ...errors import input_error
-
         raise input_error(inputs["vqa"], f"item_id {unknown[0]}", "not a selected pair of the selected-pairs table",
                           f"pass the selected pairs the VQA check scored ({inputs['selected']})")
     return score_frame(ids.map(to_item), scores["score"], kept=scores["kept"].to_numpy(),

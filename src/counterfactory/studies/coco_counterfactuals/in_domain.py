@@ -31,7 +31,9 @@ import numpy as np
 import pandas as pd
 
 from ...errors import ConfigError
+from ...evaluation import read_pairs
 from ...io import write_csv, write_parquet
+from ...render import Column, Table, html_page, render_html, render_latex, render_markdown
 from ...training import mixtures as mx
 
 SPLITS = ("train", "dev", "test")
@@ -98,8 +100,6 @@ def _absolute(paths) -> list[str]:
 def write_in_domain(cfg: dict, pairs_path: str | Path, captions_path: str | Path, out_dir: str | Path) -> pd.DataFrame:
     """Write ``split.parquet``, ``test_pairs.parquet``, ``manifests/<mixture>.parquet`` and ``summary.csv``
     under ``out_dir``; return the summary (per mixture: training / validation sizes, and the test size)."""
-    from ...evaluation import read_pairs
-
     section = cfg["in_domain"]
     pairs = read_pairs(pairs_path)
     pairs = pairs.assign(image_0=_absolute(pairs["image_0"]), image_1=_absolute(pairs["image_1"]))
@@ -171,8 +171,6 @@ def describe_table5(rows):
     """Table 5 as the shared table description (:class:`counterfactory.render.Table`); the model's name on the
     first row of its block only. Kept as before: cells use 2 / 1 decimals whatever ``table5`` was given, and the
     Markdown names are not escaped."""
-    from ...render import Column, Table
-
     columns = [Column("Pre-trained model", "left"), Column("Training dataset", "left")]
     columns += [Column(h, "center") for _, h in TABLE5_COLUMNS]
     records, last = [], None
@@ -186,21 +184,15 @@ def describe_table5(rows):
 
 
 def table5_markdown(rows) -> str:
-    from ...render import render_markdown
-
     return render_markdown(describe_table5(rows))
 
 
 def table5_html(rows) -> str:
     """Table 5 as a standalone HTML page (what the Snakemake report shows)."""
-    from ...render import html_page, render_html
-
     return html_page(TABLE5_TITLE, [render_html(describe_table5(rows))])
 
 
 def table5_latex(rows) -> str:
-    from ...render import render_latex
-
     return render_latex(describe_table5(rows))
 
 

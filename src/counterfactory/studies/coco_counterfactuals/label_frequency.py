@@ -24,7 +24,11 @@ from pathlib import Path
 
 import pandas as pd
 
+from ...data.classification import load_dataset
 from ...errors import CounterFactoryError, input_error
+from ...evaluation import read_pairs
+from ...io import write_csv, write_json, write_text
+from ...render import Column, Table, html_page, render_html, render_markdown
 
 #: irregular plurals of English nouns frequent in captions and class labels (plural -> singular)
 IRREGULAR = {"men": "man", "women": "woman", "children": "child", "people": "person", "mice": "mouse",
@@ -132,8 +136,6 @@ def human_taxonomy_table(subjects: pd.DataFrame, words=HUMAN_TAXONOMY) -> pd.Dat
 def released_subjects(pairs_path: str | Path, captions_path: str | Path) -> pd.DataFrame:
     """One row per released pair (``selected_pairs.parquet``) with its altered subjects and captions, from the
     caption stage's table (joined on the caption id the pair was made from)."""
-    from ...evaluation import read_pairs
-
     pairs = read_pairs(pairs_path)
     captions = pd.read_parquet(captions_path)
     for col in ("caption_id", "original", "counterfactual", "original_word", "new_word"):
@@ -156,7 +158,6 @@ def label_frequency_table(cfg: dict, pairs_path: str | Path, captions_path: str 
     """Table 6 layout, long form: ``dataset, label_frequency, mixture, delta`` (non-baseline mixtures);
     delta = a mixture's mean top-1 over seeds minus the pre-trained model's top-1 (percentage points as
     the tables store them)."""
-    from ...data.classification import load_dataset
     from ...stats import read_runs
     from ...training.runs import PRETRAINED
 
@@ -188,8 +189,6 @@ def table6(long: pd.DataFrame, correlation: dict | None = None, decimals: int = 
     top-1 over seeds minus pre-trained CLIP's, percentage points), rows in decreasing Δ of the first mixture (the
     paper's order: CIFAR100 ... Food101); ``correlation`` (:func:`correlate_or_explain`) is stated below it.
     ``long``: :func:`label_frequency_table`'s frame. A :class:`counterfactory.render.Table`."""
-    from ...render import Column, Table
-
     mixtures = list(dict.fromkeys(long["mixture"].astype(str)))
     wide = long.pivot_table(index=["dataset", "label_frequency"], columns="mixture", values="delta", sort=False)
     wide = wide.reset_index()
@@ -225,8 +224,6 @@ def correlate_or_explain(table: pd.DataFrame, x: str, y: str, source: str) -> di
 def write_human_taxonomy(pairs_path: str | Path, captions_path: str | Path, out: str | Path) -> pd.DataFrame:
     """Appendix A.3.2's count (:func:`human_taxonomy_table` of the released pairs' altered subjects), written to
     ``out`` (CSV) and returned; its last row is the total."""
-    from ...io import write_csv
-
     taxonomy = human_taxonomy_table(released_subjects(pairs_path, captions_path))
     write_csv(out, taxonomy)
     return taxonomy
@@ -240,9 +237,6 @@ def write_label_frequency(cfg: dict, pairs_path: str | Path, captions_path: str 
     (CSV), the correlation of label frequency and Δ (:func:`correlate_or_explain`) to ``correlation_out`` (JSON)
     and, when asked, Table 6 in the paper's wide layout (:func:`table6`) as Markdown (``out_md``) and an HTML page
     (``out_html``). Returns the long table and the correlation."""
-    from ...io import write_csv, write_json, write_text
-    from ...render import html_page, render_html, render_markdown
-
     table = label_frequency_table(cfg, pairs_path, captions_path, runs_path, pretrained_path, pretrained_role)
     write_csv(out, table)
     result = correlate_or_explain(table, "label_frequency", "delta", source=out)

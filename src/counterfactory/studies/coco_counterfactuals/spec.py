@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Mapping
 
 from ... import workflow
+from ...data.own import OwnSource
+from ...training.runs import retrieval_specs
 from ...workflow import (PAPER_ITEMS, Need, Stage, StudySpec, capped, classification_needs, plan_items,
                          retrieval_needs)
 from .export import EXPORT
@@ -36,9 +38,6 @@ def plan(view, res: Path, items: Mapping[str, int]) -> list[Stage]:
 
 
 def needs(study: str, v) -> list[Need]:
-    from ...data.own import OwnSource
-    from ...training.runs import retrieval_specs
-
     out: list[Need] = []
     data = v["data"]
     release = (v.get("release") or {})
