@@ -29,7 +29,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..errors import input_error
+from ..errors import input_error, missing_input
+from ..io import read_table, utf8_lines
 from .paths import escapes, join_under
 from .coco import read_json
 
@@ -285,9 +286,6 @@ def training_captions(path: str | Path) -> list[str]:
     restval captions, §4.1), a CSV / parquet table with a ``caption`` column (a ``split`` column keeps its train
     rows) or a text file with one caption per line (blank lines skipped). A missing or unreadable file is an
     :class:`~counterfactory.errors.InputError` naming it."""
-    from ..errors import missing_input
-    from ..io import read_table, utf8_lines
-
     fix = ("give a Karpathy split file (dataset_coco.json), a CSV / parquet table with a caption column, or a text "
            "file with one caption per line")
     path = str(path)

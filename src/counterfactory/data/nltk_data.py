@@ -55,7 +55,7 @@ from importlib import metadata, resources
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from ..errors import CounterFactoryError, input_error
+from ..errors import ConfigError, CounterFactoryError, input_error
 from ..io import atomic_dir, file_sha256, write_json, write_text
 
 log = logging.getLogger(__name__)
@@ -127,8 +127,6 @@ def nltk_source(cfg: dict) -> str:
     ``nltk.source`` wins; without it the older ``nltk.prefer_real`` decides (true -> ``real``,
     false -> ``offline``); with neither the paper's setting (``real``) applies.
     """
-    from ..errors import ConfigError
-
     section = cfg.get("nltk", cfg) if isinstance(cfg, dict) else {}
     section = section or {}
     source = section.get("source")

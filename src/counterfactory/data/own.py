@@ -47,7 +47,9 @@ import pandas as pd
 from ..config import fill_section
 from ..errors import ConfigError, InputError, describe_path, input_error
 from ..io import atomic_dir, write_json
-from .coco import CAPTION_COLUMNS
+from .check import image_problem
+from .coco import CAPTION_COLUMNS, load_coco_instances, read_json
+from .splits import round_half_up
 
 OWN_COLUMNS = [*CAPTION_COLUMNS, "own_id", "source_image"]
 KINDS = ("table", "folder")
@@ -333,8 +335,6 @@ def _check_images(src: OwnSource, rows: list[dict], problems: Problems, check: b
     """key -> {path, width, height, records}: each distinct image once; missing / unreadable ones reported."""
     from PIL import Image
 
-    from .check import image_problem
-
     images: dict[str, dict] = {}
     for row in rows:
         if row["image"] is None:
@@ -403,8 +403,6 @@ def _caption_frame(rows: list[dict], images: dict[str, dict]) -> pd.DataFrame:
 def _boxes(src: OwnSource, captions: pd.DataFrame, problems: Problems) -> dict | None:
     """The boxes JSON's ``annotations`` (image ids renumbered to the own ones) and ``categories``; an image of
     the JSON is matched by its path relative to the image root, else by its file name when that is unique."""
-    from .coco import load_coco_instances, read_json
-
     path = src.boxes_json
     try:
         _, anns, _ = load_coco_instances(path)
@@ -526,8 +524,6 @@ def karpathy_splits(image_ids, test_fraction: float, val_fraction: float) -> dic
     to train. Deterministic, independent of row order, and an image keeps its split when others are added unless
     the counts move past it."""
     import zlib
-
-    from .splits import round_half_up
 
     for name, value in (("test_fraction", test_fraction), ("val_fraction", val_fraction)):
         if not 0.0 <= value < 1.0:

@@ -52,8 +52,9 @@ import numpy as np
 import pandas as pd
 
 from ..errors import input_error, missing_input
+from ..io import atomic_dir, utf8_lines, write_parquet
+from .layouts import ACCEPTED_COLUMNS, SELECTED_SCHEMA
 from .paths import join_under
-from ..io import utf8_lines
 
 #: keys of ``data/examples.jsonl`` (B11)
 COCO_FIELDS = ("id", "caption_0", "caption_1", "image_0", "image_1")
@@ -213,8 +214,6 @@ def read_coco_counterfactuals(root: str | os.PathLike, images: str | os.PathLike
     None reads an extracted ``data/images/`` in place (an error when only the zip is there). Image paths are
     relative to ``relative_to`` when given, else absolute. ``verify`` opens every image (a truncated or
     non-image file is an error naming its record)."""
-    from .layouts import SELECTED_SCHEMA
-
     root = Path(root)
     examples = root / "data" / "examples.jsonl"
     fix_dl = "download Intel/COCO-Counterfactuals (data/examples.jsonl and data/images.zip) into the release folder"
@@ -280,8 +279,6 @@ def write_coco_release_pairs(root: str | os.PathLike, out: str | os.PathLike,
     """Write the release as ``out`` (a ``selected_pairs.parquet``) with its images in ``images`` (default
     ``<out folder>/release``, replaced as a whole), paths relative to ``out``'s folder as the image stage
     writes them; ``in_place`` keeps an extracted ``data/images/`` where it is (absolute paths). Returns counts."""
-    from ..io import atomic_dir, write_parquet
-
     out = Path(out)
     final = Path(images) if images is not None else out.parent / "release"
     if in_place:
@@ -302,8 +299,6 @@ def read_coco_counterfactual_captions(path: str | os.PathLike) -> pd.DataFrame:
     (:data:`~counterfactory.data.layouts.ACCEPTED_COLUMNS`): ``caption_id`` = the index, ``source_index`` =
     line number (0-based), ``image_id`` from the ``<cocoImageId>_<captionIndex>`` index, the changed word and its
     word position from the captions (:func:`changed_word`), ``similarity`` / ``perplexity`` NaN."""
-    from .layouts import ACCEPTED_COLUMNS
-
     path = Path(path)
     records = _read_jsonl(path, CAPTION_FIELDS, "COCO-Counterfactuals caption release",
                           "download coco_counterfactuals_captions.jsonl (IntelLabs/multimodal_cognitive_ai, "
@@ -470,8 +465,6 @@ def write_social_release_images(root: str | os.PathLike, out: str | os.PathLike,
                                 images: str | os.PathLike | None = None, *, partial: bool = False) -> dict:
     """Write the release as the kept-images table ``out`` with its images in ``images`` (default
     ``<out folder>/release_images``, replaced as a whole), paths relative to ``out``'s folder. Returns counts."""
-    from ..io import atomic_dir, write_parquet
-
     out = Path(out)
     final = Path(images) if images is not None else out.parent / "release_images"
     with atomic_dir(final) as tmp:
