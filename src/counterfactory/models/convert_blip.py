@@ -44,6 +44,7 @@ from pathlib import Path
 
 from ..errors import CounterFactoryError
 from ..io import file_sha256
+from .identity import save_with_manifest
 
 #: transformers class of each kind
 CLASSES = {"itm": "BlipForImageTextRetrieval", "captioning": "BlipForConditionalGeneration"}
@@ -306,8 +307,6 @@ def convert(checkpoint: str | os.PathLike, kind: str, out: str | os.PathLike, ba
             image_size: int | None = None) -> Path:
     """Convert ``checkpoint`` (original BLIP layout) to a transformers folder ``out`` (written atomically, with a
     manifest naming the source checkpoint's sha256); returns ``out``."""
-    from .identity import save_with_manifest
-
     checkpoint = Path(checkpoint)
     state = load_state_dict(checkpoint)
     model, processor, info = build_model(state, kind, base, image_size=image_size, path=checkpoint)

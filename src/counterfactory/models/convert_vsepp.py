@@ -43,6 +43,8 @@ import torch
 
 from ..errors import CounterFactoryError
 from ..io import file_sha256
+from . import vsepp
+from .identity import save_with_manifest
 
 BUILDER = "counterfactory models convert-vsepp"
 #: where the release is published (the VSE++ README: "Download pre-trained models" and the vocabulary)
@@ -186,9 +188,6 @@ def config_of(image: dict, text: dict, opt: dict, vocab_size: int, path: Path) -
 
 def convert(checkpoint: str | Path, vocab: str | Path, out: str | Path):
     """Write the VSE++ folder ``out`` from the release's ``checkpoint`` and ``vocab``; returns ``(out, config)``."""
-    from . import vsepp
-    from .identity import save_with_manifest
-
     checkpoint, vocab_path = Path(checkpoint), Path(vocab)
     words = read_vocab(vocab_path)
     image, text, opt = read_checkpoint(checkpoint)
@@ -212,8 +211,6 @@ def fill(state: dict[str, torch.Tensor], cfg, path: Path):
     """A :class:`.vsepp.VSEPP` holding exactly ``state`` (renamed keys): built on the meta device and given the
     tensors, so no random weights are made. Batch-norm ``num_batches_tracked`` counters, which checkpoints saved
     before PyTorch 0.4.1 (the release's) lack, start at 0; any other missing, extra or mis-shaped key is an error."""
-    from . import vsepp
-
     with torch.device("meta"):
         model = vsepp.VSEPP(cfg)
     own = model.state_dict()

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from ..io import HASH_CHUNK as CHUNK  # bytes read at a time when hashing
-from ..io import file_sha256
+from ..io import atomic_dir, file_sha256, write_json
 
 log = logging.getLogger(__name__)
 
@@ -202,8 +202,6 @@ def fingerprint(path: str | os.PathLike, *, use_cache: bool = True, skip: bool =
 def write_manifest(folder: str | os.PathLike, **info: Any) -> Path:
     """Write ``counterfactory-manifest.json`` into ``folder``: size and sha256 of every file (hashed
     afresh, not from the cache), their fingerprint, and ``info`` (builder, role, seed ...)."""
-    from ..io import write_json
-
     folder = Path(folder)
     files = {rel: {"sha256": _hash_file(p), "size": p.stat().st_size} for rel, p in content_files(folder)}
     manifest = {"format": 1, **info, "fingerprint": _combine((rel, f["sha256"]) for rel, f in sorted(files.items())),
@@ -215,8 +213,6 @@ def save_with_manifest(out: str | os.PathLike, *parts: Any, **info: Any) -> Path
     """Write ``parts`` (objects with ``save_pretrained``: a model, its processor) into the folder ``out``, replacing
     it atomically (:func:`counterfactory.io.atomic_dir`), with the sha256 manifest of :func:`write_manifest`
     (``info``: builder, role, source ...); returns ``out``."""
-    from ..io import atomic_dir
-
     out = Path(out)
     with atomic_dir(out) as tmp:
         for part in parts:

@@ -26,6 +26,7 @@ from typing import Any
 
 from ..errors import ModelLoadError
 from .base import ModelSpec, register_loader
+from .identity import MANIFEST_NAME, verify_folder
 
 #: file name of the big-lama TorchScript model inside a model folder (as lama-cleaner downloads it)
 LAMA_FILE = "big-lama.pt"
@@ -74,8 +75,6 @@ def verify_lama(file: str | os.PathLike) -> str:
     ``"manifest"`` (its folder's build-tiny manifest lists it and every file matches); else
     :class:`ModelLoadError` (nothing is loaded: TorchScript can run code)."""
     import hashlib
-
-    from .identity import MANIFEST_NAME, verify_folder
 
     file = Path(file)
     md5 = hashlib.md5()

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from . import convert_blip
+from .loaders_clip_family import FAMILIES
 
 if TYPE_CHECKING:
     from .base import ModelSpec
@@ -104,7 +105,6 @@ def _released_checkpoint(spec: ModelSpec) -> str | None:
     pretrained = str(spec.pretrained or "")
     if not pretrained.endswith((".pt", ".pth", ".bin", ".safetensors")):
         return None
-    from .loaders_clip_family import FAMILIES
 
     family = FAMILIES.get(spec.role)
     where = f"the released {family.name} checkpoint ({family.url})" if family else "the released weights file"

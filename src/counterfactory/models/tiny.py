@@ -20,11 +20,14 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
+from ..errors import ConfigError
 from ..io import atomic_dir
+from .registry import TINY_BUILDER, write_manifest
 # what the tiny builders share, also reachable as ``tiny.<name>`` (the tests and the image builders' callers use it)
 from .tiny_common import (ADJECTIVES, COCO_CATEGORIES, PREPOSITIONS, SCENE_NOUNS, VERBS,  # noqa: F401
                           _seed_all, _train_byte_bpe, _vocab_and_merges, bytes_to_unicode, caption_corpus,
                           clip_tokenizer, write_clip_tokenizer_files)
+from .tiny_vision import tiny_vae
 
 log = logging.getLogger(__name__)
 
@@ -80,8 +83,6 @@ def build_vae(out: Path, seed: int = 0) -> None:
     (4 latent channels, 4 levels, so it decodes the tiny UNet's latents) with different random
     weights (seed + 7), so decoding with it visibly differs from decoding with the pipeline's VAE."""
     import torch
-
-    from .tiny_vision import tiny_vae
 
     torch.manual_seed(seed + 7)
     vae = tiny_vae()
@@ -158,8 +159,6 @@ def tiny_sources(cfg: dict) -> list[str]:
     fail and have Snakemake delete every tiny model it declares."""
     import difflib
 
-    from ..errors import ConfigError
-
     tiny_dir = (cfg.get("tiny_models") or {}).get("out_dir")
     if not tiny_dir:
         return []
@@ -214,15 +213,12 @@ def build(role: str, out_dir: str | Path, seed: int = 0, force: bool = False) ->
     with ``counterfactory-manifest.json`` listing the sha256 of every file (checked by ``models check``)."""
     table = builders()
     if role not in table:
-        from ..errors import ConfigError
-
         raise ConfigError(f"no tiny builder named {role!r} (--role or a tiny_models.out_dir folder name). "
                           f"Fix: use one of {', '.join(sorted(table))}")
     target = Path(out_dir) / role
     if target.exists() and not force:
         log.info("tiny %s already at %s", role, target)
         return target
-    from .registry import TINY_BUILDER, write_manifest
 
     with atomic_dir(target) as tmp:
         table[role](tmp, seed)

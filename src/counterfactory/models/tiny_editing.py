@@ -20,6 +20,8 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+from .tiny_vision import build_sd
+
 #: input side of the tiny Swin encoder
 TINY_SWIN_IMAGE_SIZE = 32
 
@@ -28,8 +30,6 @@ def build_editor(out: Path, seed: int = 0) -> None:
     """Tiny ``StableDiffusionInstructPix2PixPipeline`` saved as a diffusers folder."""
     import torch
     from diffusers import StableDiffusionInstructPix2PixPipeline, StableDiffusionPipeline, UNet2DConditionModel
-
-    from .tiny_vision import build_sd
 
     with tempfile.TemporaryDirectory() as tmp:
         build_sd(Path(tmp), seed + 300)

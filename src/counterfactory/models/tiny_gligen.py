@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .tiny_common import clip_tokenizer
 from .tiny_vision import TINY_IMAGE_SIZE, TINY_TEXT_WIDTH, _text_config_kwargs, tiny_vae
 
 #: value the stand-in gives the GLIGEN fuser gates (diffusers initialises them to 0 = no grounding)
@@ -41,8 +42,6 @@ def _gligen_pipeline(out: Path, seed: int, in_channels: int) -> None:
     from diffusers import PNDMScheduler, StableDiffusionGLIGENPipeline, UNet2DConditionModel
     from diffusers.models.attention import GatedSelfAttentionDense
     from transformers import CLIPTextConfig, CLIPTextModel
-
-    from .tiny_common import clip_tokenizer
 
     torch.manual_seed(seed)
     unet = UNet2DConditionModel(
@@ -87,8 +86,6 @@ def build_t2i(out: Path, seed: int = 0) -> None:
     import torch
     from diffusers import EulerDiscreteScheduler, StableDiffusionXLPipeline, UNet2DConditionModel
     from transformers import CLIPTextConfig, CLIPTextModel, CLIPTextModelWithProjection
-
-    from .tiny_common import clip_tokenizer
 
     seed += 200
     time_dim = 8   # SDXL: 256 per micro-conditioning number, 6 numbers (original size, crop, target size)

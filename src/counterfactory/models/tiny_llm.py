@@ -21,6 +21,8 @@ import tempfile
 from importlib import resources
 from pathlib import Path
 
+from .tiny_common import _seed_all, _train_byte_bpe, _vocab_and_merges, caption_corpus
+
 #: ChatML special tokens (as Qwen2-Instruct); ``<|endoftext|>`` is the padding token
 PAD, IM_START, IM_END = "<|endoftext|>", "<|im_start|>", "<|im_end|>"
 #: ChatML template (string contents; list contents -- multimodal messages -- contribute their text parts)
@@ -64,8 +66,6 @@ def _prompt_corpus() -> list[str]:
 
 def tokenizer_corpus(seed: int = 0) -> list[str]:
     """Deterministic training text of the tiny tokenizer: captions, task-shaped JSON and the prompt texts."""
-    from .tiny_common import caption_corpus
-
     captions = caption_corpus(n=3000, seed=seed + 3)
     return captions + _json_corpus(captions, seed) + _prompt_corpus() * 5
 
@@ -73,8 +73,6 @@ def tokenizer_corpus(seed: int = 0) -> list[str]:
 def build_llm(out: Path, seed: int = 0) -> None:
     """Tiny ``Qwen2ForCausalLM`` + ``Qwen2Tokenizer`` with a ChatML chat template (the class of Qwen2-Instruct)."""
     from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM, Qwen2Tokenizer
-
-    from .tiny_common import _seed_all, _train_byte_bpe, _vocab_and_merges
 
     with tempfile.TemporaryDirectory() as tmp:
         _train_byte_bpe(tokenizer_corpus(seed), VOCAB_SIZE, [PAD, IM_START, IM_END], Path(tmp))

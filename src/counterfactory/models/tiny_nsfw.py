@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .tiny_common import _seed_all
+
 #: image side of the tiny classifier (same as the other tiny vision roles)
 TINY_IMAGE_SIZE = 32
 #: logit bias of class ``normal`` over ``nsfw`` (half added to one, half subtracted from the other)
@@ -27,8 +29,6 @@ def build_nsfw(out: Path, seed: int = 0) -> None:
     """Tiny ``ViTForImageClassification`` + ``ViTImageProcessor`` with labels ``{0: normal, 1: nsfw}``."""
     import torch
     from transformers import ViTConfig, ViTForImageClassification, ViTImageProcessor
-
-    from .tiny_common import _seed_all
 
     _seed_all(seed)
     config = ViTConfig(

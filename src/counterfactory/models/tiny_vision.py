@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .tiny_common import clip_tokenizer
+
 #: image side the tiny SD is built for (the demo config uses the same size)
 TINY_IMAGE_SIZE = 64
 #: input side of the tiny CLIP models
@@ -57,8 +59,6 @@ def build_sd(out: Path, seed: int = 0) -> None:
     from diffusers import EulerAncestralDiscreteScheduler, StableDiffusionPipeline, UNet2DConditionModel
     from transformers import CLIPTextConfig, CLIPTextModel
 
-    from .tiny_common import clip_tokenizer
-
     torch.manual_seed(seed)
     unet = UNet2DConditionModel(
         sample_size=TINY_IMAGE_SIZE // 8, in_channels=4, out_channels=4,
@@ -87,8 +87,6 @@ def build_clip(out: Path, seed: int = 0) -> None:
     """Tiny ``CLIPModel`` + ``CLIPProcessor`` (the classes of openai/clip-vit-*)."""
     import torch
     from transformers import CLIPConfig, CLIPImageProcessor, CLIPModel, CLIPProcessor
-
-    from .tiny_common import clip_tokenizer
 
     torch.manual_seed(seed)
     config = CLIPConfig(

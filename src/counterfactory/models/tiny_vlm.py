@@ -20,6 +20,8 @@ import json
 import string
 from pathlib import Path
 
+from .tiny_common import _seed_all, caption_corpus
+
 #: image side of the tiny VLM's vision tower (and of its image processor)
 TINY_IMAGE_SIZE = 32
 PATCH_SIZE = 8
@@ -58,8 +60,6 @@ def llama_style_tokenizer(seed: int = 0, vocab_size: int = 1500):
     from tokenizers import SentencePieceBPETokenizer
     from transformers import LlamaTokenizer
 
-    from .tiny_common import caption_corpus
-
     corpus = caption_corpus(seed=seed + 3) + _PROMPT_PHRASES * 8
     byte_tokens = [f"<0x{i:02X}>" for i in range(256)]
     bpe = SentencePieceBPETokenizer(add_prefix_space=True)
@@ -77,8 +77,6 @@ def build_vlm(out: Path, seed: int = 0) -> None:
     """Tiny ``LlavaForConditionalGeneration`` + ``LlavaProcessor`` (the classes of llava-hf/llava-1.5-7b-hf)."""
     from transformers import (CLIPImageProcessor, CLIPVisionConfig, LlamaConfig, LlavaConfig,
                               LlavaForConditionalGeneration, LlavaProcessor)
-
-    from .tiny_common import _seed_all
 
     tok = llama_style_tokenizer(seed)
     image_token_id = tok.convert_tokens_to_ids(IMAGE_TOKEN)

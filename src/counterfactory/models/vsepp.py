@@ -38,7 +38,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..errors import ConfigError, ModelLoadError
+from ..io import atomic_path, write_text
 from ..rgb import to_rgb
+from .identity import save_with_manifest
 
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
@@ -202,8 +204,6 @@ class VSEPPProcessor:
         self.tokenizer = VSEPPTokenizer(vocab, config.max_length, config.tokenizer)
 
     def save_pretrained(self, out_dir: str | Path) -> None:
-        from ..io import write_text
-
         write_text(Path(out_dir) / VOCAB_NAME, json.dumps(self.tokenizer.vocab, ensure_ascii=False, indent=0) + "\n")
 
 
@@ -285,8 +285,6 @@ class VSEPP(nn.Module):
     def save_pretrained(self, out_dir: str | Path, safe_serialization: bool = True) -> None:
         """``config.json`` and ``model.safetensors`` (every weight, the CNN's too) in ``out_dir``."""
         from safetensors.torch import save_file
-
-        from ..io import atomic_path, write_text
 
         out_dir = Path(out_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -397,7 +395,5 @@ def make(captions: Iterable[str], *, backbone: str = "resnet152", imagenet: str 
 
 def build(out: str | Path, captions: Iterable[str], **kw) -> Path:
     """:func:`make` a fresh VSE++ and write it to the folder ``out`` atomically, with a sha256 manifest."""
-    from .identity import save_with_manifest
-
     model, processor = make(captions, **kw)
     return save_with_manifest(out, model, processor, builder=__name__, role="vsepp", seed=int(kw.get("seed", 0)))
