@@ -18,6 +18,7 @@ from pathlib import Path
 import pandas as pd
 
 from ...errors import input_error
+from ...io import write_csv, write_parquet
 
 log = logging.getLogger(__name__)
 
@@ -75,8 +76,6 @@ def _absolute_images(generated: pd.DataFrame, folder: Path) -> pd.DataFrame:
 def write_datasets(positions_table, counting_table, attributes_table, generated_table, out_dir) -> pd.DataFrame:
     """Write ``positions.parquet``, ``counting.parquet``, ``attributes.parquet`` and ``summary.csv`` (items per
     dataset, subset and split) under ``out_dir``; return the summary."""
-    from ...io import write_csv, write_parquet
-
     generated = _absolute_images(_read(generated_table, "merged generation output"), Path(generated_table).parent)
     out_dir = Path(out_dir)
     rows = []

@@ -70,8 +70,10 @@ from typing import Iterable
 
 import pandas as pd
 
-from ...config import fill_section
+from ...config import fill_section, load_config
+from ...data import flickr30k_entities as f30k
 from ...errors import ConfigError, input_error, missing_input
+from ...io import write_parquet
 from ...text import llm
 from . import STUDY
 from .attribute_captions import ARTICLES as ARTICLES
@@ -625,8 +627,6 @@ def add_boxes(items: list[CaptionItem], entities_root: str | Path) -> list[Capti
     """The items with the boxes and image size of their image from the Flickr30k Entities annotations
     (``<entities_root>/Annotations/<image_id>.xml``), for items whose table gave no boxes: the box-annotated
     picture and the prompt's regions of app. A. Each image's file is read once."""
-    from ...data import flickr30k_entities as f30k
-
     cache: dict[str, object] = {}
     for it in items:
         if it.boxes:
@@ -660,8 +660,6 @@ def run(cfg: dict, captions: pd.DataFrame, out: str | Path | None = None, reques
     """Build the requests of §3.4 for ``captions``, have ``attributes.role`` answer them, check the answers and
     write the negatives (``out``), the t2i requests (``requests_out``), and optionally the requests and raw
     answers. ``entities_root``: read the boxes from the Flickr30k Entities annotations (:func:`add_boxes`)."""
-    from ...io import write_parquet
-
     section = section_of(cfg)
     role = attribute_role(cfg, section)
     items = select_captions(read_captions(captions, source), section)
@@ -682,8 +680,6 @@ def run(cfg: dict, captions: pd.DataFrame, out: str | Path | None = None, reques
 
 def load_cfg(paths: Iterable[str]) -> dict:
     """The countercurate view of the config files (``load_config(paths, study="countercurate")``)."""
-    from ...config import load_config
-
     try:
         return load_config(list(paths), study=STUDY)
     except KeyError as exc:

@@ -24,6 +24,7 @@ import pandas as pd
 
 from ... import render
 from ...errors import ConfigError, InputError, input_error
+from ...io import write_csv, write_text
 from ...render import Cell, Column
 from .benchmarks import BENCHMARKS, RESULT_COLUMNS, SUGARCREPE_GROUP_LABELS, SUGARCREPE_LABELS
 
@@ -344,8 +345,6 @@ def write_tables(results_paths: Sequence[str | Path], benchmarks: Sequence[str] 
                  out_csv=None, out_html=None) -> str:
     """``counterfactory countercurate tables``: the tables of ``benchmarks`` (:func:`build_tables`) from the
     results CSVs, written as Markdown, LaTeX, CSV and HTML where a path is given. Returns the Markdown."""
-    from ...io import write_csv, write_text
-
     results = read_results(results_paths)
     tables = build_tables(results, benchmarks, models=models, labels=labels, deltas=deltas, decimals=decimals)
     md = "\n".join(render_markdown(t) for t in tables)
@@ -367,8 +366,6 @@ def write_paper_tables(clip_summary=None, vlm_summary=None, results_paths: Seque
     """``counterfactory countercurate paper-tables``: :func:`paper_tables` from the summary CSVs of the CLIP and
     the vlm fine-tuning runs (``stats summarize``) and the results CSVs of ``countercurate evaluate``, columns named
     by ``labels`` (role or model -> display name), written as Markdown (and CSV and HTML where a path is given)."""
-    from ...io import write_csv, write_text
-
     labels = dict(labels or {})
     read = lambda path: pd.read_csv(path) if path else None  # noqa: E731
     results = read_results(results_paths) if results_paths else None

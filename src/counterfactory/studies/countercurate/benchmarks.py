@@ -64,6 +64,10 @@ import numpy as np
 import pandas as pd
 
 from ...config import fill_section
+from ...data.looktwice import read_looktwice
+from ...data.sugarcrepe import read_sugarcrepe
+from ...data.winoground import read_winoground
+from ...device import with_stage_precision
 from ...errors import ConfigError, InputError, input_error
 from ...metrics.pairwise import (SUGARCREPE_AVERAGES, SUGARCREPE_CATEGORIES, countercurate_counting_accuracy,
                                  countercurate_position_accuracy, pairwise_accuracy, stack_pair_scores,
@@ -191,19 +195,14 @@ def load_benchmark(cfg: Mapping | None, benchmark: str, *, data: str | Path | No
         return read_positions(_require(opts, benchmark, "table", option), opts["images_root"], split=opts["split"],
                               subset=opts["subset"])
     if benchmark == "looktwice":
-        from ...data.looktwice import read_looktwice
-
         return read_looktwice(_require(opts, benchmark, "dataset", option),
                               _require(opts, benchmark, "images", "--images"),
                               imgs_list=opts["imgs_list"], template=opts["template"], image_name=opts["image_name"],
                               check_images=check_images)
     if benchmark == "sugarcrepe":
-        from ...data.sugarcrepe import read_sugarcrepe
-
         return read_sugarcrepe(_require(opts, benchmark, "root", option),
                                _require(opts, benchmark, "images", "--images"), opts["categories"],
                                check_images=check_images)
-    from ...data.winoground import read_winoground
 
     return read_winoground(_require(opts, benchmark, "examples", option),
                            _require(opts, benchmark, "images", "--images"), ext=opts["ext"], check_images=check_images)
@@ -411,7 +410,6 @@ def scoring_cfg(cfg: Mapping | None) -> Mapping | None:
     retrieval are scored in (null: the config's own)."""
     if cfg is None:
         return cfg
-    from ...device import with_stage_precision
 
     return with_stage_precision(cfg, fill_section("countercurate.benchmarks", cfg.get("benchmarks"))["precision"])
 

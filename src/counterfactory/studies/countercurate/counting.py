@@ -48,6 +48,7 @@ import pandas as pd
 from ...config import fill_section
 from ...data import flickr30k_entities as f30k
 from ...errors import ConfigError
+from ...io import write_parquet
 from .positions import default_images_dir, normalise_box
 
 log = logging.getLogger(__name__)
@@ -358,8 +359,6 @@ def counting_files(cfg: Mapping | None, entities_root, out, images=None, out_req
     ``entities_root`` (:func:`build_counting`), written to ``out``; with ``out_requests`` the grounded-inpainting
     requests (:data:`REQUESTS_FILE`) written into that folder. ``strict=False``: clip boxes outside the image and
     ignore unknown chain ids. Returns the table."""
-    from ...io import write_parquet
-
     images_dir = default_images_dir(entities_root, images, cfg)
     frame = build_counting(f30k.iter_images(entities_root, strict=strict), cfg, images_dir)
     write_parquet(out, frame)

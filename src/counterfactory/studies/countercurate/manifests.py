@@ -18,7 +18,10 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
+from ...data import flickr30k_entities as f30k
 from ...errors import input_error
+from ...io import write_csv, write_parquet
+from .positions import split_images
 from .training import DATASETS, MANIFEST_COLUMNS, NEEDS, SUMMARY_COLUMNS, VLM_MIXTURE, settings, variants_info
 
 log = logging.getLogger(__name__)
@@ -39,8 +42,6 @@ def _missing(value) -> bool:
 def _attributes_images(cfg: Mapping | None, images_dir: str | Path | None) -> Path | None:
     """Where Flickr30k-Attributes' positive images are: ``images_dir``, else ``data.images``, else
     ``<data.entities_root>/flickr30k-images`` (the table has ``image_id`` but no ``image_path``)."""
-    from ...data import flickr30k_entities as f30k
-
     if images_dir:
         return Path(images_dir)
     data = (cfg or {}).get("data") or {}
@@ -96,8 +97,6 @@ def read_dataset(path: str | Path, dataset: str, cfg: Mapping | None = None,
 def split_by_image(image_ids, fraction: float, random_state: int, sides=("train", "test")) -> dict[str, str]:
     """``{image_id: side}``: §4.2's 4:1 split by image (``fraction`` of the images on the first side), the same
     rule as :func:`.positions.split_images` (sorted ids shuffled with ``random_state``)."""
-    from .positions import split_images
-
     split = split_images(image_ids, fraction, random_state)
     return {k: (sides[0] if v == "train" else sides[1]) for k, v in split.items()}
 
@@ -172,7 +171,6 @@ def write_manifests(datasets_dir: str | Path, out_dir: str | Path, cfg: Mapping 
     the row."""
     s = settings(cfg)
     datasets_dir, out_dir = Path(datasets_dir), Path(out_dir)
-    from ...io import write_csv, write_parquet
 
     rows = []
     for dataset in [d for d in DATASETS if d in s["datasets"] or d in s["vlm"]["datasets"]]:

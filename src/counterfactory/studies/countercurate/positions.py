@@ -46,10 +46,12 @@ from typing import Iterable, Mapping
 import numpy as np
 import pandas as pd
 
-from ...config import fill_section
+from ...config import fill_section, load_config
 from ...data import flickr30k_entities as f30k
 from ...errors import input_error
+from ...io import write_parquet, write_png
 from ...rgb import to_rgb
+from .attributes import rewrite_requests
 
 log = logging.getLogger(__name__)
 
@@ -239,8 +241,6 @@ def llm_requests(frame: pd.DataFrame, section: Mapping | None = None) -> pd.Data
     vanilla negative caption ``C'`` (the scene GLIGEN will draw) into one natural sentence; the requests are the
     ``llm`` task's own (:func:`counterfactory.studies.countercurate.attributes.rewrite_requests`, settings of the
     ``positions_rewrite`` section), with the item's ids and phrases beside them for reading."""
-    from .attributes import rewrite_requests
-
     ab = frame[frame["subset"] == "AB"]
     pairs = pd.DataFrame({"item_id": ab["item_id"], "subject": ab["phrase_a"], "relation": ab["negative_relation"],
                           "object": ab["phrase_b"], "statement": ab["negative_caption"]})
@@ -306,8 +306,6 @@ def write_flipped_images(image_ids: Iterable[str], images_dir: str | Path, out_d
     existing files are kept unless ``overwrite``). Returns ``{image_id: path}``."""
     from PIL import Image, ImageOps
 
-    from ...io import write_png
-
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     done = {}
@@ -341,7 +339,6 @@ def load_cfg(paths) -> Mapping | None:
     """The ``countercurate`` view of ``--config`` files, or None when none is given (module defaults)."""
     if not paths:
         return None
-    from ...config import load_config
 
     return load_config(paths, study="countercurate")
 
@@ -363,8 +360,6 @@ def positions_files(cfg: Mapping | None, entities_root, out, images=None, out_re
     left/right items written there (their ``negative_image``), with ``out_requests`` the llm rewrite requests
     (:data:`LLM_FILE`) and the grounded-generation requests (:data:`GENERATION_FILE`) written into that folder.
     ``strict=False``: clip boxes outside the image and ignore unknown chain ids. Returns the table."""
-    from ...io import write_parquet
-
     images_dir = default_images_dir(entities_root, images, cfg)
     data = f30k.iter_images(entities_root, strict=strict)
     frame = build_positions(data, cfg, images_dir)

@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Mapping
 
 from ...workflow import Need, Stage, StudySpec, retrieval_needs
+from . import training as cc_training
+from .attributes import section_of
 from .export import EXPORT
 #: Flickr30k (Entities) images and captions per image (Young et al. 2014; Plummer et al. 2016)
 FLICKR30K_IMAGES, FLICKR30K_CAPTIONS_PER_IMAGE = 31783, 5
@@ -22,8 +24,6 @@ CC_BENCHMARK_KEYS = {"looktwice": ("dataset", "images"), "sugarcrepe": ("root", 
 def _attributes_upper_bound(view) -> tuple[int, str]:
     """CounterCurate's t2i images before the LLM has answered: every negative kind accepted for the selected caption
     of every Flickr30k Entities image (an upper bound: the paper got only about 2.5k swaps, §4.4)."""
-    from .attributes import section_of
-
     at = section_of(view)
     n_images = min(int(at["limit_images"] or FLICKR30K_IMAGES), FLICKR30K_IMAGES)
     per_image = len(at["kinds"]) * (FLICKR30K_CAPTIONS_PER_IMAGE if at["caption"] == "all" else 1)
@@ -59,8 +59,6 @@ def plan(view, res: Path, items: Mapping[str, int]) -> list[Stage]:
 
 
 def needs(study: str, v) -> list[Need]:
-    from . import training as cc_training
-
     out = [Need(f"{study}.data.entities_root", v["data"].get("entities_root"), "flickr30k_entities",
                 ("Annotations/", "Sentences/"))]
     if v["data"].get("images"):   # the Flickr30k images (else <entities_root>/flickr30k-images, inside the above)

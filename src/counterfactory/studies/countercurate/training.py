@@ -95,6 +95,10 @@ import pandas as pd
 
 from ...config import fill_section
 from ...errors import ConfigError
+from ...evaluation import runs as ev_runs
+from ...io import write_csv
+from ...training.runs import seed_pairs as _seed_pairs
+from . import benchmarks as bm
 
 log = logging.getLogger(__name__)
 
@@ -225,9 +229,7 @@ def training_section(cfg: Mapping | None, dataset: str, variant: str, train_rows
 
 def seed_pairs(cfg: Mapping | None) -> list[tuple[int, int]]:
     """(seed, data_seed) of every run of ``training.seeds``."""
-    from ...training.runs import seed_pairs as pairs
-
-    return pairs(settings(cfg))
+    return _seed_pairs(settings(cfg))
 
 
 
@@ -267,7 +269,6 @@ def train_run(cfg: Mapping, dataset: str, variant: str | None, manifest: str | P
     The best validation loss stays in ``run.json`` (the pre-trained row has none, and every metric of the runs
     table needs a baseline row)."""
     from ...training import read_manifest
-    from ...evaluation.runs import run_one
 
     s = settings(cfg)
     if train:
@@ -294,8 +295,8 @@ def train_run(cfg: Mapping, dataset: str, variant: str | None, manifest: str | P
     if "models" not in run_cfg or role not in run_cfg["models"]:
         raise ConfigError(f"countercurate.training.role {role!r} is not a model role of the config. "
                           "Fix: add it under models or choose another role")
-    run_one(run_cfg, manifest if train else None, mixture, seed, data_seed, out_dir, progress=progress,
-            default_eval=False, role=role, experiment=dataset, train=train)
+    ev_runs.run_one(run_cfg, manifest if train else None, mixture, seed, data_seed, out_dir, progress=progress,
+                    default_eval=False, role=role, experiment=dataset, train=train)
     checkpoint = out_dir / "checkpoint" if train else None  # scored through the ordinary loaders
     return score_run(cfg, role, checkpoint, dataset, mixture, seed, data_seed, out_dir, data=data, images=images,
                      progress=progress)
@@ -317,9 +318,6 @@ def score_run(cfg: Mapping, role: str, checkpoint: str | Path | None, dataset: s
               images: Mapping[str, str | Path] | None = None, progress: bool = False) -> pd.DataFrame:
     """Score ``role`` (its ``checkpoint`` when given) on ``dataset``'s benchmarks; write ``metrics.csv`` and
     ``benchmarks.csv`` into ``out_dir`` (see :func:`train_run`) and return the runs rows."""
-    from ...io import write_csv
-    from . import benchmarks as bm
-
     s = settings(cfg)
     out_dir = Path(out_dir)
     eval_cfg = _plain(bm.scoring_cfg(cfg))   # benchmarks.precision (paper config: fp32)
@@ -338,9 +336,7 @@ def score_run(cfg: Mapping, role: str, checkpoint: str | Path | None, dataset: s
     metrics = benchmark_rows(results)
     spec = s["retrieval"]
     if spec and dataset in s["retrieval_datasets"] and role == s["role"]:  # §4.5 Table 5 (the CLIP family)
-        from ...evaluation.runs import evaluate_retrieval
-
-        metrics.update(evaluate_retrieval(eval_cfg, role, spec, progress))  # Recall@K in %
+        metrics.update(ev_runs.evaluate_retrieval(eval_cfg, role, spec, progress))  # Recall@K in %
     rows = pd.DataFrame([{"experiment": dataset, "mixture": mixture, "seed": int(seed), "data_seed": int(data_seed),
                           "metric": k, "value": float(v)} for k, v in metrics.items()], columns=RUN_COLUMNS)
     write_csv(out_dir / "benchmarks.csv", results)

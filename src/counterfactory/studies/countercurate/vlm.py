@@ -60,7 +60,9 @@ import pandas as pd
 import torch
 
 from ...config import fill_section
+from ...device import from_config
 from ...errors import ConfigError, input_error
+from ...models import registry
 from ...models.llava import IGNORE, VICUNA_SYSTEM, Encoded, Encoder, collate, render_prompt  # noqa: F401
 from ...scorers import ImageLike, Scorer, load_image
 from . import STUDY, VLM_ROLE
@@ -326,9 +328,6 @@ class VlmScorer(Scorer):
 def scorer_from_config(cfg: dict, role: str = ROLE, progress: bool = False, **kw) -> VlmScorer:
     """A :class:`VlmScorer` over ``registry.load(cfg, role)`` with the ``vlm`` section's settings and the
     config's device / precision."""
-    from ...device import from_config
-    from ...models import registry
-
     device, dtype = from_config(cfg)
     model, processor = registry.load(cfg, role, dtype=dtype)   # read in the scoring precision (7B: half the memory)
     return VlmScorer(model, processor, settings=VlmSettings.from_config(cfg), name=role, device=device,

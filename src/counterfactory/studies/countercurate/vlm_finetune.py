@@ -37,7 +37,10 @@ import numpy as np
 import pandas as pd
 import torch
 
+from ...device import resolve_device, resolve_dtype
 from ...errors import input_error
+from ...io import atomic_dir, write_csv, write_json
+from ...models import registry
 from ...settings import config_value
 from .vlm import (LETTERS, NEGATIVE_IMAGE, ROLE, Encoded, Encoder, VlmSettings, choice_question, collate, read_pairs,
                   render_prompt)
@@ -162,7 +165,6 @@ def finetune(model, processor, train: pd.DataFrame, settings: VlmSettings, seed:
     the final weights, or the best validation checkpoint's when ``val`` is given."""
     from transformers import Trainer, TrainingArguments
 
-    from ...device import resolve_dtype
     from ...training.trainer import cpu_threads, deterministic_algorithms
 
     device = torch.device(device)
@@ -231,10 +233,6 @@ def train_run(cfg: dict, data: str | os.PathLike, out_dir: str | os.PathLike, se
               val_data: str | os.PathLike | None = None, progress: bool = False) -> VlmTrainResult:
     """``vlm-train``: load ``role``, fine-tune on ``data``, write ``out_dir/model`` (model + processor, loadable by
     the ``vlm`` loader), ``out_dir/history.csv`` and ``out_dir/run.json``; ``out_dir`` is replaced atomically."""
-    from ...device import resolve_device
-    from ...io import atomic_dir, write_csv, write_json
-    from ...models import registry
-
     settings = VlmSettings.from_config(cfg)
     Path(out_dir).resolve().parent.mkdir(parents=True, exist_ok=True)
     train = read_pairs(data)
