@@ -26,8 +26,9 @@ from pathlib import Path
 import pandas as pd
 
 from .. import provenance
-from ..device import from_config as device_from_config
 from ..data.layouts import ACCEPTED_COLUMNS
+from ..data.nltk_data import ensure_nltk_data, nltk_source
+from ..device import from_config as device_from_config
 from ..errors import input_error, missing_input
 from ..io import check_digests, config_digest, read_table, write_json, write_parquet, write_text
 from ..models import registry
@@ -114,8 +115,6 @@ def run_shard(cfg: dict, table: str | Path, shard: int, out_accepted: str | Path
     settings = cap.EditSettings.from_config(section)
     part = read_shard(table, shard, section["shard_size"])
     if tagger is None:
-        from ..data.nltk_data import ensure_nltk_data, nltk_source
-
         # the paper config refuses the home-built tagger (it would change which nouns are masked)
         ensure_nltk_data(cfg["nltk"]["data_dir"], source=nltk_source(cfg))
         tagger = cap.nltk_tagger

@@ -38,6 +38,7 @@ import pandas as pd
 import yaml
 
 from ..errors import ConfigError, input_error
+from ..io import write_parquet
 from . import llm
 
 log = logging.getLogger(__name__)
@@ -486,8 +487,6 @@ def run_llm(cfg: dict, frame: pd.DataFrame, caption_col: str = "caption", id_col
             cache_path: str | Path | None = None) -> pd.DataFrame:
     """Both llm rounds (app. B): intervene every caption, then ask for the edit prompt of each caption whose
     intervention is valid; returns (and writes to ``out``) :func:`parse_llm_answers` of all answers."""
-    from ..io import write_parquet
-
     first = llm.run_requests(cfg, llm_requests(frame, caption_col, id_col, source, (INTERVENE_TASK,)),
                              cache_path=cache_path)
     parsed = parse_llm_answers(first, frame.drop(columns=["intervened"], errors="ignore"), caption_col, id_col)

@@ -66,9 +66,16 @@ from typing import Any, Callable, Iterable
 
 import pandas as pd
 
-from ..errors import ConfigError, InputError, ModelLoadError, input_error
-from .captions import prompt_text_problem
+from ..config import fill_definition
+from ..device import from_config
+from ..errors import ConfigError, InputError, ModelLoadError, input_error, missing_input
+from ..io import write_parquet
+from ..models import registry
+from ..models.identity import _hash_file
+from ..models.loaders_llm import is_vision_language
+from ..models.registry import _hf_kwargs, _src, model_spec
 from ..rgb import to_rgb
+from .captions import prompt_text_problem
 
 log = logging.getLogger(__name__)
 
@@ -402,8 +409,6 @@ def _strings(value, where: str = "<answer>"):
 def settings_of(section: dict) -> dict:
     """The ``llm:`` section with the schema's defaults filled (``definitions.llm_decoding`` in config/schema.yaml,
     shared by every study's ``llm`` section); bad values are a :class:`ConfigError` naming the key."""
-    from ..config import fill_definition
-
     return fill_definition("llm_decoding", section or {}, where="llm")
 
 
@@ -415,8 +420,6 @@ def decoding_sha256(settings: dict) -> str:
 
 def model_identity(cfg: dict, role: str = "llm") -> str | None:
     """Content identity of the configured ``role`` (fingerprint, else ``commit:<hub commit>``), without loading."""
-    from ..models import registry
-
     info = registry.configured_models(cfg, [role])[role]
     if info.get("fingerprint"):
         return info["fingerprint"]
@@ -426,8 +429,6 @@ def model_identity(cfg: dict, role: str = "llm") -> str | None:
 
 
 def _loaded_identity(role: str = "llm") -> str:
-    from ..models import registry
-
     info = registry.loaded_models().get(role) or {}
     if info.get("fingerprint"):
         return info["fingerprint"]
@@ -442,9 +443,6 @@ def _loaded_identity(role: str = "llm") -> str:
 def is_multimodal(cfg: dict, role: str = "llm") -> bool:
     """Whether the configured ``role`` is a vision-language checkpoint (reads only its config.json)."""
     from transformers import AutoConfig
-
-    from ..models.loaders_llm import is_vision_language
-    from ..models.registry import _hf_kwargs, _src, model_spec
 
     spec = model_spec(cfg, role)
     try:
@@ -473,8 +471,6 @@ def render_image(path: str, boxes: list, max_side: int):
 
 
 def _file_sha256(path: str) -> str:
-    from ..models.identity import _hash_file
-
     try:
         return _hash_file(Path(path))
     except OSError as exc:
@@ -488,9 +484,6 @@ class Runner:
 
     def __init__(self, cfg: dict, settings: dict, role: str = "llm"):
         import torch
-
-        from ..device import from_config
-        from ..models import registry
 
         self.settings = settings
         self.role = role
@@ -731,16 +724,12 @@ def run_requests(cfg: dict, requests: pd.DataFrame, out_path: str | os.PathLike 
                      "cached": key not in fresh, "model": model})
     frame = pd.DataFrame(rows, columns=RESULT_COLUMNS)
     if out_path is not None:
-        from ..io import write_parquet
-
         write_parquet(out_path, frame)
     return frame
 
 
 def read_requests(path: str | os.PathLike) -> pd.DataFrame:
     """An llm request table (parquet or JSONL) with at least ``item_id`` and ``task``."""
-    from ..errors import missing_input
-
     path = Path(path)
     if not path.exists():
         raise missing_input(path, "llm request table", "write it first (e.g. counterfactory countercurate "
