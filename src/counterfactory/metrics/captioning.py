@@ -30,6 +30,7 @@ import numpy as np
 import yaml
 
 from ..errors import ConfigError
+from ..text.noun_phrases import COCO_CATEGORIES, inflections, words_of
 from .fairness import bias_amplification, lic_score
 
 log = logging.getLogger(__name__)
@@ -149,8 +150,6 @@ def gender_words() -> dict[str, frozenset[str]]:
 
 
 def _words(caption: str) -> list[str]:
-    from ..text.noun_phrases import words_of
-
     return words_of(str(caption))
 
 
@@ -210,8 +209,6 @@ def gender_error(pred_captions: Sequence[str], gt_gender: Sequence[str], *, deno
 # Bias amplification
 # --------------------------------------------------------------------------------------------
 def _object_forms(vocabulary: Sequence[str]) -> dict[tuple[str, ...], int]:
-    from ..text.noun_phrases import inflections
-
     forms: dict[tuple[str, ...], int] = {}
     for i, name in enumerate(vocabulary):
         words = _words(name)
@@ -227,7 +224,7 @@ def caption_objects(captions: Sequence[str], vocabulary: Sequence[str] | None = 
     categories; singular or plural, multi-word names as consecutive words, e.g. "traffic lights"; the longest
     name wins where names overlap: "hot dog" is not also a "dog")."""
     if vocabulary is None:
-        from ..text.noun_phrases import COCO_CATEGORIES as vocabulary
+        vocabulary = COCO_CATEGORIES
     forms = _object_forms(vocabulary)
     longest = max(len(f) for f in forms)
     out = np.zeros((len(captions), len(vocabulary)), dtype=bool)
