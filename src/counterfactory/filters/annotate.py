@@ -26,6 +26,7 @@ import pandas as pd
 
 from ..errors import CounterFactoryError, InputError
 from ..io import read_table, write_csv, write_json, write_text
+from .cards import VERDICTS, read_audit, read_scores
 
 #: the audit verdict of each answer (the label config's choices)
 ANSWERS = {"Yes": True, "No": False}
@@ -256,8 +257,6 @@ def read_answers(path: str | os.PathLike) -> pd.DataFrame:
     """Every answer (``item_id``, ``verdict``, ``annotator``) of a Label Studio JSON export (``.json``) or of an audit
     CSV (checked by :func:`.cards.read_audit`, which names a bad line; without an annotator column every row is one
     annotator's)."""
-    from .cards import VERDICTS, read_audit
-
     if str(path).lower().endswith(".json"):
         return read_export(path)
     read_audit(path, ties="drop")            # the checks, with the line of a bad row
@@ -325,8 +324,6 @@ def parse_filter(spec: str) -> tuple[str, str, str | None, float | None, str]:
 
 def filter_kept(path: str | os.PathLike, column: str | None, threshold: float | None, keep: str) -> pd.Series:
     """Whether the filter keeps each item (indexed by item id as text)."""
-    from .cards import read_scores
-
     column = column or "kept"
     values = read_scores(path, column)
     if threshold is None:

@@ -31,7 +31,8 @@ import numpy as np
 import pandas as pd
 
 from ..errors import CounterFactoryError, InputError, input_error, missing_input
-from ..io import read_utf8, save_figure
+from ..io import read_table, read_utf8, save_figure, write_csv, write_json, write_parquet, write_text
+from ..render import pyplot
 
 #: verdict spellings (case-insensitive, surrounding spaces ignored) -> good
 VERDICTS = {"1": True, "yes": True, "true": True, "keep": True, "good": True,
@@ -475,8 +476,6 @@ def render_card(card: FilterCard, curve: pd.DataFrame | None, title: str) -> str
 def plot_curve(curve: pd.DataFrame, path, title: str | None = None) -> Path:
     """Save precision (and recall, and removal share) against the threshold as a PNG at ``path``; a curve without
     thresholds (a rule filter) gets a figure that says so."""
-    from ..render import pyplot
-
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(5.5, 3.6))
     try:
@@ -508,8 +507,6 @@ SCORES_FIX = "pass the filter's score table (parquet or CSV) with an id column a
 def read_scores(path, score_column: str, id_column: str = "item_id") -> pd.Series:
     """The score table at ``path`` (parquet, or CSV by its suffix) as a Series item id (text) -> score (or kept
     flag), with the file named in every error."""
-    from ..io import read_table
-
     frame = read_table(path, "filter score table", SCORES_FIX, columns=(id_column, score_column),
                        csv_dtype={id_column: str})
     series = pd.Series(frame[score_column].to_numpy(), index=frame[id_column].astype(str), name=score_column)
@@ -522,8 +519,6 @@ def read_scores(path, score_column: str, id_column: str = "item_id") -> pd.Serie
 def write_card(out_dir, card: FilterCard, curve: pd.DataFrame, title: str, extra: dict | None = None) -> list[Path]:
     """Write :data:`CARD_FILES` into ``out_dir`` (made if missing): the Markdown card, the card as JSON (with
     ``extra``, e.g. the inputs), the curve as CSV and its figure."""
-    from ..io import write_csv, write_json, write_text
-
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     write_text(out / "card.md", render_card(card, curve, title))
@@ -606,8 +601,6 @@ def study_card_files(spec: StudyFilter, inputs: dict, cfg: dict, audit_path, out
                      seed: int = 0, level: float = 0.95, ties: str = "error", title: str | None = None) -> FilterCard:
     """One study filter's card: its score table (``out_dir/scores.parquet``), the card of the study's threshold
     (:func:`write_card`) and ``card.html`` (the report entry)."""
-    from ..io import write_parquet, write_text
-
     missing = [n for n in spec.inputs if n not in inputs]
     if missing:
         raise InputError(f"the filter {spec.title!r} reads --input {', '.join(f'{n}=PATH' for n in missing)}. "

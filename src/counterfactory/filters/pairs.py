@@ -42,6 +42,8 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
+from ..device import Performance, autocast_context, engine_dtypes, from_config, place, resolve_batch_size
+from ..models import registry
 from ..settings import schema_defaults
 
 log = logging.getLogger(__name__)
@@ -204,8 +206,6 @@ class ClipScorer:
                  autocast_dtype: torch.dtype | None = None):
         """``performance``: a :class:`counterfactory.device.Performance` (fast path), None = plain placement.
         ``dtype``: the weights'; ``autocast_dtype``: embed under ``torch.autocast`` in it (None = no autocast)."""
-        from ..device import place
-
         self.library = library
         self.direction_rel_tol = float(direction_rel_tol)
         self.device = device
@@ -235,9 +235,6 @@ class ClipScorer:
                     autocast: bool = False) -> "ClipScorer":
         """``autocast``: a half precision embeds under autocast over fp32 weights (the image stage's
         ``images.autocast``, as the InstructPix2Pix generator's filter); False = weights cast to it."""
-        from ..device import Performance, engine_dtypes, from_config, resolve_batch_size
-        from ..models import registry
-
         device, dtype = from_config(cfg)
         dtype, compute = engine_dtypes(dtype, autocast)
         spec = registry.model_spec(cfg, role)
@@ -267,8 +264,6 @@ class ClipScorer:
     @torch.no_grad()
     def embed_images(self, images: np.ndarray) -> np.ndarray:
         """uint8 or float in [0, 1] (n, H, W, 3) -> (n, d) float64 features (not yet normalised)."""
-        from ..device import autocast_context
-
         feats = []
         for s in range(0, len(images), self.batch_size):
             px = self._pixels(images[s:s + self.batch_size]).to(self.device, self.dtype)
@@ -283,8 +278,6 @@ class ClipScorer:
     @torch.no_grad()
     def embed_texts(self, texts: Sequence[str]) -> np.ndarray:
         """(n, d) float64 text features (truncated to the model's context length)."""
-        from ..device import autocast_context
-
         texts = list(texts)
         with autocast_context(self.device, self.autocast_dtype):
             if self.library == "open_clip":

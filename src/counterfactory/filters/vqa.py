@@ -48,8 +48,14 @@ import pandas as pd
 import torch
 
 from ..config import fill_section
+from ..device import from_config, place
 from ..errors import ConfigError, input_error
 from ..io import write_json, write_parquet
+from ..io import read_table as _read_table
+from ..models import registry
+from ..models.llava import Encoded, Encoder, collate, next_token_logprobs, render_prompt
+from ..scorers import load_image
+from .cards import score_frame
 
 log = logging.getLogger(__name__)
 
@@ -126,8 +132,6 @@ def margin(scores: pd.DataFrame, settings: VerifySettings) -> np.ndarray:
 def card_scores(path: str | os.PathLike, cfg: dict) -> pd.DataFrame:
     """A VQA score table (``verify/vqa.parquet``) as a filter card reads it: ``item_id``, the :func:`margin` as
     ``score`` (threshold 0), ``kept`` and the check's own ``vqa_score`` (present - absent)."""
-    from .cards import score_frame
-
     vqa = read_table(path, ("item_id", "present", "absent", "score", "kept"), "VQA scores")
     return score_frame(vqa["item_id"].astype(str), margin(vqa, VerifySettings.from_config(cfg)),
                        kept=vqa["kept"].astype(bool).to_numpy(), vqa_score=vqa["score"].astype(float).to_numpy())
@@ -163,11 +167,9 @@ def write_pairs(rows: list[dict], out: str | os.PathLike) -> pd.DataFrame:
 def read_pairs(path: str | os.PathLike) -> pd.DataFrame:
     """The pair table at ``path`` with image paths resolved against its folder; every problem is an error naming
     the file and the record (its row and item id)."""
-    from ..io import read_table
-
     path = Path(path)
-    frame = read_table(path, "pair table", f"run the study's `verify pairs` step; the pair table needs "
-                       f"{list(PAIR_COLUMNS)}", columns=PAIR_COLUMNS).reset_index(drop=True)
+    frame = _read_table(path, "pair table", f"run the study's `verify pairs` step; the pair table needs "
+                        f"{list(PAIR_COLUMNS)}", columns=PAIR_COLUMNS).reset_index(drop=True)
     base = path.resolve().parent
     ids = frame["item_id"].astype(str)
     dup = ids[ids.duplicated()]
@@ -208,9 +210,8 @@ def _missing(value) -> bool:
 def read_table(path: str | os.PathLike, columns: Sequence[str], what: str) -> pd.DataFrame:
     """A study's candidate table (parquet or CSV) with ``columns`` (:func:`..io.read_table`, the one table reader);
     an error names the file and the fix."""
-    from ..io import read_table as read
-
-    return read(path, what, "run the study's step that writes it first", columns=columns).reset_index(drop=True)
+    return _read_table(path, what, "run the study's step that writes it first",
+                       columns=columns).reset_index(drop=True)
 
 
 def resolve(base: str | os.PathLike, value: str) -> str:
@@ -252,15 +253,11 @@ class YesScorer:
 
     def __init__(self, model, processor, settings: VerifySettings, *, device="cpu", dtype=torch.float32,
                  progress: bool = False):
-        from ..models.llava import Encoder
-
         self.model, self.processor, self.settings = model, processor, settings
         self.device, self.dtype, self.progress = torch.device(device), dtype, progress
         self.encoder = Encoder(processor, settings.max_length, length_key=f"{SECTION}.max_length")
 
     def prompt(self, caption: str) -> str:
-        from ..models.llava import render_prompt
-
         try:
             text = self.settings.question.format(caption=caption)
         except (KeyError, IndexError, ValueError) as exc:
@@ -273,9 +270,6 @@ class YesScorer:
                       ) -> np.ndarray:
         """P(answer) for each (image, caption), in batches of ``batch_size``; ``where`` = (file, record) per job
         names it in an error."""
-        from ..models.llava import next_token_logprobs
-        from ..scorers import load_image
-
         n = len(images)
         out = np.zeros(n, dtype=np.float64)
         bs = self.settings.batch_size
@@ -294,8 +288,6 @@ class YesScorer:
 
     def _multi_token(self, encoded, answers) -> list[float]:
         """P of a several-token answer: the product of its tokens' probabilities (teacher-forced)."""
-        from ..models.llava import Encoded, collate
-
         items = [Encoded(e.input_ids + a, e.pixel_values, e.n_prompt) for e, a in zip(encoded, answers)]
         for e in items:
             e.labels = [-100] * len(e.input_ids)
@@ -423,9 +415,6 @@ def merge(shard_files: Sequence[str | os.PathLike], settings: VerifySettings | N
 
 def scorer_from_config(cfg: dict, settings: VerifySettings, progress: bool = False) -> YesScorer:
     """A :class:`YesScorer` over ``registry.load(cfg, verify.role)`` on the config's device and precision."""
-    from ..device import from_config, place
-    from ..models import registry
-
     device, dtype = from_config(cfg)
     model, processor = registry.load(cfg, settings.role, dtype=dtype)
     return YesScorer(place(model, torch.device(device), dtype), processor, settings, device=device, dtype=dtype,
