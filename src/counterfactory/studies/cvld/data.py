@@ -19,7 +19,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ...errors import ConfigError
+from ...data.karpathy import image_paths, load_karpathy
+from ...errors import ConfigError, input_error
 
 CAPTION_COLUMNS = ["caption_id", "image_id", "split", "caption", "image_path"]
 REQUEST_COLUMNS = ["item_id", "dataset", "image_id", "image_path", "edit_prompt", "source_prompt", "target_prompt",
@@ -37,8 +38,6 @@ def _paths(s: dict, dataset: str, keys: tuple[str, ...]) -> dict:
 
 def captions(s: dict, dataset: str = "coco") -> pd.DataFrame:
     """:data:`CAPTION_COLUMNS` of the Karpathy file's train (train + restval) and test images."""
-    from ...data.karpathy import image_paths, load_karpathy
-
     src = _paths(s, dataset, ("karpathy_json", "image_root"))
     table = load_karpathy(src["karpathy_json"])
     mapping = {name: ours for ours, theirs in s["data"]["splits"].items() for name in theirs}
@@ -46,8 +45,6 @@ def captions(s: dict, dataset: str = "coco") -> pd.DataFrame:
     table["split"] = table["split"].map(mapping)
     for split in ("train", "test") if dataset == "coco" else ("test",):   # checked before any work (issue 45.8)
         if not (table["split"] == split).any():
-            from ...errors import input_error
-
             theirs = ", ".join(k for k, v in mapping.items() if v == split)
             raise input_error(src["karpathy_json"], f"split {split!r}", f"no images in the {split} split (Karpathy "
                               f"splits {theirs}; cvld.data.splits); the runs would train or evaluate on nothing",
@@ -67,8 +64,6 @@ def nocaps(s: dict) -> tuple[list[str], list[list[str]], list]:
     (``data.nocaps.annotations``: COCO caption format, ``images`` with ``id`` and ``file_name``, ``annotations``
     with ``image_id`` and ``caption``). Images without a caption are left out."""
     import json
-
-    from ...errors import input_error
 
     src = _paths(s, "nocaps", ("annotations", "image_root"))
     path = Path(src["annotations"])

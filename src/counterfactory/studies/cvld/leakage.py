@@ -23,6 +23,10 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from ...errors import ConfigError
+from ...models import registry
+from ...training.text_classifier import FineTuneSettings, train_and_predict
+
 #: Hirota et al.'s test ratio of the leakage classifier's split
 TEST_RATIO = 0.1
 #: human captions per image used for LIC_D (COCO has five)
@@ -44,9 +48,6 @@ def classifier_roles(captioning: Mapping[str, Any]) -> tuple[str, ...]:
 def bert_options(cfg: Mapping[str, Any], captioning: Mapping[str, Any], device=None) -> dict[str, Any]:
     """``bert=`` of :func:`lic_amplification` from a configuration: a loader of the ``lic_bert`` role (through the
     model registry, so the load is recorded for provenance) and the ``captioning.lic_bert`` hyper-parameters."""
-    from ...errors import ConfigError
-    from ...models import registry
-
     if BERT_ROLE not in (cfg.get("models") or {}):
         raise ConfigError(f"models.{BERT_ROLE}: not configured, but captioning.lic_classifier is bert. Fix: add "
                           f"`{BERT_ROLE}: {{source: bert-base-uncased}}` under models (Hirota et al. 2022 §4), or set "
@@ -75,8 +76,6 @@ def _tfidf_p_female(train_texts, train_labels, test_texts, seed: int) -> np.ndar
 
 
 def _bert_p_female(train_texts, train_labels, test_texts, seed: int, bert: Mapping[str, Any]) -> np.ndarray:
-    from ...training.text_classifier import FineTuneSettings, train_and_predict
-
     opts = dict(bert)
     if opts.get("source") is None:
         raise ValueError("leakage: classifier bert needs bert={'source': <hub id, folder or loader>, ...}")

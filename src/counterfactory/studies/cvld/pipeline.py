@@ -8,17 +8,22 @@ from pathlib import Path
 
 import pandas as pd
 
+from ...config import fill_section
+from ...data.celeba import load_celeba
+from ...data.nltk_data import ensure_nltk_data
+from ...errors import input_error
+from ...io import write_csv, write_parquet
 from ...settings import config_value
+from ...text import gender
+from ...text.gender import swap_table
 from . import data
+from .intervention import rejected_rows, run_llm, vet_votes
 from .settings import settings
 
 log = logging.getLogger(__name__)
 
 
 def _nltk(cfg) -> None:
-    from ...config import fill_section
-    from ...data.nltk_data import ensure_nltk_data
-
     section = fill_section("nltk", cfg.get("nltk"))          # the schema's data_dir when the config sets none
     ensure_nltk_data(section["data_dir"], section.get("source"))
 
@@ -33,24 +38,18 @@ def intervene(cfg, out_captions, out_votes, out_requests, summary_out, llm_cache
     A vote is accepted only for an image one of whose captions names a gendered person
     (:func:`.intervention.vet_votes`): an ``llm`` can agree with itself on "turn the woman into a man" for a photo
     of coins."""
-    from ...io import write_csv, write_parquet
-    from ...text import gender
-
     s = settings(cfg)
     caps = data.captions(s, "coco")
     train = caps[caps["split"] == "train"]
     train = train[data.subset_of(train["image_id"], max(s["data"]["subsets"]), s["data"]["subset_seed"])]
     source = f"{s['data']['coco']['karpathy_json']} (train captions)"
     if s["intervention"]["text_method"] == "llm" and s["intervention"]["llm_prompt"] == "per_direction":
-        from .intervention import run_llm
-
         swapped = run_llm(cfg, train, source=source, cache_path=llm_cache)
     elif s["intervention"]["text_method"] == "llm":
         swapped = gender.run_llm(cfg, train, source=source, cache_path=llm_cache)
     else:
         _nltk(cfg)
         swapped = gender.swap_table(train, source=source)
-    from .intervention import rejected_rows, vet_votes
 
     votes = vet_votes(gender.majority_vote(swapped, min_agree=s["intervention"]["min_agree"]), train)
     rejected = rejected_rows(swapped, votes)
@@ -85,9 +84,6 @@ def episode_images(s: dict, train: pd.DataFrame) -> pd.DataFrame:
 
 
 def celeba_requests(cfg, out) -> int:
-    from ...data.celeba import load_celeba
-    from ...io import write_parquet
-
     s = settings(cfg)
     train = load_celeba(s["data"]["celeba"]["root"], "train")
     requests = data.celeba_requests(s, episode_images(s, train))
@@ -119,8 +115,6 @@ def edit_merge(shard_manifests, out) -> int:
 def read_captions(path) -> pd.DataFrame:
     """A caption table, CSV (every column as text, empty cells kept as "") or parquet (by the ``.parquet`` suffix);
     a missing or unreadable file is an :class:`~counterfactory.errors.InputError` naming it."""
-    from ...errors import input_error
-
     text = str(path)
     try:
         if text.endswith(".parquet"):
@@ -136,9 +130,6 @@ def read_captions(path) -> pd.DataFrame:
 def swap_gender(captions, out, caption_column: str = "caption", id_column: str = "caption_id") -> pd.DataFrame:
     """§3.2: the rule-based gender flip (:func:`counterfactory.text.gender.swap_table`) of every caption of the
     table ``captions`` (:func:`read_captions`), written to ``out`` (parquet) and returned."""
-    from ...io import write_parquet
-    from ...text.gender import swap_table
-
     frame = swap_table(read_captions(captions), caption_column, id_column, source=str(captions))
     write_parquet(out, frame)
     return frame

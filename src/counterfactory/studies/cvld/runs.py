@@ -33,9 +33,16 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ...errors import ConfigError
-from .data import unit_hash
-from .settings import FULL, hires, lambda_of, rerank_depth, settings, split_setting
+from ...data import celeba, fairface
+from ...errors import ConfigError, input_error
+from ...io import write_csv
+from ...metrics import captioning, ranking_from_scores
+from ...metrics.captioning import caption_bias_amplification, gender_error, gender_from_references, lic
+from ...models import registry
+from . import data
+from .data import nocaps, unit_hash
+from .leakage import bert_options, lic_amplification
+from .settings import FULL, hires, lambda_of, rerank_depth, settings, split_setting, subset_name
 
 log = logging.getLogger(__name__)
 
@@ -144,8 +151,6 @@ def run(cfg, task: str, setting: str, variant: str, seed: int, edits, out_dir, i
     """Train (unless ``pretrained``) and evaluate one run; writes ``out_dir/metrics.csv`` (and the task's detail
     tables) and returns the runs-table rows. ``edits``: the training edit manifests; ``interventions``: the
     caption interventions table (retrieval and captioning)."""
-    from ...io import write_csv
-
     s = settings(cfg)
     role = role_of(s, task, setting)
     if role not in (cfg.get("models") or {}):
@@ -171,10 +176,6 @@ def check_splits(s: dict, task: str, setting: str, variant: str, interventions: 
     """Before any model is loaded or trained: the COCO test split of ``interventions`` (the file ``source``) holds
     images, and so does the run's training subset (unless ``pretrained``); an empty one is an error naming the
     file and the split (it would otherwise fail only after training, at the evaluation)."""
-    from ...errors import input_error
-    from .data import subset_of
-    from .settings import subset_name
-
     splits = interventions["split"].astype(str) if "split" in interventions.columns else pd.Series(dtype=str)
     counts = splits.value_counts().to_dict()
     found = ", ".join(f"{k}: {v}" for k, v in sorted(counts.items())) or "no rows"
@@ -189,7 +190,7 @@ def check_splits(s: dict, task: str, setting: str, variant: str, interventions: 
     train = interventions[splits == "train"]
     subset = split_setting(setting)[0]
     if subset in fractions:
-        train = train[subset_of(train["image_id"], fractions[subset], s["data"]["subset_seed"])]
+        train = train[data.subset_of(train["image_id"], fractions[subset], s["data"]["subset_seed"])]
     if train.empty:
         raise input_error(source, "split 'train'", f"no training captions in the COCO subset {setting!r} "
                           f"(captions per split: {found})", fix)
@@ -197,10 +198,7 @@ def check_splits(s: dict, task: str, setting: str, variant: str, interventions: 
 
 # ---------------------------------------------------------------------------------------------- classification
 def _classification(cfg, s, setting, variant, seed, files, out_dir, interventions, progress) -> dict:
-    from ...data.celeba import PROTECTED, load_celeba
     from ...evaluation.cvld import classification_metrics, classify_attributes
-    from ...io import write_csv
-    from ...models import registry
     from ...training.cvld import sample_episode, train_classification
     from ...training.cvld_losses import class_prompts
     from ...training.prompt_tuning import remove_prompts
@@ -208,7 +206,7 @@ def _classification(cfg, s, setting, variant, seed, files, out_dir, intervention
     root = s["data"]["celeba"]["root"]
     if not root:
         raise ConfigError("cvld.data.celeba.root: not set. Fix: point it at the CelebA folder (docs/studies/cvld.md)")
-    split = {name: load_celeba(root, name) for name in ("train", "valid", "test")}
+    split = {name: celeba.load_celeba(root, name) for name in ("train", "valid", "test")}
     attributes = list(s["classification"]["attributes"])
     prompts = {a: tuple(reversed(class_prompts(a))) for a in attributes}      # (positive, negative)
     batch = int(s["classification"]["eval_batch_size"])
@@ -236,7 +234,7 @@ def _classification(cfg, s, setting, variant, seed, files, out_dir, intervention
             remove_prompts(model)
     table = classification_metrics(
         pd.concat(scores["test"], axis=1), split["test"].set_index("image_id")[attributes],
-        split["test"][PROTECTED].to_numpy(), val_scores=pd.concat(scores["valid"], axis=1),
+        split["test"][celeba.PROTECTED].to_numpy(), val_scores=pd.concat(scores["valid"], axis=1),
         val_labels=split["valid"].set_index("image_id")[attributes], attributes=attributes,
         n_resamples=s["classification"]["deo_resamples"])   # app. A: Ramaswamy et al.'s bootstrap median (0: point)
     write_csv(out_dir / "attributes.csv", table)
@@ -254,17 +252,14 @@ def coco_training_table(s: dict, interventions: pd.DataFrame, setting: str, vari
                         files: dict) -> pd.DataFrame:
     """Training rows of a COCO subset: one per caption, with its image's counterfactual (the chosen edit and
     the caption's own intervention, the caption itself when it names no gender) where the image has one."""
-    from ...metrics.captioning import gender_from_references
     from ...training.cvld import balanced_subset
-    from .data import subset_of
-    from .settings import subset_name
 
     fractions = {subset_name(f): f for f in s["data"]["subsets"]}
     subset = split_setting(setting)[0]
     if subset not in fractions:
         raise ConfigError(f"cvld: unknown COCO subset {setting!r}. Fix: use one of {', '.join(fractions)}")
     train = interventions[interventions["split"] == "train"]
-    train = train[subset_of(train["image_id"], fractions[subset], s["data"]["subset_seed"])].copy()
+    train = train[data.subset_of(train["image_id"], fractions[subset], s["data"]["subset_seed"])].copy()
     gender = train.groupby("image_id", sort=False)["caption"].agg(lambda c: gender_from_references(list(c)))
     train["gender"] = train["image_id"].map(gender).replace({"neutral": None})
     if variant == "balanced":
@@ -303,7 +298,6 @@ def _test(interventions: pd.DataFrame) -> tuple[list[str], list[list[str]], list
 
 def _train_coco(cfg, s, task, setting, variant, seed, files, out_dir, interventions, progress):
     """(model, processor) of the run: trained on the subset, or BLIP as it is for ``pretrained``."""
-    from ...models import registry
     from ...training.cvld import train_captioning, train_retrieval
 
     from .resolution import set_resolution
@@ -337,17 +331,14 @@ def image_size_of(s: dict, task: str, variant: str, setting: str = "") -> int | 
 
 
 def _retrieval(cfg, s, setting, variant, seed, files, out_dir, interventions, progress) -> dict:
-    from ...data.fairface import load_fairface
     from ...evaluation.cvld import (FAIRFACE_QUERIES, fairface_bias_table, fairface_similarity, maxskew_curve,
                                     retrieval_recall)
-    from ...io import write_csv
-    from .data import captions as load_captions
 
     # every evaluation input is read and checked before the model loads or trains (issue 45.19): a bad FairFace CSV
     # or Flickr30K file stops the run before a checkpoint is written
     ff = s["data"]["fairface"]
-    faces = load_fairface(ff["root"], ff["split"]) if ff["root"] else None
-    flickr = load_captions(s, "flickr30k") if s["data"]["flickr30k"]["karpathy_json"] else None
+    faces = fairface.load_fairface(ff["root"], ff["split"]) if ff["root"] else None
+    flickr = data.captions(s, "flickr30k") if s["data"]["flickr30k"]["karpathy_json"] else None
     model, processor = _train_coco(cfg, s, "retrieval", setting, variant, seed, files, out_dir, interventions,
                                    progress)
     from .resolution import current_size
@@ -385,8 +376,6 @@ def _retrieval(cfg, s, setting, variant, seed, files, out_dir, interventions, pr
 def occupation_shares(similarity, genders, occupations, ks) -> dict[str, float]:
     """Figure 5 (right): ``MaleShare@K:<occupation>``, the percentage of men among the top K images of each
     occupation query (rows of ``similarity``; ties by image order), for every K up to the number of images."""
-    from ...metrics import ranking_from_scores
-
     male = np.array([str(g).strip().lower() == "male" for g in genders])
     out = {}
     for occupation, row in zip(occupations, np.asarray(similarity)):
@@ -399,11 +388,6 @@ def occupation_shares(similarity, genders, occupations, ks) -> dict[str, float]:
 
 def _captioning(cfg, s, setting, variant, seed, files, out_dir, interventions, progress) -> dict:
     from ...evaluation.cvld import generate_captions
-    from ...io import write_csv
-    from ...metrics.captioning import (caption_bias_amplification, coco_caption_scores, gender_error,
-                                       gender_from_references, lic)
-
-    from .data import nocaps
 
     nocaps_set = nocaps(s) if s["data"]["nocaps"]["annotations"] else None   # read before the model (issue 45.19)
     model, processor = _train_coco(cfg, s, "captioning", setting, variant, seed, files, out_dir, interventions,
@@ -415,7 +399,7 @@ def _captioning(cfg, s, setting, variant, seed, files, out_dir, interventions, p
     preds = generate_captions(model, processor, images, batch_size=int(cp["eval_batch_size"]), prompt=cp["prompt"],
                               **cp["generate"])
     write_csv(out_dir / "captions.csv", pd.DataFrame({"image_id": ids, "caption": preds}))
-    scores = coco_caption_scores(dict(zip(ids, refs)), dict(zip(ids, preds)))
+    scores = captioning.coco_caption_scores(dict(zip(ids, refs)), dict(zip(ids, preds)))
     truth = [gender_from_references(r) for r in refs]
     out = {"BLEU-4": scores["BLEU-4"], "CIDEr": scores["CIDEr"], "SPICE": scores.get("SPICE"),
            "image_size": current_size(model)}
@@ -424,7 +408,7 @@ def _captioning(cfg, s, setting, variant, seed, files, out_dir, interventions, p
         n_preds = generate_captions(model, processor, n_images, batch_size=int(cp["eval_batch_size"]),
                                     prompt=cp["prompt"], **cp["generate"])
         write_csv(out_dir / "nocaps_captions.csv", pd.DataFrame({"image_id": n_ids, "caption": n_preds}))
-        n_scores = coco_caption_scores(dict(zip(n_ids, n_refs)), dict(zip(n_ids, n_preds)))
+        n_scores = captioning.coco_caption_scores(dict(zip(n_ids, n_refs)), dict(zip(n_ids, n_preds)))
         out["nocaps:CIDEr"], out["nocaps:SPICE"] = n_scores["CIDEr"], n_scores.get("SPICE")
     out["Error"] = gender_error(preds, truth)
     try:
@@ -437,8 +421,6 @@ def _captioning(cfg, s, setting, variant, seed, files, out_dir, interventions, p
         log.warning("LIC not computed: the leakage classifier needs at least %d test images of each gender whose "
                     "references name it (have %s)", MIN_LIC_PER_GENDER, per_gender.to_dict())
     elif cp["lic"] == "amplification":
-        from .leakage import bert_options, lic_amplification
-
         classifier = cp["lic_classifier"]
         bert = bert_options(cfg, cp, device=next(model.parameters()).device) if classifier == "bert" else None
         out.update(lic_amplification([preds[i] for i in gendered], [refs[i] for i in gendered],

@@ -20,6 +20,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from ... import render
+from ...io import save_figure, write_csv, write_text
+from ...render import html_page, render_html
 from .settings import FULL, hires, hires_setting, settings, subset_name
 
 log = logging.getLogger(__name__)
@@ -143,11 +146,8 @@ def paper_tables(summary: pd.DataFrame, s: dict) -> list[tuple[str, object]]:
 
 # --------------------------------------------------------------------------------------------------------- figures
 def _savefig(fig, path) -> Path:
-    from ...io import save_figure
-    from ...render import pyplot
-
     out = save_figure(path, fig)
-    pyplot().close(fig)
+    render.pyplot().close(fig)
     return out
 
 
@@ -205,10 +205,8 @@ def figure4_points(summary: pd.DataFrame, s: dict) -> pd.DataFrame:
 
 def figure4(summary: pd.DataFrame, s: dict, out) -> Path:
     """Figure 4: DEO (left) and AP (right) against K, one line per λ (:func:`figure4_points`)."""
-    from ...render import pyplot
-
     points = figure4_points(summary, s)
-    fig, axes = pyplot().subplots(1, 2, figsize=(7.2, 3.2))
+    fig, axes = render.pyplot().subplots(1, 2, figsize=(7.2, 3.2))
     for ax, metric in zip(axes, ("DEO", "AP")):
         for lam, g in points[points["metric"] == metric].groupby("lam"):
             label = "fine-tuning (λ = 0)" if lam == 0 else f"CVLD λ = {lam:g}"
@@ -227,12 +225,10 @@ def figure4(summary: pd.DataFrame, s: dict, out) -> Path:
 def figure5(summary: pd.DataFrame, s: dict, out) -> Path:
     """Left: MaxSkew@K averaged over the FairFace queries, against K, fine-tuning vs CVLD per subset; right: the
     share of men among the top K for each occupation query (``MaleShare@K:<occupation>``)."""
-    from ...render import pyplot
-
     part = summary[summary["metric"].str.startswith("MaxSkewCurve@") & summary["mixture"].isin(["base", "cvld",
                                                                                                "pretrained"])]
     part = part.assign(k=part["metric"].str.split("@").str[1].astype(int)).sort_values("k")
-    fig, (ax, right) = pyplot().subplots(1, 2, figsize=(8.4, 3.2))
+    fig, (ax, right) = render.pyplot().subplots(1, 2, figsize=(8.4, 3.2))
     _k_curves(ax, ((f"{exp.replace('retrieval_', '')} {LABELS.get(mix, mix)}", g)
                    for (exp, mix), g in part.groupby(["experiment", "mixture"], sort=False)),
               "MaxSkew@K", "Figure 5 (left): FairFace", bool(len(part)), 7)
@@ -267,10 +263,8 @@ def figure9_values(summary: pd.DataFrame, s: dict) -> pd.Series:
 
 def figure9(summary: pd.DataFrame, s: dict, out) -> Path:
     """Per-attribute DEO improvement of CVLD over fine-tuning at the largest K (:func:`figure9_values`)."""
-    from ...render import pyplot
-
     change = figure9_values(summary, s)
-    fig, ax = pyplot().subplots(figsize=(5.0, 3.4))
+    fig, ax = render.pyplot().subplots(figsize=(5.0, 3.4))
     if len(change):
         ax.barh(list(change.index), change.to_numpy())
     relative = s["classification"]["figure9_change"] != "absolute"
@@ -283,8 +277,6 @@ def figure9(summary: pd.DataFrame, s: dict, out) -> Path:
 
 def figure10(run_dirs, s: dict, out) -> Path:
     """Share of men among the top K (K = the smaller FairFace K) per query, averaged over seeds, per variant."""
-    from ...render import pyplot
-
     rows = []
     for d in run_dirs:
         path = Path(d) / "fairface.csv"
@@ -297,7 +289,7 @@ def figure10(run_dirs, s: dict, out) -> Path:
             rows.append({"variant": plot_label(f"{parts[-3]} {LABELS.get(parts[-2], parts[-2])}"), "query": r.query,
                          "male_share": (1 + float(r.bias)) / 2})
     frame = pd.DataFrame(rows, columns=["variant", "query", "male_share"])
-    fig, ax = pyplot().subplots(figsize=(7.6, 3.4))
+    fig, ax = render.pyplot().subplots(figsize=(7.6, 3.4))
     if len(frame):
         wide = frame.groupby(["query", "variant"])["male_share"].mean().unstack()
         wide.index = [q.replace("a photo of a ", "").replace(" person", "") for q in wide.index]
@@ -314,8 +306,6 @@ def figure10(run_dirs, s: dict, out) -> Path:
 def write_tables(runs_path, cfg, run_dirs, out_md, out_tex, out_csv, out_figures, out_html=None) -> None:
     """The summary (``out_figures/summary.csv``), Tables 1-4 (Markdown, LaTeX, CSV and, with ``out_html``, one HTML
     page: what the Snakemake report shows) and Figures 4, 5, 9, 10."""
-    from ...io import write_csv, write_text
-    from ...render import html_page, render_html
     from ...stats import read_runs
     from ...tables import describe, render_latex, render_markdown, to_frame
 
