@@ -70,7 +70,8 @@ from typing import Iterable
 
 import pandas as pd
 
-from ...config import fill_section, load_config
+from ... import config
+from ...config import fill_section
 from ...data import flickr30k_entities as f30k
 from ...errors import ConfigError, input_error, missing_input
 from ...io import write_parquet
@@ -681,7 +682,7 @@ def run(cfg: dict, captions: pd.DataFrame, out: str | Path | None = None, reques
 def load_cfg(paths: Iterable[str]) -> dict:
     """The countercurate view of the config files (``load_config(paths, study="countercurate")``)."""
     try:
-        return load_config(list(paths), study=STUDY)
+        return config.load_config(list(paths), study=STUDY)
     except KeyError as exc:
         raise ConfigError(f"{', '.join(map(str, paths))}: the configuration schema has no '{STUDY}' section yet "
                           f"({exc}). Fix: use a version of counterfactory whose schema knows the study") from exc

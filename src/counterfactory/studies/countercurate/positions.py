@@ -46,7 +46,8 @@ from typing import Iterable, Mapping
 import numpy as np
 import pandas as pd
 
-from ...config import fill_section, load_config
+from ... import config
+from ...config import fill_section
 from ...data import flickr30k_entities as f30k
 from ...errors import input_error
 from ...io import write_parquet, write_png
@@ -340,7 +341,7 @@ def load_cfg(paths) -> Mapping | None:
     if not paths:
         return None
 
-    return load_config(paths, study="countercurate")
+    return config.load_config(paths, study="countercurate")
 
 
 def default_images_dir(entities_root, images, cfg=None) -> Path | None:

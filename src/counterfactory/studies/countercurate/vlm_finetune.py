@@ -37,7 +37,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ...device import resolve_device, resolve_dtype
+from ...device import resolve_dtype
 from ...errors import input_error
 from ...io import atomic_dir, write_csv, write_json
 from ...models import registry
@@ -233,6 +233,8 @@ def train_run(cfg: dict, data: str | os.PathLike, out_dir: str | os.PathLike, se
               val_data: str | os.PathLike | None = None, progress: bool = False) -> VlmTrainResult:
     """``vlm-train``: load ``role``, fine-tune on ``data``, write ``out_dir/model`` (model + processor, loadable by
     the ``vlm`` loader), ``out_dir/history.csv`` and ``out_dir/run.json``; ``out_dir`` is replaced atomically."""
+    from ...device import resolve_device  # local: tests patch device.resolve_device
+
     settings = VlmSettings.from_config(cfg)
     Path(out_dir).resolve().parent.mkdir(parents=True, exist_ok=True)
     train = read_pairs(data)
