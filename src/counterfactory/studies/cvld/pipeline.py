@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from ...config import fill_section
-from ...data.celeba import load_celeba
+from ...data import celeba
 from ...data.nltk_data import ensure_nltk_data
 from ...errors import input_error
 from ...io import write_csv, write_parquet
@@ -85,7 +85,7 @@ def episode_images(s: dict, train: pd.DataFrame) -> pd.DataFrame:
 
 def celeba_requests(cfg, out) -> int:
     s = settings(cfg)
-    train = load_celeba(s["data"]["celeba"]["root"], "train")
+    train = celeba.load_celeba(s["data"]["celeba"]["root"], "train")
     requests = data.celeba_requests(s, episode_images(s, train))
     write_parquet(out, requests)
     return len(requests)

@@ -21,7 +21,7 @@ from pathlib import Path
 import pandas as pd
 
 from ... import render
-from ...io import save_figure, write_csv, write_text
+from ...io import write_csv, write_text
 from ...render import html_page, render_html
 from .settings import FULL, hires, hires_setting, settings, subset_name
 
@@ -146,6 +146,8 @@ def paper_tables(summary: pd.DataFrame, s: dict) -> list[tuple[str, object]]:
 
 # --------------------------------------------------------------------------------------------------------- figures
 def _savefig(fig, path) -> Path:
+    from ...io import save_figure  # local: tests patch io.save_figure
+
     out = save_figure(path, fig)
     render.pyplot().close(fig)
     return out
