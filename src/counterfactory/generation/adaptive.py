@@ -40,9 +40,13 @@ import numpy as np
 import pandas as pd
 
 from ..errors import ConfigError, input_error, missing_input
+from ..filters import select_top
+from ..io import read_table, write_csv
+from ..render import pyplot
 from ..settings import config_value, schema_defaults
 from .sampler import GenerationSettings
 from .selection import candidate_batches
+from .sets import SetGenerationSettings, set_batch_size
 
 PAIRS, SETS = "pairs", "sets"
 #: the score each kind selects by (pairs: CLIP_dir, B.1.2) or reports (sets: the CLIP stage's min cosine)
@@ -145,8 +149,6 @@ Selector = Callable[[list[int], list[float], list[bool]], list[int]]
 
 def top_k_selector(top_k: int) -> Selector:
     """The COCO-CF stage's selection: :func:`~counterfactory.filters.select_top` by the score."""
-    from ..filters import select_top
-
     def select(idx: list[int], score: list[float], passed: list[bool]) -> list[int]:
         return [idx[i] for i in select_top(idx, score, passed, top_k)]
 
@@ -205,8 +207,6 @@ def curve(items: Sequence[ItemCandidates], rules: Sequence[Rule], select: Select
 # --------------------------------------------------------------------------- reading a fixed-mode run
 
 def _read_table(path: Path, what: str, fix: str) -> pd.DataFrame:
-    from ..io import read_table
-
     return read_table(path, what, fix, formats=("parquet",))
 
 
@@ -281,8 +281,6 @@ def set_items(clip_sets: pd.DataFrame, cfg: dict, cost_per_image: int, batch_siz
     """SocialCounterfactuals ``filter/clip_sets.parquet`` rows (CLIP stage verdict per candidate set) ->
     items, one per caption set, batched as :func:`.sets.run_set_shard` batches (``set_batch_size`` for the
     set's member count ``n_images``, from ``batch_size``); a candidate set costs ``cost_per_image`` x members."""
-    from .sets import SetGenerationSettings, set_batch_size
-
     images = cfg.get("images") or {}
     gen = GenerationSettings.from_config({**images, "batch_size": batch_size})
     sets = SetGenerationSettings.from_config(images)
@@ -387,8 +385,6 @@ def write_curve(cfg: dict, scores_path, out_csv, summary_path=None, *, kind: str
     """``counterfactory images adaptive-curve``: :func:`curve_from_files` with the config's ``adaptive_curve``
     settings (``targets``, ``best_quantiles``, ``batch_size`` override them), written to ``out_csv`` and, with
     ``out_png``, plotted (:func:`plot_curve`; the title names ``cfg["study"]``, else ``study``). Returns the table."""
-    from ..io import write_csv
-
     base = CurveSettings.from_config(cfg)
     settings = CurveSettings(
         targets=tuple(targets) if targets else base.targets,
@@ -409,8 +405,7 @@ def write_curve(cfg: dict, scores_path, out_csv, summary_path=None, *, kind: str
 def plot_curve(table: pd.DataFrame, out, score_label: str = "median selected CLIP_dir", title: str = "") -> Path:
     """x = UNet evaluations per accepted candidate, y = median selected score (bars: quartiles); one point per
     rule, named in the legend beside the axes (what-if rules, not implemented by the stage, drawn hollow)."""
-    from ..io import save_figure
-    from ..render import pyplot
+    from ..io import save_figure  # local: tests patch io.save_figure
 
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7.6, 3.8), layout="constrained")

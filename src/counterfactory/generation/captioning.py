@@ -31,7 +31,10 @@ from typing import Sequence
 import torch
 from tqdm.auto import tqdm
 
+from .. import device as device_mod
 from ..errors import ConfigError, input_error
+from ..models import registry
+from ..scorers import load_image
 from ..settings import schema_default
 
 log = logging.getLogger(__name__)
@@ -118,10 +121,6 @@ def caption_images(cfg: dict, paths: Sequence[str | Path], *, role: str = ROLE,
     files = _check_paths(paths)
     if not files:
         return []
-
-    from .. import device as device_mod
-    from ..models import registry
-    from ..scorers import load_image
 
     device, dtype = device_mod.from_config(cfg)
     model, processor = registry.load(cfg, role)

@@ -46,11 +46,18 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
+from ..device import resolve_device
 from ..errors import ConfigError, input_error
+from ..io import write_parquet
+from ..models import loaders_editing  # noqa: F401  (registers the editor / image_encoder loaders)
+from ..models import registry
+from ..models.registry import fingerprint
 from ..settings import schema_default, schema_defaults
 from . import runner
 from .inpaint_inputs import _read_image, _resolve, item_rows
-from .inversion import InversionSettings, fit_image, model_fingerprint, null_text_invert, p2p_edit
+from .inversion import (InversionSettings, decode, embed, fit_image, model_fingerprint, null_text_invert, p2p_edit,
+                        to_tensor)
+from .selection import candidate_seed
 
 log = logging.getLogger(__name__)
 
@@ -141,8 +148,6 @@ def check_method(method: str) -> str:
 def edit_params(item_id: str, j: int, settings: EditSettings, method: str) -> dict:
     """Seed and parameters of candidate ``j`` of ``item_id``: ``{"seed", "guidance_scale", "image_guidance_scale"}``
     (ip2p) or ``{"seed", "cross", "self"}`` (null_text), drawn from the seed (module docstring)."""
-    from .selection import candidate_seed
-
     seed = candidate_seed(settings.global_seed, str(item_id), j)
     rng = np.random.Generator(np.random.PCG64(seed))
     if check_method(method) == "ip2p":
@@ -169,7 +174,6 @@ def ip2p_edit(pipe, images: Sequence[np.ndarray], prompts: Sequence[str], seeds:
                          + ("" if params is None else f", {len(params)} params") + " -- give one of each per item")
     if n == 0:
         return []
-    from .inversion import decode, embed, to_tensor
 
     params = list(params) if params is not None else [{}] * n
     unet, vae = pipe.unet, pipe.vae
@@ -304,8 +308,6 @@ def _finish_item(item: dict, candidates: list[np.ndarray], encoder, processor, s
 def _load(cfg: dict | None, role: str, device, dtype=None):
     if cfg is None:
         raise ConfigError(f"editing needs the {role} model: pass it or a cfg with models.{role}")
-    from ..models import loaders_editing  # noqa: F401  (registers the editor / image_encoder loaders)
-    from ..models import registry
 
     return registry.load(cfg, role, device=device, **({"dtype": dtype} if dtype is not None else {}))
 
@@ -383,9 +385,6 @@ def edit_shard(items, method: str, out_dir: str | os.PathLike, cfg: dict | None 
     through the UNet together (ip2p mixes items; null_text batches one item's candidates). Inversions are cached
     in ``cache_dir`` (default ``OUT_DIR/.inversions``). ``hook(n, item_id)`` runs after the n-th newly written item.
     Returns ``{"items", "written", "skipped", "candidates", "method"}``."""
-    from ..device import resolve_device
-    from ..io import write_parquet
-
     method = check_method(method)
     s = settings or EditSettings()
     if batch_size < 1:
@@ -422,8 +421,6 @@ def merge_manifests(shard_manifests: Sequence[str | os.PathLike], out: str | os.
     one per shard (the DAG has one edge per run, not one per run and shard)."""
     import pandas as pd
 
-    from ..io import write_parquet
-
     out = Path(out)
     frames = []
     for path in shard_manifests:
@@ -443,8 +440,6 @@ def merge_manifests(shard_manifests: Sequence[str | os.PathLike], out: str | os.
 def _encoder_id(model) -> str:
     path = getattr(model, "name_or_path", None) or getattr(model.config, "_name_or_path", None)
     if path and Path(path).is_dir():
-        from ..models.registry import fingerprint
-
         return fingerprint(path)
     digest = hashlib.sha256()
     for key, tensor in sorted(model.state_dict().items()):

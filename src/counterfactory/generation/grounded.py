@@ -50,12 +50,15 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from ..device import from_config, place_pipeline, with_stage_precision
 from ..errors import ConfigError, input_error
+from ..io import config_digest, write_json, write_parquet
+from ..models import registry
+from ..rgb import to_rgb
 from ..settings import config_value, schema_defaults
 from . import runner
 from .grounded_requests import (KINDS, MAX_OBJS, OPTIONAL_COLUMNS, REQUIRED_COLUMNS, ROLE_OF_KIND,  # noqa: F401
                                 GroundedRequest, _check_source, read_requests, requests_digest)
-from ..rgb import to_rgb
 
 log = logging.getLogger(__name__)
 
@@ -144,8 +147,6 @@ class GroundedSettings:
 def stage_config(cfg: dict) -> dict:
     """``cfg`` as grounded generation runs it: ``grounded.precision`` (when set) replaces the config-wide
     ``precision`` for the GLIGEN and t2i pipelines (their weights are read and run in it); null keeps the config's."""
-    from ..device import with_stage_precision
-
     return with_stage_precision(cfg, (cfg.get("grounded") or {}).get("precision"))
 
 
@@ -158,8 +159,6 @@ def model_roles(cfg: dict) -> tuple[str, ...]:
 def grounded_config_digest(cfg: dict) -> str:
     """sha256 over the ``grounded`` section, ``seed`` and the configured grounded model entries:
     shards with different digests are not merged."""
-    from ..io import config_digest
-
     return config_digest(cfg, sections=("grounded", "seed"), model_roles=model_roles(cfg))
 
 
@@ -200,8 +199,6 @@ def _to_uint8(images) -> np.ndarray:
 
 
 def _place(pipe, cfg: dict):
-    from ..device import place_pipeline
-
     place_pipeline(pipe, cfg)
     pipe.set_progress_bar_config(disable=True)
     return pipe
@@ -379,9 +376,6 @@ class GroundedStage(runner.ShardStage):
         return plan_batches(items, self.ctx.settings.batch_size)
 
     def generate(self, batch):
-        from ..device import from_config
-        from ..models import registry
-
         ctx, role = self.ctx, batch[0].role
         if role not in self.pipes:   # read in the stage's precision (auto: fp32 on CPU), then placed in it
             self.pipes[role] = registry.load(ctx.cfg, role, dtype=from_config(ctx.cfg)[1])
@@ -415,8 +409,6 @@ def run_grounded_shard(cfg: dict, requests_path: str | os.PathLike, shard: int |
     ``pipes`` maps roles (``gligen``, ``gligen_inpaint``, ``t2i``) to loaded pipelines; missing roles
     are loaded through the registry when needed. ``hook(k, item_id)`` runs after the k-th newly
     generated item is cached (tests use it to simulate a kill)."""
-    from ..models import registry
-
     cfg = stage_config(cfg)
     settings = GroundedSettings.from_config(cfg.get("grounded"))
     requests_path = Path(requests_path)
@@ -484,8 +476,6 @@ def merge_grounded_shards(shard_dirs: Sequence[str | os.PathLike], out_dir: str 
     import math
 
     import pandas as pd
-
-    from ..io import write_json, write_parquet
 
     out_dir = Path(out_dir)
     rerun = "`counterfactory countercurate generate`"

@@ -70,7 +70,10 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ..errors import ConfigError, InputError, input_error
+from ..io import write_parquet
+from ..models import registry
 from ..models.loaders_inpaint import LAMA_FILE, _quiet_lama_cleaner, lama_file, load_lama  # noqa: F401
+from ..models.registry import fingerprint
 from ..settings import schema_defaults
 from . import runner
 from .inpaint_inputs import (_item_mask, _read_image, _resolve, _segmentation_mask, boxes_to_mask,  # noqa: F401
@@ -370,7 +373,6 @@ def _model_id(method: str, model) -> str | None:
     file = getattr(model, "counterfactory_file", None)
     if file is None:
         return f"unidentified:{type(getattr(model, 'model', model)).__name__}"
-    from ..models.registry import fingerprint
 
     return fingerprint(file)
 
@@ -418,8 +420,6 @@ def inpaint_shard(items, method: str, out_dir: str | os.PathLike, batch_size: in
     carries its key is skipped (see the module docstring). ``hook(k, item_id)`` runs after the k-th
     newly written PNG (tests use it to simulate a kill). Returns ``{"items", "written", "skipped",
     "model_calls", "method"}``."""
-    from ..io import write_parquet
-
     _check_method(method)
     s = settings or InpaintSettings()
     if batch_size < 1:
@@ -436,7 +436,6 @@ def inpaint_shard(items, method: str, out_dir: str | os.PathLike, batch_size: in
     if method == "lama" and model is None:
         if cfg is None:
             raise ConfigError("inpaint method lama needs cfg (models.inpaint) or a loaded model")
-        from ..models import registry
 
         model = registry.load(cfg, "inpaint", device=device)
     elif method == "opencv" and model is None:

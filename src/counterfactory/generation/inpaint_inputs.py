@@ -18,9 +18,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..data.coco import segmentation_mask
 from ..errors import input_error
-from .runner import ID_PATTERN as _ID_PATTERN
 from ..rgb import to_rgb
+from .runner import ID_PATTERN as _ID_PATTERN
 
 if TYPE_CHECKING:
     from .inpaint import InpaintSettings
@@ -129,8 +130,6 @@ def _item_mask(row: dict, shape: tuple[int, int], settings: InpaintSettings, roo
 
 def _segmentation_mask(text: str, source: str, item_id) -> np.ndarray:
     """The union of the COCO segmentations of a ``segmentation`` cell (module docstring)."""
-    from ..data.coco import segmentation_mask
-
     try:
         spec = json.loads(text)
         height, width = (int(v) for v in spec["size"])

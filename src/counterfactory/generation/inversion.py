@@ -44,6 +44,8 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import ConfigError
+from ..io import atomic_path
+from ..models.registry import fingerprint
 from ..settings import schema_defaults
 from .p2p import AttentionController, controlled, step_fraction, token_alignment
 
@@ -311,8 +313,6 @@ def model_fingerprint(pipe) -> str:
         return memo
     path = getattr(pipe, "name_or_path", None) or dict(getattr(pipe, "config", {}) or {}).get("_name_or_path")
     if path and Path(path).is_dir():
-        from ..models.registry import fingerprint
-
         value = fingerprint(path)
     else:
         digest = hashlib.sha256()
@@ -339,8 +339,6 @@ def inversion_key(pipe, image: np.ndarray, prompt: str, settings: InversionSetti
 
 
 def _save_cached(path: Path, inv: Inversion) -> None:
-    from ..io import atomic_path
-
     with atomic_path(path) as tmp:
         torch.save({"x_T": inv.x_T.cpu(), "null": inv.null_embeddings.cpu(), "latent": inv.latent.cpu(),
                     "prompt": inv.prompt, "settings": asdict(inv.settings),

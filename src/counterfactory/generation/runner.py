@@ -48,6 +48,7 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 
 from ..errors import CounterFactoryError, input_error
+from ..io import atomic_dir, atomic_path, check_digests, write_json, write_parquet
 from .selection import candidate_seed
 
 log = logging.getLogger(__name__)
@@ -82,8 +83,6 @@ def png_bytes(image: np.ndarray) -> bytes:
 
 def write_bytes(target: Path, data: bytes) -> None:
     """Write ``data`` to ``target`` atomically."""
-    from ..io import atomic_path
-
     with atomic_path(target) as tmp:
         tmp.write_bytes(data)
 
@@ -230,14 +229,10 @@ class WorkCache:
         write_bytes(self.dir(item_id) / name, data)
 
     def write_table(self, item_id: str, name: str, table) -> None:
-        from ..io import write_parquet
-
         write_parquet(self.dir(item_id) / name, table)
 
     def mark_done(self, item_id: str, key: str, meta: dict | None = None) -> None:
         """Write ``done.json`` (``{"fingerprint": key, **meta}``): the item's files must be written before."""
-        from ..io import write_json
-
         write_json(self.dir(item_id) / "done.json", {"fingerprint": key, **(meta or {})})
 
     def remove(self, keep: bool = False) -> None:
@@ -271,8 +266,6 @@ class PngKeyCache:
     def write(self, path: Path, image: np.ndarray, key: str, extra: dict[str, str] | None = None) -> None:
         """Write ``image`` (RGB ``uint8``) to ``path`` atomically with chunk ``field`` = ``key`` (then ``extra``)."""
         from PIL import Image, PngImagePlugin
-
-        from ..io import atomic_path
 
         info = PngImagePlugin.PngInfo()
         info.add_text(self.field, key)
@@ -380,8 +373,6 @@ def assemble(out_dir: Path, cache: WorkCache, build: Callable[[Path], tuple[dict
     """Build a shard's outputs from its cache: ``build(images)`` fills the temporary ``images/`` folder and
     returns ``({table file: DataFrame}, summary)``; the folder replaces ``out_dir/images`` atomically, the
     tables and ``summary.json`` (last) are written atomically, and the cache is removed unless ``keep_work``."""
-    from ..io import atomic_dir, write_json, write_parquet
-
     out_dir.mkdir(parents=True, exist_ok=True)
     with atomic_dir(out_dir / "images") as tmp_images:
         tables, summary = build(tmp_images)
@@ -405,8 +396,6 @@ def load_shard_summaries(shard_dirs: Sequence[str | os.PathLike], files: Sequenc
     """Check that every shard folder holds ``files`` and ``summary.json``; return ``({summary path:
     summary}, config_digest)``. Refuses shards whose recorded ``config_digest`` differ
     (:func:`counterfactory.io.check_digests`)."""
-    from ..io import check_digests
-
     resolved = [Path(d).resolve() for d in shard_dirs]
     for i, d in enumerate(resolved):
         if d in resolved[:i]:

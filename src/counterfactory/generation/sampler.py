@@ -22,7 +22,9 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 import torch
 
+from ..device import Performance, autocast_context, engine_dtypes, from_config, place, resolve_batch_size
 from ..errors import ConfigError
+from ..models import registry
 from ..settings import schema_defaults
 from .p2p import MODES, AttentionController, install, token_alignment
 
@@ -75,8 +77,6 @@ class GenerationSettings:
         """Settings from an ``images`` section (a study view's is complete: the schema fills its defaults; a key a
         partial section lacks keeps the field's default above). ``batch_size: auto`` is resolved on ``cfg``'s
         device (:func:`counterfactory.device.resolve_batch_size`)."""
-        from ..device import resolve_batch_size
-
         return cls(
             steps=int(images.get("steps", cls.steps)),
             height=int(images.get("height", cls.height)),
@@ -118,8 +118,6 @@ class P2PEngine:
         ``dtype``: the weights' (and latents') dtype; ``autocast_dtype``: run text encoder, UNet and VAE under
         ``torch.autocast`` in this dtype (:func:`engine_dtypes`; None = no autocast)."""
         import diffusers
-
-        from ..device import place
 
         self.settings = settings
         self.device = torch.device(device)
@@ -185,8 +183,6 @@ class P2PEngine:
         return scheduler
 
     def _autocast(self):
-        from ..device import autocast_context
-
         return autocast_context(self.device, self.autocast_dtype)
 
     # -------------------------------------------------------------- sampling
@@ -301,9 +297,6 @@ def build_engine(cfg: dict, autocast: bool = False) -> P2PEngine:
     pipeline's own VAE) in the stage's precision and wrap it (device/precision from
     :func:`counterfactory.device.from_config`; on CPU fp32). ``autocast``: a half precision runs as autocast over
     fp32 weights (``coco_counterfactuals.images.autocast``, :func:`engine_dtypes`); False = weights cast to it."""
-    from ..device import Performance, engine_dtypes, from_config
-    from ..models import registry
-
     device, dtype = from_config(cfg)
     weights, compute = engine_dtypes(dtype, autocast)
     pipe = registry.load(cfg, "sd", dtype=weights)

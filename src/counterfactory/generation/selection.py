@@ -17,7 +17,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from ..filters import SCORE_COLUMNS
+from ..filters import SCORE_COLUMNS, apply_thresholds, select_top
 from .sampler import BatchResult, GenerationSettings, P2PEngine
 
 
@@ -101,8 +101,6 @@ def overgenerate_caption(engine: P2PEngine, scorer, thresholds, caption_id: str,
     Adaptive mode (our addition, off in paper mode) stops after the first batch at which at least
     ``target_accepted`` (default ``top_k``) candidates have passed the filter.
     """
-    from ..filters import apply_thresholds, select_top
-
     scores: list[dict] = []
     kept: dict[int, tuple[np.ndarray, np.ndarray]] = {}    # images of current top-k (or all)
     all_images: dict[int, tuple[np.ndarray, np.ndarray]] = {}

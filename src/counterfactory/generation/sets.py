@@ -49,8 +49,12 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from ..device import with_stage_precision
 from ..errors import ConfigError, input_error
-from ..io import read_table
+from ..filters.sets import clip_stage, clip_thresholds
+from ..io import atomic_dir, config_digest, read_table, write_json, write_parquet
+from ..models import registry
+from ..scorers import scorer_from_config
 from ..settings import config_value, schema_defaults
 from .sampler import GenerationSettings, P2PEngine, build_engine
 from .selection import candidate_batches
@@ -133,8 +137,6 @@ class AdaptiveSettings:
 def adaptive_clip(cfg: dict) -> tuple[str, Any]:
     """``(model role, ClipThresholds)`` of ``filter.clip`` (defaults filled in, checked): what adaptive
     mode scores with. Only ``filter.clip`` is read, so a job config holding just that key suffices."""
-    from ..filters.sets import clip_thresholds
-
     return clip_thresholds((cfg.get("filter") or {}).get("clip"), "filter.clip")
 
 
@@ -163,8 +165,6 @@ def set_config_digest(cfg: dict) -> str:
     so filter settings living next to them do not invalidate generated shards. In adaptive mode it also
     covers ``images.adaptive``, ``filter.clip`` (defaults filled in) and the ``filter.clip`` model; when
     adaptive mode is off none of these count (the digest is the non-adaptive one)."""
-    from ..io import config_digest
-
     images = cfg.get("images") or {}
     keys = set(GenerationSettings.__dataclass_fields__) | set(SetGenerationSettings.__dataclass_fields__)
     keys |= {"attention_control"}     # GenerationSettings.control is read from images.attention_control
@@ -287,14 +287,10 @@ def stage_config(cfg: dict) -> dict:
     """``cfg`` as set generation runs it: ``images.precision`` (when set) replaces the config-wide ``precision`` for
     the Stable Diffusion engine (and the adaptive mode's CLIP scorer); the paper config sets fp32, as the authors'
     generator ran (its ``--precision hmp`` default falls through to fp32)."""
-    from ..device import with_stage_precision
-
     return with_stage_precision(cfg, (cfg.get("images") or {}).get("precision"))
 
 
 def _context(cfg: dict) -> SetContext:
-    from ..models import registry
-
     cfg = stage_config(cfg)
     images = cfg.get("images") or {}
     adaptive = AdaptiveSettings.from_config(images)
@@ -322,8 +318,6 @@ def _clip_passed(scorer, text_emb: np.ndarray, images: np.ndarray, thresholds) -
     uint8 (pixel-identical to the PNGs written), ``text_emb`` (members, d) of the set's captions."""
     from PIL import Image
 
-    from ..filters.sets import clip_stage
-
     b, g = images.shape[:2]
     emb = np.asarray(scorer.encode_images([Image.fromarray(im) for im in images.reshape(b * g, *images.shape[2:])]))
     table = clip_stage(emb, np.tile(text_emb, (b, 1)), np.repeat(np.arange(b), g), thresholds)
@@ -332,8 +326,6 @@ def _clip_passed(scorer, text_emb: np.ndarray, images: np.ndarray, thresholds) -
 
 def _clip_scorer(cfg: dict, role: str):
     """The ``filter.clip`` role as a dual encoder (head ``itc``), as the filter step loads it."""
-    from ..scorers import scorer_from_config
-
     scorer = scorer_from_config(cfg, role, head="itc", progress=False)
     if not getattr(scorer, "dual", False):
         raise ConfigError(f"images.adaptive: role {role!r} (filter.clip.role) is not a dual encoder (CLIP-like). "
@@ -524,8 +516,6 @@ def merge_set_shards(shard_dirs: Sequence[str | os.PathLike], out_dir: str | os.
     ``copy_images=False``: image paths are rewritten relative to ``out_dir`` (pointing into the shard
     folders); True: images are hard-linked (else copied) to ``out_dir/images/<set_id>/``."""
     import pandas as pd
-
-    from ..io import atomic_dir, write_json, write_parquet
 
     out_dir = Path(out_dir)
     dirs = [Path(d) for d in shard_dirs]

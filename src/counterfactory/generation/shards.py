@@ -20,8 +20,11 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from ..data.layouts import SELECTED_SCHEMA
+from ..device import with_stage_precision
 from ..errors import input_error
-from ..io import read_table
+from ..filters import ClipScorer, FilterThresholds
+from ..io import config_digest, read_table, write_json, write_parquet
+from ..models import registry
 from ..settings import config_value
 from . import runner
 from .sampler import GenerationSettings, P2PEngine, build_engine
@@ -92,15 +95,10 @@ def stage_config(cfg: dict) -> dict:
     for the Prompt-to-Prompt engine and the CLIP filter. The paper config sets fp16 with ``images.autocast: true``,
     as the InstructPix2Pix generator B.1.2 follows ran both (fp16 autocast over fp32 weights); ``autocast: false``
     casts the weights (pure fp16); null keeps the config's precision (the fast path)."""
-    from ..device import with_stage_precision
-
     return with_stage_precision(cfg, (cfg.get("images") or {}).get("precision"))
 
 
 def _shard_context(cfg: dict) -> ShardContext:
-    from ..filters import FilterThresholds
-    from ..models import registry
-
     images = cfg.get("images", {})
     filt = images.get("filter", {})
     adaptive = images.get("adaptive", {})
@@ -131,8 +129,6 @@ def images_config_digest(cfg: dict) -> str:
     """sha256 over the canonical JSON of the ``images`` section, ``seed`` and the ``sd``,
     ``clip_filter`` (and configured ``vae``) model entries: shards with different digests must not
     be merged."""
-    from ..io import config_digest
-
     return config_digest(cfg, sections=("images", "seed"), model_roles=model_roles(cfg))
 
 
@@ -176,8 +172,6 @@ class ImagePairStage(runner.ShardStage):
             if self.engine is None:
                 self.engine = build_engine(ctx.cfg, autocast=autocast)
             if self.scorer is None:
-                from ..filters import ClipScorer
-
                 filt = images.get("filter", {})
                 self.scorer = ClipScorer.from_config(
                     ctx.cfg, batch_size=config_value(filt, "coco_counterfactuals.images.filter.batch_size"),
@@ -350,8 +344,6 @@ def _check_plan(loaded: dict[str, dict], out_dir: Path) -> None:
 def merge_shards(shard_dirs: Sequence[str | os.PathLike], out_dir: str | os.PathLike) -> dict:
     """Concatenate shard outputs (sorted by source_index); image paths become relative to ``out_dir``."""
     import pandas as pd
-
-    from ..io import write_json, write_parquet
 
     out_dir = Path(out_dir)
     sel_frames, score_frames = [], []
