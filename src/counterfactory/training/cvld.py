@@ -41,13 +41,17 @@ import pandas as pd
 import torch
 from torch import nn
 
+from ..config import fill_section
 from ..errors import ConfigError, input_error
+from ..io import atomic_dir
+from ..rgb import to_rgb
 from ..settings import schema_default
 from .cvld_losses import (CELEBA_PROMPTS, VARIANTS, RetrievalModule, captioning_loss,  # noqa: F401 (re-exported)
                           class_prompts, classification_loss, classification_logits, cvld_itc_loss, cvld_itm_loss,
                           prompt_length, retrieval_variant)
+from .data import image_id_map
+from .model import BLIP_OBJECTIVES
 from .prompt_tuning import ATTR, add_prompts, prompt_parameters, save_prompts
-from ..rgb import to_rgb
 
 log = logging.getLogger(__name__)
 
@@ -60,8 +64,6 @@ N_EPISODES = 10
 def task_defaults(task: str) -> dict:
     """Appendix C's settings of ``task`` (classification epochs are not in the paper: ours, 20): the schema's
     ``cvld.<task>.train`` defaults (config/schema.yaml), the one place they are written."""
-    from ..config import fill_section
-
     if task not in TASKS:
         raise ConfigError(f"CVLD: unknown task {task!r}. Fix: use one of {list(TASKS)}")
     return fill_section(f"cvld.{task}.train")
@@ -102,7 +104,6 @@ class CVLDSettings:
                               f"{self.batch_size}, {self.max_steps}). Fix: set positive values")
         if self.lam < 0:
             raise ConfigError(f"CVLD: lambda must be >= 0, got {self.lam}. Fix: use 0 (no counterfactual term) or more")
-        from .model import BLIP_OBJECTIVES
 
         if self.objective not in BLIP_OBJECTIVES:
             raise ConfigError(f"CVLD: objective must be one of {list(BLIP_OBJECTIVES)}, got {self.objective!r}. Fix: "
@@ -347,8 +348,6 @@ def train_classification(model: nn.Module, processor, table: pd.DataFrame, attri
 
     history = _fit(prompt_parameters(model), _row_keys(table), settings, step_loss)
     if out_dir is not None:
-        from ..io import atomic_dir
-
         with atomic_dir(out_dir) as tmp:
             save_prompts(model, tmp / "prompts.safetensors")
             (tmp / "cvld.json").write_text(_record(settings, history, {"attribute": attribute,
@@ -367,8 +366,6 @@ def _pool_batch(table, rows, has_cf, root, processor, settings, source, device):
 
 
 def _save_model(model, processor, out_dir, settings, history) -> None:
-    from ..io import atomic_dir
-
     with atomic_dir(out_dir) as tmp:
         model.save_pretrained(tmp, safe_serialization=True)
         processor.save_pretrained(tmp)
@@ -383,8 +380,6 @@ def pool_image_ids(table: pd.DataFrame, has_cf: pd.Series) -> tuple[list[int], l
     A counterfactual is an edited, separate image (§3.3), so it has an id of its own, not its original's (as
     BLIP: same ``image_id`` => positive; CVLD's soft label, not the id, ties it to its original). Returns the
     id of each row's image and of each row's counterfactual (-1 where it has none)."""
-    from .data import image_id_map
-
     paths = pd.concat([table["image_path"].astype(str), table["cf_image_path"][has_cf].astype(str)])
     ids = image_id_map(pd.DataFrame({"image_path": paths}))
     image = [ids[str(p)] for p in table["image_path"]]

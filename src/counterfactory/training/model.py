@@ -60,6 +60,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..errors import ConfigError
+from ..io import follow_umask
+from .vsepp_loss import loss_of_outputs
 
 log = logging.getLogger(__name__)
 
@@ -489,8 +491,6 @@ def contrastive_loss(out: dict[str, torch.Tensor], n_pairs: int | None = None) -
     objective, else :func:`clip_loss`) + ``out["itm_loss"]`` (the mean over data-parallel replicas when
     gathered). VSE++: its triplet ranking loss (:mod:`.vsepp_loss`)."""
     if "hinge_margin" in out:
-        from .vsepp_loss import loss_of_outputs
-
         return loss_of_outputs(out, n_pairs)
     if "itm_loss" in out:
         if n_pairs is not None and not (out["image_embeds"].shape[0] == out["text_embeds"].shape[0] == int(n_pairs)):
@@ -595,6 +595,5 @@ class ContrastiveAdapter:
         else:
             self.model.save_pretrained(out_dir, safe_serialization=True)
             self.processor.save_pretrained(out_dir)
-        from ..io import follow_umask
 
         follow_umask(out_dir)  # safetensors writes its weights 0600 whatever the umask

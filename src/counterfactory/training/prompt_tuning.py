@@ -34,7 +34,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ..errors import ConfigError
+from ..errors import ConfigError, input_error
+from ..io import atomic_path
 
 log = logging.getLogger(__name__)
 
@@ -177,8 +178,6 @@ def save_prompts(model: nn.Module, path: str | Path) -> Path:
     """Write the prompt tensors alone (safetensors, atomically), with their sizes in the metadata."""
     from safetensors.torch import save_file
 
-    from ..io import atomic_path
-
     vision, text = (p.detach().cpu().contiguous() for p in prompt_parameters(model))
     meta = {"n_prompts": str(vision.shape[1]), "vision_layers": str(vision.shape[0]),
             "text_layers": str(text.shape[0]), "format": "counterfactory.cvld_prompts"}
@@ -190,8 +189,6 @@ def save_prompts(model: nn.Module, path: str | Path) -> Path:
 def load_prompts(model: nn.Module, path: str | Path) -> PromptBank:
     """Attach the prompts saved by :func:`save_prompts` to ``model`` (replacing any it has)."""
     from safetensors.torch import load_file
-
-    from ..errors import input_error
 
     path = Path(path)
     if not path.exists():

@@ -16,11 +16,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import mixtures as mx
+from ..device import resolve_device, with_stage_precision
 from ..errors import ConfigError, input_error
 from ..io import write_csv, write_parquet
+from ..models import registry
 from ..settings import config_value
 from ..settings import seed_pairs as expand_seed_pairs
+from . import mixtures as mx
 
 log = logging.getLogger(__name__)
 
@@ -66,8 +68,6 @@ def write_mixtures(cfg: dict, pairs_path: str | Path, captions_path: str | Path,
 
 
 def _adapter(cfg: dict, role: str = "clip_train"):
-    from ..device import resolve_device
-    from ..models import registry
     from . import ContrastiveAdapter
 
     spec = registry.model_spec(cfg, role)
@@ -81,8 +81,6 @@ def stage_config(cfg: dict) -> dict:
     """``cfg`` as a fine-tuning run (and its evaluations) runs it: ``training.precision`` (when set) replaces the
     config-wide ``precision``. The paper config sets fp32, as the authors fine-tuned (HF Trainer defaults); null
     keeps the config's precision (the fast path: bf16 mixed precision on CUDA)."""
-    from ..device import with_stage_precision
-
     return with_stage_precision(cfg, (cfg.get("training") or {}).get("precision"))
 
 
@@ -146,7 +144,7 @@ def plot_curves(histories: list[str | Path], out: str | Path) -> Path:
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
-    from ..io import save_figure
+    from ..io import save_figure  # local: tests patch io.save_figure
 
     runs = {}
     for path in histories:       # panels in the order given (the rule lists the configured mixture order)

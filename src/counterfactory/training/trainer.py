@@ -33,9 +33,11 @@ import torch
 from torch import nn
 from transformers import Trainer
 
+from ..device import resolve_dtype
+from ..errors import ConfigError
 from ..settings import schema_default, schema_defaults
 from .data import Collator, RowDataset, anchors_and_partners, eval_batches, image_id_map, step_plan
-from .model import ContrastiveAdapter, aliases, recipe_loss
+from .model import BLIP_OBJECTIVES, ContrastiveAdapter, aliases, recipe_loss
 
 log = logging.getLogger(__name__)
 
@@ -93,9 +95,6 @@ class TrainSettings:
     OPTIONAL_KEYS = ("lr_step_epochs", "lr_step_gamma", "objective", "momentum", "queue_size", "alpha")
 
     def __post_init__(self):
-        from ..errors import ConfigError
-        from .model import BLIP_OBJECTIVES
-
         if self.objective not in BLIP_OBJECTIVES:
             raise ConfigError(f"training: objective must be one of {list(BLIP_OBJECTIVES)}, got {self.objective!r}. "
                               "Fix: official (BLIP's own fine-tuning) or plain")
@@ -121,8 +120,6 @@ class TrainSettings:
         """Settings from a config's ``training`` section; every key of :attr:`SECTION_KEYS` must be there
         (the schema fills defaults; a job view holds exactly the keys its rule declares); the keys of
         :attr:`OPTIONAL_KEYS` are used when present and otherwise keep their defaults."""
-        from ..errors import ConfigError
-
         missing = [k for k in cls.SECTION_KEYS if k not in section]
         if missing:
             raise ConfigError(f"training: missing keys {missing}. Fix: add them to the config (the schema has "
@@ -326,8 +323,6 @@ def deterministic_algorithms(enabled: bool):
 
 
 def _precision_flags(precision: str, device: torch.device) -> dict:
-    from ..device import resolve_dtype
-
     dtype = resolve_dtype(precision, device)
     return {"fp16": dtype == torch.float16, "bf16": dtype == torch.bfloat16}
 
@@ -341,8 +336,6 @@ def build_trainer(adapter: ContrastiveAdapter, train_frame: pd.DataFrame, val_fr
     plan = step_plan(train_frame, settings.batch_size, settings.epochs, settings.data_seed, settings.recipe,
                      settings.max_steps)
     if not plan:
-        from ..errors import ConfigError
-
         raise ConfigError("training: no training rows. Fix: check the mixture manifest's train split")
     partners = anchors_and_partners(train_frame)[1] if settings.recipe == "cvld" else None
     adapter.max_length = adapter._text_length(settings.max_length)
@@ -397,8 +390,6 @@ def build_trainer(adapter: ContrastiveAdapter, train_frame: pd.DataFrame, val_fr
         **extra_args,
     )
     if adapter.kind == "blip" and settings.objective == "official" and getattr(args, "n_gpu", 1) > 1:
-        from ..errors import ConfigError
-
         raise ConfigError(f"training: BLIP's official objective keeps its momentum encoder and queues in one process; "
                           f"{args.n_gpu} GPUs would train data-parallel replicas that drop their updates. Fix: expose "
                           "one GPU (CUDA_VISIBLE_DEVICES=0) or set the BLIP recipe's objective: plain")
