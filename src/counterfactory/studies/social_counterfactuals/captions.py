@@ -45,8 +45,10 @@ from typing import Any, Iterable
 import pandas as pd
 import yaml
 
-from ...config import read_yaml
+from ... import config
+from ...config import JOB_KEY, deep_merge, fill_section, is_config_layer, read_yaml
 from ...errors import ConfigError
+from ...io import write_parquet
 
 STUDY = "social_counterfactuals"
 #: dotted name of the config section this module reads (used in every error message)
@@ -282,8 +284,6 @@ def resolve_section(section: dict | None, source: str | None = None) -> dict:
             owner[v.casefold()] = atype
         attrs[atype] = vals
 
-    from ...config import fill_section
-
     dedup = section.get("subjects_dedup")
     if dedup is None:   # the schema's default (§3.2, §8.4: the release as published)
         dedup = fill_section(SECTION, {})["subjects_dedup"]
@@ -416,8 +416,6 @@ def counts_by_segment(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def _is_full_config(doc: dict) -> bool:
-    from ...config import JOB_KEY, is_config_layer
-
     return (JOB_KEY in doc or "studies" in doc or STUDY in doc or doc.get("study") == STUDY
             or is_config_layer(doc))   # an overlay of top-level keys (run_name: ...) layers like in every command
 
@@ -429,8 +427,6 @@ def load_section(paths: Iterable[str | Path]) -> tuple[dict, str]:
     :func:`counterfactory.config.load_config`) or plain YAML files holding the section's keys at top level
     (or under ``captions:``), or both: plain files then override the full configuration's section. Later
     files win."""
-    from ...config import deep_merge, load_config
-
     paths = [Path(p) for p in paths]
     if not paths:
         raise ConfigError("no configuration file given. Fix: pass --config FILE (a full config with a "
@@ -453,7 +449,7 @@ def load_section(paths: Iterable[str | Path]) -> tuple[dict, str]:
     if not full:
         return plain, source
     try:
-        view = load_config(full, overrides={"captions": plain} if plain else None, study=STUDY)
+        view = config.load_config(full, overrides={"captions": plain} if plain else None, study=STUDY)
     except KeyError as exc:
         raise ConfigError(f"{source}: the configuration schema has no '{STUDY}' section ({exc}). Fix: use a "
                           "version of counterfactory whose schema knows the study, or pass a plain YAML file "
@@ -464,8 +460,6 @@ def load_section(paths: Iterable[str | Path]) -> tuple[dict, str]:
 
 def run(config_paths: Iterable[str | Path], out: str | Path) -> pd.DataFrame:
     """Build the caption sets from the config files, write them to ``out`` (parquet), return the counts."""
-    from ...io import write_parquet
-
     section, source = load_section(config_paths)
     frame = build_caption_sets(section, source=source)
     write_parquet(out, frame)

@@ -48,8 +48,14 @@ import numpy as np
 import pandas as pd
 
 from ...config import fill_section
+from ...data.splits import round_half_up
 from ...errors import ConfigError, input_error
-from . import STUDY, probe_report, probing, task_eval
+from ...evaluation import runs as ev_runs
+from ...io import write_csv, write_json, write_parquet, write_text
+from ...render import html_page, model_display_names, render_html, render_latex, render_markdown
+from ...training.mixtures import MANIFEST_COLUMNS
+from ...training.runs import RUN_COLUMNS
+from . import STUDY, debias_segments, debias_tables, external, probe_report, probing, task_eval
 from .experiments import DEBIASED, PRETRAINED, experiment_name, parse_experiment  # noqa: F401
 
 log = logging.getLogger(__name__)
@@ -96,8 +102,6 @@ def segment_lr(opts: Mapping, segment: str) -> float:
 # --------------------------------------------------------------------------------------------
 def n_withheld(n_subjects: int, withheld_fraction: float) -> int:
     """``round_half_up(withheld_fraction × n)`` subjects for testing (20 % of 121 occupations: 24)."""
-    from ...data.splits import round_half_up
-
     return min(round_half_up(withheld_fraction * n_subjects), n_subjects)
 
 
@@ -167,8 +171,6 @@ def default_segments(frame: pd.DataFrame) -> list[str]:
 
 def _val_sets(groups: Sequence[str], val_fraction: float, random_state: int, segment: str) -> set[str]:
     """``round_half_up(val_fraction × n_sets)`` sets for validation (at least one training set kept)."""
-    from ...data.splits import round_half_up
-
     n = len(groups)
     k = min(round_half_up(val_fraction * n), max(n - 1, 0)) if val_fraction > 0 else 0
     rng = np.random.default_rng([int(random_state), zlib.crc32(segment.encode("utf-8"))])
@@ -179,8 +181,6 @@ def segment_manifest(frame: pd.DataFrame, segment: str, train_subjects: Iterable
                      random_state: int) -> pd.DataFrame:
     """The training manifest of one segment: the training subjects' images with their captions; ``pair_id`` groups a
     counterfactual set (``set_id#candidate_index``); whole sets go to ``val``."""
-    from ...training.mixtures import MANIFEST_COLUMNS
-
     sel = frame[(frame["segment"] == segment) & frame["subject"].isin(set(train_subjects))]
     pair_id = sel["set_id"].astype(str) + "#" + sel["candidate_index"].astype(str)
     groups = sorted(pair_id.unique())
@@ -199,8 +199,6 @@ def write_manifests(images_table_path: str | Path, split: pd.DataFrame, segments
     """Write ``out_dir/<segment>.parquet`` (training manifests), ``out_dir/subjects.csv`` (the split) and
     ``out_dir/summary.csv`` (per segment: subjects, sets and images on each side); return the summary.
     ``val_fraction`` / ``random_state``: ``None`` = the schema's ``debias`` defaults."""
-    from ...io import write_csv, write_parquet
-
     if val_fraction is None or random_state is None:
         defaults = settings(None)
         val_fraction = defaults["val_fraction"] if val_fraction is None else val_fraction
@@ -299,9 +297,6 @@ def external_metrics(cfg: Mapping, role: str, out_dir: str | Path,
                      scorer_factory: Callable[[Any, str], Any] | None = None) -> dict[str, float]:
     """§5.3, Table 3: mean MaxSkew@K of the model on PATA and VisoGender, for each of the two the config points
     at (``probing.pata`` / ``probing.visogender``); rows also written to ``external.csv``."""
-    from ...io import write_csv
-    from . import external
-
     frames = []
     if external.configured(cfg, "pata"):
         frames.append(external.evaluate_pata(cfg, [role], scorer_factory=scorer_factory))
@@ -335,10 +330,7 @@ def debias_run(cfg: Mapping, role: str, segment: str, manifest: str | Path | Non
     Writes under ``out_dir``: ``checkpoint/`` (trained runs), ``history.csv``, ``run.json`` (from ``run_one``),
     ``probe.csv`` (per-subject probe rows), ``debias.json`` (settings, subjects, validation loss) and ``metrics.csv``
     (runs-table rows, :data:`RUN_METRICS`); returns the ``metrics.csv`` rows."""
-    from ...io import write_csv, write_json
     from ...training import read_manifest
-    from ...evaluation.runs import run_one
-    from ...training.runs import RUN_COLUMNS
 
     opts = settings(cfg)
     test = withheld_subjects(test_subjects)
@@ -358,8 +350,8 @@ def debias_run(cfg: Mapping, role: str, segment: str, manifest: str | Path | Non
     run_cfg["training"] = section
     mixture = DEBIASED if train else PRETRAINED
     experiment = experiment_name(role, segment)
-    run_rows = run_one(run_cfg, manifest, mixture, seed, data_seed, out_dir, progress=progress, default_eval=False,
-                       role=role, experiment=experiment, train=train)
+    run_rows = ev_runs.run_one(run_cfg, manifest, mixture, seed, data_seed, out_dir, progress=progress,
+                               default_eval=False, role=role, experiment=experiment, train=train)
     eval_cfg = copy.deepcopy(cfg)
     if train:  # the probe loads the fine-tuned weights through the role (as run_one's evaluations do)
         models = eval_cfg["models"]
@@ -421,9 +413,6 @@ def write_debias_tables(*, summary_path=None, runs_path=None, alpha: float = 0.0
     """``social debias-table``: Tables 2, 16 and 17 (and, with ``paper_segment``, Table 3 as the paper lays it out)
     of a stats summary (``summary_path``) or of a runs table summarized here (``runs_path``), written in the formats
     asked for (at least one, else a ConfigError)."""
-    from ...io import write_csv, write_text
-    from . import debias_tables
-
     if not (out_md or out_tex or out_csv or out_html):
         raise ConfigError("debias-table: nothing to write. Fix: pass --out-md, --out-tex, --out-csv and/or --out-html")
     if runs_path:
@@ -441,8 +430,6 @@ def write_debias_tables(*, summary_path=None, runs_path=None, alpha: float = 0.0
     if paper_segment:   # §5.3: Table 3 with "Debiased CLIP" = the paper segment's model
         paper3 = debias_tables.table3_paper(summary, paper_segment, roles=roles, role_labels=labels)
     if out_md:
-        from ...render import render_markdown
-
         parts = [debias_tables.render_markdown(t) for t in tables.values()]
         write_text(out_md, "\n".join(parts + ([render_markdown(paper3)] if paper3 is not None else [])))
     if out_html:
@@ -458,10 +445,7 @@ def write_task_tables(cfg: Mapping, runs_path, *, labels: Mapping[str, str] | No
                       out_tex=None, out_csv=None, out_html=None, out_seeds_csv=None, decimals: int = 2) -> dict:
     """``social debias-task-table``: Tables 4 and 5 (retrieval R@K and zero-shot accuracy of the pre-trained and
     debiased models, ``debias.task_eval``) of the runs table ``runs_path``, written in the formats asked for."""
-    from ...io import write_csv, write_text
-    from ...render import html_page, model_display_names, render_html, render_latex, render_markdown
     from ...stats import read_runs
-    from . import debias_segments
 
     if not (out_md or out_tex or out_csv or out_html or out_seeds_csv):
         raise ConfigError("debias-task-table: nothing to write. Fix: pass --out-md, --out-tex, --out-csv, "

@@ -14,7 +14,9 @@ from typing import Any, Mapping, Sequence
 
 import pandas as pd
 
+from ... import render
 from ...errors import ConfigError
+from ...render import Cell, Column, Table, format_cell
 from .experiments import ATTRIBUTE_LABELS, DEBIASED, PRETRAINED, parse_experiment, segment_label  # noqa: F401
 
 log = logging.getLogger(__name__)
@@ -65,8 +67,6 @@ def build_tables(summary: pd.DataFrame, *, roles: Sequence[str] | None = None, s
     debiased). A table with no row in the summary is left out (Table 17 without a gender segment). The captions
     state ``withheld_fraction``, the share of occupations the runs withheld (``debias.withheld_fraction``; the
     paper's 20 %)."""
-    from ...render import Cell
-
     if not 0 < withheld_fraction < 1:
         raise ConfigError(f"withheld_fraction {withheld_fraction!r}. Fix: pass debias.withheld_fraction, in (0, 1)")
     withheld = f"{100 * withheld_fraction:g}%"
@@ -138,8 +138,6 @@ def table3_paper(summary: pd.DataFrame, paper_segment: str, *, roles: Sequence[s
     debiased on ``paper_segment``, Race-Gender: §5.3's "Debiased CLIP"), then "Debiased <model> (<segment>)" for the
     other segments as extra rows; columns VisoGender and PATA (mean MaxSkew@K, mean ± std over seeds). None when
     the summary has no PATA / VisoGender rows. A :class:`counterfactory.render.Table`."""
-    from ... import render
-
     cols = [(c, m) for c, m in TABLE3_COLUMNS if (summary["metric"] == m).any()]
     if not cols:
         return None
@@ -180,8 +178,6 @@ def _columns(table: DebiasTable) -> list[tuple[str, str]]:
 def describe(table: DebiasTable):
     """``table`` as the shared table description (:class:`counterfactory.render.Table`): rows are segments,
     columns model (group) x Pre-trained / Debiased. The Markdown row names are not escaped (kept as before)."""
-    from ...render import Column, Table
-
     columns = [Column("Intersectional Bias", "left")] + [Column(MIXTURE_LABELS[m], "center", group=table.role_labels[r])
                                                           for r, m in _columns(table)]
     rows = [[segment_label(seg)]                     # text: escaped per format
@@ -191,8 +187,6 @@ def describe(table: DebiasTable):
 
 
 def render_markdown(table: DebiasTable) -> str:
-    from ... import render
-
     return render.render_markdown(describe(table))
 
 
@@ -200,8 +194,6 @@ def render_html(tables, extra=()) -> str:
     """Every table (a mapping or list of :class:`DebiasTable`) as one standalone HTML page (what the Snakemake
     report shows); ``extra``: further :class:`counterfactory.render.Table` s after them (Table 3 in the paper's
     layout, :func:`table3_paper`)."""
-    from ... import render
-
     items = list(tables.values()) if isinstance(tables, dict) else list(tables)
     return render.html_page("SocialCounterfactuals: debiasing", [render.render_html(describe(t)) for t in items]
                             + [render.render_html(t) for t in extra])
@@ -209,15 +201,11 @@ def render_html(tables, extra=()) -> str:
 
 def render_latex(table: DebiasTable) -> str:
     """Booktabs LaTeX with a two-level header (model, then Pre-trained / Debiased) as in the paper."""
-    from ... import render
-
     return render.render_latex(describe(table))
 
 
 def tables_frame(tables: Mapping[str, DebiasTable]) -> pd.DataFrame:
     """Long CSV form: one row per (table, segment, model, mixture) with mean, std, n, best and significant."""
-    from ...render import format_cell
-
     rows = []
     for t in tables.values():
         for seg in t.segments:

@@ -27,8 +27,11 @@ import numpy as np
 import pandas as pd
 
 from ...config import fill_section
+from ...data.pata import load_pata
+from ...data.visogender import load_visogender
 from ...device import release_memory
-from ...errors import ConfigError
+from ...errors import ConfigError, input_error
+from ...io import write_csv, write_text
 from ...metrics.retrieval import bias_at_k, ranking_from_scores
 from . import STUDY
 from .probing import FEMALE_VALUES, MALE_VALUES
@@ -168,8 +171,6 @@ def _run(cfg, roles, paths: list[str], texts: list[str], make_rows, scorer_facto
 
 
 def _pata(o: Mapping) -> tuple[pd.DataFrame, pd.DataFrame]:
-    from ...data.pata import load_pata
-
     for key in ("files_list", "captions_json", "image_dir"):
         if not o.get(key):
             raise ConfigError(f"probing.pata.{key} is not set. Fix: set it in the config or pass it on the "
@@ -178,8 +179,6 @@ def _pata(o: Mapping) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def _visogender(o: Mapping) -> pd.DataFrame:
-    from ...data.visogender import load_visogender
-
     if not (o.get("oo_tsv") or o.get("op_tsv")) or not o.get("image_dir"):
         raise ConfigError("probing.visogender needs image_dir and oo_tsv and/or op_tsv. Fix: set them in the config "
                           "or pass them on the command line")
@@ -228,9 +227,6 @@ def external_table_files(results, out_md=None, out_csv=None) -> pd.DataFrame:
     """``social probe-external-table``: Table 3 (mean MaxSkew@K per model) of the probe CSVs ``results`` of
     probe-pata / probe-visogender, written as Markdown and/or CSV; returns the table."""
     from pathlib import Path
-
-    from ...errors import input_error
-    from ...io import write_csv, write_text
 
     parts = []
     for p in results:

@@ -19,6 +19,7 @@ import pandas as pd
 
 from ... import io
 from ...errors import input_error
+from ...io import write_csv, write_parquet
 
 #: a candidate set (§3.3: one over-generation of a caption set)
 SET_KEYS = ("set_id", "candidate_index")
@@ -54,8 +55,6 @@ def read_images(path: str | os.PathLike) -> pd.DataFrame:
 
 
 def _write_table(path: str | os.PathLike, frame: pd.DataFrame) -> Path:
-    from ...io import write_csv, write_parquet
-
     return write_csv(path, frame) if str(path).lower().endswith(".csv") else write_parquet(path, frame)
 
 

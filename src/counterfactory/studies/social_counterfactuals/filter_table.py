@@ -18,6 +18,8 @@ import pandas as pd
 
 from ...errors import InputError
 from ...filters.sets import _as_bool
+from ...io import write_text
+from ...render import describe_frame, html_page, markdown_body, render_html
 from .filter_io import SET_KEYS, _write_table, read_table
 from .experiments import segment_label
 
@@ -114,8 +116,6 @@ SECTION_10_2_TITLE = ("§10.2: the three-attribute segment, filtered like Table 
 def stage_counts_markdown(table: pd.DataFrame) -> str:
     """Markdown rendering of :func:`stage_counts` (:func:`counterfactory.render.describe_frame`), percentages
     with a % sign."""
-    from ...render import markdown_body
-
     paper, extra = split_table(table)
     out = markdown_body(_describe_counts(paper)) + "\n"
     if len(extra):
@@ -124,8 +124,6 @@ def stage_counts_markdown(table: pd.DataFrame) -> str:
 
 
 def _describe_counts(table: pd.DataFrame):
-    from ...render import describe_frame
-
     shown = table.copy()
     for col in (c for c in shown.columns if c.startswith("% Filtered")):
         shown[col] = [("" if pd.isna(v) else f"{float(v):.1f}%") for v in shown[col]]
@@ -137,8 +135,6 @@ TABLE11_TITLE = "Table 11: counterfactual sets remaining after each filter stage
 
 def stage_counts_html(table: pd.DataFrame) -> str:
     """Table 11 as a standalone HTML page (what the Snakemake report shows), from the Markdown's description."""
-    from ...render import html_page, render_html
-
     paper, extra = split_table(table)
     desc = _describe_counts(paper)
     desc.title = TABLE11_TITLE
@@ -185,8 +181,6 @@ def table18_markdown(table: pd.DataFrame, columns: int = 4) -> str:
 def filter_table_files(candidates_path, clip_sets, nsfw_sets, detect_sets, out_csv, out_markdown=None,
                        captions_path=None, out_html=None, out_table18_csv=None, out_table18_md=None) -> pd.DataFrame:
     """Table 11 from the stage outputs (CSV and, optionally, Markdown and HTML)."""
-    from ...io import write_text
-
     captions = read_table(captions_path, "caption-set table", ("set_id", "segment", "subject")) if captions_path else None
     table = stage_counts(read_table(candidates_path, "candidate-image table", SET_KEYS),
                          read_table(clip_sets, "CLIP set table", (*SET_KEYS, "passed")),

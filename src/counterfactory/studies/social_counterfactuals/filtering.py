@@ -83,7 +83,9 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from ... import scorers
 from ...config import fill_section
+from ...device import with_stage_precision
 from ...errors import ConfigError, InputError, input_error
 from ...filters import detectability as _det
 from ...filters.detectability import agreement as agreement
@@ -91,8 +93,10 @@ from ...filters.detectability import calibrate as calibrate
 from ...filters.detectability import label_template as label_template
 from ...filters.detectability import learn_threshold as learn_threshold
 from ...filters.sets import ClipThresholds, clip_stage, nsfw_stage
+from ...io import write_json
 from ...scorers import NsfwClassifier as NsfwClassifier
 from . import STUDY
+from .captions import indefinite_article
 from .filter_io import CANDIDATE_COLUMNS as CANDIDATE_COLUMNS
 from .filter_io import SET_KEYS as SET_KEYS
 from .filter_io import LABEL_COLUMNS as LABEL_COLUMNS
@@ -135,8 +139,6 @@ class FilterSettings:
 
 def stage_config(cfg: Mapping, precision: str | None) -> Mapping:
     """``cfg`` as one filter stage loads its model: the stage's precision replaces the config-wide one."""
-    from ...device import with_stage_precision
-
     return with_stage_precision(cfg, precision)
 
 
@@ -194,8 +196,6 @@ def attribute_prompts(values_by_type: Mapping[str, Sequence[str]], template: str
                       ) -> tuple[list[str], list[tuple[str, str]]]:
     """:func:`counterfactory.filters.detectability.attribute_prompts` with the study's article
     (:func:`.captions.indefinite_article`: "a female person", "an Asian person")."""
-    from .captions import indefinite_article
-
     return _det.attribute_prompts(values_by_type, template, article=indefinite_article)
 
 
@@ -250,9 +250,7 @@ def _chunks(codes: np.ndarray, max_images: int) -> list[tuple[int, int]]:
 
 
 def _dual_scorer(cfg: Mapping, role: str, batch_size: int, progress: bool):
-    from ...scorers import scorer_from_config
-
-    scorer = scorer_from_config(cfg, role, head="itc", progress=progress, batch_size=batch_size)
+    scorer = scorers.scorer_from_config(cfg, role, head="itc", progress=progress, batch_size=batch_size)
     if not getattr(scorer, "dual", False):
         raise ConfigError(f"{SECTION}: role {role!r} is not a dual encoder (CLIP-like). Fix: point "
                           f"models.{role} at a CLIP checkpoint (the paper's filters use CLIP, §3.4)")
@@ -476,8 +474,6 @@ def merge_filter_shards(shard_dirs: Sequence[str | os.PathLike], out_dir: str | 
 def calibrate_files(cfg: Mapping, sets_path, labels_path, out_json, out_report=None) -> dict:
     """Phase 2 of §8.3 from files: learned thresholds (JSON, ready for ``filter.detectability.thresholds``)
     and the agreement report (CSV)."""
-    from ...io import write_json
-
     st = settings(cfg)
     detect_sets = read_table(sets_path, "detectability set table", (*SET_KEYS, "segment"))
     labelled = read_labels(labels_path, detect_sets)

@@ -15,9 +15,15 @@ from collections.abc import Mapping
 import pandas as pd
 
 from ...config import fill_section
+from ...device import from_config
 from ...errors import ConfigError
 from ...evaluation import image_quality as iq
+from ...io import write_csv, write_text
+from ...models import registry
+from ...render import describe_frame, html_page, render_html, render_markdown
 from . import STUDY
+from .external import configured, image_paths
+from .filter_io import read_images
 
 #: the table's rows (§10.3): the study's filtered images and the two real-image datasets of §5.3
 DATASETS = {"social_counterfactuals": "SocialCounterfactuals", "visogender": "VisoGender", "pata": "PATA"}
@@ -41,8 +47,6 @@ def references(view: Mapping | None) -> dict[str, str]:
 
 def datasets(view: Mapping | None) -> list[str]:
     """The table's rows: ``datasets``, less PATA / VisoGender where ``probing`` does not name their files."""
-    from .external import configured
-
     return [d for d in settings(view)["datasets"] if d == "social_counterfactuals" or configured(view, d)]
 
 
@@ -54,9 +58,6 @@ def set_names(view: Mapping | None) -> list[str]:
 def set_images(view: Mapping, name: str, kept: str | None = None) -> list[str]:
     """The image files of set ``name`` (:func:`set_names`): the kept images (``kept``: filter/kept.parquet), the
     PATA / VisoGender images of ``probing``, or a reference folder; the first ``limit_images`` when set."""
-    from .external import image_paths
-    from .filter_io import read_images
-
     limit = settings(view)["limit_images"]
     if name.startswith("ref_"):
         refs = list(references(view).values())
@@ -91,8 +92,6 @@ def table(view: Mapping, features: Mapping[str, str]) -> pd.DataFrame:
 
 def paper_table(view: Mapping, frame: pd.DataFrame):
     """The table as §10.3 prints it, the paper's numbers beside ours (a :class:`~counterfactory.render.Table`)."""
-    from ...render import describe_frame
-
     s = settings(view)
     left_out = [n for n, p in (s["references"] or {}).items() if not p]
     paper = pd.DataFrame([{"dataset": d, "paper FID (ImageNet)": v[0], "paper FID (LAION-2B)": v[1],
@@ -116,9 +115,6 @@ def paper_table(view: Mapping, frame: pd.DataFrame):
 def features_files(view: Mapping, name: str, kept: str | None, out, *, progress: bool = True) -> dict:
     """``social image-quality-features``: the inception role's pool features and logits of image set ``name``,
     written to ``out`` (npz); returns the counts (images, features, classes)."""
-    from ...device import from_config
-    from ...models import registry
-
     paths = set_images(view, name, kept)
     device, _ = from_config(view)
     model = registry.load(view, "inception")
@@ -131,9 +127,6 @@ def features_files(view: Mapping, name: str, kept: str | None, out, *, progress:
 def table_files(view: Mapping, items, out_csv, out_md, out_html=None) -> str:
     """``social image-quality-table``: §10.3's table of the features files ``items`` (``NAME=FILE.npz``, one per
     set), written as CSV (our values), Markdown and optionally HTML; returns the Markdown."""
-    from ...io import write_csv, write_text
-    from ...render import html_page, render_html, render_markdown
-
     features = {}
     for item in items:
         set_name, sep, path = item.partition("=")

@@ -14,9 +14,13 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
+from ... import render
 from ...errors import ConfigError
+from ...io import write_csv, write_text
+from ...render import describe_frame, html_page, markdown_body, render_html
+from . import probing
 from .experiments import segment_label
-from .probing import ALL, INTERSECTIONAL, SEP
+from .probing import ALL, INTERSECTIONAL, SEP, read_probe
 
 
 # --------------------------------------------------------------------------------------------
@@ -127,21 +131,15 @@ def _paper_tables(probe_df: pd.DataFrame, gender_type: str) -> dict[str, pd.Data
 def describe(table: pd.DataFrame, decimals: int = 2):
     """A probing table as the shared table description (:class:`counterfactory.render.Table`): the index as
     first column, values rounded to and written with ``decimals``, nothing escaped."""
-    from ...render import describe_frame
-
     return describe_frame(table.round(decimals), f".{decimals}f", index=True)
 
 
 def tables_markdown(tables: Mapping[str, pd.DataFrame], decimals: int = 2) -> str:
-    from ...render import markdown_body
-
     return "\n".join(f"### {title}\n\n{markdown_body(describe(t, decimals))}\n" for title, t in tables.items())
 
 
 def tables_html(tables: Mapping[str, pd.DataFrame], decimals: int = 2) -> str:
     """Every probing table as one standalone HTML page (what the Snakemake report shows)."""
-    from ...render import html_page, render_html
-
     bodies = []
     for title, t in tables.items():
         desc = describe(t, decimals)
@@ -172,9 +170,7 @@ def tables_long(tables: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
 # figures (Figures 3–13)
 # --------------------------------------------------------------------------------------------
 def _pyplot():
-    from ...render import pyplot
-
-    return pyplot()
+    return render.pyplot()
 
 
 #: Figure 3's panels: (a) Race-Gender, (b) Physical Characteristics-Gender, (c) Physical Characteristics-Race; any
@@ -194,7 +190,7 @@ def figure_maxskew_boxplots(probe_df: pd.DataFrame, out: str | Path, metric: str
     minimum (green) occupations are circled and named (ties: the first name alphabetically, "+n more"). Panels in
     the paper's order ((a) Race-Gender, (b) Physical Char.-Gender, (c) Physical Char.-Race, :func:`figure_segments`),
     models in the probe table's order (``probing.roles``: ALIP, CLIP, FLAVA, LaCLIP, OpenCLIP, SLIP in Figure 3)."""
-    from ...io import save_figure
+    from ...io import save_figure  # local: tests patch io.save_figure
     sel = per_subject(probe_df, metric)
     if sel.empty:
         raise ConfigError(f"no '{metric}' rows in the probe table; nothing to plot")
@@ -233,7 +229,7 @@ def figure_marginal_bars(probe_df: pd.DataFrame, out: str | Path, attribute: str
                          given_type: str = "race", metric: str = "maxskew") -> Path:
     """Figure 4 / 7: mean across occupations of the marginal ``attribute`` MaxSkew@K computed on the images of each
     value of ``given_type``; grouped bars, one group per model, one bar per value."""
-    from ...io import save_figure
+    from ...io import save_figure  # local: tests patch io.save_figure
     sel = probe_df[(probe_df["metric"] == metric) & (probe_df["attribute"] == attribute)
                    & probe_df["given"].astype(str).str.startswith(f"{given_type}=")
                    & (probe_df["label"].fillna("") == "")]
@@ -265,7 +261,7 @@ def figure_retrieval_proportions(probe_df: pd.DataFrame, out: str | Path, subjec
     """Figures 5, 8–13: for one occupation, the share of each attribute value among the top-K images retrieved by
     the neutral query; one panel per attribute type (marginal) and one for the intersectional labels, bars grouped
     by model."""
-    from ...io import save_figure
+    from ...io import save_figure  # local: tests patch io.save_figure
 
     sel = probe_df[(probe_df["metric"] == "share") & (probe_df["subject"] == subject) & (probe_df["given"] == ALL)]
     if segment is not None:
@@ -309,10 +305,6 @@ def write_tables(probe_paths, *, out_md=None, out_tex=None, out_csv=None, out_ht
                  labels: Mapping[str, str] | None = None) -> dict:
     """``social probe-tables``: Tables 2 and 12-17 of the probe CSVs ``probe_paths``, written in the formats asked
     for (at least one, else a ConfigError)."""
-    from ...errors import ConfigError
-    from ...io import write_csv, write_text
-    from .probing import read_probe
-
     if not (out_md or out_tex or out_csv or out_html):
         raise ConfigError("probe-tables: nothing to write. Fix: pass --out-md, --out-tex, --out-csv and/or --out-html")
     tables = paper_tables(read_probe(probe_paths), labels=dict(labels or {}))
@@ -332,9 +324,6 @@ def write_figures(probe_paths, out_dir, *, subjects=None, marginal: str = "gende
     """``social probe-plots``: Figures 3-5 (and 6-13) of the probe CSVs ``probe_paths`` in ``out_dir``; models
     named as the tables name them (``labels``), Figure 4's ``marginal`` as ``ATTR:GIVEN``."""
     from pathlib import Path
-
-    from ...errors import ConfigError
-    from . import probing
 
     df = probing.read_probe(probe_paths)
     labels = dict(labels or {})

@@ -47,9 +47,11 @@ import numpy as np
 import pandas as pd
 
 from ...config import fill_section
+from ...device import release_memory, with_stage_precision
 from ...errors import ConfigError, input_error
 from ...metrics.retrieval import bias_at_k, max_skew_at_k, min_skew_at_k, ndkl, ranking_from_scores, skew_at_k
 from . import STUDY
+from .captions import compose_caption
 
 log = logging.getLogger(__name__)
 
@@ -94,8 +96,6 @@ def neutral_query(prefix: str, subject: str, extra_a: Sequence[str] = (), extra_
     Built like the captions (:func:`.captions.compose_caption`, same a/an rules and the config's ``article_a`` /
     ``article_an`` exceptions) with no attribute values: "A photo of a" + "umpire" gives "A photo of an umpire".
     A prefix that is empty or "A/An" reads "A"; a prefix not ending in an article gets "a" appended."""
-    from .captions import compose_caption
-
     subject = " ".join(str(subject).split())
     if not subject:
         raise ValueError("neutral_query: empty subject")
@@ -365,8 +365,6 @@ def probe_frame(frame: pd.DataFrame, scorer, model: str, opts: Mapping, *, segme
 
 def probe_config(cfg):
     """``cfg`` as probing loads its models: ``probing.precision`` replaces the config-wide precision (None: kept)."""
-    from ...device import with_stage_precision
-
     return with_stage_precision(cfg, settings(cfg)["precision"])
 
 
@@ -378,8 +376,6 @@ def probe(cfg, roles: Sequence[str], images_table_path: str | Path, *, segments:
     ``scorer_factory(cfg, role)`` builds a dual-encoder scorer (default: ``scorer_from_config(cfg, role,
     head="itc")``), given ``cfg`` in ``probing.precision`` (:func:`probe_config`); one model is loaded at a time and
     released before the next."""
-    from ...device import release_memory
-
     opts = settings(cfg)
     cfg = probe_config(cfg)
     roles = list(roles or opts.get("roles") or [])

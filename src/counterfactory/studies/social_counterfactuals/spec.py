@@ -11,11 +11,11 @@ from pathlib import Path
 from typing import Mapping
 
 from ...workflow import Need, Stage, StudySpec, classification_needs, retrieval_needs
+from .captions import build_caption_sets
 from .export import EXPORT
 def plan(view, res: Path, items: Mapping[str, int]) -> list[Stage]:
     from ...generation.sampler import GenerationSettings
     from ...generation.sets import SetGenerationSettings
-    from .captions import build_caption_sets
 
     img = view.get("images") or {}
     gen, sets = GenerationSettings.from_config(img), SetGenerationSettings.from_config(img)

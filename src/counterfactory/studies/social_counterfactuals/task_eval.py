@@ -23,7 +23,11 @@ from typing import Any, Mapping, Sequence
 
 import pandas as pd
 
+from ...device import with_stage_precision
 from ...errors import ConfigError
+from ...evaluation import classify
+from ...evaluation import runs as ev_runs
+from ...render import Cell, Column, Table
 from .experiments import DEBIASED, PRETRAINED, parse_experiment, segment_label
 
 #: Table 4's column groups: the paper's "Text Retrieval" is image -> text, "Image Retrieval" text -> image
@@ -49,20 +53,17 @@ def classification_datasets(task: Mapping) -> list[str]:
 def evaluate(cfg: Mapping, role: str, task: Mapping, progress: bool = False) -> dict[str, float]:
     """Retrieval Recall@K and zero-shot top-1 of ``role`` as ``cfg`` loads it (the debiased checkpoint, or the
     pre-trained model) with the shared evaluation; ``task``: the ``debias.task_eval`` settings."""
-    from ...device import with_stage_precision
-    from ...evaluation.classify import run_classification
-    from ...evaluation.runs import evaluate_retrieval
-
     eval_cfg = copy.deepcopy(dict(cfg))
     eval_cfg["evaluation"] = {**(eval_cfg.get("evaluation") or {}), "classification": task.get("classification") or {}}
     eval_cfg = with_stage_precision(eval_cfg, task.get("precision"))
     metrics: dict[str, float] = {}
     if task.get("retrieval"):
         spec = {"split": "test", "ks": [1, 5, 10], **task["retrieval"]}
-        metrics.update({k: v for k, v in evaluate_retrieval(eval_cfg, role, spec, progress).items()
+        metrics.update({k: v for k, v in ev_runs.evaluate_retrieval(eval_cfg, role, spec, progress).items()
                         if not k.endswith("/mean")})
     for dataset in classification_datasets(task):
-        metrics[f"{dataset}/top1"] = float(run_classification(eval_cfg, role, dataset, progress=progress)["top1"])
+        scores = classify.run_classification(eval_cfg, role, dataset, progress=progress)
+        metrics[f"{dataset}/top1"] = float(scores["top1"])
     return metrics
 
 
@@ -70,8 +71,6 @@ def evaluate(cfg: Mapping, role: str, task: Mapping, progress: bool = False) -> 
 # Tables 4 and 5
 # --------------------------------------------------------------------------------------------
 def _cell(values: pd.Series):
-    from ...render import Cell
-
     v = values.dropna().astype(float)
     if v.empty:
         return None
@@ -123,8 +122,6 @@ def build_tables(runs: pd.DataFrame, roles: Sequence[str], retrieval_name: str |
     segments (extra rows; with ``paper_segment`` None every debiased row names its segment), mean over seeds
     with the sample std. Table 4: Text Retrieval (image -> text) and Image Retrieval (text -> image) R@K on
     ``retrieval_name``; Table 5: top-1 accuracy per dataset. Returns ``{"table4:<role>": Table, ...}``."""
-    from ...render import Column, Table
-
     labels = dict(labels or {})
     tables: dict[str, Any] = {}
     for role in roles:
@@ -167,8 +164,6 @@ def seed_frame(runs: pd.DataFrame, roles: Sequence[str], retrieval_name: str | N
 
 def tables_frame(tables: Mapping[str, Any]) -> pd.DataFrame:
     """Every cell as a long frame: ``table, row, column, mean, std, n``."""
-    from ...render import Cell
-
     rows = []
     for key, table in tables.items():
         for body in table.rows:
