@@ -19,6 +19,7 @@ from typing import Sequence
 
 import numpy as np
 
+from ..data.classification import BUILTIN, builtin_templates, load_dataset
 from ..errors import ConfigError
 from .settings import model_columns, settings
 
@@ -28,8 +29,6 @@ log = logging.getLogger(__name__)
 def check_templates(templates: Sequence[str] | str, key: str = "evaluation.classification.templates") -> list[str]:
     """The template list of a ``templates`` setting (a list, or ``builtin:<name>``), each with ``{c}``."""
     if isinstance(templates, str):
-        from ..data.classification import BUILTIN, builtin_templates
-
         if not templates.startswith(BUILTIN):
             raise ConfigError(f"{key}: {templates!r} is neither a list nor builtin:<name> (known: "
                               f"{sorted(builtin_templates())}). Fix: e.g. ['a photo of a {{c}}.']")
@@ -111,7 +110,6 @@ def topk_accuracy(logits: np.ndarray, labels: np.ndarray, ks: Sequence[int]) -> 
 
 def run_classification(cfg: dict, role: str, dataset: str, *, progress: bool = True) -> dict:
     """Zero-shot top-k accuracy of one (dual-encoder) role on one configured dataset."""
-    from ..data.classification import load_dataset
     from ..scorers import scorer_from_config
 
     ev = settings(cfg)["classification"]

@@ -22,6 +22,9 @@ import torch
 from torch import nn
 
 from ..errors import InputError
+from ..io import atomic_path
+from ..models.inception import IMAGE_SIZE
+from ..rgb import open_rgb
 
 log = logging.getLogger(__name__)
 
@@ -38,8 +41,6 @@ class _Given(nn.Module):
 
 
 def _load(path: str, size: int) -> torch.Tensor:
-    from ..rgb import open_rgb
-
     img = open_rgb(path).resize((size, size), resample=3)   # bicubic to the network's input size
     return torch.from_numpy(np.asarray(img, dtype=np.float32) / 255.0).permute(2, 0, 1)
 
@@ -49,8 +50,6 @@ def extract(model, paths: Sequence[str], *, batch_size: int = 32, device: torch.
     """``(features N x 2048, logits N x classes)`` (float64) of the images at ``paths``, in order; each image is
     resized to 299 x 299 on its own, so a batch's make-up does not change an image's features."""
     from tqdm import tqdm
-
-    from ..models.inception import IMAGE_SIZE
 
     if not paths:
         raise InputError("image quality: no images to score. Fix: check the set's image table or folder")
@@ -99,8 +98,6 @@ def inception_score(logits: np.ndarray, *, splits: int = 10, seed: int = 0) -> t
 
 
 def save_features(path: str | Path, features: np.ndarray, logits: np.ndarray, paths: Sequence[str]) -> None:
-    from ..io import atomic_path
-
     with atomic_path(path) as tmp:
         with open(tmp, "wb") as fh:
             np.savez(fh, features=features, logits=logits, paths=np.asarray(list(paths), dtype=str))

@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import ConfigError, input_error
+from ..metrics import itm_differences
 from .readers import check_files, coco_image_dir, image_files, pair_image_ids, read_captions, read_pairs
 from .settings import ITM_METRICS, ITM_SCORES, model_columns, settings
 
@@ -79,8 +80,6 @@ def itm_inputs(pairs: pd.DataFrame, captions: pd.DataFrame, coco_dir: Path, seed
 
 def itm_scores(scorer, inputs: pd.DataFrame) -> pd.DataFrame:
     """The six ITM scores and the four differences of every pair, with one scorer call."""
-    from ..metrics import itm_differences
-
     images = list(dict.fromkeys(p for _, col in _ITM_PAIRS for p in inputs[col]))
     texts = list(dict.fromkeys(t for col, _ in _ITM_PAIRS for t in inputs[col]))
     img_ix = {p: i for i, p in enumerate(images)}

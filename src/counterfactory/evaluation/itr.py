@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import ConfigError, input_error
+from ..metrics import recall_at_k
 from .readers import (check_files, coco_image_dir, image_files, pair_image_ids, read_captions, read_pairs,
                       read_subset_ids)
 from .settings import BASELINE, COCO_CFS, model_columns, settings
@@ -79,8 +80,6 @@ def retrieval_recall(scorer, rset: RetrievalSet, ks: Sequence[int], shortlist=No
     Cross-encoders with a ``shortlist`` (a dual-encoder scorer) follow BLIP: the shortlist ranks all
     candidates, its top ``shortlist_k`` per query are re-scored by the ITM head and every other
     candidate ranks below them (separate shortlists for the two directions)."""
-    from ..metrics import recall_at_k
-
     if scorer.dual or shortlist is None:
         return recall_at_k(scorer.score_matrix(rset.images, rset.texts), rset.text_image, ks)
     if not shortlist.dual:

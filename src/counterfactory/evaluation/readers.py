@@ -30,7 +30,7 @@ import pandas as pd
 
 from ..errors import InputError, input_error
 from ..io import read_table
-from .settings import ITM_METRICS
+from .settings import ITM_METRICS, ITM_SCORES
 
 PAIR_COLUMNS = ("id", "caption_0", "caption_1", "image_0", "image_1")
 CAPTION_COLUMNS = ("caption_id", "image_id", "caption")
@@ -117,8 +117,6 @@ def read_itr_results(paths: Sequence[str | os.PathLike]) -> pd.DataFrame:
 
 def read_itm_results(paths: Sequence[str | os.PathLike]) -> pd.DataFrame:
     """The per-pair ITM differences of ``evaluate itm`` (one file per model), concatenated."""
-    from .settings import ITM_SCORES
-
     def one(p):
         frame = _read_table(p, "ITM difference table", "pass files written by `counterfactory evaluate itm`",
                             ITM_RESULT_COLUMNS)

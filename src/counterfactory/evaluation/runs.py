@@ -17,15 +17,18 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ..data.karpathy import image_paths, load_karpathy
 from ..io import write_csv, write_json
-from ..training.runs import CLASSIFICATION_MEAN, HISTORY_COLUMNS, RUN_COLUMNS, retrieval_specs
+from ..metrics import recall_at_k
+from ..training.runs import (CLASSIFICATION_MEAN, HISTORY_COLUMNS, RUN_COLUMNS, _settings, retrieval_specs,
+                             stage_config, train_one)
+from . import classify
+from .readers import read_pairs
 
 log = logging.getLogger(__name__)
 
 
 def _recall_metrics(name: str, sim: np.ndarray, text_image: np.ndarray, ks) -> dict[str, float]:
-    from ..metrics import recall_at_k
-
     recall = recall_at_k(sim, text_image, ks=tuple(ks))
     out = {f"{name}/{k}": v for k, v in recall.items()}
     out[f"{name}/mean"] = float(np.mean(list(recall.values())))
@@ -35,7 +38,6 @@ def _recall_metrics(name: str, sim: np.ndarray, text_image: np.ndarray, ks) -> d
 def evaluate_retrieval(cfg: dict, role: str, spec: dict, progress: bool = False) -> dict[str, float]:
     """Image-text retrieval Recall@K on a Karpathy-format split (Flickr30k 1K test in Table 3, the MS-COCO
     test set in Table 12)."""
-    from ..data.karpathy import image_paths, load_karpathy
     from ..scorers import scorer_from_config
 
     table = load_karpathy(spec["karpathy_json"], split=spec["split"], image_root=spec["image_root"])
@@ -52,7 +54,6 @@ def evaluate_pairs(cfg: dict, role: str, pairs_path: str | Path, name: str, ks=(
                    progress: bool = False) -> dict[str, float]:
     """Recall@K on counterfactual pairs (appendix A.1, the withheld COCO-CFs test set): the retrieval space is
     both images and both captions of every pair; caption_i describes image_i."""
-    from .readers import read_pairs
     from ..scorers import scorer_from_config
 
     pairs = read_pairs(pairs_path)
@@ -74,8 +75,6 @@ def run_one(cfg: dict, manifest: str | Path, mixture: str, seed: int, data_seed:
     ``train=False`` evaluates the model as loaded (the pre-trained row of Table 5); the manifest is not read.
     ``recipe`` replaces settings of ``training`` for this run (A.1's per-model recipe, ``in_domain.recipes``)."""
     from ..training import settings_dict
-    from ..training.runs import _settings, stage_config, train_one
-    from .classify import run_classification
 
     if recipe:
         cfg = copy.copy(cfg)
@@ -98,7 +97,7 @@ def run_one(cfg: dict, manifest: str | Path, mixture: str, seed: int, data_seed:
         metrics.update(evaluate_retrieval(eval_cfg, role, spec, progress))
     top1 = {}
     for dataset in ev.get("classification") or []:
-        res = run_classification(eval_cfg, role, dataset, progress=progress)
+        res = classify.run_classification(eval_cfg, role, dataset, progress=progress)
         top1[dataset] = metrics[f"{dataset}/top1"] = res["top1"]
     if top1:  # Table 4's Mean column: per run, so it is summarised and t-tested like any metric
         metrics[CLASSIFICATION_MEAN] = float(np.mean(list(top1.values())))

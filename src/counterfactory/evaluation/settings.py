@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from ..models.registry import model_spec
+from ..render import model_display_name
+
 BASELINE = "MS-COCO"
 COCO_CFS = "COCO-CFs"
 ITM_METRICS = ("IR_r", "IR_c", "TR_r", "TR_c")
@@ -44,9 +47,6 @@ def with_itr_subsets(cfg: dict, subsets: dict) -> dict:
 def model_label(cfg: dict, role: str) -> str:
     """Display name of a role in tables and figures: ``models.<role>.display_name`` (the paper's name), else the
     last component of its source (``clip-vit-base-patch32``); see :func:`counterfactory.render.model_display_name`."""
-    from ..models.registry import model_spec
-    from ..render import model_display_name
-
     spec = model_spec(cfg, role)
     entry = dict((cfg.get("models") or {}).get(role) or {}) if not isinstance((cfg.get("models") or {}).get(role),
                                                                               str) else {}
@@ -56,6 +56,4 @@ def model_label(cfg: dict, role: str) -> str:
 
 def model_columns(cfg: dict, role: str) -> dict[str, str]:
     """``role, model, source`` of a role, the leading columns of every per-model result."""
-    from ..models.registry import model_spec
-
     return {"role": role, "model": model_label(cfg, role), "source": model_spec(cfg, role).source}
