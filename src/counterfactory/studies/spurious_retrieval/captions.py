@@ -25,7 +25,10 @@ import zlib
 
 import pandas as pd
 
+from ...data.nltk_data import ensure_nltk_data
 from ...errors import ConfigError
+from ...io import write_parquet
+from ...text import noun_phrases as npx
 
 log = logging.getLogger(__name__)
 
@@ -55,8 +58,6 @@ def templates(name_or_list) -> list[str]:
 
 def matcher(s: dict):
     """The MS-COCO class matcher of appendix A's table under ``captions.word_matching``."""
-    from ...text import noun_phrases as npx
-
     rule = s["captions"]["word_matching"]
     return npx.ClassMatcher(npx.load_matching_table(), longest_match=rule == "longest_match")
 
@@ -67,8 +68,6 @@ def _flickr(dataset: str) -> bool:
 
 def gallery(s: dict, dataset: str, captions: pd.DataFrame, classes: list[str], tagger=None) -> pd.DataFrame:
     """:data:`GALLERY_COLUMNS`: ``mentions`` is the sorted list of ``classes`` a caption mentions."""
-    from ...text import noun_phrases as npx
-
     if _flickr(dataset):
         phrases = _phrases(s, captions)
         found = [sorted(npx.flickr_mentions(phrases.get((i, k), []), classes))
@@ -91,8 +90,6 @@ def synthetic(s: dict, dataset: str, requests: pd.DataFrame, captions: pd.DataFr
               tagger=None) -> pd.DataFrame:
     """:data:`SYNTHETIC_COLUMNS` for every request and every text method in ``methods`` (``np_removal``,
     ``prompt``; ``captioner`` rows come from :func:`captioner`)."""
-    from ...text import noun_phrases as npx
-
     cs = s["captions"]
     by_image = {k: g for k, g in captions.groupby("image_id", sort=False)}
     rows = []
@@ -155,7 +152,6 @@ def captioner(cfg, s: dict, requests: pd.DataFrame, images: dict[str, str], prog
 
 def _nltk(cfg) -> None:
     """NLTK's data from the configuration's ``nltk`` section (the COCO noun-phrase chunker tags with it)."""
-    from ...data.nltk_data import ensure_nltk_data
     from ...settings import config_value
 
     section = cfg.get("nltk") or {}
@@ -171,7 +167,6 @@ def write_captions(cfg, dataset: str, requests_path, out_gallery, out_synthetic)
     """``counterfactory spurious captions``: the ODmAP gallery (:func:`gallery`) of ``dataset``'s captions and the
     ``np_removal`` and ``prompt`` captions (:func:`synthetic`) of the removal requests in ``requests_path``,
     written to ``out_gallery`` and ``out_synthetic``. Returns ``(gallery, synthetic)``."""
-    from ...io import write_parquet
     from . import data, settings
 
     s = settings.settings(cfg)

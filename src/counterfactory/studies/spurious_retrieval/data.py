@@ -21,7 +21,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ...data import flickr30k_entities as fe
 from ...data.check import check_image_sizes
+from ...data.karpathy import image_paths, load_karpathy
 from ...errors import ConfigError, input_error
 from . import regions
 
@@ -57,8 +59,6 @@ def _split_map(s: dict) -> dict[str, str]:
 def load_captions(s: dict, dataset: str) -> pd.DataFrame:
     """:data:`CAPTION_COLUMNS` for every image of the Karpathy file in a mapped split (COCO: ``image_id`` = COCO
     id; Flickr30k: the image's file stem, as Flickr30k Entities names it)."""
-    from ...data.karpathy import image_paths, load_karpathy
-
     src = _source(s, dataset)
     table = load_karpathy(src["karpathy_json"], image_root=src["image_root"])
     mapping = _split_map(s)
@@ -74,8 +74,6 @@ def load_captions(s: dict, dataset: str) -> pd.DataFrame:
 
 def _flickr_sentences(root, table: pd.DataFrame) -> pd.DataFrame:
     """The Entities sentences (one row each) for the images of ``table``."""
-    from ...data import flickr30k_entities as fe
-
     firsts = table.drop_duplicates("image_id")
     rows = []
     for im in fe.iter_images(root, list(firsts["image_id"])):
@@ -88,8 +86,6 @@ def _flickr_sentences(root, table: pd.DataFrame) -> pd.DataFrame:
 
 def flickr_phrases(root, image_ids) -> dict[tuple[str, int], list]:
     """(image id, sentence index) -> the annotated phrases of that sentence."""
-    from ...data import flickr30k_entities as fe
-
     out: dict[tuple[str, int], list] = {}
     for im in fe.iter_images(root, list(image_ids)):
         for phrase in im.phrases:

@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from ...errors import input_error
+from ...metrics import odmap_at_k, recall_at_k
 
 log = logging.getLogger(__name__)
 
@@ -65,8 +66,6 @@ def odmap(query_emb: np.ndarray, gallery_emb: np.ndarray, removed: np.ndarray, p
     """``ODmAP@k`` for each k (percent), ``ODmAP/queries_skipped`` and the normaliser's record row from
     embeddings and class indicators. ``rerank(sim, lo)`` (optional) turns a chunk's ITC scores (queries ``lo`` ..
     ``lo + len(sim)``) into the scores it is ranked by (BLIP's ITM re-ranking)."""
-    from ...metrics import odmap_at_k
-
     n_q, n_g = len(query_emb), len(gallery_emb)
     per = {k: np.full(n_q, np.nan) for k in ks}
     step = max(1, CHUNK_ELEMENTS // max(n_g, 1))
@@ -125,7 +124,6 @@ def evaluate(cfg, role: str, gallery_path, queries_path, ks=(1, 5, 10), progress
     """``ODmAP@k``, ``TR@K`` and ``IR@K`` of ``role`` (its configured source, e.g. a fine-tuned checkpoint);
     ``normaliser`` is the AP@k divisor (``evaluation.odmap_normaliser``); ``rerank_k`` the ITM re-ranking depth of
     a BLIP role (``evaluation.blip_rerank_k`` of the dataset; None: ITC only), recorded as ``rerank_k``."""
-    from ...metrics import recall_at_k
     from ...scorers import scorer_from_config
 
     ks = [int(k) for k in ks]

@@ -24,7 +24,9 @@ import numpy as np
 import pandas as pd
 
 from ...errors import input_error
+from ...io import write_csv, write_parquet
 from .captions import item_seed
+from .data import read_requests
 from .settings import D_PRIME, D_S, FINETUNE, OURS, appendix_b, needed_variants, ratio_name
 
 log = logging.getLogger(__name__)
@@ -84,8 +86,6 @@ def write_manifests(s: dict, dataset: str, requests: pd.DataFrame, captions: pd.
                     files: dict[str, dict[str, str]], out_dir) -> pd.DataFrame:
     """Write ``<mixture>.parquet`` for ``finetune``, every needed variant and every ratio, and ``queries.parquet``;
     return the summary (``mixture, real_rows, synthetic_rows, ratio, val_rows``), also ``summary.csv``."""
-    from ...io import write_csv, write_parquet
-
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     real = _real(captions, "train")
@@ -136,8 +136,6 @@ def write_manifests_files(s: dict, dataset: str, requests_path, gallery_path, sy
                           inpainted: dict[str, list], out_dir) -> pd.DataFrame:
     """:func:`write_manifests` from files: the removal requests, the gallery captions, the synthetic caption tables
     (concatenated in order) and, per image method, its inpainting shard folders (``inpainted``)."""
-    from .data import read_requests
-
     files = {method: inpainted_files(folders) for method, folders in inpainted.items()}
     synthetic = pd.concat([pd.read_parquet(p) for p in synthetic_paths], ignore_index=True)
     return write_manifests(s, dataset, read_requests(requests_path), pd.read_parquet(gallery_path), synthetic, files,

@@ -81,6 +81,8 @@ import numpy as np
 import pandas as pd
 
 from ...config import fill_section
+from ...data import flickr30k_entities as fe
+from ...data.coco import load_coco_instances, segmentation_mask
 from ...errors import ConfigError, input_error
 
 #: configuration section (``spurious_retrieval.selection``)
@@ -155,8 +157,6 @@ def coco_objects(path: str | Path) -> tuple[pd.DataFrame, pd.DataFrame, list[str
     ``objects`` one row per box with :data:`OBJECT_COLUMNS` (``x, y, w, h`` in pixels; ``record`` names the
     annotation) plus the annotation's ``segmentation`` (``None`` when absent), the class names are those of
     ``categories`` (with or without boxes)."""
-    from ...data.coco import load_coco_instances
-
     images, anns, cats = load_coco_instances(path)
     source = str(path)
     imgs = pd.DataFrame({"image_id": images["id"].astype("int64"), "width": images["width"],
@@ -177,8 +177,6 @@ def flickr_objects(root: str | Path, classes: list[str] | tuple[str, ...] | None
     ``classes`` (default :data:`FLICKR_CLASSES`); ``category_id`` is the 1-based position of the type in
     :data:`counterfactory.data.flickr30k_entities.TYPES`. Boxes (0-based, inclusive ``x1, y1, x2, y2``) become
     ``x = x1, w = x2 - x1 + 1`` (likewise y). Unknown type names are a :class:`ConfigError`."""
-    from ...data import flickr30k_entities as fe
-
     classes = list(FLICKR_CLASSES if classes is None else classes)
     unknown = [c for c in classes if c not in fe.TYPES or c == "notvisual"]
     if unknown:
@@ -389,8 +387,6 @@ def select_regions(images: pd.DataFrame, objects: pd.DataFrame, params: dict | N
 def object_masks(segmentations, where, height: int, width: int) -> np.ndarray:
     """``(n, height, width)`` bool masks of ``n`` COCO segmentations; ``where`` holds each one's ``(source,
     record)`` for the error that names a missing or malformed segmentation."""
-    from ...data.coco import segmentation_mask
-
     out = np.zeros((len(segmentations), height, width), dtype=bool)
     for k, (seg, (src, record)) in enumerate(zip(segmentations, where)):
         if seg is None or (isinstance(seg, float) and math.isnan(seg)) or (isinstance(seg, (list, tuple))

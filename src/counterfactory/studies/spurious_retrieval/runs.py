@@ -22,10 +22,14 @@ from pathlib import Path
 
 import pandas as pd
 
+from ... import render
 from ...errors import ConfigError
+from ...evaluation import runs as ev_runs
+from ...io import write_csv, write_text
+from ...render import describe_frame, html_page, markdown_body, render_html
 from . import evaluation
-from .settings import (D_PRIME, D_S, FINETUNE, OURS, RECIPES, ZEROSHOT, has_zeroshot, ratio_of, settings, start_role,
-                       training_section)
+from .settings import (D_PRIME, D_S, FINETUNE, OURS, RECIPES, ZEROSHOT, has_zeroshot, mixtures, ratio_of, seed_pairs,
+                       settings, start_role, training_section)
 
 log = logging.getLogger(__name__)
 
@@ -46,9 +50,7 @@ def experiment(dataset: str, role: str) -> str:
 def run(cfg, dataset: str, role: str, mixture: str, seed: int, data_seed: int, manifests, gallery, out_dir,
         progress: bool = False) -> pd.DataFrame:
     """One run (see the module docstring); writes ``out_dir/metrics.csv`` and returns its rows."""
-    from ...io import write_csv
     from ...training import read_manifest
-    from ...evaluation.runs import run_one
 
     s = settings(cfg)
     if mixture != ZEROSHOT and role not in s["training"]["models"]:
@@ -74,8 +76,8 @@ def run(cfg, dataset: str, role: str, mixture: str, seed: int, data_seed: int, m
         frame = read_manifest(manifest)
         run_cfg = copy.deepcopy(dict(cfg))
         run_cfg["training"] = training_section(s, role, int((frame["split"] == "train").sum()))
-        run_one(run_cfg, manifest, mixture, seed, data_seed, out_dir, progress=progress, default_eval=False,
-                role=role, experiment=experiment(dataset, role), train=True)
+        ev_runs.run_one(run_cfg, manifest, mixture, seed, data_seed, out_dir, progress=progress, default_eval=False,
+                        role=role, experiment=experiment(dataset, role), train=True)
         eval_cfg["models"][role] = {**eval_cfg["models"][role], "source": str(out_dir / "checkpoint")}
     depth = s["evaluation"]["blip_rerank_k"]          # BLIP roles: ITC top k re-ranked by ITM (null: ITC only)
     if isinstance(depth, Mapping):
@@ -92,8 +94,6 @@ def run(cfg, dataset: str, role: str, mixture: str, seed: int, data_seed: int, m
 def runs(s: dict) -> list[tuple[str, str, str, int]]:
     """Every (dataset, role, mixture, seed) of the configuration (zero-shot once, at the first seed, for roles
     with a pre-trained model: not VSE++, :func:`.settings.has_zeroshot`)."""
-    from .settings import mixtures, seed_pairs
-
     out = []
     pairs = seed_pairs(s)
     for dataset in s["data"]["datasets"]:
@@ -238,9 +238,7 @@ def points_shown(points: pd.DataFrame, labels: Mapping[str, str] | None = None) 
 
 def plot_ratios(points: pd.DataFrame, out, labels: Mapping[str, str] | None = None) -> Path:
     """Figure 4: R@1 (image→text) and ODmAP@1 against |D'_sub| / |D|, mean ± std over seeds."""
-    from ...render import pyplot
-
-    plt = pyplot()
+    plt = render.pyplot()
     fig, ax = plt.subplots(figsize=(4.8, 3.4))
     styles = {"TR@1": ("R@1", "o-"), "ODmAP@1": ("ODmAP@1", "s--")}
     for (dataset, role, metric), g in points.groupby(["dataset", "role", "metric"], sort=False):
@@ -253,7 +251,7 @@ def plot_ratios(points: pd.DataFrame, out, labels: Mapping[str, str] | None = No
     if len(points):
         ax.legend(fontsize=7)
     fig.tight_layout()
-    from ...io import save_figure
+    from ...io import save_figure  # local: tests patch io.save_figure
 
     out = save_figure(out, fig)
     plt.close(fig)
@@ -280,8 +278,6 @@ def write_tables(summary_path, cfg, out_md, out_tex, out_csv, out_figure, out_ht
     import dataclasses
     import html
 
-    from ...io import write_csv, write_text
-    from ...render import describe_frame, html_page, markdown_body, render_html
     from ...tables import describe, read_summary, render_latex, render_markdown, to_frame
 
     s = settings(cfg)

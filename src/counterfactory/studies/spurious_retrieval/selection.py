@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ...config import deep_merge, read_yaml
+from ...io import write_csv, write_parquet
 from . import data, regions, settings
 
 #: the selection settings a command-line option overrides (None: not given)
@@ -16,8 +18,6 @@ OVERRIDES = ("alpha1", "alpha2", "alpha3", "rule", "mask_mode", "classes")
 def yaml_config(paths) -> dict:
     """The YAML files ``paths`` merged (later files win), not validated: the selection section is validated by
     :func:`params` (a selection from boxes needs no full configuration)."""
-    from ...config import deep_merge, read_yaml
-
     cfg: dict = {}
     for path in paths:
         cfg = deep_merge(cfg, read_yaml(Path(path)))
@@ -40,8 +40,6 @@ def write_summary(path, counts: dict) -> None:
         return
     import pandas as pd
 
-    from ...io import write_csv
-
     rows = [(k, counts[k]) for k in ("images", "candidates", "selected", "single", "multi")]
     rows += [(f"skipped: {reason}", n) for reason, n in counts["skipped"].items()]
     write_csv(path, pd.DataFrame(rows, columns=["count", "value"]))
@@ -51,8 +49,6 @@ def select_dataset_files(cfg, params: dict, dataset: str, out, out_requests, out
     """Select on the study's ``dataset`` (its Karpathy splits, from the configuration ``cfg``); write the selection
     table to ``out``, the removal requests to ``out_requests`` and the funnel to ``out_summary`` (when given).
     Returns ``(selection, requests)``."""
-    from ...io import write_parquet
-
     table, requests = data.select(settings.settings(cfg), params, dataset)
     write_parquet(out, table)
     write_parquet(out_requests, requests)
@@ -64,8 +60,6 @@ def select_boxes_files(params: dict, out, out_summary=None, instances=None, enti
     """Select on COCO ``instances`` (an instances_<split>.json), else on the Flickr30k Entities boxes under
     ``entities_root``; write the selection table to ``out`` and the funnel to ``out_summary`` (when given).
     Returns the selection table."""
-    from ...io import write_parquet
-
     if instances:
         images, objects, known = regions.coco_objects(instances)
         source = instances

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Mapping
 
 from ...workflow import PAPER_ITEMS, Need, Stage, StudySpec, capped, karpathy_images, karpathy_needs, plan_items
+from . import settings as sr
 from .export import EXPORT
 
 #: typical source sizes of inpainted images (the images keep their size): COCO 640x480, Flickr30k 500x375
@@ -18,8 +19,6 @@ _SOURCE_SIZE = {"coco": (480, 640), "flickr30k": (375, 500)}
 
 
 def plan(view, res: Path, items: Mapping[str, int]) -> list[Stage]:
-    from . import settings as sr
-
     s = sr.settings(view)
     out = []
     for ds in s["data"]["datasets"]:
@@ -46,8 +45,6 @@ def plan(view, res: Path, items: Mapping[str, int]) -> list[Stage]:
 
 
 def needs(study: str, v) -> list[Need]:
-    from . import settings as sr
-
     s = sr.settings(v)
     out = []
     for ds in s["data"]["datasets"]:
