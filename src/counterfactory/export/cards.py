@@ -23,7 +23,9 @@ import pandas as pd
 import yaml
 
 from ..errors import input_error
+from ..io import write_text
 from ..render import Column, Table, Text, code_span, escape_md, markdown_body
+from ..report_labels import tiny_warning
 from .citations import size_category
 from .formats import read_manifest
 from .studies import SOURCE_LICENCES, VERIFIED_SUFFIX, StudyExport, is_demo, load_json
@@ -146,8 +148,6 @@ def _layout_rows(name: str, manifest: dict) -> list[list[str]]:
 
 def _tiny_banner(provenance: dict) -> list[str]:
     """Issue 44: a card of data made with random tiny stand-in models says so first, in one quoted line."""
-    from ..report_labels import tiny_warning
-
     warning = tiny_warning(provenance.get("models"), provenance.get("config"))
     return [f"> **{warning}**", ""] if warning else []
 
@@ -325,8 +325,6 @@ def write_card(study: str, export: StudyExport, study_dir: str | Path, provenanc
     ``filter_cards``: folders of ``filters study-card`` (``.../filters/cards/<filter>``), each copied to
     ``filter_cards/<filter>/`` beside the card (that folder is replaced as a whole, and removed when none is given)
     and listed in its "Filter cards" section."""
-    from ..io import write_text
-
     export_dir = Path(export_dir)
     where = dict(manifest_paths or {})
     manifests = {name: read_manifest(export_dir / name, where.get(name)) for name in layouts

@@ -42,6 +42,7 @@ import pandas as pd
 
 from ..errors import InputError, input_error
 from ..io import atomic_dir, write_json
+from .social_release import RELEASE_FIELDS, export_release
 
 MANIFEST = "manifest.json"
 #: file-name-safe version of an item id
@@ -469,8 +470,6 @@ def write_social_counterfactuals(kept: str | Path, out_dir: str | Path, *,
     """Intel/SocialCounterfactuals parquet (B12): :func:`.social_release.export_release` (one
     ``train`` split of ``data/train-NNNNN-of-MMMMM-<hash>.parquet`` with ``image`` bytes and the release
     fields), plus this module's ``manifest.json``."""
-    from .social_release import RELEASE_FIELDS, export_release
-
     summary = export_release(kept, out_dir, citation=citation)
     manifest = {"format": "social_counterfactuals", "source": str(kept),
                 "configs": {"default": {"splits": {"train": {"rows": summary["rows"], "path": "data/train-*.parquet"}},

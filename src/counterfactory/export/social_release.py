@@ -40,6 +40,8 @@ from typing import Any
 import pandas as pd
 
 from ..errors import InputError, input_error, missing_input
+from ..io import atomic_dir, write_json, write_text
+from ..render import escape_md
 from .citations import size_category
 
 #: fields of the public release, in its order
@@ -190,8 +192,6 @@ def export_release(images: str | Path, out_dir: str | Path, shard_size: int = DE
     Returns the summary: rows, sets, shards (names), per-segment counts."""
     import pyarrow.parquet as pq
 
-    from ..io import atomic_dir, write_json, write_text
-
     if isinstance(shard_size, bool) or not isinstance(shard_size, int) or shard_size < 1:
         raise InputError(f"--shard-size {shard_size!r}: must be a positive number of rows. Fix: pass e.g. "
                          f"--shard-size {DEFAULT_SHARD_SIZE}")
@@ -228,8 +228,6 @@ def _readme(summary: dict, citation: str = "") -> str:
     """The release's dataset card: the Hub's YAML metadata (``DatasetCardData``: the one ``train`` split's shards
     as ``data_files``), the layout, fields, counts per segment and the paper's citation."""
     from huggingface_hub import DatasetCardData
-
-    from ..render import escape_md
 
     meta = DatasetCardData(pretty_name="SocialCounterfactuals (reproduction)", license="other",
                            license_name="generated images: CreativeML OpenRAIL-M use restrictions",
