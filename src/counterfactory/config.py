@@ -16,7 +16,9 @@ from typing import Any, Iterable
 import jsonschema
 import yaml
 
+from . import catalogue
 from .errors import ConfigError
+from .io import write_text
 
 #: the schema ships inside the package; ``config/schema.yaml`` is a symbolic link to it
 _SCHEMA = Path(__file__).resolve().parent / "resources" / "config_schema.yaml"
@@ -238,8 +240,6 @@ def validate_config(cfg: dict, source: str = "<config>") -> dict:
     """Validate a full configuration in place (filling schema defaults) and return it; raise :class:`ConfigError`.
     The studies' data paths the config leaves out are first filled from the data catalogue
     (:func:`counterfactory.catalogue.resolve`)."""
-    from . import catalogue
-
     if isinstance(cfg.get("data", {}), dict) and isinstance(cfg.get("data_root", ""), str):
         catalogue.resolve(cfg)
     schema = load_schema()
@@ -377,8 +377,6 @@ def write_job_config(cfg: dict, study: str | None, keys: Iterable[str],
     The file is content-addressed: it never changes once written, so a dry run with another config
     while a run is in progress cannot change that run's settings; and the path (a rule parameter)
     changes exactly when those settings change, so Snakemake reruns exactly the affected jobs."""
-    from .io import write_text
-
     path, text = job_config_file(cfg, study, keys, folder)
     if not Path(path).exists():
         write_text(path, text)
@@ -501,7 +499,6 @@ def role_origins(layers: Iterable[tuple[str, dict]], cfg: dict | None = None) ->
     if cfg is not None:
         used = {r for study in cfg.get("studies") or () for r in study_roles(study)}
         origins = {r: o for r, o in origins.items() if r in used}
-        from . import catalogue
 
         for o in origins.values():   # a {models}/... source as the data catalogue resolves it
             if o["source"].startswith("{"):

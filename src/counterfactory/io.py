@@ -31,6 +31,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterator
 
+from .errors import CounterFactoryError, input_error, missing_input
+
 log = logging.getLogger(__name__)
 
 _RANDOM = r"[A-Za-z0-9_]{8}"      # tempfile's random part (8 characters of [a-z0-9_])
@@ -183,8 +185,6 @@ def read_table(path: str | os.PathLike, what: str, fix: str, columns=(), *, csv_
     ids and numbers as written); ``formats``: the formats accepted (a ``.csv`` name is CSV, anything else parquet)."""
     import pandas as pd
 
-    from .errors import input_error, missing_input
-
     path = Path(path)
     if not path.exists():
         raise missing_input(path, what, fix)
@@ -212,8 +212,6 @@ def utf8_error(path: str | os.PathLike, exc: UnicodeDecodeError, data: bytes | N
     """The :class:`~.errors.InputError` for bytes of ``path`` that are not UTF-8: the line (when ``data``, the
     bytes that were decoded, is given) and the byte offset in the file (``offset``: where ``data`` starts in it),
     as every reader words it ("not UTF-8 text (<reason> at byte N)")."""
-    from .errors import input_error
-
     line = None if data is None else "line {}".format(data.count(b"\n", 0, exc.start) + 1)
     return input_error(path, line, f"not UTF-8 text ({exc.reason} at byte {offset + exc.start})", fix)
 
@@ -232,8 +230,6 @@ def utf8_lines(path: str | os.PathLike, fix: str = UTF8_FIX) -> Iterator[tuple[i
     """``(line number from 1, text)`` of each line of ``path`` (a leading byte-order mark dropped), read one line
     at a time (big files are never held whole); a line that is not UTF-8 is an :class:`~.errors.InputError`
     naming the file, the line and the byte offset in the file."""
-    from .errors import input_error
-
     offset = 0
     with open(path, "rb") as fh:
         for n, raw in enumerate(fh, start=1):
@@ -302,8 +298,6 @@ def check_digests(summaries: dict[str, dict], what: str, rerun: str) -> str | No
     """The one ``config_digest`` shared by ``summaries`` ({shard label: summary}); raises
     :class:`~counterfactory.errors.InputError` naming the shards when they disagree or lack one.
     Returns None for no summaries."""
-    from .errors import input_error
-
     by_digest: dict[Any, list[str]] = {}
     for label, summary in summaries.items():
         by_digest.setdefault(summary.get("config_digest") if isinstance(summary, dict) else None, []).append(label)
@@ -344,8 +338,6 @@ def atomic_dir(target: str | os.PathLike) -> Iterator[Path]:
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     if target.exists() and not target.is_dir():
-        from .errors import CounterFactoryError
-
         raise CounterFactoryError(f"{target} exists and is not a folder. Fix: remove it or choose another path")
     remove_stale_temporaries(target)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.build-", dir=target.parent))

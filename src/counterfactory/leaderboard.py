@@ -53,8 +53,29 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from .catalogue import dataset_root
+from .config import study_view
+from .data.celeba import PROTECTED, load_celeba
+from .data.fairface import load_fairface
+from .data.releases import read_coco_counterfactuals, read_social_counterfactuals, social_shards
+from .device import resolve_device
 from .errors import ConfigError, input_error
+from .evaluation import cf_retrieval_set, retrieval_recall
+from .evaluation.settings import settings as evaluation_settings
+from .io import file_sha256, write_csv, write_json, write_parquet, write_text
+from .metrics import odmap_at_k, recall_at_k
+from .metrics.fairness import calibrated_threshold
+from .metrics.pairwise import stack_pair_scores, winoground_item_scores
+from .models import registry
+from .models.identity import fingerprint
+from .models.registry import model_spec
+from .render import escape_md, html_page, model_display_names
 from .settings import config_value
+from .studies.countercurate import benchmarks as cc
+from .studies.countercurate.benchmarks import load_benchmark, read_positions
+from .studies.social_counterfactuals import external, probing
+from .studies.spurious_retrieval.evaluation import CHUNK_ELEMENTS, class_matrix, read_gallery, relevance
+from .text.captions import CausalLMPerplexity
 
 log = logging.getLogger(__name__)
 
@@ -129,9 +150,6 @@ class Benchmark:
 
 def _cc_items(benchmark: str):
     def read(cfg: Mapping, source: str | None) -> pd.DataFrame:
-        from .config import study_view
-        from .studies.countercurate.benchmarks import load_benchmark
-
         view = study_view(cfg, "countercurate") if "countercurate" in cfg else cfg
         items = load_benchmark(view, benchmark, data=source).reset_index(drop=True)
         if "item_id" not in items.columns:
@@ -149,8 +167,6 @@ def _coco_cf_items(cfg: Mapping, source: str | None) -> pd.DataFrame:
                             "stage, or the Intel/COCO-Counterfactuals release folder>")
     path = Path(source)
     if path.is_dir():
-        from .data.releases import read_coco_counterfactuals
-
         pairs = read_coco_counterfactuals(path)
     elif path.is_file():
         pairs = pd.read_parquet(path)
@@ -174,8 +190,6 @@ def _coco_cf_items(cfg: Mapping, source: str | None) -> pd.DataFrame:
 
 def _view(cfg: Mapping, study: str) -> Mapping:
     """``study``'s view of ``cfg`` (a full configuration), or ``cfg`` itself when it is already a view."""
-    from .config import study_view
-
     return study_view(cfg, study) if study in cfg else cfg
 
 
@@ -185,8 +199,6 @@ def _quad_items(dataset: str):
     caption 0 = C, caption 1 = C′."""
 
     def read(cfg: Mapping, source: str | None) -> pd.DataFrame:
-        from .studies.countercurate.benchmarks import read_positions
-
         if not source:
             raise NotConfigured(f"cc_{dataset} reads the countercurate study's datasets/{dataset}.parquet; pass "
                                 f"--data cc_{dataset}=results/<run>/countercurate/datasets/{dataset}.parquet")
@@ -262,7 +274,6 @@ def default_source(cfg: Mapping, name: str) -> str | None:
         return str(root)
     if "data_root" not in cfg:
         return None
-    from .catalogue import dataset_root
 
     folder = Path(dataset_root(dict(cfg), "releases")) / "social_counterfactuals"
     return str(folder) if (folder / "data").is_dir() else None
@@ -297,8 +308,6 @@ def data_inputs(cfg: Mapping, name: str) -> list[str]:
                                 "the catalogue's releases/social_counterfactuals/data)")
         paths = [str(Path(source) / "data") if Path(source).is_dir() else source]
     elif name in ("pata", "visogender"):
-        from .studies.social_counterfactuals import external
-
         if not external.configured(view, name):
             raise NotConfigured(f"{name} is not configured (social_counterfactuals.probing.{name})")
         o = external.external_settings(view, name)
@@ -324,13 +333,10 @@ def _socialcf_read(cfg: Mapping, source: str | None) -> SetData:
         raise NotConfigured("socialcf reads the Intel/SocialCounterfactuals release (social_counterfactuals.release."
                             "root, or --data socialcf=<release folder or kept-images table>)")
     path = Path(source)
-    from .studies.social_counterfactuals import probing
 
     opts = probing.settings(view)
     settings = {k: opts.get(k) for k in ("k", "marginal_k", "ndkl_depth", "prefixes", "flava_embedding")}
     if path.is_dir():
-        from .data.releases import social_shards
-
         shards = social_shards(path)
         return SetData(tuple(str(p) for p in shards), settings, ("release", str(path)), len(shards))
     frame = probing.read_images_table(path)
@@ -342,15 +348,11 @@ def _socialcf_score(cfg: Mapping, role: str, data: SetData, progress: bool = Fal
     """Per (segment, subject) pool: the study's probe (§4.1: MaxSkew@K and NDKL of the intersectional labels)."""
     import tempfile
 
-    from .studies.social_counterfactuals import probing
-
     view = _view(cfg, SOCIAL)
     opts = probing.settings(view)
     how, where = data.payload
     with tempfile.TemporaryDirectory(prefix="score-socialcf-") as tmp:
         if how == "release":
-            from .data.releases import read_social_counterfactuals
-
             frame = read_social_counterfactuals(where, tmp)
             frame.to_parquet(Path(tmp) / "kept.parquet")
             frame = probing.read_images_table(Path(tmp) / "kept.parquet")
@@ -368,8 +370,6 @@ def _socialcf_score(cfg: Mapping, role: str, data: SetData, progress: bool = Fal
 
 def _external_read(dataset: str):
     def read(cfg: Mapping, source: str | None) -> SetData:
-        from .studies.social_counterfactuals import external
-
         view = _view(cfg, SOCIAL)
         if not external.configured(view, dataset):
             keys = "files_list, captions_json, image_dir" if dataset == "pata" else "image_dir, oo_tsv / op_tsv"
@@ -396,8 +396,6 @@ def _external_score(dataset: str):
     the study's §5.3 evaluation (:mod:`counterfactory.studies.social_counterfactuals.external`)."""
 
     def score(cfg: Mapping, role: str, data: SetData, progress: bool = False) -> pd.DataFrame:
-        from .studies.social_counterfactuals import external
-
         view = _view(cfg, SOCIAL)
         run = external.evaluate_pata if dataset == "pata" else external.evaluate_visogender
         rows = run(view, [role])
@@ -416,8 +414,6 @@ CVLD = "cvld"
 
 def _fairface_read(cfg: Mapping, source: str | None) -> SetData:
     """FairFace (``cvld.data.fairface``): CVLD appendix A's ten Berg et al. queries against every image."""
-    from .data.fairface import load_fairface
-
     view = _view(cfg, CVLD)
     ff = dict((view.get("data") or {}).get("fairface") or {})
     root = source or ff.get("root")
@@ -450,8 +446,6 @@ def _fairface_score(cfg: Mapping, role: str, data: SetData, progress: bool = Fal
 def _celeba_read(cfg: Mapping, source: str | None) -> SetData:
     """CelebA (``cvld.data.celeba``): zero-shot classification of ``cvld.classification.attributes``; thresholds
     calibrated on the valid split, metrics on the test split (Ramaswamy et al.'s protocol, CVLD Table 1)."""
-    from .data.celeba import load_celeba
-
     view = _view(cfg, CVLD)
     root = source or ((view.get("data") or {}).get("celeba") or {}).get("root")
     if not root or not Path(root).is_dir():
@@ -468,9 +462,7 @@ def _celeba_score(cfg: Mapping, role: str, data: SetData, progress: bool = False
     """Per test image: each attribute's score ``s(positive prompt) − s(negative prompt)`` (CVLD's prompts,
     :data:`counterfactory.evaluation.cvld.DEFAULT_PROMPTS`), its label, the validation-calibrated threshold
     (:func:`counterfactory.metrics.fairness.calibrated_threshold`) and the protected attribute (``Male``)."""
-    from .data.celeba import PROTECTED
     from .evaluation.cvld import DEFAULT_PROMPTS
-    from .metrics.fairness import calibrated_threshold
 
     test, val, attributes = data.payload
     scorer = _dual_scorer(cfg, role, progress)
@@ -543,9 +535,6 @@ def _odmap_score(cfg: Mapping, role: str, data: SetData, progress: bool = False)
     """Per synthetic query image: AP@k of caption retrieval (:func:`counterfactory.metrics.odmap_at_k`, the
     study's relevance rule :func:`counterfactory.studies.spurious_retrieval.evaluation.relevance`); queries with
     no correct caption in the gallery are dropped (as the study skips them)."""
-    from .metrics import odmap_at_k
-    from .studies.spurious_retrieval.evaluation import CHUNK_ELEMENTS, class_matrix, read_gallery, relevance
-
     gallery_path, queries_path = data.payload
     gallery, queries = read_gallery(gallery_path), pd.read_parquet(queries_path)
     ks, normaliser = data.settings["ks"], data.settings["normaliser"]
@@ -583,9 +572,6 @@ def _cf_retrieval_read(cfg: Mapping, source: str | None) -> SetData:
     caption ``k`` of a pair belonging to image ``k``; the pairs as :func:`_coco_cf_items` reads them. K: the study's
     ``coco_counterfactuals.evaluation.itr.ks`` (the paper's Recall@1/5/10). Fingerprinted: the image bytes, K and
     the captions in order."""
-    from .evaluation import cf_retrieval_set
-    from .evaluation.settings import settings as evaluation_settings
-
     if not source:
         raise NotConfigured("coco_cf_retrieval needs the pairs: pass --data coco_cf_retrieval=<selected_pairs.parquet "
                             "of the image stage, or the Intel/COCO-Counterfactuals release folder>")
@@ -621,9 +607,6 @@ def _cf_retrieval_score(cfg: Mapping, role: str, data: SetData, progress: bool =
     matrix (every candidate of the space, as :func:`counterfactory.evaluation.retrieval_recall` ranks them; a tie
     counts for the positive). The units' means are checked against :func:`retrieval_recall` on the same matrix,
     so the cells are ``evaluate itr``'s COCO-CFs Recall@K (in fractions)."""
-    from .evaluation import retrieval_recall
-    from .metrics import recall_at_k
-
     rset, keys = data.payload
     ks = data.settings["ks"]
     scorer = _CachedMatrix(_dual_scorer(cfg, role, progress))
@@ -747,8 +730,6 @@ def model_ref(cfg: Mapping, value: str) -> ModelRef:
     (:data:`ROLE_OF_MODEL_TYPE`; an OpenCLIP folder with ``open_clip_config.json``: ``clip_open_clip``)."""
     import copy
 
-    from .render import model_display_names
-
     models = dict(cfg.get("models") or {})
     if value in models:
         return ModelRef(model_display_names(models, [value])[value], cfg, value)
@@ -783,8 +764,6 @@ _ROLE_PREFIX_TYPE = (("vlm", "llava"), ("itm_blip", "blip"), ("itm_flava", "flav
 def model_kinds(cfg: Mapping, role: str) -> frozenset:
     """The kinds of scoring ``role``'s model offers (:data:`DUAL`, :data:`ITM`, :data:`GENERATIVE`), from its
     library, its folder's ``config.json`` ``model_type``, else its role name (a hub CLIP id: a dual encoder)."""
-    from .models.registry import model_spec
-
     spec = model_spec(dict(cfg), role)
     if spec.library in KINDS_OF_MODEL_TYPE:
         return KINDS_OF_MODEL_TYPE[spec.library]
@@ -813,8 +792,6 @@ def not_scorable(cfg: Mapping, role: str, name: str) -> str | None:
 def item_outcomes(kind: str, scored: pd.DataFrame) -> pd.DataFrame:
     """Per-item booleans of scored items (``score_items`` / ``choice_items`` columns): ``item_id`` + the metrics of
     ``kind``."""
-    from .metrics.pairwise import stack_pair_scores, winoground_item_scores
-
     out = pd.DataFrame({"item_id": scored["item_id"].astype(str).to_numpy()})
     if kind == PAIR:
         if "margin" in scored.columns:
@@ -973,10 +950,6 @@ def lm_perplexity(cfg: Mapping, role: str = "lm", batch_size: int = 16, device: 
     """The ``lm`` role as a perplexity function (BOS prepended: the first word is scored too)."""
     import torch
 
-    from .device import resolve_device
-    from .models import registry
-    from .text.captions import CausalLMPerplexity
-
     dev = resolve_device(device or config_value(cfg, "device"))
     model, tokenizer = registry.load(dict(cfg), role)
     scorer = CausalLMPerplexity(model.eval(), tokenizer, device=dev, prepend_bos=True)
@@ -993,8 +966,6 @@ def lm_perplexity(cfg: Mapping, role: str = "lm", batch_size: int = 16, device: 
 def data_fingerprint(kind: str, items) -> str:
     """Content digest of a benchmark's items: the captions, and the bytes of every image (not their names); of a
     set benchmark's :class:`SetData`: the bytes of its files and its settings."""
-    from .io import file_sha256
-
     h = hashlib.sha256()
     if kind == SET:
         h.update(json.dumps(dict(items.settings), sort_keys=True, default=str).encode())
@@ -1026,12 +997,8 @@ def data_fingerprint(kind: str, items) -> str:
 
 def model_fingerprint(cfg: Mapping, role: str) -> str:
     """Content fingerprint of a role's model (its files), else its id and revision."""
-    from .models.registry import model_spec
-
     spec = model_spec(dict(cfg), role)
     if spec.is_local:
-        from .models.identity import fingerprint
-
         return fingerprint(spec.local_path)[:16]
     text = json.dumps({"source": spec.source, "revision": getattr(spec, "revision", None),
                        "library": getattr(spec, "library", None)}, sort_keys=True)
@@ -1047,8 +1014,6 @@ def cache_key(model_fp: str, data_fp: str, settings: Mapping) -> str:
 def score_model(cfg: Mapping, role: str, benchmark: Benchmark, items: pd.DataFrame, *, head: str = "itm",
                 progress: bool = False, scorer=None) -> pd.DataFrame:
     """Per-item outcomes of one model role on one benchmark (the studies' scoring code)."""
-    from .studies.countercurate import benchmarks as cc
-
     if benchmark.kind == SET:
         return benchmark.score(cfg, role, items, progress)
     cc_name = "sugarcrepe" if benchmark.kind == PAIR else "winoground"   # the item layout score_items reads
@@ -1088,8 +1053,6 @@ def outcomes_of(ref: ModelRef, name: str, items: pd.DataFrame, out: Path, *, hea
                 progress: bool = False) -> tuple[str, pd.DataFrame]:
     """``(cache key, per-item outcomes)`` of one model on one benchmark, read from ``out/items/<name>/<key>.parquet``
     when that model, data and settings were scored before, else scored and cached there."""
-    from .io import write_parquet
-
     bench = BENCHMARKS[name]
     key = cache_key(model_fingerprint(ref.cfg, ref.role), data_fingerprint(bench.kind, items),
                     {"head": "itc" if bench.kind == SET else head, "version": SETTINGS_VERSION})
@@ -1128,8 +1091,6 @@ def run(cfg: Mapping, models: Sequence[ModelRef], benchmarks: Sequence[str], out
         head: str = "itm", baselines: bool = True, progress: bool = False) -> pd.DataFrame:
     """Score ``models`` on ``benchmarks`` (cached per model, data and settings) and write the leaderboard
     (``leaderboard.{csv,json,md,html}``) to ``out_dir``; returns its long table."""
-    from .io import write_csv
-
     out = Path(out_dir)
     sources = dict(sources or {})
     unknown = [b for b in benchmarks if b not in BENCHMARKS]
@@ -1169,8 +1130,6 @@ def run_items(cfg: Mapping, paths: Sequence[str | Path], out_dir: str | Path, *,
     named by ``labels`` (role -> name), else its ``display_name``; an n/a outcome file becomes a note after
     ``notes``; the shortcut rows read each benchmark's items (``sources``: benchmark -> data instead of the
     config's). Returns the long table and the scored ``(label, benchmark, outcomes)``."""
-    from .render import model_display_names
-
     sc = cfg["score"]
     labels, sources = dict(labels or {}), dict(sources or {})
     scored, names, notes, models = [], [], list(notes), []
@@ -1301,9 +1260,6 @@ def wide(table: pd.DataFrame) -> pd.DataFrame:
 
 def write_leaderboard(table: pd.DataFrame, out_dir: Path, *, resamples: int, seed: int, level: float,
                       notes: Sequence[str] = ()) -> None:
-    from .io import write_csv, write_json, write_text
-    from .render import escape_md, html_page
-
     out_dir = Path(out_dir)
     write_csv(out_dir / "leaderboard.csv", table)
     w = wide(table)

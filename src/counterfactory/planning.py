@@ -45,6 +45,7 @@ from typing import Any, Mapping
 import pandas as pd
 
 from . import studies
+from .config import load_full_config, study_view
 from .errors import ConfigError, input_error
 
 # the shared parts of a study's plan rows live below the studies (counterfactory.workflow), each study's own in its
@@ -135,8 +136,6 @@ def plan(cfg: Mapping[str, Any], throughput: dict | str | Path | None = None, it
 
     ``throughput``: a :func:`load_throughput` result or a path (default: the packaged file); ``items``: counts by
     ``"study.stage"``; ``results_root``: the folder holding ``results/`` (input tables of earlier runs)."""
-    from .config import study_view
-
     tp = throughput if isinstance(throughput, dict) else load_throughput(throughput)
     items = dict(items or {})
     known = {st.key() for st in _stages(cfg, Path("/nonexistent"), {}, study_view)}
@@ -333,8 +332,6 @@ def plan_report(configs, throughput: str | Path | None = None, items: Mapping[st
     """``counterfactory plan``: the plan of the configuration files ``configs`` (layered, later files win) at the
     ``throughput`` file's rates (default: the packaged one), and its Markdown with a heading naming the files; with
     ``dry_run`` the Snakemake jobs per study too (:func:`dry_run_jobs`)."""
-    from .config import load_full_config
-
     cfg = load_full_config(configs)
     rates = load_throughput(throughput)
     frame = plan(cfg, rates, items=items, results_root=results_root)

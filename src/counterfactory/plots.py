@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from .io import save_figure
+from .errors import input_error
+from .evaluation.readers import read_pairs
+from .io import save_figure, write_csv
 from .render import pyplot
 from .rgb import to_rgb
 
@@ -18,8 +20,6 @@ def pair_grid(pairs_path: str | Path, out: str | Path, n: int = 8, wrap: int = 3
     """Original vs counterfactual image of the first ``n`` selected pairs, captions (changed word marked)
     and CLIP scores (image-caption sims, image-image sim, directional sim) underneath."""
     from PIL import Image
-
-    from .evaluation.readers import read_pairs
 
     plt = pyplot()
     rows = read_pairs(pairs_path).head(n)  # image paths resolved against the table's folder
@@ -83,8 +83,6 @@ def text_overlaps(fig) -> list[str]:
 
 def caption_examples(captions_path: str | Path, out: str | Path, n: int = 20) -> Path:
     """A table (CSV) of original vs counterfactual captions with similarity and perplexity."""
-    from .io import write_csv
-
     frame = pd.read_parquet(captions_path)
     cols = ["caption_id", "original", "counterfactual", "original_word", "new_word", "similarity", "perplexity"]
     return write_csv(out, frame[cols].head(n).round({"similarity": 3, "perplexity": 1}))
@@ -137,7 +135,6 @@ def _manifest(root: Path, manifest: str | Path | None) -> dict:
     path = Path(manifest) if manifest is not None else root / "manifest.json"
     if path.is_file():
         return json.loads(path.read_text(encoding="utf-8"))
-    from .errors import input_error
 
     raise input_error(path, None, "export manifest not found", "write the export with `counterfactory export "
                       "imagefolder` (and pass its --manifest-imagefolder file)")

@@ -30,8 +30,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from . import studies
+from . import catalogue, planning, studies
+from .config import SHARED_SECTIONS, study_view
+from .data import nltk_data as nd
+from .data.karpathy import layout_problem
+from .device import resolve_device, total_memory
 from .errors import ConfigError, CounterFactoryError
+from .models import pins, registry, sources
+from .overview import study_roles as named_roles
 from .settings import config_value
 
 # what a study's dataset needs are made of lives below the studies (counterfactory.workflow), each study's own in its
@@ -79,9 +85,6 @@ def passed(checks: Iterable[Check]) -> bool:
 
 def study_roles(cfg: dict, study: str) -> list[str]:
     """The configured model roles ``study`` uses: its stages' roles, the roles its section names, implicit ones."""
-    from .config import SHARED_SECTIONS, study_view
-    from .overview import study_roles as named_roles
-
     configured = set(cfg.get("models") or {})
     view = study_view(cfg, study)
     section = {k: v for k, v in dict(view).items() if k not in SHARED_SECTIONS}   # the study's own keys
@@ -221,8 +224,6 @@ def _hub_reachable(repo: str, revision: str | None) -> str | None:
 def _cached_elsewhere(spec) -> str | None:
     """The commits (12 characters each) the local Hugging Face cache holds for a hub role whose pinned revision it
     lacks; None when the repository is not cached at all."""
-    from .models import pins
-
     cached = pins.cached_repos()
     repo = next((cached[i] for i in pins.candidates(spec) if i in cached), None)
     if repo is None or not repo.commits or pins.resolve_pinned(repo, spec.revision):
@@ -237,8 +238,6 @@ def _offline() -> bool:
 def check_role(cfg: dict, role: str, *, online: bool | None = None, quick: bool = False) -> list[Check]:
     """The ``model`` check of ``role`` and, when its files can be read, its ``model-class`` check. ``quick``: leave
     out what needs a heavy import (open_clip's table of pretrained weights, which imports torch)."""
-    from .models import registry, sources
-
     key = f"models.{role}.source"
     try:
         spec = registry.model_spec(cfg, role)
@@ -315,8 +314,6 @@ def _class_check(role: str, problem: str | None, spec) -> Check:
 
 
 def _check_open_clip(spec, cfg: dict, online: bool) -> Check:
-    from .models import sources
-
     key = f"models.{spec.role}.source"
     fix = sources.how_to_get(spec, cfg)
     if spec.is_local:
@@ -365,7 +362,6 @@ def attributes_role_check(cfg: dict) -> list[Check]:
     reports that)."""
     if "countercurate" not in (cfg.get("studies") or []) or not isinstance(cfg.get("countercurate"), dict):
         return []
-    from .models import registry
 
     section = cfg["countercurate"].get("attributes") or {}
     role = config_value(section, "countercurate.attributes.role")
@@ -444,8 +440,6 @@ def _docs() -> dict[str, str]:
 
 def dataset_requirements(cfg: dict) -> list[Need]:
     """Every user-provided dataset file or folder the enabled studies read (the workflow's input files)."""
-    from .config import study_view
-
     out = []
     for study in cfg.get("studies") or []:
         out += studies.spec(study).needs(study, study_view(cfg, study))
@@ -483,7 +477,6 @@ def dataset_checks(cfg: dict) -> list[Check]:
                              _fix(need, study), str(path)))
             continue
         if need.image_root:   # a Karpathy file: are its images where the rules will open them?
-            from .data.karpathy import layout_problem
 
             problem = layout_problem(path, need.image_root, need.splits or None)
             if problem:
@@ -502,8 +495,6 @@ def dataset_checks(cfg: dict) -> list[Check]:
 
 def nltk_check(cfg: dict) -> Check:
     """The real NLTK data (``nltk.source: real``) is findable; the offline build is made by the workflow."""
-    from .data import nltk_data as nd
-
     source = nd.nltk_source(cfg)
     if source == "offline":
         return Check("nltk", "nltk.source", BUILD, "offline: the workflow's nltk_prepare builds the home-made tagger")
@@ -536,8 +527,6 @@ def _bytes(n: float) -> str:
 
 def disk_check(cfg: dict, results_root: str | Path = ".", throughput=None) -> Check:
     """Free space on the file system of ``results/<run_name>`` against the plan's disk estimate."""
-    from . import planning
-
     where = Path(results_root) / "results" / str(cfg.get("run_name", "paper"))
     try:
         frame = planning.plan(cfg, throughput, results_root=results_root)
@@ -559,15 +548,12 @@ def _weights_bytes(folder: Path) -> int:
 def gpu_memory_check(cfg: dict) -> Check:
     """With a CUDA device visible: the largest local or cached role's weights fit in ``performance.memory_fraction``
     of its memory (``batch_size: auto`` then sizes batches to the rest); skipped on CPU."""
-    from .device import resolve_device, total_memory
-
     try:
         found = total_memory(resolve_device(str(cfg.get("device") or "auto")))
     except ConfigError as err:
         return Check("gpu-memory", "device", FAIL, str(err), "set device to auto, cpu, cuda or hpu")
     if found is None:
         return Check("gpu-memory", "device", SKIP, "no accelerator whose memory can be read (CPU): nothing to size")
-    from .models import registry
 
     fraction = float((cfg.get("performance") or {}).get("memory_fraction") or 0.8)
     total, device_name = found
@@ -664,8 +650,6 @@ def _wrap(text: str, indent: str, width: int = 110) -> list[str]:
 def _dataset_block(cfg: dict | None, name: str, items: list[tuple], shown: set | None = None) -> list[str]:
     """One catalogue dataset of one study: a missing folder is one line with its source; otherwise each file that
     is missing or wrong, with the config keys that name it; the source once."""
-    from . import catalogue
-
     known = cfg is not None and name in catalogue.DATASETS
     failed = [it for it in items if it[0] == FAIL]
     if not known:
@@ -705,8 +689,6 @@ def render(checks: list[Check], cfg: dict | None = None, *, only_problems: bool 
     """The checks for a person: the summary first, then one block per study (its datasets, each path once with
     every config key that names it, grouped by catalogue dataset), the model roles, then NLTK / disk / GPU; short
     lines, each failure with its fix."""
-    from . import catalogue
-
     rows = [c for c in checks if not only_problems or not c.passed]
     lines = [summary(checks)]
     shown: set[str] = set()
@@ -745,8 +727,6 @@ def download_script(checks: list[Check], cfg: dict) -> str:
     get it (source, size, licence from the catalogue); hub roles that are not cached get their `hf download` line
     with the pinned revision. Nothing is downloaded by writing it; the user reads and runs it."""
     import shlex
-
-    from . import catalogue
 
     failed = [c for c in checks if not c.passed]
     out = ["#!/usr/bin/env bash", "# Written by `counterfactory preflight --script`: what is still missing for this "

@@ -21,8 +21,11 @@ from pathlib import Path
 from typing import Iterable
 
 from . import __version__
+from .data.nltk_data import describe_nltk_data, nltk_source
 from .errors import CounterFactoryError
 from .io import write_json
+from .models import registry
+from .models.identity import HashCache, _combine, content_files
 
 PACKAGES = (
     "counterfactory", "torch", "torchvision", "transformers", "diffusers", "open_clip_torch", "sentence-transformers",
@@ -60,8 +63,6 @@ def _skipped_rel(rel: str, skip: tuple[str, ...]) -> bool:
 
 
 def _folder_hashes(folder: Path, exclude: set[str], use_cache: bool, skip: tuple[str, ...] = ()) -> dict[str, str]:
-    from .models.identity import HashCache, content_files
-
     cache = HashCache(read=use_cache)
     try:
         return {rel: cache.sha256(p) for rel, p in content_files(folder)
@@ -76,8 +77,6 @@ def describe_output(path: str | os.PathLike, *, exclude: Iterable[str | os.PathL
     files), "files" (count), "fingerprint", "file_sha256" (each file, when not too many)}`` of a
     folder (logs, locks, ``.snakemake`` and files in ``exclude`` left out; so are the paths under it in ``skip``,
     a file or a folder ending ``/``, which the record lists as ``skipped`` so that :func:`verify` skips them too)."""
-    from .models.identity import HashCache, _combine
-
     p = Path(path)
     skip = tuple(sorted(str(s).replace("\\", "/") for s in skip))
     if not p.exists():
@@ -109,7 +108,6 @@ def describe_nltk(cfg: dict) -> dict | None:
     section = cfg.get("nltk") or {}
     if not section.get("data_dir"):
         return None
-    from .data.nltk_data import describe_nltk_data, nltk_source
 
     try:
         source = nltk_source(cfg)
@@ -140,8 +138,6 @@ def collect(cfg: dict, models: dict | None = None, extra: dict | None = None,
     that is missing or unreadable raises :class:`~counterfactory.models.registry.ModelIdentityError`).
     ``folders`` (each study's results folder) are recorded whole, every file in them, less ``skip`` (paths under
     each folder that are made from this record, or change run to run: logs, timings)."""
-    from .models.registry import configured_models, loaded_models
-
     record = {
         "format": FORMAT,
         "counterfactory": __version__,
@@ -152,7 +148,7 @@ def collect(cfg: dict, models: dict | None = None, extra: dict | None = None,
         "platform": platform.platform(),
         "packages": package_versions(),
         "config": cfg,
-        "models": models if models is not None else (loaded_models() or configured_models(cfg)),
+        "models": models if models is not None else (registry.loaded_models() or registry.configured_models(cfg)),
         "nltk_data": describe_nltk(cfg),
         "threads": describe_threads(),
         "outputs": [describe_output(o, exclude=exclude) for o in outputs]

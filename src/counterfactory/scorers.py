@@ -48,6 +48,8 @@ import torch
 from tqdm.auto import tqdm
 
 from .errors import ConfigError, input_error
+from .models import loaders_eval  # noqa: F401  (registers the evaluation roles' loaders)
+from .models import registry
 from .rgb import to_rgb
 
 log = logging.getLogger(__name__)
@@ -587,8 +589,6 @@ def scorer_from_config(cfg: dict, role: str, *, head: str = "itm", progress: boo
     ``device`` / ``precision`` through :mod:`counterfactory.device`. ``flava_embedding``: see :func:`wrap_model`.
     """
     from . import device as device_mod
-    from .models import loaders_eval  # noqa: F401  (registers the evaluation roles' loaders)
-    from .models import registry
 
     opts = scorer_options(cfg, role, **overrides)
     dev, dtype = device_mod.from_config(cfg)
@@ -626,7 +626,6 @@ class NsfwClassifier:
     @classmethod
     def from_config(cls, cfg: Mapping, role: str = "nsfw", batch_size: int = 32, progress: bool = False):
         from . import device as device_mod
-        from .models import registry
 
         dev, dtype = device_mod.from_config(cfg)
         model, processor = registry.load(cfg, role)

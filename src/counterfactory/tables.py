@@ -30,6 +30,7 @@ import pandas as pd
 
 from . import render
 from .errors import InputError, input_error
+from .io import write_csv, write_text
 from .render import Cell, Column, Text
 from .stats import parse_numeric, read_csv_as_text, require_columns, row_line
 
@@ -412,8 +413,6 @@ def write_table_files(summary_path: str | Path, *, out_md: str | None = None, ou
     optional mixture-info CSV (:func:`read_mixture_info`) as a :class:`PaperTable` (:func:`build_table`, with the
     keywords ``build``), written to each output given: Markdown, LaTeX (``label``: its ``\\label``), the wide CSV
     (:func:`to_frame`) and an HTML page; ``title`` is their caption. Returns the table."""
-    from .io import write_csv, write_text
-
     summary = read_summary(summary_path)
     info = read_mixture_info(mixture_info) if mixture_info else None
     table = build_table(summary, mixture_info=info, **build)

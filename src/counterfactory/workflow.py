@@ -18,8 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .config import ConfigView, digest, study_view
+from .config import ConfigView, digest, load_schema, study_view
 from .config import job_config_file as _job_config_file
+from .data.check import count_captions
+from .errors import ConfigError, CounterFactoryError
 
 if TYPE_CHECKING:
     from .export.studies import StudyExport
@@ -64,8 +66,6 @@ def image_dir(study_cfg: dict) -> Path:
 
 @functools.lru_cache(maxsize=16)
 def _count(path: str, limit: int | None) -> int:
-    from .data.check import count_captions
-
     return int(count_captions(path, limit_images=limit))
 
 
@@ -80,8 +80,6 @@ def caption_count(study_cfg: dict) -> int:
     """Number of input captions (after ``data.limit_images``): of ``data.source`` when set (own data), else of
     the COCO captions file. The shard layout follows from it, so missing or unreadable data stops the planning
     with the config key that names it (never a DAG planned for data that is not there)."""
-    from .errors import ConfigError, CounterFactoryError
-
     study = study_cfg.get("study", "?")
     source = study_cfg["data"].get("source")
     if source:
@@ -310,8 +308,6 @@ def karpathy_needs(key: str, spec: dict, splits, source: str) -> list[Need]:
 def retrieval_needs(key: str, spec: dict) -> list[Need]:
     """The files a retrieval set (schema definition ``retrieval_set``) reads: :func:`karpathy_needs` of its split
     (the schema's default split when the set does not name one) in the dataset :func:`images_source` names."""
-    from .config import load_schema
-
     split = spec.get("split") or load_schema()["definitions"]["retrieval_set"]["properties"]["split"]["default"]
     return karpathy_needs(key, spec, split, images_source(spec))
 
