@@ -150,3 +150,35 @@ def test_the_checks_find_a_planted_cross_study_import_and_cycle():
     cycle = _sibling_cycle(planted, "counterfactory.models")
     assert cycle and cycle[0] == cycle[-1] and {"counterfactory.models.base", "counterfactory.models.registry"} <= \
         set(cycle)
+
+
+#: function-local internal imports outside ``commands/`` and ``cli.py`` (issue 41 §4): what is left imports a module
+#: that would load a heavy library (torch, transformers, diffusers, scipy, pandas, jsonschema) into a lighter module,
+#: or a name tests patch; the number may only go down
+LOCAL_IMPORTS_AT_MOST = 119
+
+
+def _local_internal_imports() -> list[str]:
+    import ast
+
+    out = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE)
+        if rel.parts[0] == "commands" or rel.name == "cli.py":
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for fn in (n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))):
+            for node in ast.walk(fn):
+                if not isinstance(node, ast.ImportFrom):
+                    continue
+                if node.level or (node.module or "").startswith("counterfactory"):
+                    out.append(f"{rel}:{node.lineno}")
+    return sorted(set(out))
+
+
+def test_function_local_imports_are_the_heavy_ones_only():
+    """Issue 41 §4: a module imports the package's modules at its top; a function-local import is kept only where
+    the imported module is heavy (see LOCAL_IMPORTS_AT_MOST). A new light local import makes this fail: move it
+    to the module's import block."""
+    found = _local_internal_imports()
+    assert len(found) <= LOCAL_IMPORTS_AT_MOST, f"{len(found)} function-local internal imports: {found[-10:]}"
