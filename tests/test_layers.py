@@ -178,7 +178,7 @@ def _local_internal_imports() -> list[str]:
 
 def test_function_local_imports_are_the_heavy_ones_only():
     """Issue 41 §4: a module imports the package's modules at its top; a function-local import is kept only where
-    the imported module is heavy (see LOCAL_IMPORTS_AT_MOST). A new light local import makes this fail: move it
-    to the module's import block."""
+    the imported module is heavy (see LOCAL_IMPORTS_AT_MOST). A new function-local import makes this fail: move it
+    to the module's import block, or, where the module it imports is heavy, raise the bound and say why."""
     found = _local_internal_imports()
     assert len(found) <= LOCAL_IMPORTS_AT_MOST, f"{len(found)} function-local internal imports: {found[-10:]}"
