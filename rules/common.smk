@@ -410,10 +410,11 @@ def itr_subset_args(wildcards, input):
 
 # ---- exports (rules/export.smk)
 #: studies that declare an export (SPEC.export); a study without one has no export targets
-EXPORT_STUDIES = [s for s in STUDIES if studies.spec(s).export is not None]
-EXPORT_RELEASE_STUDIES = [s for s in EXPORT_STUDIES if studies.spec(s).export.release]
+EXPORTS = {s: studies.exports()[s] for s in STUDIES if s in studies.exports()}
+EXPORT_STUDIES = list(EXPORTS)
+EXPORT_RELEASE_STUDIES = [s for s, e in EXPORTS.items() if e.release]
 #: studies with an image-caption retrieval set: exported in CLIP_benchmark's webdataset layout too
-EXPORT_CLIP_BENCHMARK_STUDIES = [s for s in EXPORT_STUDIES if studies.spec(s).export.retrieval]
+EXPORT_CLIP_BENCHMARK_STUDIES = [s for s, e in EXPORTS.items() if e.retrieval]
 
 
 def export_targets(study):

@@ -19,16 +19,11 @@ if TYPE_CHECKING:
     from ..export.studies import StudyExport
 
 
-def _exports() -> dict[str, "StudyExport"]:
-    """study -> its export declaration (``SPEC.export``), for every study that declares one, in the specs' order."""
-    return {s.name: s.export for s in _studies.specs() if s.export is not None}
-
-
 def _study_export(study: str, *needs: str) -> "StudyExport":
     """The export declaration of ``study`` (its ``SPEC.export``); a ConfigError naming the study and the fix when it
     has none, or when it lacks what ``needs`` names (``"retrieval"``: a retrieval set, ``"verified"``: a verified
     variant)."""
-    found = _exports()
+    found = _studies.exports()
     if study not in found:
         raise ConfigError(f"no export is declared for study {study!r}. Fix: use one of {', '.join(found)} (a study "
                           "declares its export as EXPORT in src/counterfactory/studies/<study>/export.py, set as "
@@ -122,7 +117,7 @@ def _print(manifest: dict, out) -> None:
 # ------------------------------------------------------------------------------------------- declarations
 
 #: the study and its results folder (every step), and the folder written (all but `card`)
-STUDY = (Param("--study", required=True, choices=tuple(sorted(_exports())), help="study whose results are exported"),
+STUDY = (Param("--study", required=True, choices=tuple(sorted(_studies.exports())), help="study whose results are exported"),
          Param("--study-dir", required=True, metavar="DIR", help="the study's results (results/<run>/<study>)"))
 EXPORT_DIR = OUT_DIR.but(help="output folder (replaced as a whole)")
 MANIFEST = Param("--manifest", metavar="FILE.json",

@@ -73,6 +73,12 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+def exports() -> dict:
+    """study -> its export declaration (``SPEC.export``, a ``counterfactory.export.studies.StudyExport``), for every
+    study that declares one, in the specs' order (the ``export`` command's choices, the export rules' studies)."""
+    return {s.name: s.export for s in specs() if s.export is not None}
+
+
 def title(study: str) -> str:
     """The study's display title (its code name when unknown)."""
     found = find(study)
